@@ -1,0 +1,120 @@
+"""The plain library entry point: train a byte-level BPE tokenizer from text files.
+
+``train_bpe`` keeps the CS336 signature (``input_path, vocab_size, special_tokens`` in,
+``(vocab, merges)`` out) so existing course code and tests can switch to superbpe unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from superbpe.counting import PieceCounts
+from superbpe.engine import Engine, Merge, MergeCallback, get_engine
+from superbpe.errors import ConfigError
+from superbpe.pretokenize import Pretokenizer, SpecialSplitter, get_pretokenizer
+from superbpe.sources import DEFAULT_CHUNK_BYTES, InputSpec
+from superbpe.trainer import MergeRules
+
+Vocab = dict[int, bytes]
+
+
+def build_vocab(merges: Sequence[Merge], special_tokens: Iterable[str] = ()) -> Vocab:
+    """Ids 0-255 are the bytes, then one id per merge in order, then the special tokens."""
+    vocab: Vocab = {i: bytes([i]) for i in range(256)}
+    for left, right in merges:
+        vocab[len(vocab)] = left + right
+    for token in dict.fromkeys(special_tokens):
+        vocab[len(vocab)] = token.encode("utf-8")
+    return vocab
+
+
+def merge_budget(vocab_size: int, special_tokens: Sequence[str]) -> int:
+    """How many merges a vocabulary of ``vocab_size`` leaves room for."""
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
+        raise ConfigError(f"vocab_size must be an integer, not {vocab_size!r}")
+    floor = 256 + len(special_tokens)
+    if vocab_size < floor:
+        raise ConfigError(f"vocab_size {vocab_size} is below 256 bytes + {len(special_tokens)} special tokens = {floor}")
+    return vocab_size - floor
+
+
+def make_rules(
+    min_frequency: int = 1,
+    max_token_bytes: int | None = None,
+    max_words_per_token: int | None = None,
+    forbidden_substrings: Iterable[str | bytes] = (),
+) -> MergeRules:
+    """Validated merge rules from user-facing option values (strings become UTF-8)."""
+    for name, value, low in (
+        ("min_frequency", min_frequency, 1),
+        ("max_token_bytes", max_token_bytes, 2),
+        ("max_words_per_token", max_words_per_token, 1),
+    ):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
+            raise ConfigError(f"{name} must be an integer >= {low}, not {value!r}")
+    forbidden = tuple(s.encode("utf-8") if isinstance(s, str) else bytes(s) for s in forbidden_substrings)
+    if any(not s for s in forbidden):
+        raise ConfigError("forbidden substrings must be non-empty")
+    return MergeRules(min_frequency, max_token_bytes, max_words_per_token, forbidden)
+
+
+def count(
+    input_path: InputSpec,
+    special_tokens: Sequence[str] = (),
+    *,
+    pretokenizer: str | Pretokenizer = "gpt2",
+    engine: str | Engine = "auto",
+    workers: int | None = None,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    errors: str = "strict",
+    text_field: str = "text",
+) -> PieceCounts:
+    """Pre-tokenize and count a corpus once, to train on (or add up) later."""
+    pre = get_pretokenizer(pretokenizer)
+    SpecialSplitter(special_tokens)
+    return get_engine(engine).count(
+        input_path, pre, special_tokens, workers=workers, chunk_bytes=chunk_bytes, errors=errors, text_field=text_field
+    )
+
+
+def train_bpe(
+    input_path: InputSpec | PieceCounts,
+    vocab_size: int,
+    special_tokens: Sequence[str] = (),
+    *,
+    pretokenizer: str | Pretokenizer = "gpt2",
+    engine: str | Engine = "auto",
+    workers: int | None = None,
+    replay: Sequence[Merge] = (),
+    callback: MergeCallback | None = None,
+    callback_every: int = 1000,
+    **options: Any,
+) -> tuple[Vocab, list[Merge]]:
+    """Train byte-level BPE on text files (or on saved piece counts) and return ``(vocab, merges)``.
+
+    Options: ``min_frequency``, ``max_token_bytes``, ``max_words_per_token``,
+    ``forbidden_substrings``, ``chunk_bytes``, ``errors`` ("strict" or "replace"), ``text_field``.
+    """
+    special_tokens = list(dict.fromkeys(special_tokens))
+    SpecialSplitter(special_tokens)
+    num_merges = merge_budget(vocab_size, special_tokens)
+    read_options = {k: options.pop(k) for k in ("chunk_bytes", "errors", "text_field") if k in options}
+    rules = make_rules(**_rule_options(options))
+    chosen = get_engine(engine)
+    if isinstance(input_path, PieceCounts):
+        counts = input_path
+    else:
+        counts = count(input_path, special_tokens, pretokenizer=pretokenizer, engine=chosen, workers=workers,
+                       **read_options)
+    result = chosen.train(counts, num_merges, rules=rules, replay=replay, callback=callback,
+                          callback_every=callback_every)
+    return build_vocab(result.merges, special_tokens), result.merges
+
+
+def _rule_options(options: dict[str, Any]) -> dict[str, Any]:
+    known = {"min_frequency", "max_token_bytes", "max_words_per_token", "forbidden_substrings"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ConfigError(f"unknown train_bpe option(s): {', '.join(unknown)}")
+    return options

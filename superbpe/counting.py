@@ -1,0 +1,295 @@
+"""Piece counts: how often each pre-tokenized piece occurs in a corpus.
+
+Counting is the only pass over the raw corpus, so counts are a first-class, saveable object:
+count once and train many times, or count shards on many machines and add the results.
+Memory grows with the number of distinct pieces, never with corpus size.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import queue
+import struct
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from superbpe.errors import InputError, SuperBPEError
+from superbpe.pretokenize import Pretokenizer, SpecialSplitter, get_pretokenizer
+from superbpe.sources import (
+    DEFAULT_CHUNK_BYTES,
+    Chunk,
+    InputSpec,
+    check_not_empty,
+    chunk_documents,
+    iter_chunks,
+    resolve_inputs,
+)
+from superbpe.util import atomic_write
+
+COUNTS_MAGIC = b"SBPC\x01\n"
+ProgressFn = Callable[[int], None]
+_PARALLEL_MIN_BYTES = 8 << 20
+
+
+class PieceCounts(Mapping[bytes, int]):
+    """A mapping from piece bytes to count, tagged with how the pieces were made.
+
+    The tag (``meta``: pre-tokenizer spec and special tokens) makes adding counts made with
+    different patterns an error instead of a silently wrong tokenizer.
+    """
+
+    def __init__(self, counts: Mapping[bytes, int] | None = None, meta: Mapping[str, Any] | None = None) -> None:
+        self.counts: dict[bytes, int] = dict(counts or {})
+        self.meta: dict[str, Any] = dict(meta or {})
+
+    def __getitem__(self, piece: bytes) -> int:
+        return self.counts[piece]
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self.counts)
+
+    def __len__(self) -> int:
+        return len(self.counts)
+
+    def total(self) -> int:
+        """Number of piece occurrences in the corpus."""
+        return sum(self.counts.values())
+
+    def to_dict(self) -> dict[bytes, int]:
+        return dict(self.counts)
+
+    def update(self, other: PieceCounts) -> None:
+        """Add ``other`` in place; both must come from the same pre-tokenization."""
+        if self.meta and other.meta and self.meta != other.meta:
+            raise SuperBPEError(f"cannot add piece counts made differently: {self.meta} vs {other.meta}")
+        self.meta = self.meta or dict(other.meta)
+        mine = self.counts
+        for piece, count in other.counts.items():
+            mine[piece] = mine.get(piece, 0) + count
+
+    def __add__(self, other: PieceCounts) -> PieceCounts:
+        result = PieceCounts(self.counts, self.meta)
+        result.update(other)
+        return result
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the ``.counts`` binary format (see docs/DESIGN.md) atomically."""
+        meta = json.dumps(self.meta, sort_keys=True).encode("utf-8")
+        with atomic_write(Path(path)) as out:
+            out.write(COUNTS_MAGIC + struct.pack("<I", len(meta)) + meta)
+            out.write(struct.pack("<Q", len(self.counts)))
+            pack = struct.Struct("<I").pack
+            pack_count = struct.Struct("<Q").pack
+            out.writelines(
+                pack(len(piece)) + piece + pack_count(self.counts[piece]) for piece in sorted(self.counts)
+            )
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> PieceCounts:
+        """Read a ``.counts`` file written by either engine."""
+        try:
+            data = Path(path).read_bytes()
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read piece counts ({exc.strerror})") from None
+        try:
+            return cls._parse(data)
+        except (struct.error, ValueError, IndexError) as exc:
+            raise InputError(f"{path}: not a valid piece-counts file ({exc})") from None
+
+    @classmethod
+    def _parse(cls, data: bytes) -> PieceCounts:
+        if not data.startswith(COUNTS_MAGIC):
+            raise ValueError("bad magic")
+        pos = len(COUNTS_MAGIC)
+        (meta_len,) = struct.unpack_from("<I", data, pos)
+        meta = json.loads(data[pos + 4 : pos + 4 + meta_len])
+        pos += 4 + meta_len
+        (entries,) = struct.unpack_from("<Q", data, pos)
+        pos += 8
+        counts: dict[bytes, int] = {}
+        unpack_len = struct.Struct("<I").unpack_from
+        unpack_count = struct.Struct("<Q").unpack_from
+        for _ in range(entries):
+            (size,) = unpack_len(data, pos)
+            piece = data[pos + 4 : pos + 4 + size]
+            (counts[piece],) = unpack_count(data, pos + 4 + size)
+            pos += 12 + size
+        if pos != len(data):
+            raise ValueError("trailing bytes")
+        return cls(counts, meta)
+
+
+def counts_meta(pretokenizer: Pretokenizer, special_tokens: Iterable[str]) -> dict[str, Any]:
+    """The tag that says how pieces were made: equal tags mean addable counts."""
+    return {"pretokenizer": pretokenizer.spec(), "special_tokens": list(dict.fromkeys(special_tokens))}
+
+
+def count_pieces(
+    inputs: InputSpec,
+    pretokenizer: str | Pretokenizer = "gpt2",
+    special_tokens: Iterable[str] = (),
+    *,
+    workers: int | None = None,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    errors: str = "strict",
+    text_field: str = "text",
+    progress: ProgressFn | None = None,
+) -> PieceCounts:
+    """Pre-tokenize and count a corpus with the python engine.
+
+    The result never depends on ``workers`` or ``chunk_bytes``: chunks are cut only where
+    pieces cannot cross, and per-worker counts are summed.
+    """
+    pre = get_pretokenizer(pretokenizer)
+    specials = list(dict.fromkeys(special_tokens))
+    SpecialSplitter(specials)  # validate before touching the corpus
+    check_errors_mode(errors)
+    paths = resolve_inputs(inputs)
+    check_not_empty(paths)
+    chunks = (chunk for path in paths for chunk in iter_chunks(path, specials, chunk_bytes))
+    job = _CountJob(pre, tuple(specials), errors, text_field)
+    n_workers = resolve_workers(workers, sum(p.stat().st_size for p in paths))
+    if n_workers <= 1:
+        counter = job.count_serial(chunks, progress)
+    else:
+        counter = _count_parallel(job, chunks, n_workers, progress)
+    return PieceCounts({piece.encode("utf-8"): n for piece, n in counter.items()}, counts_meta(pre, specials))
+
+
+def check_errors_mode(errors: str) -> None:
+    if errors not in ("strict", "replace"):
+        raise SuperBPEError(f"errors must be 'strict' or 'replace', not {errors!r}")
+
+
+def resolve_workers(workers: int | None, corpus_bytes: int) -> int:
+    """An explicit count wins; otherwise one per usable core, and no processes for small inputs."""
+    if workers is not None:
+        if workers < 1:
+            raise SuperBPEError(f"workers must be >= 1, not {workers}")
+        return workers
+    if corpus_bytes < _PARALLEL_MIN_BYTES:
+        return 1
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+class _CountJob:
+    """What a worker needs to count a chunk; small and picklable."""
+
+    def __init__(self, pre: Pretokenizer, specials: tuple[str, ...], errors: str, text_field: str) -> None:
+        self.pre = pre
+        self.specials = specials
+        self.errors = errors
+        self.text_field = text_field
+
+    def count_chunk(self, counter: Counter[str], chunk: Chunk, splitter: SpecialSplitter) -> None:
+        split = self.pre.split
+        for document in chunk_documents(chunk, self.errors, self.text_field):
+            for segment in splitter.ordinary_segments(document):
+                counter.update(split(segment))
+
+    def count_serial(self, chunks: Iterable[Chunk], progress: ProgressFn | None) -> Counter[str]:
+        counter: Counter[str] = Counter()
+        splitter = SpecialSplitter(self.specials)
+        for chunk in chunks:
+            self.count_chunk(counter, chunk, splitter)
+            if progress:
+                progress(len(chunk.data))
+        return counter
+
+
+def _worker(job: _CountJob, tasks: Any, results: Any) -> None:
+    """Count chunks until told to stop, then send this worker's whole map back once."""
+    counter: Counter[str] = Counter()
+    splitter = SpecialSplitter(job.specials)
+    failed = False
+    while (chunk := tasks.get()) is not None:
+        if failed:
+            continue
+        try:
+            job.count_chunk(counter, chunk, splitter)
+            results.put(("progress", len(chunk.data)))
+        except SuperBPEError as exc:
+            failed = True
+            results.put(("error", str(exc)))
+        except Exception as exc:  # a bug must still end the run with a message
+            failed = True
+            results.put(("error", f"counting failed in a worker: {exc!r}"))
+    results.put(("done", None if failed else dict(counter)))
+
+
+def _count_parallel(
+    job: _CountJob, chunks: Iterable[Chunk], n_workers: int, progress: ProgressFn | None
+) -> Counter[str]:
+    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    tasks = ctx.Queue(maxsize=2 * n_workers)
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_worker, args=(job, tasks, results), daemon=True) for _ in range(n_workers)]
+    for proc in procs:
+        proc.start()
+    state = _ParallelState(results, progress)
+    try:
+        for chunk in chunks:
+            while not state.failed:
+                try:
+                    tasks.put(chunk, timeout=0.1)
+                    break
+                except queue.Full:
+                    state.drain()
+            state.drain()
+            if state.failed:
+                break
+        for _ in procs:
+            tasks.put(None)
+        return state.collect(len(procs))
+    finally:
+        for proc in procs:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
+
+
+class _ParallelState:
+    """Gathers progress, errors and per-worker maps from the result queue."""
+
+    def __init__(self, results: Any, progress: ProgressFn | None) -> None:
+        self.results = results
+        self.progress = progress
+        self.error: str | None = None
+        self.maps: list[dict[str, int]] = []
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+    def handle(self, kind: str, value: Any) -> None:
+        if kind == "progress" and self.progress:
+            self.progress(value)
+        elif kind == "error" and self.error is None:
+            self.error = value
+        elif kind == "done" and value is not None:
+            self.maps.append(value)
+
+    def drain(self) -> None:
+        while True:
+            try:
+                self.handle(*self.results.get_nowait())
+            except queue.Empty:
+                return
+
+    def collect(self, n_workers: int) -> Counter[str]:
+        done = 0
+        while done < n_workers:
+            kind, value = self.results.get()
+            done += kind == "done"
+            self.handle(kind, value)
+        if self.error is not None:
+            raise InputError(self.error)
+        self.maps.sort(key=len, reverse=True)
+        counter: Counter[str] = Counter(self.maps[0] if self.maps else {})
+        for extra in self.maps[1:]:
+            counter.update(extra)
+        return counter

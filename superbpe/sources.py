@@ -1,0 +1,230 @@
+"""Corpus inputs: which files, how to read them, and where they may be cut into chunks.
+
+Counting runs on chunks so that memory is bounded by the chunk size and chunks can go to worker
+processes. A chunk boundary must never change the pieces, so chunks are only cut right before a
+special token (text is split there anyway) or at a *safe cut* (after a newline that is followed by
+a non-space character; see :mod:`superbpe.pretokenize`).
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import hashlib
+import io
+import json
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import regex
+
+from superbpe.errors import InputError
+
+TEXT_SUFFIXES = (".txt", ".jsonl", ".txt.gz", ".jsonl.gz")
+DEFAULT_CHUNK_BYTES = 4 << 20
+_ASCII_SPACE = frozenset(b"\t\n\x0b\x0c\r ")
+_NON_SPACE = regex.compile(r"\S")
+
+InputSpec = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+
+
+def resolve_inputs(inputs: InputSpec) -> list[Path]:
+    """Expand files, directories (recursively, sorted) and globs into a list of existing files."""
+    items = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
+    if not items:
+        raise InputError("no input paths given")
+    files: list[Path] = []
+    for item in items:
+        files.extend(_expand(str(item)))
+    unique = list(dict.fromkeys(files))
+    if not unique:
+        raise InputError(f"no corpus files found in {', '.join(map(str, items))}")
+    return unique
+
+
+def _expand(item: str) -> list[Path]:
+    path = Path(item).expanduser()
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        found = sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(TEXT_SUFFIXES))
+        if not found:
+            raise InputError(f"{path}: directory holds no {'/'.join(TEXT_SUFFIXES)} files")
+        return found
+    if glob.has_magic(item):
+        matched = sorted(Path(p) for p in glob.glob(os.path.expanduser(item), recursive=True))
+        matched = [p for p in matched if p.is_file()]
+        if not matched:
+            raise InputError(f"{item}: glob matches no files")
+        return matched
+    raise InputError(f"{path}: no such file or directory")
+
+
+def input_fingerprint(paths: Iterable[Path]) -> str:
+    """A cheap identity of the corpus (path, size, mtime) for caches and resume checks."""
+    digest = hashlib.sha256()
+    for path in paths:
+        stat = path.stat()
+        digest.update(f"{path.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:32]
+
+
+def is_jsonl(path: Path) -> bool:
+    return path.name.endswith((".jsonl", ".jsonl.gz"))
+
+
+def open_binary(path: Path) -> BinaryIO:
+    """Open raw or gzip-compressed bytes (by magic number, not by name)."""
+    try:
+        raw = open(path, "rb")  # noqa: SIM115 - returned to the caller
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    if raw.peek(2)[:2] == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
+    return raw
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A slice of one file's (decompressed) bytes, cut where pieces cannot cross."""
+
+    path: str
+    offset: int
+    data: bytes
+    jsonl: bool
+    first_line: int = 1
+
+
+class ChunkCutter:
+    """Finds chunk boundaries that leave the pieces unchanged."""
+
+    def __init__(self, special_tokens: Sequence[str]) -> None:
+        self.specials = [t.encode("utf-8") for t in dict.fromkeys(special_tokens) if t]
+
+    def find(self, buf: bytes, start: int) -> int:
+        """The first safe boundary at or after ``start`` (not at 0), or -1 when none is known yet."""
+        best = -1
+        for special in self.specials:
+            pos = buf.find(special, max(start, 1))
+            while pos != -1 and not self._outside_specials(buf, pos):
+                pos = buf.find(special, pos + 1)
+            if pos != -1 and (best == -1 or pos < best):
+                best = pos
+        limit = len(buf) if best == -1 else best
+        pos = buf.find(b"\n", max(start - 1, 0), limit)
+        while pos != -1:
+            cut = pos + 1
+            if _starts_non_space(buf, cut) and self._outside_specials(buf, cut):
+                return cut
+            pos = buf.find(b"\n", cut, limit)
+        return best
+
+    def _outside_specials(self, buf: bytes, pos: int) -> bool:
+        """True when no special-token occurrence straddles ``pos``."""
+        for special in self.specials:
+            lo = max(0, pos - len(special) + 1)
+            found = buf.find(special, lo, pos + len(special) - 1)
+            if found != -1 and found < pos:
+                return False
+        return True
+
+
+def _starts_non_space(buf: bytes, pos: int) -> bool:
+    if pos >= len(buf):
+        return False
+    byte = buf[pos]
+    if byte < 0x80:
+        return byte not in _ASCII_SPACE
+    char = buf[pos : pos + 4].decode("utf-8", "ignore")[:1]
+    return bool(char) and _NON_SPACE.match(char) is not None
+
+
+def iter_chunks(path: Path, special_tokens: Sequence[str], chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[Chunk]:
+    """Yield a file's bytes in chunks of about ``chunk_bytes`` cut at safe boundaries."""
+    jsonl = is_jsonl(path)
+    cutter = None if jsonl else ChunkCutter(special_tokens)
+    with open_binary(path) as stream:
+        yield from _cut_stream(stream, str(path), jsonl, cutter, max(1, chunk_bytes))
+
+
+def _cut_stream(stream: BinaryIO, name: str, jsonl: bool, cutter: ChunkCutter | None, size: int) -> Iterator[Chunk]:
+    buf, offset, line, eof = b"", 0, 1, False
+    while True:
+        cut, searched = -1, size
+        while True:
+            if len(buf) > searched:
+                cut = _next_cut(buf, jsonl, cutter, searched)
+                searched = max(size, len(buf) - 64)
+            if cut != -1 or eof:
+                break
+            block = _read(stream, name, size)
+            eof = not block
+            buf += block
+        if cut == -1:
+            cut = len(buf)
+        if cut == 0:
+            return
+        data, buf = buf[:cut], buf[cut:]
+        yield Chunk(name, offset, data, jsonl, line)
+        offset += len(data)
+        if jsonl:
+            line += data.count(b"\n")
+
+
+def _next_cut(buf: bytes, jsonl: bool, cutter: ChunkCutter | None, start: int) -> int:
+    if jsonl:
+        pos = buf.find(b"\n", max(start - 1, 0))
+        return -1 if pos == -1 else pos + 1
+    assert cutter is not None
+    return cutter.find(buf, start)
+
+
+def _read(stream: BinaryIO, name: str, size: int) -> bytes:
+    try:
+        return stream.read(size)
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        raise InputError(f"{name}: cannot read ({exc})") from None
+
+
+def decode_chunk(chunk: Chunk, errors: str = "strict") -> str:
+    """UTF-8 text of a chunk; an invalid byte is reported with its file and byte offset."""
+    try:
+        return chunk.data.decode("utf-8", errors)
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{chunk.path}: invalid UTF-8 at byte {chunk.offset + exc.start}") from None
+
+
+def chunk_documents(chunk: Chunk, errors: str = "strict", text_field: str = "text") -> Iterator[str]:
+    """The independent texts in a chunk: the chunk itself, or one per JSON line."""
+    text = decode_chunk(chunk, errors)
+    if not chunk.jsonl:
+        yield text
+        return
+    for number, line in enumerate(io.StringIO(text), start=chunk.first_line):
+        if line.strip():
+            yield _json_text(line, chunk.path, number, text_field)
+
+
+def _json_text(line: str, path: str, number: int, field: str) -> str:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: line {number}: invalid JSON ({exc.msg})") from None
+    if not isinstance(record, dict) or not isinstance(record.get(field), str):
+        raise InputError(f"{path}: line {number}: no string field {field!r}")
+    return record[field]
+
+
+def corpus_size(paths: Iterable[Path]) -> int:
+    """Bytes on disk (compressed for .gz): the denominator for progress bars."""
+    return sum(p.stat().st_size for p in paths)
+
+
+def check_not_empty(paths: Sequence[Path]) -> None:
+    """Refuse a corpus with no bytes at all before any work or output starts."""
+    if all(p.stat().st_size == 0 for p in paths):
+        what = str(paths[0]) if len(paths) == 1 else f"all {len(paths)} input files"
+        raise InputError(f"{what}: corpus is empty")

@@ -1,0 +1,44 @@
+"""Small shared helpers: atomic file writes and peak memory."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+
+@contextlib.contextmanager
+def atomic_write(path: Path) -> Iterator[BinaryIO]:
+    """Write to a temp file beside ``path`` and rename it into place only on success.
+
+    A reader (or a resumed run after SIGKILL) therefore sees either the old file or the
+    complete new one, never a torn write.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    with atomic_write(path) as handle:
+        handle.write(text.encode("utf-8"))
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident memory of this process so far (Linux reports KiB, macOS bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
