@@ -47,7 +47,7 @@ COVERING_PATTERNS = frozenset({"gpt2", "cl100k", "o200k", "superbpe-stage1"})
 LINE_UNIT_PATTERNS = frozenset({"superbpe", "superbpe-paper"})
 
 _NAME_SHAPE = regex.compile(r"[a-z0-9][a-z0-9_\-]*")
-_SAFE_CUT = regex.compile(r"\n(?=\S)")
+_SAFE_CUT = regex.compile(r"(?<=\S\n)(?=\S)")
 _LINE = regex.compile(r"[^\n]*\n|[^\n]+")
 
 
@@ -161,20 +161,22 @@ def _custom(pattern: str, line_units: bool | None) -> Pretokenizer:
 
 
 def safe_cuts(text: str) -> Iterator[int]:
-    """Positions where text may be cut without changing any piece: after "\\n" before a non-space.
+    """Positions where text may be cut without changing any piece: ``p`` with ``text[p-2:p+1]``
+    being non-space, newline, non-space.
 
-    No built-in pattern makes a piece that holds a newline followed by a non-space character, so
-    counting and streaming encode may process the two sides separately.
+    No built-in pattern makes a piece that holds a newline followed by a non-space character, and
+    with a non-space before the newline no whitespace-run lookahead (``\\s+(?!\\S)``) can read
+    past the cut, so counting and streaming encode may process the two sides separately.
     """
     for match in _SAFE_CUT.finditer(text):
-        yield match.end()
+        yield match.start()
 
 
 def last_safe_cut(text: str) -> int:
     """The last safe cut in ``text``, or 0 when there is none."""
     pos = text.rfind("\n")
     while pos >= 0:
-        if _SAFE_CUT.match(text, pos):
+        if _SAFE_CUT.match(text, pos + 1):
             return pos + 1
         pos = text.rfind("\n", 0, pos)
     return 0

@@ -117,7 +117,7 @@ class ChunkCutter:
         pos = buf.find(b"\n", max(start - 1, 0), limit)
         while pos != -1:
             cut = pos + 1
-            if _starts_non_space(buf, cut) and self._outside_specials(buf, cut):
+            if _ends_non_space(buf, pos) and _starts_non_space(buf, cut) and self._outside_specials(buf, cut):
                 return cut
             pos = buf.find(b"\n", cut, limit)
         return best
@@ -130,6 +130,14 @@ class ChunkCutter:
             if found != -1 and found < pos:
                 return False
         return True
+
+
+def _ends_non_space(buf: bytes, end: int) -> bool:
+    """Whether the character that ends right before ``end`` is a non-space."""
+    start = end - 1
+    while start > max(end - 4, 0) and 0x80 <= buf[start] < 0xC0:
+        start -= 1
+    return start >= 0 and _starts_non_space(buf[start:end], 0)
 
 
 def _starts_non_space(buf: bytes, pos: int) -> bool:

@@ -1,0 +1,130 @@
+"""Counting: inputs of every kind, invariance to workers and chunking, and clear errors."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from superbpe.counting import PieceCounts, count_pieces
+from superbpe.errors import InputError, SuperBPEError
+from superbpe.pretokenize import get_pretokenizer
+from superbpe.sources import iter_chunks, resolve_inputs
+
+EOT = "<|endoftext|>"
+
+
+def direct_counts(text: str, pattern: str = "gpt2", specials: tuple[str, ...] = (EOT,)) -> dict[bytes, int]:
+    pre = get_pretokenizer(pattern)
+    for special in specials:
+        text = text.replace(special, "\0SPLIT\0")
+    counter: Counter[bytes] = Counter()
+    for segment in text.split("\0SPLIT\0"):
+        counter.update(piece.encode() for piece in pre.split(segment))
+    return dict(counter)
+
+
+def test_counts_match_a_direct_count(shared_data: Path) -> None:
+    text = (shared_data / "corpus.en").read_text()
+    counts = count_pieces(shared_data / "corpus.en", "gpt2", [EOT])
+    assert counts.to_dict() == direct_counts(text)
+    assert counts.meta["special_tokens"] == [EOT]
+    assert counts.meta["pretokenizer"]["name"] == "gpt2"
+
+
+@pytest.mark.parametrize("pattern", ["gpt2", "superbpe", "superbpe-paper"])
+@pytest.mark.parametrize(("workers", "chunk_bytes"), [(1, 97), (2, 1000), (3, 1 << 20)])
+def test_same_counts_whatever_workers_or_chunk_size(
+    tmp_path: Path, multilingual_text: str, pattern: str, workers: int, chunk_bytes: int
+) -> None:
+    corpus = tmp_path / "m.txt"
+    corpus.write_text(multilingual_text[:150_000])
+    expected = direct_counts(multilingual_text[:150_000], pattern)
+    counts = count_pieces(corpus, pattern, [EOT], workers=workers, chunk_bytes=chunk_bytes)
+    assert counts.to_dict() == expected
+
+
+def test_chunks_cut_only_at_special_tokens_or_safe_cuts(shared_data: Path) -> None:
+    path = shared_data / "corpus.en"
+    chunks = list(iter_chunks(path, [EOT], 2000))
+    assert b"".join(c.data for c in chunks) == path.read_bytes()
+    assert len(chunks) > 10
+    for chunk in chunks[1:]:
+        assert chunk.data.startswith(EOT.encode()) or chunk.data[:1] not in b" \t\n\r"
+
+
+def test_inputs_list_dir_glob_jsonl_and_gzip(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.txt").write_text("hello world\n")
+    with gzip.open(tmp_path / "d" / "b.txt.gz", "wt") as handle:
+        handle.write("hello there")
+    docs = [{"text": "hello jsonl"}, {"text": "world", "id": 2}]
+    (tmp_path / "c.jsonl").write_text("\n".join(json.dumps(d) for d in docs) + "\n")
+    (tmp_path / "d" / "ignored.bin").write_bytes(b"\xff")
+    counts = count_pieces([tmp_path / "d", str(tmp_path / "*.jsonl")], "gpt2")
+    assert counts.to_dict() == {b"hello": 3, b" world": 1, b"\n": 1, b" there": 1, b" jsonl": 1, b"world": 1}
+    assert len(resolve_inputs(tmp_path / "d")) == 2
+
+
+def test_jsonl_documents_are_independent_and_text_field_is_configurable(tmp_path: Path) -> None:
+    path = tmp_path / "docs.jsonl.gz"
+    with gzip.open(path, "wt") as handle:
+        handle.write(json.dumps({"body": "a  "}) + "\n" + json.dumps({"body": "b"}) + "\n")
+    counts = count_pieces(path, "gpt2", text_field="body", chunk_bytes=8)
+    assert counts.to_dict() == {b"a": 1, b"  ": 1, b"b": 1}
+    with pytest.raises(InputError, match=r"docs.jsonl.gz: line 1: no string field 'text'"):
+        count_pieces(path, "gpt2")
+
+
+def test_invalid_json_line_names_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"text": "ok"}\n{"text": oops}\n')
+    with pytest.raises(InputError, match=r"bad.jsonl: line 2: invalid JSON"):
+        count_pieces(path, "gpt2")
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_invalid_utf8_names_file_and_byte_offset(tmp_path: Path, workers: int) -> None:
+    path = tmp_path / "bad.txt"
+    path.write_bytes(b"fine text\nmore text\n" * 50 + b"bad \xff byte\n")
+    with pytest.raises(InputError, match=r"bad.txt: invalid UTF-8 at byte 1004$"):
+        count_pieces(path, "gpt2", workers=workers, chunk_bytes=64)
+    replaced = count_pieces(path, "gpt2", errors="replace")
+    assert replaced[" \ufffd".encode()] == 1
+
+
+def test_missing_and_empty_inputs_are_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"nope.txt: no such file or directory"):
+        count_pieces(tmp_path / "nope.txt")
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    with pytest.raises(InputError, match=r"empty.txt: corpus is empty"):
+        count_pieces(empty)
+    with pytest.raises(InputError, match="glob matches no files"):
+        count_pieces(str(tmp_path / "*.nothing"))
+    with pytest.raises(SuperBPEError, match="errors must be"):
+        count_pieces(empty, errors="ignore")
+
+
+def test_save_load_and_sum(tmp_path: Path, shared_data: Path) -> None:
+    a = count_pieces(shared_data / "tinystories_sample.txt", "gpt2", [EOT])
+    b = count_pieces(shared_data / "german.txt", "gpt2", [EOT])
+    a.save(tmp_path / "a.counts")
+    loaded = PieceCounts.load(tmp_path / "a.counts")
+    assert loaded.to_dict() == a.to_dict() and loaded.meta == a.meta
+    both = count_pieces([shared_data / "tinystories_sample.txt", shared_data / "german.txt"], "gpt2", [EOT])
+    assert (loaded + b).to_dict() == both.to_dict()
+    assert (loaded + b).total() == a.total() + b.total()
+    other = count_pieces(shared_data / "german.txt", "o200k", [EOT])
+    with pytest.raises(SuperBPEError, match="made differently"):
+        a + other
+
+
+def test_corrupt_counts_file_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "x.counts"
+    path.write_bytes(b"not counts")
+    with pytest.raises(InputError, match="not a valid piece-counts file"):
+        PieceCounts.load(path)
