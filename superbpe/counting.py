@@ -166,14 +166,19 @@ def check_errors_mode(errors: str) -> None:
 
 
 def resolve_workers(workers: int | None, corpus_bytes: int) -> int:
-    """An explicit count wins; otherwise one per usable core, and no processes for small inputs."""
+    """An explicit count wins; otherwise one per usable core but one, and none for small inputs.
+
+    The parent process reads and hands out chunks, so it needs a core of its own: on a
+    two-core machine counting in-process is faster than one worker plus the feeder.
+    """
     if workers is not None:
-        if workers < 1:
-            raise SuperBPEError(f"workers must be >= 1, not {workers}")
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise SuperBPEError(f"workers must be an integer >= 1, not {workers!r}")
         return workers
     if corpus_bytes < _PARALLEL_MIN_BYTES:
         return 1
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores - 1)
 
 
 class _CountJob:
