@@ -35,7 +35,9 @@ def merge_budget(vocab_size: int, special_tokens: Sequence[str]) -> int:
         raise ConfigError(f"vocab_size must be an integer, not {vocab_size!r}")
     floor = 256 + len(special_tokens)
     if vocab_size < floor:
-        raise ConfigError(f"vocab_size {vocab_size} is below 256 bytes + {len(special_tokens)} special tokens = {floor}")
+        raise ConfigError(
+            f"vocab_size {vocab_size} is below 256 bytes + {len(special_tokens)} special tokens = {floor}"
+        )
     return vocab_size - floor
 
 
@@ -74,7 +76,13 @@ def count(
     pre = get_pretokenizer(pretokenizer)
     SpecialSplitter(special_tokens)
     return get_engine(engine).count(
-        input_path, pre, special_tokens, workers=workers, chunk_bytes=chunk_bytes, errors=errors, text_field=text_field
+        input_path,
+        pre,
+        special_tokens,
+        workers=workers,
+        chunk_bytes=chunk_bytes,
+        errors=errors,
+        text_field=text_field,
     )
 
 
@@ -105,10 +113,17 @@ def train_bpe(
     if isinstance(input_path, PieceCounts):
         counts = input_path
     else:
-        counts = count(input_path, special_tokens, pretokenizer=pretokenizer, engine=chosen, workers=workers,
-                       **read_options)
-    result = chosen.train(counts, num_merges, rules=rules, replay=replay, callback=callback,
-                          callback_every=callback_every)
+        counts = count(
+            input_path,
+            special_tokens,
+            pretokenizer=pretokenizer,
+            engine=chosen,
+            workers=workers,
+            **read_options,
+        )
+    result = chosen.train(
+        counts, num_merges, rules=rules, replay=replay, callback=callback, callback_every=callback_every
+    )
     return build_vocab(result.merges, special_tokens), result.merges
 
 

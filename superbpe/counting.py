@@ -42,7 +42,9 @@ class PieceCounts(Mapping[bytes, int]):
     different patterns an error instead of a silently wrong tokenizer.
     """
 
-    def __init__(self, counts: Mapping[bytes, int] | None = None, meta: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, counts: Mapping[bytes, int] | None = None, meta: Mapping[str, Any] | None = None
+    ) -> None:
         self.counts: dict[bytes, int] = dict(counts or {})
         self.meta: dict[str, Any] = dict(meta or {})
 

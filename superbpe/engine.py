@@ -57,7 +57,9 @@ class Engine(Protocol):
         callback_every: int = 1000,
     ) -> TrainResult: ...
 
-    def encoder(self, vocab: Mapping[bytes, int], merges: Sequence[Merge], pretokenizer: Pretokenizer) -> EncoderCore: ...
+    def encoder(
+        self, vocab: Mapping[bytes, int], merges: Sequence[Merge], pretokenizer: Pretokenizer
+    ) -> EncoderCore: ...
 
 
 class PythonEngine:
@@ -102,7 +104,9 @@ class PythonEngine:
             counts, num_merges, rules=rules, replay=replay, callback=callback, callback_every=callback_every
         )
 
-    def encoder(self, vocab: Mapping[bytes, int], merges: Sequence[Merge], pretokenizer: Pretokenizer) -> EncoderCore:
+    def encoder(
+        self, vocab: Mapping[bytes, int], merges: Sequence[Merge], pretokenizer: Pretokenizer
+    ) -> EncoderCore:
         from superbpe.encoder import PythonEncoder
 
         return PythonEncoder(vocab, merges, pretokenizer)
@@ -126,7 +130,9 @@ def get_engine(name: str | Engine = "auto") -> Engine:
     if name == "python" or (name == "auto" and not native_available()):
         return PythonEngine()
     if not native_available():
-        raise ConfigError("engine 'native' is not built; reinstall with `pip install -e .` and a Rust toolchain")
+        raise ConfigError(
+            "engine 'native' is not built; reinstall with `pip install -e .` and a Rust toolchain"
+        )
     from superbpe.native_engine import NativeEngine
 
     return NativeEngine()

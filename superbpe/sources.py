@@ -150,7 +150,9 @@ def _starts_non_space(buf: bytes, pos: int) -> bool:
     return bool(char) and _NON_SPACE.match(char) is not None
 
 
-def iter_chunks(path: Path, special_tokens: Sequence[str], chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[Chunk]:
+def iter_chunks(
+    path: Path, special_tokens: Sequence[str], chunk_bytes: int = DEFAULT_CHUNK_BYTES
+) -> Iterator[Chunk]:
     """Yield a file's bytes in chunks of about ``chunk_bytes`` cut at safe boundaries."""
     jsonl = is_jsonl(path)
     cutter = None if jsonl else ChunkCutter(special_tokens)
@@ -158,7 +160,9 @@ def iter_chunks(path: Path, special_tokens: Sequence[str], chunk_bytes: int = DE
         yield from _cut_stream(stream, str(path), jsonl, cutter, max(1, chunk_bytes))
 
 
-def _cut_stream(stream: BinaryIO, name: str, jsonl: bool, cutter: ChunkCutter | None, size: int) -> Iterator[Chunk]:
+def _cut_stream(
+    stream: BinaryIO, name: str, jsonl: bool, cutter: ChunkCutter | None, size: int
+) -> Iterator[Chunk]:
     buf, offset, line, eof = b"", 0, 1, False
     while True:
         cut, searched = -1, size

@@ -1,0 +1,86 @@
+"""The plain library API: the CS336 reference, engines, and one clear error per bad input."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+import superbpe
+from superbpe.errors import ConfigError, InputError, SuperBPEError
+from superbpe.files import token_str_to_bytes
+
+EOT = "<|endoftext|>"
+
+
+def reference_merges(shared_data: Path) -> list[tuple[bytes, bytes]]:
+    lines = (shared_data / "train-bpe-reference-merges.txt").read_text(encoding="utf-8").splitlines()
+    return [tuple(token_str_to_bytes(part) for part in line.split(" ")) for line in lines if line]  # type: ignore[misc]
+
+
+def test_cs336_reference_is_reproduced_in_time(shared_data: Path) -> None:
+    start = time.perf_counter()
+    vocab, merges = superbpe.train_bpe(shared_data / "corpus.en", 500, [EOT])
+    elapsed = time.perf_counter() - start
+    assert merges == reference_merges(shared_data)
+    expected = {
+        token_str_to_bytes(t) if t != EOT else EOT.encode()
+        for t in json.loads((shared_data / "train-bpe-reference-vocab.json").read_text(encoding="utf-8"))
+    }
+    assert set(vocab.values()) == expected
+    assert len(vocab) == 500
+    assert elapsed < 1.5
+
+
+def test_python_engine_reproduces_reference_too(shared_data: Path) -> None:
+    _, merges = superbpe.train_bpe(str(shared_data / "corpus.en"), 500, [EOT], engine="python", workers=2)
+    assert merges == reference_merges(shared_data)
+
+
+def test_ids_are_bytes_then_merges_then_specials(shared_data: Path) -> None:
+    vocab, merges = superbpe.train_bpe(shared_data / "tinystories_sample.txt", 300, [EOT, "<pad>"])
+    assert [vocab[i] for i in range(256)] == [bytes([i]) for i in range(256)]
+    assert [vocab[256 + i] for i in range(len(merges))] == [a + b for a, b in merges]
+    assert vocab[298] == EOT.encode() and vocab[299] == b"<pad>"
+
+
+def test_training_from_saved_counts_equals_training_from_text(shared_data: Path, tmp_path: Path) -> None:
+    counts = superbpe.count(shared_data / "corpus.en", [EOT])
+    counts.save(tmp_path / "c.counts")
+    loaded = superbpe.PieceCounts.load(tmp_path / "c.counts")
+    assert superbpe.train_bpe(loaded, 500, [EOT])[1] == reference_merges(shared_data)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"vocab_size": 256}, ConfigError, r"vocab_size 256 is below 256 bytes \+ 1 special tokens = 257"),
+        ({"vocab_size": "500"}, ConfigError, "vocab_size must be an integer"),
+        ({"special_tokens": [EOT, ""]}, ConfigError, "special tokens must be non-empty"),
+        ({"pretokenizer": "gtp2"}, ConfigError, "unknown pre-tokenizer 'gtp2'"),
+        ({"engine": "fast"}, ConfigError, "unknown engine 'fast'"),
+        ({"min_frequncy": 2}, ConfigError, "unknown train_bpe option"),
+        ({"min_frequency": 0}, ConfigError, "min_frequency must be an integer >= 1"),
+        ({"forbidden_substrings": [""]}, ConfigError, "forbidden substrings must be non-empty"),
+        ({"workers": 0}, SuperBPEError, "workers must be an integer >= 1"),
+    ],
+)
+def test_bad_arguments_are_one_line_errors(
+    shared_data: Path, kwargs: dict, error: type, message: str
+) -> None:
+    args = {"input_path": shared_data / "german.txt", "vocab_size": 300, "special_tokens": [EOT], **kwargs}
+    with pytest.raises(error, match=message) as info:
+        superbpe.train_bpe(**args)
+    assert "\n" not in str(info.value)
+
+
+def test_bad_corpus_paths_are_one_line_errors(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no such file or directory"):
+        superbpe.train_bpe(tmp_path / "missing.txt", 300, [EOT])
+    (tmp_path / "bad.txt").write_bytes(b"ok \xc3\x28 bad")
+    with pytest.raises(InputError, match=r"bad.txt: invalid UTF-8 at byte 3"):
+        superbpe.train_bpe(tmp_path / "bad.txt", 300, [EOT])
+    _, merges = superbpe.train_bpe(tmp_path / "bad.txt", 260, [EOT], errors="replace")
+    assert merges
