@@ -1,0 +1,761 @@
+"""``python -m superbpe.bench CORPUS``: our engines vs HF ``tokenizers`` vs ``tiktoken``, in one run.
+
+Two comparisons, each contender in its own fresh Python process:
+
+* **train** — ``superbpe.count`` + ``superbpe.train_bpe`` per engine vs the HF BPE trainer configured
+  the same way (byte-level, the same split regex with isolated semantics, same vocab size, the
+  ``<|endoftext|>`` special, all 256 bytes as the initial alphabet).
+* **encode** — the GPT-2 vocabulary and merges (``gpt2_vocab.json``, ``gpt2_merges.txt``) loaded into
+  tiktoken, HF and ``superbpe.Tokenizer``; each encodes the corpus single-threaded and the ids must agree.
+
+Why one process per contender: peak RSS is a per-process high-water mark, so a contender measured in
+a process that already ran another one would inherit its peak. The driver samples the RSS of the
+whole process tree (counting workers included) and the worker reports its own kernel ``ru_maxrss``.
+Wall time starts after the imports (interpreter and library start-up are excluded) and includes
+reading the corpus; building the encoders from files is reported separately as ``setup``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from array import array
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+SPECIAL = "<|endoftext|>"
+GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+GPT2_EOT_ID = 50256
+DEFAULT_GPT2_DIR = "/work/shared/data"
+BLOCK_CHARS = 1 << 20
+RSS_SAMPLE_SECONDS = 0.02
+MIB = 1 << 20
+MB = 1_000_000
+
+
+class BenchError(Exception):
+    """A usage problem, reported as one line and exit status 2."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared helpers (driver and workers)
+# ---------------------------------------------------------------------------------------------
+
+
+def gpt2_byte_decoder() -> dict[str, int]:
+    """Map GPT-2's printable stand-in characters back to byte values.
+
+    GPT-2 files spell every byte as a printable character: bytes that are already printable
+    (``!``..``~``, ``¡``..``¬``, ``®``..``ÿ``) stand for themselves, the other 68 bytes take the code
+    points 256, 257, ... in byte order.
+    """
+    printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    table = {chr(b): b for b in printable}
+    others = sorted(set(range(256)) - set(printable))
+    table.update({chr(256 + n): b for n, b in enumerate(others)})
+    return table
+
+
+def decode_gpt2_token(token: str, decoder: dict[str, int]) -> bytes:
+    return bytes(decoder[ch] for ch in token)
+
+
+def load_gpt2(gpt2_dir: Path) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
+    """GPT-2's vocabulary (id -> bytes) and merges (in rank order) from the plain files."""
+    decoder = gpt2_byte_decoder()
+    raw = json.loads((gpt2_dir / "gpt2_vocab.json").read_text(encoding="utf-8"))
+    vocab = {i: decode_gpt2_token(tok, decoder) for tok, i in raw.items()}
+    vocab[GPT2_EOT_ID] = SPECIAL.encode("utf-8")
+    merges = []
+    for line in (gpt2_dir / "gpt2_merges.txt").read_text(encoding="utf-8").splitlines():
+        if line.startswith("#version") or not line.strip():
+            continue
+        left, right = line.split(" ")
+        merges.append((decode_gpt2_token(left, decoder), decode_gpt2_token(right, decoder)))
+    return vocab, merges
+
+
+def iter_documents(path: Path, block_chars: int = BLOCK_CHARS) -> Iterator[str]:
+    """The texts between ``<|endoftext|>`` tokens, read a block at a time.
+
+    Every contender gets exactly these texts, so HF and tiktoken see the same special-token
+    boundaries our engines cut at (HF's trainer would otherwise learn merges inside
+    ``<|endoftext|>``). A document longer than a block is cut at a safe cut, which by the design
+    contract leaves every piece, and therefore every id, unchanged; memory stays bounded.
+    """
+    from superbpe.pretokenize import last_safe_cut
+
+    with open(path, encoding="utf-8", newline="") as stream:
+        buf = ""
+        while True:
+            block = stream.read(block_chars)
+            parts = (buf + block).split(SPECIAL)
+            yield from (doc for doc in parts[:-1] if doc)
+            buf = parts[-1]
+            if not block:
+                if buf:
+                    yield buf
+                return
+            if len(buf) > block_chars and (cut := last_safe_cut(buf)) > 0:
+                yield buf[:cut]
+                buf = buf[cut:]
+
+
+def prefix_at_document_boundary(data: bytes, max_bytes: int) -> bytes:
+    """The longest prefix of ``data`` within ``max_bytes`` that ends a document.
+
+    A document ends right after ``<|endoftext|>``; with no special in range the prefix ends after
+    the last newline instead, so the prefix is always valid UTF-8 and never cuts a piece.
+    """
+    if len(data) <= max_bytes:
+        return data
+    head = data[:max_bytes]
+    special = SPECIAL.encode("utf-8")
+    pos = head.rfind(special)
+    if pos != -1:
+        return head[: pos + len(special)]
+    pos = head.rfind(b"\n")
+    if pos == -1:
+        raise BenchError(f"no document boundary (<|endoftext|> or newline) in the first {max_bytes} bytes")
+    return head[: pos + 1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Workers: one contender each, run in a fresh process (``--_worker SPEC``)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class WorkerSpec:
+    """Everything a worker process needs; travels as JSON on its command line."""
+
+    task: str  # "train" | "encode"
+    kind: str  # "superbpe" | "hf" | "tiktoken"
+    engine: str | None
+    corpus: str
+    vocab: int
+    pattern: str
+    threads: int | None
+    gpt2_dir: str
+    out: str
+    ids_out: str | None = None
+
+
+class _Clock:
+    """Wall and CPU time (this process plus waited-for children) of one timed region."""
+
+    def __init__(self) -> None:
+        self.wall = time.perf_counter()
+        self.cpu = _cpu_seconds()
+
+    def stop(self) -> tuple[float, float]:
+        return time.perf_counter() - self.wall, _cpu_seconds() - self.cpu
+
+
+def _cpu_seconds() -> float:
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    return total
+
+
+def _hf_pretokenizer(pattern: str, line_units: bool) -> Any:
+    """The HF pre-tokenizer equivalent to our isolated split (as ``files.py`` writes it)."""
+    from tokenizers import Regex, pre_tokenizers
+
+    steps = [
+        pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ]
+    if line_units:
+        steps.insert(0, pre_tokenizers.Split("\n", behavior="merged_with_previous"))
+    return pre_tokenizers.Sequence(steps)
+
+
+def _train_superbpe(spec: WorkerSpec) -> dict[str, Any]:
+    from superbpe import api
+    from superbpe.engine import get_engine
+
+    engine = get_engine(spec.engine or "python")
+    clock = _Clock()
+    counts = api.count(spec.corpus, [SPECIAL], pretokenizer=spec.pattern, engine=engine, workers=spec.threads)
+    count_wall, count_cpu = clock.stop()
+    _, merges = api.train_bpe(counts, spec.vocab, [SPECIAL], engine=engine)
+    wall, cpu = clock.stop()
+    phases = {"count_s": count_wall, "count_cpu_s": count_cpu, "train_s": wall - count_wall,
+              "train_cpu_s": cpu - count_cpu}
+    return {"wall_s": wall, "cpu_s": cpu, "phases": phases, "distinct_pieces": len(counts),
+            "merges": [[a.hex(), b.hex()] for a, b in merges]}
+
+
+def _train_hf(spec: WorkerSpec) -> dict[str, Any]:
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from superbpe.pretokenize import get_pretokenizer
+
+    pre = get_pretokenizer(spec.pattern)
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = _hf_pretokenizer(pre.pattern, pre.line_units)
+    trainer = trainers.BpeTrainer(
+        vocab_size=spec.vocab,
+        show_progress=False,
+        special_tokens=[SPECIAL],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    clock = _Clock()
+    tokenizer.train_from_iterator(iter_documents(Path(spec.corpus)), trainer)
+    wall, cpu = clock.stop()
+    decoder = gpt2_byte_decoder()
+    merges = json.loads(tokenizer.to_str())["model"]["merges"]
+    pairs = [m.split(" ") if isinstance(m, str) else m for m in merges]
+    decoded = [[decode_gpt2_token(a, decoder).hex(), decode_gpt2_token(b, decoder).hex()] for a, b in pairs]
+    return {"wall_s": wall, "cpu_s": cpu, "merges": decoded}
+
+
+def _gpt2_encoder(spec: WorkerSpec) -> Any:
+    """A function ``str -> list[int]`` for the contender, built from the GPT-2 files."""
+    gpt2_dir = Path(spec.gpt2_dir)
+    if spec.kind == "tiktoken":
+        import tiktoken
+
+        vocab, _ = load_gpt2(gpt2_dir)
+        ranks = {token: i for i, token in vocab.items() if i < GPT2_EOT_ID}
+        enc = tiktoken.Encoding(name="gpt2-local", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
+                                special_tokens={SPECIAL: GPT2_EOT_ID})
+        return enc.encode_ordinary
+    if spec.kind == "hf":
+        from tokenizers import Tokenizer, decoders, models
+
+        model = models.BPE.from_file(str(gpt2_dir / "gpt2_vocab.json"), str(gpt2_dir / "gpt2_merges.txt"),
+                                     ignore_merges=True)
+        tokenizer = Tokenizer(model)
+        tokenizer.pre_tokenizer = _hf_pretokenizer(GPT2_PATTERN, False)
+        tokenizer.decoder = decoders.ByteLevel()
+        return lambda text: tokenizer.encode(text, add_special_tokens=False).ids
+    from superbpe.tokenizer import Tokenizer as OurTokenizer
+
+    vocab, merges = load_gpt2(gpt2_dir)
+    ours = OurTokenizer(vocab, merges, [SPECIAL], pretokenizer="gpt2", engine=spec.engine or "python")
+    return ours.encode
+
+
+def _encode(spec: WorkerSpec) -> dict[str, Any]:
+    """Encode every document; ids go to a flat uint32 file (written after the clock stops)."""
+    clock = _Clock()
+    encode = _gpt2_encoder(spec)
+    setup_s, _ = clock.stop()
+    ids = array("I")
+    clock = _Clock()
+    for doc in iter_documents(Path(spec.corpus)):
+        ids.extend(encode(doc))
+    wall, cpu = clock.stop()
+    if spec.ids_out:
+        with open(spec.ids_out, "wb") as out:
+            ids.tofile(out)
+    return {"wall_s": wall, "cpu_s": cpu, "setup_s": setup_s, "tokens": len(ids)}
+
+
+def _preload(spec: WorkerSpec) -> None:
+    """Import what the contender needs before the clock starts: start-up is not what we measure."""
+    if spec.kind == "superbpe":
+        import superbpe.api  # noqa: F401
+        from superbpe.engine import get_engine
+
+        get_engine(spec.engine or "python")
+        if spec.task == "encode":
+            import superbpe.tokenizer  # noqa: F401
+    elif spec.kind == "hf":
+        import tokenizers  # noqa: F401
+    else:
+        import tiktoken  # noqa: F401
+    import superbpe.pretokenize  # noqa: F401
+
+
+def run_worker(spec_json: str) -> int:
+    """Entry point of a worker process: run one contender, write its result JSON to ``spec.out``."""
+    spec = WorkerSpec(**json.loads(spec_json))
+    try:
+        _preload(spec)
+        if spec.task == "train":
+            result = _train_superbpe(spec) if spec.kind == "superbpe" else _train_hf(spec)
+        else:
+            result = _encode(spec)
+    except Exception as exc:  # the driver reports any contender failure as one line
+        result = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
+    result["self_peak_rss"] = _self_peak_rss()
+    Path(spec.out).write_text(json.dumps(result), encoding="utf-8")
+    return 0
+
+
+def _self_peak_rss() -> int:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
+# ---------------------------------------------------------------------------------------------
+# Driver
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Contender:
+    task: str
+    kind: str
+    engine: str | None = None
+
+    @property
+    def name(self) -> str:
+        if self.kind == "superbpe":
+            return f"superbpe[{self.engine}]"
+        return "hf-tokenizers" if self.kind == "hf" else "tiktoken"
+
+
+@dataclass
+class Outcome:
+    """One contender's measurements (or its error), as the tables and the JSON show them."""
+
+    task: str
+    name: str
+    kind: str
+    engine: str | None
+    wall_s: float | None = None
+    cpu_s: float | None = None
+    mb_s: float | None = None
+    peak_rss_mib: float | None = None
+    self_peak_rss_mib: float | None = None
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def measure(contender: Contender, spec: WorkerSpec, env: dict[str, str]) -> tuple[Outcome, dict[str, Any]]:
+    """Run one contender in a fresh process while sampling its process tree's total RSS."""
+    import psutil
+
+    cmd = [sys.executable, "-m", "superbpe.bench", "--_worker", json.dumps(asdict(spec))]
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        tree_peak = _sample_tree_rss(psutil.Process(proc.pid), proc)
+        err.seek(0)
+        stderr = err.read().decode("utf-8", "replace").strip()
+    outcome = Outcome(contender.task, contender.name, contender.kind, contender.engine)
+    try:
+        result = json.loads(Path(spec.out).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        last = stderr.splitlines()[-1] if stderr else f"exit status {proc.returncode}"
+        outcome.error = f"worker died: {last}"
+        return outcome, {}
+    outcome.self_peak_rss_mib = result.pop("self_peak_rss") / MIB
+    outcome.peak_rss_mib = max(tree_peak / MIB, outcome.self_peak_rss_mib)
+    outcome.error = result.pop("error", None)
+    if outcome.error is None:
+        outcome.wall_s = result.pop("wall_s")
+        outcome.cpu_s = result.pop("cpu_s")
+    return outcome, result
+
+
+def _sample_tree_rss(root: Any, proc: subprocess.Popen[bytes]) -> int:
+    """Highest total RSS of ``root`` and its descendants seen until the process exits."""
+    import psutil
+
+    peak = 0
+    while proc.poll() is None:
+        total = 0
+        try:
+            members = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            members = []
+        for member in members:
+            with contextlib.suppress(psutil.Error):
+                total += member.memory_info().rss
+        peak = max(peak, total)
+        time.sleep(RSS_SAMPLE_SECONDS)
+    return peak
+
+
+def worker_env(task: str, threads: int | None) -> dict[str, str]:
+    """Environment for a worker: importable package; encoding pinned to one thread."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    env["TOKENIZERS_PARALLELISM"] = "false" if task == "encode" else "true"
+    if task == "encode":
+        env["RAYON_NUM_THREADS"] = "1"
+    elif threads is not None:
+        env["RAYON_NUM_THREADS"] = str(threads)
+    return env
+
+
+def plan(args: argparse.Namespace, engines: Sequence[str]) -> list[Contender]:
+    """The contenders to run, in order: ours per engine, then HF, then tiktoken."""
+    contenders: list[Contender] = []
+    if args.only in (None, "train"):
+        contenders += [Contender("train", "superbpe", e) for e in engines]
+        contenders += [] if args.skip_hf else [Contender("train", "hf")]
+    if args.only in (None, "encode"):
+        contenders += [Contender("encode", "superbpe", e) for e in engines]
+        contenders += [] if args.skip_hf else [Contender("encode", "hf")]
+        contenders += [] if args.skip_tiktoken else [Contender("encode", "tiktoken")]
+    return contenders
+
+
+def run_all(args: argparse.Namespace, corpus: Path, engines: Sequence[str], workdir: Path) -> list[Outcome]:
+    """Measure every contender, one at a time, and attach the cross-contender checks."""
+    size = corpus.stat().st_size
+    outcomes: list[Outcome] = []
+    merges: dict[str, list[list[str]]] = {}
+    ids_files: dict[str, Path] = {}
+    for i, contender in enumerate(plan(args, engines)):
+        spec = WorkerSpec(contender.task, contender.kind, contender.engine, str(corpus), args.vocab,
+                          args.pattern, args.threads, str(args.gpt2_dir), str(workdir / f"result{i}.json"))
+        if contender.task == "encode":
+            spec.ids_out = str(workdir / f"ids{i}.u32")
+        _progress(args, f"running {contender.task} {contender.name} ...")
+        outcome, result = measure(contender, spec, worker_env(contender.task, args.threads))
+        if outcome.wall_s:
+            outcome.mb_s = size / MB / outcome.wall_s
+        if "merges" in result:
+            merges[contender.name] = result.pop("merges")
+            result["num_merges"] = len(merges[contender.name])
+        if outcome.error is None and spec.ids_out:
+            ids_files[contender.name] = Path(spec.ids_out)
+        outcome.extra = result
+        outcomes.append(outcome)
+        _progress(args, f"  {_status(outcome)}")
+    compare_merges(outcomes, merges)
+    compare_ids(outcomes, ids_files)
+    return outcomes
+
+
+def _progress(args: argparse.Namespace, message: str) -> None:
+    if not args.quiet:
+        print(message, file=sys.stderr, flush=True)
+
+
+def _status(outcome: Outcome) -> str:
+    if outcome.error:
+        return f"failed: {outcome.error}"
+    return f"{outcome.wall_s:.3f} s, peak RSS {outcome.peak_rss_mib:.0f} MiB"
+
+
+def leading_agreement(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """How many merges the two lists share before the first difference."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def compare_merges(outcomes: list[Outcome], merges: dict[str, list[list[str]]]) -> None:
+    """Record, per engine, agreement with HF (reported only: tie-breaks differ) and between engines."""
+    ours = [o for o in outcomes if o.task == "train" and o.kind == "superbpe" and o.name in merges]
+    hf = merges.get("hf-tokenizers")
+    reference = merges[ours[0].name] if ours else None
+    for outcome in ours:
+        mine = merges[outcome.name]
+        if hf is not None:
+            outcome.extra["merges_leading_equal_hf"] = leading_agreement(mine, hf)
+            outcome.extra["merges_shared_with_hf"] = len({tuple(m) for m in mine} & {tuple(m) for m in hf})
+        if outcome is not ours[0]:
+            outcome.extra["merges_equal_to"] = ours[0].name
+            outcome.extra["merges_identical"] = mine == reference
+
+
+def compare_ids(outcomes: list[Outcome], ids_files: dict[str, Path]) -> None:
+    """Check every encoder produced the reference ids (tiktoken's when it ran)."""
+    import numpy as np
+
+    if not ids_files:
+        return
+    ref_name = "tiktoken" if "tiktoken" in ids_files else next(iter(ids_files))
+    ref = np.fromfile(ids_files[ref_name], dtype=np.uint32)
+    for outcome in outcomes:
+        if outcome.name not in ids_files or outcome.task != "encode":
+            continue
+        ids = np.fromfile(ids_files[outcome.name], dtype=np.uint32)
+        outcome.extra["ids_reference"] = ref_name
+        outcome.extra["ids_identical"] = bool(len(ids) == len(ref) and np.array_equal(ids, ref))
+        if not outcome.extra["ids_identical"]:
+            n = min(len(ids), len(ref))
+            diff = np.flatnonzero(ids[:n] != ref[:n])
+            outcome.extra["ids_first_difference"] = int(diff[0]) if len(diff) else n
+
+
+# ---------------------------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------------------------
+
+
+def ratios(outcomes: list[Outcome]) -> list[dict[str, Any]]:
+    """Ours vs HF (train, encode) and vs tiktoken (encode): speed-up (>1 = ours faster) and memory."""
+    rows = []
+    by_key = {(o.task, o.name): o for o in outcomes if o.error is None}
+    for o in outcomes:
+        if o.kind != "superbpe" or o.error is not None:
+            continue
+        for other in ("hf-tokenizers", "tiktoken"):
+            base = by_key.get((o.task, other))
+            if base is None or not o.wall_s:
+                continue
+            rows.append({"task": o.task, "ours": o.name, "vs": other, "speedup": base.wall_s / o.wall_s,
+                         "rss_ratio": o.peak_rss_mib / base.peak_rss_mib if base.peak_rss_mib else None})
+    return rows
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def render(report: dict[str, Any]) -> str:
+    """The human-readable tables."""
+    c = report["corpus"]
+    lines = [f"corpus {c['path']}: {c['bytes'] / MB:.1f} MB ({c['bytes']:,} bytes); "
+             f"vocab {report['vocab']}; pattern {report['pattern']}",
+             f"machine: {report['machine']['summary']}"]
+    outcomes = [Outcome(**o) for o in report["results"]]
+    for task, title in (("train", "TRAIN"), ("encode", "ENCODE (GPT-2 vocab, single thread)")):
+        rows = [o for o in outcomes if o.task == task]
+        if rows:
+            lines += ["", title, _table(rows, task)]
+            lines += [f"  {note}" for o in rows for note in _notes(o)]
+    if report["ratios"]:
+        lines += ["", "RATIOS (speed-up = their wall / our wall; >1 means ours is faster)"]
+        lines += [f"  {r['task']:6} {r['ours']:18} vs {r['vs']:14} speed-up {r['speedup']:7.2f}x   "
+                  f"peak RSS {_fmt(r['rss_ratio'], '.2f')}x" for r in report["ratios"]]
+    return "\n".join(lines)
+
+
+def _table(rows: list[Outcome], task: str) -> str:
+    head = (f"  {'contender':18} {'wall s':>9} {'MB/s':>8} {'CPU s':>9} {'peak RSS MiB':>13} "
+            f"{'main RSS MiB':>13}")
+    if task == "encode":
+        head += f" {'tokens':>11} {'ids ok':>6}"
+    out = [head]
+    for o in rows:
+        if o.error:
+            out.append(f"  {o.name:18} FAILED: {o.error}")
+            continue
+        line = (f"  {o.name:18} {_fmt(o.wall_s, '9.3f')} {_fmt(o.mb_s, '8.2f')} {_fmt(o.cpu_s, '9.2f')} "
+                f"{_fmt(o.peak_rss_mib, '13.1f')} {_fmt(o.self_peak_rss_mib, '13.1f')}")
+        if task == "encode":
+            ok = o.extra.get("ids_identical")
+            mark = {None: "-", True: "yes", False: "NO"}[ok]
+            mark = "ref" if o.extra.get("ids_reference") == o.name else mark
+            line += f" {o.extra.get('tokens', 0):>11,} {mark:>6}"
+        out.append(line)
+    return "\n".join(out)
+
+
+def _notes(o: Outcome) -> list[str]:
+    notes = []
+    ph = o.extra.get("phases")
+    if ph:
+        notes.append(f"{o.name}: count {ph['count_s']:.3f} s (CPU {ph['count_cpu_s']:.2f}) + train "
+                     f"{ph['train_s']:.3f} s; {o.extra['distinct_pieces']:,} distinct pieces, "
+                     f"{o.extra['num_merges']:,} merges")
+    if "merges_leading_equal_hf" in o.extra:
+        notes.append(f"{o.name}: first {o.extra['merges_leading_equal_hf']:,} merges identical to HF, "
+                     f"{o.extra['merges_shared_with_hf']:,} shared as a set (HF tie-breaks differ)")
+    if "merges_identical" in o.extra:
+        notes.append(f"{o.name}: merges identical to {o.extra['merges_equal_to']}: "
+                     f"{'yes' if o.extra['merges_identical'] else 'NO'}")
+    if o.task == "train" and o.kind == "hf" and "num_merges" in o.extra:
+        notes.append(f"{o.name}: {o.extra['num_merges']:,} merges")
+    if "setup_s" in o.extra:
+        notes.append(f"{o.name}: encoder built from the GPT-2 files in {o.extra['setup_s']:.2f} s "
+                     "(not in wall)")
+    if o.extra.get("ids_identical") is False:
+        notes.append(f"{o.name}: ids differ from {o.extra['ids_reference']} at token "
+                     f"{o.extra['ids_first_difference']:,}")
+    return notes
+
+
+def machine_info() -> dict[str, Any]:
+    """Enough about the machine to read the numbers in context."""
+    import psutil
+
+    model = platform.processor() or "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    mem = psutil.virtual_memory().total / (1 << 30)
+    info: dict[str, Any] = {"cpu": model, "cpus": cpus, "memory_gib": round(mem, 1),
+                            "python": platform.python_version(), "platform": platform.platform(),
+                            "versions": _versions()}
+    vers = ", ".join(f"{k} {v}" for k, v in info["versions"].items())
+    info["summary"] = f"{model}, {cpus} CPUs, {mem:.0f} GiB, Python {info['python']}; {vers}"
+    return info
+
+
+def _versions() -> dict[str, str]:
+    from importlib import metadata
+
+    out = {}
+    for name in ("superbpe", "tokenizers", "tiktoken"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed" if name != "superbpe" else _our_version()
+    return out
+
+
+def _our_version() -> str:
+    import superbpe
+
+    return superbpe.__version__
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m superbpe.bench",
+        description="Train and encode with superbpe, HF tokenizers and tiktoken side by side.",
+    )
+    p.add_argument("corpus", type=Path, help="a UTF-8 text file; documents separated by <|endoftext|>")
+    p.add_argument("--vocab", type=int, default=32000, help="training vocab size incl. 256 bytes + special")
+    p.add_argument("--only", choices=("train", "encode"), help="run just one of the two comparisons")
+    p.add_argument("--engines", default=None, help="comma list of python,native (default: all available)")
+    p.add_argument("--skip-hf", action="store_true", help="leave out HF tokenizers")
+    p.add_argument("--skip-tiktoken", action="store_true", help="leave out tiktoken")
+    p.add_argument("--max-bytes", type=int, help="use a prefix of the corpus, cut at a document boundary")
+    p.add_argument("--pattern", default="gpt2", help="pre-tokenizer for training (a superbpe PATTERNS name)")
+    p.add_argument("--threads", type=int, help="training parallelism (our workers, RAYON_NUM_THREADS)")
+    gpt2_dir = Path(os.environ.get("SUPERBPE_GPT2_DIR", DEFAULT_GPT2_DIR))
+    p.add_argument("--gpt2-dir", type=Path, default=gpt2_dir,
+                   help="directory holding gpt2_vocab.json and gpt2_merges.txt (for encoding)")
+    p.add_argument("--json", type=Path, help="also write all results as JSON here")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    return p.parse_args(argv)
+
+
+def resolve_engines(spec: str | None) -> list[str]:
+    from superbpe.engine import native_available
+
+    if spec is None:
+        return ["python", "native"] if native_available() else ["python"]
+    engines = list(dict.fromkeys(e.strip() for e in spec.split(",") if e.strip()))
+    for engine in engines:
+        if engine not in ("python", "native"):
+            raise BenchError(f"unknown engine {engine!r}; choose from python, native")
+        if engine == "native" and not native_available():
+            raise BenchError("engine 'native' is not built (superbpe._native does not import)")
+    if not engines:
+        raise BenchError("--engines is empty")
+    return engines
+
+
+def validate(args: argparse.Namespace) -> None:
+    """Catch every usage problem before any contender runs."""
+    if not args.corpus.exists():
+        raise BenchError(f"corpus not found: {args.corpus}")
+    if not args.corpus.is_file():
+        raise BenchError(f"corpus is not a file: {args.corpus}")
+    if args.corpus.stat().st_size == 0:
+        raise BenchError(f"corpus is empty: {args.corpus}")
+    if args.vocab < 258:
+        raise BenchError(f"--vocab must be at least 258 (256 bytes, special, a merge), not {args.vocab}")
+    if args.max_bytes is not None and args.max_bytes < 1:
+        raise BenchError(f"--max-bytes must be positive, not {args.max_bytes}")
+    if args.threads is not None and args.threads < 1:
+        raise BenchError(f"--threads must be positive, not {args.threads}")
+    if args.only != "train":
+        for name in ("gpt2_vocab.json", "gpt2_merges.txt"):
+            if not (args.gpt2_dir / name).is_file():
+                raise BenchError(f"{args.gpt2_dir / name} not found (needed for encoding; see --gpt2-dir)")
+    if args.only != "encode":
+        from superbpe.errors import SuperBPEError
+        from superbpe.pretokenize import get_pretokenizer
+
+        try:
+            get_pretokenizer(args.pattern)
+        except SuperBPEError as exc:
+            raise BenchError(str(exc)) from None
+    _check_importable(args)
+
+
+def _check_importable(args: argparse.Namespace) -> None:
+    import importlib.util
+
+    for flag, module in (("--skip-hf", "tokenizers"), ("--skip-tiktoken", "tiktoken")):
+        skipped = args.skip_hf if module == "tokenizers" else args.skip_tiktoken
+        if module == "tiktoken" and args.only == "train":
+            continue
+        if not skipped and importlib.util.find_spec(module) is None:
+            raise BenchError(f"{module} is not installed (pip install {module}, or pass {flag})")
+
+
+def prepare_corpus(args: argparse.Namespace, workdir: Path) -> Path:
+    """The corpus itself, or its prefix (``--max-bytes``) written to ``workdir``."""
+    if args.max_bytes is None or args.corpus.stat().st_size <= args.max_bytes:
+        return args.corpus.resolve()
+    with open(args.corpus, "rb") as stream:
+        head = stream.read(args.max_bytes + 1)
+    prefix = workdir / f"{args.corpus.stem}.prefix.txt"
+    prefix.write_bytes(prefix_at_document_boundary(head, args.max_bytes))
+    return prefix
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--_worker"]:
+        return run_worker(argv[1])
+    args = parse_args(argv)
+    try:
+        validate(args)
+        engines = resolve_engines(args.engines)
+    except BenchError as exc:
+        print(f"superbpe.bench: error: {exc}", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="superbpe-bench-") as tmp:
+        try:
+            corpus = prepare_corpus(args, Path(tmp))
+        except BenchError as exc:
+            print(f"superbpe.bench: error: {exc}", file=sys.stderr)
+            return 2
+        outcomes = run_all(args, corpus, engines, Path(tmp))
+        report = build_report(args, corpus, outcomes)
+    print(render(report))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return 0 if report["ok"] else 1
+
+
+def build_report(args: argparse.Namespace, corpus: Path, outcomes: list[Outcome]) -> dict[str, Any]:
+    """Everything measured, JSON-ready; ``ok`` is False on a failure or an engine/id disagreement."""
+    bad = [o for o in outcomes if o.error or o.extra.get("ids_identical") is False
+           or o.extra.get("merges_identical") is False]
+    return {
+        "corpus": {"path": str(args.corpus), "bytes": corpus.stat().st_size,
+                   "prefix_of_max_bytes": args.max_bytes},
+        "vocab": args.vocab,
+        "pattern": args.pattern,
+        "machine": machine_info(),
+        "results": [asdict(o) for o in outcomes],
+        "ratios": ratios(outcomes),
+        "ok": not bad,
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())
