@@ -466,11 +466,20 @@ def compare_merges(outcomes: list[Outcome], merges: dict[str, list[list[str]]]) 
     for outcome in ours:
         mine = merges[outcome.name]
         if hf is not None:
-            outcome.extra["merges_leading_equal_hf"] = leading_agreement(mine, hf)
+            same = leading_agreement(mine, hf)
+            outcome.extra["merges_leading_equal_hf"] = same
+            if same < min(len(mine), len(hf)):
+                outcome.extra["first_difference_vs_hf"] = {
+                    "index": same, "ours": _show_merge(mine[same]), "hf": _show_merge(hf[same])}
             outcome.extra["merges_shared_with_hf"] = len({tuple(m) for m in mine} & {tuple(m) for m in hf})
         if outcome is not ours[0]:
             outcome.extra["merges_equal_to"] = ours[0].name
             outcome.extra["merges_identical"] = mine == reference
+
+
+def _show_merge(merge: Sequence[str]) -> list[str]:
+    """A hex-encoded merge as readable text (repr of the bytes) for reports."""
+    return [repr(bytes.fromhex(part)) for part in merge]
 
 
 def compare_ids(outcomes: list[Outcome], ids_files: dict[str, Path]) -> None:
@@ -568,6 +577,10 @@ def _notes(o: Outcome) -> list[str]:
     if "merges_leading_equal_hf" in o.extra:
         notes.append(f"{o.name}: first {o.extra['merges_leading_equal_hf']:,} merges identical to HF, "
                      f"{o.extra['merges_shared_with_hf']:,} shared as a set (HF tie-breaks differ)")
+        if "first_difference_vs_hf" in o.extra:
+            d = o.extra["first_difference_vs_hf"]
+            notes.append(f"{o.name}: merge {d['index']}: ours {' + '.join(d['ours'])}, "
+                         f"HF {' + '.join(d['hf'])}")
     if "merges_identical" in o.extra:
         notes.append(f"{o.name}: merges identical to {o.extra['merges_equal_to']}: "
                      f"{'yes' if o.extra['merges_identical'] else 'NO'}")
