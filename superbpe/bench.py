@@ -247,7 +247,7 @@ def _gpt2_encoder(spec: WorkerSpec) -> Any:
 
     vocab, merges = load_gpt2(gpt2_dir)
     ours = OurTokenizer(vocab, merges, [SPECIAL], pretokenizer="gpt2", engine=spec.engine or "python")
-    return ours.encode
+    return ours.encode_ordinary
 
 
 def _encode(spec: WorkerSpec) -> dict[str, Any]:

@@ -1,0 +1,157 @@
+"""Tests for ``python -m superbpe.bench``: real subprocess runs on a tiny corpus plus its helpers.
+
+No timing is asserted (the machine is shared); the checks are on which contenders ran, that the
+numbers are present and plausible, and that the cross-checks (ids, merges) hold.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from superbpe.bench import (
+    SPECIAL,
+    BenchError,
+    WorkerSpec,
+    _gpt2_encoder,
+    gpt2_byte_decoder,
+    iter_documents,
+    leading_agreement,
+    load_gpt2,
+    prefix_at_document_boundary,
+)
+from superbpe.pretokenize import PATTERNS
+
+DATA = Path("/work/shared/data")
+TINY = DATA / "tinystories_sample.txt"
+ROOT = Path(__file__).resolve().parent.parent
+
+needs_data = pytest.mark.skipif(not TINY.exists(), reason="shared test data not present")
+
+
+def run_bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "superbpe.bench", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+
+
+def by_name(report: dict, task: str) -> dict[str, dict]:
+    return {r["name"]: r for r in report["results"] if r["task"] == task}
+
+
+@needs_data
+def test_full_run_has_every_contender_and_sane_numbers(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    proc = run_bench(str(TINY), "--vocab", "300", "--engines", "python", "--json", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(out.read_text())
+    assert report["ok"] is True
+    assert report["corpus"]["bytes"] == TINY.stat().st_size
+    train, encode = by_name(report, "train"), by_name(report, "encode")
+    assert set(train) == {"superbpe[python]", "hf-tokenizers"}
+    assert set(encode) == {"superbpe[python]", "hf-tokenizers", "tiktoken"}
+    for row in [*train.values(), *encode.values()]:
+        assert row["error"] is None
+        assert row["wall_s"] > 0 and row["mb_s"] > 0 and row["cpu_s"] >= 0
+        # a Python process holds at least a few MiB; the tree peak includes the main process
+        assert 5 < row["self_peak_rss_mib"] <= row["peak_rss_mib"] < 4096
+    ours = train["superbpe[python]"]["extra"]
+    assert ours["num_merges"] == train["hf-tokenizers"]["extra"]["num_merges"] == 300 - 257
+    phases = ours["phases"]
+    assert phases["count_s"] + phases["train_s"] == pytest.approx(train["superbpe[python]"]["wall_s"])
+    assert 0 <= ours["merges_leading_equal_hf"] <= ours["merges_shared_with_hf"] <= 43
+    tokens = {row["extra"]["tokens"] for row in encode.values()}
+    assert len(tokens) == 1 and tokens.pop() > 500
+    assert all(row["extra"]["ids_identical"] for row in encode.values())
+    assert {(r["task"], r["ours"], r["vs"]) for r in report["ratios"]} == {
+        ("train", "superbpe[python]", "hf-tokenizers"),
+        ("encode", "superbpe[python]", "hf-tokenizers"),
+        ("encode", "superbpe[python]", "tiktoken"),
+    }
+    for header in ("TRAIN", "ENCODE", "RATIOS", "superbpe[python]", "hf-tokenizers", "tiktoken"):
+        assert header in proc.stdout
+
+
+@needs_data
+def test_only_train_on_a_prefix(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    proc = run_bench(str(TINY), "--vocab", "270", "--only", "train", "--skip-hf", "--engines", "python",
+                     "--max-bytes", "2000", "--json", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(out.read_text())
+    assert [(r["task"], r["name"]) for r in report["results"]] == [("train", "superbpe[python]")]
+    expected = prefix_at_document_boundary(TINY.read_bytes(), 2000)
+    assert report["corpus"]["bytes"] == len(expected) <= 2000
+    assert "ENCODE" not in proc.stdout and report["ratios"] == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["/no/such/corpus.txt"], "corpus not found: /no/such/corpus.txt"),
+        ([str(TINY), "--vocab", "100"], "--vocab must be at least 258"),
+        ([str(TINY), "--engines", "rust"], "unknown engine 'rust'"),
+        ([str(TINY), "--gpt2-dir", "/no/such/dir"], "gpt2_vocab.json not found"),
+        ([str(TINY), "--pattern", "nosuchpattern", "--only", "train"], "nosuchpattern"),
+    ],
+)
+def test_usage_errors_are_one_line(args: list[str], message: str) -> None:
+    proc = run_bench(*args)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("superbpe.bench: error:") and message in lines[0]
+
+
+def test_gpt2_byte_decoder_is_a_bijection() -> None:
+    decoder = gpt2_byte_decoder()
+    assert sorted(decoder.values()) == list(range(256))
+    assert decoder["Ġ"] == 0x20 and decoder["Ċ"] == 0x0A and decoder["a"] == ord("a")
+
+
+@needs_data
+def test_local_gpt2_files_give_the_known_gpt2_ids() -> None:
+    vocab, merges = load_gpt2(DATA)
+    assert vocab[50256] == SPECIAL.encode() and merges[0] == (b" ", b"t") and len(merges) == 50000
+    spec = WorkerSpec("encode", "tiktoken", None, str(TINY), 0, "gpt2", None, str(DATA), "")
+    assert _gpt2_encoder(spec)("Hello world") == [15496, 995]
+    spec.kind = "hf"
+    assert _gpt2_encoder(spec)("Hello world") == [15496, 995]
+
+
+def test_bench_pattern_is_our_gpt2_pattern() -> None:
+    from superbpe.bench import GPT2_PATTERN
+
+    assert PATTERNS["gpt2"] == GPT2_PATTERN
+
+
+def test_prefix_cuts_after_a_special_else_after_a_newline() -> None:
+    data = b"one\n" + SPECIAL.encode() + b"\ntwo two\n" + SPECIAL.encode() + b"\nthree"
+    second_end = data.rindex(SPECIAL.encode()) + len(SPECIAL)
+    assert prefix_at_document_boundary(data, len(data)) == data
+    assert prefix_at_document_boundary(data, second_end + 3) == data[:second_end]
+    assert prefix_at_document_boundary(b"ab\ncd\nef", 7) == b"ab\ncd\n"
+    with pytest.raises(BenchError, match="no document boundary"):
+        prefix_at_document_boundary(b"abcdefgh", 4)
+
+
+def test_documents_split_at_specials_and_long_ones_at_safe_cuts(tmp_path: Path) -> None:
+    text = "a b\nc d" + SPECIAL + SPECIAL + "x\ny\nz  \n w\n" * 50 + SPECIAL + "tail"
+    path = tmp_path / "c.txt"
+    path.write_text(text, encoding="utf-8", newline="")
+    docs = list(iter_documents(path, block_chars=16))
+    assert "".join(docs) == text.replace(SPECIAL, "")
+    assert docs[0] == "a b\nc d" and docs[-1].endswith("tail")
+    assert len(docs) > 3 and all(doc for doc in docs)
+    # cuts inside a document fall only between a non-space + newline and a non-space
+    for doc in docs[1:-1]:
+        assert doc.endswith("\n") and not doc[-2].isspace()
+
+
+def test_leading_agreement() -> None:
+    assert leading_agreement([1, 2, 3], [1, 2, 4]) == 2
+    assert leading_agreement([1, 2], [1, 2, 3]) == 2
+    assert leading_agreement([], [1]) == 0
