@@ -1,0 +1,485 @@
+"""Tokenizer files: ``vocab.json``, ``merges.txt``, HF ``tokenizer.json`` and the ``superbpe.json`` manifest.
+
+Byte-level tokens are arbitrary bytes, but JSON and text files want printable strings, so every token is
+written through the GPT-2 byte<->unicode table (each byte becomes one printable character). That keeps the
+files readable by HF ``tokenizers``/``transformers`` and by the many scripts written for GPT-2's files.
+
+Every reader raises :class:`~superbpe.errors.InputError` with one line naming the file; every writer goes
+through :func:`~superbpe.util.atomic_write` so a crash never leaves a half-written file behind.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from superbpe.errors import InputError
+from superbpe.pretokenize import Pretokenizer, get_pretokenizer
+from superbpe.util import atomic_write_text
+
+Merge = tuple[bytes, bytes]
+
+VOCAB_FILE = "vocab.json"
+MERGES_FILE = "merges.txt"
+HF_FILE = "tokenizer.json"
+MANIFEST_FILE = "superbpe.json"
+MERGES_HEADER = "#version: 0.2"
+MANIFEST_FORMAT = "superbpe-tokenizer"
+MANIFEST_VERSION = 1
+
+
+# ---------------------------------------------------------------------------------------------------------
+# GPT-2 byte <-> unicode table
+
+
+@lru_cache(maxsize=1)
+def byte_to_unicode() -> tuple[str, ...]:
+    """Character for each byte value: printable Latin-1 bytes stand for themselves, the rest are shifted.
+
+    The 188 bytes that are visible, non-space characters in Latin-1 keep their code point; the other 68
+    (controls, space, NBSP, soft hyphen, ...) get code points 256, 257, ... in byte order. So a space is
+    written as U+0120 "Ġ" and a newline as U+010A "Ċ", exactly as in GPT-2's files.
+    """
+    visible = set(range(ord("!"), ord("~") + 1)) | set(range(0xA1, 0xAC + 1)) | set(range(0xAE, 0xFF + 1))
+    chars: list[str] = []
+    shifted = 0
+    for byte in range(256):
+        if byte in visible:
+            chars.append(chr(byte))
+        else:
+            chars.append(chr(256 + shifted))
+            shifted += 1
+    return tuple(chars)
+
+
+@lru_cache(maxsize=1)
+def unicode_to_byte() -> dict[str, int]:
+    """Inverse of :func:`byte_to_unicode`."""
+    return {char: byte for byte, char in enumerate(byte_to_unicode())}
+
+
+@lru_cache(maxsize=1)
+def _encode_table() -> dict[int, str]:
+    return dict(enumerate(byte_to_unicode()))
+
+
+def bytes_to_token_str(token: bytes) -> str:
+    """The printable form of a byte-level token."""
+    return token.decode("latin-1").translate(_encode_table())
+
+
+def token_str_to_bytes(text: str) -> bytes:
+    """Bytes of a printable token; ``KeyError`` (the offending character) if it is not in the table."""
+    table = unicode_to_byte()
+    return bytes([table[char] for char in text])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Reading and writing helpers
+
+
+def _json_text(document: Any, indent: int) -> str:
+    """UTF-8 JSON (not ``\\u`` escapes: byte-table tokens stay readable), newline-terminated."""
+    return json.dumps(document, ensure_ascii=False, indent=indent) + "\n"
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, expected a file") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: invalid UTF-8 at byte {exc.start}") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+
+
+def _no_duplicate_keys(path: Path) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
+    """A json ``object_pairs_hook``: JSON allows repeated keys, but a repeated token is an error here."""
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in result:
+                raise InputError(f"{path}: duplicate key {key!r}")
+            result[key] = value
+        return result
+
+    return hook
+
+
+def _read_json(path: Path) -> Any:
+    text = _read_text(path)
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicate_keys(path))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: malformed JSON line {exc.lineno} col {exc.colno}: {exc.msg}") from None
+
+
+def _token_bytes(path: Path, text: str, special_tokens: Iterable[str]) -> bytes:
+    """Bytes of a token string from a file; special tokens may also be stored verbatim (as HF does)."""
+    try:
+        return token_str_to_bytes(text)
+    except KeyError as exc:
+        if text in special_tokens:
+            return text.encode("utf-8")
+        raise InputError(f"{path}: token {text!r} has char {exc.args[0]!r} outside the byte table") from None
+
+
+def _vocab_from_mapping(path: Path, mapping: Any, special_tokens: Sequence[str]) -> dict[int, bytes]:
+    """Validate a ``{token string: id}`` object and turn it into ``{id: bytes}``."""
+    if not isinstance(mapping, dict):
+        raise InputError(f"{path}: expected a JSON object mapping token strings to ids")
+    specials = set(special_tokens)
+    vocab: dict[int, bytes] = {}
+    seen: dict[bytes, str] = {}
+    for text, token_id in mapping.items():
+        if isinstance(token_id, bool) or not isinstance(token_id, int) or token_id < 0:
+            raise InputError(f"{path}: id of token {text!r} must be a non-negative integer, not {token_id!r}")
+        token = _token_bytes(path, text, specials)
+        if token in seen:
+            raise InputError(f"{path}: duplicate token {token!r} ({seen[token]!r} and {text!r})")
+        if token_id in vocab:
+            raise InputError(f"{path}: duplicate id {token_id}")
+        seen[token] = text
+        vocab[token_id] = token
+    return vocab
+
+
+def _check_merges(path: Path, merges: list[Merge], vocab: Mapping[int, bytes], where: list[str]) -> None:
+    """Every merge must join two tokens into a token, all in the vocab (else ids cannot be given)."""
+    tokens = set(vocab.values())
+    for (left, right), place in zip(merges, where, strict=True):
+        for part in (left, right):
+            if part not in tokens:
+                shown = bytes_to_token_str(part)
+                raise InputError(f"{path}: {place}: merge part {shown!r} is not in the vocab")
+        if left + right not in tokens:
+            raise InputError(
+                f"{path}: {place}: merged token {bytes_to_token_str(left + right)!r} is not in the vocab"
+            )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# vocab.json and merges.txt
+
+
+def vocab_to_json_text(vocab: Mapping[int, bytes]) -> str:
+    """``{token string: id}`` in id order, one entry per line-ish (compact but diffable)."""
+    ordered = {bytes_to_token_str(token): token_id for token_id, token in sorted(vocab.items())}
+    return _json_text(ordered, indent=0)
+
+
+def merges_to_text(merges: Sequence[Merge]) -> str:
+    lines = [MERGES_HEADER]
+    lines.extend(f"{bytes_to_token_str(left)} {bytes_to_token_str(right)}" for left, right in merges)
+    return "\n".join(lines) + "\n"
+
+
+def write_vocab(path: str | Path, vocab: Mapping[int, bytes]) -> None:
+    atomic_write_text(Path(path), vocab_to_json_text(vocab))
+
+
+def write_merges(path: str | Path, merges: Sequence[Merge]) -> None:
+    atomic_write_text(Path(path), merges_to_text(merges))
+
+
+def read_vocab(path: str | Path, special_tokens: Sequence[str] = ()) -> dict[int, bytes]:
+    """``vocab.json`` -> ``{id: bytes}``. Special tokens may appear verbatim rather than byte-mapped."""
+    path = Path(path)
+    return _vocab_from_mapping(path, _read_json(path), special_tokens)
+
+
+def read_merges(path: str | Path, vocab: Mapping[int, bytes] | None = None) -> list[Merge]:
+    """``merges.txt`` with or without the ``#version`` header; checked against ``vocab`` when given."""
+    path = Path(path)
+    merges: list[Merge] = []
+    where: list[str] = []
+    for number, line in enumerate(_read_text(path).split("\n"), start=1):
+        line = line.rstrip("\r")
+        if not line or (number == 1 and line.startswith("#version")):
+            continue
+        parts = line.split(" ")
+        if len(parts) != 2 or not parts[0] or not parts[1]:
+            raise InputError(f"{path}: line {number}: expected two tokens and one space, got {line!r}")
+        try:
+            merges.append((token_str_to_bytes(parts[0]), token_str_to_bytes(parts[1])))
+        except KeyError as exc:
+            raise InputError(f"{path}: line {number}: {exc.args[0]!r} is outside the byte table") from None
+        where.append(f"line {number}")
+    if vocab is not None:
+        _check_merges(path, merges, vocab, where)
+    return merges
+
+
+# ---------------------------------------------------------------------------------------------------------
+# tokenizer.json (HF tokenizers)
+
+
+def hf_tokenizer_json(
+    vocab: Mapping[int, bytes],
+    merges: Sequence[Merge],
+    special_tokens: Sequence[str],
+    pretokenizer: Pretokenizer,
+) -> dict[str, Any]:
+    """The HF ``tokenizers`` document that encodes exactly like our :class:`~superbpe.tokenizer.Tokenizer`.
+
+    ``ignore_merges`` is on because our encoder maps a piece that is itself a token straight to its id; the
+    regex split is ``Isolated`` (matches and gaps are pieces, as ours); ByteLevel only maps bytes to the
+    printable table (``use_regex=false``) since the split already happened.
+    """
+    by_bytes = {token: token_id for token_id, token in vocab.items()}
+    added = [
+        {
+            "id": by_bytes[special.encode("utf-8")],
+            "content": special,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+        for special in special_tokens
+    ]
+    splits: list[dict[str, Any]] = []
+    if pretokenizer.line_units:
+        splits.append({"type": "Split", "pattern": {"String": "\n"}, "behavior": "MergedWithPrevious",
+                       "invert": False})
+    splits.append({"type": "Split", "pattern": {"Regex": pretokenizer.pattern}, "behavior": "Isolated",
+                   "invert": False})
+    splits.append({"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False})
+    model = {
+        "type": "BPE",
+        "dropout": None,
+        "unk_token": None,
+        "continuing_subword_prefix": None,
+        "end_of_word_suffix": None,
+        "fuse_unk": False,
+        "byte_fallback": False,
+        "ignore_merges": True,
+        "vocab": {bytes_to_token_str(token): token_id for token_id, token in sorted(vocab.items())},
+        "merges": [f"{bytes_to_token_str(left)} {bytes_to_token_str(right)}" for left, right in merges],
+    }
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": splits},
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
+        "model": model,
+    }
+
+
+def write_hf_tokenizer(
+    path: str | Path,
+    vocab: Mapping[int, bytes],
+    merges: Sequence[Merge],
+    special_tokens: Sequence[str],
+    pretokenizer: Pretokenizer,
+) -> None:
+    document = hf_tokenizer_json(vocab, merges, special_tokens, pretokenizer)
+    atomic_write_text(Path(path), _json_text(document, indent=1))
+
+
+@dataclass
+class HFTokenizerData:
+    """What we take from a ``tokenizer.json``: enough to encode the same way or to extend it."""
+
+    vocab: dict[int, bytes]
+    merges: list[Merge]
+    special_tokens: list[str]
+    pattern: str | None  # the Split regex, when the pre-tokenizer has one
+    line_units: bool  # whether a Split on "\n" (merged with previous) comes first
+
+
+def read_hf_tokenizer(path: str | Path) -> HFTokenizerData:
+    """Read a byte-level BPE ``tokenizer.json`` (ours or HF's), e.g. to extend an existing tokenizer."""
+    path = Path(path)
+    document = _read_json(path)
+    model = document.get("model") if isinstance(document, dict) else None
+    if not isinstance(model, dict) or model.get("type", "BPE") != "BPE":
+        raise InputError(f"{path}: not a BPE tokenizer.json (no model of type BPE)")
+    added = document.get("added_tokens") or []
+    if not isinstance(added, list) or not all(isinstance(a, dict) for a in added):
+        raise InputError(f"{path}: added_tokens must be a list of objects")
+    special_tokens = [str(a.get("content")) for a in added if a.get("special")]
+    vocab = _vocab_from_mapping(path, model.get("vocab"), special_tokens)
+    _add_added_tokens(path, vocab, added)
+    merges, where = _hf_merges(path, model.get("merges", []))
+    _check_merges(path, merges, vocab, where)
+    pattern, line_units = _hf_split(document.get("pre_tokenizer"))
+    return HFTokenizerData(vocab, merges, special_tokens, pattern, line_units)
+
+
+def _add_added_tokens(path: Path, vocab: dict[int, bytes], added: list[dict[str, Any]]) -> None:
+    """Added tokens missing from the model vocab still own their ids."""
+    by_bytes = {token: token_id for token_id, token in vocab.items()}
+    for entry in added:
+        content, token_id = entry.get("content"), entry.get("id")
+        bad_id = isinstance(token_id, bool) or not isinstance(token_id, int)
+        if not isinstance(content, str) or not content or bad_id:
+            raise InputError(f"{path}: added token needs non-empty 'content' and integer 'id': {entry!r}")
+        token = content.encode("utf-8")
+        if by_bytes.get(token, token_id) != token_id or vocab.get(token_id, token) != token:
+            raise InputError(f"{path}: added token {content!r} (id {token_id}) clashes with the model vocab")
+        vocab[token_id] = token
+        by_bytes[token] = token_id
+
+
+def _hf_merges(path: Path, raw: Any) -> tuple[list[Merge], list[str]]:
+    """Merges as ``"a b"`` strings (older files) or ``["a", "b"]`` pairs (tokenizers >= 0.20)."""
+    if not isinstance(raw, list):
+        raise InputError(f"{path}: model.merges must be a list")
+    merges: list[Merge] = []
+    where: list[str] = []
+    for index, item in enumerate(raw):
+        parts = item.split(" ") if isinstance(item, str) else item
+        if not isinstance(parts, list) or len(parts) != 2 or not all(isinstance(p, str) and p for p in parts):
+            raise InputError(f"{path}: merge #{index} is not two tokens: {item!r}")
+        try:
+            merges.append((token_str_to_bytes(parts[0]), token_str_to_bytes(parts[1])))
+        except KeyError as exc:
+            raise InputError(f"{path}: merge #{index}: {exc.args[0]!r} is outside the byte table") from None
+        where.append(f"merge #{index}")
+    return merges, where
+
+
+def _hf_split(pre: Any) -> tuple[str | None, bool]:
+    """The first regex Split and whether a newline Split precedes it (our line-units encoding)."""
+    steps = pre.get("pretokenizers", []) if isinstance(pre, dict) and pre.get("type") == "Sequence" else [pre]
+    pattern: str | None = None
+    line_units = False
+    for step in steps:
+        if not isinstance(step, dict) or step.get("type") != "Split":
+            continue
+        target = step.get("pattern") or {}
+        if target.get("String") == "\n" and step.get("behavior") == "MergedWithPrevious" and pattern is None:
+            line_units = True
+        elif "Regex" in target and pattern is None:
+            pattern = str(target["Regex"])
+    return pattern, line_units
+
+
+def pretokenizer_from_hf(data: HFTokenizerData) -> Pretokenizer:
+    """Name a known pattern by its name (so manifests say ``gpt2``), else a custom one; default gpt2."""
+    if data.pattern is None:
+        return get_pretokenizer("gpt2", line_units=data.line_units)
+    from superbpe.pretokenize import PATTERNS
+
+    for name, pattern in PATTERNS.items():
+        if pattern == data.pattern:
+            return get_pretokenizer(name, line_units=data.line_units)
+    return get_pretokenizer("custom", pattern=data.pattern, line_units=data.line_units)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# superbpe.json manifest
+
+
+@dataclass
+class Manifest:
+    """How a tokenizer was made: enough to reload it exactly and to explain it later."""
+
+    pretokenizer: dict[str, Any]
+    special_tokens: list[str]
+    vocab_size: int
+    stages: list[dict[str, Any]] = field(default_factory=list)
+    training: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+    format_version: int = MANIFEST_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": MANIFEST_FORMAT,
+            "format_version": self.format_version,
+            "pretokenizer": self.pretokenizer,
+            "special_tokens": self.special_tokens,
+            "vocab_size": self.vocab_size,
+            "stages": self.stages,
+            "training": self.training,
+            "extra": self.extra,
+        }
+
+
+def write_manifest(path: str | Path, manifest: Manifest) -> None:
+    atomic_write_text(Path(path), _json_text(manifest.to_json(), indent=2))
+
+
+def read_manifest(path: str | Path) -> Manifest:
+    path = Path(path)
+    data = _read_json(path)
+    if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
+        raise InputError(f"{path}: not a superbpe manifest (missing \"format\": \"{MANIFEST_FORMAT}\")")
+    version = data.get("format_version")
+    if version != MANIFEST_VERSION:
+        raise InputError(f"{path}: unsupported manifest format_version {version!r} (this version reads 1)")
+    pre = data.get("pretokenizer")
+    if not isinstance(pre, dict) or not all(isinstance(pre.get(key), str) for key in ("name", "pattern")):
+        raise InputError(f"{path}: 'pretokenizer' must be an object with 'name' and 'pattern'")
+    specials = data.get("special_tokens", [])
+    if not isinstance(specials, list) or not all(isinstance(s, str) and s for s in specials):
+        raise InputError(f"{path}: 'special_tokens' must be a list of non-empty strings")
+    vocab_size = data.get("vocab_size")
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
+        raise InputError(f"{path}: 'vocab_size' must be an integer")
+    defaults: dict[str, Any] = {"stages": [], "training": {}, "extra": {}}
+    parts = {key: data.get(key, default) for key, default in defaults.items()}
+    for key, value in parts.items():
+        if not isinstance(value, list if key == "stages" else dict):
+            raise InputError(f"{path}: '{key}' has the wrong type")
+    return Manifest(pre, specials, vocab_size, parts["stages"], parts["training"], parts["extra"], version)
+
+
+def manifest_pretokenizer(path: Path, manifest: Manifest) -> Pretokenizer:
+    """The manifest's pre-tokenizer, with a bad pattern reported against the manifest file."""
+    try:
+        return Pretokenizer.from_spec(manifest.pretokenizer)
+    except Exception as exc:  # any failure here means a bad manifest
+        raise InputError(f"{path}: bad pretokenizer: {exc}") from None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Whole tokenizer directories
+
+
+def save_tokenizer_dir(
+    directory: str | Path,
+    vocab: Mapping[int, bytes],
+    merges: Sequence[Merge],
+    special_tokens: Sequence[str],
+    pretokenizer: Pretokenizer,
+    *,
+    stages: Sequence[Mapping[str, Any]] = (),
+    training: Mapping[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write ``vocab.json``, ``merges.txt``, ``tokenizer.json`` and ``superbpe.json`` into ``directory``.
+
+    Every document is built (and so validated) before the first file is written.
+    """
+    directory = Path(directory)
+    manifest = Manifest(
+        pretokenizer=pretokenizer.spec(),
+        special_tokens=list(special_tokens),
+        vocab_size=len(vocab),
+        stages=[dict(stage) for stage in stages],
+        training=dict(training or {}),
+        extra=dict(extra or {}),
+    )
+    texts = {
+        VOCAB_FILE: vocab_to_json_text(vocab),
+        MERGES_FILE: merges_to_text(merges),
+        HF_FILE: _json_text(hf_tokenizer_json(vocab, merges, special_tokens, pretokenizer), indent=1),
+        MANIFEST_FILE: _json_text(manifest.to_json(), indent=2),
+    }
+    for name, text in texts.items():
+        atomic_write_text(directory / name, text)
+    return directory
