@@ -1,0 +1,174 @@
+"""Typed configuration for training runs: plain dataclasses, also used as Hydra schemas.
+
+The same dataclasses serve two callers. Library users build a :class:`TrainConfig` by hand and call
+:func:`superbpe.run.run_training`; the Hydra scripts register them in the ConfigStore so every key and
+value in ``conf/`` and on the command line is type-checked (a typo such as ``vocab_sise=...`` is an
+error, not silently ignored). Nothing here imports Hydra at module level, so the library keeps working
+without it.
+"""
+
+from __future__ import annotations
+
+import sysconfig
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_SPECIALS = ("<|endoftext|>",)
+
+
+@dataclass
+class DataConfig:
+    """The training corpus: files, directories or globs of .txt / .jsonl (optionally .gz)."""
+
+    paths: list[str] = field(default_factory=list)
+    text_field: str = "text"  # JSON field holding the text in .jsonl files
+    errors: str = "strict"  # "strict": invalid UTF-8 is an error; "replace": U+FFFD
+
+
+@dataclass
+class PretokenizerConfig:
+    """A built-in pattern by name, or ``name: custom`` with ``pattern``."""
+
+    name: str = "gpt2"
+    pattern: str | None = None
+    line_units: bool | None = None  # None: the pattern's default (on for the stage-2 patterns)
+
+
+@dataclass
+class EngineConfig:
+    name: str = "auto"  # python | native | auto
+
+
+@dataclass
+class StageConfig:
+    """One training stage: its own pre-tokenizer and rules, trained on top of the previous stages.
+
+    ``pretokenizer`` None means the run's top-level ``pretokenizer``. ``until`` is where the stage
+    ends, counted in merges of the whole tokenizer: an int is a merge count, a float in (0, 1) a
+    fraction of all merges, None means up to ``vocab_size``.
+    """
+
+    name: str = "bpe"
+    pretokenizer: PretokenizerConfig | None = None
+    until: Any = None
+    min_frequency: int = 1
+    max_token_bytes: int | None = None
+    max_words_per_token: int | None = None
+    forbidden_substrings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ScheduleConfig:
+    """A list of stages, plus the knobs the built-in schedules interpolate into their stages.
+
+    ``from_run`` (a finished run directory) or ``from_tokenizer`` (GPT-2 ``vocab.json`` + ``merges.txt``
+    directory, or a ``tokenizer.json``) replaces training of the first stage: its merges are the first
+    ``until`` merges of that tokenizer.
+    """
+
+    name: str = "bpe"
+    transition: Any = None
+    stage2_pattern: str = "superbpe"
+    from_run: str | None = None
+    from_tokenizer: str | None = None
+    stages: list[StageConfig] = field(default_factory=lambda: [StageConfig()])
+
+
+@dataclass
+class CheckpointConfig:
+    every_merges: int = 1000
+    every_seconds: float = 60.0
+
+
+@dataclass
+class TrainConfig:
+    """Everything a training run needs; the user-facing names of ``conf/train.yaml``."""
+
+    data: DataConfig = field(default_factory=DataConfig)
+    pretokenizer: PretokenizerConfig = field(default_factory=PretokenizerConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    vocab_size: int = 8192
+    special_tokens: list[str] = field(default_factory=lambda: list(DEFAULT_SPECIALS))
+    workers: int | None = None
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    resume: str | None = None  # a run directory to continue
+    eval: str | None = None  # a held-out file: bytes/token goes into metrics.json
+    output_dir: str | None = None  # where the tokenizer goes; None = the Hydra run directory
+    cache_dir: str | None = None  # piece-count and stage-1 cache shared by runs; None = no cache
+    progress: bool | None = None  # bars (True), log lines (False), or bars only on a terminal (None)
+
+
+@dataclass
+class EncodeConfig:
+    """``scripts/encode.py``: corpus -> flat token file for LM training."""
+
+    tokenizer: str = "???"
+    input: Any = "???"  # a file, directory, glob, or a list of them
+    output: str = "???"
+    separator: str | None = "<|endoftext|>"  # special token appended after every document; None = none
+    workers: int | None = None
+    chunk_bytes: int = 1 << 20
+    text_field: str = "text"
+    errors: str = "strict"
+    engine: str = "auto"
+    progress: bool | None = None
+
+
+@dataclass
+class EvaluateConfig:
+    """``scripts/evaluate.py``: bytes per token of a tokenizer on held-out text."""
+
+    tokenizer: str = "???"
+    input: Any = "???"  # a file, directory, glob, or a list of them
+    separator: str | None = "<|endoftext|>"  # documents are split at this special token
+    text_field: str = "text"
+    engine: str = "auto"
+    output: str | None = None  # also write the numbers as JSON here
+
+
+def stdlib_sample(max_bytes: int = 3_000_000) -> list[str]:
+    """The default corpus: Python's own standard library sources, present wherever Python is.
+
+    Whole top-level ``*.py`` files in sorted order until ``max_bytes`` is reached, so the default
+    job needs no download and runs in seconds.
+    """
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    chosen: list[str] = []
+    total = 0
+    for path in sorted(stdlib.glob("*.py")):
+        if total >= max_bytes:
+            break
+        chosen.append(str(path))
+        total += path.stat().st_size
+    return chosen
+
+
+def register_resolvers() -> None:
+    """``${stdlib_sample:BYTES}`` for ``conf/data/default.yaml``; safe to call more than once."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("stdlib_sample"):
+        OmegaConf.register_new_resolver("stdlib_sample", lambda n=3_000_000: stdlib_sample(int(n)))
+
+
+def register_configs() -> None:
+    """Put the schemas in Hydra's ConfigStore (the YAML files extend them by name)."""
+    from hydra.core.config_store import ConfigStore
+
+    register_resolvers()
+    store = ConfigStore.instance()
+    store.store(name="train_schema", node=TrainConfig)
+    store.store(name="encode_schema", node=EncodeConfig)
+    store.store(name="evaluate_schema", node=EvaluateConfig)
+
+
+def to_dataclass(cfg: Any, schema: type) -> Any:
+    """A composed DictConfig as the plain dataclass (interpolations resolved, types checked)."""
+    from omegaconf import OmegaConf
+
+    if isinstance(cfg, schema):
+        return cfg
+    typed = OmegaConf.merge(OmegaConf.structured(schema), cfg)
+    return OmegaConf.to_object(typed)

@@ -1,0 +1,155 @@
+"""Progress reporting and per-stage resource measurement.
+
+Long jobs (counting gigabytes, choosing 100K merges) must show that they are alive and when they will
+end. On a terminal that is a tqdm bar with rate and ETA; in logs and CI (not a TTY) bars turn into
+noise, so the same updates become a plain log line every few seconds instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import resource
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger("superbpe")
+
+Update = Callable[[int], None]
+_LOG_EVERY_SECONDS = 5.0
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+_STATUS = Path("/proc/self/status")
+
+
+def want_bars(enabled: bool | None) -> bool:
+    """Bars when asked for, or by default only when stderr is a terminal."""
+    return sys.stderr.isatty() if enabled is None else enabled
+
+
+@contextlib.contextmanager
+def task(
+    desc: str, total: int | None, unit: str, *, enabled: bool | None = None, initial: int = 0
+) -> Iterator[Update]:
+    """Yield ``update(increment)`` for one long step; a bar or periodic log lines, then a summary line."""
+    if want_bars(enabled):
+        from tqdm import tqdm
+
+        with tqdm(
+            total=total,
+            initial=initial,
+            desc=desc,
+            unit=unit,
+            unit_scale=True,
+            dynamic_ncols=True,
+            file=sys.stderr,
+        ) as bar:
+            yield bar.update
+        return
+    reporter = _LogReporter(desc, total, unit, initial)
+    yield reporter.update
+    reporter.finish()
+
+
+class _LogReporter:
+    """Log lines with rate and ETA at most every few seconds."""
+
+    def __init__(self, desc: str, total: int | None, unit: str, initial: int) -> None:
+        self.desc, self.total, self.unit = desc, total, unit
+        self.done = initial
+        self.initial = initial
+        self.start = time.monotonic()
+        self.last = self.start
+
+    def update(self, increment: int) -> None:
+        self.done += increment
+        now = time.monotonic()
+        if now - self.last >= _LOG_EVERY_SECONDS:
+            self.last = now
+            log.info("%s", self.line(now))
+
+    def line(self, now: float) -> str:
+        elapsed = max(now - self.start, 1e-9)
+        rate = (self.done - self.initial) / elapsed
+        text = f"{self.desc}: {_human(self.done)}"
+        if self.total:
+            text += f"/{_human(self.total)} {self.unit} ({100 * self.done / self.total:.1f}%)"
+            if rate > 0 and self.done < self.total:
+                text += f", ETA {_seconds((self.total - self.done) / rate)}"
+        else:
+            text += f" {self.unit}"
+        return text + f", {_human(rate)} {self.unit}/s"
+
+    def finish(self) -> None:
+        log.info("%s in %s", self.line(time.monotonic()), _seconds(time.monotonic() - self.start))
+
+
+def _human(value: float) -> str:
+    for suffix in ("", "K", "M", "G"):
+        if abs(value) < 1000:
+            return f"{value:.0f}{suffix}" if suffix == "" else f"{value:.1f}{suffix}"
+        value /= 1000
+    return f"{value:.1f}T"
+
+
+def _seconds(value: float) -> str:
+    if value < 60:
+        return f"{value:.1f}s"
+    minutes, secs = divmod(int(value), 60)
+    return f"{minutes}m{secs:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def reset_peak_rss() -> bool:
+    """Start a new peak-RSS window (Linux: writing 5 to clear_refs resets VmHWM); False if unsupported."""
+    try:
+        _CLEAR_REFS.write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def peak_rss_bytes() -> int:
+    """Peak RSS of this process in the current window, or of its largest child (counting workers)."""
+    own = 0
+    with contextlib.suppress(OSError):
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                own = int(line.split()[1]) * 1024
+    if not own:
+        own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * (
+        1 if sys.platform == "darwin" else 1024
+    )
+    return max(own, children)
+
+
+@dataclass
+class StageStats:
+    """Wall time and peak memory of one stage (filled in when the ``measure`` block ends)."""
+
+    name: str
+    seconds: float = 0.0
+    peak_rss_bytes: int = 0
+    parts: dict[str, float] = field(default_factory=dict)  # e.g. count / train seconds
+
+    @contextlib.contextmanager
+    def part(self, name: str) -> Iterator[None]:
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self.parts[name] = self.parts.get(name, 0.0) + time.monotonic() - start
+
+
+@contextlib.contextmanager
+def measure(name: str) -> Iterator[StageStats]:
+    """Time a stage and record its peak RSS; logs one summary line at the end."""
+    stats = StageStats(name)
+    reset_peak_rss()
+    start = time.monotonic()
+    yield stats
+    stats.seconds = time.monotonic() - start
+    stats.peak_rss_bytes = peak_rss_bytes()
+    log.info("stage %s: %s, peak RSS %.0f MB", name, _seconds(stats.seconds), stats.peak_rss_bytes / 2**20)

@@ -1,0 +1,354 @@
+"""``run_training``: one training run from a :class:`~superbpe.config.TrainConfig`, no Hydra needed.
+
+Order matters for the "nothing partial left behind" promise: everything that can be checked (config,
+schedule, source tokenizer, corpus paths, output directory) is checked before the first byte is
+written. Then each stage counts (or reuses cached counts), replays the merges so far and trains,
+checkpointing as it goes; the tokenizer files and ``metrics.json`` are written last, each atomically.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from superbpe.api import build_vocab, merge_budget
+from superbpe.cache import RunCache, cache_key
+from superbpe.checkpoints import Checkpoint, Checkpointer, check_compatible, checkpoint_path, load_checkpoint
+from superbpe.config import TrainConfig
+from superbpe.counting import PieceCounts, check_errors_mode
+from superbpe.engine import Engine, Merge, get_engine
+from superbpe.errors import ConfigError, InputError
+from superbpe.pretokenize import SpecialSplitter
+from superbpe.progress import StageStats, measure, task
+from superbpe.sources import check_not_empty, corpus_size, input_fingerprint, resolve_inputs
+from superbpe.stages import (
+    SourceMerges,
+    StagePlan,
+    apply_source,
+    describe,
+    load_source,
+    merges_fingerprint,
+    plan_stages,
+    resolve_pretokenizer,
+    rules_spec,
+)
+
+log = logging.getLogger("superbpe")
+METRICS_FILE = "metrics.json"
+
+
+@dataclass
+class RunResult:
+    output_dir: Path
+    merges: list[Merge]
+    stage_ends: list[int]
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Job:
+    """A validated run: everything resolved, nothing written yet."""
+
+    cfg: TrainConfig
+    specials: list[str]
+    total_merges: int
+    plans: list[StagePlan]
+    source: SourceMerges | None
+    source_merges: tuple[Merge, ...]
+    paths: list[Path]
+    fingerprint: str
+    engine: Engine
+    output_dir: Path
+    eval_path: Path | None
+    cache: RunCache
+
+    def compat_config(self) -> dict[str, Any]:
+        """The settings that decide the merges; a resume must match them exactly."""
+        return {
+            "vocab_size": self.cfg.vocab_size,
+            "special_tokens": self.specials,
+            "stages": [plan.spec() for plan in self.plans],
+            "source": None if self.source is None else merges_fingerprint(self.source_merges),
+            "data": {
+                "paths": [str(p.resolve()) for p in self.paths],
+                "text_field": self.cfg.data.text_field,
+                "errors": self.cfg.data.errors,
+            },
+        }
+
+
+def run_training(cfg: TrainConfig, *, run_dir: str | os.PathLike[str] | None = None) -> RunResult:
+    """Train the configured schedule into ``cfg.output_dir`` (or ``run_dir``); resume when ``cfg.resume``."""
+    job = prepare(cfg, run_dir)
+    log.info(
+        "training %d merges (vocab %d) on %d file(s): %s",
+        job.total_merges,
+        cfg.vocab_size,
+        len(job.paths),
+        describe(job.plans),
+    )
+    checkpoint = _initial_checkpoint(job)
+    checkpointer = Checkpointer(
+        job.output_dir, checkpoint, cfg.checkpoint.every_merges, cfg.checkpoint.every_seconds
+    )
+    start = time.monotonic()
+    for plan in job.plans[checkpoint.stage :] if not checkpoint.done else []:
+        _run_stage(job, plan, checkpointer)
+    merges = list(checkpoint.merges)
+    metrics = _write_outputs(job, checkpoint, time.monotonic() - start)
+    if not checkpoint.done:
+        checkpointer.finish_run()
+    log.info("tokenizer written to %s", job.output_dir)
+    return RunResult(job.output_dir, merges, list(checkpoint.stage_ends), metrics)
+
+
+def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> _Job:
+    """Check everything that can be checked before any output exists."""
+    specials = list(dict.fromkeys(cfg.special_tokens))
+    SpecialSplitter(specials)
+    total = merge_budget(cfg.vocab_size, specials)
+    if total < 1:
+        raise ConfigError(f"vocab_size {cfg.vocab_size} leaves no room for merges")
+    check_errors_mode(cfg.data.errors)
+    if cfg.workers is not None and cfg.workers < 1:
+        raise ConfigError(f"workers must be >= 1, not {cfg.workers}")
+    top = cfg.pretokenizer
+    resolve_pretokenizer(top)
+    plans = plan_stages(cfg.schedule, top, total)
+    source = load_source(cfg.schedule)
+    source_merges: tuple[Merge, ...] = ()
+    if source is not None:
+        plans, source_merges = apply_source(plans, source)
+    if not cfg.data.paths:
+        raise InputError("no corpus given: set data.paths")
+    paths = resolve_inputs(list(cfg.data.paths))
+    check_not_empty(paths)
+    eval_path = _check_eval(cfg.eval)
+    engine = get_engine(cfg.engine.name)
+    output_dir = _output_dir(cfg, run_dir)
+    return _Job(
+        cfg,
+        specials,
+        total,
+        plans,
+        source,
+        source_merges,
+        paths,
+        input_fingerprint(paths),
+        engine,
+        output_dir,
+        eval_path,
+        RunCache(cfg.cache_dir),
+    )
+
+
+def _check_eval(eval_file: str | None) -> Path | None:
+    if not eval_file:
+        return None
+    path = Path(eval_file).expanduser()
+    if not path.is_file():
+        raise InputError(f"eval file {path}: no such file")
+    return path
+
+
+def _output_dir(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None) -> Path:
+    """Where the tokenizer goes: the resumed run, ``output_dir`` or the Hydra run dir; must be writable."""
+    if cfg.resume:
+        resumed = Path(cfg.resume).expanduser()
+        if not resumed.is_dir():
+            raise InputError(f"resume {resumed}: no such run directory")
+        if cfg.output_dir and Path(cfg.output_dir).expanduser().resolve() != resumed.resolve():
+            raise ConfigError("resume and output_dir name different directories; give only resume")
+        target = resumed
+    elif cfg.output_dir or run_dir is not None:
+        target = Path(cfg.output_dir or run_dir).expanduser()  # type: ignore[arg-type]
+        if checkpoint_path(target).is_file():
+            raise ConfigError(f"{target} already holds a run; continue it with resume={target}")
+    else:
+        raise ConfigError("no output directory: set output_dir")
+    _check_writable(target)
+    return target
+
+
+def _check_writable(directory: Path) -> None:
+    """Create the directory if needed and prove a file can be written there (then remove the proof)."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=directory)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise InputError(f"output directory {directory} is not writable ({exc.strerror or exc})") from None
+
+
+def _initial_checkpoint(job: _Job) -> Checkpoint:
+    config = job.compat_config()
+    if job.cfg.resume:
+        found = load_checkpoint(job.output_dir)
+        if found is not None:
+            check_compatible(found, config, job.fingerprint, job.output_dir)
+            log.info(
+                "resuming %s: stage %d of %d, %d merges so far%s",
+                job.output_dir,
+                found.stage + 1,
+                len(job.plans),
+                len(found.merges),
+                " (already finished)" if found.done else "",
+            )
+            return found
+        log.info("resume %s: no checkpoint yet, starting from the beginning", job.output_dir)
+    return Checkpoint(config=config, fingerprint=job.fingerprint)
+
+
+def _run_stage(job: _Job, plan: StagePlan, checkpointer: Checkpointer) -> None:
+    state = checkpointer.state
+    start_len = state.stage_ends[-1] if state.stage_ends else 0
+    with measure(plan.name) as stats:
+        if plan.index == 0 and job.source is not None:
+            merges = list(job.source_merges)
+            log.info("stage %s: %d merges taken from %s", plan.name, len(merges), job.source.description)
+        else:
+            counts = _counts(job, plan, stats)
+            merges = _train(
+                job, plan, counts, state.merges[:start_len], state.merges[start_len:], checkpointer, stats
+            )
+    checkpointer.finish_stage(merges, _stage_metrics(plan, stats, len(merges) - start_len, job))
+    if len(merges) < plan.end:
+        log.info(
+            "stage %s ended early at %d merges: no pair left that the rules allow", plan.name, len(merges)
+        )
+
+
+def _counts(job: _Job, plan: StagePlan, stats: StageStats) -> PieceCounts:
+    """Piece counts for this stage's pattern: from the cache, or counted (and cached) now."""
+    key = cache_key(
+        kind="counts",
+        fingerprint=job.fingerprint,
+        pretokenizer=plan.pretokenizer.spec(),
+        specials=job.specials,
+        errors=job.cfg.data.errors,
+        text_field=job.cfg.data.text_field,
+    )
+    with job.cache.entry("counts", key, ".counts") as path, stats.part("count_seconds"):
+        counts = job.cache.load_counts(path)
+        if counts is not None:
+            return counts
+        total = None if any(p.name.endswith(".gz") for p in job.paths) else corpus_size(job.paths)
+        with task(f"counting ({plan.pretokenizer.name})", total, "B", enabled=job.cfg.progress) as update:
+            counts = job.engine.count(
+                job.paths,
+                plan.pretokenizer,
+                job.specials,
+                workers=job.cfg.workers,
+                errors=job.cfg.data.errors,
+                text_field=job.cfg.data.text_field,
+                progress=update,
+            )
+        if path is not None:
+            counts.save(path)
+        return counts
+
+
+def _train(
+    job: _Job,
+    plan: StagePlan,
+    counts: PieceCounts,
+    prior: Sequence[Merge],
+    partial: Sequence[Merge],
+    checkpointer: Checkpointer,
+    stats: StageStats,
+) -> list[Merge]:
+    """Replay ``prior`` + what is known of this stage, choose the rest, keep the cache up to date."""
+    key = cache_key(
+        kind="merges",
+        counts=counts.meta,
+        fingerprint=job.fingerprint,
+        rules=rules_spec(plan.rules),
+        prior=merges_fingerprint(prior),
+    )
+    with job.cache.entry("merges", key, ".json") as path, stats.part("train_seconds"):
+        cached = job.cache.load_merges(path)
+        known = list(partial)
+        if cached is not None and len(cached.merges) > len(known):
+            known = list(cached.merges)
+        wanted = plan.end - len(prior)
+        if len(known) >= wanted or (cached is not None and cached.exhausted and known == cached.merges):
+            log.info("stage %s: %d merges from cache", plan.name, min(len(known), wanted))
+            return [*prior, *known[:wanted]]
+        merges = _choose(job, plan, counts, [*prior, *known], checkpointer)
+        job.cache.store_merges(path, merges[len(prior) :], exhausted=len(merges) < plan.end)
+        return merges
+
+
+def _choose(
+    job: _Job, plan: StagePlan, counts: PieceCounts, replay: list[Merge], checkpointer: Checkpointer
+) -> list[Merge]:
+    every = max(1, min(100, job.cfg.checkpoint.every_merges))
+    with task(
+        f"merging ({plan.name})", plan.end, "merges", enabled=job.cfg.progress, initial=len(replay)
+    ) as update:
+        seen = [len(replay)]
+
+        def callback(merges: Sequence[Merge]) -> None:
+            update(len(merges) - seen[0])
+            seen[0] = len(merges)
+            checkpointer.progress(merges)
+
+        result = job.engine.train(
+            counts, plan.end, rules=plan.rules, replay=replay, callback=callback, callback_every=every
+        )
+        update(len(result.merges) - seen[0])
+    return list(result.merges)
+
+
+def _stage_metrics(plan: StagePlan, stats: StageStats, merges: int, job: _Job) -> dict[str, Any]:
+    return {
+        **plan.spec(),
+        "merges": merges,
+        "seconds": round(stats.seconds, 3),
+        **{name: round(value, 3) for name, value in stats.parts.items()},
+        "peak_rss_bytes": stats.peak_rss_bytes,
+        "from": job.source.description if plan.index == 0 and job.source is not None else "trained",
+    }
+
+
+def _write_outputs(job: _Job, checkpoint: Checkpoint, seconds: float) -> dict[str, Any]:
+    """Tokenizer files, then metrics.json (with bytes/token on the eval file)."""
+    from superbpe import files
+    from superbpe.metrics import build_metrics, write_metrics
+
+    merges = checkpoint.merges
+    final = job.plans[-1].pretokenizer
+    vocab = build_vocab(merges, job.specials)
+    stages = []
+    start = 0
+    for plan, end in zip(job.plans, checkpoint.stage_ends, strict=False):
+        stages.append({**plan.spec(), "num_merges": end - start, "end": end})
+        start = end
+    files.save_tokenizer_dir(
+        job.output_dir,
+        vocab,
+        merges,
+        job.specials,
+        final,
+        stages=stages,
+        training={
+            "schedule": job.cfg.schedule.name,
+            "vocab_size": job.cfg.vocab_size,
+            "source": None if job.source is None else job.source.spec(),
+        },
+    )
+    evaluation = None
+    if job.eval_path is not None:
+        from superbpe.evaluate import evaluate_dir
+
+        evaluation = evaluate_dir(job.output_dir, [job.eval_path], engine=job.cfg.engine.name).to_json()
+    metrics = build_metrics(job.cfg, job.compat_config(), checkpoint, seconds, evaluation, len(vocab))
+    write_metrics(job.output_dir / METRICS_FILE, metrics)
+    return metrics
