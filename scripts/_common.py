@@ -32,3 +32,10 @@ def remove_if_only_logs(run_dir: Path) -> None:
     parent = run_dir.parent
     if parent.is_dir() and not any(parent.iterdir()):
         parent.rmdir()
+
+
+def setup_logging() -> None:
+    """Log lines on stderr (the encode/evaluate configs turn Hydra's logging off)."""
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s", stream=sys.stderr)
