@@ -120,52 +120,72 @@ class _PairTable:
     def merge(self, left: int, right: int, new: int) -> list[Pair]:
         """Replace every non-overlapping (left, right) occurrence by ``new``, scanning left to right.
 
-        Only the pairs next to each occurrence change. The left neighbour is read from the already merged
-        sequence, so in "abab" / "aaaa" the pair (new, left) added for the first occurrence is taken back
-        by the second one. Returns the pairs that now exist with a positive count and contain ``new``.
+        Only the pairs next to each occurrence change: (before, left) and (right, after) lose the piece's
+        count, (before, new) and (new, after) gain it. The new pairs are gathered by their other symbol (no
+        tuple per occurrence) and registered once at the end. The left neighbour is read from the already
+        merged sequence, so in "abab" / "aaaa" the pair (new, left) gained at the first occurrence is taken
+        back at the second. Returns the new pairs that occur, all containing ``new``.
         """
         pair_counts = self.pair_counts
         seqs = self.seqs
         freqs = self.freqs
-        get = pair_counts.get
-        fresh: defaultdict[Pair, set[int]] = defaultdict(set)
+        before_counts: dict[int, int] = {}  # x -> count of (x, new)
+        after_counts: dict[int, int] = {}  # y -> count of (new, y)
+        before_where: defaultdict[int, set[int]] = defaultdict(set)
+        after_where: defaultdict[int, set[int]] = defaultdict(set)
+        before_get = before_counts.get
+        after_get = after_counts.get
+        same = left == right
         for index in self.where.pop((left, right), ()):
             seq = seqs[index]
+            # Counting first bounds the index() calls, so a search never fails and raises (slow).
+            remaining = seq.count(left)
+            if not remaining:
+                continue  # stale index entry: the pair left this piece in an earlier merge
             freq = freqs[index]
             end = len(seq) - 1  # an occurrence starts before the last symbol
             start = 0
-            while True:
-                try:
-                    j = seq.index(left, start, end)
-                except ValueError:
-                    break
+            while remaining:
+                j = seq.index(left, start)
+                remaining -= 1
                 start = j + 1
+                if start > end:
+                    break
                 if seq[start] != right:
                     continue
+                if same:
+                    remaining -= 1  # the right symbol was a left one too, and is consumed
                 if j:
                     before = seq[j - 1]
-                    pair_counts[(before, left)] -= freq
-                    key = (before, new)
-                    pair_counts[key] = get(key, 0) + freq
-                    fresh[key].add(index)
+                    if before == new:  # the previous occurrence: take back its (new, left)
+                        after_counts[left] -= freq
+                    else:
+                        pair_counts[(before, left)] -= freq
+                    before_counts[before] = before_get(before, 0) + freq
+                    before_where[before].add(index)
                 if start < end:
-                    after = seq[j + 2]
+                    after = seq[start + 1]  # never ``new``: the scan has not reached it yet
                     pair_counts[(right, after)] -= freq
-                    key = (new, after)
-                    pair_counts[key] = get(key, 0) + freq
-                    fresh[key].add(index)
+                    after_counts[after] = after_get(after, 0) + freq
+                    after_where[after].add(index)
                 seq[j] = new
                 del seq[start]
                 end -= 1
         pair_counts.pop((left, right), None)
+        return self._register([((x, new), n, before_where[x]) for x, n in before_counts.items()]) + (
+            self._register([((new, y), n, after_where[y]) for y, n in after_counts.items()])
+        )
+
+    def _register(self, created: list[tuple[Pair, int, set[int]]]) -> list[Pair]:
+        """Record the counts and pieces of pairs a merge created; return those that occur."""
         live = []
+        pair_counts = self.pair_counts
         where = self.where
-        for key, pieces in fresh.items():
-            if pair_counts[key] > 0:
-                where[key] = pieces
-                live.append(key)
-            else:  # e.g. (new, left) in "abab": added, then taken back
-                del pair_counts[key]
+        for pair, count, pieces in created:
+            if count > 0:  # zero: (new, left) in "abab", gained and taken back
+                pair_counts[pair] = count
+                where[pair] = pieces
+                live.append(pair)
         return live
 
 
