@@ -10,9 +10,9 @@ Choosing the best pair uses a lazy max-heap (``heapq`` on negated counts). Only 
 just created can grow; every other count only shrinks. So a heap entry holds an upper bound of its pair's
 count: a popped entry whose count is stale is pushed back with the current count, and an entry whose count is
 current is the true maximum. Ties go to the lexicographically greatest ``(left_bytes, right_bytes)``; each
-token carries an order-reversing string key so the whole heap comparison stays in C. Measured against a
-``sortedcontainers.SortedList`` of ``(count, key, pair)`` that is updated on every count change (see
-``_choose`` for the numbers), the lazy heap is faster because most count changes never touch it.
+token carries an order-reversing string key so the whole heap comparison stays in C. The lazy heap beat a
+``sortedcontainers.SortedList`` kept exact on every count change (numbers in ``_choose``) because most count
+changes never touch the heap.
 """
 
 from __future__ import annotations
@@ -258,8 +258,9 @@ def _choose(
 
     Max structure: a lazy heap of ``(-count, order key, pair)``. Each pair has at most one entry; only pairs
     created by the latest merge are pushed, and a stale entry is re-pushed when it reaches the top. A
-    ``SortedList`` that tracks exact counts needs a remove + add for every count change; on wikitext
-    (2.4 MB, 8K merges) that made choosing about 2x slower than the heap, so the heap stays.
+    ``SortedList`` of exact ``(count, left, right, pair)`` entries needs a remove + add for every count
+    change; measured CPU time for the whole training (same merges): wikitext 2.4 MB at 8K vocab 1.5 s vs
+    1.05 s with the heap, kernel docs 43 MB at 32K vocab 22.7 s vs 14.3 s. So the heap stays.
     """
     pair_counts = table.pair_counts
     order_keys = [_order_key(token) for token in tokens]

@@ -12,15 +12,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
-import regex
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from superbpe.counting import PieceCounts, count_pieces
 from superbpe.errors import SuperBPEError
 from superbpe.trainer import MergeRules, TrainResult, count_words, train_merges
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 EOT = "<|endoftext|>"
 
 Merge = tuple[bytes, bytes]
@@ -100,13 +99,9 @@ def gpt2_decode(text: str) -> bytes:
     return bytes(to_byte[ch] for ch in text)
 
 
-def count_corpus(text: str) -> dict[bytes, int]:
-    """GPT-2 pre-tokenization, documents split on the special token (which is dropped)."""
-    compiled = regex.compile(GPT2_PATTERN)
-    counts: Counter[bytes] = Counter()
-    for doc in text.split(EOT):
-        counts.update(m.group().encode("utf-8") for m in compiled.finditer(doc))
-    return dict(counts)
+def count_corpus(name: str) -> PieceCounts:
+    """GPT-2 pre-tokenization of a shared data file; the special token splits documents and is dropped."""
+    return count_pieces(DATA / name, "gpt2", [EOT], workers=1)
 
 
 def test_bytes_to_unicode_is_a_bijection_onto_printable_chars() -> None:
@@ -117,7 +112,7 @@ def test_bytes_to_unicode_is_a_bijection_onto_printable_chars() -> None:
 
 
 def test_reference_corpus_merges_and_vocab() -> None:
-    counts = count_corpus((DATA / "corpus.en").read_text(encoding="utf-8"))
+    counts = count_corpus("corpus.en")
     result = train_merges(counts, 500 - 256 - 1)
     lines = (DATA / "train-bpe-reference-merges.txt").read_text(encoding="utf-8").splitlines()
     expected = [tuple(gpt2_decode(part) for part in line.split(" ")) for line in lines]
@@ -200,7 +195,7 @@ def stop_after(calls: int) -> tuple[list[list[Merge]], object]:
 )
 @pytest.mark.parametrize("every,calls", [(1, 1), (7, 1), (25, 3), (100, 2)])
 def test_stop_and_continue_equals_uninterrupted(rules: MergeRules, every: int, calls: int) -> None:
-    counts = count_corpus((DATA / "tinystories_sample.txt").read_text(encoding="utf-8"))
+    counts = count_corpus("tinystories_sample.txt")
     full = train_merges(counts, 300, rules=rules)
     seen, callback = stop_after(calls)
     first = train_merges(counts, 300, rules=rules, callback=callback, callback_every=every)
