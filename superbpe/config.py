@@ -170,5 +170,6 @@ def to_dataclass(cfg: Any, schema: type) -> Any:
 
     if isinstance(cfg, schema):
         return cfg
-    typed = OmegaConf.merge(OmegaConf.structured(schema), cfg)
-    return OmegaConf.to_object(typed)
+    if OmegaConf.get_type(cfg) is not schema:  # untyped input: type it first (merging keeps ??? values)
+        cfg = OmegaConf.merge(OmegaConf.structured(schema), cfg)
+    return OmegaConf.to_object(cfg)

@@ -1,0 +1,176 @@
+"""The Hydra configs, through Hydra's compose API: every group composes, typos and bad values fail clearly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException, MissingConfigException
+
+from superbpe.config import EncodeConfig, EvaluateConfig, TrainConfig, register_configs, to_dataclass
+from superbpe.errors import ConfigError, InputError
+from superbpe.pretokenize import PATTERNS
+from superbpe.run import prepare
+from superbpe.stages import plan_stages, resolve_pretokenizer
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+GROUPS = {
+    "data": ["default", "files"],
+    "pretokenizer": [*PATTERNS, "custom"],
+    "engine": ["python", "native", "auto"],
+    "schedule": ["bpe", "superbpe"],
+}
+
+
+@pytest.fixture(autouse=True)
+def hydra_conf():
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        yield
+
+
+def train_config(*overrides: str) -> TrainConfig:
+    return to_dataclass(compose("train", overrides=list(overrides)), TrainConfig)
+
+
+def test_every_group_option_has_a_file():
+    for group, options in GROUPS.items():
+        on_disk = sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+        assert on_disk == sorted(options), group
+
+
+def test_defaults_compose_to_a_runnable_default_job():
+    cfg = train_config()
+    assert cfg.vocab_size == 8192
+    assert cfg.special_tokens == ["<|endoftext|>"]
+    assert cfg.schedule.name == "bpe" and cfg.engine.name == "auto" and cfg.pretokenizer.name == "gpt2"
+    assert cfg.checkpoint.every_merges > 0 and cfg.checkpoint.every_seconds > 0
+    assert cfg.resume is None and cfg.eval is None
+    paths = [Path(p) for p in cfg.data.paths]
+    assert paths and all(p.suffix == ".py" and p.is_file() for p in paths)
+    size = sum(p.stat().st_size for p in paths)
+    assert 1_000_000 < size < 6_000_000  # a few MB: the default job stays well under a minute
+
+
+@pytest.mark.parametrize("name", list(PATTERNS))
+def test_builtin_pretokenizers_compose(name):
+    cfg = train_config(f"pretokenizer={name}")
+    pre = resolve_pretokenizer(cfg.pretokenizer)
+    assert pre.name == name and pre.pattern == PATTERNS[name]
+
+
+def test_custom_pretokenizer_takes_a_pattern():
+    cfg = train_config("pretokenizer=custom", r"pretokenizer.pattern='\p{L}+|\p{N}+'")
+    pre = resolve_pretokenizer(cfg.pretokenizer)
+    assert pre.name == "custom" and pre.split("ab12 c") == ["ab", "12", " ", "c"]
+
+
+def test_custom_pretokenizer_without_pattern_is_an_error():
+    cfg = train_config("pretokenizer=custom")
+    with pytest.raises(ConfigError, match="needs pretokenizer.pattern"):
+        resolve_pretokenizer(cfg.pretokenizer)
+
+
+@pytest.mark.parametrize("engine", GROUPS["engine"])
+def test_engines_compose(engine):
+    assert train_config(f"engine={engine}").engine.name == engine
+
+
+def test_data_paths_override_and_files_group(tmp_path):
+    corpus = tmp_path / "a.txt"
+    corpus.write_text("hello")
+    assert train_config(f"data.paths=[{corpus}]").data.paths == [str(corpus)]
+    assert train_config("data=files", f"data.paths=[{corpus}]").data.paths == [str(corpus)]
+    with pytest.raises(InputError, match="set data.paths"):
+        prepare(train_config("data=files"), tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_bpe_schedule_is_one_stage_to_vocab_size():
+    cfg = train_config("vocab_size=1000")
+    plans = plan_stages(cfg.schedule, cfg.pretokenizer, 743)
+    assert [(p.name, p.pretokenizer.name, p.end) for p in plans] == [("bpe", "gpt2", 743)]
+
+
+@pytest.mark.parametrize(("transition", "end"), [("0.5", 372), ("100", 100)])
+def test_superbpe_schedule_stages(transition, end):
+    cfg = train_config(
+        "schedule=superbpe", f"schedule.transition={transition}", "pretokenizer=superbpe-stage1"
+    )
+    first, second = plan_stages(cfg.schedule, cfg.pretokenizer, 743)
+    assert (first.pretokenizer.name, first.end, first.rules.max_words_per_token) == (
+        "superbpe-stage1",
+        end,
+        None,
+    )
+    assert second.pretokenizer.name == "superbpe" and second.pretokenizer.line_units
+    assert second.end == 743
+    assert second.rules.max_words_per_token == 4 and second.rules.forbidden_substrings == (b": ",)
+
+
+def test_superbpe_paper_stage2_pattern():
+    cfg = train_config("schedule=superbpe", "schedule.stage2_pattern=superbpe-paper")
+    assert plan_stages(cfg.schedule, cfg.pretokenizer, 743)[1].pretokenizer.name == "superbpe-paper"
+
+
+def test_a_schedule_is_a_list_of_stages_users_can_write():
+    cfg = train_config(
+        "schedule=bpe",
+        "schedule.stages=[{name: a, until: 100},{name: b, until: 0.5, max_token_bytes: 8},{name: c}]",
+    )
+    plans = plan_stages(cfg.schedule, cfg.pretokenizer, 1000)
+    assert [(p.name, p.end) for p in plans] == [("a", 100), ("b", 500), ("c", 1000)]
+    assert plans[1].rules.max_token_bytes == 8
+
+
+def test_unknown_key_is_an_error_naming_it():
+    with pytest.raises(ConfigCompositionException, match="vocab_sise"):
+        train_config("vocab_sise=1000")
+    with pytest.raises(ConfigCompositionException, match="transitoin"):
+        train_config("schedule=superbpe", "schedule.transitoin=0.5")
+
+
+def test_typo_in_a_yaml_like_stage_key_is_an_error():
+    with pytest.raises(ConfigCompositionException):
+        train_config("schedule.stages=[{name: a, untill: 100}]")
+
+
+@pytest.mark.parametrize("override", ["vocab_size=lots", "checkpoint.every_merges=often", "workers=[1]"])
+def test_bad_value_type_is_an_error(override):
+    with pytest.raises(ConfigCompositionException, match=override.split("=")[0]):
+        train_config(override)
+
+
+def test_unknown_group_option_lists_the_known_ones():
+    with pytest.raises(MissingConfigException) as info:
+        train_config("pretokenizer=gtp2")
+    assert "gpt2" in str(info.value) and "superbpe-paper" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("transition", "message"),
+    [("1.5", "in \\(0, 1\\)"), ("743", "must be below"), ("5000", "must be below"), ("abc", "merge count")],
+)
+def test_bad_transition_is_a_one_line_error(transition, message):
+    cfg = train_config("schedule=superbpe", f"schedule.transition={transition}")
+    with pytest.raises(ConfigError, match=message) as info:
+        plan_stages(cfg.schedule, cfg.pretokenizer, 743)
+    assert "schedule.transition" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_unknown_pretokenizer_name_in_a_stage_is_an_error():
+    cfg = train_config("schedule=superbpe", "schedule.stage2_pattern=superbpe2")
+    with pytest.raises(ConfigError, match="unknown pre-tokenizer 'superbpe2'"):
+        plan_stages(cfg.schedule, cfg.pretokenizer, 743)
+
+
+def test_encode_and_evaluate_configs_compose():
+    enc = to_dataclass(
+        compose("encode", overrides=["tokenizer=t", "input=a.txt", "output=o.bin"]), EncodeConfig
+    )
+    assert (enc.tokenizer, enc.input, enc.output, enc.separator) == ("t", "a.txt", "o.bin", "<|endoftext|>")
+    ev = to_dataclass(compose("evaluate", overrides=["tokenizer=t", "input=[a,b]"]), EvaluateConfig)
+    assert ev.input == ["a", "b"]
+    with pytest.raises(ConfigCompositionException, match="outptu"):
+        compose("encode", overrides=["tokenizer=t", "input=a", "outptu=o"])

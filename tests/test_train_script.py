@@ -1,0 +1,167 @@
+"""scripts/train.py and scripts/summarize.py as real subprocesses: runs, sweeps, and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from script_helpers import assert_one_line_error, run_script
+
+from superbpe.files import MANIFEST_FILE, MERGES_FILE, read_merges
+from superbpe.tokenizer import Tokenizer
+
+OUTPUT_FILES = {"vocab.json", "merges.txt", "tokenizer.json", "superbpe.json", "metrics.json"}
+
+
+@pytest.fixture
+def corpus(shared_data: Path) -> Path:
+    return shared_data / "corpus.en"
+
+
+def train(tmp_path: Path, *overrides: str, run_dir: Path | None = None):
+    run_dir = run_dir or tmp_path / "run"
+    return run_script(
+        "train.py",
+        f"hydra.run.dir={run_dir}",
+        "engine=python",
+        *overrides,
+        cwd=tmp_path,
+        cache_dir=tmp_path / "cache",
+    )
+
+
+def test_train_writes_a_loadable_tokenizer_and_metrics(tmp_path, corpus, shared_data):
+    proc = train(
+        tmp_path, f"data.paths=[{corpus}]", "vocab_size=400", f"eval={shared_data / 'tinystories_sample.txt'}"
+    )
+    assert proc.returncode == 0, proc.stderr
+    run = tmp_path / "run"
+    assert f"tokenizer: {run}" in proc.stdout
+    assert {p.name for p in run.iterdir()} >= OUTPUT_FILES
+    tok = Tokenizer.load(run)
+    assert tok.vocab_size == 400
+    text = "The quick brown fox<|endoftext|>jumps."
+    assert tok.decode(tok.encode(text)) == text
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["config"]["vocab_size"] == 400 and metrics["config"]["schedule"] == "bpe"
+    assert [s["merges"] for s in metrics["stages"]] == [400 - 257]
+    assert metrics["stages"][0]["seconds"] > 0 and metrics["stages"][0]["peak_rss_bytes"] > 10 << 20
+    assert metrics["eval"]["bytes_per_token"] > 1.5 and metrics["eval"]["documents"] == 6
+    assert "merging (bpe)" in proc.stderr + (run / "train.log").read_text()  # progress as log lines
+
+
+@pytest.mark.slow
+def test_default_job_runs_on_the_embedded_corpus(tmp_path):
+    proc = train(tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    run = tmp_path / "run"
+    assert Tokenizer.load(run).vocab_size == 8192
+    assert json.loads((run / "metrics.json").read_text())["config"]["data"][0].endswith(".py")
+
+
+def test_two_point_multirun_writes_two_metrics_and_a_summary(tmp_path, corpus, shared_data):
+    sweep = tmp_path / "sweep"
+    proc = run_script(
+        "train.py",
+        "-m",
+        f"hydra.sweep.dir={sweep}",
+        "engine=python",
+        f"data.paths=[{corpus}]",
+        "vocab_size=500",
+        "schedule=superbpe",
+        "schedule.transition=0.8,0.5",
+        f"eval={shared_data / 'tinystories_sample.txt'}",
+        cwd=tmp_path,
+        cache_dir=tmp_path / "cache",
+    )
+    assert proc.returncode == 0, proc.stderr
+    metrics = sorted(sweep.glob("*/metrics.json"))
+    assert len(metrics) == 2
+    fractions = [json.loads(m.read_text())["transition_fraction"] for m in metrics]
+    assert fractions == pytest.approx([0.8, 0.5], abs=0.01)
+    # The second point reuses the first one's piece counts and (a prefix of) its stage-1 merges.
+    second = (sweep / "1" / "train.log").read_text()
+    assert "stage1: 122 merges from cache" in second and "piece counts from cache" in second
+    summary = run_script("summarize.py", str(sweep), cwd=tmp_path)
+    assert summary.returncode == 0, summary.stderr
+    assert "bytes/token" in summary.stdout and summary.stdout.count("superbpe") == 2
+    png = sweep / "summary.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_summarize_without_runs_is_a_one_line_error(tmp_path):
+    assert_one_line_error(run_script("summarize.py", str(tmp_path), cwd=tmp_path), "no metrics.json")
+
+
+# -- bad input: one line on stderr, exit 1, nothing left behind ---------------------------------------------
+
+
+def assert_nothing_left(tmp_path: Path) -> None:
+    assert not (tmp_path / "run").exists()
+    assert not list(tmp_path.rglob(MERGES_FILE)) or all("from" in str(p) for p in tmp_path.rglob(MERGES_FILE))
+
+
+def test_missing_corpus(tmp_path):
+    proc = train(tmp_path, f"data.paths=[{tmp_path / 'nope.txt'}]")
+    assert_one_line_error(proc, "nope.txt", "no such file")
+    assert_nothing_left(tmp_path)
+
+
+def test_empty_corpus(tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    proc = train(tmp_path, f"data.paths=[{empty}]")
+    assert_one_line_error(proc, "empty")
+    assert_nothing_left(tmp_path)
+
+
+def test_transition_at_or_beyond_vocab(tmp_path, corpus):
+    proc = train(
+        tmp_path, f"data.paths=[{corpus}]", "vocab_size=500", "schedule=superbpe", "schedule.transition=243"
+    )
+    assert_one_line_error(proc, "schedule.transition 243", "243 merges")
+    assert_nothing_left(tmp_path)
+
+
+def test_transition_beyond_the_merges_of_from_run(tmp_path, corpus):
+    first = train(tmp_path, f"data.paths=[{corpus}]", "vocab_size=300", run_dir=tmp_path / "from")
+    assert first.returncode == 0, first.stderr
+    before = (tmp_path / "from" / MERGES_FILE).read_bytes()
+    proc = train(
+        tmp_path,
+        f"data.paths=[{corpus}]",
+        "vocab_size=600",
+        "schedule=superbpe",
+        f"schedule.from_run={tmp_path / 'from'}",
+        "schedule.transition=100",
+    )
+    assert_one_line_error(proc, "needs 100 merges", "has only 43", "transition")
+    assert_nothing_left(tmp_path)
+    assert (tmp_path / "from" / MERGES_FILE).read_bytes() == before
+
+
+def test_unwritable_output_dir(tmp_path, corpus):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    proc = train(tmp_path, f"data.paths=[{corpus}]", "vocab_size=300", f"output_dir={blocker / 'out'}")
+    assert_one_line_error(proc, "output directory", "not writable")
+    assert_nothing_left(tmp_path)
+    assert blocker.read_text() == "not a directory"
+
+
+def test_bad_override_is_reported_by_hydra_without_a_run(tmp_path):
+    proc = train(tmp_path, "vocab_sise=300")
+    assert proc.returncode == 1
+    assert "vocab_sise" in proc.stderr and "Traceback" not in proc.stderr
+    assert_nothing_left(tmp_path)
+
+
+def test_finished_run_dir_is_not_overwritten_without_resume(tmp_path, corpus):
+    first = train(tmp_path, f"data.paths=[{corpus}]", "vocab_size=300", f"output_dir={tmp_path / 'out'}")
+    assert first.returncode == 0, first.stderr
+    merges = read_merges(tmp_path / "out" / MERGES_FILE)
+    again = train(tmp_path, f"data.paths=[{corpus}]", "vocab_size=400", f"output_dir={tmp_path / 'out'}")
+    assert_one_line_error(again, "already holds a run", "resume=")
+    assert read_merges(tmp_path / "out" / MERGES_FILE) == merges
+    assert json.loads((tmp_path / "out" / MANIFEST_FILE).read_text())["vocab_size"] == 300
