@@ -74,8 +74,24 @@ def bytes_to_token_str(token: bytes) -> str:
 
 def token_str_to_bytes(text: str) -> bytes:
     """Bytes of a printable token; ``KeyError`` (the offending character) if it is not in the table."""
-    table = unicode_to_byte()
-    return bytes([table[char] for char in text])
+    try:
+        return text.translate(_decode_table()).encode("latin-1")
+    except UnicodeEncodeError:
+        table = unicode_to_byte()
+        raise KeyError(next(char for char in text if char not in table)) from None
+
+
+@lru_cache(maxsize=1)
+def _decode_table() -> dict[int, str]:
+    """``str.translate`` table: table character -> the Latin-1 character of its byte.
+
+    Latin-1 characters that are not table characters (space, controls) map to U+0100, which then fails
+    the Latin-1 encode, so a foreign character is never silently taken for a byte.
+    """
+    table = {ord(char): chr(byte) for char, byte in unicode_to_byte().items()}
+    for code in range(256):
+        table.setdefault(code, "\u0100")
+    return table
 
 
 # ---------------------------------------------------------------------------------------------------------

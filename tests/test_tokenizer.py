@@ -1,0 +1,412 @@
+"""Tokenizer and PythonEncoder: GPT-2 parity with tiktoken, special tokens, streaming, files, errors."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tiktoken
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import superbpe.tokenizer as tokenizer_module
+from superbpe.encoder import HEAP_THRESHOLD, PythonEncoder
+from superbpe.errors import ConfigError, InputError, SuperBPEError
+from superbpe.files import read_merges, read_vocab
+from superbpe.pretokenize import PATTERNS, get_pretokenizer
+from superbpe.tokenizer import Tokenizer
+
+EOT = "<|endoftext|>"
+SMALL_TEXTS = ["tinystories_sample.txt", "address.txt", "german.txt", "corpus.en"]
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+Merge = tuple[bytes, bytes]
+Gpt2Files = tuple[dict[int, bytes], list[Merge]]
+
+
+@pytest.fixture(scope="module")
+def gpt2_files(shared_data: Path) -> Gpt2Files:
+    vocab = read_vocab(shared_data / "gpt2_vocab.json")
+    return vocab, read_merges(shared_data / "gpt2_merges.txt", vocab)
+
+
+@pytest.fixture(scope="module")
+def gpt2(gpt2_files: Gpt2Files) -> Tokenizer:
+    vocab, merges = gpt2_files
+    return Tokenizer(vocab, merges, [EOT], engine="python")
+
+
+@pytest.fixture(scope="module")
+def reference(gpt2_files: Gpt2Files) -> tiktoken.Encoding:
+    """GPT-2 as tiktoken, built only from the shared files (ranks = ids, which tiktoken merges by)."""
+    vocab, _ = gpt2_files
+    ranks = {token: token_id for token_id, token in vocab.items() if token_id < 50256}
+    return tiktoken.Encoding("gpt2-local", pat_str=PATTERNS["gpt2"], mergeable_ranks=ranks,
+                             special_tokens={EOT: 50256})
+
+
+def reference_bpe(data: bytes, ranks: dict[Merge, int]) -> list[bytes]:
+    """The contract's merge rule, written as plainly as possible: lowest rank, leftmost, one at a time."""
+    parts = [bytes([b]) for b in data]
+    while len(parts) > 1:
+        pairs = enumerate(zip(parts, parts[1:], strict=False))
+        candidates = [(ranks[pair], i) for i, pair in pairs if pair in ranks]
+        if not candidates:
+            break
+        _, at = min(candidates)
+        parts[at : at + 2] = [parts[at] + parts[at + 1]]
+    return parts
+
+
+# -- GPT-2 parity ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", SMALL_TEXTS)
+def test_matches_tiktoken_on_small_texts(name: str, shared_data: Path, gpt2: Tokenizer,
+                                         reference: tiktoken.Encoding) -> None:
+    text = (shared_data / name).read_text(encoding="utf-8")
+    ids = gpt2.encode(text)
+    assert ids == reference.encode(text, allowed_special="all")
+    assert gpt2.decode(ids) == text
+
+
+def test_matches_tiktoken_on_corpus_slices(multilingual_text: str, wikitext_text: str, gpt2: Tokenizer,
+                                           reference: tiktoken.Encoding) -> None:
+    for text in (multilingual_text[:150_000], wikitext_text[:200_000]):
+        ids = gpt2.encode(text)
+        assert ids == reference.encode(text, allowed_special="all")
+        assert gpt2.decode(ids) == text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["multilingual_fortunes.txt.gz", "wikitext103_valid_test.txt.gz"])
+def test_matches_tiktoken_on_whole_corpora(name: str, shared_data: Path, gpt2: Tokenizer,
+                                           reference: tiktoken.Encoding) -> None:
+    with gzip.open(shared_data / name, "rt", encoding="utf-8", newline="") as handle:
+        text = handle.read()
+    assert gpt2.encode(text) == reference.encode(text, allowed_special="all")
+
+
+def test_special_token_in_text_gets_its_id(gpt2: Tokenizer, reference: tiktoken.Encoding) -> None:
+    text = f"Hello{EOT} world{EOT}{EOT}\n"
+    ids = gpt2.encode(text)
+    assert ids.count(50256) == 3
+    assert ids == reference.encode(text, allowed_special="all")
+    assert gpt2.encode_ordinary(text) == reference.encode_ordinary(text)  # specials as plain text
+    assert 50256 not in gpt2.encode_ordinary(text)
+
+
+_unicode_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=60)
+_pieces = st.sampled_from([EOT, " ", "\n", "\r\n", "  \n", "'s", "123"])
+_mixed_text = st.lists(st.one_of(_unicode_text, _pieces), max_size=8).map("".join)
+
+
+@SETTINGS
+@given(text=_mixed_text)
+def test_random_unicode_matches_tiktoken_and_round_trips(text: str, gpt2: Tokenizer,
+                                                         reference: tiktoken.Encoding) -> None:
+    ids = gpt2.encode(text)
+    assert ids == reference.encode(text, allowed_special="all")
+    assert gpt2.decode(ids) == text
+
+
+# -- the BPE rule itself ------------------------------------------------------------------------------------
+
+
+@SETTINGS
+@given(data=st.binary(min_size=1, max_size=3 * HEAP_THRESHOLD))
+def test_both_merge_loops_follow_the_rule(data: bytes, gpt2_files: Gpt2Files) -> None:
+    vocab, merges = gpt2_files
+    encoder = _gpt2_encoder(vocab, merges)
+    expected = reference_bpe(data, encoder._ranks)
+    assert encoder._merge_by_scan(data) == expected
+    assert encoder._merge_with_heap(data) == expected
+
+
+_gpt2_encoders: dict[int, PythonEncoder] = {}
+
+
+def _gpt2_encoder(vocab: dict[int, bytes], merges: list[Merge]) -> PythonEncoder:
+    if not _gpt2_encoders:
+        ids = {token: token_id for token_id, token in vocab.items()}
+        _gpt2_encoders[0] = PythonEncoder(ids, merges, get_pretokenizer("gpt2"))
+    return _gpt2_encoders[0]
+
+
+def test_out_of_order_merges_still_merge_one_at_a_time() -> None:
+    """A hand-made list where a merge uses a token that a *later* merge makes: rank order still decides."""
+    merges = [(b"ab", b"a"), (b"a", b"b"), (b"b", b"a")]
+    vocab = _byte_vocab([b"aba", b"ab", b"ba"])
+    encoder = PythonEncoder(vocab, merges, get_pretokenizer("gpt2"))
+    ranks = {pair: rank for rank, pair in enumerate(merges)}
+    for word in (b"abab", b"ababa", b"aaba", b"bababab" * 10):
+        expected = reference_bpe(word, ranks)
+        assert encoder._merge_by_scan(word) == expected
+        assert encoder._merge_with_heap(word) == expected
+    assert encoder.merge_bytes(b"ababa") == [b"aba", b"ba"]  # ab first, then (ab, a) beats (b, a)
+
+
+def test_whole_piece_token_wins_over_merges() -> None:
+    """A piece that is itself a token maps to it even if the merges would split it differently."""
+    vocab = _byte_vocab([b"ab", b"abc"])
+    tok = Tokenizer({i: t for t, i in vocab.items()}, [(b"a", b"b")], engine="python")
+    assert tok.encode("abc") == [vocab[b"abc"]]
+    assert tok.encode("abcd") == [vocab[b"ab"], ord("c"), ord("d")]
+
+
+def test_long_pieces_use_the_heap_and_agree(gpt2: Tokenizer, reference: tiktoken.Encoding) -> None:
+    text = "x" * 5000 + " " + "\u4e2d\u6587" * 700 + " " + "ab" * 3000
+    assert gpt2.encode(text) == reference.encode(text)
+
+
+def _byte_vocab(extra: Sequence[bytes]) -> dict[bytes, int]:
+    vocab = {bytes([b]): b for b in range(256)}
+    for token in extra:
+        vocab[token] = len(vocab)
+    return vocab
+
+
+# -- special tokens --------------------------------------------------------------------------------------
+
+
+def test_overlapping_special_tokens_prefer_the_longest(gpt2_files: Gpt2Files) -> None:
+    vocab, merges = gpt2_files
+    double = EOT + EOT
+    tok = Tokenizer(vocab, merges, [EOT, double], engine="python")
+    assert tok.vocab_size == 50258
+    ids = tok.encode(f"a{double}b{EOT}c")
+    assert ids.count(tok.token_to_id(double)) == 1
+    assert ids.count(50256) == 1
+    assert tok.decode(ids) == f"a{double}b{EOT}c"
+
+
+def test_new_special_tokens_get_appended_ids() -> None:
+    vocab = {i: bytes([i]) for i in range(256)}
+    tok = Tokenizer(vocab, [], ["<pad>", "<eos>"], engine="python")
+    assert tok.vocab_size == 258
+    assert tok.encode("a<eos><pad>") == [97, 257, 256]
+    assert tok.encode_ordinary("<pad>") == list(b"<pad>")
+    assert tok.special_tokens == ["<pad>", "<eos>"]
+    assert tok.id_to_token(256) == b"<pad>"
+
+
+def test_empty_special_token_is_an_error() -> None:
+    with pytest.raises(ConfigError):
+        Tokenizer({i: bytes([i]) for i in range(256)}, [], [""])
+
+
+# -- streaming ---------------------------------------------------------------------------------------------
+
+
+def test_encode_iterable_over_lines_equals_encode(shared_data: Path, gpt2: Tokenizer,
+                                                  wikitext_text: str) -> None:
+    stories = (shared_data / "tinystories_sample.txt").read_text(encoding="utf-8")
+    for text in (stories, wikitext_text[:300_000]):
+        with_specials = text.replace("\n\n", f"\n{EOT}\n", 3)
+        lines = with_specials.splitlines(keepends=True)
+        assert list(gpt2.encode_iterable(lines)) == gpt2.encode(with_specials)
+
+
+_stream_parts = ["a", "b", " ", "  ", "\n", "\n\n", "<|", "|>", "<|s|>", "<|s|><|s|>", "\nX", "1", "\u00e9",
+                 "'s"]
+_stream_text = st.lists(st.sampled_from(_stream_parts), max_size=40).map("".join)
+
+
+@SETTINGS
+@given(text=_stream_text, cuts=st.lists(st.integers(0, 200), max_size=10))
+def test_encode_iterable_is_exact_wherever_the_stream_is_cut(text: str, cuts: list[int]) -> None:
+    """With a flush after every chunk, cuts land next to specials, inside them and at line ends."""
+    tok = _stream_tokenizer()
+    chunks = [text[a:b] for a, b in itertools.pairwise([0, *sorted(cuts), len(text)])]
+    original = tokenizer_module.STREAM_FLUSH_CHARS
+    tokenizer_module.STREAM_FLUSH_CHARS = 1
+    try:
+        assert list(tok.encode_iterable(chunks)) == tok.encode(text)
+    finally:
+        tokenizer_module.STREAM_FLUSH_CHARS = original
+
+
+_stream_tokenizers: list[Tokenizer] = []
+
+
+def _stream_tokenizer() -> Tokenizer:
+    """Specials that overlap, nest and contain a newline; merges that join across spaces and newlines."""
+    if not _stream_tokenizers:
+        merges = [(b"a", b"b"), (b" ", b"a"), (b"\n", b"X"), (b"<", b"|"), (b"\n", b"\n"), (b" ", b" ")]
+        vocab = {i: bytes([i]) for i in range(256)}
+        for left, right in merges:
+            vocab[len(vocab)] = left + right
+        specials = ["<|s|>", "<|s|><|s|>", "s|>\nX"]
+        _stream_tokenizers.append(Tokenizer(vocab, merges, specials, engine="python"))
+    return _stream_tokenizers[0]
+
+
+def test_encode_iterable_memory_stays_bounded(gpt2: Tokenizer) -> None:
+    """Over ~2 MB of streamed lines, text read but not yet turned into ids never exceeds a small bound."""
+    lines = ["The quick brown fox jumps over the lazy dog, again.\n", f"{EOT}\n", "\u00dcn\u00efc\u00f6d\u00e9 1\n"]
+    consumed = [0]
+
+    def many_lines() -> Iterator[str]:
+        for index in range(60_000):
+            line = lines[index % 3]
+            consumed[0] += len(line.encode("utf-8"))
+            yield line
+
+    produced = 0
+    backlog = 0
+    sizes = {token_id: len(gpt2.id_to_token(token_id)) for token_id in set(gpt2.encode("".join(lines)))}
+    for token_id in gpt2.encode_iterable(many_lines()):
+        produced += sizes[token_id]
+        backlog = max(backlog, consumed[0] - produced)
+    assert consumed[0] > 1_500_000
+    assert produced == consumed[0]
+    assert backlog < 4 * tokenizer_module.STREAM_FLUSH_CHARS
+
+
+def test_encode_file_matches_encode(tmp_path: Path, gpt2: Tokenizer, wikitext_text: str) -> None:
+    text = wikitext_text[:100_000].replace("\n", "\r\n", 50) + EOT + "tail"
+    plain = tmp_path / "text.txt"
+    plain.write_bytes(text.encode("utf-8"))
+    packed = tmp_path / "text.txt.gz"
+    packed.write_bytes(gzip.compress(text.encode("utf-8")))
+    expected = gpt2.encode(text)
+    ids = gpt2.encode_file(plain)
+    assert ids.dtype == np.uint16
+    assert ids.tolist() == expected
+    wide = gpt2.encode_file(packed, dtype=np.uint32)
+    assert wide.dtype == np.uint32
+    assert wide.tolist() == expected
+
+
+def test_encode_file_uses_uint32_for_large_ids(tmp_path: Path) -> None:
+    vocab = {i: bytes([i]) for i in range(256)}
+    vocab[70_000] = b"ab"
+    tok = Tokenizer(vocab, [(b"a", b"b")], engine="python")
+    path = tmp_path / "t.txt"
+    path.write_text("abc ab", encoding="utf-8")
+    ids = tok.encode_file(path)
+    assert ids.dtype == np.uint32
+    assert ids.tolist() == [70_000, 99, 32, 70_000]
+    with pytest.raises(ConfigError):
+        tok.encode_file(path, dtype=np.uint16)
+
+
+def test_encode_file_errors(tmp_path: Path, gpt2: Tokenizer) -> None:
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"fine\n\xff\xfe broken")
+    with pytest.raises(InputError, match="bad.txt"):
+        gpt2.encode_file(bad)
+    with pytest.raises(InputError, match="missing.txt"):
+        gpt2.encode_file(tmp_path / "missing.txt")
+
+
+# -- decoding and lookups --------------------------------------------------------------------------------
+
+
+def test_decode_replaces_invalid_utf8(gpt2: Tokenizer) -> None:
+    byte_ff = gpt2.token_to_id(b"\xff")
+    assert gpt2.decode([byte_ff]) == "\ufffd"
+    euro = [gpt2.token_to_id(bytes([byte])) for byte in "\u20ac".encode()]
+    assert gpt2.decode(euro) == "\u20ac"
+    assert gpt2.decode(euro[:2]) == "\ufffd"
+    assert gpt2.decode(euro[1:] + euro) == "\ufffd\ufffd\u20ac"
+    assert gpt2.decode_bytes(iter(euro[:2])) == "\u20ac".encode()[:2]
+
+
+@pytest.mark.parametrize("bad_id", [50257, -1, 10**9, "3", None])
+def test_decode_unknown_id_is_an_error(gpt2: Tokenizer, bad_id: object) -> None:
+    with pytest.raises(InputError, match="unknown token id"):
+        gpt2.decode([5, bad_id])  # type: ignore[list-item]
+    with pytest.raises(SuperBPEError):
+        gpt2.id_to_token(bad_id)  # type: ignore[arg-type]
+
+
+def test_lookups_and_properties(gpt2: Tokenizer) -> None:
+    assert gpt2.vocab_size == 50257
+    assert gpt2.token_to_id(EOT) == 50256
+    assert gpt2.token_to_id(" the") == gpt2.encode(" the")[0]
+    assert gpt2.id_to_token(gpt2.token_to_id(b" the")) == b" the"
+    assert gpt2.pretokenizer.name == "gpt2"
+    assert gpt2.engine == "python"
+    assert len(gpt2.merges) == 50000
+    with pytest.raises(KeyError):
+        gpt2.token_to_id("not a single token at all")
+
+
+def test_constructor_rejects_bad_vocab() -> None:
+    base = {i: bytes([i]) for i in range(256)}
+    with pytest.raises(ConfigError, match="twice"):
+        Tokenizer({**base, 256: b"a"}, [])
+    with pytest.raises(ConfigError, match="single-byte"):
+        Tokenizer({i: bytes([i]) for i in range(255)}, [])
+    with pytest.raises(ConfigError, match="not in the vocab"):
+        Tokenizer(base, [(b"a", b"b")])
+
+
+def test_unpaired_surrogate_is_an_input_error(gpt2: Tokenizer) -> None:
+    with pytest.raises(InputError, match="surrogate"):
+        gpt2.encode("ok \ud800 no")
+
+
+# -- files and directories ----------------------------------------------------------------------------------
+
+
+def test_from_files_matches_constructor(shared_data: Path, gpt2: Tokenizer) -> None:
+    tok = Tokenizer.from_files(shared_data / "gpt2_vocab.json", shared_data / "gpt2_merges.txt", [EOT],
+                               engine="python")
+    text = "Files and\n constructor agree, 100%!"
+    assert tok.encode(text) == gpt2.encode(text)
+
+
+def test_save_and_load_round_trip(tmp_path: Path, gpt2: Tokenizer, wikitext_text: str) -> None:
+    gpt2.save(tmp_path / "tok", manifest_extra={"note": "round trip"})
+    names = sorted(p.name for p in (tmp_path / "tok").iterdir())
+    assert names == ["merges.txt", "superbpe.json", "tokenizer.json", "vocab.json"]
+    manifest = json.loads((tmp_path / "tok" / "superbpe.json").read_text(encoding="utf-8"))
+    assert manifest["extra"] == {"note": "round trip"}
+    assert manifest["vocab_size"] == 50257
+    loaded = Tokenizer.load(tmp_path / "tok", engine="python")
+    assert loaded.vocab == gpt2.vocab
+    assert loaded.merges == gpt2.merges
+    assert loaded.special_tokens == [EOT]
+    sample = wikitext_text[:20_000] + EOT
+    assert loaded.encode(sample) == gpt2.encode(sample)
+
+
+def test_load_falls_back_to_tokenizer_json_then_gpt2_files(tmp_path: Path) -> None:
+    vocab = {i: bytes([i]) for i in range(256)} | {256: b"ab", 257: b" ab"}
+    merges = [(b"a", b"b"), (b" ", b"ab")]
+    tok = Tokenizer(vocab, merges, ["<s>"], pretokenizer="superbpe", engine="python")
+    tok.save(tmp_path)
+    (tmp_path / "superbpe.json").unlink()
+    from_hf = Tokenizer.load(tmp_path, engine="python")
+    assert from_hf.pretokenizer == tok.pretokenizer
+    assert from_hf.special_tokens == ["<s>"]
+    assert from_hf.encode("ab ab<s>") == tok.encode("ab ab<s>")
+    (tmp_path / "tokenizer.json").unlink()
+    plain = Tokenizer.load(tmp_path, engine="python")
+    assert plain.pretokenizer.name == "gpt2"
+    assert plain.vocab == tok.vocab
+
+
+def test_load_errors(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="not found"):
+        Tokenizer.load(tmp_path / "nowhere")
+    with pytest.raises(InputError, match="none of"):
+        Tokenizer.load(tmp_path)
+    tok = Tokenizer({i: bytes([i]) for i in range(256)}, [], engine="python")
+    tok.save(tmp_path)
+    manifest = tmp_path / "superbpe.json"
+    original = manifest.read_text(encoding="utf-8")
+    manifest.write_text(original.replace('"vocab_size": 256', '"vocab_size": 300'), encoding="utf-8")
+    with pytest.raises(InputError, match="vocab_size 300"):
+        Tokenizer.load(tmp_path)
+    manifest.write_text("{not json", encoding="utf-8")
+    with pytest.raises(InputError, match="superbpe.json"):
+        Tokenizer.load(tmp_path)
+
