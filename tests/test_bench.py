@@ -79,13 +79,15 @@ def test_full_run_has_every_contender_and_sane_numbers(tmp_path: Path) -> None:
 def test_only_train_on_a_prefix(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     proc = run_bench(str(TINY), "--vocab", "270", "--only", "train", "--skip-hf", "--engines", "python",
-                     "--max-bytes", "2000", "--json", str(out), "--quiet")
+                     "--max-bytes", "2000", "--repeat", "2", "--json", str(out), "--quiet")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(out.read_text())
     assert [(r["task"], r["name"]) for r in report["results"]] == [("train", "superbpe[python]")]
     expected = prefix_at_document_boundary(TINY.read_bytes(), 2000)
     assert report["corpus"]["bytes"] == len(expected) <= 2000
     assert "ENCODE" not in proc.stdout and report["ratios"] == []
+    runs = report["results"][0]["extra"]["runs_wall_s"]
+    assert len(runs) == 2 and report["results"][0]["wall_s"] == min(runs)
 
 
 @pytest.mark.parametrize(
@@ -94,6 +96,7 @@ def test_only_train_on_a_prefix(tmp_path: Path) -> None:
         (["/no/such/corpus.txt"], "corpus not found: /no/such/corpus.txt"),
         ([str(TINY), "--vocab", "100"], "--vocab must be at least 258"),
         ([str(TINY), "--engines", "rust"], "unknown engine 'rust'"),
+        ([str(TINY), "--repeat", "0"], "--repeat must be positive"),
         ([str(TINY), "--gpt2-dir", "/no/such/dir"], "gpt2_vocab.json not found"),
         ([str(TINY), "--pattern", "nosuchpattern", "--only", "train"], "nosuchpattern"),
     ],
