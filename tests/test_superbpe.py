@@ -1,0 +1,174 @@
+"""SuperBPE via run_training: word-bounded before the transition, superwords after, resumable from runs."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from superbpe.config import DataConfig, EngineConfig, PretokenizerConfig, TrainConfig, to_dataclass
+from superbpe.errors import ConfigError
+from superbpe.files import read_merges
+from superbpe.pretokenize import get_pretokenizer
+from superbpe.run import run_training
+from superbpe.trainer import count_words
+
+VOCAB = 1200
+TRANSITION = 500
+
+
+@pytest.fixture(scope="module")
+def wiki(tmp_path_factory, shared_data) -> Path:
+    """~250 KB of English Wikipedia prose."""
+    path = tmp_path_factory.mktemp("corpus") / "wiki.txt"
+    with gzip.open(shared_data / "wikitext103_valid_test.txt.gz", "rt", encoding="utf-8") as handle:
+        path.write_text(handle.read(250_000), encoding="utf-8")
+    return path
+
+
+def config(corpus: Path, out: Path, schedule: str = "bpe", **schedule_options) -> TrainConfig:
+    from omegaconf import OmegaConf
+
+    stages = {
+        "bpe": [{"name": "bpe", "until": None}],
+        "superbpe": [
+            {"name": "stage1", "until": schedule_options.get("transition")},
+            {
+                "name": "stage2",
+                "pretokenizer": {"name": schedule_options.get("stage2_pattern", "superbpe")},
+                "max_words_per_token": 4,
+                "forbidden_substrings": [": "],
+            },
+        ],
+    }[schedule]
+    raw = {"name": schedule, **schedule_options, "stages": stages}
+    cfg = TrainConfig(
+        data=DataConfig(paths=[str(corpus)]),
+        pretokenizer=PretokenizerConfig("gpt2"),
+        engine=EngineConfig("python"),
+        vocab_size=VOCAB,
+        output_dir=str(out),
+        cache_dir=None,
+    )
+    merged = OmegaConf.merge(OmegaConf.structured(cfg), {"schedule": raw})
+    return to_dataclass(merged, TrainConfig)
+
+
+@pytest.fixture(scope="module")
+def superbpe_run(wiki, tmp_path_factory):
+    out = tmp_path_factory.mktemp("superbpe")
+    return run_training(config(wiki, out, "superbpe", transition=TRANSITION)), out
+
+
+@pytest.fixture(scope="module")
+def bpe_run(wiki, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bpe")
+    return run_training(config(wiki, out)), out
+
+
+def tokens(merges):
+    return [left + right for left, right in merges]
+
+
+def test_no_token_spans_words_before_the_transition(superbpe_run):
+    result, _ = superbpe_run
+    assert result.stage_ends == [TRANSITION, VOCAB - 257]
+    gpt2 = get_pretokenizer("gpt2")
+    for token in tokens(result.merges[:TRANSITION]):
+        text = token.decode("utf-8", "ignore")
+        assert len(gpt2.split(text)) <= 1, token  # one pre-token: never across a word boundary
+
+
+def test_superword_tokens_appear_after_the_transition(superbpe_run):
+    result, _ = superbpe_run
+    after = tokens(result.merges[TRANSITION:])
+    superwords = [t for t in after if count_words(t) >= 2]
+    assert len(superwords) >= 50, superwords[:10]
+    assert any(t.strip().count(b" ") >= 2 for t in superwords)  # three-word tokens too
+
+
+def test_no_token_breaks_the_stage2_rules(superbpe_run):
+    result, _ = superbpe_run
+    for token in tokens(result.merges):
+        assert count_words(token) <= 4, token
+        assert b": " not in token, token
+
+
+def test_metrics_and_manifest_describe_both_stages(superbpe_run):
+    _, out = superbpe_run
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert [s["merges"] for s in metrics["stages"]] == [TRANSITION, VOCAB - 257 - TRANSITION]
+    assert [s["pretokenizer"]["name"] for s in metrics["stages"]] == ["gpt2", "superbpe"]
+    assert all(s["seconds"] > 0 and s["peak_rss_bytes"] > 0 for s in metrics["stages"])
+    manifest = json.loads((out / "superbpe.json").read_text())
+    assert manifest["pretokenizer"]["name"] == "superbpe"  # encoding uses the stage-2 pattern
+    assert [s["num_merges"] for s in manifest["stages"]] == [TRANSITION, VOCAB - 257 - TRANSITION]
+
+
+def test_resuming_a_bpe_run_at_t_keeps_exactly_its_first_t_merges(bpe_run, superbpe_run, wiki, tmp_path):
+    bpe, bpe_dir = bpe_run
+    result = run_training(
+        config(wiki, tmp_path / "out", "superbpe", transition=TRANSITION, from_run=str(bpe_dir))
+    )
+    assert result.merges[:TRANSITION] == bpe.merges[:TRANSITION]
+    assert result.merges[TRANSITION] != bpe.merges[TRANSITION]
+    assert len(result.merges) == VOCAB - 257
+    # Stage 1 is greedy, so taking it from the run equals training both stages in one go.
+    assert result.merges == superbpe_run[0].merges
+    assert read_merges(tmp_path / "out" / "merges.txt") == result.merges
+
+
+def test_fractional_transition_from_run(bpe_run, wiki, tmp_path):
+    bpe, bpe_dir = bpe_run
+    result = run_training(
+        config(
+            wiki,
+            tmp_path / "out",
+            "superbpe",
+            transition=0.25,
+            from_run=str(bpe_dir),
+            stage2_pattern="superbpe-paper",
+        )
+    )
+    t = round(0.25 * (VOCAB - 257))
+    assert result.stage_ends == [t, VOCAB - 257]
+    assert result.merges[:t] == bpe.merges[:t]
+
+
+def test_transition_beyond_the_runs_merges_is_refused_before_writing(bpe_run, wiki, tmp_path):
+    _, bpe_dir = bpe_run
+    cfg = config(wiki, tmp_path / "out", "superbpe", transition=VOCAB - 256, from_run=str(bpe_dir))
+    cfg.vocab_size = VOCAB + 100
+    with pytest.raises(ConfigError, match=f"has only {VOCAB - 257}"):
+        run_training(cfg)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_extend_gpt2_files_with_superwords(shared_data, tmp_path):
+    gpt2 = tmp_path / "gpt2"
+    gpt2.mkdir()
+    shutil.copy(shared_data / "gpt2_vocab.json", gpt2 / "vocab.json")
+    shutil.copy(shared_data / "gpt2_merges.txt", gpt2 / "merges.txt")
+    original = read_merges(gpt2 / "merges.txt")
+    corpus = shared_data / "corpus.en"
+    cfg = config(corpus, tmp_path / "out", "superbpe", transition=len(original), from_tokenizer=str(gpt2))
+    cfg.vocab_size = 256 + len(original) + 1 + 60
+    result = run_training(cfg)
+    assert result.merges[: len(original)] == original
+    added = tokens(result.merges[len(original) :])
+    assert len(added) == 60 and sum(count_words(t) >= 2 for t in added) >= 30
+
+
+def test_extend_a_tokenizer_json(superbpe_run, bpe_run, wiki, tmp_path):
+    bpe, bpe_dir = bpe_run
+    result = run_training(
+        config(
+            wiki, tmp_path / "out", "superbpe", transition=300, from_tokenizer=str(bpe_dir / "tokenizer.json")
+        )
+    )
+    assert result.merges[:300] == bpe.merges[:300]
+    assert result.stage_ends == [300, VOCAB - 257]
