@@ -17,7 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from superbpe.errors import InputError
+from superbpe.errors import ConfigError, InputError
 from superbpe.pretokenize import Pretokenizer, get_pretokenizer
 from superbpe.util import atomic_write_text
 
@@ -147,17 +147,25 @@ def _token_bytes(path: Path, text: str, special_tokens: Iterable[str]) -> bytes:
         raise InputError(f"{path}: token {text!r} has char {exc.args[0]!r} outside the byte table") from None
 
 
-def _vocab_from_mapping(path: Path, mapping: Any, special_tokens: Sequence[str]) -> dict[int, bytes]:
-    """Validate a ``{token string: id}`` object and turn it into ``{id: bytes}``."""
+def _vocab_from_mapping(
+    path: Path, mapping: Any, special_tokens: Sequence[str], special_ids: Mapping[str, int] | None = None
+) -> dict[int, bytes]:
+    """Validate a ``{token string: id}`` object and turn it into ``{id: bytes}``.
+
+    ``special_ids`` (from a tokenizer.json's added tokens) marks entries that are special tokens written
+    verbatim: those are UTF-8 text, not byte-table strings, whatever characters they use.
+    """
     if not isinstance(mapping, dict):
         raise InputError(f"{path}: expected a JSON object mapping token strings to ids")
     specials = set(special_tokens)
+    verbatim = special_ids or {}
     vocab: dict[int, bytes] = {}
     seen: dict[bytes, str] = {}
     for text, token_id in mapping.items():
         if isinstance(token_id, bool) or not isinstance(token_id, int) or token_id < 0:
             raise InputError(f"{path}: id of token {text!r} must be a non-negative integer, not {token_id!r}")
-        token = _token_bytes(path, text, specials)
+        is_verbatim = verbatim.get(text) == token_id
+        token = text.encode("utf-8") if is_verbatim else _token_bytes(path, text, specials)
         if token in seen:
             raise InputError(f"{path}: duplicate token {token!r} ({seen[token]!r} and {text!r})")
         if token_id in vocab:
@@ -250,6 +258,9 @@ def hf_tokenizer_json(
     printable table (``use_regex=false``) since the split already happened.
     """
     by_bytes = {token: token_id for token_id, token in vocab.items()}
+    missing = [special for special in special_tokens if special.encode("utf-8") not in by_bytes]
+    if missing:
+        raise ConfigError(f"special token {missing[0]!r} is not in the vocab")
     added = [
         {
             "id": by_bytes[special.encode("utf-8")],
@@ -278,7 +289,7 @@ def hf_tokenizer_json(
         "fuse_unk": False,
         "byte_fallback": False,
         "ignore_merges": True,
-        "vocab": {bytes_to_token_str(token): token_id for token_id, token in sorted(vocab.items())},
+        "vocab": _hf_vocab(vocab, special_tokens),
         "merges": [f"{bytes_to_token_str(left)} {bytes_to_token_str(right)}" for left, right in merges],
     }
     return {
@@ -292,6 +303,27 @@ def hf_tokenizer_json(
         "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
         "model": model,
     }
+
+
+def _hf_vocab(vocab: Mapping[int, bytes], special_tokens: Sequence[str]) -> dict[str, int]:
+    """Model vocab in byte-table spelling, except special tokens, which HF looks up verbatim.
+
+    HF gives an added token the model's id for its *content* (and appends a new id when the content is
+    missing), so each special is listed under its own text. A special whose text is the byte-table
+    spelling of another token (say "é", which also spells byte 0xE9) would get that token's id in HF:
+    such a tokenizer cannot be exported, which is an error rather than a file that encodes differently.
+    """
+    result = {bytes_to_token_str(token): token_id for token_id, token in sorted(vocab.items())}
+    by_bytes = {token: token_id for token_id, token in vocab.items()}
+    for special in special_tokens:
+        token_id = by_bytes[special.encode("utf-8")]
+        if result.get(special, token_id) != token_id:
+            raise ConfigError(
+                f"special token {special!r} is spelled like token id {result[special]} in tokenizer.json"
+            )
+        result.pop(bytes_to_token_str(special.encode("utf-8")))
+        result[special] = token_id
+    return dict(sorted(result.items(), key=lambda item: item[1]))
 
 
 def write_hf_tokenizer(
@@ -323,11 +355,12 @@ def read_hf_tokenizer(path: str | Path) -> HFTokenizerData:
     model = document.get("model") if isinstance(document, dict) else None
     if not isinstance(model, dict) or model.get("type", "BPE") != "BPE":
         raise InputError(f"{path}: not a BPE tokenizer.json (no model of type BPE)")
-    added = document.get("added_tokens") or []
+    added = document.get("added_tokens", [])
     if not isinstance(added, list) or not all(isinstance(a, dict) for a in added):
         raise InputError(f"{path}: added_tokens must be a list of objects")
     special_tokens = [str(a.get("content")) for a in added if a.get("special")]
-    vocab = _vocab_from_mapping(path, model.get("vocab"), special_tokens)
+    added_ids = {str(a.get("content")): a.get("id") for a in added}
+    vocab = _vocab_from_mapping(path, model.get("vocab"), special_tokens, added_ids)
     _add_added_tokens(path, vocab, added)
     merges, where = _hf_merges(path, model.get("merges", []))
     _check_merges(path, merges, vocab, where)

@@ -248,7 +248,7 @@ def _stream_tokenizer() -> Tokenizer:
 
 def test_encode_iterable_memory_stays_bounded(gpt2: Tokenizer) -> None:
     """Over ~2 MB of streamed lines, text read but not yet turned into ids never exceeds a small bound."""
-    lines = ["The quick brown fox jumps over the lazy dog, again.\n", f"{EOT}\n", "\u00dcn\u00efc\u00f6d\u00e9 1\n"]
+    lines = ["The quick brown fox jumps over the lazy dog.\n", f"{EOT}\n", "\u00dcn\u00efc\u00f6d\u00e9 1\n"]
     consumed = [0]
 
     def many_lines() -> Iterator[str]:

@@ -1,0 +1,343 @@
+"""Tokenizer files: byte table, vocab.json/merges.txt, HF tokenizer.json parity, manifest, errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import tokenizers
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import superbpe
+from superbpe import files
+from superbpe.errors import ConfigError, InputError
+from superbpe.pretokenize import PATTERNS, get_pretokenizer
+from superbpe.tokenizer import Tokenizer
+
+EOT = "<|endoftext|>"
+SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+Merge = tuple[bytes, bytes]
+
+
+@pytest.fixture(scope="module")
+def gpt2(shared_data: Path) -> Tokenizer:
+    return Tokenizer.from_files(shared_data / "gpt2_vocab.json", shared_data / "gpt2_merges.txt", [EOT],
+                                engine="python")
+
+
+@pytest.fixture(scope="module")
+def superword(shared_data: Path) -> Tokenizer:
+    """A SuperBPE-pattern tokenizer (line units on) trained so that it has multi-word tokens."""
+    vocab, merges = superbpe.train_bpe(shared_data / "corpus.en", 900, [EOT], pretokenizer="superbpe",
+                                       max_words_per_token=4, forbidden_substrings=[": "], engine="python")
+    return Tokenizer(vocab, merges, [EOT], pretokenizer="superbpe", engine="python")
+
+
+def hf_from(tok: Tokenizer, directory: Path) -> tokenizers.Tokenizer:
+    tok.save(directory)
+    return tokenizers.Tokenizer.from_file(str(directory / "tokenizer.json"))
+
+
+def corpus_samples(shared_data: Path, multilingual_text: str, wikitext_text: str) -> list[str]:
+    small = [(shared_data / name).read_text(encoding="utf-8")
+             for name in ("tinystories_sample.txt", "address.txt", "german.txt", "corpus.en")]
+    return [*small, multilingual_text[:100_000], wikitext_text[:150_000]]
+
+
+# -- byte table ------------------------------------------------------------------------------------------
+
+
+def test_byte_table_matches_gpt2_layout(shared_data: Path) -> None:
+    table = files.byte_to_unicode()
+    assert len(set(table)) == 256
+    assert all(char.isprintable() and not char.isspace() for char in table)
+    assert [table[byte] for byte in b" \na\x00"] == ["\u0120", "\u010a", "a", "\u0100"]
+    gpt2_vocab = json.loads((shared_data / "gpt2_vocab.json").read_text(encoding="utf-8"))
+    single = sorted((token_id, text) for text, token_id in gpt2_vocab.items() if token_id < 256)
+    # GPT-2 numbers its byte tokens in table order: the 188 printable bytes first, then the shifted ones.
+    printable_first = sorted(range(256), key=lambda byte: (ord(table[byte]) >= 256, byte))
+    assert [text for _, text in single] == [table[byte] for byte in printable_first]
+
+
+@given(st.binary(max_size=40))
+def test_token_strings_round_trip(data: bytes) -> None:
+    text = files.bytes_to_token_str(data)
+    assert len(text) == len(data)
+    assert files.token_str_to_bytes(text) == data
+
+
+@pytest.mark.parametrize("text", ["a b", "\u4e2d", "tab\there"])
+def test_characters_outside_the_table_are_rejected(text: str) -> None:
+    with pytest.raises(KeyError):
+        files.token_str_to_bytes(text)
+
+
+# -- vocab.json and merges.txt -----------------------------------------------------------------------------
+
+
+def test_gpt2_files_round_trip_byte_for_byte(shared_data: Path, tmp_path: Path) -> None:
+    vocab = files.read_vocab(shared_data / "gpt2_vocab.json")
+    merges = files.read_merges(shared_data / "gpt2_merges.txt", vocab)
+    assert len(vocab) == 50257 and len(merges) == 50000
+    assert merges[0] == (b" ", b"t")
+    files.write_merges(tmp_path / "merges.txt", merges)
+    written = (tmp_path / "merges.txt").read_text(encoding="utf-8")
+    assert written.startswith("#version: 0.2\n")
+    original = (shared_data / "gpt2_merges.txt").read_text(encoding="utf-8")
+    assert written.splitlines()[1:] == original.splitlines()
+    files.write_vocab(tmp_path / "vocab.json", vocab)
+    assert json.loads((tmp_path / "vocab.json").read_text(encoding="utf-8")) == json.loads(
+        (shared_data / "gpt2_vocab.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("header", [True, False])
+def test_merges_read_with_or_without_header(tmp_path: Path, header: bool) -> None:
+    vocab = {i: bytes([i]) for i in range(256)} | {256: b" \n", 257: b"\xff\xfe", 258: b" \n\xff\xfe"}
+    merges = [(b" ", b"\n"), (b"\xff", b"\xfe"), (b" \n", b"\xff\xfe")]
+    files.write_vocab(tmp_path / "vocab.json", vocab)
+    files.write_merges(tmp_path / "merges.txt", merges)
+    if not header:
+        lines = (tmp_path / "merges.txt").read_text(encoding="utf-8").splitlines()
+        (tmp_path / "merges.txt").write_text("\n".join(lines[1:]), encoding="utf-8")  # no trailing newline
+    assert files.read_vocab(tmp_path / "vocab.json") == vocab
+    assert files.read_merges(tmp_path / "merges.txt", vocab) == merges
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("a b c\n", "line 1: expected two tokens"),
+        ("#version: 0.2\na\n", "line 2: expected two tokens"),
+        ("a  b\n", "expected two tokens"),
+        ("a \u4e2d\n", "outside the byte table"),
+        ("a q\n", "merge part 'q' is not in the vocab"),
+        ("a b\n", "merged token 'ab' is not in the vocab"),
+    ],
+)
+def test_malformed_merges(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "merges.txt"
+    path.write_text(content, encoding="utf-8")
+    vocab = {0: b"a", 1: b"b", 2: b"c"}
+    with pytest.raises(InputError, match=message) as caught:
+        files.read_merges(path, vocab)
+    assert str(path) in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"a": 0,', "malformed JSON"),
+        ('["a"]', "expected a JSON object"),
+        ('{"a": "0"}', "non-negative integer"),
+        ('{"a": -1}', "non-negative integer"),
+        ('{"a": 0, "b": 0}', "duplicate id 0"),
+        ('{"a": 0, "a": 1}', "duplicate key 'a'"),
+        ('{"a b": 0}', "outside the byte table"),
+    ],
+)
+def test_malformed_vocab(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "vocab.json"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(InputError, match=message) as caught:
+        files.read_vocab(path)
+    assert str(path) in str(caught.value)
+
+
+def test_duplicate_token_via_verbatim_special(tmp_path: Path) -> None:
+    path = tmp_path / "vocab.json"
+    path.write_text(json.dumps({"<s>": 0, "<s> ": 1, "<s>\u0120": 2}), encoding="utf-8")
+    with pytest.raises(InputError, match="duplicate token"):
+        files.read_vocab(path, special_tokens=["<s> "])
+
+
+def test_missing_and_unreadable_files(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="file not found"):
+        files.read_vocab(tmp_path / "nope.json")
+    with pytest.raises(InputError, match="file not found"):
+        files.read_merges(tmp_path / "nope.txt")
+    with pytest.raises(InputError, match="is a directory"):
+        files.read_hf_tokenizer(tmp_path)
+    (tmp_path / "latin1.txt").write_bytes(b"a \xe9\n")
+    with pytest.raises(InputError, match="invalid UTF-8"):
+        files.read_merges(tmp_path / "latin1.txt")
+    with pytest.raises(InputError, match="file not found"):
+        Tokenizer.from_files(tmp_path / "vocab.json", tmp_path / "merges.txt")
+
+
+# -- tokenizer.json ------------------------------------------------------------------------------------------
+
+
+def test_hf_loads_gpt2_export_and_encodes_identically(tmp_path: Path, gpt2: Tokenizer, shared_data: Path,
+                                                      multilingual_text: str, wikitext_text: str) -> None:
+    hf = hf_from(gpt2, tmp_path)
+    assert hf.get_vocab_size() == gpt2.vocab_size
+    for text in corpus_samples(shared_data, multilingual_text, wikitext_text[:100_000]):
+        text = text[:60_000] + EOT + text[-2000:]
+        encoded = hf.encode(text)
+        assert encoded.ids == gpt2.encode(text)
+        assert hf.decode(encoded.ids, skip_special_tokens=False) == text
+
+
+def test_hf_matches_superword_tokenizer(tmp_path: Path, superword: Tokenizer, shared_data: Path,
+                                        multilingual_text: str, wikitext_text: str) -> None:
+    multi_word = [t for t in superword.vocab.values() if b" " in t.strip(b" ")]
+    assert len(multi_word) > 20  # superword tokens really exist
+    hf = hf_from(superword, tmp_path)
+    document = json.loads((tmp_path / "tokenizer.json").read_text(encoding="utf-8"))
+    first = document["pre_tokenizer"]["pretokenizers"][0]
+    assert (first["pattern"], first["behavior"]) == ({"String": "\n"}, "MergedWithPrevious")
+    for text in corpus_samples(shared_data, multilingual_text, wikitext_text):
+        sample = text[:80_000] + EOT + "tail of: the text\n"
+        ids = superword.encode(sample)
+        assert hf.encode(sample).ids == ids
+        assert superword.decode(ids) == sample
+    assert any(superword.id_to_token(i) in multi_word for i in superword.encode(shared_data.joinpath(
+        "corpus.en").read_text(encoding="utf-8")[:5000]))
+
+
+def _hand_made(pretokenizer: str) -> Tokenizer:
+    """Byte tokens plus merges that cross spaces, newlines and digits (no trainer needed)."""
+    pieces = [(b"t", b"h"), (b"th", b"e"), (b" ", b"the"), (b"e", b" "), (b"the", b" "), (b"1", b"2"),
+              (b"\n", b"\n"), (b" ", b" "), (b"o", b"f"), (b"of", b" "), (b"of ", b"the"), (b"\xe4", b"\xb8")]
+    vocab = {i: bytes([i]) for i in range(256)}
+    for left, right in pieces:
+        vocab[len(vocab)] = left + right
+    return Tokenizer(vocab, pieces, ["<s>", "<pad token>"], pretokenizer=pretokenizer, engine="python")
+
+
+_hf_text = st.lists(st.one_of(st.text(st.characters(blacklist_categories=("Cs",)), max_size=12),
+                              st.sampled_from(["the ", "of the", " 123456", "\n\n", "  ", "\r\n", "'s", "<s>",
+                                               "<pad token>", "\u4e2d", "\t", "\u00a0", "\u2028", "\x1c"])),
+                    max_size=12).map("".join)
+
+
+@pytest.mark.parametrize("pattern", sorted(PATTERNS))
+def test_hf_matches_every_builtin_pattern(tmp_path: Path, pattern: str) -> None:
+    tok = _hand_made(pattern)
+    hf = hf_from(tok, tmp_path)
+
+    @SETTINGS
+    @given(text=_hf_text)
+    def agree(text: str) -> None:
+        assert hf.encode(text).ids == tok.encode(text)
+
+    agree()
+
+
+def test_read_hf_tokenizer_round_trip(tmp_path: Path) -> None:
+    tok = _hand_made("superbpe")
+    tok.save(tmp_path)
+    data = files.read_hf_tokenizer(tmp_path / "tokenizer.json")
+    assert data.vocab == tok.vocab
+    assert data.merges == tok.merges
+    assert data.special_tokens == ["<s>", "<pad token>"]
+    assert (data.pattern, data.line_units) == (PATTERNS["superbpe"], True)
+    assert files.pretokenizer_from_hf(data) == tok.pretokenizer
+
+
+def test_read_tokenizer_json_saved_by_hf(tmp_path: Path) -> None:
+    """HF rewrites the file in its own style (merges as pairs in recent versions): we still read it."""
+    tok = _hand_made("gpt2")
+    hf = hf_from(tok, tmp_path / "ours")
+    hf.save(str(tmp_path / "hf.json"))
+    data = files.read_hf_tokenizer(tmp_path / "hf.json")
+    assert data.vocab == tok.vocab
+    assert data.merges == tok.merges
+    assert data.special_tokens == tok.special_tokens
+    assert files.pretokenizer_from_hf(data).name == "gpt2"
+
+
+def test_custom_pattern_survives_tokenizer_json(tmp_path: Path) -> None:
+    pre = get_pretokenizer(r"custom:\d+|[a-z]+")
+    tok = Tokenizer({i: bytes([i]) for i in range(256)}, [], pretokenizer=pre, engine="python")
+    tok.save(tmp_path)
+    (tmp_path / "superbpe.json").unlink()
+    assert Tokenizer.load(tmp_path).pretokenizer == pre
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d: d.pop("model"), "not a BPE tokenizer.json"),
+        (lambda d: d["model"].update(type="WordPiece"), "not a BPE tokenizer.json"),
+        (lambda d: d["model"]["merges"].append("t zz"), "merge part 'zz' is not in the vocab"),
+        (lambda d: d["model"]["merges"].append(["a", "b", "c"]), "is not two tokens"),
+        (lambda d: d["added_tokens"].append({"id": 0, "content": "<x>", "special": True}), "clashes"),
+        (lambda d: d.update(added_tokens={}), "added_tokens must be a list"),
+    ],
+)
+def test_malformed_tokenizer_json(tmp_path: Path, edit, message: str) -> None:  # noqa: ANN001
+    _hand_made("gpt2").save(tmp_path)
+    path = tmp_path / "tokenizer.json"
+    document = json.loads(path.read_text(encoding="utf-8"))
+    edit(document)
+    path.write_text(json.dumps(document), encoding="utf-8")
+    with pytest.raises(InputError, match=message) as caught:
+        files.read_hf_tokenizer(path)
+    assert str(path) in str(caught.value)
+
+
+# -- manifest and directories -----------------------------------------------------------------------------
+
+
+def test_save_writes_four_files_and_manifest(tmp_path: Path) -> None:
+    tok = _hand_made("superbpe")
+    stages = [{"num_merges": 12}]
+    tok.save(tmp_path / "out", manifest_extra={"run": 7}, stages=stages, training={"vocab_size": 268})
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
+        [files.VOCAB_FILE, files.MERGES_FILE, files.HF_FILE, files.MANIFEST_FILE])
+    manifest = files.read_manifest(tmp_path / "out" / files.MANIFEST_FILE)
+    assert manifest.pretokenizer == tok.pretokenizer.spec()
+    assert manifest.special_tokens == ["<s>", "<pad token>"]
+    assert (manifest.vocab_size, manifest.stages, manifest.training, manifest.extra) == (
+        tok.vocab_size, [{"num_merges": 12}], {"vocab_size": 268}, {"run": 7})
+    assert Tokenizer.load(tmp_path / "out").encode("of the <pad token>") == tok.encode("of the <pad token>")
+
+
+def test_nothing_is_written_when_the_export_is_invalid(tmp_path: Path) -> None:
+    vocab = {i: bytes([i]) for i in range(256)}
+    with pytest.raises(ConfigError, match="special token"):
+        files.save_tokenizer_dir(tmp_path / "out", vocab, [], ["<missing>"], get_pretokenizer("gpt2"))
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ({"format": "other"}, "not a superbpe manifest"),
+        ({"format": "superbpe-tokenizer", "format_version": 99}, "format_version 99"),
+        ({"format": "superbpe-tokenizer", "format_version": 1, "pretokenizer": "gpt2"}, "'pretokenizer'"),
+        ({"format": "superbpe-tokenizer", "format_version": 1, "pretokenizer": {"name": "x", "pattern": "a"},
+          "special_tokens": [""], "vocab_size": 3}, "'special_tokens'"),
+        ({"format": "superbpe-tokenizer", "format_version": 1, "pretokenizer": {"name": "x", "pattern": "a"},
+          "special_tokens": [], "vocab_size": "3"}, "'vocab_size'"),
+        ({"format": "superbpe-tokenizer", "format_version": 1, "pretokenizer": {"name": "x", "pattern": "a"},
+          "special_tokens": [], "vocab_size": 3, "stages": {}}, "'stages'"),
+    ],
+)
+def test_malformed_manifest(tmp_path: Path, document: dict, message: str) -> None:
+    path = tmp_path / files.MANIFEST_FILE
+    path.write_text(json.dumps(document), encoding="utf-8")
+    with pytest.raises(InputError, match=message):
+        files.read_manifest(path)
+
+
+def test_manifest_with_bad_pattern_fails_on_load(tmp_path: Path) -> None:
+    _hand_made("gpt2").save(tmp_path)
+    path = tmp_path / files.MANIFEST_FILE
+    document = json.loads(path.read_text(encoding="utf-8"))
+    document["pretokenizer"]["pattern"] = "(unclosed"
+    path.write_text(json.dumps(document), encoding="utf-8")
+    with pytest.raises(InputError, match="bad pretokenizer"):
+        Tokenizer.load(tmp_path)
+
+
+def test_special_token_spelled_like_a_byte_token_cannot_be_exported(tmp_path: Path) -> None:
+    """Special "é" is also the byte-table spelling of byte 0xE9: HF would give it that id, so refuse."""
+    tok = Tokenizer({i: bytes([i]) for i in range(256)}, [], ["\u00e9", "<s>"], engine="python")
+    assert tok.encode("caf\u00e9<s>") == [99, 97, 102, 256, 257]
+    with pytest.raises(ConfigError, match="spelled like token id 233"):
+        tok.save(tmp_path / "out")
+    assert not (tmp_path / "out").exists()
