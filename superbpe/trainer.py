@@ -21,11 +21,13 @@ import heapq
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import add
 
 from superbpe.errors import ConfigError, SuperBPEError
 
 Merge = tuple[bytes, bytes]
-Pair = tuple[int, int]
+# Symbols are characters (see _PairTable), so ids stop at the largest code point.
+MAX_MERGES = 0x110000 - 256
 
 # Byte x -> 255 - x: reverses the order of equal-length byte strings.
 _COMPLEMENT = bytes(range(255, -1, -1))
@@ -96,87 +98,84 @@ def _order_key(token: bytes) -> str:
 
 
 class _PairTable:
-    """Unique pieces as id lists, weighted pair counts, and the inverted index pair -> pieces."""
+    """Unique pieces, weighted pair counts, and the inverted index pair -> pieces.
+
+    A symbol (token id) is the one-character string ``chr(id)``: a piece is then a ``str``, so finding a
+    pair is ``str.find`` and merging it everywhere is one ``str.replace``, both in C, and a pair is the
+    two-character string -- a cheap, hashable key. That keeps long pieces (SuperBPE stage 2 lines) fast:
+    Python code runs per occurrence of the pair, never per symbol, and a piece costs 1-4 bytes a symbol.
+    """
 
     def __init__(self, counts: Mapping[bytes, int]) -> None:
-        self.seqs: list[list[int]] = []
+        self.seqs: list[str] = []
         self.freqs: list[int] = []
-        self.pair_counts: dict[Pair, int] = {}
-        self.where: defaultdict[Pair, set[int]] = defaultdict(set)
-        seqs, freqs, pair_counts, where = self.seqs, self.freqs, self.pair_counts, self.where
+        self.pair_counts: dict[str, int] = {}
+        self.where: defaultdict[str, set[int]] = defaultdict(set)
+        seqs, freqs, where = self.seqs, self.freqs, self.where
+        pair_counts = self.pair_counts
+        get = pair_counts.get
         for piece, freq in counts.items():
             if freq < 0:
                 raise SuperBPEError(f"piece {piece!r} has a negative count {freq}")
             if len(piece) < 2 or freq == 0:
                 continue  # no pair can ever form inside it
             index = len(seqs)
-            seq = list(piece)
+            seq = piece.decode("latin-1")  # byte b -> chr(b), the symbol of id b
             seqs.append(seq)
             freqs.append(freq)
-            for pair in zip(seq, seq[1:], strict=False):
-                pair_counts[pair] = pair_counts.get(pair, 0) + freq
+            for pair in map(add, seq, seq[1:]):  # every adjacent two-character slice
+                pair_counts[pair] = get(pair, 0) + freq
                 where[pair].add(index)
 
-    def merge(self, left: int, right: int, new: int) -> list[Pair]:
-        """Replace every non-overlapping (left, right) occurrence by ``new``, scanning left to right.
+    def merge(self, pair: str, new: str) -> list[str]:
+        """Replace every non-overlapping occurrence of ``pair`` by ``new``, scanning left to right.
 
         Only the pairs next to each occurrence change: (before, left) and (right, after) lose the piece's
-        count, (before, new) and (new, after) gain it. The new pairs are gathered by their other symbol (no
-        tuple per occurrence) and registered once at the end. The left neighbour is read from the already
-        merged sequence, so in "abab" / "aaaa" the pair (new, left) gained at the first occurrence is taken
-        back at the second. Returns the new pairs that occur, all containing ``new``.
+        count, (before, new) and (new, after) gain it. The new pairs are gathered by their other symbol and
+        registered once at the end. When an occurrence directly follows the previous one ("abab", "aaaa"),
+        its left neighbour is that occurrence's ``new``, and the (new, left) gained there is taken back.
+        Returns the new pairs that occur, all containing ``new``.
         """
         pair_counts = self.pair_counts
         seqs = self.seqs
         freqs = self.freqs
-        before_counts: dict[int, int] = {}  # x -> count of (x, new)
-        after_counts: dict[int, int] = {}  # y -> count of (new, y)
-        before_where: defaultdict[int, set[int]] = defaultdict(set)
-        after_where: defaultdict[int, set[int]] = defaultdict(set)
-        before_get = before_counts.get
-        after_get = after_counts.get
-        same = left == right
-        for index in self.where.pop((left, right), ()):
+        left = pair[0]
+        before_counts: defaultdict[str, int] = defaultdict(int)  # x -> count of (x, new)
+        after_counts: defaultdict[str, int] = defaultdict(int)  # y -> count of (new, y)
+        before_where: defaultdict[str, set[int]] = defaultdict(set)
+        after_where: defaultdict[str, set[int]] = defaultdict(set)
+        for index in self.where.pop(pair, ()):
             seq = seqs[index]
-            # Counting first bounds the index() calls, so a search never fails and raises (slow).
-            remaining = seq.count(left)
-            if not remaining:
+            j = seq.find(pair)
+            if j < 0:
                 continue  # stale index entry: the pair left this piece in an earlier merge
             freq = freqs[index]
-            end = len(seq) - 1  # an occurrence starts before the last symbol
-            start = 0
-            while remaining:
-                j = seq.index(left, start)
-                remaining -= 1
-                start = j + 1
-                if start > end:
-                    break
-                if seq[start] != right:
-                    continue
-                if same:
-                    remaining -= 1  # the right symbol was a left one too, and is consumed
+            size = len(seq)
+            follows = -1  # where an occurrence directly after the previous one would start
+            while j >= 0:
                 if j:
-                    before = seq[j - 1]
-                    if before == new:  # the previous occurrence: take back its (new, left)
+                    if j == follows:
                         after_counts[left] -= freq
+                        before = new
                     else:
-                        pair_counts[(before, left)] -= freq
-                    before_counts[before] = before_get(before, 0) + freq
+                        pair_counts[seq[j - 1 : j + 1]] -= freq
+                        before = seq[j - 1]
+                    before_counts[before] += freq
                     before_where[before].add(index)
-                if start < end:
-                    after = seq[start + 1]  # never ``new``: the scan has not reached it yet
-                    pair_counts[(right, after)] -= freq
-                    after_counts[after] = after_get(after, 0) + freq
+                follows = j + 2
+                if follows < size:
+                    pair_counts[seq[j + 1 : j + 3]] -= freq
+                    after = seq[follows]
+                    after_counts[after] += freq
                     after_where[after].add(index)
-                seq[j] = new
-                del seq[start]
-                end -= 1
-        pair_counts.pop((left, right), None)
-        return self._register([((x, new), n, before_where[x]) for x, n in before_counts.items()]) + (
-            self._register([((new, y), n, after_where[y]) for y, n in after_counts.items()])
+                j = seq.find(pair, follows)
+            seqs[index] = seq.replace(pair, new)
+        pair_counts.pop(pair, None)
+        return self._register([(x + new, n, before_where[x]) for x, n in before_counts.items()]) + (
+            self._register([(new + y, n, after_where[y]) for y, n in after_counts.items()])
         )
 
-    def _register(self, created: list[tuple[Pair, int, set[int]]]) -> list[Pair]:
+    def _register(self, created: list[tuple[str, int, set[int]]]) -> list[str]:
         """Record the counts and pieces of pairs a merge created; return those that occur."""
         live = []
         pair_counts = self.pair_counts
@@ -209,6 +208,8 @@ def train_merges(
     """
     if num_merges < 0:
         raise ConfigError(f"num_merges must be >= 0, got {num_merges}")
+    if num_merges > MAX_MERGES:
+        raise ConfigError(f"num_merges must be <= {MAX_MERGES}, got {num_merges}")
     if len(replay) > num_merges:
         raise ConfigError(f"{len(replay)} merges to replay but only {num_merges} merges in total")
     if callback_every < 1:
@@ -237,7 +238,7 @@ def _replay(
         if token in token_ids:
             raise SuperBPEError(f"replay merge {index} {merge!r}: token {token!r} already exists")
         new = len(tokens)
-        table.merge(token_ids[left], token_ids[right], new)
+        table.merge(chr(token_ids[left]) + chr(token_ids[right]), chr(new))
         tokens.append(token)
         token_ids[token] = new
         merges.append((left, right))
@@ -265,7 +266,7 @@ def _choose(
     pair_counts = table.pair_counts
     order_keys = [_order_key(token) for token in tokens]
     heap = [
-        (-count, order_keys[pair[0]] + order_keys[pair[1]], pair)
+        (-count, order_keys[ord(pair[0])] + order_keys[ord(pair[1])], pair)
         for pair, count in pair_counts.items()
         if count > 0
     ]
@@ -286,17 +287,19 @@ def _choose(
         if count < min_frequency:
             break
         heappop(heap)
-        left, right = pair
-        token = tokens[left] + tokens[right]
+        left = tokens[ord(pair[0])]
+        right = tokens[ord(pair[1])]
+        token = left + right
         if token in token_ids or (allows is not None and not allows(token)):
             continue  # skipped for good: an old pair is never pushed again
         new = len(tokens)
         tokens.append(token)
         token_ids[token] = new
         order_keys.append(_order_key(token))
-        for fresh in table.merge(left, right, new):
-            heappush(heap, (-pair_counts[fresh], order_keys[fresh[0]] + order_keys[fresh[1]], fresh))
-        merges.append((tokens[left], tokens[right]))
+        for fresh in table.merge(pair, chr(new)):
+            order = order_keys[ord(fresh[0])] + order_keys[ord(fresh[1])]
+            heappush(heap, (-pair_counts[fresh], order, fresh))
+        merges.append((left, right))
         chosen += 1
         if callback is not None and chosen % callback_every == 0 and callback(list(merges)):
             return True

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from superbpe.counting import PieceCounts, count_pieces
 from superbpe.errors import SuperBPEError
-from superbpe.trainer import MergeRules, TrainResult, count_words, train_merges
+from superbpe.trainer import MAX_MERGES, MergeRules, TrainResult, count_words, train_merges
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 EOT = "<|endoftext|>"
@@ -333,6 +333,8 @@ def test_bad_arguments_are_errors() -> None:
         train_merges({b"ab": 1}, 1, replay=[(b"a", b"b"), (b"ab", b"c")])
     with pytest.raises(SuperBPEError):
         train_merges({b"ab": 1}, -1)
+    with pytest.raises(SuperBPEError, match="num_merges must be <="):
+        train_merges({b"ab": 1}, MAX_MERGES + 1)
     with pytest.raises(SuperBPEError):
         train_merges({b"ab": 1}, 1, callback_every=0)
     with pytest.raises(SuperBPEError):
