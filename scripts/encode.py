@@ -31,7 +31,7 @@ def main(cfg: DictConfig) -> None:
             chunk_bytes=args.chunk_bytes,
             text_field=args.text_field,
             errors=args.errors,
-            engine=args.engine,
+            engine=args.engine.name,
             progress=args.progress,
         )
     except USER_ERRORS as exc:

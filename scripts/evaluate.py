@@ -31,7 +31,7 @@ def main(cfg: DictConfig) -> None:
             args.input,
             separator=args.separator,
             text_field=args.text_field,
-            engine=args.engine,
+            engine=args.engine.name,
         )
         if args.output:
             atomic_write_text(Path(args.output), json.dumps(result.to_json(), indent=2) + "\n")

@@ -112,7 +112,7 @@ class EncodeConfig:
     chunk_bytes: int = 1 << 20
     text_field: str = "text"
     errors: str = "strict"
-    engine: str = "auto"
+    engine: EngineConfig = field(default_factory=EngineConfig)
     progress: bool | None = None
 
 
@@ -124,7 +124,7 @@ class EvaluateConfig:
     input: Any = "???"  # a file, directory, glob, or a list of them
     separator: str | None = "<|endoftext|>"  # documents are split at this special token
     text_field: str = "text"
-    engine: str = "auto"
+    engine: EngineConfig = field(default_factory=EngineConfig)
     output: str | None = None  # also write the numbers as JSON here
 
 

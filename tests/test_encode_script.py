@@ -1,0 +1,187 @@
+"""scripts/encode.py and scripts/evaluate.py: flat token files equal Tokenizer.encode per document."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from script_helpers import assert_one_line_error, run_script
+
+from superbpe.config import DataConfig, EngineConfig, TrainConfig
+from superbpe.evaluate import evaluate
+from superbpe.run import run_training
+from superbpe.token_files import encode_corpus
+from superbpe.tokenizer import Tokenizer
+
+EOT = "<|endoftext|>"
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory, shared_data) -> Path:
+    out = tmp_path_factory.mktemp("tok")
+    cfg = TrainConfig(
+        data=DataConfig(paths=[str(shared_data / "corpus.en")]),
+        engine=EngineConfig("python"),
+        vocab_size=700,
+        output_dir=str(out),
+        cache_dir=None,
+    )
+    run_training(cfg)
+    return out
+
+
+@pytest.fixture(scope="module")
+def documents(shared_data) -> list[str]:
+    text = (shared_data / "tinystories_sample.txt").read_text(encoding="utf-8")
+    german = (shared_data / "german.txt").read_text(encoding="utf-8")
+    docs = [d.strip("\n") for d in text.split(EOT) if d.strip()]
+    return [*docs, german, "  leading spaces\n\n\n", "x"]
+
+
+def expected_ids(tok: Tokenizer, docs: list[str]) -> list[int]:
+    eot = tok.token_to_id(EOT)
+    return [i for doc in docs for i in [*tok.encode(doc), eot]]
+
+
+def test_text_and_jsonl_inputs_equal_encode_per_document(tokenizer_dir, documents, tmp_path):
+    text_file = tmp_path / "docs.txt"
+    text_file.write_text(EOT.join(documents[:4]), encoding="utf-8")
+    jsonl_file = tmp_path / "docs.jsonl"
+    jsonl_file.write_text("".join(json.dumps({"text": d}) + "\n" for d in documents[4:]), encoding="utf-8")
+    out = tmp_path / "out" / "train.bin"
+    proc = run_script(
+        "encode.py",
+        f"tokenizer={tokenizer_dir}",
+        f"input=[{text_file},{jsonl_file}]",
+        f"output={out}",
+        "chunk_bytes=512",
+        "workers=2",
+        "engine=python",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    tok = Tokenizer.load(tokenizer_dir)
+    ids = np.memmap(out, dtype=np.uint16, mode="r")
+    assert ids.tolist() == expected_ids(tok, documents)
+    sidecar = json.loads((out.parent / "train.bin.json").read_text())
+    assert sidecar["dtype"] == "uint16" and sidecar["tokens"] == len(ids)
+    assert sidecar["documents"] == len(documents) and sidecar["separator_id"] == tok.token_to_id(EOT)
+    assert len(sidecar["tokenizer_hash"]) == 64
+    assert f"{len(ids)} tokens" in proc.stdout
+
+
+def test_serial_and_parallel_give_the_same_file(tokenizer_dir, shared_data, tmp_path):
+    corpus = shared_data / "corpus.en"
+    serial = encode_corpus(tokenizer_dir, corpus, tmp_path / "a.bin", workers=1, engine="python")
+    parallel = encode_corpus(
+        tokenizer_dir, corpus, tmp_path / "b.bin", workers=2, chunk_bytes=8192, engine="python"
+    )
+    assert (tmp_path / "a.bin").read_bytes() == (tmp_path / "b.bin").read_bytes()
+    assert serial.tokens == parallel.tokens
+    tok = Tokenizer.load(tokenizer_dir)
+    whole = tok.encode(corpus.read_text(encoding="utf-8"))
+    assert np.fromfile(tmp_path / "a.bin", dtype=np.uint16).tolist() == [*whole, tok.token_to_id(EOT)]
+
+
+def test_superbpe_tokenizer_encodes_with_its_stage2_pattern(tmp_path, shared_data):
+    out = tmp_path / "tok"
+    cfg = TrainConfig(
+        data=DataConfig(paths=[str(shared_data / "corpus.en")]),
+        engine=EngineConfig("python"),
+        vocab_size=600,
+        output_dir=str(out),
+        cache_dir=None,
+    )
+    cfg.schedule.name = "superbpe"
+    cfg.schedule.stages[0].until = 200
+    from superbpe.config import PretokenizerConfig, StageConfig
+
+    cfg.schedule.stages.append(
+        StageConfig(
+            name="stage2",
+            pretokenizer=PretokenizerConfig("superbpe"),
+            max_words_per_token=4,
+            forbidden_substrings=[": "],
+        )
+    )
+    run_training(cfg)
+    tok = Tokenizer.load(out)
+    assert tok.pretokenizer.name == "superbpe"
+    text = (shared_data / "corpus.en").read_text(encoding="utf-8")[:20_000]
+    (tmp_path / "in.txt").write_text(text, encoding="utf-8")
+    encode_corpus(out, tmp_path / "in.txt", tmp_path / "x.bin", separator=None, engine="python")
+    ids = np.fromfile(tmp_path / "x.bin", dtype=np.uint16).tolist()
+    assert ids == tok.encode(text)
+    assert any(b" " in tok.vocab[i].strip() for i in ids)  # superword tokens are used
+
+
+def test_uint32_above_65536_ids(tokenizer_dir, documents, tmp_path):
+    tok = Tokenizer.load(tokenizer_dir)
+    vocab = {i: t for i, t in tok.vocab.items() if i != tok.token_to_id(EOT)}
+    vocab[70_000] = EOT.encode()
+    big = Tokenizer(vocab, tok.merges, [EOT], tok.pretokenizer, engine="python")
+    big.save(tmp_path / "big")
+    source = tmp_path / "docs.txt"
+    source.write_text(EOT.join(documents), encoding="utf-8")
+    out = tmp_path / "big.bin"
+    proc = run_script(
+        "encode.py", f"tokenizer={tmp_path / 'big'}", f"input={source}", f"output={out}", cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "big.bin.json").read_text())["dtype"] == "uint32"
+    ids = np.memmap(out, dtype=np.uint32, mode="r").tolist()
+    assert ids == expected_ids(big, documents)
+    assert ids.count(70_000) == len(documents)
+
+
+def test_bad_inputs_are_one_line_errors_and_leave_no_file(tokenizer_dir, tmp_path):
+    source = tmp_path / "in.txt"
+    source.write_text("hello world")
+    out = tmp_path / "out.bin"
+    missing = run_script(
+        "encode.py",
+        f"tokenizer={tokenizer_dir}",
+        f"input={tmp_path / 'nope.txt'}",
+        f"output={out}",
+        cwd=tmp_path,
+    )
+    assert_one_line_error(missing, "nope.txt")
+    bad_sep = run_script(
+        "encode.py",
+        f"tokenizer={tokenizer_dir}",
+        f"input={source}",
+        f"output={out}",
+        "separator='<|eos|>'",
+        cwd=tmp_path,
+    )
+    assert_one_line_error(bad_sep, "separator '<|eos|>' is not a special token")
+    bad_utf8 = tmp_path / "bad.txt"
+    bad_utf8.write_bytes(b"fine text\n" * 50 + b"\xff\xfe broken")
+    broken = run_script(
+        "encode.py", f"tokenizer={tokenizer_dir}", f"input={bad_utf8}", f"output={out}", cwd=tmp_path
+    )
+    assert_one_line_error(broken, "invalid UTF-8 at byte 500")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.txt", "in.txt"]
+
+
+def test_evaluate_script_reports_bytes_per_token(tokenizer_dir, documents, tmp_path):
+    source = tmp_path / "held_out.txt"
+    source.write_text(EOT.join(documents), encoding="utf-8")
+    proc = run_script(
+        "evaluate.py",
+        f"tokenizer={tokenizer_dir}",
+        f"input={source}",
+        f"output={tmp_path / 'eval.json'}",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    tok = Tokenizer.load(tokenizer_dir)
+    n_bytes = sum(len(d.encode()) for d in documents)
+    n_tokens = sum(len(tok.encode(d)) for d in documents)
+    result = json.loads((tmp_path / "eval.json").read_text())
+    assert (result["bytes"], result["tokens"], result["documents"]) == (n_bytes, n_tokens, len(documents))
+    assert result["bytes_per_token"] == pytest.approx(n_bytes / n_tokens, abs=1e-4)
+    assert f"bytes/token {n_bytes / n_tokens:.4f}" in proc.stdout
+    assert evaluate(tok, source).tokens_per_document == pytest.approx(n_tokens / len(documents))
