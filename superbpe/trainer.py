@@ -1,7 +1,7 @@
 """The python engine's BPE trainer: piece counts in, merges out.
 
-Every unique pre-tokenized piece is kept once, as a list of token ids, together with its count. The trainer
-keeps the count of every adjacent pair (weighted by piece counts) and an inverted index pair -> pieces, so a
+Every unique pre-tokenized piece is kept once, as a string of symbols (``chr(id)``), with its count. We
+keep the count of every adjacent pair (weighted by piece counts) and an inverted index pair -> pieces, so a
 merge only visits the pieces that contain the merged pair and only adjusts the pairs next to each
 occurrence -- whole pieces are never recounted. That matters for SuperBPE stage 2, where a piece is a whole
 line of hundreds of symbols.
