@@ -1,0 +1,82 @@
+"""The run cache: longest-prefix merges, locking, and concurrent jobs sharing one cache directory."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from script_helpers import SCRIPTS, script_env
+
+from superbpe.cache import RunCache, cache_key
+
+MERGES = [(b"a", b"b"), (b"ab", b"c"), (b" ", b"t")]
+
+
+def test_store_keeps_the_longest_prefix_and_exhaustion(tmp_path):
+    cache = RunCache(tmp_path)
+    with cache.entry("merges", cache_key(x=1), ".json") as path:
+        cache.store_merges(path, MERGES[:2], exhausted=False)
+        cache.store_merges(path, MERGES[:1], exhausted=False)  # shorter: ignored
+        assert cache.load_merges(path).merges == MERGES[:2]
+        cache.store_merges(path, MERGES, exhausted=True)
+        loaded = cache.load_merges(path)
+        assert loaded.merges == MERGES and loaded.exhausted
+
+
+def test_unreadable_entries_are_ignored_not_fatal(tmp_path):
+    cache = RunCache(tmp_path)
+    with cache.entry("counts", "k", ".counts") as path:
+        path.write_bytes(b"garbage")
+        assert cache.load_counts(path) is None
+    with cache.entry("merges", "k", ".json") as path:
+        path.write_text("{")
+        assert cache.load_merges(path) is None
+
+
+def test_disabled_cache_never_hits(tmp_path):
+    cache = RunCache(None)
+    with cache.entry("merges", "k", ".json") as path:
+        assert path is None and cache.load_merges(path) is None
+        cache.store_merges(path, MERGES, exhausted=False)
+    assert not cache.enabled
+
+
+def test_key_depends_on_every_part():
+    assert cache_key(a=1, b=[1, 2]) == cache_key(b=[1, 2], a=1)
+    assert cache_key(a=1, b=[1, 2]) != cache_key(a=1, b=[2, 1])
+
+
+@pytest.mark.slow
+def test_concurrent_jobs_share_the_cache_safely(tmp_path, shared_data):
+    import subprocess
+    import sys
+
+    cache = tmp_path / "cache"
+    args = [
+        "engine=python",
+        f"data.paths=[{shared_data / 'corpus.en'}]",
+        "vocab_size=700",
+        "schedule=superbpe",
+        "schedule.transition=0.5",
+    ]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(SCRIPTS / "train.py"), f"hydra.run.dir={tmp_path / f'run{i}'}", *args],
+            cwd=tmp_path,
+            env=script_env(cache),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(3)
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+    merges = {(tmp_path / f"run{i}" / "merges.txt").read_bytes() for i in range(3)}
+    assert len(merges) == 1
+    entries = sorted(p.name for p in cache.rglob("*") if p.is_file() and not p.name.endswith(".lock"))
+    assert sum(name.endswith(".counts") for name in entries) == 2  # one per pattern, none torn or duplicated
+    assert not [name for name in entries if name.endswith(".tmp")]
+    for path in cache.rglob("*.json"):
+        json.loads(path.read_text())
