@@ -154,18 +154,21 @@ class Tokenizer:
         """``encode_iterable`` in lists of ids, one per encoded stretch of the buffer."""
         parts: list[str] = []
         pending = 0  # characters received since the last attempt to cut
+        wait_for = STREAM_FLUSH_CHARS
         for text in iterable:
             parts.append(text)
             pending += len(text)
-            if pending < STREAM_FLUSH_CHARS:
+            if pending < wait_for:
                 continue
-            pending = 0
             buffer = "".join(parts)
             cut = self._stream_cut(buffer)
             if cut:
                 yield self.encode(buffer[:cut])
                 buffer = buffer[cut:]
             parts = [buffer]
+            pending = 0
+            # A long stretch without a cut point is rescanned only after it doubles: linear time overall.
+            wait_for = max(STREAM_FLUSH_CHARS, len(buffer))
         buffer = "".join(parts)
         if buffer:
             yield self.encode(buffer)

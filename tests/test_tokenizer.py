@@ -269,6 +269,17 @@ def test_encode_iterable_memory_stays_bounded(gpt2: Tokenizer) -> None:
     assert backlog < 4 * tokenizer_module.STREAM_FLUSH_CHARS
 
 
+def test_uncuttable_stream_is_rescanned_rarely(gpt2: Tokenizer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One 2 MB line: the buffer is re-examined only when it doubles, so streaming stays linear."""
+    calls = []
+    original = Tokenizer._stream_cut
+    monkeypatch.setattr(Tokenizer, "_stream_cut", lambda self, buffer: calls.append(len(buffer)) or original(
+        self, buffer))
+    chunks = ["one line that never ends " for _ in range(80_000)]
+    assert list(gpt2.encode_iterable(chunks)) == gpt2.encode("".join(chunks))
+    assert 1 <= len(calls) <= 7
+
+
 def test_encode_file_matches_encode(tmp_path: Path, gpt2: Tokenizer, wikitext_text: str) -> None:
     text = wikitext_text[:100_000].replace("\n", "\r\n", 50) + EOT + "tail"
     plain = tmp_path / "text.txt"
