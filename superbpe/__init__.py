@@ -28,6 +28,8 @@ _EXPORTS = {
     "PATTERNS": "superbpe.pretokenize",
     "get_engine": "superbpe.engine",
     "SuperBPEError": "superbpe.errors",
+    "run_training": "superbpe.run",
+    "TrainConfig": "superbpe.config",
 }
 
 __all__ = sorted(_EXPORTS)
