@@ -1,0 +1,254 @@
+//! Encoder: pieces to ids by merge rank (docs/DESIGN.md "Encoding").
+//!
+//! Inside a piece: if the piece's bytes are a token, that id; otherwise start from single bytes
+//! and repeatedly merge the adjacent pair with the lowest merge rank, leftmost on ties. Short
+//! pieces use a linear scan (fewer cache misses than a heap); long pieces a lazy min-heap over a
+//! linked list, so a whole-line SuperBPE piece costs O(n log n), not O(n²). Pieces that are not
+//! tokens are cached, since the same rare words recur.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::Mutex;
+
+use rayon::prelude::*;
+
+use crate::scan::Splitter;
+
+const NONE: u32 = u32::MAX;
+/// Pieces up to this many bytes are merged with the linear scan.
+const LINEAR_MAX: usize = 48;
+const CACHE_SHARDS: usize = 16;
+const CACHE_MAX_PER_SHARD: usize = 1 << 14;
+/// Pieces longer than this are not cached (they rarely repeat).
+const CACHE_MAX_PIECE: usize = 256;
+
+type Cache = HashMap<Box<[u8]>, Box<[u32]>, ahash::RandomState>;
+
+pub struct Encoder {
+    splitter: Splitter,
+    vocab: HashMap<Box<[u8]>, u32, ahash::RandomState>,
+    byte_ids: [u32; 256],
+    /// (left id, right id) -> (rank, merged id)
+    ranks: HashMap<u64, (u32, u32), ahash::RandomState>,
+    cache: Vec<Mutex<Cache>>,
+    hasher: ahash::RandomState,
+}
+
+#[inline]
+fn pair_key(l: u32, r: u32) -> u64 {
+    ((l as u64) << 32) | r as u64
+}
+
+impl Encoder {
+    /// `vocab`: bytes -> id; `merges` in rank order. Every single byte must be a token, and
+    /// every merge's result must be in `vocab`.
+    pub fn new(vocab: Vec<(Vec<u8>, u32)>, merges: &[(Vec<u8>, Vec<u8>)], splitter: Splitter) -> Result<Encoder, String> {
+        let mut map: HashMap<Box<[u8]>, u32, ahash::RandomState> = HashMap::default();
+        for (bytes, id) in vocab {
+            map.insert(bytes.into_boxed_slice(), id);
+        }
+        let mut byte_ids = [NONE; 256];
+        for (b, slot) in byte_ids.iter_mut().enumerate() {
+            *slot = *map.get(&[b as u8][..]).ok_or_else(|| format!("byte {b} is not in the vocabulary"))?;
+        }
+        let mut ranks: HashMap<u64, (u32, u32), ahash::RandomState> = HashMap::default();
+        for (rank, (l, r)) in merges.iter().enumerate() {
+            let lookup = |t: &[u8]| map.get(t).copied();
+            let merged = [l.as_slice(), r.as_slice()].concat();
+            let Some(mi) = lookup(&merged) else {
+                return Err(format!("merge {rank}: the token it makes is not in the vocabulary"));
+            };
+            // A part that is not a token can never be formed, so the merge can never apply.
+            if let (Some(li), Some(ri)) = (lookup(l), lookup(r)) {
+                ranks.entry(pair_key(li, ri)).or_insert((rank as u32, mi));
+            }
+        }
+        Ok(Encoder {
+            splitter,
+            vocab: map,
+            byte_ids,
+            ranks,
+            cache: (0..CACHE_SHARDS).map(|_| Mutex::new(Cache::default())).collect(),
+            hasher: ahash::RandomState::with_seeds(1, 2, 3, 4),
+        })
+    }
+
+    pub fn splitter(&self) -> &Splitter {
+        &self.splitter
+    }
+
+    /// Ids of text with no special tokens in it.
+    pub fn encode_ordinary(&self, text: &[u8], out: &mut Vec<u32>) -> Result<(), String> {
+        self.splitter.split(text, &mut |piece| self.encode_piece(piece, out))
+    }
+
+    /// Encode many texts in parallel; returns ids and the end offset of each text's ids.
+    pub fn encode_batch(&self, texts: &[&[u8]]) -> Result<(Vec<u32>, Vec<u64>), String> {
+        let parts: Vec<Vec<u32>> = texts
+            .par_iter()
+            .map(|t| {
+                let mut v = Vec::with_capacity(t.len() / 3 + 1);
+                self.encode_ordinary(t, &mut v).map(|_| v)
+            })
+            .collect::<Result<_, _>>()?;
+        let mut ends = Vec::with_capacity(parts.len());
+        let mut ids = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
+        for p in parts {
+            ids.extend_from_slice(&p);
+            ends.push(ids.len() as u64);
+        }
+        Ok((ids, ends))
+    }
+
+    #[inline]
+    fn encode_piece(&self, piece: &[u8], out: &mut Vec<u32>) {
+        if let Some(&id) = self.vocab.get(piece) {
+            out.push(id);
+            return;
+        }
+        if piece.len() > CACHE_MAX_PIECE {
+            self.merge_heap(piece, out);
+            return;
+        }
+        let shard = (self.hasher.hash_one(piece) as usize) % CACHE_SHARDS;
+        if let Ok(cache) = self.cache[shard].try_lock() {
+            if let Some(ids) = cache.get(piece) {
+                out.extend_from_slice(ids);
+                return;
+            }
+        }
+        let start = out.len();
+        if piece.len() <= LINEAR_MAX {
+            self.merge_linear(piece, out);
+        } else {
+            self.merge_heap(piece, out);
+        }
+        if let Ok(mut cache) = self.cache[shard].try_lock() {
+            if cache.len() < CACHE_MAX_PER_SHARD {
+                cache.insert(piece.into(), out[start..].into());
+            }
+        }
+    }
+
+    #[inline]
+    fn rank(&self, l: u32, r: u32) -> Option<(u32, u32)> {
+        self.ranks.get(&pair_key(l, r)).copied()
+    }
+
+    /// Repeatedly merge the leftmost lowest-rank pair, scanning the whole (short) piece each time.
+    fn merge_linear(&self, piece: &[u8], out: &mut Vec<u32>) {
+        let mut ids: Vec<u32> = piece.iter().map(|&b| self.byte_ids[b as usize]).collect();
+        // ranks[i]: rank and result of merging ids[i], ids[i + 1].
+        let mut ranks: Vec<Option<(u32, u32)>> = ids.windows(2).map(|w| self.rank(w[0], w[1])).collect();
+        loop {
+            let mut best: Option<(usize, u32, u32)> = None;
+            for (i, r) in ranks.iter().enumerate() {
+                if let Some((rank, merged)) = *r {
+                    if best.is_none_or(|(_, br, _)| rank < br) {
+                        best = Some((i, rank, merged));
+                    }
+                }
+            }
+            let Some((i, _, merged)) = best else { break };
+            ids[i] = merged;
+            ids.remove(i + 1);
+            ranks.remove(i);
+            if i > 0 {
+                ranks[i - 1] = self.rank(ids[i - 1], merged);
+            }
+            if i + 1 < ids.len() {
+                ranks[i] = self.rank(merged, ids[i + 1]);
+            }
+        }
+        out.extend_from_slice(&ids);
+    }
+
+    /// The same merges with a lazy min-heap of (rank, position) over a linked list.
+    fn merge_heap(&self, piece: &[u8], out: &mut Vec<u32>) {
+        let n = piece.len();
+        let mut sym: Vec<u32> = piece.iter().map(|&b| self.byte_ids[b as usize]).collect();
+        let mut next: Vec<u32> = (1..=n as u32).collect();
+        next[n - 1] = NONE;
+        let mut prev: Vec<u32> = (0..n as u32).map(|i| i.wrapping_sub(1)).collect();
+        prev[0] = NONE;
+        let mut heap: BinaryHeap<Reverse<(u32, u32)>> = BinaryHeap::with_capacity(n);
+        for i in 0..n - 1 {
+            if let Some((rank, _)) = self.rank(sym[i], sym[i + 1]) {
+                heap.push(Reverse((rank, i as u32)));
+            }
+        }
+        while let Some(Reverse((rank, p))) = heap.pop() {
+            let pu = p as usize;
+            if sym[pu] == NONE {
+                continue;
+            }
+            let q = next[pu];
+            if q == NONE {
+                continue;
+            }
+            let Some((current, merged)) = self.rank(sym[pu], sym[q as usize]) else { continue };
+            if current != rank {
+                continue;
+            }
+            sym[pu] = merged;
+            sym[q as usize] = NONE;
+            let after = next[q as usize];
+            next[pu] = after;
+            if after != NONE {
+                prev[after as usize] = p;
+                if let Some((r, _)) = self.rank(merged, sym[after as usize]) {
+                    heap.push(Reverse((r, p)));
+                }
+            }
+            let before = prev[pu];
+            if before != NONE {
+                if let Some((r, _)) = self.rank(sym[before as usize], merged) {
+                    heap.push(Reverse((r, before)));
+                }
+            }
+        }
+        let mut p = 0u32;
+        while p != NONE {
+            out.push(sym[p as usize]);
+            p = next[p as usize];
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scan::{builtin_pattern, Builtin};
+
+    fn encoder(merges: &[(&str, &str)]) -> Encoder {
+        let mut vocab: Vec<(Vec<u8>, u32)> = (0..=255u8).map(|b| (vec![b], b as u32)).collect();
+        for (l, r) in merges {
+            vocab.push(([l.as_bytes(), r.as_bytes()].concat(), vocab.len() as u32));
+        }
+        let m: Vec<(Vec<u8>, Vec<u8>)> = merges.iter().map(|(l, r)| (l.as_bytes().to_vec(), r.as_bytes().to_vec())).collect();
+        Encoder::new(vocab, &m, Splitter::new(&builtin_pattern(Builtin::Superbpe), false).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn linear_and_heap_agree() {
+        let e = encoder(&[("a", "a"), ("b", "c"), ("aa", "a"), ("a", "bc"), ("aa", "bc")]);
+        for text in ["aaaaabcabcaaab", "abcaaaaaaaaaaaabcbcbcaabcaaaaaaaaaabcbcbcaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaabcbcbcb"] {
+            let mut lin = Vec::new();
+            let mut heap = Vec::new();
+            e.merge_linear(text.as_bytes(), &mut lin);
+            e.merge_heap(text.as_bytes(), &mut heap);
+            assert_eq!(lin, heap, "{text}");
+        }
+    }
+
+    #[test]
+    fn lowest_rank_first_leftmost_on_ties() {
+        let e = encoder(&[("a", "a"), ("aa", "a")]);
+        let mut out = Vec::new();
+        e.merge_linear(b"aaaa", &mut out);
+        assert_eq!(out, vec![256, 256]);
+        out.clear();
+        e.merge_linear(b"aaaaa", &mut out);
+        assert_eq!(out, vec![256, 257]);
+    }
+}

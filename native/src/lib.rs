@@ -1,0 +1,15 @@
+//! Native engine of superbpe: pre-tokenizers, piece counting, BPE training and encoding.
+//!
+//! The pure-Rust core lives in the modules below and is tested with `cargo test`; the PyO3
+//! bindings (`superbpe._native`) are in `py` and only built with the `python` feature.
+
+pub mod count;
+pub mod countsfile;
+pub mod encode;
+pub mod scan;
+pub mod specials;
+pub mod train;
+pub mod unicode;
+
+#[cfg(feature = "python")]
+mod py;

@@ -1,0 +1,407 @@
+//! PyO3 bindings: the `superbpe._native` module.
+//!
+//! Arguments are validated in Python (`superbpe/native_engine.py`) before they get here. Heavy
+//! work runs with the GIL released, and every entry point catches Rust panics so a bug surfaces
+//! as a Python `RuntimeError` with a message instead of killing the interpreter.
+
+use std::fs::File;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use pyo3::create_exception;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedStr;
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
+
+use crate::count::{safe_chunks, CountSpec, Counts};
+use crate::encode::Encoder;
+use crate::scan::Splitter;
+use crate::specials::Specials;
+use crate::train::{Rules, Trainer};
+use crate::{countsfile, unicode};
+
+create_exception!(_native, InvalidUtf8, PyValueError, "Invalid UTF-8; args[0] is the byte offset.");
+
+/// Errors from the Rust core, before conversion to Python exceptions.
+enum NativeError {
+    Msg(String),
+    Utf8(usize),
+    Py(PyErr),
+}
+
+impl From<String> for NativeError {
+    fn from(s: String) -> Self {
+        NativeError::Msg(s)
+    }
+}
+
+impl From<NativeError> for PyErr {
+    fn from(e: NativeError) -> PyErr {
+        match e {
+            NativeError::Msg(m) => PyValueError::new_err(m),
+            NativeError::Utf8(offset) => InvalidUtf8::new_err(offset),
+            NativeError::Py(e) => e,
+        }
+    }
+}
+
+/// Run `f` with the GIL released, turning a panic into a `RuntimeError`.
+fn run_detached<T: Send, F>(py: Python<'_>, f: F) -> PyResult<T>
+where
+    F: FnOnce() -> Result<T, NativeError> + Send,
+{
+    let result = py.detach(|| catch_unwind(AssertUnwindSafe(f)));
+    match result {
+        Ok(r) => r.map_err(PyErr::from),
+        Err(panic) => {
+            let msg = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "unknown panic".into());
+            Err(PyRuntimeError::new_err(format!("native engine panicked: {msg}")))
+        }
+    }
+}
+
+fn pool(workers: usize) -> PyResult<rayon::ThreadPool> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(workers)
+        .build()
+        .map_err(|e| PyRuntimeError::new_err(format!("cannot start worker threads: {e}")))
+}
+
+/// Piece counts held in Rust, so millions of pieces need not become Python objects.
+#[pyclass(module = "superbpe._native", name = "NativeCounts")]
+#[derive(Default)]
+pub struct NativeCounts {
+    inner: Counts,
+}
+
+#[pymethods]
+impl NativeCounts {
+    #[new]
+    fn new() -> Self {
+        NativeCounts::default()
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// Number of piece occurrences.
+    fn total(&self) -> u128 {
+        self.inner.total()
+    }
+
+    fn get(&self, piece: &[u8]) -> u64 {
+        self.inner.get(piece)
+    }
+
+    /// `dict[bytes, int]` of all entries.
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for (k, v) in self.inner.iter() {
+            d.set_item(PyBytes::new(py, k), v)?;
+        }
+        Ok(d)
+    }
+
+    /// Counts from a `Mapping[bytes, int]` (keys bytes, values 0..2**64, checked in Python).
+    #[staticmethod]
+    fn from_dict(d: &Bound<'_, PyDict>) -> PyResult<NativeCounts> {
+        let mut inner = Counts::default();
+        for (k, v) in d.iter() {
+            let k = k.cast::<PyBytes>()?;
+            let v: u64 = v.extract()?;
+            inner.add(k.as_bytes(), v).map_err(PyValueError::new_err)?;
+        }
+        Ok(NativeCounts { inner })
+    }
+
+    /// Add `other` into these counts.
+    fn update(&mut self, py: Python<'_>, other: &NativeCounts) -> PyResult<()> {
+        let inner = &mut self.inner;
+        let theirs = &other.inner;
+        run_detached(py, || inner.merge(theirs).map_err(NativeError::from))
+    }
+
+    /// The `.counts` file bytes with the given JSON meta (docs/DESIGN.md).
+    fn serialize<'py>(&self, py: Python<'py>, meta: &[u8]) -> PyResult<Bound<'py, PyBytes>> {
+        let inner = &self.inner;
+        let data = run_detached(py, || Ok(countsfile::serialize(inner, meta)))?;
+        Ok(PyBytes::new(py, &data))
+    }
+
+    /// Parse `.counts` file bytes: `(meta_json_bytes, NativeCounts)`.
+    #[staticmethod]
+    fn parse<'py>(py: Python<'py>, data: &[u8]) -> PyResult<(Bound<'py, PyBytes>, NativeCounts)> {
+        let (meta, inner) = run_detached(py, || countsfile::parse(data).map_err(NativeError::from))?;
+        Ok((PyBytes::new(py, &meta), NativeCounts { inner }))
+    }
+}
+
+/// Streams inputs into one set of counts with a fixed pre-tokenizer and special tokens.
+#[pyclass(module = "superbpe._native", name = "Counter")]
+pub struct Counter {
+    spec: CountSpec,
+    counts: Counts,
+    pool: rayon::ThreadPool,
+}
+
+impl Counter {
+    fn count_text(&mut self, py: Python<'_>, data: &[u8], replace: bool) -> PyResult<()> {
+        let (spec, counts, pool) = (&self.spec, &mut self.counts, &self.pool);
+        run_detached(py, || {
+            let text = match std::str::from_utf8(data) {
+                Ok(_) => std::borrow::Cow::Borrowed(data),
+                Err(e) if !replace => return Err(NativeError::Utf8(e.valid_up_to())),
+                Err(_) => std::borrow::Cow::Owned(String::from_utf8_lossy(data).into_owned().into_bytes()),
+            };
+            pool.install(|| spec.count_docs(&[&text], counts)).map_err(NativeError::from)
+        })
+    }
+}
+
+#[pymethods]
+impl Counter {
+    #[new]
+    fn new(pattern: &str, line_units: bool, specials: Vec<Vec<u8>>, chunk_bytes: usize, workers: usize) -> PyResult<Self> {
+        let splitter = Splitter::new(pattern, line_units).map_err(PyValueError::new_err)?;
+        let spec = CountSpec { splitter, specials: Specials::new(&specials), chunk_bytes };
+        Ok(Counter { spec, counts: Counts::default(), pool: pool(workers.max(1))? })
+    }
+
+    /// Count a plain UTF-8 file read through mmap (the file must not change meanwhile).
+    fn count_file(&mut self, py: Python<'_>, path: &str, replace: bool) -> PyResult<()> {
+        let file = File::open(path).map_err(|e| PyValueError::new_err(format!("{path}: cannot read ({e})")))?;
+        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: the map is read-only and dropped before returning; inputs are not modified
+        // while a count runs (documented requirement, as for any reader).
+        let map = unsafe { memmap2::Mmap::map(&file) }
+            .map_err(|e| PyValueError::new_err(format!("{path}: cannot map ({e})")))?;
+        self.count_text(py, &map, replace)
+    }
+
+    /// Count one whole text given as bytes (e.g. a decompressed file).
+    fn count_bytes(&mut self, py: Python<'_>, data: &[u8], replace: bool) -> PyResult<()> {
+        self.count_text(py, data, replace)
+    }
+
+    /// Count independent documents (e.g. JSON lines).
+    fn count_docs(&mut self, py: Python<'_>, docs: Vec<PyBackedStr>) -> PyResult<()> {
+        let (spec, counts, pool) = (&self.spec, &mut self.counts, &self.pool);
+        run_detached(py, || {
+            let slices: Vec<&[u8]> = docs.iter().map(|d| d.as_bytes()).collect();
+            pool.install(|| spec.count_docs(&slices, counts)).map_err(NativeError::from)
+        })
+    }
+
+    /// Hand over the counts so far (the counter starts again from empty).
+    fn take(&mut self) -> NativeCounts {
+        NativeCounts { inner: std::mem::take(&mut self.counts) }
+    }
+}
+
+/// Pieces of `text` (for tests and the python side's differential checks).
+#[pyfunction]
+fn pretokenize(py: Python<'_>, pattern: &str, line_units: bool, text: &str) -> PyResult<Vec<String>> {
+    let splitter = Splitter::new(pattern, line_units).map_err(PyValueError::new_err)?;
+    let bytes = text.as_bytes();
+    let spans: Vec<(usize, usize)> = run_detached(py, || {
+        let mut spans = Vec::new();
+        let base = bytes.as_ptr() as usize;
+        splitter.split(bytes, &mut |p: &[u8]| {
+            let start = p.as_ptr() as usize - base;
+            spans.push((start, start + p.len()));
+        })?;
+        Ok(spans)
+    })?;
+    Ok(spans.into_iter().map(|(a, b)| text[a..b].to_string()).collect())
+}
+
+/// Whether the native engine can split with `pattern` (a scanner, or fancy-regex compiles it).
+#[pyfunction]
+fn supports_pattern(pattern: &str) -> bool {
+    Splitter::new(pattern, false).is_ok()
+}
+
+/// Whether `pattern` gets a hand-written scanner (else fancy-regex).
+#[pyfunction]
+fn has_scanner(pattern: &str) -> bool {
+    crate::scan::builtin_for(pattern).is_some()
+}
+
+/// The scanners' class code of every code point (0..0x110000), for checking the tables.
+#[pyfunction]
+fn char_classes<'py>(py: Python<'py>) -> Bound<'py, PyBytes> {
+    let v: Vec<u8> = (0..0x110000u32).map(unicode::class_of).collect();
+    PyBytes::new(py, &v)
+}
+
+/// Train merges; see `superbpe.trainer.train_merges` (validation happens in Python).
+#[pyfunction]
+#[pyo3(signature = (counts, num_merges, replay, min_frequency, max_token_bytes, max_words_per_token,
+                    forbidden_substrings, callback, callback_every))]
+#[allow(clippy::too_many_arguments)]
+fn train<'py>(
+    py: Python<'py>,
+    counts: &NativeCounts,
+    num_merges: usize,
+    replay: Vec<(Vec<u8>, Vec<u8>)>,
+    min_frequency: u64,
+    max_token_bytes: Option<usize>,
+    max_words_per_token: Option<usize>,
+    forbidden_substrings: Vec<Vec<u8>>,
+    callback: Option<Py<PyAny>>,
+    callback_every: usize,
+) -> PyResult<(Bound<'py, PyList>, bool)> {
+    let rules = Rules { min_frequency, max_token_bytes, max_words_per_token, forbidden_substrings };
+    let inner = &counts.inner;
+    let every = callback_every.max(1);
+    let (trainer, stopped) = run_detached(py, || {
+        let mut trainer = Trainer::new(inner)?;
+        trainer.replay(&replay)?;
+        let stopped = trainer
+            .choose(num_merges, &rules, every, |t| match &callback {
+                None => Ok(false),
+                Some(cb) => Python::attach(|py| {
+                    let merges = merges_list(py, t)?;
+                    cb.bind(py).call1((merges,))?.is_truthy()
+                }),
+            })
+            .map_err(NativeError::Py)?;
+        Ok((trainer, stopped))
+    })?;
+    Ok((merges_list(py, &trainer)?, stopped))
+}
+
+fn merges_list<'py>(py: Python<'py>, t: &Trainer) -> PyResult<Bound<'py, PyList>> {
+    let items: Vec<Bound<'py, PyTuple>> = t
+        .merges()
+        .map(|(l, r)| PyTuple::new(py, [PyBytes::new(py, l), PyBytes::new(py, r)]))
+        .collect::<PyResult<_>>()?;
+    PyList::new(py, items)
+}
+
+/// Rank-based encoder over a bytes -> id vocabulary.
+#[pyclass(module = "superbpe._native", name = "Encoder")]
+pub struct NativeEncoder {
+    inner: Encoder,
+    pool: rayon::ThreadPool,
+}
+
+#[pymethods]
+impl NativeEncoder {
+    #[new]
+    #[pyo3(signature = (vocab, merges, pattern, line_units, workers))]
+    fn new(
+        vocab: &Bound<'_, PyDict>,
+        merges: Vec<(Vec<u8>, Vec<u8>)>,
+        pattern: &str,
+        line_units: bool,
+        workers: usize,
+    ) -> PyResult<Self> {
+        let mut v: Vec<(Vec<u8>, u32)> = Vec::with_capacity(vocab.len());
+        for (k, id) in vocab.iter() {
+            v.push((k.cast::<PyBytes>()?.as_bytes().to_vec(), id.extract()?));
+        }
+        let splitter = Splitter::new(pattern, line_units).map_err(PyValueError::new_err)?;
+        let inner = Encoder::new(v, &merges, splitter).map_err(PyValueError::new_err)?;
+        Ok(NativeEncoder { inner, pool: pool(workers.max(1))? })
+    }
+
+    /// Ids of text with no special-token handling.
+    fn encode_ordinary(&self, py: Python<'_>, text: &str) -> PyResult<Vec<u32>> {
+        let inner = &self.inner;
+        let bytes = text.as_bytes();
+        run_detached(py, || {
+            let mut out = Vec::with_capacity(bytes.len() / 3 + 1);
+            inner.encode_ordinary(bytes, &mut out)?;
+            Ok(out)
+        })
+    }
+
+    /// Encode texts in parallel into one flat buffer of little-endian ids (`dtype` "uint16" or
+    /// "uint32"; Python wraps it with `numpy.frombuffer`) plus the end offset of each text's ids
+    /// as little-endian uint64.
+    fn encode_batch<'py>(
+        &self,
+        py: Python<'py>,
+        texts: Vec<PyBackedStr>,
+        dtype: &str,
+    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+        let (inner, pool) = (&self.inner, &self.pool);
+        let (ids, ends) = run_detached(py, || {
+            let slices: Vec<&[u8]> = texts.iter().map(|t| t.as_bytes()).collect();
+            pool.install(|| inner.encode_batch(&slices)).map_err(NativeError::from)
+        })?;
+        let ends = PyBytes::new_with(py, ends.len() * 8, |buf| {
+            for (chunk, e) in buf.chunks_exact_mut(8).zip(&ends) {
+                chunk.copy_from_slice(&e.to_le_bytes());
+            }
+            Ok(())
+        })?;
+        Ok((ids_buffer(py, &ids, dtype)?, ends))
+    }
+
+    /// Encode one large text in parallel, cut only where pieces cannot cross; ids as in
+    /// `encode_batch`.
+    fn encode_array<'py>(&self, py: Python<'py>, text: &str, dtype: &str, chunk_bytes: usize) -> PyResult<Bound<'py, PyBytes>> {
+        let (inner, pool) = (&self.inner, &self.pool);
+        let bytes = text.as_bytes();
+        let (ids, _) = run_detached(py, || {
+            let chunks = safe_chunks(inner.splitter(), bytes, chunk_bytes.max(1));
+            pool.install(|| inner.encode_batch(&chunks)).map_err(NativeError::from)
+        })?;
+        ids_buffer(py, &ids, dtype)
+    }
+}
+
+/// Ids as packed little-endian integers of the given width, written straight into a bytes object.
+fn ids_buffer<'py>(py: Python<'py>, ids: &[u32], dtype: &str) -> PyResult<Bound<'py, PyBytes>> {
+    match dtype {
+        "uint32" => PyBytes::new_with(py, ids.len() * 4, |buf| {
+            for (chunk, id) in buf.chunks_exact_mut(4).zip(ids) {
+                chunk.copy_from_slice(&id.to_le_bytes());
+            }
+            Ok(())
+        }),
+        "uint16" => {
+            if let Some(id) = ids.iter().find(|&&id| id > u16::MAX as u32) {
+                return Err(PyValueError::new_err(format!("id {id} does not fit in uint16")));
+            }
+            PyBytes::new_with(py, ids.len() * 2, |buf| {
+                for (chunk, id) in buf.chunks_exact_mut(2).zip(ids) {
+                    chunk.copy_from_slice(&(*id as u16).to_le_bytes());
+                }
+                Ok(())
+            })
+        }
+        _ => Err(PyValueError::new_err(format!("dtype must be 'uint16' or 'uint32', not {dtype:?}"))),
+    }
+}
+
+/// Panic on purpose (tests check that it becomes a Python exception).
+#[pyfunction]
+fn _panic_for_test(py: Python<'_>) -> PyResult<()> {
+    run_detached(py, || -> Result<(), NativeError> { panic!("deliberate test panic") })
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("InvalidUtf8", m.py().get_type::<InvalidUtf8>())?;
+    m.add_class::<NativeCounts>()?;
+    m.add_class::<Counter>()?;
+    m.add_class::<NativeEncoder>()?;
+    m.add_function(wrap_pyfunction!(pretokenize, m)?)?;
+    m.add_function(wrap_pyfunction!(has_scanner, m)?)?;
+    m.add_function(wrap_pyfunction!(supports_pattern, m)?)?;
+    m.add_function(wrap_pyfunction!(char_classes, m)?)?;
+    m.add_function(wrap_pyfunction!(train, m)?)?;
+    m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;
+    Ok(())
+}

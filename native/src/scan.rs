@@ -1,0 +1,638 @@
+//! Pre-tokenizers: hand-written scanners for the built-in patterns, fancy-regex for custom ones.
+//!
+//! Each built-in scanner reproduces, character for character, what the Python `regex` module's
+//! `finditer` does with the pattern of the same name in `superbpe/pretokenize.py` (alternatives
+//! tried in order, greedy quantifiers with backtracking), under the *isolated split* rule: every
+//! match and every non-empty gap between matches is a piece. Comments next to each scanner quote
+//! the alternative they implement. Input is always valid UTF-8.
+
+use crate::unicode::{class_at, is_letter, Class, LL, LM, LO, LT, LU, MARK, NUM, OTHER, WS};
+
+/// The built-in patterns that have a hand-written scanner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Builtin {
+    Gpt2,
+    Cl100k,
+    O200k,
+    SuperbpeStage1,
+    Superbpe,
+    SuperbpePaper,
+}
+
+/// The exact pattern strings of `superbpe.pretokenize.PATTERNS`; a scanner is only used when the
+/// pattern text is identical, so an edited pattern silently falls back to fancy-regex.
+pub fn builtin_pattern(b: Builtin) -> String {
+    let contractions = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?";
+    let word_a = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+";
+    let word_b = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*";
+    let rest = r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+    match b {
+        Builtin::Gpt2 => r"'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+".into(),
+        Builtin::Cl100k => concat!(
+            r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}",
+            r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+        )
+        .into(),
+        Builtin::O200k => format!("{word_a}{contractions}|{word_b}{contractions}|{rest}"),
+        Builtin::SuperbpeStage1 => format!("{word_a}|{word_b}|{rest}"),
+        Builtin::Superbpe => r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]{2,}[\r\n/]*| +(?!\S)".into(),
+        Builtin::SuperbpePaper => r"\p{N}{1,3}(?=(?:\p{N}{3})*(?!\p{N}))".into(),
+    }
+}
+
+pub const ALL_BUILTINS: [Builtin; 6] = [
+    Builtin::Gpt2,
+    Builtin::Cl100k,
+    Builtin::O200k,
+    Builtin::SuperbpeStage1,
+    Builtin::Superbpe,
+    Builtin::SuperbpePaper,
+];
+
+/// The scanner for a pattern text, if it is one of the built-ins.
+pub fn builtin_for(pattern: &str) -> Option<Builtin> {
+    ALL_BUILTINS.into_iter().find(|b| builtin_pattern(*b) == pattern)
+}
+
+impl Builtin {
+    /// Whether every character is matched by some alternative, so pieces never cross a safe cut
+    /// ("\n" followed by a non-space) even without line units.
+    pub fn covering(self) -> bool {
+        matches!(self, Builtin::Gpt2 | Builtin::Cl100k | Builtin::O200k | Builtin::SuperbpeStage1)
+    }
+}
+
+/// A compiled pre-tokenizer.
+pub enum Splitter {
+    Builtin { kind: Builtin, line_units: bool },
+    Custom { re: Box<fancy_regex::Regex>, line_units: bool },
+}
+
+impl Splitter {
+    /// Compile `pattern`; built-in pattern texts get their scanner.
+    pub fn new(pattern: &str, line_units: bool) -> Result<Splitter, String> {
+        if let Some(kind) = builtin_for(pattern) {
+            return Ok(Splitter::Builtin { kind, line_units });
+        }
+        let re = fancy_regex::RegexBuilder::new(pattern)
+            .backtrack_limit(10_000_000)
+            .build()
+            .map_err(|e| format!("pattern not supported by the native engine: {e}"))?;
+        Ok(Splitter::Custom { re: Box::new(re), line_units })
+    }
+
+    pub fn line_units(&self) -> bool {
+        match self {
+            Splitter::Builtin { line_units, .. } | Splitter::Custom { line_units, .. } => *line_units,
+        }
+    }
+
+    /// Whether text may be cut at safe cuts (or, with line units, after any "\n") without
+    /// changing the pieces. False for custom patterns without line units: a custom match may
+    /// span a newline.
+    pub fn cuttable(&self) -> bool {
+        match self {
+            Splitter::Builtin { kind, line_units } => *line_units || kind.covering(),
+            Splitter::Custom { line_units, .. } => *line_units,
+        }
+    }
+
+    /// Call `emit` with every piece of `text` in order.
+    pub fn split<'a, F: FnMut(&'a [u8])>(&self, text: &'a [u8], emit: &mut F) -> Result<(), String> {
+        if self.line_units() {
+            let mut start = 0;
+            for nl in memchr::memchr_iter(b'\n', text) {
+                self.split_unit(&text[start..=nl], emit)?;
+                start = nl + 1;
+            }
+            if start < text.len() {
+                self.split_unit(&text[start..], emit)?;
+            }
+            Ok(())
+        } else {
+            self.split_unit(text, emit)
+        }
+    }
+
+    fn split_unit<'a, F: FnMut(&'a [u8])>(&self, s: &'a [u8], emit: &mut F) -> Result<(), String> {
+        match self {
+            Splitter::Builtin { kind, .. } => {
+                match kind {
+                    Builtin::Gpt2 => cover(s, emit, gpt2),
+                    Builtin::Cl100k => cover(s, emit, cl100k),
+                    Builtin::O200k => cover(s, emit, |s, i| o200k(s, i, true)),
+                    Builtin::SuperbpeStage1 => cover(s, emit, |s, i| o200k(s, i, false)),
+                    Builtin::Superbpe => superbpe(s, emit),
+                    Builtin::SuperbpePaper => digit_groups(s, emit),
+                }
+                Ok(())
+            }
+            Splitter::Custom { re, .. } => custom(re, s, emit),
+        }
+    }
+}
+
+/// Split with a pattern that matches at every position: pieces are consecutive matches.
+#[inline(always)]
+fn cover<'a, F: FnMut(&'a [u8]), M: Fn(&[u8], usize) -> usize>(s: &'a [u8], emit: &mut F, m: M) {
+    let mut i = 0;
+    while i < s.len() {
+        let e = m(s, i);
+        debug_assert!(e > i);
+        emit(&s[i..e]);
+        i = e;
+    }
+}
+
+// ---------------------------------------------------------------- shared pieces of scanners
+
+/// "Other": not `\s`, `\p{L}` or `\p{N}` (marks included), i.e. `[^\s\p{L}\p{N}]`.
+#[inline(always)]
+fn is_other(c: Class) -> bool {
+    c == OTHER || c == MARK
+}
+
+/// `[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]`
+#[inline(always)]
+fn is_upperish(c: Class) -> bool {
+    matches!(c, LU | LT | LM | LO | MARK)
+}
+
+/// `[\p{Ll}\p{Lm}\p{Lo}\p{M}]`
+#[inline(always)]
+fn is_lowerish(c: Class) -> bool {
+    matches!(c, LL | LM | LO | MARK)
+}
+
+/// End of the run of characters from `i` whose class satisfies `pred`.
+#[inline(always)]
+fn run<P: Fn(Class) -> bool>(s: &[u8], mut i: usize, pred: P) -> usize {
+    while i < s.len() {
+        let (c, n) = class_at(s, i);
+        if !pred(c) {
+            break;
+        }
+        i += n;
+    }
+    i
+}
+
+/// End of at most `max` characters of class `\p{N}` from `i`.
+#[inline(always)]
+fn digits_upto(s: &[u8], mut i: usize, max: usize) -> usize {
+    for _ in 0..max {
+        if i >= s.len() {
+            break;
+        }
+        let (c, n) = class_at(s, i);
+        if c != NUM {
+            break;
+        }
+        i += n;
+    }
+    i
+}
+
+/// End of the run of bytes from `i` that are in `set` (all ASCII).
+#[inline(always)]
+fn ascii_run(s: &[u8], mut i: usize, set: &[u8]) -> usize {
+    while i < s.len() && set.contains(&s[i]) {
+        i += 1;
+    }
+    i
+}
+
+/// Length of the letter at `i` when it is `ch` (ASCII lowercase), ignoring case as `(?i)` does
+/// in `regex`: only ASCII case pairs, plus U+017F LONG S for "s" (simple case folding).
+#[inline(always)]
+fn ci_letter(s: &[u8], i: usize, ch: u8) -> usize {
+    match s.get(i) {
+        Some(&b) if b | 0x20 == ch => 1,
+        Some(&0xC5) if ch == b's' && s.get(i + 1) == Some(&0xBF) => 2,
+        _ => 0,
+    }
+}
+
+/// `'s|'t|'re|'ve|'m|'ll|'d` at `i` (which holds `'`), optionally case-insensitive: match end.
+#[inline]
+fn contraction(s: &[u8], i: usize, ignore_case: bool) -> Option<usize> {
+    let j = i + 1;
+    let letter = |k: usize, ch: u8| -> usize {
+        if ignore_case {
+            ci_letter(s, k, ch)
+        } else {
+            usize::from(s.get(k) == Some(&ch))
+        }
+    };
+    for ch in [b's', b't', b'm', b'd'] {
+        let n = letter(j, ch);
+        if n > 0 {
+            return Some(j + n);
+        }
+    }
+    for (a, b) in [(b'r', b'e'), (b'v', b'e'), (b'l', b'l')] {
+        let n = letter(j, a);
+        if n > 0 {
+            let m = letter(j + n, b);
+            if m > 0 {
+                return Some(j + n + m);
+            }
+        }
+    }
+    None
+}
+
+/// `\s+(?!\S)|\s+` at a whitespace character `i`: the run, minus its last character when a
+/// non-space follows and the run is longer than one character.
+#[inline]
+fn ws_tail(s: &[u8], i: usize) -> usize {
+    let (_, n0) = class_at(s, i);
+    let mut last = i;
+    let mut j = i + n0;
+    while j < s.len() {
+        let (c, n) = class_at(s, j);
+        if c != WS {
+            break;
+        }
+        last = j;
+        j += n;
+    }
+    if j == s.len() || last == i {
+        j
+    } else {
+        last
+    }
+}
+
+/// `\s*[\r\n]+|\s+(?!\S)|\s+` at a whitespace character `i`: up to the last "\r"/"\n" in the
+/// whitespace run if there is one, else as [`ws_tail`].
+#[inline]
+fn ws_newline(s: &[u8], i: usize) -> usize {
+    let mut last = i;
+    let mut nl_end = 0;
+    let mut j = i;
+    while j < s.len() {
+        let (c, n) = class_at(s, j);
+        if c != WS {
+            break;
+        }
+        if s[j] == b'\n' || s[j] == b'\r' {
+            nl_end = j + 1;
+        }
+        last = j;
+        j += n;
+    }
+    if nl_end > 0 {
+        nl_end
+    } else if j == s.len() || last == i {
+        j
+    } else {
+        last
+    }
+}
+
+// ---------------------------------------------------------------- gpt2
+
+/// `'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
+#[inline]
+fn gpt2(s: &[u8], i: usize) -> usize {
+    let b = s[i];
+    if b == b'\'' {
+        if let Some(e) = contraction(s, i, false) {
+            return e;
+        }
+    }
+    let (c, n) = class_at(s, i);
+    if b == b' ' && i + 1 < s.len() {
+        let (c2, _) = class_at(s, i + 1);
+        if is_letter(c2) {
+            return run(s, i + 1, is_letter);
+        }
+        if c2 == NUM {
+            return run(s, i + 1, |c| c == NUM);
+        }
+        if is_other(c2) {
+            return run(s, i + 1, is_other);
+        }
+    }
+    if is_letter(c) {
+        run(s, i + n, is_letter)
+    } else if c == NUM {
+        run(s, i + n, |c| c == NUM)
+    } else if is_other(c) {
+        run(s, i + n, is_other)
+    } else {
+        ws_tail(s, i)
+    }
+}
+
+// ---------------------------------------------------------------- cl100k
+
+/// `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}`
+/// `| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+#[inline]
+fn cl100k(s: &[u8], i: usize) -> usize {
+    let b = s[i];
+    if b == b'\'' {
+        if let Some(e) = contraction(s, i, true) {
+            return e;
+        }
+    }
+    let (c, n) = class_at(s, i);
+    if is_letter(c) {
+        return run(s, i + n, is_letter);
+    }
+    if c != NUM && b != b'\r' && b != b'\n' && i + n < s.len() {
+        let (c2, _) = class_at(s, i + n);
+        if is_letter(c2) {
+            return run(s, i + n, is_letter);
+        }
+    }
+    if c == NUM {
+        return digits_upto(s, i, 3);
+    }
+    if b == b' ' && i + 1 < s.len() && is_other(class_at(s, i + 1).0) {
+        return ascii_run(s, run(s, i + 1, is_other), b"\r\n");
+    }
+    if is_other(c) {
+        return ascii_run(s, run(s, i + n, is_other), b"\r\n");
+    }
+    ws_newline(s, i)
+}
+
+// ---------------------------------------------------------------- o200k / superbpe-stage1
+
+/// `[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+` from `t`, with backtracking:
+/// the upper run is taken whole when a lower-ish character follows it; otherwise the match ends
+/// after the last character of the run that is both upper-ish and lower-ish (Lm, Lo, M).
+#[inline]
+fn o200k_word_a(s: &[u8], t: usize) -> Option<usize> {
+    let mut j = t;
+    let mut both_end = None;
+    while j < s.len() {
+        let (c, n) = class_at(s, j);
+        if !is_upperish(c) {
+            if is_lowerish(c) {
+                return Some(run(s, j + n, is_lowerish));
+            }
+            break;
+        }
+        j += n;
+        if is_lowerish(c) {
+            both_end = Some(j);
+        }
+    }
+    both_end
+}
+
+/// `[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*` from `t`.
+#[inline]
+fn o200k_word_b(s: &[u8], t: usize) -> Option<usize> {
+    if t >= s.len() || !is_upperish(class_at(s, t).0) {
+        return None;
+    }
+    let j = run(s, t, is_upperish);
+    Some(run(s, j, is_lowerish))
+}
+
+/// The o200k pattern (`contractions` on) or superbpe-stage1 (the same without contractions):
+/// `P?U*W+C?|P?U+W*C?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+/// with P = `[^\r\n\p{L}\p{N}]`, U/W the upper-/lower-ish classes, C the contractions.
+#[inline]
+fn o200k(s: &[u8], i: usize, contractions: bool) -> usize {
+    let b = s[i];
+    let (c, n) = class_at(s, i);
+    let prefix = !(is_letter(c) || c == NUM || b == b'\r' || b == b'\n');
+    let finish = |e: usize| -> usize {
+        if contractions && s.get(e) == Some(&b'\'') {
+            contraction(s, e, true).unwrap_or(e)
+        } else {
+            e
+        }
+    };
+    if prefix {
+        if let Some(e) = o200k_word_a(s, i + n) {
+            return finish(e);
+        }
+    }
+    if let Some(e) = o200k_word_a(s, i) {
+        return finish(e);
+    }
+    if prefix {
+        if let Some(e) = o200k_word_b(s, i + n) {
+            return finish(e);
+        }
+    }
+    if let Some(e) = o200k_word_b(s, i) {
+        return finish(e);
+    }
+    if c == NUM {
+        return digits_upto(s, i, 3);
+    }
+    if b == b' ' && i + 1 < s.len() && is_other(class_at(s, i + 1).0) {
+        return ascii_run(s, run(s, i + 1, is_other), b"\r\n/");
+    }
+    if is_other(c) {
+        return ascii_run(s, run(s, i + n, is_other), b"\r\n/");
+    }
+    ws_newline(s, i)
+}
+
+// ---------------------------------------------------------------- superbpe (stage 2)
+
+/// A match of `\p{N}{1,3}| ?[^\s\p{L}\p{N}]{2,}[\r\n/]*| +(?!\S)` at `i`, if any.
+#[inline]
+fn superbpe_match(s: &[u8], i: usize) -> Option<usize> {
+    let b = s[i];
+    let (c, n) = class_at(s, i);
+    if c == NUM {
+        return Some(digits_upto(s, i, 3));
+    }
+    // ` ?[^\s\p{L}\p{N}]{2,}[\r\n/]*`: the optional space is only tried on a space.
+    let others_from = if b == b' ' { i + 1 } else { i };
+    if others_from < s.len() {
+        let (c1, n1) = class_at(s, others_from);
+        if is_other(c1) && others_from + n1 < s.len() && is_other(class_at(s, others_from + n1).0) {
+            return Some(ascii_run(s, run(s, others_from + n1, is_other), b"\r\n/"));
+        }
+    }
+    if b == b' ' {
+        // ` +(?!\S)`: the space run, or one space less when a non-space follows it.
+        let j = ascii_run(s, i, b" ");
+        if j == s.len() || class_at(s, j).0 == WS {
+            return Some(j);
+        }
+        if j - i >= 2 {
+            return Some(j - 1);
+        }
+    }
+    let _ = n;
+    None
+}
+
+/// Isolated split with the superbpe stage-2 pattern: matches plus the gaps between them.
+fn superbpe<'a, F: FnMut(&'a [u8])>(s: &'a [u8], emit: &mut F) {
+    let mut gap = 0;
+    let mut i = 0;
+    while i < s.len() {
+        match superbpe_match(s, i) {
+            Some(e) => {
+                if gap < i {
+                    emit(&s[gap..i]);
+                }
+                emit(&s[i..e]);
+                i = e;
+                gap = e;
+            }
+            None => i += class_at(s, i).1,
+        }
+    }
+    if gap < s.len() {
+        emit(&s[gap..]);
+    }
+}
+
+// ---------------------------------------------------------------- superbpe-paper
+
+/// Isolated split with `\p{N}{1,3}(?=(?:\p{N}{3})*(?!\p{N}))`: each run of digits is cut into
+/// groups of three aligned from its right end (the first group holds the remainder); everything
+/// else is gap.
+fn digit_groups<'a, F: FnMut(&'a [u8])>(s: &'a [u8], emit: &mut F) {
+    let mut gap = 0;
+    let mut i = 0;
+    let mut bounds: Vec<usize> = Vec::new();
+    while i < s.len() {
+        let (c, n) = class_at(s, i);
+        if c != NUM {
+            i += n;
+            continue;
+        }
+        if gap < i {
+            emit(&s[gap..i]);
+        }
+        bounds.clear();
+        let mut j = i;
+        while j < s.len() {
+            let (c, n) = class_at(s, j);
+            if c != NUM {
+                break;
+            }
+            bounds.push(j);
+            j += n;
+        }
+        let count = bounds.len();
+        let first = if count.is_multiple_of(3) { 3 } else { count % 3 };
+        let mut k = first;
+        let mut start = i;
+        while k <= count {
+            let end = if k == count { j } else { bounds[k] };
+            emit(&s[start..end]);
+            start = end;
+            k += 3;
+        }
+        i = j;
+        gap = j;
+    }
+    if gap < s.len() {
+        emit(&s[gap..]);
+    }
+}
+
+// ---------------------------------------------------------------- custom patterns
+
+/// Isolated split with a fancy-regex pattern. After an empty match the search resumes one
+/// character later (Python would also allow a non-empty match at the same position; empty
+/// pieces are dropped either way).
+fn custom<'a, F: FnMut(&'a [u8])>(re: &fancy_regex::Regex, s: &'a [u8], emit: &mut F) -> Result<(), String> {
+    // SAFETY: every text handed to a splitter was validated (or lossily decoded) as UTF-8.
+    let text = unsafe { std::str::from_utf8_unchecked(s) };
+    let mut gap = 0;
+    let mut pos = 0;
+    while pos <= text.len() {
+        let m = match re.find_from_pos(text, pos) {
+            Ok(Some(m)) => m,
+            Ok(None) => break,
+            Err(e) => return Err(format!("custom pattern failed: {e}")),
+        };
+        let (start, end) = (m.start(), m.end());
+        if start > gap {
+            emit(&s[gap..start]);
+        }
+        if end > start {
+            emit(&s[start..end]);
+            pos = end;
+        } else {
+            if end >= s.len() {
+                gap = end;
+                break;
+            }
+            pos = end + class_at(s, end).1;
+        }
+        gap = end;
+    }
+    if gap < s.len() {
+        emit(&s[gap..]);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pieces(b: Builtin, text: &str) -> Vec<String> {
+        let sp = Splitter::new(&builtin_pattern(b), false).unwrap();
+        let mut out = Vec::new();
+        sp.split(text.as_bytes(), &mut |p: &[u8]| out.push(String::from_utf8(p.to_vec()).unwrap()))
+            .unwrap();
+        out
+    }
+
+    #[test]
+    fn gpt2_basics() {
+        assert_eq!(pieces(Builtin::Gpt2, "Hello world's  end"), ["Hello", " world", "'s", " ", " end"]);
+        assert_eq!(pieces(Builtin::Gpt2, "a\n\nb  "), ["a", "\n", "\n", "b", "  "]);
+        assert_eq!(pieces(Builtin::Gpt2, "x   \ty"), ["x", "   ", "\t", "y"]);
+        assert_eq!(pieces(Builtin::Gpt2, "''s 12ab"), ["''", "s", " 12", "ab"]);
+    }
+
+    #[test]
+    fn cl100k_basics() {
+        assert_eq!(pieces(Builtin::Cl100k, "I'M (hello) 12345"), ["I", "'M", " (", "hello", ")", " ", "123", "45"]);
+        assert_eq!(pieces(Builtin::Cl100k, "a \n\n b"), ["a", " \n\n", " b"]);
+        assert_eq!(pieces(Builtin::Cl100k, "x!!\r\ny"), ["x", "!!\r\n", "y"]);
+    }
+
+    #[test]
+    fn o200k_basics() {
+        assert_eq!(pieces(Builtin::O200k, "HELLOworld HTTPServer don't"), ["HELLOworld", " HTTPServer", " don't"]);
+        assert_eq!(pieces(Builtin::SuperbpeStage1, "don't"), ["don", "'t"]);
+        assert_eq!(pieces(Builtin::O200k, "a//\nb"), ["a", "//\n", "b"]);
+    }
+
+    #[test]
+    fn superbpe_stage2() {
+        assert_eq!(pieces(Builtin::Superbpe, "hello, world... 1234 ok  "), ["hello, world", "...", " ", "123", "4", " ok", "  "]);
+    }
+
+    #[test]
+    fn paper_digit_groups() {
+        assert_eq!(pieces(Builtin::SuperbpePaper, "x1234567y12"), ["x", "1", "234", "567", "y", "12"]);
+    }
+
+    #[test]
+    fn line_units_cut_after_newline() {
+        let sp = Splitter::new(&builtin_pattern(Builtin::SuperbpePaper), true).unwrap();
+        let mut out = Vec::new();
+        sp.split(b"ab\ncd\n\nef", &mut |p: &[u8]| out.push(p.to_vec())).unwrap();
+        assert_eq!(out, [b"ab\n".to_vec(), b"cd\n".to_vec(), b"\n".to_vec(), b"ef".to_vec()]);
+    }
+
+    #[test]
+    fn custom_isolated_split() {
+        let sp = Splitter::new(r"\d+|(?=x)", false).unwrap();
+        let mut out = Vec::new();
+        sp.split(b"ab12cxd", &mut |p: &[u8]| out.push(p.to_vec())).unwrap();
+        assert_eq!(out, [b"ab".to_vec(), b"12".to_vec(), b"c".to_vec(), b"xd".to_vec()]);
+    }
+}

@@ -1,0 +1,408 @@
+//! BPE trainer: the same merges as `superbpe.trainer.train_merges`, on compact state.
+//!
+//! Every unique piece is stored once as a run of u32 symbols in flat arrays, with `prev`/`next`
+//! links so a merge rewrites an occurrence in O(1) even inside a whole-line SuperBPE piece. The
+//! inverted index maps a pair to the *positions* where it was created (append-only, checked
+//! lazily), so a merge visits only its occurrences, not whole pieces. Choosing uses a lazy max-heap
+//! ordered like the python engine: highest count, then the greatest `(left bytes, right bytes)`.
+
+use std::collections::HashMap;
+
+use crate::count::Counts;
+
+const NONE: u32 = u32::MAX;
+const DEAD: u32 = u32::MAX;
+
+/// Which merged tokens may be created (see `MergeRules` in docs/DESIGN.md).
+#[derive(Clone, Debug, Default)]
+pub struct Rules {
+    pub min_frequency: u64,
+    pub max_token_bytes: Option<usize>,
+    pub max_words_per_token: Option<usize>,
+    pub forbidden_substrings: Vec<Vec<u8>>,
+}
+
+impl Rules {
+    pub fn allows(&self, token: &[u8]) -> bool {
+        if self.max_token_bytes.is_some_and(|m| token.len() > m) {
+            return false;
+        }
+        if let Some(m) = self.max_words_per_token {
+            let words = token.split(|&b| b == b' ').filter(|w| !w.is_empty()).count();
+            if words > m {
+                return false;
+            }
+        }
+        !self.forbidden_substrings.iter().any(|f| memchr::memmem::find(token, f).is_some())
+    }
+}
+
+#[inline]
+fn pair_key(l: u32, r: u32) -> u64 {
+    ((l as u64) << 32) | r as u64
+}
+
+#[inline]
+fn unpack(key: u64) -> (u32, u32) {
+    ((key >> 32) as u32, key as u32)
+}
+
+/// A pair's weighted count and the positions where it may occur (stale ones are skipped).
+#[derive(Default)]
+struct PairInfo {
+    count: i64,
+    positions: Vec<u32>,
+}
+
+type PairMap = HashMap<u64, PairInfo, ahash::RandomState>;
+
+/// The symbol arrays and the pair table.
+pub struct Trainer {
+    sym: Vec<u32>,
+    next: Vec<u32>,
+    prev: Vec<u32>,
+    word: Vec<u32>,
+    freq: Vec<i64>,
+    pairs: PairMap,
+    pub tokens: Vec<Vec<u8>>,
+    /// The (left, right) token ids of merge i (token 256 + i).
+    pub parts: Vec<(u32, u32)>,
+    token_ids: HashMap<Vec<u8>, u32, ahash::RandomState>,
+}
+
+impl Trainer {
+    /// Build the state from piece counts; pieces shorter than 2 bytes or with count 0 are dropped.
+    pub fn new(counts: &Counts) -> Result<Trainer, String> {
+        let mut t = Trainer {
+            sym: Vec::new(),
+            next: Vec::new(),
+            prev: Vec::new(),
+            word: Vec::new(),
+            freq: Vec::new(),
+            pairs: PairMap::default(),
+            tokens: (0..=255u8).map(|b| vec![b]).collect(),
+            parts: Vec::new(),
+            token_ids: HashMap::default(),
+        };
+        for (i, tok) in t.tokens.iter().enumerate() {
+            t.token_ids.insert(tok.clone(), i as u32);
+        }
+        let mut entries: Vec<(&[u8], u64)> = counts.iter().filter(|(p, c)| p.len() >= 2 && *c > 0).collect();
+        // A fixed order makes positions (and so memory layout) reproducible; results do not depend on it.
+        entries.sort_unstable();
+        let total: usize = entries.iter().map(|(p, _)| p.len()).sum();
+        if total >= NONE as usize || entries.len() >= NONE as usize {
+            return Err("corpus too large for the native trainer (more than 4G symbols)".into());
+        }
+        t.sym.reserve_exact(total);
+        for (piece, count) in entries {
+            let w = t.freq.len() as u32;
+            let f = i64::try_from(count).map_err(|_| "piece count too large".to_string())?;
+            t.freq.push(f);
+            let start = t.sym.len() as u32;
+            for (k, &b) in piece.iter().enumerate() {
+                let p = start + k as u32;
+                t.sym.push(b as u32);
+                t.prev.push(if k == 0 { NONE } else { p - 1 });
+                t.next.push(if k + 1 == piece.len() { NONE } else { p + 1 });
+                t.word.push(w);
+                if k > 0 {
+                    let info = t.pairs.entry(pair_key(piece[k - 1] as u32, b as u32)).or_default();
+                    info.count += f;
+                    info.positions.push(p - 1);
+                }
+            }
+        }
+        Ok(t)
+    }
+
+    /// Id of an existing token.
+    pub fn token_id(&self, token: &[u8]) -> Option<u32> {
+        self.token_ids.get(token).copied()
+    }
+
+    /// Add the token made by merging `l` and `r` (its bytes must be new) and return its id.
+    fn add_token(&mut self, l: u32, r: u32, token: Vec<u8>) -> u32 {
+        let id = self.tokens.len() as u32;
+        self.parts.push((l, r));
+        self.token_ids.insert(token.clone(), id);
+        self.tokens.push(token);
+        id
+    }
+
+    #[inline]
+    fn dec(&mut self, key: u64, f: i64) {
+        if let Some(info) = self.pairs.get_mut(&key) {
+            info.count -= f;
+        }
+    }
+
+    #[inline]
+    fn inc(&mut self, key: u64, f: i64, pos: u32, fresh: &mut Vec<u64>) {
+        let info = self.pairs.entry(key).or_default();
+        if info.positions.is_empty() {
+            fresh.push(key);
+        }
+        info.count += f;
+        info.positions.push(pos);
+    }
+
+    /// Replace every non-overlapping (l, r) occurrence, left to right within each piece, by
+    /// `new`; returns the pairs containing `new` that now have a positive count.
+    fn merge(&mut self, l: u32, r: u32, new: u32) -> Vec<u64> {
+        let key = pair_key(l, r);
+        let mut positions = match self.pairs.get_mut(&key) {
+            Some(info) => std::mem::take(&mut info.positions),
+            None => return Vec::new(),
+        };
+        if !positions.is_sorted() {
+            positions.sort_unstable();
+        }
+        positions.dedup();
+        let mut fresh = Vec::new();
+        for &p in &positions {
+            let pu = p as usize;
+            if self.sym[pu] != l {
+                continue;
+            }
+            let q = self.next[pu];
+            if q == NONE || self.sym[q as usize] != r {
+                continue;
+            }
+            let f = self.freq[self.word[pu] as usize];
+            let b = self.prev[pu];
+            if b != NONE {
+                let bs = self.sym[b as usize];
+                self.dec(pair_key(bs, l), f);
+                self.inc(pair_key(bs, new), f, b, &mut fresh);
+            }
+            let a = self.next[q as usize];
+            if a != NONE {
+                let as_ = self.sym[a as usize];
+                self.dec(pair_key(r, as_), f);
+                self.inc(pair_key(new, as_), f, p, &mut fresh);
+            }
+            self.sym[pu] = new;
+            self.sym[q as usize] = DEAD;
+            self.next[pu] = a;
+            if a != NONE {
+                self.prev[a as usize] = p;
+            }
+        }
+        self.pairs.remove(&key);
+        fresh.retain(|k| match self.pairs.get(k) {
+            Some(info) if info.count > 0 => true,
+            _ => {
+                self.pairs.remove(k);
+                false
+            }
+        });
+        fresh
+    }
+
+    fn count_of(&self, key: u64) -> i64 {
+        self.pairs.get(&key).map_or(0, |i| i.count)
+    }
+
+    /// Apply earlier merges in order (validated by the caller: parts are tokens, result is new).
+    pub fn replay(&mut self, merges: &[(Vec<u8>, Vec<u8>)]) -> Result<(), String> {
+        for (i, (lb, rb)) in merges.iter().enumerate() {
+            let (Some(l), Some(r)) = (self.token_id(lb), self.token_id(rb)) else {
+                return Err(format!("replay merge {i}: a part is not a token yet"));
+            };
+            let token = [lb.as_slice(), rb.as_slice()].concat();
+            if self.token_ids.contains_key(&token) {
+                return Err(format!("replay merge {i}: token already exists"));
+            }
+            let new = self.add_token(l, r, token);
+            self.merge(l, r, new);
+        }
+        Ok(())
+    }
+
+    /// Choose merges until `num_merges` tokens were merged in total (replayed ones included),
+    /// no pair qualifies, or `callback` (called every `every` chosen merges with the number of
+    /// merges so far) returns `Ok(true)`. Returns the chosen merges as token ids and whether the
+    /// callback stopped the run.
+    pub fn choose<E>(
+        &mut self,
+        num_merges: usize,
+        rules: &Rules,
+        every: usize,
+        mut callback: impl FnMut(&Trainer) -> Result<bool, E>,
+    ) -> Result<bool, E> {
+        let mut heap = Heap::default();
+        for (&k, info) in &self.pairs {
+            if info.count > 0 {
+                heap.v.push(Entry { count: info.count, key: k });
+            }
+        }
+        heap.heapify(&self.tokens);
+        let mut chosen = 0usize;
+        while self.tokens.len() - 256 < num_merges {
+            let Some(top) = heap.peek() else { break };
+            let actual = self.count_of(top.key);
+            if actual != top.count {
+                if actual > 0 {
+                    heap.replace_top(Entry { count: actual, key: top.key }, &self.tokens);
+                } else {
+                    heap.pop(&self.tokens);
+                }
+                continue;
+            }
+            if (actual as u64) < rules.min_frequency {
+                break;
+            }
+            heap.pop(&self.tokens);
+            let (l, r) = unpack(top.key);
+            let token = [self.tokens[l as usize].as_slice(), &self.tokens[r as usize]].concat();
+            if self.token_ids.contains_key(&token) || !rules.allows(&token) {
+                continue;
+            }
+            let new = self.add_token(l, r, token);
+            for k in self.merge(l, r, new) {
+                heap.push(Entry { count: self.count_of(k), key: k }, &self.tokens);
+            }
+            chosen += 1;
+            if chosen.is_multiple_of(every) && callback(self)? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// The merges so far as byte pairs, in order.
+    pub fn merges(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.parts.iter().map(|&(l, r)| (self.tokens[l as usize].as_slice(), self.tokens[r as usize].as_slice()))
+    }
+}
+
+/// A heap entry: count bound and pair key.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    count: i64,
+    key: u64,
+}
+
+/// Binary max-heap whose order needs the token bytes (for the tie-break), so it is hand-rolled.
+#[derive(Default)]
+struct Heap {
+    v: Vec<Entry>,
+}
+
+#[inline]
+fn better(a: &Entry, b: &Entry, tokens: &[Vec<u8>]) -> bool {
+    if a.count != b.count {
+        return a.count > b.count;
+    }
+    let (al, ar) = unpack(a.key);
+    let (bl, br) = unpack(b.key);
+    (&tokens[al as usize], &tokens[ar as usize]) > (&tokens[bl as usize], &tokens[br as usize])
+}
+
+impl Heap {
+    fn peek(&self) -> Option<Entry> {
+        self.v.first().copied()
+    }
+
+    fn heapify(&mut self, tokens: &[Vec<u8>]) {
+        for i in (0..self.v.len() / 2).rev() {
+            self.sift_down(i, tokens);
+        }
+    }
+
+    fn push(&mut self, e: Entry, tokens: &[Vec<u8>]) {
+        self.v.push(e);
+        let mut i = self.v.len() - 1;
+        while i > 0 {
+            let parent = (i - 1) / 2;
+            if better(&self.v[i], &self.v[parent], tokens) {
+                self.v.swap(i, parent);
+                i = parent;
+            } else {
+                break;
+            }
+        }
+    }
+
+    fn pop(&mut self, tokens: &[Vec<u8>]) {
+        let last = self.v.pop();
+        if let (Some(last), false) = (last, self.v.is_empty()) {
+            self.v[0] = last;
+            self.sift_down(0, tokens);
+        }
+    }
+
+    fn replace_top(&mut self, e: Entry, tokens: &[Vec<u8>]) {
+        self.v[0] = e;
+        self.sift_down(0, tokens);
+    }
+
+    fn sift_down(&mut self, mut i: usize, tokens: &[Vec<u8>]) {
+        let n = self.v.len();
+        loop {
+            let l = 2 * i + 1;
+            if l >= n {
+                break;
+            }
+            let r = l + 1;
+            let c = if r < n && better(&self.v[r], &self.v[l], tokens) { r } else { l };
+            if better(&self.v[c], &self.v[i], tokens) {
+                self.v.swap(c, i);
+                i = c;
+            } else {
+                break;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(items: &[(&str, u64)]) -> Counts {
+        let mut c = Counts::default();
+        for (p, n) in items {
+            c.add(p.as_bytes(), *n).unwrap();
+        }
+        c
+    }
+
+    fn train(items: &[(&str, u64)], n: usize, rules: &Rules) -> Vec<Vec<u8>> {
+        let mut t = Trainer::new(&counts(items)).unwrap();
+        t.choose(n, rules, 1000, |_| Ok::<_, ()>(false)).unwrap();
+        t.merges().map(|(l, r)| [l, r].concat()).collect()
+    }
+
+    #[test]
+    fn highest_count_then_greatest_bytes() {
+        let rules = Rules { min_frequency: 1, ..Default::default() };
+        // "ab" and "cd" tie at 5: (c, d) is greater than (a, b).
+        let m = train(&[("ab", 5), ("cd", 5), ("xyz", 1)], 2, &rules);
+        assert_eq!(m, vec![b"cd".to_vec(), b"ab".to_vec()]);
+    }
+
+    #[test]
+    fn overlapping_pairs_merge_left_to_right() {
+        let rules = Rules { min_frequency: 1, ..Default::default() };
+        let m = train(&[("aaaaa", 1)], 3, &rules);
+        assert_eq!(m, vec![b"aa".to_vec(), b"aaaa".to_vec(), b"aaaaa".to_vec()]);
+    }
+
+    #[test]
+    fn rules_skip_tokens_without_costing_ids() {
+        let rules = Rules { min_frequency: 1, max_token_bytes: Some(2), ..Default::default() };
+        let m = train(&[("abc", 10), ("xy", 1)], 5, &rules);
+        assert_eq!(m, vec![b"bc".to_vec(), b"xy".to_vec()]);
+        let words = Rules { min_frequency: 1, max_words_per_token: Some(1), ..Default::default() };
+        assert!(!words.allows(b"a b"));
+        assert!(words.allows(b" ab "));
+    }
+
+    #[test]
+    fn min_frequency_stops() {
+        let rules = Rules { min_frequency: 3, ..Default::default() };
+        assert_eq!(train(&[("ab", 5), ("cd", 2)], 10, &rules), vec![b"ab".to_vec()]);
+    }
+}
