@@ -1,0 +1,418 @@
+"""The native engine against the python engine and the references: pieces, counts, merges, vocab, ids.
+
+Every check here compares the Rust engine with an independent implementation (the ``regex`` module, the
+python engine, tiktoken, the shared reference merges), so a divergence in either shows up as a failure.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import pickle
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+import regex
+import tiktoken
+
+from superbpe import native_engine
+from superbpe.api import build_vocab
+from superbpe.counting import PieceCounts
+from superbpe.engine import PythonEngine
+from superbpe.errors import ConfigError, InputError, SuperBPEError
+from superbpe.files import read_merges, read_vocab
+from superbpe.pretokenize import PATTERNS, get_pretokenizer
+from superbpe.trainer import MergeRules
+
+pytestmark = pytest.mark.skipif(
+    not native_engine.available(), reason="superbpe._native is not built (run `pip install -e .`)"
+)
+
+EOT = "<|endoftext|>"
+Merge = tuple[bytes, bytes]
+SMALL_TEXTS = ["corpus.en", "tinystories_sample.txt", "address.txt", "german.txt"]
+
+
+@pytest.fixture(scope="module")
+def native() -> native_engine.NativeEngine:
+    return native_engine.NativeEngine()
+
+
+@pytest.fixture(scope="module")
+def python() -> PythonEngine:
+    return PythonEngine()
+
+
+@pytest.fixture(scope="module")
+def corpora(shared_data: Path, multilingual_text: str, wikitext_text: str) -> dict[str, str]:
+    """Every shared text: the small files whole, the big ones as the conftest slices."""
+    texts = {name: (shared_data / name).read_text(encoding="utf-8") for name in SMALL_TEXTS}
+    texts["multilingual"] = multilingual_text
+    texts["wikitext"] = wikitext_text
+    return texts
+
+
+def gpt2_unicode_to_bytes() -> dict[str, int]:
+    """GPT-2's byte-to-unicode table, inverted (written from its published definition)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars = list(printable)
+    extra = 0
+    for byte in range(256):
+        if byte not in printable:
+            printable.append(byte)
+            chars.append(256 + extra)
+            extra += 1
+    return {chr(c): b for b, c in zip(printable, chars, strict=True)}
+
+
+def read_reference_merges(path: Path) -> list[Merge]:
+    table = gpt2_unicode_to_bytes()
+    merges = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            left, right = line.split(" ")
+            merges.append((bytes(table[c] for c in left), bytes(table[c] for c in right)))
+    return merges
+
+
+# -- pre-tokenization -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(PATTERNS))
+def test_builtin_patterns_have_scanners(name: str) -> None:
+    assert native_engine._native.has_scanner(PATTERNS[name])
+
+
+@pytest.mark.parametrize("name", list(PATTERNS))
+def test_pieces_match_regex_on_shared_corpora(name: str, corpora: dict[str, str]) -> None:
+    for line_units in (False, True):
+        pre = get_pretokenizer(name, line_units=line_units)
+        for text_name, text in corpora.items():
+            got = native_engine._native.pretokenize(pre.pattern, line_units, text)
+            assert got == pre.split(text), (name, line_units, text_name)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I'M can't WE'LL ſ 'ſ 'Ve x'LL",
+        "a \n\n b\r\n\r\nc \t\u3000\u2028\u0085d\xa0 e  ",
+        "HELLOworld ǅungla ʰʰa Σίσυφος ΑΒΓδ e\u0301\u0301 \u0301x 中文字 한국어",
+        "١٢٣٤٥ ½¾ Ⅻ 1234567 x12y 0.5 ١٢٣4",
+        "emoji 😀👍🏽 zwj 👨‍👩‍👧 flag 🇩🇪 !!//\n// ...\r\n",
+        "\x1c\x1d\x1e\x1f \x00 \ufeff\u00ad soft",
+    ],
+)
+def test_pieces_match_regex_on_weird_unicode(text: str) -> None:
+    for name, pattern in PATTERNS.items():
+        for line_units in (False, True):
+            pre = get_pretokenizer(name, line_units=line_units)
+            assert native_engine._native.pretokenize(pattern, line_units, text) == pre.split(text), name
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [r"\p{L}+|\p{N}", r"\s+|[^\s]{1,4}", r"(?i)the|and", r"\d{2}(?=\d)", r"(?<=a)b+", r"x*"],
+)
+def test_custom_patterns_use_isolated_split(pattern: str, corpora: dict[str, str]) -> None:
+    pre = get_pretokenizer(f"custom:{pattern}")
+    text = corpora["german.txt"] + corpora["address.txt"] + "aabbb xx x1234"
+    assert not native_engine._native.has_scanner(pattern)
+    assert native_engine._native.pretokenize(pattern, False, text) == pre.split(text)
+
+
+def test_unicode_tables_match_installed_regex() -> None:
+    """The scanners' classes were generated from `regex`; an upgrade that changes Unicode data fails here."""
+    table = native_engine._native.char_classes()
+    text = "".join(chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000)
+    expected = bytearray(0x110000)
+    for code, pattern in enumerate([r"\p{Lu}", r"\p{Ll}", r"\p{Lt}", r"\p{Lm}", r"\p{Lo}", r"\p{M}", r"\p{N}", r"\s"]):
+        for match in regex.finditer(pattern, text):
+            expected[ord(match.group())] = code + 1
+    assert table == bytes(expected)
+
+
+# -- counting ---------------------------------------------------------------------------------------------
+
+
+def assert_same_counts(a: PieceCounts, b: PieceCounts) -> None:
+    assert a.meta == b.meta
+    assert len(a) == len(b)
+    assert a.total() == b.total()
+    assert a.to_dict() == b.to_dict()
+
+
+@pytest.mark.parametrize("name", list(PATTERNS))
+def test_counts_match_python_engine(
+    name: str, tmp_path: Path, corpora: dict[str, str], native: native_engine.NativeEngine, python: PythonEngine
+) -> None:
+    path = tmp_path / "corpus.txt"
+    text = corpora["multilingual"][:200_000] + EOT + corpora["wikitext"][:100_000] + EOT + corpora["corpus.en"]
+    path.write_text(text, encoding="utf-8")
+    pre = get_pretokenizer(name)
+    expected = python.count(path, pre, [EOT], workers=1)
+    for workers, chunk_bytes in [(1, 1 << 22), (2, 4096), (3, 97)]:
+        got = native.count(path, pre, [EOT], workers=workers, chunk_bytes=chunk_bytes)
+        assert_same_counts(got, expected)
+
+
+def test_counts_of_jsonl_gzip_and_directories(
+    tmp_path: Path, corpora: dict[str, str], native: native_engine.NativeEngine, python: PythonEngine
+) -> None:
+    docs = [corpora["german.txt"], "x" + EOT + "y", corpora["address.txt"], "", "end"]
+    (tmp_path / "a.jsonl").write_text("\n".join(json.dumps({"body": d}) for d in docs) + "\n\n")
+    with gzip.open(tmp_path / "b.txt.gz", "wt", encoding="utf-8") as handle:
+        handle.write(corpora["tinystories_sample.txt"])
+    with gzip.open(tmp_path / "c.jsonl.gz", "wt", encoding="utf-8") as handle:
+        handle.write(json.dumps({"body": corpora["corpus.en"][:5000]}) + "\n")
+    (tmp_path / "d.txt").write_text(corpora["corpus.en"][5000:9000])
+    for name in ("gpt2", "superbpe"):
+        pre = get_pretokenizer(name)
+        expected = python.count(tmp_path, pre, [EOT], text_field="body")
+        assert_same_counts(native.count(tmp_path, pre, [EOT], text_field="body"), expected)
+
+
+def test_longest_special_token_wins(tmp_path: Path, native: native_engine.NativeEngine, python: PythonEngine) -> None:
+    path = tmp_path / "s.txt"
+    path.write_text("a<s>b<s><t>c<s><t>d<t>e<s><t<s>")
+    pre = get_pretokenizer("gpt2")
+    specials = ["<s>", "<s><t>", "<t>"]
+    assert_same_counts(native.count(path, pre, specials), python.count(path, pre, specials))
+
+
+def test_invalid_utf8_is_reported_like_the_python_engine(
+    tmp_path: Path, native: native_engine.NativeEngine, python: PythonEngine
+) -> None:
+    path = tmp_path / "bad.txt"
+    path.write_bytes(b"fine text\n" * 50 + b"caf\xc3 bad \xff\xfe end\n" + b"more\n")
+    pre = get_pretokenizer("gpt2")
+    with pytest.raises(InputError) as theirs:
+        python.count(path, pre, [])
+    with pytest.raises(InputError) as ours:
+        native.count(path, pre, [])
+    assert str(ours.value) == str(theirs.value) == f"{path}: invalid UTF-8 at byte 503"
+    replaced = native.count(path, pre, [], errors="replace")
+    assert_same_counts(replaced, python.count(path, pre, [], errors="replace"))
+    assert "\ufffd".encode() in replaced and " \ufffd\ufffd".encode() in replaced
+
+
+def test_counts_file_is_byte_identical_and_loads(
+    tmp_path: Path, native: native_engine.NativeEngine, python: PythonEngine, shared_data: Path
+) -> None:
+    pre = get_pretokenizer("o200k")
+    ours = native.count(shared_data / "corpus.en", pre, [EOT])
+    theirs = python.count(shared_data / "corpus.en", pre, [EOT])
+    ours.save(tmp_path / "ours.counts")
+    theirs.save(tmp_path / "theirs.counts")
+    assert (tmp_path / "ours.counts").read_bytes() == (tmp_path / "theirs.counts").read_bytes()
+    loaded = native_engine.load_counts(tmp_path / "theirs.counts")
+    assert_same_counts(loaded, theirs)
+    assert_same_counts(PieceCounts.load(tmp_path / "ours.counts"), theirs)
+    assert_same_counts(pickle.loads(pickle.dumps(ours)), theirs)
+    (tmp_path / "broken.counts").write_bytes((tmp_path / "ours.counts").read_bytes()[:-3])
+    with pytest.raises(InputError, match="not a valid piece-counts file"):
+        native_engine.load_counts(tmp_path / "broken.counts")
+
+
+def test_native_counts_materialise_and_update(native: native_engine.NativeEngine, shared_data: Path) -> None:
+    pre = get_pretokenizer("gpt2")
+    a = native.count(shared_data / "german.txt", pre, [])
+    b = native.count(shared_data / "address.txt", pre, [])
+    expected = a.to_dict()
+    for piece, n in b.to_dict().items():
+        expected[piece] = expected.get(piece, 0) + n
+    a.update(b)
+    assert a.to_dict() == expected
+    assert a.total() == sum(expected.values())
+
+
+# -- training ---------------------------------------------------------------------------------------------
+
+
+def test_reference_merges_and_vocab(native: native_engine.NativeEngine, shared_data: Path) -> None:
+    counts = native.count(shared_data / "corpus.en", get_pretokenizer("gpt2"), [EOT])
+    result = native.train(counts, 500 - 256 - 1)
+    assert result.merges == read_reference_merges(shared_data / "train-bpe-reference-merges.txt")
+    reference_vocab = json.loads((shared_data / "train-bpe-reference-vocab.json").read_text(encoding="utf-8"))
+    table = gpt2_unicode_to_bytes()
+    expected_tokens = {bytes(table[c] for c in token) for token in reference_vocab}
+    expected_tokens = {t for t in expected_tokens if t != EOT.encode()} | {EOT.encode()}
+    assert set(build_vocab(result.merges, [EOT]).values()) == expected_tokens
+
+
+RULES = [
+    MergeRules(),
+    MergeRules(min_frequency=3),
+    MergeRules(max_token_bytes=5),
+    MergeRules(max_words_per_token=1),
+    MergeRules(max_words_per_token=2, forbidden_substrings=(b". ", b"\n", b"th")),
+]
+
+
+@pytest.mark.parametrize("rules", RULES, ids=[str(i) for i in range(len(RULES))])
+def test_merges_match_python_engine(
+    rules: MergeRules, corpora: dict[str, str], tmp_path: Path, native: native_engine.NativeEngine,
+    python: PythonEngine,
+) -> None:  # fmt: skip
+    path = tmp_path / "c.txt"
+    path.write_text(corpora["wikitext"][:150_000] + EOT + corpora["multilingual"][:50_000])
+    counts = python.count(path, get_pretokenizer("gpt2"), [EOT])
+    expected = python.train(counts, 800, rules=rules)
+    assert native.train(counts, 800, rules=rules).merges == expected.merges
+    assert native.train(native.count(path, get_pretokenizer("gpt2"), [EOT]), 800, rules=rules) == expected
+
+
+def test_superbpe_stage2_with_replay_matches_python_engine(
+    corpora: dict[str, str], tmp_path: Path, native: native_engine.NativeEngine, python: PythonEngine
+) -> None:
+    path = tmp_path / "c.txt"
+    path.write_text(corpora["wikitext"][:60_000] + EOT + corpora["tinystories_sample.txt"] * 5)
+    stage1 = native.train(native.count(path, get_pretokenizer("superbpe-stage1"), [EOT]), 300).merges
+    assert stage1 == python.train(python.count(path, get_pretokenizer("superbpe-stage1"), [EOT]), 300).merges
+    rules = MergeRules(max_words_per_token=4)
+    for name in ("superbpe", "superbpe-paper"):
+        pre = get_pretokenizer(name)
+        py_counts = python.count(path, pre, [EOT])
+        expected = python.train(py_counts, 600, rules=rules, replay=stage1[:200])
+        got = native.train(native.count(path, pre, [EOT]), 600, rules=rules, replay=stage1[:200])
+        assert got.merges == expected.merges
+        assert any(b" " in left + right.strip() for left, right in got.merges[200:]), "no superword formed"
+
+
+def test_replay_keeps_ids_of_pairs_that_never_occur(native: native_engine.NativeEngine, python: PythonEngine) -> None:
+    counts = PieceCounts({b"hello": 5, b"help": 3, b"zz": 1})
+    replay = [(b"q", b"q"), (b"h", b"e"), (b"qq", b"q")]
+    expected = python.train(counts, 6, replay=replay)
+    got = native.train(counts, 6, replay=replay)
+    assert got == expected
+    assert got.merges[:3] == replay
+
+
+@pytest.mark.parametrize(
+    ("replay", "message"),
+    [
+        ([(b"ab", b"c")], "is not a token yet"),
+        ([(b"a", b"b"), (b"a", b"b")], "already exists"),
+        ([(b"a",)], "is not a pair of bytes"),
+    ],
+)
+def test_bad_replay_errors_match(
+    replay: list[Merge], message: str, native: native_engine.NativeEngine, python: PythonEngine
+) -> None:
+    counts = PieceCounts({b"abc": 2})
+    with pytest.raises(SuperBPEError, match=message) as theirs:
+        python.train(counts, 5, replay=replay)
+    with pytest.raises(SuperBPEError) as ours:
+        native.train(counts, 5, replay=replay)
+    assert str(ours.value) == str(theirs.value)
+
+
+def test_bad_train_arguments(native: native_engine.NativeEngine) -> None:
+    counts = PieceCounts({b"ab": 1})
+    with pytest.raises(ConfigError, match="num_merges"):
+        native.train(counts, -1)
+    with pytest.raises(ConfigError, match="callback_every"):
+        native.train(counts, 3, callback_every=0)
+    with pytest.raises(SuperBPEError, match="negative count"):
+        native.train(PieceCounts({b"ab": -1}), 3)
+
+
+def test_callback_stops_and_resume_is_exact(native: native_engine.NativeEngine, shared_data: Path) -> None:
+    counts = native.count(shared_data / "corpus.en", get_pretokenizer("gpt2"), [EOT])
+    full = native.train(counts, 400)
+    seen: list[int] = []
+
+    def stop_at_150(merges: Sequence[Merge]) -> bool:
+        seen.append(len(merges))
+        return len(merges) >= 150
+
+    first = native.train(counts, 400, callback=stop_at_150, callback_every=50)
+    assert first.stopped and seen == [50, 100, 150]
+    assert first.merges == full.merges[:150]
+    rest = native.train(counts, 400, replay=first.merges)
+    assert rest.merges == full.merges and not rest.stopped
+
+
+def test_callback_errors_propagate(native: native_engine.NativeEngine) -> None:
+    def boom(merges: Sequence[Merge]) -> bool:
+        raise KeyError("from callback")
+
+    with pytest.raises(KeyError, match="from callback"):
+        native.train(PieceCounts({b"abcdef": 3}), 5, callback=boom, callback_every=1)
+
+
+def test_panic_becomes_python_exception() -> None:
+    with pytest.raises(RuntimeError, match="native engine panicked: deliberate test panic"):
+        native_engine._native._panic_for_test()
+
+
+# -- encoding ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gpt2_files(shared_data: Path) -> tuple[dict[int, bytes], list[Merge]]:
+    vocab = read_vocab(shared_data / "gpt2_vocab.json")
+    return vocab, read_merges(shared_data / "gpt2_merges.txt", vocab)
+
+
+@pytest.fixture(scope="module")
+def gpt2_native(gpt2_files: tuple[dict[int, bytes], list[Merge]]) -> native_engine.NativeEncoder:
+    vocab, merges = gpt2_files
+    ids = {token: i for i, token in vocab.items() if i < 50256}
+    return native_engine.NativeEngine().encoder(ids, merges, get_pretokenizer("gpt2"))
+
+
+@pytest.fixture(scope="module")
+def gpt2_tiktoken(gpt2_files: tuple[dict[int, bytes], list[Merge]]) -> tiktoken.Encoding:
+    vocab, _ = gpt2_files
+    ranks = {token: i for i, token in vocab.items() if i < 50256}
+    return tiktoken.Encoding("gpt2-local", pat_str=PATTERNS["gpt2"], mergeable_ranks=ranks, special_tokens={})
+
+
+def test_gpt2_ids_match_tiktoken(
+    gpt2_native: native_engine.NativeEncoder, gpt2_tiktoken: tiktoken.Encoding, corpora: dict[str, str]
+) -> None:
+    for name, text in corpora.items():
+        assert gpt2_native.encode_ordinary(text) == gpt2_tiktoken.encode_ordinary(text), name
+    long_piece = "a" * 3000 + "b" * 999 + "ab" * 700
+    assert gpt2_native.encode_ordinary(long_piece) == gpt2_tiktoken.encode_ordinary(long_piece)
+
+
+def test_batch_and_array_encoding(
+    gpt2_native: native_engine.NativeEncoder, gpt2_tiktoken: tiktoken.Encoding, corpora: dict[str, str]
+) -> None:
+    texts = [corpora["german.txt"], "", corpora["address.txt"], corpora["wikitext"][:20_000]]
+    expected = [gpt2_tiktoken.encode_ordinary(t) for t in texts]
+    for dtype in ("uint16", "uint32"):
+        ids, ends = gpt2_native.encode_batch(texts, dtype)
+        assert ids.dtype == np.dtype(dtype) and ends.dtype == np.uint64
+        assert ends.tolist() == np.cumsum([len(e) for e in expected]).tolist()
+        assert ids.tolist() == [i for e in expected for i in e]
+    text = corpora["wikitext"]
+    array = gpt2_native.encode_array(text, "uint16", chunk_bytes=4096)
+    assert array.tolist() == gpt2_tiktoken.encode_ordinary(text)
+    with pytest.raises(ConfigError, match="dtype"):
+        gpt2_native.encode_batch(texts, "int8")
+
+
+def test_ids_match_python_encoder_for_superbpe_tokenizer(
+    corpora: dict[str, str], tmp_path: Path, native: native_engine.NativeEngine, python: PythonEngine
+) -> None:
+    path = tmp_path / "c.txt"
+    path.write_text(corpora["wikitext"][:80_000])
+    pre = get_pretokenizer("superbpe")
+    merges = native.train(native.count(path, pre, []), 1500).merges
+    vocab = {token: i for i, token in build_vocab(merges).items()}
+    ours = native.encoder(vocab, merges, pre)
+    theirs = python.encoder(vocab, merges, pre)
+    for text in corpora.values():
+        assert ours.encode_ordinary(text[:50_000]) == theirs.encode_ordinary(text[:50_000])
+
+
+def test_encoder_errors_match_python(gpt2_native: native_engine.NativeEncoder) -> None:
+    with pytest.raises(InputError, match="unpaired surrogate"):
+        gpt2_native.encode_ordinary("ok \ud800 no")
+    with pytest.raises(ConfigError, match="single-byte"):
+        native_engine.NativeEncoder({b"a": 0}, [], get_pretokenizer("gpt2"))
