@@ -5,9 +5,9 @@ otherwise start from single bytes and repeatedly merge the adjacent pair with th
 leftmost one on ties. Ids come from the vocab's bytes -> id map, so foreign id layouts (GPT-2) work.
 
 Speed comes almost entirely from the piece cache: natural text repeats a few thousand pieces over and over,
-so after warm-up encoding is one regex split plus a C-level ``map(cache.get, pieces)``. Misses take one of
-two exact BPE loops: a simple scan for short pieces, and a heap over a linked list for long ones (SuperBPE
-pieces can be whole lines, where an O(n^2) scan would stall).
+so after warm-up encoding is one regex split plus a C-level ``map`` over the cache. Misses take one of two
+exact BPE loops: for short pieces a list of pair ranks searched with C-level ``min``/``index``, for long
+ones a heap over a linked list (SuperBPE pieces can be whole lines, where O(n^2) would stall).
 """
 
 from __future__ import annotations
