@@ -32,6 +32,7 @@ pytestmark = pytest.mark.skipif(
 
 EOT = "<|endoftext|>"
 Merge = tuple[bytes, bytes]
+Native = native_engine.NativeEngine
 SMALL_TEXTS = ["corpus.en", "tinystories_sample.txt", "address.txt", "german.txt"]
 
 
@@ -56,7 +57,8 @@ def corpora(shared_data: Path, multilingual_text: str, wikitext_text: str) -> di
 
 def gpt2_unicode_to_bytes() -> dict[str, int]:
     """GPT-2's byte-to-unicode table, inverted (written from its published definition)."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    ranges = [(ord("!"), ord("~")), (ord("¡"), ord("¬")), (ord("®"), ord("ÿ"))]
+    printable = [b for low, high in ranges for b in range(low, high + 1)]
     chars = list(printable)
     extra = 0
     for byte in range(256):
@@ -128,7 +130,8 @@ def test_unicode_tables_match_installed_regex() -> None:
     table = native_engine._native.char_classes()
     text = "".join(chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000)
     expected = bytearray(0x110000)
-    for code, pattern in enumerate([r"\p{Lu}", r"\p{Ll}", r"\p{Lt}", r"\p{Lm}", r"\p{Lo}", r"\p{M}", r"\p{N}", r"\s"]):
+    classes = [r"\p{Lu}", r"\p{Ll}", r"\p{Lt}", r"\p{Lm}", r"\p{Lo}", r"\p{M}", r"\p{N}", r"\s"]
+    for code, pattern in enumerate(classes):
         for match in regex.finditer(pattern, text):
             expected[ord(match.group())] = code + 1
     assert table == bytes(expected)
@@ -146,10 +149,10 @@ def assert_same_counts(a: PieceCounts, b: PieceCounts) -> None:
 
 @pytest.mark.parametrize("name", list(PATTERNS))
 def test_counts_match_python_engine(
-    name: str, tmp_path: Path, corpora: dict[str, str], native: native_engine.NativeEngine, python: PythonEngine
+    name: str, tmp_path: Path, corpora: dict[str, str], native: Native, python: PythonEngine
 ) -> None:
     path = tmp_path / "corpus.txt"
-    text = corpora["multilingual"][:200_000] + EOT + corpora["wikitext"][:100_000] + EOT + corpora["corpus.en"]
+    text = EOT.join([corpora["multilingual"][:200_000], corpora["wikitext"][:100_000], corpora["corpus.en"]])
     path.write_text(text, encoding="utf-8")
     pre = get_pretokenizer(name)
     expected = python.count(path, pre, [EOT], workers=1)
@@ -159,7 +162,7 @@ def test_counts_match_python_engine(
 
 
 def test_counts_of_jsonl_gzip_and_directories(
-    tmp_path: Path, corpora: dict[str, str], native: native_engine.NativeEngine, python: PythonEngine
+    tmp_path: Path, corpora: dict[str, str], native: Native, python: PythonEngine
 ) -> None:
     docs = [corpora["german.txt"], "x" + EOT + "y", corpora["address.txt"], "", "end"]
     (tmp_path / "a.jsonl").write_text("\n".join(json.dumps({"body": d}) for d in docs) + "\n\n")
@@ -174,7 +177,7 @@ def test_counts_of_jsonl_gzip_and_directories(
         assert_same_counts(native.count(tmp_path, pre, [EOT], text_field="body"), expected)
 
 
-def test_longest_special_token_wins(tmp_path: Path, native: native_engine.NativeEngine, python: PythonEngine) -> None:
+def test_longest_special_token_wins(tmp_path: Path, native: Native, python: PythonEngine) -> None:
     path = tmp_path / "s.txt"
     path.write_text("a<s>b<s><t>c<s><t>d<t>e<s><t<s>")
     pre = get_pretokenizer("gpt2")
@@ -183,7 +186,7 @@ def test_longest_special_token_wins(tmp_path: Path, native: native_engine.Native
 
 
 def test_invalid_utf8_is_reported_like_the_python_engine(
-    tmp_path: Path, native: native_engine.NativeEngine, python: PythonEngine
+    tmp_path: Path, native: Native, python: PythonEngine
 ) -> None:
     path = tmp_path / "bad.txt"
     path.write_bytes(b"fine text\n" * 50 + b"caf\xc3 bad \xff\xfe end\n" + b"more\n")
@@ -199,7 +202,7 @@ def test_invalid_utf8_is_reported_like_the_python_engine(
 
 
 def test_counts_file_is_byte_identical_and_loads(
-    tmp_path: Path, native: native_engine.NativeEngine, python: PythonEngine, shared_data: Path
+    tmp_path: Path, native: Native, python: PythonEngine, shared_data: Path
 ) -> None:
     pre = get_pretokenizer("o200k")
     ours = native.count(shared_data / "corpus.en", pre, [EOT])
@@ -216,7 +219,7 @@ def test_counts_file_is_byte_identical_and_loads(
         native_engine.load_counts(tmp_path / "broken.counts")
 
 
-def test_native_counts_materialise_and_update(native: native_engine.NativeEngine, shared_data: Path) -> None:
+def test_native_counts_materialise_and_update(native: Native, shared_data: Path) -> None:
     pre = get_pretokenizer("gpt2")
     a = native.count(shared_data / "german.txt", pre, [])
     b = native.count(shared_data / "address.txt", pre, [])
@@ -231,7 +234,7 @@ def test_native_counts_materialise_and_update(native: native_engine.NativeEngine
 # -- training ---------------------------------------------------------------------------------------------
 
 
-def test_reference_merges_and_vocab(native: native_engine.NativeEngine, shared_data: Path) -> None:
+def test_reference_merges_and_vocab(native: Native, shared_data: Path) -> None:
     counts = native.count(shared_data / "corpus.en", get_pretokenizer("gpt2"), [EOT])
     result = native.train(counts, 500 - 256 - 1)
     assert result.merges == read_reference_merges(shared_data / "train-bpe-reference-merges.txt")
@@ -253,7 +256,7 @@ RULES = [
 
 @pytest.mark.parametrize("rules", RULES, ids=[str(i) for i in range(len(RULES))])
 def test_merges_match_python_engine(
-    rules: MergeRules, corpora: dict[str, str], tmp_path: Path, native: native_engine.NativeEngine,
+    rules: MergeRules, corpora: dict[str, str], tmp_path: Path, native: Native,
     python: PythonEngine,
 ) -> None:  # fmt: skip
     path = tmp_path / "c.txt"
@@ -265,7 +268,7 @@ def test_merges_match_python_engine(
 
 
 def test_superbpe_stage2_with_replay_matches_python_engine(
-    corpora: dict[str, str], tmp_path: Path, native: native_engine.NativeEngine, python: PythonEngine
+    corpora: dict[str, str], tmp_path: Path, native: Native, python: PythonEngine
 ) -> None:
     path = tmp_path / "c.txt"
     path.write_text(corpora["wikitext"][:60_000] + EOT + corpora["tinystories_sample.txt"] * 5)
@@ -281,7 +284,7 @@ def test_superbpe_stage2_with_replay_matches_python_engine(
         assert any(b" " in left + right.strip() for left, right in got.merges[200:]), "no superword formed"
 
 
-def test_replay_keeps_ids_of_pairs_that_never_occur(native: native_engine.NativeEngine, python: PythonEngine) -> None:
+def test_replay_keeps_ids_of_pairs_that_never_occur(native: Native, python: PythonEngine) -> None:
     counts = PieceCounts({b"hello": 5, b"help": 3, b"zz": 1})
     replay = [(b"q", b"q"), (b"h", b"e"), (b"qq", b"q")]
     expected = python.train(counts, 6, replay=replay)
@@ -299,7 +302,7 @@ def test_replay_keeps_ids_of_pairs_that_never_occur(native: native_engine.Native
     ],
 )
 def test_bad_replay_errors_match(
-    replay: list[Merge], message: str, native: native_engine.NativeEngine, python: PythonEngine
+    replay: list[Merge], message: str, native: Native, python: PythonEngine
 ) -> None:
     counts = PieceCounts({b"abc": 2})
     with pytest.raises(SuperBPEError, match=message) as theirs:
@@ -309,7 +312,7 @@ def test_bad_replay_errors_match(
     assert str(ours.value) == str(theirs.value)
 
 
-def test_bad_train_arguments(native: native_engine.NativeEngine) -> None:
+def test_bad_train_arguments(native: Native) -> None:
     counts = PieceCounts({b"ab": 1})
     with pytest.raises(ConfigError, match="num_merges"):
         native.train(counts, -1)
@@ -319,7 +322,7 @@ def test_bad_train_arguments(native: native_engine.NativeEngine) -> None:
         native.train(PieceCounts({b"ab": -1}), 3)
 
 
-def test_callback_stops_and_resume_is_exact(native: native_engine.NativeEngine, shared_data: Path) -> None:
+def test_callback_stops_and_resume_is_exact(native: Native, shared_data: Path) -> None:
     counts = native.count(shared_data / "corpus.en", get_pretokenizer("gpt2"), [EOT])
     full = native.train(counts, 400)
     seen: list[int] = []
@@ -335,7 +338,7 @@ def test_callback_stops_and_resume_is_exact(native: native_engine.NativeEngine, 
     assert rest.merges == full.merges and not rest.stopped
 
 
-def test_callback_errors_propagate(native: native_engine.NativeEngine) -> None:
+def test_callback_errors_propagate(native: Native) -> None:
     def boom(merges: Sequence[Merge]) -> bool:
         raise KeyError("from callback")
 
@@ -398,7 +401,7 @@ def test_batch_and_array_encoding(
 
 
 def test_ids_match_python_encoder_for_superbpe_tokenizer(
-    corpora: dict[str, str], tmp_path: Path, native: native_engine.NativeEngine, python: PythonEngine
+    corpora: dict[str, str], tmp_path: Path, native: Native, python: PythonEngine
 ) -> None:
     path = tmp_path / "c.txt"
     path.write_text(corpora["wikitext"][:80_000])
