@@ -47,7 +47,7 @@ COVERING_PATTERNS = frozenset({"gpt2", "cl100k", "o200k", "superbpe-stage1"})
 LINE_UNIT_PATTERNS = frozenset({"superbpe", "superbpe-paper"})
 
 _NAME_SHAPE = regex.compile(r"[a-z0-9][a-z0-9_\-]*")
-_SAFE_CUT = regex.compile(r"(?<=\S\n)(?=\S)")
+_SAFE_CUT = regex.compile(r"(?<=\S\n)(?=[^\s/])")
 _LINE = regex.compile(r"[^\n]*\n|[^\n]+")
 
 
@@ -162,9 +162,10 @@ def _custom(pattern: str, line_units: bool | None) -> Pretokenizer:
 
 def safe_cuts(text: str) -> Iterator[int]:
     """Positions where text may be cut without changing any piece: ``p`` with ``text[p-2:p+1]``
-    being non-space, newline, non-space.
+    being non-space, newline, non-space other than ``/``.
 
-    No built-in pattern makes a piece that holds a newline followed by a non-space character, and
+    No built-in pattern makes a piece that holds a newline followed by a non-space character other
+    than ``/`` (o200k's punctuation runs may end in ``[\\r\\n/]*``), and
     with a non-space before the newline no whitespace-run lookahead (``\\s+(?!\\S)``) can read
     past the cut, so counting and streaming encode may process the two sides separately.
     """

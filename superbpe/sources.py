@@ -117,7 +117,12 @@ class ChunkCutter:
         pos = buf.find(b"\n", max(start - 1, 0), limit)
         while pos != -1:
             cut = pos + 1
-            if _ends_non_space(buf, pos) and _starts_non_space(buf, cut) and self._outside_specials(buf, cut):
+            if (
+                buf[cut : cut + 1] != b"/"
+                and _ends_non_space(buf, pos)
+                and _starts_non_space(buf, cut)
+                and self._outside_specials(buf, cut)
+            ):
                 return cut
             pos = buf.find(b"\n", cut, limit)
         return best

@@ -127,13 +127,14 @@ def test_empty_special_token_is_rejected() -> None:
         SpecialSplitter(["<|endoftext|>", ""])
 
 
-DENSE_TEXT = st.text(alphabet=st.sampled_from(list("ab \n\n\r\t.,'s1\u00a0\u3000")), max_size=40)
+DENSE_TEXT = st.text(alphabet=st.sampled_from(list("ab \n\n\r\t.,/'s1\u00a0\u3000")), max_size=40)
 
 
 @pytest.mark.parametrize("name", sorted(PATTERNS))
 @settings(max_examples=300, deadline=None)
 @given(text=st.one_of(UNICODE_TEXT, DENSE_TEXT))
 @example(text="a\n\nb\nc")
+@example(text="a.\n/b")
 def test_safe_cuts_never_change_the_pieces(name: str, text: str) -> None:
     pre = get_pretokenizer(name)
     cuts = [0, *safe_cuts(text), len(text)]
