@@ -158,3 +158,28 @@ def test_leading_agreement() -> None:
     assert leading_agreement([1, 2, 3], [1, 2, 4]) == 2
     assert leading_agreement([1, 2], [1, 2, 3]) == 2
     assert leading_agreement([], [1]) == 0
+
+
+def _native_available() -> bool:
+    from superbpe.engine import native_available
+
+    return native_available()
+
+
+@needs_data
+@pytest.mark.skipif(not _native_available(), reason="native engine not built")
+def test_native_and_python_agree_in_the_bench(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    proc = run_bench(str(TINY), "--vocab", "300", "--engines", "python,native", "--skip-hf",
+                     "--json", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(out.read_text())
+    train, encode = by_name(report, "train"), by_name(report, "encode")
+    assert set(train) == {"superbpe[python]", "superbpe[native]"}
+    assert train["superbpe[native]"]["extra"]["merges_identical"] is True
+    assert set(encode) == {"superbpe[python]", "superbpe[native]", "tiktoken"}
+    assert all(row["extra"]["ids_identical"] for row in encode.values())
+    assert {(r["task"], r["ours"], r["vs"]) for r in report["ratios"]} == {
+        ("encode", "superbpe[python]", "tiktoken"),
+        ("encode", "superbpe[native]", "tiktoken"),
+    }
