@@ -37,22 +37,83 @@ pub type OwnedShard = HashTable<(u64, Box<[u8]>, u64)>;
 /// One shard of counts borrowing the text: (hash, piece, count).
 type BorrowedShard<'a> = HashTable<(u64, &'a [u8], u64)>;
 
+/// Slice equality without a libc `memcmp` call: pieces are short, and the call overhead dominated
+/// the profile of counting.
+#[inline(always)]
+pub fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let n = a.len();
+    if n < 8 {
+        return a.iter().zip(b).all(|(x, y)| x == y);
+    }
+    let word = |s: &[u8], i: usize| u64::from_le_bytes(s[i..i + 8].try_into().unwrap());
+    let mut i = 0;
+    while i + 8 <= n {
+        if word(a, i) != word(b, i) {
+            return false;
+        }
+        i += 8;
+    }
+    i == n || word(a, n - 8) == word(b, n - 8)
+}
+
 /// Counts whose keys borrow the text being counted.
 struct LocalCounts<'a> {
     state: ahash::RandomState,
+    /// Pieces of at most [`SHORT_MAX`] bytes, packed into the key itself: no pointer chase and a
+    /// one-word comparison for the pieces that make up most of natural text.
+    short: HashTable<(u64, u64)>,
+    /// Longer pieces, keyed by a slice of the text, sharded like [`Counts`].
     shards: Vec<BorrowedShard<'a>>,
+}
+
+/// Longest piece stored packed (7 data bytes + 1 length byte in a u64).
+const SHORT_MAX: usize = 7;
+
+#[inline(always)]
+fn pack_short(piece: &[u8]) -> u64 {
+    let mut key = (piece.len() as u64) << 56;
+    for (i, &b) in piece.iter().enumerate() {
+        key |= (b as u64) << (8 * i);
+    }
+    key
+}
+
+#[inline(always)]
+fn unpack_short(key: u64) -> ([u8; 8], usize) {
+    ((key & 0x00FF_FFFF_FFFF_FFFF).to_le_bytes(), (key >> 56) as usize)
+}
+
+/// A cheap, well-mixed hash of a packed key (hashbrown uses both its top and bottom bits).
+#[inline(always)]
+fn hash_short(key: u64) -> u64 {
+    let h = (key ^ (key >> 31)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    h ^ (h >> 29)
 }
 
 impl<'a> LocalCounts<'a> {
     fn new() -> Self {
-        LocalCounts { state: hasher(), shards: (0..SHARDS).map(|_| HashTable::new()).collect() }
+        LocalCounts { state: hasher(), short: HashTable::new(), shards: (0..SHARDS).map(|_| HashTable::new()).collect() }
     }
 
-    #[inline]
+    #[inline(always)]
     fn add(&mut self, piece: &'a [u8]) {
+        if piece.len() <= SHORT_MAX {
+            let key = pack_short(piece);
+            let h = hash_short(key);
+            match self.short.find_mut(h, |e| e.0 == key) {
+                Some(e) => e.1 += 1,
+                None => {
+                    self.short.insert_unique(h, (key, 1), |e| hash_short(e.0));
+                }
+            }
+            return;
+        }
         let h = hash_bytes(&self.state, piece);
         let table = &mut self.shards[shard_of(h)];
-        match table.find_mut(h, |e| e.1 == piece) {
+        match table.find_mut(h, |e| e.0 == h && bytes_eq(e.1, piece)) {
             Some(e) => e.2 += 1,
             None => {
                 table.insert_unique(h, (h, piece, 1), |e| e.0);
@@ -123,19 +184,31 @@ impl Counts {
 
     fn absorb(&mut self, locals: Vec<LocalCounts<'_>>) -> Result<(), String> {
         let mut by_shard: Vec<Vec<BorrowedShard<'_>>> = (0..SHARDS).map(|_| Vec::new()).collect();
+        let mut short_by_shard: Vec<Vec<(u64, u64, u64)>> = (0..SHARDS).map(|_| Vec::new()).collect();
         for local in locals {
+            for (key, count) in local.short {
+                let (buf, len) = unpack_short(key);
+                let h = hash_bytes(&self.state, &buf[..len]);
+                short_by_shard[shard_of(h)].push((h, key, count));
+            }
             for (i, table) in local.shards.into_iter().enumerate() {
                 by_shard[i].push(table);
             }
         }
-        self.shards.par_iter_mut().zip(by_shard.into_par_iter()).try_for_each(|(mine, tables)| {
-            for table in tables {
-                for (h, k, c) in table {
-                    add_hashed(mine, h, k, c)?;
+        self.shards.par_iter_mut().zip(by_shard.into_par_iter().zip(short_by_shard)).try_for_each(
+            |(mine, (tables, shorts))| {
+                for (h, key, c) in shorts {
+                    let (buf, len) = unpack_short(key);
+                    add_hashed(mine, h, &buf[..len], c)?;
                 }
-            }
-            Ok(())
-        })
+                for table in tables {
+                    for (h, k, c) in table {
+                        add_hashed(mine, h, k, c)?;
+                    }
+                }
+                Ok(())
+            },
+        )
     }
 }
 

@@ -44,7 +44,7 @@ static ASCII: [Class; 128] = {
 };
 
 /// Class of a code point.
-#[inline]
+#[inline(always)]
 pub fn class_of(cp: u32) -> Class {
     if cp < 128 {
         return ASCII[cp as usize];
@@ -57,7 +57,7 @@ pub fn class_of(cp: u32) -> Class {
 }
 
 /// Decode the UTF-8 character starting at `i` of valid UTF-8 `s`: (code point, byte length).
-#[inline]
+#[inline(always)]
 pub fn decode(s: &[u8], i: usize) -> (u32, usize) {
     let b0 = s[i] as u32;
     if b0 < 0x80 {
@@ -81,7 +81,7 @@ pub fn decode(s: &[u8], i: usize) -> (u32, usize) {
 }
 
 /// Class and byte length of the character at `i` (valid UTF-8, `i < s.len()`).
-#[inline]
+#[inline(always)]
 pub fn class_at(s: &[u8], i: usize) -> (Class, usize) {
     let b = s[i];
     if b < 0x80 {
@@ -91,7 +91,7 @@ pub fn class_at(s: &[u8], i: usize) -> (Class, usize) {
     (class_of(cp), n)
 }
 
-#[inline]
+#[inline(always)]
 pub fn is_letter(c: Class) -> bool {
     (LU..=LO).contains(&c)
 }
