@@ -174,3 +174,10 @@ def test_encode_and_evaluate_configs_compose():
     assert ev.input == ["a", "b"]
     with pytest.raises(ConfigCompositionException, match="outptu"):
         compose("encode", overrides=["tokenizer=t", "input=a", "outptu=o"])
+
+
+def test_superbpe_schedule_defaults_stage1_to_the_official_pattern_but_the_command_line_wins():
+    assert train_config("schedule=superbpe").pretokenizer.name == "superbpe-stage1"
+    assert train_config("schedule=superbpe", "pretokenizer=gpt2").pretokenizer.name == "gpt2"
+    assert train_config("pretokenizer=o200k", "schedule=superbpe").pretokenizer.name == "o200k"
+    assert train_config("schedule=bpe").pretokenizer.name == "gpt2"
