@@ -9,6 +9,7 @@
 use hashbrown::HashTable;
 use rayon::prelude::*;
 
+use crate::bytesmap::{bytes_eq, hash_short, pack_short, unpack_short, SHORT_MAX};
 use crate::scan::Splitter;
 use crate::specials::Specials;
 use crate::unicode::{class_at, WS};
@@ -37,28 +38,6 @@ pub type OwnedShard = HashTable<(u64, Box<[u8]>, u64)>;
 /// One shard of counts borrowing the text: (hash, piece, count).
 type BorrowedShard<'a> = HashTable<(u64, &'a [u8], u64)>;
 
-/// Slice equality without a libc `memcmp` call: pieces are short, and the call overhead dominated
-/// the profile of counting.
-#[inline(always)]
-pub fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let n = a.len();
-    if n < 8 {
-        return a.iter().zip(b).all(|(x, y)| x == y);
-    }
-    let word = |s: &[u8], i: usize| u64::from_le_bytes(s[i..i + 8].try_into().unwrap());
-    let mut i = 0;
-    while i + 8 <= n {
-        if word(a, i) != word(b, i) {
-            return false;
-        }
-        i += 8;
-    }
-    i == n || word(a, n - 8) == word(b, n - 8)
-}
-
 /// Counts whose keys borrow the text being counted.
 struct LocalCounts<'a> {
     state: ahash::RandomState,
@@ -67,30 +46,6 @@ struct LocalCounts<'a> {
     short: HashTable<(u64, u64)>,
     /// Longer pieces, keyed by a slice of the text, sharded like [`Counts`].
     shards: Vec<BorrowedShard<'a>>,
-}
-
-/// Longest piece stored packed (7 data bytes + 1 length byte in a u64).
-const SHORT_MAX: usize = 7;
-
-#[inline(always)]
-fn pack_short(piece: &[u8]) -> u64 {
-    let mut key = (piece.len() as u64) << 56;
-    for (i, &b) in piece.iter().enumerate() {
-        key |= (b as u64) << (8 * i);
-    }
-    key
-}
-
-#[inline(always)]
-fn unpack_short(key: u64) -> ([u8; 8], usize) {
-    ((key & 0x00FF_FFFF_FFFF_FFFF).to_le_bytes(), (key >> 56) as usize)
-}
-
-/// A cheap, well-mixed hash of a packed key (hashbrown uses both its top and bottom bits).
-#[inline(always)]
-fn hash_short(key: u64) -> u64 {
-    let h = (key ^ (key >> 31)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    h ^ (h >> 29)
 }
 
 impl<'a> LocalCounts<'a> {

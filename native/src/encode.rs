@@ -12,6 +12,7 @@ use std::sync::Mutex;
 
 use rayon::prelude::*;
 
+use crate::bytesmap::BytesMap;
 use crate::scan::Splitter;
 
 const NONE: u32 = u32::MAX;
@@ -22,11 +23,11 @@ const CACHE_MAX_PER_SHARD: usize = 1 << 14;
 /// Pieces longer than this are not cached (they rarely repeat).
 const CACHE_MAX_PIECE: usize = 256;
 
-type Cache = HashMap<Box<[u8]>, Box<[u32]>, ahash::RandomState>;
+type Cache = BytesMap<Box<[u32]>>;
 
 pub struct Encoder {
     splitter: Splitter,
-    vocab: HashMap<Box<[u8]>, u32, ahash::RandomState>,
+    vocab: BytesMap<u32>,
     byte_ids: [u32; 256],
     /// (left id, right id) -> (rank, merged id)
     ranks: HashMap<u64, (u32, u32), ahash::RandomState>,
@@ -43,13 +44,13 @@ impl Encoder {
     /// `vocab`: bytes -> id; `merges` in rank order. Every single byte must be a token, and
     /// every merge's result must be in `vocab`.
     pub fn new(vocab: Vec<(Vec<u8>, u32)>, merges: &[(Vec<u8>, Vec<u8>)], splitter: Splitter) -> Result<Encoder, String> {
-        let mut map: HashMap<Box<[u8]>, u32, ahash::RandomState> = HashMap::default();
+        let mut map: BytesMap<u32> = BytesMap::default();
         for (bytes, id) in vocab {
-            map.insert(bytes.into_boxed_slice(), id);
+            map.insert(&bytes, id);
         }
         let mut byte_ids = [NONE; 256];
         for (b, slot) in byte_ids.iter_mut().enumerate() {
-            *slot = *map.get(&[b as u8][..]).ok_or_else(|| format!("byte {b} is not in the vocabulary"))?;
+            *slot = *map.get(&[b as u8]).ok_or_else(|| format!("byte {b} is not in the vocabulary"))?;
         }
         let mut ranks: HashMap<u64, (u32, u32), ahash::RandomState> = HashMap::default();
         for (rank, (l, r)) in merges.iter().enumerate() {
@@ -102,6 +103,10 @@ impl Encoder {
 
     #[inline]
     fn encode_piece(&self, piece: &[u8], out: &mut Vec<u32>) {
+        if piece.len() == 1 {
+            out.push(self.byte_ids[piece[0] as usize]);
+            return;
+        }
         if let Some(&id) = self.vocab.get(piece) {
             out.push(id);
             return;
@@ -125,7 +130,7 @@ impl Encoder {
         }
         if let Ok(mut cache) = self.cache[shard].try_lock() {
             if cache.len() < CACHE_MAX_PER_SHARD {
-                cache.insert(piece.into(), out[start..].into());
+                cache.insert_new(piece, out[start..].into());
             }
         }
     }

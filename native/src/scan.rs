@@ -444,7 +444,7 @@ fn o200k(s: &[u8], i: usize, contractions: bool) -> usize {
 #[inline]
 fn superbpe_match(s: &[u8], i: usize) -> Option<usize> {
     let b = s[i];
-    let (c, n) = class_at(s, i);
+    let (c, _) = class_at(s, i);
     if c == NUM {
         return Some(digits_upto(s, i, 3));
     }
@@ -466,7 +466,6 @@ fn superbpe_match(s: &[u8], i: usize) -> Option<usize> {
             return Some(j - 1);
         }
     }
-    let _ = n;
     None
 }
 
@@ -484,7 +483,13 @@ fn superbpe<'a, F: FnMut(&'a [u8])>(s: &'a [u8], emit: &mut F) {
                 i = e;
                 gap = e;
             }
-            None => i += class_at(s, i).1,
+            None => {
+                i += class_at(s, i).1;
+                // Letters and non-space whitespace never start a match: skip ASCII ones quickly.
+                while i < s.len() && (s[i].is_ascii_alphabetic() || matches!(s[i], b'\t' | b'\n' | b'\r')) {
+                    i += 1;
+                }
+            }
         }
     }
     if gap < s.len() {
