@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 
+use crate::bytesmap::{hash_short, BytesMap};
 use crate::count::Counts;
 
 const NONE: u32 = u32::MAX;
@@ -47,6 +48,15 @@ fn unpack(key: u64) -> (u32, u32) {
     ((key >> 32) as u32, key as u32)
 }
 
+/// A symbol of a piece: its token id, its neighbours (positions, NONE at the ends), its piece.
+#[derive(Clone, Copy)]
+struct Node {
+    sym: u32,
+    next: u32,
+    prev: u32,
+    word: u32,
+}
+
 /// A pair's weighted count and the positions where it may occur (stale ones are skipped).
 #[derive(Default)]
 struct PairInfo {
@@ -54,58 +64,75 @@ struct PairInfo {
     positions: Vec<u32>,
 }
 
-type PairMap = HashMap<u64, PairInfo, ahash::RandomState>;
+/// Hasher for pair keys: one multiply-mix of the u64 (ahash's general path cost more than the
+/// lookups it serves).
+#[derive(Default, Clone, Copy)]
+struct PairHasher(u64);
+
+impl std::hash::Hasher for PairHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = hash_short(self.0 ^ b as u64);
+        }
+    }
+
+    fn write_u64(&mut self, key: u64) {
+        self.0 = hash_short(key);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type PairMap = HashMap<u64, PairInfo, std::hash::BuildHasherDefault<PairHasher>>;
 
 /// The symbol arrays and the pair table.
 pub struct Trainer {
-    sym: Vec<u32>,
-    next: Vec<u32>,
-    prev: Vec<u32>,
-    word: Vec<u32>,
+    /// One node per symbol, fields together so a merge touches one cache line per position.
+    nodes: Vec<Node>,
     freq: Vec<i64>,
     pairs: PairMap,
     pub tokens: Vec<Vec<u8>>,
     /// The (left, right) token ids of merge i (token 256 + i).
     pub parts: Vec<(u32, u32)>,
-    token_ids: HashMap<Vec<u8>, u32, ahash::RandomState>,
+    token_ids: BytesMap<u32>,
 }
 
 impl Trainer {
     /// Build the state from piece counts; pieces shorter than 2 bytes or with count 0 are dropped.
     pub fn new(counts: &Counts) -> Result<Trainer, String> {
         let mut t = Trainer {
-            sym: Vec::new(),
-            next: Vec::new(),
-            prev: Vec::new(),
-            word: Vec::new(),
+            nodes: Vec::new(),
             freq: Vec::new(),
             pairs: PairMap::default(),
             tokens: (0..=255u8).map(|b| vec![b]).collect(),
             parts: Vec::new(),
-            token_ids: HashMap::default(),
+            token_ids: BytesMap::default(),
         };
         for (i, tok) in t.tokens.iter().enumerate() {
-            t.token_ids.insert(tok.clone(), i as u32);
+            t.token_ids.insert(tok, i as u32);
         }
-        let mut entries: Vec<(&[u8], u64)> = counts.iter().filter(|(p, c)| p.len() >= 2 && *c > 0).collect();
-        // A fixed order makes positions (and so memory layout) reproducible; results do not depend on it.
-        entries.sort_unstable();
+        // Piece order only changes memory layout, never the merges (pieces are independent).
+        let entries: Vec<(&[u8], u64)> = counts.iter().filter(|(p, c)| p.len() >= 2 && *c > 0).collect();
         let total: usize = entries.iter().map(|(p, _)| p.len()).sum();
         if total >= NONE as usize || entries.len() >= NONE as usize {
             return Err("corpus too large for the native trainer (more than 4G symbols)".into());
         }
-        t.sym.reserve_exact(total);
+        t.nodes.reserve_exact(total);
         for (piece, count) in entries {
             let w = t.freq.len() as u32;
             let f = i64::try_from(count).map_err(|_| "piece count too large".to_string())?;
             t.freq.push(f);
-            let start = t.sym.len() as u32;
+            let start = t.nodes.len() as u32;
             for (k, &b) in piece.iter().enumerate() {
                 let p = start + k as u32;
-                t.sym.push(b as u32);
-                t.prev.push(if k == 0 { NONE } else { p - 1 });
-                t.next.push(if k + 1 == piece.len() { NONE } else { p + 1 });
-                t.word.push(w);
+                t.nodes.push(Node {
+                    sym: b as u32,
+                    prev: if k == 0 { NONE } else { p - 1 },
+                    next: if k + 1 == piece.len() { NONE } else { p + 1 },
+                    word: w,
+                });
                 if k > 0 {
                     let info = t.pairs.entry(pair_key(piece[k - 1] as u32, b as u32)).or_default();
                     info.count += f;
@@ -125,7 +152,7 @@ impl Trainer {
     fn add_token(&mut self, l: u32, r: u32, token: Vec<u8>) -> u32 {
         let id = self.tokens.len() as u32;
         self.parts.push((l, r));
-        self.token_ids.insert(token.clone(), id);
+        self.token_ids.insert(&token, id);
         self.tokens.push(token);
         id
     }
@@ -162,32 +189,32 @@ impl Trainer {
         let mut fresh = Vec::new();
         for &p in &positions {
             let pu = p as usize;
-            if self.sym[pu] != l {
+            let node = self.nodes[pu];
+            if node.sym != l || node.next == NONE {
                 continue;
             }
-            let q = self.next[pu];
-            if q == NONE || self.sym[q as usize] != r {
+            let q = node.next;
+            let qnode = self.nodes[q as usize];
+            if qnode.sym != r {
                 continue;
             }
-            let f = self.freq[self.word[pu] as usize];
-            let b = self.prev[pu];
+            let f = self.freq[node.word as usize];
+            let b = node.prev;
             if b != NONE {
-                let bs = self.sym[b as usize];
+                let bs = self.nodes[b as usize].sym;
                 self.dec(pair_key(bs, l), f);
                 self.inc(pair_key(bs, new), f, b, &mut fresh);
             }
-            let a = self.next[q as usize];
+            let a = qnode.next;
             if a != NONE {
-                let as_ = self.sym[a as usize];
+                let as_ = self.nodes[a as usize].sym;
                 self.dec(pair_key(r, as_), f);
                 self.inc(pair_key(new, as_), f, p, &mut fresh);
+                self.nodes[a as usize].prev = p;
             }
-            self.sym[pu] = new;
-            self.sym[q as usize] = DEAD;
-            self.next[pu] = a;
-            if a != NONE {
-                self.prev[a as usize] = p;
-            }
+            self.nodes[pu].sym = new;
+            self.nodes[pu].next = a;
+            self.nodes[q as usize].sym = DEAD;
         }
         self.pairs.remove(&key);
         fresh.retain(|k| match self.pairs.get(k) {
@@ -211,7 +238,7 @@ impl Trainer {
                 return Err(format!("replay merge {i}: a part is not a token yet"));
             };
             let token = [lb.as_slice(), rb.as_slice()].concat();
-            if self.token_ids.contains_key(&token) {
+            if self.token_ids.contains(&token) {
                 return Err(format!("replay merge {i}: token already exists"));
             }
             let new = self.add_token(l, r, token);
@@ -256,7 +283,7 @@ impl Trainer {
             heap.pop(&self.tokens);
             let (l, r) = unpack(top.key);
             let token = [self.tokens[l as usize].as_slice(), &self.tokens[r as usize]].concat();
-            if self.token_ids.contains_key(&token) || !rules.allows(&token) {
+            if self.token_ids.contains(&token) || !rules.allows(&token) {
                 continue;
             }
             let new = self.add_token(l, r, token);
