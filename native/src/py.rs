@@ -292,6 +292,38 @@ fn merges_list<'py>(py: Python<'py>, t: &Trainer) -> PyResult<Bound<'py, PyList>
 pub struct NativeEncoder {
     inner: Encoder,
     pool: rayon::ThreadPool,
+    /// One Python int per id (ids are dense in practice): a result list then holds new
+    /// references to these instead of a fresh int object per token, which made building the
+    /// list cost as much as encoding.
+    id_objects: Vec<Py<PyAny>>,
+}
+
+/// Largest id for which an int object is kept (bigger ids are created per use).
+const MAX_CACHED_ID: u32 = 1 << 22;
+
+/// A list of ints from ids, sharing the encoder's int objects.
+fn ids_list<'py>(py: Python<'py>, ids: &[u32], objects: &[Py<PyAny>]) -> PyResult<Bound<'py, PyList>> {
+    let len = pyo3::ffi::Py_ssize_t::try_from(ids.len()).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    // SAFETY: PyList_New returns a new list (or NULL with an exception set) whose slots we fill
+    // exactly once each with a new strong reference, as PyList_SET_ITEM requires.
+    unsafe {
+        let list = pyo3::ffi::PyList_New(len);
+        if list.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        let list = Bound::from_owned_ptr(py, list).cast_into_unchecked::<PyList>();
+        for (i, &id) in ids.iter().enumerate() {
+            let obj = match objects.get(id as usize) {
+                Some(o) => o.clone_ref(py).into_ptr(),
+                None => {
+                    let Ok(obj) = id.into_pyobject(py);
+                    obj.into_any().into_ptr()
+                }
+            };
+            pyo3::ffi::PyList_SET_ITEM(list.as_ptr(), i as pyo3::ffi::Py_ssize_t, obj);
+        }
+        Ok(list)
+    }
 }
 
 #[pymethods]
@@ -299,6 +331,7 @@ impl NativeEncoder {
     #[new]
     #[pyo3(signature = (vocab, merges, pattern, line_units, workers))]
     fn new(
+        py: Python<'_>,
         vocab: &Bound<'_, PyDict>,
         merges: Vec<(Vec<u8>, Vec<u8>)>,
         pattern: &str,
@@ -309,20 +342,28 @@ impl NativeEncoder {
         for (k, id) in vocab.iter() {
             v.push((k.cast::<PyBytes>()?.as_bytes().to_vec(), id.extract()?));
         }
+        let max_id = v.iter().map(|(_, id)| *id).max().unwrap_or(0).min(MAX_CACHED_ID);
+        let id_objects: Vec<Py<PyAny>> = (0..=max_id)
+            .map(|id| {
+                let Ok(obj) = id.into_pyobject(py);
+                obj.into_any().unbind()
+            })
+            .collect();
         let splitter = Splitter::new(pattern, line_units).map_err(PyValueError::new_err)?;
         let inner = Encoder::new(v, &merges, splitter).map_err(PyValueError::new_err)?;
-        Ok(NativeEncoder { inner, pool: pool(workers.max(1))? })
+        Ok(NativeEncoder { inner, pool: pool(workers.max(1))?, id_objects })
     }
 
     /// Ids of text with no special-token handling.
-    fn encode_ordinary(&self, py: Python<'_>, text: &str) -> PyResult<Vec<u32>> {
+    fn encode_ordinary<'py>(&self, py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyList>> {
         let inner = &self.inner;
         let bytes = text.as_bytes();
-        run_detached(py, || {
+        let ids = run_detached(py, || {
             let mut out = Vec::with_capacity(bytes.len() / 3 + 1);
             inner.encode_ordinary(bytes, &mut out)?;
             Ok(out)
-        })
+        })?;
+        ids_list(py, &ids, &self.id_objects)
     }
 
     /// Encode texts in parallel into one flat buffer of little-endian ids (`dtype` "uint16" or
