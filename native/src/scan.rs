@@ -149,19 +149,26 @@ fn cover<'a, F: FnMut(&'a [u8]), M: Fn(&[u8], usize) -> usize>(s: &'a [u8], emit
 /// "Other": not `\s`, `\p{L}` or `\p{N}` (marks included), i.e. `[^\s\p{L}\p{N}]`.
 #[inline(always)]
 fn is_other(c: Class) -> bool {
-    c == OTHER || c == MARK
+    in_set(c, (1 << OTHER) | (1 << MARK))
+}
+
+/// Whether class `c` is in the bit set `set` (one bit per class): a shift and a test, where a
+/// `matches!` over several classes compiled to a chain of compares in the hottest loops.
+#[inline(always)]
+fn in_set(c: Class, set: u16) -> bool {
+    (set >> c) & 1 != 0
 }
 
 /// `[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]`
 #[inline(always)]
 fn is_upperish(c: Class) -> bool {
-    matches!(c, LU | LT | LM | LO | MARK)
+    in_set(c, (1 << LU) | (1 << LT) | (1 << LM) | (1 << LO) | (1 << MARK))
 }
 
 /// `[\p{Ll}\p{Lm}\p{Lo}\p{M}]`
 #[inline(always)]
 fn is_lowerish(c: Class) -> bool {
-    matches!(c, LL | LM | LO | MARK)
+    in_set(c, (1 << LL) | (1 << LM) | (1 << LO) | (1 << MARK))
 }
 
 /// End of the run of characters from `i` whose class satisfies `pred`.
@@ -401,8 +408,6 @@ fn o200k_word_b(s: &[u8], t: usize) -> Option<usize> {
 #[inline]
 fn o200k(s: &[u8], i: usize, contractions: bool) -> usize {
     let b = s[i];
-    let (c, n) = class_at(s, i);
-    let prefix = !(is_letter(c) || c == NUM || b == b'\r' || b == b'\n');
     let finish = |e: usize| -> usize {
         if contractions && s.get(e) == Some(&b'\'') {
             contraction(s, e, true).unwrap_or(e)
@@ -410,26 +415,44 @@ fn o200k(s: &[u8], i: usize, contractions: bool) -> usize {
             e
         }
     };
-    if prefix {
+    // Fast paths for the commonest pieces, "word" and " word" in lowercase ASCII: the upper-ish
+    // run is empty, so the first alternative takes the lower-ish run (same result as below).
+    if b.is_ascii_lowercase() {
+        return finish(run(s, i + 1, is_lowerish));
+    }
+    if b == b' ' && s.get(i + 1).is_some_and(|x| x.is_ascii_lowercase()) {
+        return finish(run(s, i + 2, is_lowerish));
+    }
+    // The word alternatives can only match from a letter or mark, so each attempt is made only
+    // when its first character qualifies (the result is the same; the failing calls are skipped).
+    let (c, n) = class_at(s, i);
+    let prefix = !(is_letter(c) || c == NUM || b == b'\r' || b == b'\n');
+    let c1 = if prefix && i + n < s.len() { class_at(s, i + n).0 } else { OTHER };
+    let wordish = |c: Class| is_upperish(c) || is_lowerish(c);
+    if prefix && wordish(c1) {
         if let Some(e) = o200k_word_a(s, i + n) {
             return finish(e);
         }
     }
-    if let Some(e) = o200k_word_a(s, i) {
-        return finish(e);
+    if wordish(c) {
+        if let Some(e) = o200k_word_a(s, i) {
+            return finish(e);
+        }
     }
-    if prefix {
+    if prefix && is_upperish(c1) {
         if let Some(e) = o200k_word_b(s, i + n) {
             return finish(e);
         }
     }
-    if let Some(e) = o200k_word_b(s, i) {
-        return finish(e);
+    if is_upperish(c) {
+        if let Some(e) = o200k_word_b(s, i) {
+            return finish(e);
+        }
     }
     if c == NUM {
         return digits_upto(s, i, 3);
     }
-    if b == b' ' && i + 1 < s.len() && is_other(class_at(s, i + 1).0) {
+    if b == b' ' && is_other(c1) && i + 1 < s.len() {
         return ascii_run(s, run(s, i + 1, is_other), b"\r\n/");
     }
     if is_other(c) {
