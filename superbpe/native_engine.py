@@ -63,6 +63,45 @@ def _require_native() -> Any:
     return _native
 
 
+# Text that exercises most regex features a custom pattern may use: cases, scripts, digits,
+# whitespace kinds, punctuation runs, contractions, emoji.
+_PROBE = (
+    "Hello, World! It's DON'T we'll 2024-01-02 3.14159 1,234,567 naïve café Ωμέγα Привет мир 中文字 한국어 "
+    "العربية १२३ ½ Ⅻ e\u0301 \t tab  two  \n\n\r\nline\u3000ideo\u00a0nbsp x...y --z // #tag @user 😀👍🏽 "
+    "snake_case CamelCase ALLCAPS a1b2 \x00\x1f The quick brown fox jumps over the lazy dog. end"
+)
+_SAMPLE_BYTES = 1 << 16
+
+
+def splits_like_regex(pre: Pretokenizer, sample: str = "") -> bool:
+    """Whether the native splitter gives the python pieces for ``pre``.
+
+    Built-in patterns have exact scanners (fuzz-tested). A custom pattern runs on fancy-regex,
+    whose syntax and Unicode tables differ from `regex` in corners (e.g. it reads `{e<=1}` as
+    literal text), so it is used only when it compiles *and* splits a probe text plus ``sample``
+    (the start of the corpus) exactly like `regex`; otherwise the caller falls back to Python.
+    """
+    lib = _require_native()
+    if lib.has_scanner(pre.pattern):
+        return True
+    if not lib.supports_pattern(pre.pattern):
+        return False
+    probe = _PROBE + sample
+    try:
+        return bool(lib.pretokenize(pre.pattern, pre.line_units, probe) == pre.split(probe))
+    except ValueError:
+        return False
+
+
+def _corpus_sample(paths: Sequence[Path]) -> str:
+    """The first bytes of the first input as text (for checking a custom pattern)."""
+    try:
+        with open_binary(paths[0]) as stream:
+            return stream.read(_SAMPLE_BYTES).decode("utf-8", "ignore")
+    except (OSError, EOFError, InputError):
+        return ""
+
+
 def _thread_count(workers: int | None) -> int:
     """Threads for Rust: an explicit count wins (validated like the python engine), else every usable core."""
     if workers is not None:
@@ -174,8 +213,8 @@ class NativeEngine:
         paths = resolve_inputs(inputs)
         check_not_empty(paths)
         lib = _require_native()
-        if not lib.supports_pattern(pre.pattern):
-            # A pattern only Python's `regex` understands: exact results beat speed.
+        if not splits_like_regex(pre, "" if lib.has_scanner(pre.pattern) else _corpus_sample(paths)):
+            # A pattern only Python's `regex` handles right: exact results beat speed.
             return count_pieces(
                 paths, pre, specials, workers=workers, chunk_bytes=chunk_bytes, errors=errors,
                 text_field=text_field, progress=progress,
@@ -302,7 +341,7 @@ class NativeEncoder:
             if left + right not in ids:
                 raise ConfigError(f"merge #{rank} ({left!r}, {right!r}) makes a token not in the vocab")
         self._fallback = None
-        if not lib.supports_pattern(pretokenizer.pattern):
+        if not splits_like_regex(pretokenizer):
             from superbpe.encoder import PythonEncoder
 
             self._fallback = PythonEncoder(ids, merges, pretokenizer)

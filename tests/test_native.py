@@ -125,6 +125,19 @@ def test_custom_patterns_use_isolated_split(pattern: str, corpora: dict[str, str
     assert native_engine._native.pretokenize(pattern, False, text) == pre.split(text)
 
 
+@pytest.mark.parametrize("pattern", [r"(?:the){e<=1}", r"\X", r"\m\w+"])
+def test_patterns_fancy_regex_gets_wrong_fall_back_to_python(
+    pattern: str, shared_data: Path, native: Native, python: PythonEngine
+) -> None:
+    pre = get_pretokenizer(f"custom:{pattern}")
+    assert not native_engine.splits_like_regex(pre)
+    path = shared_data / "tinystories_sample.txt"
+    assert_same_counts(native.count(path, pre, []), python.count(path, pre, []))
+    vocab = {bytes([b]): b for b in range(256)}
+    text = path.read_text(encoding="utf-8")
+    assert native.encoder(vocab, [], pre).encode_ordinary(text) == list(text.encode())
+
+
 def test_unicode_tables_match_installed_regex() -> None:
     """The scanners' classes were generated from `regex`; an upgrade that changes Unicode data fails here."""
     table = native_engine._native.char_classes()
