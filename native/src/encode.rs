@@ -6,18 +6,17 @@
 //! linked list, so a whole-line SuperBPE piece costs O(n log n), not O(n²). Pieces that are not
 //! tokens are cached, since the same rare words recur.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 use rayon::prelude::*;
 
+use crate::bpe;
 use crate::bytesmap::BytesMap;
 use crate::scan::Splitter;
 
-const NONE: u32 = u32::MAX;
 /// Pieces up to this many bytes are merged with the linear scan.
-const LINEAR_MAX: usize = 48;
+const LINEAR_MAX: usize = bpe::LINEAR_MAX;
 const CACHE_SHARDS: usize = 16;
 const CACHE_MAX_PER_SHARD: usize = 1 << 14;
 /// Pieces longer than this are not cached (they rarely repeat).
@@ -48,7 +47,7 @@ impl Encoder {
         for (bytes, id) in vocab {
             map.insert(&bytes, id);
         }
-        let mut byte_ids = [NONE; 256];
+        let mut byte_ids = [u32::MAX; 256];
         for (b, slot) in byte_ids.iter_mut().enumerate() {
             *slot = *map.get(&[b as u8]).ok_or_else(|| format!("byte {b} is not in the vocabulary"))?;
         }
@@ -140,83 +139,15 @@ impl Encoder {
         self.ranks.get(&pair_key(l, r)).copied()
     }
 
-    /// Repeatedly merge the leftmost lowest-rank pair, scanning the whole (short) piece each time.
+    /// BPE of a piece that is not a token: linear scan for short pieces, heap for long ones.
     fn merge_linear(&self, piece: &[u8], out: &mut Vec<u32>) {
-        let mut ids: Vec<u32> = piece.iter().map(|&b| self.byte_ids[b as usize]).collect();
-        // ranks[i]: rank and result of merging ids[i], ids[i + 1].
-        let mut ranks: Vec<Option<(u32, u32)>> = ids.windows(2).map(|w| self.rank(w[0], w[1])).collect();
-        loop {
-            let mut best: Option<(usize, u32, u32)> = None;
-            for (i, r) in ranks.iter().enumerate() {
-                if let Some((rank, merged)) = *r {
-                    if best.is_none_or(|(_, br, _)| rank < br) {
-                        best = Some((i, rank, merged));
-                    }
-                }
-            }
-            let Some((i, _, merged)) = best else { break };
-            ids[i] = merged;
-            ids.remove(i + 1);
-            ranks.remove(i);
-            if i > 0 {
-                ranks[i - 1] = self.rank(ids[i - 1], merged);
-            }
-            if i + 1 < ids.len() {
-                ranks[i] = self.rank(merged, ids[i + 1]);
-            }
-        }
-        out.extend_from_slice(&ids);
+        let ids: Vec<u32> = piece.iter().map(|&b| self.byte_ids[b as usize]).collect();
+        out.extend_from_slice(&bpe::merge_linear(ids, |l, r| self.rank(l, r)));
     }
 
-    /// The same merges with a lazy min-heap of (rank, position) over a linked list.
     fn merge_heap(&self, piece: &[u8], out: &mut Vec<u32>) {
-        let n = piece.len();
-        let mut sym: Vec<u32> = piece.iter().map(|&b| self.byte_ids[b as usize]).collect();
-        let mut next: Vec<u32> = (1..=n as u32).collect();
-        next[n - 1] = NONE;
-        let mut prev: Vec<u32> = (0..n as u32).map(|i| i.wrapping_sub(1)).collect();
-        prev[0] = NONE;
-        let mut heap: BinaryHeap<Reverse<(u32, u32)>> = BinaryHeap::with_capacity(n);
-        for i in 0..n - 1 {
-            if let Some((rank, _)) = self.rank(sym[i], sym[i + 1]) {
-                heap.push(Reverse((rank, i as u32)));
-            }
-        }
-        while let Some(Reverse((rank, p))) = heap.pop() {
-            let pu = p as usize;
-            if sym[pu] == NONE {
-                continue;
-            }
-            let q = next[pu];
-            if q == NONE {
-                continue;
-            }
-            let Some((current, merged)) = self.rank(sym[pu], sym[q as usize]) else { continue };
-            if current != rank {
-                continue;
-            }
-            sym[pu] = merged;
-            sym[q as usize] = NONE;
-            let after = next[q as usize];
-            next[pu] = after;
-            if after != NONE {
-                prev[after as usize] = p;
-                if let Some((r, _)) = self.rank(merged, sym[after as usize]) {
-                    heap.push(Reverse((r, p)));
-                }
-            }
-            let before = prev[pu];
-            if before != NONE {
-                if let Some((r, _)) = self.rank(sym[before as usize], merged) {
-                    heap.push(Reverse((r, before)));
-                }
-            }
-        }
-        let mut p = 0u32;
-        while p != NONE {
-            out.push(sym[p as usize]);
-            p = next[p as usize];
-        }
+        let ids: Vec<u32> = piece.iter().map(|&b| self.byte_ids[b as usize]).collect();
+        out.extend_from_slice(&bpe::merge_heap(ids, |l, r| self.rank(l, r)));
     }
 }
 

@@ -263,8 +263,7 @@ fn train<'py>(
     let inner = &counts.inner;
     let every = callback_every.max(1);
     let (trainer, stopped) = run_detached(py, || {
-        let mut trainer = Trainer::new(inner)?;
-        trainer.replay(&replay)?;
+        let mut trainer = Trainer::with_replay(inner, &replay)?;
         let stopped = trainer
             .choose(num_merges, &rules, every, |t| match &callback {
                 None => Ok(false),

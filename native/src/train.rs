@@ -8,6 +8,9 @@
 
 use std::collections::HashMap;
 
+use rayon::prelude::*;
+
+use crate::bpe;
 use crate::bytesmap::{hash_short, BytesMap};
 use crate::count::Counts;
 
@@ -102,6 +105,14 @@ pub struct Trainer {
 impl Trainer {
     /// Build the state from piece counts; pieces shorter than 2 bytes or with count 0 are dropped.
     pub fn new(counts: &Counts) -> Result<Trainer, String> {
+        Trainer::with_replay(counts, &[])
+    }
+
+    /// Build the state with earlier merges already applied, in order; each keeps id 256 + its
+    /// index whether or not its pair occurs. Parts must be tokens and results new (validated in
+    /// Python; checked again here). Replay is lowest-rank-first BPE of each piece, in parallel
+    /// (see `bpe.rs` for why that equals applying the merges one after another).
+    pub fn with_replay(counts: &Counts, replay: &[(Vec<u8>, Vec<u8>)]) -> Result<Trainer, String> {
         let mut t = Trainer {
             nodes: Vec::new(),
             freq: Vec::new(),
@@ -113,28 +124,54 @@ impl Trainer {
         for (i, tok) in t.tokens.iter().enumerate() {
             t.token_ids.insert(tok, i as u32);
         }
+        let mut ranks: HashMap<u64, (u32, u32), std::hash::BuildHasherDefault<PairHasher>> = HashMap::default();
+        for (i, (lb, rb)) in replay.iter().enumerate() {
+            let (Some(l), Some(r)) = (t.token_id(lb), t.token_id(rb)) else {
+                return Err(format!("replay merge {i}: a part is not a token yet"));
+            };
+            let token = [lb.as_slice(), rb.as_slice()].concat();
+            if t.token_ids.contains(&token) {
+                return Err(format!("replay merge {i}: token already exists"));
+            }
+            let new = t.add_token(l, r, token);
+            ranks.insert(pair_key(l, r), (i as u32, new));
+        }
         // Piece order only changes memory layout, never the merges (pieces are independent).
         let entries: Vec<(&[u8], u64)> = counts.iter().filter(|(p, c)| p.len() >= 2 && *c > 0).collect();
-        let total: usize = entries.iter().map(|(p, _)| p.len()).sum();
+        let seqs: Vec<Vec<u32>> = entries
+            .par_iter()
+            .map(|(piece, _)| {
+                let ids: Vec<u32> = piece.iter().map(|&b| b as u32).collect();
+                if ranks.is_empty() {
+                    ids
+                } else {
+                    bpe::merge(ids, |l, r| ranks.get(&pair_key(l, r)).copied())
+                }
+            })
+            .collect();
+        let total: usize = seqs.iter().filter(|s| s.len() >= 2).map(|s| s.len()).sum();
         if total >= NONE as usize || entries.len() >= NONE as usize {
             return Err("corpus too large for the native trainer (more than 4G symbols)".into());
         }
         t.nodes.reserve_exact(total);
-        for (piece, count) in entries {
+        for ((_, count), seq) in entries.iter().zip(&seqs) {
+            if seq.len() < 2 {
+                continue; // a single symbol can never be part of a pair again
+            }
             let w = t.freq.len() as u32;
-            let f = i64::try_from(count).map_err(|_| "piece count too large".to_string())?;
+            let f = i64::try_from(*count).map_err(|_| "piece count too large".to_string())?;
             t.freq.push(f);
             let start = t.nodes.len() as u32;
-            for (k, &b) in piece.iter().enumerate() {
+            for (k, &sym) in seq.iter().enumerate() {
                 let p = start + k as u32;
                 t.nodes.push(Node {
-                    sym: b as u32,
+                    sym,
                     prev: if k == 0 { NONE } else { p - 1 },
-                    next: if k + 1 == piece.len() { NONE } else { p + 1 },
+                    next: if k + 1 == seq.len() { NONE } else { p + 1 },
                     word: w,
                 });
                 if k > 0 {
-                    let info = t.pairs.entry(pair_key(piece[k - 1] as u32, b as u32)).or_default();
+                    let info = t.pairs.entry(pair_key(seq[k - 1], sym)).or_default();
                     info.count += f;
                     info.positions.push(p - 1);
                 }
@@ -229,22 +266,6 @@ impl Trainer {
 
     fn count_of(&self, key: u64) -> i64 {
         self.pairs.get(&key).map_or(0, |i| i.count)
-    }
-
-    /// Apply earlier merges in order (validated by the caller: parts are tokens, result is new).
-    pub fn replay(&mut self, merges: &[(Vec<u8>, Vec<u8>)]) -> Result<(), String> {
-        for (i, (lb, rb)) in merges.iter().enumerate() {
-            let (Some(l), Some(r)) = (self.token_id(lb), self.token_id(rb)) else {
-                return Err(format!("replay merge {i}: a part is not a token yet"));
-            };
-            let token = [lb.as_slice(), rb.as_slice()].concat();
-            if self.token_ids.contains(&token) {
-                return Err(format!("replay merge {i}: token already exists"));
-            }
-            let new = self.add_token(l, r, token);
-            self.merge(l, r, new);
-        }
-        Ok(())
     }
 
     /// Choose merges until `num_merges` tokens were merged in total (replayed ones included),
@@ -431,5 +452,29 @@ mod tests {
     fn min_frequency_stops() {
         let rules = Rules { min_frequency: 3, ..Default::default() };
         assert_eq!(train(&[("ab", 5), ("cd", 2)], 10, &rules), vec![b"ab".to_vec()]);
+    }
+}
+
+#[cfg(test)]
+mod replay_tests {
+    use super::*;
+
+    /// Replay through per-piece BPE must equal choosing the same merges one by one.
+    #[test]
+    fn replay_equals_sequential_merging() {
+        let mut c = Counts::default();
+        for (p, n) in [("aaaaaa", 3), ("abababa", 2), ("banana band", 4), ("a", 9), ("xyz", 1)] {
+            c.add(p.as_bytes(), n).unwrap();
+        }
+        let rules = Rules { min_frequency: 1, ..Default::default() };
+        let mut full = Trainer::new(&c).unwrap();
+        full.choose(12, &rules, usize::MAX, |_| Ok::<_, ()>(false)).unwrap();
+        let all: Vec<(Vec<u8>, Vec<u8>)> = full.merges().map(|(l, r)| (l.to_vec(), r.to_vec())).collect();
+        for cut in 0..=all.len() {
+            let mut t = Trainer::with_replay(&c, &all[..cut]).unwrap();
+            t.choose(12, &rules, usize::MAX, |_| Ok::<_, ()>(false)).unwrap();
+            let got: Vec<(Vec<u8>, Vec<u8>)> = t.merges().map(|(l, r)| (l.to_vec(), r.to_vec())).collect();
+            assert_eq!(got, all, "replaying {cut} merges");
+        }
     }
 }

@@ -1,0 +1,108 @@
+//! Rank-based BPE of one symbol sequence, shared by the encoder and by replay in the trainer.
+//!
+//! Repeatedly merge the adjacent pair with the lowest rank, the leftmost on ties. `rank(l, r)`
+//! gives `(rank, merged id)` or `None` when the pair never merges.
+//!
+//! Replay uses this too: applying merges 0..n in order to every occurrence (left to right) gives
+//! the same symbols as lowest-rank-first merging, because a pair created by merge i contains
+//! token i and so has a rank above i, and every pair ranked below i is gone by then. That makes
+//! replay a per-piece job that runs in parallel instead of n passes over the whole table.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+const NONE: u32 = u32::MAX;
+
+/// Scan all pairs each round: best for short sequences (no allocation beyond two vectors).
+pub fn merge_linear<F: Fn(u32, u32) -> Option<(u32, u32)>>(mut ids: Vec<u32>, rank: F) -> Vec<u32> {
+    // ranks[i]: rank and result of merging ids[i], ids[i + 1].
+    let mut ranks: Vec<Option<(u32, u32)>> = ids.windows(2).map(|w| rank(w[0], w[1])).collect();
+    loop {
+        let mut best: Option<(usize, u32, u32)> = None;
+        for (i, r) in ranks.iter().enumerate() {
+            if let Some((rk, merged)) = *r {
+                if best.is_none_or(|(_, br, _)| rk < br) {
+                    best = Some((i, rk, merged));
+                }
+            }
+        }
+        let Some((i, _, merged)) = best else { break };
+        ids[i] = merged;
+        ids.remove(i + 1);
+        ranks.remove(i);
+        if i > 0 {
+            ranks[i - 1] = rank(ids[i - 1], merged);
+        }
+        if i + 1 < ids.len() {
+            ranks[i] = rank(merged, ids[i + 1]);
+        }
+    }
+    ids
+}
+
+/// The same merges with a lazy min-heap of (rank, position) over a linked list: O(n log n).
+pub fn merge_heap<F: Fn(u32, u32) -> Option<(u32, u32)>>(mut sym: Vec<u32>, rank: F) -> Vec<u32> {
+    let n = sym.len();
+    if n < 2 {
+        return sym;
+    }
+    let mut next: Vec<u32> = (1..=n as u32).collect();
+    next[n - 1] = NONE;
+    let mut prev: Vec<u32> = (0..n as u32).map(|i| i.wrapping_sub(1)).collect();
+    prev[0] = NONE;
+    let mut heap: BinaryHeap<Reverse<(u32, u32)>> = BinaryHeap::with_capacity(n);
+    for i in 0..n - 1 {
+        if let Some((r, _)) = rank(sym[i], sym[i + 1]) {
+            heap.push(Reverse((r, i as u32)));
+        }
+    }
+    while let Some(Reverse((r, p))) = heap.pop() {
+        let pu = p as usize;
+        if sym[pu] == NONE {
+            continue;
+        }
+        let q = next[pu];
+        if q == NONE {
+            continue;
+        }
+        let Some((current, merged)) = rank(sym[pu], sym[q as usize]) else { continue };
+        if current != r {
+            continue;
+        }
+        sym[pu] = merged;
+        sym[q as usize] = NONE;
+        let after = next[q as usize];
+        next[pu] = after;
+        if after != NONE {
+            prev[after as usize] = p;
+            if let Some((r2, _)) = rank(merged, sym[after as usize]) {
+                heap.push(Reverse((r2, p)));
+            }
+        }
+        let before = prev[pu];
+        if before != NONE {
+            if let Some((r2, _)) = rank(sym[before as usize], merged) {
+                heap.push(Reverse((r2, before)));
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(n);
+    let mut p = 0u32;
+    while p != NONE {
+        out.push(sym[p as usize]);
+        p = next[p as usize];
+    }
+    out
+}
+
+/// Linear scan up to this many symbols, heap above.
+pub const LINEAR_MAX: usize = 48;
+
+/// Whichever of the two suits the length.
+pub fn merge<F: Fn(u32, u32) -> Option<(u32, u32)>>(ids: Vec<u32>, rank: F) -> Vec<u32> {
+    if ids.len() <= LINEAR_MAX {
+        merge_linear(ids, rank)
+    } else {
+        merge_heap(ids, rank)
+    }
+}
