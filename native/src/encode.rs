@@ -15,8 +15,8 @@ use crate::bpe;
 use crate::bytesmap::BytesMap;
 use crate::scan::Splitter;
 
-/// Pieces up to this many bytes are merged with the linear scan.
-const LINEAR_MAX: usize = bpe::LINEAR_MAX;
+/// Pieces up to this many bytes are merged with the linear scan (encoder pieces are short words).
+const LINEAR_MAX: usize = 48;
 const CACHE_SHARDS: usize = 16;
 const CACHE_MAX_PER_SHARD: usize = 1 << 14;
 /// Pieces longer than this are not cached (they rarely repeat).
