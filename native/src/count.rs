@@ -50,7 +50,11 @@ struct LocalCounts<'a> {
 
 impl<'a> LocalCounts<'a> {
     fn new() -> Self {
-        LocalCounts { state: hasher(), short: HashTable::new(), shards: (0..SHARDS).map(|_| HashTable::new()).collect() }
+        LocalCounts {
+            state: hasher(),
+            short: HashTable::new(),
+            shards: (0..SHARDS).map(|_| HashTable::new()).collect(),
+        }
     }
 
     #[inline(always)]
@@ -126,15 +130,12 @@ impl Counts {
 
     /// Add all of `other` into `self`, shard by shard in parallel.
     pub fn merge(&mut self, other: &Counts) -> Result<(), String> {
-        self.shards
-            .par_iter_mut()
-            .zip(other.shards.par_iter())
-            .try_for_each(|(mine, theirs)| {
-                for (h, k, c) in theirs.iter() {
-                    add_hashed(mine, *h, k, *c)?;
-                }
-                Ok(())
-            })
+        self.shards.par_iter_mut().zip(other.shards.par_iter()).try_for_each(|(mine, theirs)| {
+            for (h, k, c) in theirs.iter() {
+                add_hashed(mine, *h, k, *c)?;
+            }
+            Ok(())
+        })
     }
 
     fn absorb(&mut self, locals: Vec<LocalCounts<'_>>) -> Result<(), String> {

@@ -42,7 +42,11 @@ fn pair_key(l: u32, r: u32) -> u64 {
 impl Encoder {
     /// `vocab`: bytes -> id; `merges` in rank order. Every single byte must be a token, and
     /// every merge's result must be in `vocab`.
-    pub fn new(vocab: Vec<(Vec<u8>, u32)>, merges: &[(Vec<u8>, Vec<u8>)], splitter: Splitter) -> Result<Encoder, String> {
+    pub fn new(
+        vocab: Vec<(Vec<u8>, u32)>,
+        merges: &[(Vec<u8>, Vec<u8>)],
+        splitter: Splitter,
+    ) -> Result<Encoder, String> {
         let mut map: BytesMap<u32> = BytesMap::default();
         for (bytes, id) in vocab {
             map.insert(&bytes, id);
@@ -161,14 +165,17 @@ mod tests {
         for (l, r) in merges {
             vocab.push(([l.as_bytes(), r.as_bytes()].concat(), vocab.len() as u32));
         }
-        let m: Vec<(Vec<u8>, Vec<u8>)> = merges.iter().map(|(l, r)| (l.as_bytes().to_vec(), r.as_bytes().to_vec())).collect();
+        let m: Vec<(Vec<u8>, Vec<u8>)> =
+            merges.iter().map(|(l, r)| (l.as_bytes().to_vec(), r.as_bytes().to_vec())).collect();
         Encoder::new(vocab, &m, Splitter::new(&builtin_pattern(Builtin::Superbpe), false).unwrap()).unwrap()
     }
 
     #[test]
     fn linear_and_heap_agree() {
         let e = encoder(&[("a", "a"), ("b", "c"), ("aa", "a"), ("a", "bc"), ("aa", "bc")]);
-        for text in ["aaaaabcabcaaab", "abcaaaaaaaaaaaabcbcbcaabcaaaaaaaaaabcbcbcaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaabcbcbcb"] {
+        for text in
+            ["aaaaabcabcaaab", "abcaaaaaaaaaaaabcbcbcaabcaaaaaaaaaabcbcbcaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaabcbcbcb"]
+        {
             let mut lin = Vec::new();
             let mut heap = Vec::new();
             e.merge_linear(text.as_bytes(), &mut lin);

@@ -166,7 +166,13 @@ impl Counter {
 #[pymethods]
 impl Counter {
     #[new]
-    fn new(pattern: &str, line_units: bool, specials: Vec<Vec<u8>>, chunk_bytes: usize, workers: usize) -> PyResult<Self> {
+    fn new(
+        pattern: &str,
+        line_units: bool,
+        specials: Vec<Vec<u8>>,
+        chunk_bytes: usize,
+        workers: usize,
+    ) -> PyResult<Self> {
         let splitter = Splitter::new(pattern, line_units).map_err(PyValueError::new_err)?;
         let spec = CountSpec { splitter, specials: Specials::new(&specials), chunk_bytes };
         Ok(Counter { spec, counts: Counts::default(), pool: pool(workers.max(1))? })
@@ -390,7 +396,13 @@ impl NativeEncoder {
 
     /// Encode one large text in parallel, cut only where pieces cannot cross; ids as in
     /// `encode_batch`.
-    fn encode_array<'py>(&self, py: Python<'py>, text: &str, dtype: &str, chunk_bytes: usize) -> PyResult<Bound<'py, PyBytes>> {
+    fn encode_array<'py>(
+        &self,
+        py: Python<'py>,
+        text: &str,
+        dtype: &str,
+        chunk_bytes: usize,
+    ) -> PyResult<Bound<'py, PyBytes>> {
         let (inner, pool) = (&self.inner, &self.pool);
         let bytes = text.as_bytes();
         let (ids, _) = run_detached(py, || {

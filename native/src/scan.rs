@@ -611,8 +611,7 @@ mod tests {
     fn pieces(b: Builtin, text: &str) -> Vec<String> {
         let sp = Splitter::new(&builtin_pattern(b), false).unwrap();
         let mut out = Vec::new();
-        sp.split(text.as_bytes(), &mut |p: &[u8]| out.push(String::from_utf8(p.to_vec()).unwrap()))
-            .unwrap();
+        sp.split(text.as_bytes(), &mut |p: &[u8]| out.push(String::from_utf8(p.to_vec()).unwrap())).unwrap();
         out
     }
 
@@ -640,7 +639,10 @@ mod tests {
 
     #[test]
     fn superbpe_stage2() {
-        assert_eq!(pieces(Builtin::Superbpe, "hello, world... 1234 ok  "), ["hello, world", "...", " ", "123", "4", " ok", "  "]);
+        assert_eq!(
+            pieces(Builtin::Superbpe, "hello, world... 1234 ok  "),
+            ["hello, world", "...", " ", "123", "4", " ok", "  "]
+        );
     }
 
     #[test]

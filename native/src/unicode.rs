@@ -65,10 +65,7 @@ pub fn decode(s: &[u8], i: usize) -> (u32, usize) {
     } else if b0 < 0xE0 {
         (((b0 & 0x1F) << 6) | (s[i + 1] as u32 & 0x3F), 2)
     } else if b0 < 0xF0 {
-        (
-            ((b0 & 0x0F) << 12) | ((s[i + 1] as u32 & 0x3F) << 6) | (s[i + 2] as u32 & 0x3F),
-            3,
-        )
+        (((b0 & 0x0F) << 12) | ((s[i + 1] as u32 & 0x3F) << 6) | (s[i + 2] as u32 & 0x3F), 3)
     } else {
         (
             ((b0 & 0x07) << 18)
