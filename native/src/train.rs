@@ -138,46 +138,63 @@ impl Trainer {
         }
         // Piece order only changes memory layout, never the merges (pieces are independent).
         let entries: Vec<(&[u8], u64)> = counts.iter().filter(|(p, c)| p.len() >= 2 && *c > 0).collect();
-        let seqs: Vec<Vec<u32>> = entries
-            .par_iter()
-            .map(|(piece, _)| {
-                let ids: Vec<u32> = piece.iter().map(|&b| b as u32).collect();
-                if ranks.is_empty() {
-                    ids
-                } else {
+        let seqs: Vec<Vec<u32>> = if ranks.is_empty() {
+            Vec::new() // pieces are used as they are, below
+        } else {
+            entries
+                .par_iter()
+                .map(|(piece, _)| {
+                    let ids: Vec<u32> = piece.iter().map(|&b| b as u32).collect();
                     bpe::merge(ids, |l, r| ranks.get(&pair_key(l, r)).copied())
-                }
-            })
-            .collect();
+                })
+                .collect()
+        };
+        if seqs.is_empty() {
+            t.nodes.reserve_exact(entries.iter().map(|(p, _)| p.len()).sum());
+            for (piece, count) in &entries {
+                t.push_piece(piece.iter().map(|&b| b as u32), piece.len(), *count)?;
+            }
+            return Ok(t);
+        }
         let total: usize = seqs.iter().filter(|s| s.len() >= 2).map(|s| s.len()).sum();
         if total >= NONE as usize || entries.len() >= NONE as usize {
             return Err("corpus too large for the native trainer (more than 4G symbols)".into());
         }
         t.nodes.reserve_exact(total);
         for ((_, count), seq) in entries.iter().zip(&seqs) {
-            if seq.len() < 2 {
-                continue; // a single symbol can never be part of a pair again
-            }
-            let w = t.freq.len() as u32;
-            let f = i64::try_from(*count).map_err(|_| "piece count too large".to_string())?;
-            t.freq.push(f);
-            let start = t.nodes.len() as u32;
-            for (k, &sym) in seq.iter().enumerate() {
-                let p = start + k as u32;
-                t.nodes.push(Node {
-                    sym,
-                    prev: if k == 0 { NONE } else { p - 1 },
-                    next: if k + 1 == seq.len() { NONE } else { p + 1 },
-                    word: w,
-                });
-                if k > 0 {
-                    let info = t.pairs.entry(pair_key(seq[k - 1], sym)).or_default();
-                    info.count += f;
-                    info.positions.push(p - 1);
-                }
+            if seq.len() >= 2 {
+                t.push_piece(seq.iter().copied(), seq.len(), *count)?;
             }
         }
         Ok(t)
+    }
+
+    /// Append one piece's symbols (at least 2) and count its pairs.
+    fn push_piece(&mut self, syms: impl Iterator<Item = u32>, len: usize, count: u64) -> Result<(), String> {
+        if self.nodes.len() + len >= NONE as usize {
+            return Err("corpus too large for the native trainer (more than 4G symbols)".into());
+        }
+        let w = self.freq.len() as u32;
+        let f = i64::try_from(count).map_err(|_| "piece count too large".to_string())?;
+        self.freq.push(f);
+        let start = self.nodes.len() as u32;
+        let mut last = NONE;
+        for (k, sym) in syms.enumerate() {
+            let p = start + k as u32;
+            self.nodes.push(Node {
+                sym,
+                prev: if k == 0 { NONE } else { p - 1 },
+                next: if k + 1 == len { NONE } else { p + 1 },
+                word: w,
+            });
+            if k > 0 {
+                let info = self.pairs.entry(pair_key(last, sym)).or_default();
+                info.count += f;
+                info.positions.push(p - 1);
+            }
+            last = sym;
+        }
+        Ok(())
     }
 
     /// Id of an existing token.
