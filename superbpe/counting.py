@@ -152,7 +152,11 @@ def count_pieces(
     check_errors_mode(errors)
     paths = resolve_inputs(inputs)
     check_not_empty(paths)
-    chunks = (chunk for path in paths for chunk in iter_chunks(path, specials, chunk_bytes))
+    chunks = (
+        chunk
+        for path in paths
+        for chunk in iter_chunks(path, specials, chunk_bytes, line_cuts=pre.safe_cuts_hold)
+    )
     job = _CountJob(pre, tuple(specials), errors, text_field)
     n_workers = resolve_workers(workers, sum(p.stat().st_size for p in paths))
     if n_workers <= 1:

@@ -76,7 +76,9 @@ def evaluate(
     paths = resolve_inputs(inputs)
     tally = _Tally(tokenizer)
     for path in paths:
-        for chunk in iter_chunks(path, [separator] if separator else [], EVAL_CHUNK_BYTES):
+        specials = [separator] if separator else []
+        line_cuts = tokenizer.pretokenizer.safe_cuts_hold
+        for chunk in iter_chunks(path, specials, EVAL_CHUNK_BYTES, line_cuts=line_cuts):
             for document in chunk_documents(chunk, errors, text_field):
                 _add_chunk_text(tally, document, separator)
                 if chunk.jsonl:

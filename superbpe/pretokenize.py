@@ -99,6 +99,20 @@ class Pretokenizer:
         for key, value in state.items():
             object.__setattr__(self, key, value)
 
+    @property
+    def safe_cuts_hold(self) -> bool:
+        """Whether cutting at safe cuts leaves the pieces unchanged.
+
+        True for the built-in patterns whose alternatives cover every character, and whenever lines are
+        split alone. Gap pieces of the stage-2 patterns (without line units) and custom patterns may
+        span a newline, so those are cut only at special tokens.
+        """
+        return self.line_units or (self.name in COVERING_PATTERNS and self.pattern == PATTERNS[self.name])
+
+    def last_safe_cut(self, text: str) -> int:
+        """The last position where ``text`` may be cut for this pre-tokenizer, or 0 when there is none."""
+        return last_safe_cut(text) if self.safe_cuts_hold else 0
+
     def spec(self) -> dict[str, object]:
         """The JSON form stored in manifests, checkpoints and count files."""
         return {"name": self.name, "pattern": self.pattern, "line_units": self.line_units}

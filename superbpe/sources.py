@@ -99,10 +99,15 @@ class Chunk:
 
 
 class ChunkCutter:
-    """Finds chunk boundaries that leave the pieces unchanged."""
+    """Finds chunk boundaries that leave the pieces unchanged.
 
-    def __init__(self, special_tokens: Sequence[str]) -> None:
+    ``line_cuts`` says whether safe cuts may be used (``Pretokenizer.safe_cuts_hold``); without them
+    text is cut only before special tokens.
+    """
+
+    def __init__(self, special_tokens: Sequence[str], line_cuts: bool = True) -> None:
         self.specials = [t.encode("utf-8") for t in dict.fromkeys(special_tokens) if t]
+        self.line_cuts = line_cuts
 
     def find(self, buf: bytes, start: int) -> int:
         """The first safe boundary at or after ``start`` (not at 0), or -1 when none is known yet."""
@@ -113,6 +118,8 @@ class ChunkCutter:
                 pos = buf.find(special, pos + 1)
             if pos != -1 and (best == -1 or pos < best):
                 best = pos
+        if not self.line_cuts:
+            return best
         limit = len(buf) if best == -1 else best
         pos = buf.find(b"\n", max(start - 1, 0), limit)
         while pos != -1:
@@ -156,11 +163,15 @@ def _starts_non_space(buf: bytes, pos: int) -> bool:
 
 
 def iter_chunks(
-    path: Path, special_tokens: Sequence[str], chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    path: Path, special_tokens: Sequence[str], chunk_bytes: int = DEFAULT_CHUNK_BYTES, *, line_cuts: bool
 ) -> Iterator[Chunk]:
-    """Yield a file's bytes in chunks of about ``chunk_bytes`` cut at safe boundaries."""
+    """Yield a file's bytes in chunks of about ``chunk_bytes`` cut at safe boundaries.
+
+    ``line_cuts`` must come from the pre-tokenizer (``Pretokenizer.safe_cuts_hold``): only then may a
+    text be cut at a safe line break; JSON lines are always cut between documents.
+    """
     jsonl = is_jsonl(path)
-    cutter = None if jsonl else ChunkCutter(special_tokens)
+    cutter = None if jsonl else ChunkCutter(special_tokens, line_cuts)
     with open_binary(path) as stream:
         yield from _cut_stream(stream, str(path), jsonl, cutter, max(1, chunk_bytes))
 

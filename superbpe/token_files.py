@@ -130,7 +130,9 @@ def encode_corpus(
             task("encoding", corpus_size(paths), "B", enabled=progress) as update,
         ):
             for path in paths:
-                chunks = iter_chunks(path, tokenizer.special_tokens, chunk_bytes)
+                chunks = iter_chunks(
+                    path, tokenizer.special_tokens, chunk_bytes, line_cuts=tokenizer.pretokenizer.safe_cuts_hold
+                )
                 args = (str(directory), engine, separator_id, text_field, errors)
                 open_document = False
                 for chunk, (ids, ended) in _encoded(chunks, encoder, n_workers, args):

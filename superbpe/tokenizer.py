@@ -20,7 +20,7 @@ import numpy as np
 from superbpe import files
 from superbpe.engine import EncoderCore, Engine, get_engine
 from superbpe.errors import ConfigError, InputError
-from superbpe.pretokenize import Pretokenizer, SpecialSplitter, get_pretokenizer, last_safe_cut
+from superbpe.pretokenize import Pretokenizer, SpecialSplitter, get_pretokenizer
 from superbpe.sources import open_binary
 
 Merge = tuple[bytes, bytes]
@@ -180,6 +180,7 @@ class Tokenizer:
         buffer's special-token split agrees with the final one up to there; a cut is then the end of a
         special token or a safe cut inside an ordinary segment, never inside a special token.
         """
+        last_safe_cut = self._pretokenizer.last_safe_cut
         if not self._splitter:
             return last_safe_cut(buffer)
         horizon = len(buffer) - self._max_special_len + 1

@@ -11,7 +11,7 @@ import pytest
 
 from superbpe.counting import PieceCounts, count_pieces
 from superbpe.errors import InputError, SuperBPEError
-from superbpe.pretokenize import get_pretokenizer
+from superbpe.pretokenize import Pretokenizer, get_pretokenizer
 from superbpe.sources import iter_chunks, resolve_inputs
 
 EOT = "<|endoftext|>"
@@ -49,7 +49,7 @@ def test_same_counts_whatever_workers_or_chunk_size(
 
 def test_chunks_cut_only_at_special_tokens_or_safe_cuts(shared_data: Path) -> None:
     path = shared_data / "corpus.en"
-    chunks = list(iter_chunks(path, [EOT], 2000))
+    chunks = list(iter_chunks(path, [EOT], 2000, line_cuts=True))
     assert b"".join(c.data for c in chunks) == path.read_bytes()
     assert len(chunks) > 10
     for chunk in chunks[1:]:
@@ -128,3 +128,26 @@ def test_corrupt_counts_file_is_a_clear_error(tmp_path: Path) -> None:
     path.write_bytes(b"not counts")
     with pytest.raises(InputError, match="not a valid piece-counts file"):
         PieceCounts.load(path)
+
+
+@pytest.mark.parametrize("pattern", ["superbpe", "superbpe-paper", "custom:\\d+"])
+@pytest.mark.parametrize("workers", [1, 2])
+def test_patterns_whose_pieces_span_lines_are_cut_only_at_specials(
+    tmp_path: Path, pattern: str, workers: int
+) -> None:
+    """Without line units a stage-2 gap ("ab\\ncd") may span a newline, so no safe cut may split it."""
+    text = ("ab\ncd 12\nef gh\n" * 40 + EOT) * 30
+    corpus = tmp_path / "lines.txt"
+    corpus.write_text(text)
+    pre = get_pretokenizer(pattern, line_units=False)
+    assert not pre.safe_cuts_hold
+    counts = count_pieces(corpus, pre, [EOT], workers=workers, chunk_bytes=50)
+    assert counts.to_dict() == direct_counts_with(text, pre)
+    assert any(b"\n" in piece[:-1] for piece in counts)  # pieces really do span lines here
+
+
+def direct_counts_with(text: str, pre: Pretokenizer) -> dict[bytes, int]:
+    counter: Counter[bytes] = Counter()
+    for segment in text.split(EOT):
+        counter.update(piece.encode() for piece in pre.split(segment))
+    return dict(counter)

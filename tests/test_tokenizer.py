@@ -422,3 +422,14 @@ def test_load_errors(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="superbpe.json"):
         Tokenizer.load(tmp_path)
 
+
+
+@pytest.mark.parametrize("line_units", [False, True])
+def test_streaming_never_cuts_a_stage2_piece_that_spans_lines(line_units: bool) -> None:
+    """superbpe-paper without line units keeps "ab\\ncd" as one piece: streaming must not split it."""
+    merges = [(b"b", b"\n"), (b"b\n", b"c")]
+    vocab = {i: bytes([i]) for i in range(256)} | {256: b"b\n", 257: b"b\nc"}
+    tok = Tokenizer(vocab, merges, pretokenizer=get_pretokenizer("superbpe-paper", line_units=line_units))
+    lines = ["ab\n", "cd 12\n"] * 50_000
+    assert list(tok.encode_iterable(lines)) == tok.encode("".join(lines))
+    assert (257 in tok.encode("ab\ncd")) is not line_units
