@@ -272,7 +272,8 @@ def _count_path(
     """One input file: JSON lines via the shared Python reader, gzip decoded here, plain text mmapped."""
     replace = errors == "replace"
     if is_jsonl(path):
-        for chunk in iter_chunks(path, specials, chunk_bytes, line_cuts=False):  # JSON lines: cut per document
+        # JSON lines are always cut between documents; line_cuts only matters for plain text.
+        for chunk in iter_chunks(path, specials, chunk_bytes, line_cuts=False):
             counter.count_docs(list(chunk_documents(chunk, errors, text_field)))
             if progress:
                 progress(len(chunk.data))

@@ -130,9 +130,8 @@ def encode_corpus(
             task("encoding", corpus_size(paths), "B", enabled=progress) as update,
         ):
             for path in paths:
-                chunks = iter_chunks(
-                    path, tokenizer.special_tokens, chunk_bytes, line_cuts=tokenizer.pretokenizer.safe_cuts_hold
-                )
+                line_cuts = tokenizer.pretokenizer.safe_cuts_hold
+                chunks = iter_chunks(path, tokenizer.special_tokens, chunk_bytes, line_cuts=line_cuts)
                 args = (str(directory), engine, separator_id, text_field, errors)
                 open_document = False
                 for chunk, (ids, ended) in _encoded(chunks, encoder, n_workers, args):
