@@ -146,12 +146,7 @@ def count_pieces(
     The result never depends on ``workers`` or ``chunk_bytes``: chunks are cut only where
     pieces cannot cross, and per-worker counts are summed.
     """
-    pre = get_pretokenizer(pretokenizer)
-    specials = list(dict.fromkeys(special_tokens))
-    SpecialSplitter(specials)  # validate before touching the corpus
-    check_errors_mode(errors)
-    paths = resolve_inputs(inputs)
-    check_not_empty(paths)
+    pre, specials, paths = prepare_count(inputs, pretokenizer, special_tokens, errors)
     chunks = (
         chunk
         for path in paths
@@ -164,6 +159,19 @@ def count_pieces(
     else:
         counter = _count_parallel(job, chunks, n_workers, progress)
     return PieceCounts({piece.encode("utf-8"): n for piece, n in counter.items()}, counts_meta(pre, specials))
+
+
+def prepare_count(
+    inputs: InputSpec, pretokenizer: str | Pretokenizer, special_tokens: Iterable[str], errors: str
+) -> tuple[Pretokenizer, list[str], list[Path]]:
+    """The checks every engine runs before reading a byte: options first, then the inputs."""
+    pre = get_pretokenizer(pretokenizer)
+    specials = list(dict.fromkeys(special_tokens))
+    SpecialSplitter(specials)
+    check_errors_mode(errors)
+    paths = resolve_inputs(inputs)
+    check_not_empty(paths)
+    return pre, specials, paths
 
 
 def check_errors_mode(errors: str) -> None:

@@ -22,24 +22,22 @@ import numpy as np
 from superbpe.counting import (
     PieceCounts,
     ProgressFn,
-    check_errors_mode,
     count_pieces,
     counts_meta,
+    prepare_count,
     resolve_workers,
 )
 from superbpe.errors import ConfigError, InputError, SuperBPEError
-from superbpe.pretokenize import Pretokenizer, SpecialSplitter, get_pretokenizer
+from superbpe.pretokenize import Pretokenizer
 from superbpe.sources import (
     DEFAULT_CHUNK_BYTES,
     InputSpec,
-    check_not_empty,
     chunk_documents,
     is_jsonl,
     iter_chunks,
     open_binary,
-    resolve_inputs,
 )
-from superbpe.trainer import MergeRules, TrainResult
+from superbpe.trainer import MergeRules, TrainResult, check_replay, check_train_args
 from superbpe.util import atomic_write
 
 try:
@@ -205,13 +203,8 @@ class NativeEngine:
         text_field: str = "text",
         progress: ProgressFn | None = None,
     ) -> PieceCounts:
-        pre = get_pretokenizer(pretokenizer)
-        specials = list(dict.fromkeys(special_tokens))
-        SpecialSplitter(specials)  # validate before touching the corpus
-        check_errors_mode(errors)
+        pre, specials, paths = prepare_count(inputs, pretokenizer, special_tokens, errors)
         threads = _thread_count(workers)
-        paths = resolve_inputs(inputs)
-        check_not_empty(paths)
         lib = _require_native()
         if not splits_like_regex(pre, "" if lib.has_scanner(pre.pattern) else _corpus_sample(paths)):
             # A pattern only Python's `regex` handles right: exact results beat speed.
@@ -237,10 +230,10 @@ class NativeEngine:
         callback_every: int = 1000,
     ) -> TrainResult:
         lib = _require_native()
-        _check_train_args(num_merges, replay, callback_every)
+        check_train_args(num_merges, replay, callback_every)
         table = native_counts(counts)
         replay = list(replay)
-        _check_replay(replay)
+        check_replay(replay)
         merges, stopped = lib.train(
             table,
             num_merges,
@@ -294,32 +287,6 @@ def _count_path(
         raise InputError(f"{path}: invalid UTF-8 at byte {exc.args[0]}") from None
     if progress:
         progress(path.stat().st_size)
-
-
-def _check_train_args(num_merges: int, replay: Sequence[Merge], callback_every: int) -> None:
-    """The python trainer's argument checks, with its messages."""
-    if num_merges < 0:
-        raise ConfigError(f"num_merges must be >= 0, got {num_merges}")
-    if len(replay) > num_merges:
-        raise ConfigError(f"{len(replay)} merges to replay but only {num_merges} merges in total")
-    if callback_every < 1:
-        raise ConfigError(f"callback_every must be >= 1, got {callback_every}")
-
-
-def _check_replay(replay: Sequence[Merge]) -> None:
-    """Replayed merges must be byte pairs of existing tokens that make a new token (python messages)."""
-    tokens = {bytes([i]) for i in range(256)}
-    for index, merge in enumerate(replay):
-        if len(merge) != 2 or not all(isinstance(part, bytes) for part in merge):
-            raise SuperBPEError(f"replay merge {index} is not a pair of bytes: {merge!r}")
-        left, right = merge
-        for part in (left, right):
-            if part not in tokens:
-                raise SuperBPEError(f"replay merge {index} {merge!r}: {part!r} is not a token yet")
-        token = left + right
-        if token in tokens:
-            raise SuperBPEError(f"replay merge {index} {merge!r}: token {token!r} already exists")
-        tokens.add(token)
 
 
 class NativeEncoder:

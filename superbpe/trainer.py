@@ -206,14 +206,8 @@ def train_merges(
     ``callback(merges_so_far)`` runs after every ``callback_every`` chosen merges; returning True stops the
     run, and calling again with ``replay=result.merges`` continues it exactly.
     """
-    if num_merges < 0:
-        raise ConfigError(f"num_merges must be >= 0, got {num_merges}")
-    if num_merges > MAX_MERGES:
-        raise ConfigError(f"num_merges must be <= {MAX_MERGES}, got {num_merges}")
-    if len(replay) > num_merges:
-        raise ConfigError(f"{len(replay)} merges to replay but only {num_merges} merges in total")
-    if callback_every < 1:
-        raise ConfigError(f"callback_every must be >= 1, got {callback_every}")
+    check_train_args(num_merges, replay, callback_every, max_merges=MAX_MERGES)
+    check_replay(replay)
     table = _PairTable(counts)
     tokens = [bytes([i]) for i in range(256)]
     token_ids = {token: i for i, token in enumerate(tokens)}
@@ -222,21 +216,43 @@ def train_merges(
     return TrainResult(merges=merges, stopped=stopped)
 
 
-def _replay(
-    table: _PairTable, replay: Iterable[Merge], tokens: list[bytes], token_ids: dict[bytes, int]
-) -> list[Merge]:
-    """Apply earlier merges in order; each keeps id 256 + its index whether or not its pair occurs."""
-    merges: list[Merge] = []
+def check_train_args(
+    num_merges: int, replay: Sequence[Merge], callback_every: int, *, max_merges: int | None = None
+) -> None:
+    """Argument checks every engine runs before training, so both fail with the same messages."""
+    if num_merges < 0:
+        raise ConfigError(f"num_merges must be >= 0, got {num_merges}")
+    if max_merges is not None and num_merges > max_merges:
+        raise ConfigError(f"num_merges must be <= {max_merges}, got {num_merges}")
+    if len(replay) > num_merges:
+        raise ConfigError(f"{len(replay)} merges to replay but only {num_merges} merges in total")
+    if callback_every < 1:
+        raise ConfigError(f"callback_every must be >= 1, got {callback_every}")
+
+
+def check_replay(replay: Sequence[Merge]) -> None:
+    """Replayed merges must be byte pairs of existing tokens that each make a new token."""
+    tokens = {bytes([i]) for i in range(256)}
     for index, merge in enumerate(replay):
         if len(merge) != 2 or not all(isinstance(part, bytes) for part in merge):
             raise SuperBPEError(f"replay merge {index} is not a pair of bytes: {merge!r}")
         left, right = merge
         for part in (left, right):
-            if part not in token_ids:
+            if part not in tokens:
                 raise SuperBPEError(f"replay merge {index} {merge!r}: {part!r} is not a token yet")
         token = left + right
-        if token in token_ids:
+        if token in tokens:
             raise SuperBPEError(f"replay merge {index} {merge!r}: token {token!r} already exists")
+        tokens.add(token)
+
+
+def _replay(
+    table: _PairTable, replay: Iterable[Merge], tokens: list[bytes], token_ids: dict[bytes, int]
+) -> list[Merge]:
+    """Apply earlier (already checked) merges in order; each keeps id 256 + its index, occurring or not."""
+    merges: list[Merge] = []
+    for left, right in replay:
+        token = left + right
         new = len(tokens)
         table.merge(chr(token_ids[left]) + chr(token_ids[right]), chr(new))
         tokens.append(token)
