@@ -14,13 +14,16 @@ from typing import Any
 
 from superbpe.errors import InputError
 
-COLUMNS = ("run", "schedule", "vocab", "transition", "merges/stage", "seconds", "peak MB", "bytes/token")
+COLUMNS = (
+    "run", "schedule", "patterns", "vocab", "transition", "merges/stage", "seconds", "peak MB", "bytes/token"
+)
 
 
 @dataclass(frozen=True)
 class Row:
     run: str
     schedule: str
+    patterns: str  # pre-tokenizer per stage, so sweeps over `pretokenizer=` stay readable
     vocab_size: int
     transition: float | None  # fraction of merges in stage 1 (None for one-stage runs)
     stage_merges: tuple[int, ...]
@@ -32,6 +35,7 @@ class Row:
         return [
             self.run,
             self.schedule,
+            self.patterns,
             str(self.vocab_size),
             "-" if self.transition is None else f"{self.transition:.3f}",
             "+".join(map(str, self.stage_merges)),
@@ -48,7 +52,7 @@ def collect(sweep_dir: Path) -> list[Row]:
     rows = [_row(path, sweep_dir) for path in sorted(sweep_dir.rglob("metrics.json"))]
     if not rows:
         raise InputError(f"{sweep_dir}: no metrics.json found (is it a finished sweep directory?)")
-    return sorted(rows, key=lambda r: (r.schedule, r.vocab_size, r.transition or 1.0, r.run))
+    return sorted(rows, key=lambda r: (r.schedule, r.vocab_size, r.transition or 1.0, r.patterns, r.run))
 
 
 def _row(path: Path, root: Path) -> Row:
@@ -58,6 +62,7 @@ def _row(path: Path, root: Path) -> Row:
         return Row(
             run=str(path.parent.relative_to(root)) or ".",
             schedule=str(metrics["config"]["schedule"]),
+            patterns=">".join(str(s["pretokenizer"]["name"]) for s in metrics["stages"]),
             vocab_size=int(metrics["vocab_size"]),
             transition=metrics.get("transition_fraction"),
             stage_merges=tuple(int(s["merges"]) for s in metrics["stages"]),
@@ -83,12 +88,11 @@ def plot(rows: list[Row], output: Path) -> Path | None:
 
     Returns None when no run has an eval result to plot.
     """
-    series: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    series: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
     for row in rows:
         if row.bytes_per_token is not None:
-            series[row.vocab_size].append(
-                (1.0 if row.transition is None else row.transition, row.bytes_per_token)
-            )
+            key = (row.vocab_size, row.patterns.split(">")[0])  # one line per vocab and stage-1 pattern
+            series[key].append((1.0 if row.transition is None else row.transition, row.bytes_per_token))
     if not series:
         return None
     import matplotlib
@@ -97,9 +101,11 @@ def plot(rows: list[Row], output: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for vocab_size in sorted(series):
-        points = sorted(series[vocab_size])
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"vocab {vocab_size}")
+    several_patterns = len({pattern for _, pattern in series}) > 1
+    for vocab_size, pattern in sorted(series):
+        points = sorted(series[(vocab_size, pattern)])
+        label = f"vocab {vocab_size}" + (f", stage 1 {pattern}" if several_patterns else "")
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
     ax.set_xlabel("transition (fraction of merges in stage 1; 1.0 = plain BPE)")
     ax.set_ylabel("bytes per token (eval file)")
     ax.set_title("SuperBPE sweep")

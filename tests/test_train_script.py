@@ -85,7 +85,9 @@ def test_two_point_multirun_writes_two_metrics_and_a_summary(tmp_path, corpus, s
     assert "stage1: 122 merges from cache" in second and "piece counts from cache" in second
     summary = run_script("summarize.py", str(sweep), cwd=tmp_path)
     assert summary.returncode == 0, summary.stderr
-    assert "bytes/token" in summary.stdout and summary.stdout.count("superbpe") == 2
+    rows = [line.split() for line in summary.stdout.splitlines()[2:] if line and not line.startswith("plot")]
+    assert "bytes/token" in summary.stdout and [row[1] for row in rows] == ["superbpe", "superbpe"]
+    assert all(row[2] == "superbpe-stage1>superbpe" for row in rows)
     png = sweep / "summary.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
