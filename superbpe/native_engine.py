@@ -37,7 +37,7 @@ from superbpe.sources import (
     iter_chunks,
     open_binary,
 )
-from superbpe.trainer import MergeRules, TrainResult, check_replay, check_train_args
+from superbpe.trainer import MergeRules, MergesSoFar, TrainResult, check_replay, check_train_args
 from superbpe.util import atomic_write
 
 try:
@@ -242,7 +242,7 @@ class NativeEngine:
             rules.max_token_bytes,
             rules.max_words_per_token,
             list(rules.forbidden_substrings),
-            callback,
+            None if callback is None else (lambda merges: callback(MergesSoFar(merges))),
             callback_every,
         )
         return TrainResult(merges=merges, stopped=stopped)

@@ -183,8 +183,8 @@ def test_long_pieces_match_brute_force(lines: list[str], num_merges: int) -> Non
 def stop_after(calls: int) -> tuple[list[list[Merge]], object]:
     seen: list[list[Merge]] = []
 
-    def callback(merges: list[Merge]) -> bool:
-        seen.append(merges)
+    def callback(merges: Sequence[Merge]) -> bool:
+        seen.append(list(merges))
         return len(seen) == calls
 
     return seen, callback
@@ -211,7 +211,7 @@ def test_callback_sees_every_chosen_merges_but_not_replayed_ones() -> None:
     counts = {b"abcdefgh": 3, b"hgfedcba": 2}
     replay = train_merges(counts, 2).merges
     seen: list[list[Merge]] = []
-    result = train_merges(counts, 7, replay=replay, callback=seen.append, callback_every=2)
+    result = train_merges(counts, 7, replay=replay, callback=lambda m: seen.append(list(m)), callback_every=2)
     assert result.stopped is False
     assert [len(merges) for merges in seen] == [4, 6]
     assert seen[-1] == result.merges[:6]

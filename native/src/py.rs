@@ -268,28 +268,35 @@ fn train<'py>(
     let rules = Rules { min_frequency, max_token_bytes, max_words_per_token, forbidden_substrings };
     let inner = &counts.inner;
     let every = callback_every.max(1);
+    // One list grown in place: the callback gets it (Python wraps it read-only) and the result is it, so
+    // each merge becomes a Python tuple once however often the callback runs.
+    let merges: Py<PyList> = PyList::empty(py).unbind();
     let (trainer, stopped) = run_detached(py, || {
         let mut trainer = Trainer::with_replay(inner, &replay)?;
         let stopped = trainer
             .choose(num_merges, &rules, every, |t| match &callback {
                 None => Ok(false),
                 Some(cb) => Python::attach(|py| {
-                    let merges = merges_list(py, t)?;
-                    cb.bind(py).call1((merges,))?.is_truthy()
+                    let list = merges.bind(py);
+                    extend_merges(list, t)?;
+                    cb.bind(py).call1((list,))?.is_truthy()
                 }),
             })
             .map_err(NativeError::Py)?;
         Ok((trainer, stopped))
     })?;
-    Ok((merges_list(py, &trainer)?, stopped))
+    let list = merges.into_bound(py);
+    extend_merges(&list, &trainer)?;
+    Ok((list, stopped))
 }
 
-fn merges_list<'py>(py: Python<'py>, t: &Trainer) -> PyResult<Bound<'py, PyList>> {
-    let items: Vec<Bound<'py, PyTuple>> = t
-        .merges()
-        .map(|(l, r)| PyTuple::new(py, [PyBytes::new(py, l), PyBytes::new(py, r)]))
-        .collect::<PyResult<_>>()?;
-    PyList::new(py, items)
+/// Append the merges `list` lacks (those chosen since it was last extended) as `(bytes, bytes)` tuples.
+fn extend_merges(list: &Bound<'_, PyList>, t: &Trainer) -> PyResult<()> {
+    let py = list.py();
+    for (l, r) in t.merges_from(list.len()) {
+        list.append(PyTuple::new(py, [PyBytes::new(py, l), PyBytes::new(py, r)])?)?;
+    }
+    Ok(())
 }
 
 /// Rank-based encoder over a bytes -> id vocabulary.

@@ -338,7 +338,13 @@ impl Trainer {
 
     /// The merges so far as byte pairs, in order.
     pub fn merges(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        self.parts.iter().map(|&(l, r)| (self.tokens[l as usize].as_slice(), self.tokens[r as usize].as_slice()))
+        self.merges_from(0)
+    }
+
+    /// The merges after the first `start` (none if there are fewer), without walking the skipped ones.
+    pub fn merges_from(&self, start: usize) -> impl Iterator<Item = (&[u8], &[u8])> {
+        let rest = self.parts.get(start..).unwrap_or(&[]);
+        rest.iter().map(|&(l, r)| (self.tokens[l as usize].as_slice(), self.tokens[r as usize].as_slice()))
     }
 }
 
