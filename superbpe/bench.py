@@ -10,7 +10,8 @@ Two comparisons, each contender in its own fresh Python process:
 
 Why one process per contender: peak RSS is a per-process high-water mark, so a contender measured in
 a process that already ran another one would inherit its peak. The driver samples the RSS of the
-whole process tree (counting workers included) and the worker reports its own kernel ``ru_maxrss``.
+whole process tree (counting workers included) and the worker reports its own kernel high-water mark
+(``VmHWM``; ``ru_maxrss`` would carry the driver's peak over fork and exec).
 Wall time starts after the imports (interpreter and library start-up are excluded) and includes
 reading the corpus; building the encoders from files is reported separately as ``setup``.
 """
@@ -299,8 +300,9 @@ def run_worker(spec_json: str) -> int:
 
 
 def _self_peak_rss() -> int:
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024
+    from superbpe.util import peak_rss_bytes  # VmHWM: ru_maxrss would include the driver's peak
+
+    return peak_rss_bytes()
 
 
 # ---------------------------------------------------------------------------------------------

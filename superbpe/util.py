@@ -46,6 +46,17 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def peak_rss_bytes() -> int:
-    """Peak resident memory of this process so far (Linux reports KiB, macOS bytes)."""
+    """Peak resident memory of this process so far.
+
+    Linux's ``VmHWM`` first: ``ru_maxrss`` is inherited from the parent across fork and exec, so a child
+    of a big process would report the parent's peak as its own. ``ru_maxrss`` elsewhere (macOS: bytes).
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024

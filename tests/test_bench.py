@@ -183,3 +183,16 @@ def test_native_and_python_agree_in_the_bench(tmp_path: Path) -> None:
         ("encode", "superbpe[python]", "tiktoken"),
         ("encode", "superbpe[native]", "tiktoken"),
     }
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="VmHWM is Linux's")
+def test_peak_rss_is_the_childs_own_not_the_parents() -> None:
+    """ru_maxrss survives fork+exec; a bench worker must not report the driver's peak as its own."""
+    from superbpe.util import peak_rss_bytes
+
+    big = bytearray(600 << 20)  # touched: bytearray zero-fills, so the pages become resident
+    del big
+    assert peak_rss_bytes() >= 600 << 20
+    code = "from superbpe.util import peak_rss_bytes; print(peak_rss_bytes())"
+    child = int(subprocess.run([sys.executable, "-c", code], capture_output=True, check=True).stdout)
+    assert 1 << 20 < child < 300 << 20
