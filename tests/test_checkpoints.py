@@ -1,11 +1,27 @@
-"""Checkpoint serialisation: every field survives a save/load round trip."""
+"""Checkpoints: every field survives a round trip, saves append, and a torn or altered log is caught."""
 
 from __future__ import annotations
 
-from dataclasses import fields
+import json
 from pathlib import Path
 
-from superbpe.checkpoints import Checkpoint, load_checkpoint, save_checkpoint
+import pytest
+
+from superbpe.checkpoints import (
+    CHECKPOINT_FILE,
+    MERGES_LOGS,
+    Checkpoint,
+    Checkpointer,
+    load_checkpoint,
+    save_checkpoint,
+)
+from superbpe.errors import InputError
+
+MERGES = [(b"a", b"b"), (b"\xff", b" \x00"), (b"ab", b"\n"), (b"c", b"d")]
+
+
+def make_checkpoint(merges: list[tuple[bytes, bytes]]) -> Checkpoint:
+    return Checkpoint(config={"vocab_size": 300}, fingerprint="abc", merges=list(merges))
 
 
 def test_checkpoint_round_trip_keeps_every_field(tmp_path: Path) -> None:
@@ -17,6 +33,77 @@ def test_checkpoint_round_trip_keeps_every_field(tmp_path: Path) -> None:
         stage_stats=[{"seconds": 1.5}],
         done=True,
     )
-    assert set(checkpoint.to_json()) == {f.name for f in fields(Checkpoint)} | {"format"}
     save_checkpoint(tmp_path, checkpoint)
     assert load_checkpoint(tmp_path) == checkpoint
+
+
+def test_saves_append_to_the_log_and_keep_earlier_bytes(tmp_path: Path) -> None:
+    checkpointer = Checkpointer(tmp_path, make_checkpoint([]), every_merges=1, every_seconds=3600)
+    checkpointer.progress(MERGES[:2])
+    log_path = tmp_path / MERGES_LOGS[0]
+    first = log_path.read_bytes()
+    checkpointer.progress(MERGES)
+    assert log_path.read_bytes().startswith(first) and len(log_path.read_bytes()) > len(first)
+    assert json.loads((tmp_path / CHECKPOINT_FILE).read_text())["merges_count"] == 4
+    assert load_checkpoint(tmp_path).merges == MERGES
+
+
+def test_a_tail_past_the_valid_length_is_ignored_then_cut(tmp_path: Path) -> None:
+    """A kill between appending and replacing the JSON leaves extra lines; they must not count."""
+    state = save_checkpoint(tmp_path, make_checkpoint(MERGES[:2]))
+    log_path = tmp_path / MERGES_LOGS[0]
+    with log_path.open("ab") as handle:
+        handle.write(b"6566 67\n6869")  # a torn append
+    assert load_checkpoint(tmp_path).merges == MERGES[:2]
+    checkpointer = Checkpointer(tmp_path, load_checkpoint(tmp_path), every_merges=1, every_seconds=3600)
+    checkpointer.progress(MERGES)
+    assert load_checkpoint(tmp_path).merges == MERGES
+    assert b"6869" not in log_path.read_bytes()
+    assert state.name == MERGES_LOGS[0]
+
+
+def test_merges_that_do_not_extend_the_log_go_to_the_other_file(tmp_path: Path) -> None:
+    state = save_checkpoint(tmp_path, make_checkpoint(MERGES))
+    other = [(b"x", b"y")]
+    state = save_checkpoint(tmp_path, make_checkpoint(other), state)
+    assert state.name == MERGES_LOGS[1]
+    assert load_checkpoint(tmp_path).merges == other
+    assert (tmp_path / MERGES_LOGS[0]).read_bytes().count(b"\n") == len(MERGES)  # untouched
+
+
+def test_a_fresh_save_never_writes_the_log_the_json_in_place_points_at(tmp_path: Path) -> None:
+    save_checkpoint(tmp_path, make_checkpoint(MERGES))
+    before = (tmp_path / MERGES_LOGS[0]).read_bytes()
+    save_checkpoint(tmp_path, make_checkpoint(MERGES[:1]))
+    assert (tmp_path / MERGES_LOGS[0]).read_bytes() == before
+    assert load_checkpoint(tmp_path).merges == MERGES[:1]
+
+
+def test_finished_run_leaves_one_log(tmp_path: Path) -> None:
+    state = save_checkpoint(tmp_path, make_checkpoint(MERGES))
+    save_checkpoint(tmp_path, make_checkpoint(MERGES[:1]), state)
+    checkpointer = Checkpointer(tmp_path, load_checkpoint(tmp_path), every_merges=1, every_seconds=3600)
+    checkpointer.finish_run()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [CHECKPOINT_FILE, MERGES_LOGS[1]]
+    assert load_checkpoint(tmp_path).done
+
+
+@pytest.mark.parametrize(
+    "damage,message",
+    [
+        (lambda log: log.write_bytes(log.read_bytes()[:-3]), "does not match"),
+        (lambda log: log.write_bytes(log.read_bytes().replace(b"61", b"62", 1)), "does not match"),
+        (lambda log: log.unlink(), "cannot read"),
+    ],
+)
+def test_a_damaged_log_is_one_clear_error(tmp_path: Path, damage, message: str) -> None:
+    save_checkpoint(tmp_path, make_checkpoint(MERGES))
+    damage(tmp_path / MERGES_LOGS[0])
+    with pytest.raises(InputError, match=message):
+        load_checkpoint(tmp_path)
+
+
+def test_an_old_or_foreign_json_is_refused(tmp_path: Path) -> None:
+    (tmp_path / CHECKPOINT_FILE).write_text(json.dumps({"format": 1, "merges": []}))
+    with pytest.raises(InputError, match="unsupported format"):
+        load_checkpoint(tmp_path)

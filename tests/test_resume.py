@@ -71,7 +71,7 @@ def kill_when(proc, run_dir: Path, wanted, timeout: float = 120) -> dict | None:
 
 def in_stage(stage: int, min_merges: int):
     def wanted(state, _run_dir):
-        return state is not None and len(state["stage_ends"]) == stage and len(state["merges"]) >= min_merges
+        return state is not None and len(state["stage_ends"]) == stage and state["merges_count"] >= min_merges
 
     return wanted
 
@@ -103,7 +103,7 @@ def test_killed_in_stage1_then_in_stage2_resumes_to_identical_merges(wiki, refer
     seen = kill_when(
         proc,
         run_dir,
-        lambda s, _: s is not None and s["stage_ends"] and len(s["merges"]) >= s["stage_ends"][0] + 100,
+        lambda s, _: s is not None and s["stage_ends"] and s["merges_count"] >= s["stage_ends"][0] + 100,
     )
     assert len(seen["stage_ends"]) == 1 and not seen["done"]
     assert not (run_dir / "merges.txt").exists()
