@@ -1,12 +1,16 @@
 """``python -m superbpe.bench CORPUS``: our engines vs HF ``tokenizers`` vs ``tiktoken``, in one run.
 
-Two comparisons, each contender in its own fresh Python process:
+Three comparisons, each contender in its own fresh Python process:
 
 * **train** — ``superbpe.count`` + ``superbpe.train_bpe`` per engine vs the HF BPE trainer configured
   the same way (byte-level, the same split regex with isolated semantics, same vocab size, the
   ``<|endoftext|>`` special, all 256 bytes as the initial alphabet).
 * **encode** — the GPT-2 vocabulary and merges (``gpt2_vocab.json``, ``gpt2_merges.txt``) loaded into
   tiktoken, HF and ``superbpe.Tokenizer``; each encodes the corpus single-threaded and the ids must agree.
+* **runs** — whole training runs as ``scripts/train.py`` makes them (the ``conf/`` configs composed with
+  Hydra's compose API, then ``superbpe.run.run_training``; cache off, checkpoints on): ``schedule=bpe``
+  against ``schedule=superbpe`` at ``--transition``, per engine, and the SuperBPE/BPE time ratio. HF has
+  no SuperBPE trainer, so this one is ours against ourselves.
 
 Why one process per contender: peak RSS is a per-process high-water mark, so a contender measured in
 a process that already ran another one would inherit its peak. The driver samples the RSS of the
@@ -140,7 +144,7 @@ def prefix_at_document_boundary(data: bytes, max_bytes: int) -> bytes:
 class WorkerSpec:
     """Everything a worker process needs; travels as JSON on its command line."""
 
-    task: str  # "train" | "encode"
+    task: str  # "train" | "encode" | "runs"
     kind: str  # "superbpe" | "hf" | "tiktoken"
     engine: str | None
     corpus: str
@@ -150,6 +154,8 @@ class WorkerSpec:
     gpt2_dir: str
     out: str
     ids_out: str | None = None
+    schedule: str | None = None  # runs: "bpe" | "superbpe"
+    transition: float | None = None  # runs: the superbpe schedule's transition
 
 
 class _Clock:
@@ -198,6 +204,37 @@ def _train_superbpe(spec: WorkerSpec) -> dict[str, Any]:
               "train_cpu_s": cpu - count_cpu}
     return {"wall_s": wall, "cpu_s": cpu, "phases": phases, "distinct_pieces": len(counts),
             "merges": [[a.hex(), b.hex()] for a, b in merges]}
+
+
+def _run_schedule(spec: WorkerSpec) -> dict[str, Any]:
+    """One whole training run, composed from ``conf/`` exactly as ``scripts/train.py`` would compose it."""
+    from hydra import compose, initialize_config_dir
+
+    from superbpe.config import TrainConfig, register_configs, to_dataclass
+    from superbpe.run import run_training
+
+    conf = Path(__file__).resolve().parent.parent / "conf"
+    if not (conf / "train.yaml").is_file():
+        raise BenchError(f"{conf}/train.yaml not found: the runs comparison needs a source checkout")
+    run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=Path(spec.out).parent))
+    overrides = [f"data.paths=[{spec.corpus}]", f"vocab_size={spec.vocab}", f"engine={spec.engine}",
+                 f"schedule={spec.schedule}", "cache_dir=null", "progress=false", f"output_dir={run_dir}"]
+    if spec.schedule == "superbpe":
+        overrides.append(f"schedule.transition={spec.transition}")
+    else:
+        overrides.append(f"pretokenizer={spec.pattern}")
+    if spec.threads is not None:
+        overrides.append(f"workers={spec.threads}")
+    register_configs()
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        cfg = to_dataclass(compose("train", overrides=overrides), TrainConfig)
+    clock = _Clock()
+    result = run_training(cfg)
+    wall, cpu = clock.stop()
+    stages = [{"name": s["name"], "pattern": s.get("pretokenizer", {}).get("name"), "merges": s["merges"],
+               "seconds": s["seconds"]} for s in result.metrics["stages"]]
+    return {"wall_s": wall, "cpu_s": cpu, "schedule": spec.schedule, "stages": stages,
+            "num_merges": len(result.merges), "overrides": overrides[1:]}
 
 
 def _train_hf(spec: WorkerSpec) -> dict[str, Any]:
@@ -276,6 +313,10 @@ def _preload(spec: WorkerSpec) -> None:
         get_engine(spec.engine or "python")
         if spec.task == "encode":
             import superbpe.tokenizer  # noqa: F401
+        if spec.task == "runs":
+            import hydra  # noqa: F401
+
+            import superbpe.run  # noqa: F401
     elif spec.kind == "hf":
         import tokenizers  # noqa: F401
     else:
@@ -290,6 +331,8 @@ def run_worker(spec_json: str) -> int:
         _preload(spec)
         if spec.task == "train":
             result = _train_superbpe(spec) if spec.kind == "superbpe" else _train_hf(spec)
+        elif spec.task == "runs":
+            result = _run_schedule(spec)
         else:
             result = _encode(spec)
     except Exception as exc:  # the driver reports any contender failure as one line
@@ -315,11 +358,12 @@ class Contender:
     task: str
     kind: str
     engine: str | None = None
+    schedule: str | None = None
 
     @property
     def name(self) -> str:
         if self.kind == "superbpe":
-            return f"superbpe[{self.engine}]"
+            return f"superbpe[{self.engine}]" + (f" {self.schedule}" if self.schedule else "")
         return "hf-tokenizers" if self.kind == "hf" else "tiktoken"
 
 
@@ -411,6 +455,8 @@ def plan(args: argparse.Namespace, engines: Sequence[str]) -> list[Contender]:
         contenders += [Contender("encode", "superbpe", e) for e in engines]
         contenders += [] if args.skip_hf else [Contender("encode", "hf")]
         contenders += [] if args.skip_tiktoken else [Contender("encode", "tiktoken")]
+    if args.only in (None, "runs"):
+        contenders += [Contender("runs", "superbpe", e, s) for e in engines for s in ("bpe", "superbpe")]
     return contenders
 
 
@@ -422,13 +468,14 @@ def run_all(args: argparse.Namespace, corpus: Path, engines: Sequence[str], work
     ids_files: dict[str, Path] = {}
     for i, contender in enumerate(plan(args, engines)):
         spec = WorkerSpec(contender.task, contender.kind, contender.engine, str(corpus), args.vocab,
-                          args.pattern, args.threads, str(args.gpt2_dir), str(workdir / f"result{i}.json"))
+                          args.pattern, args.threads, str(args.gpt2_dir), str(workdir / f"result{i}.json"),
+                          schedule=contender.schedule, transition=args.transition)
         if contender.task == "encode":
             spec.ids_out = str(workdir / f"ids{i}.u32")
         outcome, result = measure_best(args, contender, spec)
         if outcome.wall_s:
             outcome.mb_s = size / MB / outcome.wall_s
-        if "merges" in result:
+        if "merges" in result and contender.task == "train":
             merges[contender.name] = result.pop("merges")
             result["num_merges"] = len(merges[contender.name])
         if outcome.error is None and spec.ids_out:
@@ -537,7 +584,7 @@ def ratios(outcomes: list[Outcome]) -> list[dict[str, Any]]:
     rows = []
     by_key = {(o.task, o.name): o for o in outcomes if o.error is None}
     for o in outcomes:
-        if o.kind != "superbpe" or o.error is not None:
+        if o.kind != "superbpe" or o.error is not None or o.task == "runs":
             continue
         for other in ("hf-tokenizers", "tiktoken"):
             base = by_key.get((o.task, other))
@@ -546,6 +593,20 @@ def ratios(outcomes: list[Outcome]) -> list[dict[str, Any]]:
             rows.append({"task": o.task, "ours": o.name, "vs": other, "speedup": base.wall_s / o.wall_s,
                          "cpu_speedup": base.cpu_s / o.cpu_s if o.cpu_s else None,
                          "rss_ratio": o.peak_rss_mib / base.peak_rss_mib if base.peak_rss_mib else None})
+    return rows
+
+
+def schedule_ratios(outcomes: list[Outcome]) -> list[dict[str, Any]]:
+    """Per engine: the whole SuperBPE run's time and peak RSS over the plain BPE run's (<=2x is the aim)."""
+    runs = {(o.engine, o.extra.get("schedule")): o for o in outcomes if o.task == "runs" and o.error is None}
+    rows = []
+    for (engine, schedule), o in runs.items():
+        base = runs.get((engine, "bpe"))
+        if schedule != "superbpe" or base is None or not base.wall_s or not o.wall_s:
+            continue
+        rows.append({"engine": engine, "superbpe_over_bpe_wall": o.wall_s / base.wall_s,
+                     "superbpe_over_bpe_cpu": o.cpu_s / base.cpu_s if o.cpu_s and base.cpu_s else None,
+                     "superbpe_peak_rss_mib": o.peak_rss_mib, "bpe_peak_rss_mib": base.peak_rss_mib})
     return rows
 
 
@@ -560,7 +621,9 @@ def render(report: dict[str, Any]) -> str:
              f"vocab {report['vocab']}; pattern {report['pattern']}",
              f"machine: {report['machine']['summary']}"]
     outcomes = [Outcome(**o) for o in report["results"]]
-    for task, title in (("train", "TRAIN"), ("encode", "ENCODE (GPT-2 vocab, single thread)")):
+    for task, title in (("train", "TRAIN"), ("encode", "ENCODE (GPT-2 vocab, single thread)"),
+                        ("runs", f"WHOLE RUNS (run_training as scripts/train.py; superbpe transition "
+                                 f"{report.get('transition')})")):
         rows = [o for o in outcomes if o.task == task]
         if rows:
             lines += ["", title, _table(rows, task)]
@@ -570,20 +633,26 @@ def render(report: dict[str, Any]) -> str:
         lines += [f"  {r['task']:6} {r['ours']:18} vs {r['vs']:14} wall speed-up {r['speedup']:7.2f}x   "
                   f"CPU speed-up {_fmt(r['cpu_speedup'], '7.2f')}x   peak RSS {_fmt(r['rss_ratio'], '.2f')}x"
                   for r in report["ratios"]]
+    if report.get("schedule_ratios"):
+        lines += ["", "SUPERBPE vs BPE (whole runs, same engine; time ratio = superbpe run / bpe run)"]
+        lines += [f"  {r['engine']:8} wall {r['superbpe_over_bpe_wall']:5.2f}x   "
+                  f"CPU {_fmt(r['superbpe_over_bpe_cpu'], '5.2f')}x   "
+                  f"peak RSS {r['superbpe_peak_rss_mib']:.0f} MiB (bpe {r['bpe_peak_rss_mib']:.0f} MiB)"
+                  for r in report["schedule_ratios"]]
     return "\n".join(lines)
 
 
 def _table(rows: list[Outcome], task: str) -> str:
-    head = (f"  {'contender':18} {'wall s':>9} {'MB/s':>8} {'CPU s':>9} {'peak RSS MiB':>13} "
+    head = (f"  {'contender':26} {'wall s':>9} {'MB/s':>8} {'CPU s':>9} {'peak RSS MiB':>13} "
             f"{'main RSS MiB':>13} {'load':>5}")
     if task == "encode":
         head += f" {'tokens':>11} {'ids ok':>6}"
     out = [head]
     for o in rows:
         if o.error:
-            out.append(f"  {o.name:18} FAILED: {o.error}")
+            out.append(f"  {o.name:26} FAILED: {o.error}")
             continue
-        line = (f"  {o.name:18} {_fmt(o.wall_s, '9.3f')} {_fmt(o.mb_s, '8.2f')} {_fmt(o.cpu_s, '9.2f')} "
+        line = (f"  {o.name:26} {_fmt(o.wall_s, '9.3f')} {_fmt(o.mb_s, '8.2f')} {_fmt(o.cpu_s, '9.2f')} "
                 f"{_fmt(o.peak_rss_mib, '13.1f')} {_fmt(o.self_peak_rss_mib, '13.1f')} "
                 f"{_fmt(o.extra.get('load_avg_at_start'), '5.2f')}")
         if task == "encode":
@@ -615,6 +684,10 @@ def _notes(o: Outcome) -> list[str]:
     if "merges_identical" in o.extra:
         notes.append(f"{o.name}: merges identical to {o.extra['merges_equal_to']}: "
                      f"{'yes' if o.extra['merges_identical'] else 'NO'}")
+    if o.task == "runs" and "stages" in o.extra:
+        stages = [f"{st['name']} ({st['pattern']}) {st['merges']:,} merges {st['seconds']:.3f} s"
+                  for st in o.extra["stages"]]
+        notes.append(f"{o.name}: " + "; ".join(stages))
     if o.task == "train" and o.kind == "hf" and "num_merges" in o.extra:
         notes.append(f"{o.name}: {o.extra['num_merges']:,} merges")
     if "setup_s" in o.extra:
@@ -680,7 +753,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("corpus", type=Path, help="a UTF-8 text file; documents separated by <|endoftext|>")
     p.add_argument("--vocab", type=int, default=32000, help="training vocab size incl. 256 bytes + special")
-    p.add_argument("--only", choices=("train", "encode"), help="run just one of the two comparisons")
+    p.add_argument("--only", choices=("train", "encode", "runs"), help="run just one of the comparisons")
+    p.add_argument("--transition", type=float, default=0.8,
+                   help="runs: the superbpe schedule's transition (fraction of merges in stage 1)")
     p.add_argument("--engines", default=None, help="comma list of python,native (default: all available)")
     p.add_argument("--skip-hf", action="store_true", help="leave out HF tokenizers")
     p.add_argument("--skip-tiktoken", action="store_true", help="leave out tiktoken")
@@ -726,9 +801,11 @@ def validate(args: argparse.Namespace) -> None:
         raise BenchError(f"--max-bytes must be positive, not {args.max_bytes}")
     if args.repeat < 1:
         raise BenchError(f"--repeat must be positive, not {args.repeat}")
+    if not 0 < args.transition < 1:
+        raise BenchError(f"--transition must be a fraction between 0 and 1, not {args.transition}")
     if args.threads is not None and args.threads < 1:
         raise BenchError(f"--threads must be positive, not {args.threads}")
-    if args.only != "train":
+    if args.only in (None, "encode"):
         for name in ("gpt2_vocab.json", "gpt2_merges.txt"):
             if not (args.gpt2_dir / name).is_file():
                 raise BenchError(f"{args.gpt2_dir / name} not found (needed for encoding; see --gpt2-dir)")
@@ -748,7 +825,7 @@ def _check_importable(args: argparse.Namespace) -> None:
 
     for flag, module in (("--skip-hf", "tokenizers"), ("--skip-tiktoken", "tiktoken")):
         skipped = args.skip_hf if module == "tokenizers" else args.skip_tiktoken
-        if module == "tiktoken" and args.only == "train":
+        if (module == "tiktoken" and args.only in ("train", "runs")) or args.only == "runs":
             continue
         if not skipped and importlib.util.find_spec(module) is None:
             raise BenchError(f"{module} is not installed (pip install {module}, or pass {flag})")
@@ -805,7 +882,9 @@ def build_report(
         "repeat": args.repeat,
         "machine": machine,
         "results": [asdict(o) for o in outcomes],
+        "transition": args.transition,
         "ratios": ratios(outcomes),
+        "schedule_ratios": schedule_ratios(outcomes),
         "ok": not bad,
     }
 

@@ -50,10 +50,11 @@ def test_full_run_has_every_contender_and_sane_numbers(tmp_path: Path) -> None:
     report = json.loads(out.read_text())
     assert report["ok"] is True
     assert report["corpus"]["bytes"] == TINY.stat().st_size
-    train, encode = by_name(report, "train"), by_name(report, "encode")
+    train, encode, runs = by_name(report, "train"), by_name(report, "encode"), by_name(report, "runs")
     assert set(train) == {"superbpe[python]", "hf-tokenizers"}
     assert set(encode) == {"superbpe[python]", "hf-tokenizers", "tiktoken"}
-    for row in [*train.values(), *encode.values()]:
+    assert set(runs) == {"superbpe[python] bpe", "superbpe[python] superbpe"}
+    for row in [*train.values(), *encode.values(), *runs.values()]:
         assert row["error"] is None
         assert row["wall_s"] > 0 and row["mb_s"] > 0 and row["cpu_s"] >= 0
         # a Python process holds at least a few MiB; the tree peak includes the main process
@@ -71,7 +72,15 @@ def test_full_run_has_every_contender_and_sane_numbers(tmp_path: Path) -> None:
         ("encode", "superbpe[python]", "hf-tokenizers"),
         ("encode", "superbpe[python]", "tiktoken"),
     }
-    for header in ("TRAIN", "ENCODE", "RATIOS", "superbpe[python]", "hf-tokenizers", "tiktoken"):
+    superbpe_stages = runs["superbpe[python] superbpe"]["extra"]["stages"]
+    assert [s["merges"] for s in superbpe_stages] == [34, 43 - 34]  # transition 0.8 of 43 merges
+    assert [s["pattern"] for s in superbpe_stages] == ["superbpe-stage1", "superbpe"]
+    assert runs["superbpe[python] bpe"]["extra"]["num_merges"] == 43
+    (ratio,) = report["schedule_ratios"]
+    assert ratio["engine"] == "python" and ratio["superbpe_over_bpe_wall"] == pytest.approx(
+        runs["superbpe[python] superbpe"]["wall_s"] / runs["superbpe[python] bpe"]["wall_s"])
+    for header in ("TRAIN", "ENCODE", "WHOLE RUNS", "RATIOS", "SUPERBPE vs BPE", "superbpe[python]",
+                   "hf-tokenizers", "tiktoken"):
         assert header in proc.stdout
 
 
@@ -99,6 +108,7 @@ def test_only_train_on_a_prefix(tmp_path: Path) -> None:
         ([str(TINY), "--repeat", "0"], "--repeat must be positive"),
         ([str(TINY), "--gpt2-dir", "/no/such/dir"], "gpt2_vocab.json not found"),
         ([str(TINY), "--pattern", "nosuchpattern", "--only", "train"], "nosuchpattern"),
+        ([str(TINY), "--only", "runs", "--transition", "1.5"], "--transition must be a fraction"),
     ],
 )
 def test_usage_errors_are_one_line(args: list[str], message: str) -> None:
