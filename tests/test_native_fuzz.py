@@ -105,6 +105,25 @@ def test_merges_match_python_engine(
     assert native.train(table, num_merges, rules=rules, replay=replay) == expected
 
 
+line_counts = st.dictionaries(
+    st.text(alphabet="ab c.", min_size=1, max_size=40).map(str.encode), st.integers(1, 50), max_size=25
+)
+
+
+@FUZZ
+@given(source=piece_counts | line_counts, counts=line_counts, extra=st.integers(0, 20), replay_len=st.integers(0, 30))
+def test_replay_of_foreign_merges_matches_python_engine(
+    source: dict[bytes, int], counts: dict[bytes, int], extra: int, replay_len: int
+) -> None:
+    """Merges learned on other pieces (as SuperBPE stage 2 replays stage 1's): the native engine cuts
+    pieces where no replayed merge can join two bytes and replays the parts through a cache."""
+    python = PythonEngine()
+    replay = python.train(PieceCounts(source), replay_len).merges
+    table = PieceCounts(counts)
+    expected = python.train(table, len(replay) + extra, replay=replay)
+    assert native_engine.NativeEngine().train(table, len(replay) + extra, replay=replay) == expected
+
+
 @FUZZ
 @given(
     corpus=st.text(alphabet="ab c\n.1", min_size=1, max_size=300),

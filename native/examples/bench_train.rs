@@ -1,5 +1,7 @@
-//! CPU-time cost of the trainer phases on a corpus, single thread:
-//! `cargo run --release --example bench_train -- FILE NUM_MERGES [PATTERN_NAME]`.
+//! CPU-time cost of the trainer phases on a corpus:
+//! `cargo run --release --example bench_train -- FILE NUM_MERGES [PATTERN_NAME [STAGE2_PATTERN_NAME TRANSITION]]`.
+//! With a stage-2 pattern it also times a SuperBPE stage 2: re-count with that pattern, replay the
+//! first TRANSITION merges (`with_replay`), then choose up to NUM_MERGES.
 
 use _native::count::{CountSpec, Counts};
 use _native::scan::{builtin_pattern, Splitter, ALL_BUILTINS};
@@ -13,18 +15,58 @@ fn cpu_seconds() -> f64 {
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
+fn count_spec(name: &str) -> CountSpec {
+    let builtin = ALL_BUILTINS.into_iter().find(|b| format!("{b:?}") == name).expect("pattern name");
+    let line_units = matches!(builtin, _native::scan::Builtin::Superbpe | _native::scan::Builtin::SuperbpePaper);
+    CountSpec {
+        splitter: Splitter::new(&builtin_pattern(builtin), line_units).unwrap(),
+        specials: Specials::new(&[b"<|endoftext|>".to_vec()]),
+        chunk_bytes: 4 << 20,
+    }
+}
+
+fn superbpe(data: &[u8], spec1: &CountSpec, spec2: &CountSpec, transition: usize, num_merges: usize) {
+    let rules = Rules { min_frequency: 1, ..Default::default() };
+    let timed = |f: &mut dyn FnMut()| {
+        let t = cpu_seconds();
+        f();
+        cpu_seconds() - t
+    };
+    let mut counts1 = Counts::default();
+    let c1 = timed(&mut || spec1.count_docs(&[data], &mut counts1).unwrap());
+    let mut stage1 = Trainer::new(&counts1).unwrap();
+    let t1 = timed(&mut || {
+        stage1.choose(transition, &rules, usize::MAX, |_| Ok::<_, ()>(false)).unwrap();
+    });
+    let replay: Vec<(Vec<u8>, Vec<u8>)> = stage1.merges().map(|(l, r)| (l.to_vec(), r.to_vec())).collect();
+    let mut counts2 = Counts::default();
+    let c2 = timed(&mut || spec2.count_docs(&[data], &mut counts2).unwrap());
+    let mut stage2 = None;
+    let r2 = timed(&mut || stage2 = Some(Trainer::with_replay(&counts2, &replay).unwrap()));
+    let mut stage2 = stage2.unwrap();
+    let rules2 = Rules { max_words_per_token: Some(4), forbidden_substrings: vec![b": ".to_vec()], ..rules.clone() };
+    let t2 = timed(&mut || {
+        stage2.choose(num_merges, &rules2, usize::MAX, |_| Ok::<_, ()>(false)).unwrap();
+    });
+    println!(
+        "stage 1: count {c1:.2}s + build/choose {t1:.2}s ({} merges, {} pieces); stage 2: count {c2:.2}s, \
+         replay {r2:.2}s, choose {t2:.2}s ({} merges, {} pieces); CPU seconds",
+        replay.len(),
+        counts1.len(),
+        stage2.parts.len(),
+        counts2.len()
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let data = std::fs::read(&args[1]).expect("read corpus");
     let num_merges: usize = args[2].parse().unwrap();
     let name = args.get(3).cloned().unwrap_or_else(|| "Gpt2".into());
-    let builtin = ALL_BUILTINS.into_iter().find(|b| format!("{b:?}") == name).expect("pattern name");
-    let line_units = matches!(builtin, _native::scan::Builtin::Superbpe | _native::scan::Builtin::SuperbpePaper);
-    let spec = CountSpec {
-        splitter: Splitter::new(&builtin_pattern(builtin), line_units).unwrap(),
-        specials: Specials::new(&[b"<|endoftext|>".to_vec()]),
-        chunk_bytes: 4 << 20,
-    };
+    let spec = count_spec(&name);
+    if let (Some(stage2), Some(transition)) = (args.get(4), args.get(5)) {
+        return superbpe(&data, &spec, &count_spec(stage2), transition.parse().unwrap(), num_merges);
+    }
     let mut counts = Counts::default();
     let t = cpu_seconds();
     spec.count_docs(&[&data], &mut counts).unwrap();

@@ -7,6 +7,7 @@
 //! ordered like the python engine: highest count, then the greatest `(left bytes, right bytes)`.
 
 use std::collections::HashMap;
+use std::sync::Mutex;
 
 use rayon::prelude::*;
 
@@ -60,10 +61,14 @@ struct Node {
     word: u32,
 }
 
-/// A pair's weighted count and the positions where it may occur (stale ones are skipped).
+/// A pair's weighted count and the positions where it may occur (stale ones are skipped): those
+/// of the initial state are `Trainer::initial[first..first + len]`, later ones are `positions`.
+/// (Most pairs are never merged; one shared array spares them an allocation each.)
 #[derive(Default)]
 struct PairInfo {
     count: i64,
+    first: u32,
+    len: u32,
     positions: Vec<u32>,
 }
 
@@ -90,12 +95,140 @@ impl std::hash::Hasher for PairHasher {
 
 type PairMap = HashMap<u64, PairInfo, std::hash::BuildHasherDefault<PairHasher>>;
 
+/// Byte pairs that some merge may join: bit (a, b) is set when a merge's left part ends with
+/// byte a and its right part starts with byte b. Whatever tokens stand on either side of a
+/// position, they end and start with the bytes there, so no merge can ever join across a position
+/// whose byte pair is not set: a piece cut at such positions replays as its parts, concatenated.
+struct Joins(Vec<u64>);
+
+impl Joins {
+    fn of(merges: &[(Vec<u8>, Vec<u8>)]) -> Joins {
+        let mut bits = vec![0u64; 256 * 256 / 64];
+        for (l, r) in merges {
+            if let (Some(&a), Some(&b)) = (l.last(), r.first()) {
+                let i = (a as usize) << 8 | b as usize;
+                bits[i / 64] |= 1 << (i % 64);
+            }
+        }
+        Joins(bits)
+    }
+
+    #[inline(always)]
+    fn may_join(&self, a: u8, b: u8) -> bool {
+        let i = (a as usize) << 8 | b as usize;
+        self.0[i / 64] >> (i % 64) & 1 == 1
+    }
+}
+
+/// Segments that repeat across pieces (words inside whole-line SuperBPE pieces) are merged once
+/// per thread and then copied; only longer ones are worth a lookup.
+const SEGMENT_CACHE_MIN: usize = 3;
+
+/// The symbols of `piece` after replay: BPE of each segment between positions no merge joins.
+fn replay_piece<F: Fn(u32, u32) -> Option<(u32, u32)>>(
+    piece: &[u8],
+    joins: &Joins,
+    cache: &mut BytesMap<Box<[u32]>>,
+    rank: &F,
+    out: &mut Vec<u32>,
+) {
+    let mut start = 0;
+    for end in 1..=piece.len() {
+        if end < piece.len() && joins.may_join(piece[end - 1], piece[end]) {
+            continue;
+        }
+        let segment = &piece[start..end];
+        start = end;
+        if segment.len() == 1 {
+            out.push(segment[0] as u32);
+        } else if segment.len() < SEGMENT_CACHE_MIN || segment.len() == piece.len() {
+            out.extend(bpe::merge(segment.iter().map(|&b| b as u32).collect(), rank));
+        } else if let Some(ids) = cache.get(segment) {
+            out.extend_from_slice(ids);
+        } else {
+            let ids = bpe::merge(segment.iter().map(|&b| b as u32).collect(), rank);
+            out.extend_from_slice(&ids);
+            cache.insert_new(segment, ids.into_boxed_slice());
+        }
+    }
+}
+
+/// Stable LSD radix sort of `keys` (below `1 << key_bits`), permuting `values` alike.
+#[inline(never)]
+fn radix_sort(keys: &mut Vec<u64>, values: &mut Vec<u64>, key_bits: u32) {
+    const DIGIT: u32 = 11;
+    let n = keys.len();
+    let (mut k2, mut v2) = (vec![0u64; n], vec![0u64; n]);
+    let mut shift = 0;
+    while shift < key_bits {
+        let mut starts = vec![0usize; 1 << DIGIT];
+        for &k in keys.iter() {
+            starts[(k >> shift) as usize & ((1 << DIGIT) - 1)] += 1;
+        }
+        let mut sum = 0;
+        for s in starts.iter_mut() {
+            (*s, sum) = (sum, sum + *s);
+        }
+        for (&k, &v) in keys.iter().zip(values.iter()) {
+            let d = (k >> shift) as usize & ((1 << DIGIT) - 1);
+            k2[starts[d]] = k;
+            v2[starts[d]] = v;
+            starts[d] += 1;
+        }
+        std::mem::swap(keys, &mut k2);
+        std::mem::swap(values, &mut v2);
+        shift += DIGIT;
+    }
+}
+
+fn distinct_runs(sorted: &[u64]) -> usize {
+    sorted.windows(2).filter(|w| w[0] != w[1]).count() + usize::from(!sorted.is_empty())
+}
+
+/// Replayed symbols of consecutive pieces `entries[first..]`: `lens[i]` symbols each, in `syms`.
+struct ReplayChunk {
+    first: usize,
+    lens: Vec<u32>,
+    syms: Vec<u32>,
+}
+
+/// Replay every piece, in parallel chunks (one flat buffer per chunk, not a vector per piece),
+/// with one segment cache per thread.
+#[inline(never)]
+fn replay_all(
+    entries: &[(&[u8], u64)],
+    ranks: &HashMap<u64, (u32, u32), std::hash::BuildHasherDefault<PairHasher>>,
+    joins: &Joins,
+) -> Vec<ReplayChunk> {
+    const CHUNK: usize = 4096;
+    let caches: Vec<Mutex<BytesMap<Box<[u32]>>>> =
+        (0..rayon::current_num_threads().max(1)).map(|_| Mutex::default()).collect();
+    let rank = |l: u32, r: u32| ranks.get(&pair_key(l, r)).copied();
+    entries
+        .par_chunks(CHUNK)
+        .enumerate()
+        .map(|(c, chunk)| {
+            let slot = rayon::current_thread_index().unwrap_or(0) % caches.len();
+            let mut cache = caches[slot].lock().unwrap_or_else(|e| e.into_inner());
+            let mut out = ReplayChunk { first: c * CHUNK, lens: Vec::with_capacity(chunk.len()), syms: Vec::new() };
+            for (piece, _) in chunk {
+                let before = out.syms.len();
+                replay_piece(piece, joins, &mut cache, &rank, &mut out.syms);
+                out.lens.push((out.syms.len() - before) as u32);
+            }
+            out
+        })
+        .collect()
+}
+
 /// The symbol arrays and the pair table.
 pub struct Trainer {
     /// One node per symbol, fields together so a merge touches one cache line per position.
     nodes: Vec<Node>,
     freq: Vec<i64>,
     pairs: PairMap,
+    /// Every pair's initial positions, grouped by pair (see `PairInfo`).
+    initial: Vec<u32>,
     pub tokens: Vec<Vec<u8>>,
     /// The (left, right) token ids of merge i (token 256 + i).
     pub parts: Vec<(u32, u32)>,
@@ -117,6 +250,7 @@ impl Trainer {
             nodes: Vec::new(),
             freq: Vec::new(),
             pairs: PairMap::default(),
+            initial: Vec::new(),
             tokens: (0..=255u8).map(|b| vec![b]).collect(),
             parts: Vec::new(),
             token_ids: BytesMap::default(),
@@ -138,47 +272,38 @@ impl Trainer {
         }
         // Piece order only changes memory layout, never the merges (pieces are independent).
         let entries: Vec<(&[u8], u64)> = counts.iter().filter(|(p, c)| p.len() >= 2 && *c > 0).collect();
-        let seqs: Vec<Vec<u32>> = if ranks.is_empty() {
-            Vec::new() // pieces are used as they are, below
-        } else {
-            entries
-                .par_iter()
-                .map(|(piece, _)| {
-                    let ids: Vec<u32> = piece.iter().map(|&b| b as u32).collect();
-                    bpe::merge(ids, |l, r| ranks.get(&pair_key(l, r)).copied())
-                })
-                .collect()
-        };
-        if seqs.is_empty() {
+        if ranks.is_empty() {
             t.nodes.reserve_exact(entries.iter().map(|(p, _)| p.len()).sum());
             for (piece, count) in &entries {
                 t.push_piece(piece.iter().map(|&b| b as u32), piece.len(), *count)?;
             }
-            return Ok(t);
-        }
-        let total: usize = seqs.iter().filter(|s| s.len() >= 2).map(|s| s.len()).sum();
-        if total >= NONE as usize || entries.len() >= NONE as usize {
-            return Err("corpus too large for the native trainer (more than 4G symbols)".into());
-        }
-        t.nodes.reserve_exact(total);
-        for ((_, count), seq) in entries.iter().zip(&seqs) {
-            if seq.len() >= 2 {
-                t.push_piece(seq.iter().copied(), seq.len(), *count)?;
+        } else {
+            let chunks = replay_all(&entries, &ranks, &Joins::of(replay));
+            t.nodes.reserve_exact(chunks.iter().map(|c| c.syms.len()).sum());
+            for chunk in &chunks {
+                let mut at = 0;
+                for (&(_, count), &len) in entries[chunk.first..].iter().zip(&chunk.lens) {
+                    let len = len as usize;
+                    if len >= 2 {
+                        t.push_piece(chunk.syms[at..at + len].iter().copied(), len, count)?;
+                    }
+                    at += len;
+                }
             }
         }
+        t.index_pairs();
         Ok(t)
     }
 
-    /// Append one piece's symbols (at least 2) and count its pairs.
+    /// Append one piece's symbols (at least 2) as linked nodes; pairs are counted afterwards.
     fn push_piece(&mut self, syms: impl Iterator<Item = u32>, len: usize, count: u64) -> Result<(), String> {
-        if self.nodes.len() + len >= NONE as usize {
+        if self.nodes.len() + len >= NONE as usize || self.freq.len() >= NONE as usize {
             return Err("corpus too large for the native trainer (more than 4G symbols)".into());
         }
         let w = self.freq.len() as u32;
         let f = i64::try_from(count).map_err(|_| "piece count too large".to_string())?;
         self.freq.push(f);
         let start = self.nodes.len() as u32;
-        let mut last = NONE;
         for (k, sym) in syms.enumerate() {
             let p = start + k as u32;
             self.nodes.push(Node {
@@ -187,14 +312,42 @@ impl Trainer {
                 next: if k + 1 == len { NONE } else { p + 1 },
                 word: w,
             });
-            if k > 0 {
-                let info = self.pairs.entry(pair_key(last, sym)).or_default();
-                info.count += f;
-                info.positions.push(p - 1);
-            }
-            last = sym;
         }
         Ok(())
+    }
+
+    /// Build the pair table from the nodes: every adjacent pair, radix-sorted by key so each
+    /// pair's table entry is made once with its positions ascending (inserting occurrence by
+    /// occurrence into the hash map cost a cache miss each and dominated SuperBPE's stage 2).
+    #[inline(never)]
+    fn index_pairs(&mut self) {
+        let bits = 64 - (self.tokens.len() as u64).leading_zeros();
+        let mut keys: Vec<u64> = Vec::with_capacity(self.nodes.len());
+        // The piece rides along with each position, so counting needs no lookup in `nodes`.
+        let mut places: Vec<u64> = Vec::with_capacity(self.nodes.len());
+        for (p, node) in self.nodes.iter().enumerate() {
+            if node.next != NONE {
+                keys.push((node.sym as u64) << bits | self.nodes[node.next as usize].sym as u64);
+                places.push((node.word as u64) << 32 | p as u64);
+            }
+        }
+        radix_sort(&mut keys, &mut places, 2 * bits);
+        self.pairs.reserve(distinct_runs(&keys));
+        let mut i = 0;
+        while i < keys.len() {
+            let mut j = i;
+            let mut count = 0i64;
+            while j < keys.len() && keys[j] == keys[i] {
+                count += self.freq[(places[j] >> 32) as usize];
+                j += 1;
+            }
+            let (l, r) = (keys[i] >> bits, keys[i] & ((1 << bits) - 1));
+            let info = PairInfo { count, first: i as u32, len: (j - i) as u32, positions: Vec::new() };
+            self.pairs.insert(pair_key(l as u32, r as u32), info);
+            i = j;
+        }
+        drop(keys);
+        self.initial = places.into_iter().map(|w| w as u32).collect();
     }
 
     /// Id of an existing token.
@@ -221,7 +374,7 @@ impl Trainer {
     #[inline]
     fn inc(&mut self, key: u64, f: i64, pos: u32, fresh: &mut Vec<u64>) {
         let info = self.pairs.entry(key).or_default();
-        if info.positions.is_empty() {
+        if info.positions.is_empty() && info.len == 0 {
             fresh.push(key);
         }
         info.count += f;
@@ -232,16 +385,23 @@ impl Trainer {
     /// `new`; returns the pairs containing `new` that now have a positive count.
     fn merge(&mut self, l: u32, r: u32, new: u32) -> Vec<u64> {
         let key = pair_key(l, r);
-        let mut positions = match self.pairs.get_mut(&key) {
-            Some(info) => std::mem::take(&mut info.positions),
+        let (initial, mut positions) = match self.pairs.get_mut(&key) {
+            Some(info) => (info.first as usize..(info.first + info.len) as usize, std::mem::take(&mut info.positions)),
             None => return Vec::new(),
         };
-        if !positions.is_sorted() {
-            positions.sort_unstable();
-        }
-        positions.dedup();
+        let all = std::mem::take(&mut self.initial);
+        let positions: &[u32] = if positions.is_empty() {
+            &all[initial]
+        } else {
+            positions.extend_from_slice(&all[initial]);
+            if !positions.is_sorted() {
+                positions.sort_unstable();
+            }
+            positions.dedup();
+            &positions
+        };
         let mut fresh = Vec::new();
-        for &p in &positions {
+        for &p in positions {
             let pu = p as usize;
             let node = self.nodes[pu];
             if node.sym != l || node.next == NONE {
@@ -270,6 +430,7 @@ impl Trainer {
             self.nodes[pu].next = a;
             self.nodes[q as usize].sym = DEAD;
         }
+        self.initial = all;
         self.pairs.remove(&key);
         fresh.retain(|k| match self.pairs.get(k) {
             Some(info) if info.count > 0 => true,
@@ -481,6 +642,45 @@ mod tests {
 #[cfg(test)]
 mod replay_tests {
     use super::*;
+
+    /// Cutting pieces where no merge joins the bytes, and caching the parts, must not change
+    /// replay: compare with lowest-rank BPE of whole pieces, on merges learned elsewhere.
+    #[test]
+    fn segmented_replay_equals_whole_piece_bpe() {
+        fn below(seed: &mut u64, n: usize) -> usize {
+            *seed ^= *seed << 13;
+            *seed ^= *seed >> 7;
+            *seed ^= *seed << 17;
+            (*seed % n as u64) as usize
+        }
+        fn text(seed: &mut u64, len: usize) -> Vec<u8> {
+            (0..len).map(|_| b"ab c.\n"[below(seed, 6)]).collect()
+        }
+        let seed = &mut 0x2545_F491_4F6C_DD1Du64;
+        for _ in 0..200 {
+            let mut source = Counts::default();
+            for _ in 0..1 + below(seed, 20) {
+                let len = 1 + below(seed, 30);
+                source.add(&text(seed, len), 1).unwrap();
+            }
+            let mut learner = Trainer::new(&source).unwrap();
+            learner.choose(below(seed, 40), &Rules::default(), usize::MAX, |_| Ok::<_, ()>(false)).unwrap();
+            let merges: Vec<(Vec<u8>, Vec<u8>)> = learner.merges().map(|(l, r)| (l.to_vec(), r.to_vec())).collect();
+            let ranks: HashMap<u64, (u32, u32)> =
+                learner.parts.iter().enumerate().map(|(i, &(l, r))| (pair_key(l, r), (i as u32, 256 + i as u32))).collect();
+            let rank = |l: u32, r: u32| ranks.get(&pair_key(l, r)).copied();
+            let joins = Joins::of(&merges);
+            let mut cache = BytesMap::default();
+            for _ in 0..20 {
+                let len = 1 + below(seed, 60);
+                let piece = text(seed, len);
+                let mut got = Vec::new();
+                replay_piece(&piece, &joins, &mut cache, &rank, &mut got);
+                let whole = bpe::merge(piece.iter().map(|&b| b as u32).collect(), rank);
+                assert_eq!(got, whole, "piece {:?}", String::from_utf8_lossy(&piece));
+            }
+        }
+    }
 
     /// Replay through per-piece BPE must equal choosing the same merges one by one.
     #[test]
