@@ -111,7 +111,12 @@ line_counts = st.dictionaries(
 
 
 @FUZZ
-@given(source=piece_counts | line_counts, counts=line_counts, extra=st.integers(0, 20), replay_len=st.integers(0, 30))
+@given(
+    source=piece_counts | line_counts,
+    counts=line_counts,
+    extra=st.integers(0, 20),
+    replay_len=st.integers(0, 30),
+)
 def test_replay_of_foreign_merges_matches_python_engine(
     source: dict[bytes, int], counts: dict[bytes, int], extra: int, replay_len: int
 ) -> None:

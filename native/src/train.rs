@@ -666,8 +666,12 @@ mod replay_tests {
             let mut learner = Trainer::new(&source).unwrap();
             learner.choose(below(seed, 40), &Rules::default(), usize::MAX, |_| Ok::<_, ()>(false)).unwrap();
             let merges: Vec<(Vec<u8>, Vec<u8>)> = learner.merges().map(|(l, r)| (l.to_vec(), r.to_vec())).collect();
-            let ranks: HashMap<u64, (u32, u32)> =
-                learner.parts.iter().enumerate().map(|(i, &(l, r))| (pair_key(l, r), (i as u32, 256 + i as u32))).collect();
+            let ranks: HashMap<u64, (u32, u32)> = learner
+                .parts
+                .iter()
+                .enumerate()
+                .map(|(i, &(l, r))| (pair_key(l, r), (i as u32, 256 + i as u32)))
+                .collect();
             let rank = |l: u32, r: u32| ranks.get(&pair_key(l, r)).copied();
             let joins = Joins::of(&merges);
             let mut cache = BytesMap::default();
