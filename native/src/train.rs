@@ -181,6 +181,22 @@ fn radix_sort(keys: &mut Vec<u64>, values: &mut Vec<u64>, key_bits: u32) {
     }
 }
 
+/// The number of pairs kept warm when a state has many (see `cold_threshold`).
+pub const WARM_PAIRS: usize = 1 << 16;
+
+/// Pairs below this count start cold (see `Trainer::cold`): keep about the busiest
+/// `warm_pairs` warm. A merge list rarely reaches that far down, and if it does, a thaw costs one
+/// pass over the cold pairs' positions.
+fn cold_threshold(runs: &[(u64, u32, u32, i64)], warm_pairs: usize) -> i64 {
+    let warm_pairs = warm_pairs.max(1);
+    if runs.len() <= warm_pairs.saturating_mul(2) {
+        return 0;
+    }
+    let mut counts: Vec<i64> = runs.iter().map(|run| run.3).collect();
+    let k = counts.len() - warm_pairs;
+    *counts.select_nth_unstable(k).1
+}
+
 fn distinct_runs(sorted: &[u64]) -> usize {
     sorted.windows(2).filter(|w| w[0] != w[1]).count() + usize::from(!sorted.is_empty())
 }
@@ -244,6 +260,10 @@ pub struct Trainer {
     pairs: PairMap,
     /// Every pair's initial positions, grouped by pair (see `PairInfo`).
     initial: Vec<u32>,
+    /// Pairs of the initial state counted below `cold_below`, kept out of `pairs` (and the heap)
+    /// until the best count falls below that: (key, first, len) of their initial positions.
+    cold: Vec<(u64, u32, u32)>,
+    cold_below: i64,
     pub tokens: Vec<Vec<u8>>,
     /// The (left, right) token ids of merge i (token 256 + i).
     pub parts: Vec<(u32, u32)>,
@@ -261,11 +281,22 @@ impl Trainer {
     /// Python; checked again here). Replay is lowest-rank-first BPE of each piece, in parallel
     /// (see `bpe.rs` for why that equals applying the merges one after another).
     pub fn with_replay(counts: &Counts, replay: &[(Vec<u8>, Vec<u8>)]) -> Result<Trainer, String> {
+        Trainer::with_replay_warm(counts, replay, WARM_PAIRS)
+    }
+
+    /// `with_replay`, keeping about `warm_pairs` pairs warm (tests use tiny values to exercise thawing).
+    pub fn with_replay_warm(
+        counts: &Counts,
+        replay: &[(Vec<u8>, Vec<u8>)],
+        warm_pairs: usize,
+    ) -> Result<Trainer, String> {
         let mut t = Trainer {
             nodes: Vec::new(),
             freq: Vec::new(),
             pairs: PairMap::default(),
             initial: Vec::new(),
+            cold: Vec::new(),
+            cold_below: 0,
             tokens: (0..=255u8).map(|b| vec![b]).collect(),
             parts: Vec::new(),
             token_ids: BytesMap::default(),
@@ -306,7 +337,7 @@ impl Trainer {
                 }
             }
         }
-        t.index_pairs();
+        t.index_pairs(warm_pairs);
         Ok(t)
     }
 
@@ -335,7 +366,7 @@ impl Trainer {
     /// pair's table entry is made once with its positions ascending (inserting occurrence by
     /// occurrence into the hash map cost a cache miss each and dominated SuperBPE's stage 2).
     #[inline(never)]
-    fn index_pairs(&mut self) {
+    fn index_pairs(&mut self, warm_pairs: usize) {
         let bits = 64 - (self.tokens.len() as u64).leading_zeros();
         let mut keys: Vec<u64> = Vec::with_capacity(self.nodes.len());
         // The piece rides along with each position, so counting needs no lookup in `nodes`.
@@ -347,7 +378,7 @@ impl Trainer {
             }
         }
         radix_sort(&mut keys, &mut places, 2 * bits);
-        self.pairs.reserve(distinct_runs(&keys));
+        let mut runs: Vec<(u64, u32, u32, i64)> = Vec::with_capacity(distinct_runs(&keys));
         let mut i = 0;
         while i < keys.len() {
             let mut j = i;
@@ -357,9 +388,17 @@ impl Trainer {
                 j += 1;
             }
             let (l, r) = (keys[i] >> bits, keys[i] & ((1 << bits) - 1));
-            let info = PairInfo { count, first: i as u32, len: (j - i) as u32, positions: Vec::new() };
-            self.pairs.insert(pair_key(l as u32, r as u32), info);
+            runs.push((pair_key(l as u32, r as u32), i as u32, (j - i) as u32, count));
             i = j;
+        }
+        self.cold_below = cold_threshold(&runs, warm_pairs);
+        self.pairs.reserve(runs.iter().filter(|run| run.3 >= self.cold_below).count());
+        for (key, first, len, count) in runs {
+            if count >= self.cold_below {
+                self.pairs.insert(key, PairInfo { count, first, len, positions: Vec::new() });
+            } else {
+                self.cold.push((key, first, len));
+            }
         }
         drop(keys);
         self.initial = places.into_iter().map(|w| w as u32).collect();
@@ -465,6 +504,30 @@ impl Trainer {
         fresh
     }
 
+    /// Bring the cold pairs into the table and the heap, each counted afresh from its initial
+    /// positions (a pair that holds no new token only loses occurrences, and merges kept no
+    /// count for a cold pair). Returns whether there were any.
+    fn thaw(&mut self, heap: &mut Heap) -> bool {
+        self.cold_below = 0;
+        if self.cold.is_empty() {
+            return false;
+        }
+        for (key, first, len) in std::mem::take(&mut self.cold) {
+            let (l, r) = unpack(key);
+            let count: i64 = self.initial[first as usize..(first + len) as usize]
+                .iter()
+                .map(|&p| self.nodes[p as usize])
+                .filter(|node| node.sym == l && node.next != NONE && self.nodes[node.next as usize].sym == r)
+                .map(|node| self.freq[node.word as usize])
+                .sum();
+            if count > 0 {
+                self.pairs.insert(key, PairInfo { count, first, len, positions: Vec::new() });
+                heap.push(Entry { count, key }, &self.tokens);
+            }
+        }
+        true
+    }
+
     fn count_of(&self, key: u64) -> i64 {
         self.pairs.get(&key).map_or(0, |i| i.count)
     }
@@ -489,7 +552,12 @@ impl Trainer {
         heap.heapify(&self.tokens);
         let mut chosen = 0usize;
         while self.tokens.len() - 256 < num_merges {
-            let Some(top) = heap.peek() else { break };
+            let Some(top) = heap.peek() else {
+                if self.thaw(&mut heap) {
+                    continue;
+                }
+                break;
+            };
             let actual = self.count_of(top.key);
             if actual != top.count {
                 if actual > 0 {
@@ -497,6 +565,10 @@ impl Trainer {
                 } else {
                     heap.pop(&self.tokens);
                 }
+                continue;
+            }
+            // A cold pair counts less than `cold_below`, so only below that can one be the best.
+            if actual < self.cold_below && self.thaw(&mut heap) {
                 continue;
             }
             if (actual as u64) < rules.min_frequency {
@@ -705,6 +777,53 @@ mod replay_tests {
                 replay_piece(&piece, &joins, &mut cache, &rank, &mut got);
                 let whole = bpe::merge(piece.iter().map(|&b| b as u32).collect(), rank);
                 assert_eq!(got, whole, "piece {:?}", String::from_utf8_lossy(&piece));
+            }
+        }
+    }
+
+    /// Keeping only a few pairs warm (thawing the rest when the best count falls below theirs)
+    /// must choose exactly the merges of a table that holds every pair, with and without replay
+    /// and rules.
+    #[test]
+    fn cold_pairs_change_no_merge() {
+        let seed = &mut 0x9E37_79B9_7F4A_7C15u64;
+        let mut below = |n: usize| {
+            *seed ^= *seed << 13;
+            *seed ^= *seed >> 7;
+            *seed ^= *seed << 17;
+            (*seed % n as u64) as usize
+        };
+        for round in 0..150 {
+            let mut c = Counts::default();
+            for _ in 0..1 + below(30) {
+                let len = 1 + below(25);
+                let piece: Vec<u8> = (0..len).map(|_| b"ab c.d"[below(6)]).collect();
+                let count = 1 + below(5) as u64;
+                c.add(&piece, count).unwrap();
+            }
+            let rules = match round % 3 {
+                0 => Rules::default(),
+                1 => Rules { min_frequency: 2, ..Default::default() },
+                _ => Rules {
+                    max_words_per_token: Some(2),
+                    forbidden_substrings: vec![b". ".to_vec()],
+                    ..Default::default()
+                },
+            };
+            let n = below(60);
+            let mut full = Trainer::with_replay_warm(&c, &[], usize::MAX).unwrap();
+            full.choose(n, &rules, usize::MAX, |_| Ok::<_, ()>(false)).unwrap();
+            let all: Vec<(Vec<u8>, Vec<u8>)> = full.merges().map(|(l, r)| (l.to_vec(), r.to_vec())).collect();
+            let cut = below(all.len() + 1);
+            let mut reference = Trainer::with_replay_warm(&c, &all[..cut], usize::MAX).unwrap();
+            reference.choose(n, &rules, usize::MAX, |_| Ok::<_, ()>(false)).unwrap();
+            for warm in [0, 1, 2, 5] {
+                for replay in [&all[..0], &all[..cut]] {
+                    let expected = if replay.is_empty() { &full } else { &reference };
+                    let mut t = Trainer::with_replay_warm(&c, replay, warm).unwrap();
+                    t.choose(n, &rules, 7, |_| Ok::<_, ()>(false)).unwrap();
+                    assert!(t.merges().eq(expected.merges()), "round {round}, warm {warm}, replay {}", replay.len());
+                }
             }
         }
     }
