@@ -1,10 +1,16 @@
 //! Pre-tokenize and count pieces in parallel.
 //!
 //! Text is cut into work units at special tokens, document boundaries and, when the splitter
-//! allows it, at safe cuts, so the pieces (and counts) never depend on thread count or chunk
-//! size. Each rayon worker counts into hash tables whose keys borrow the input (no allocation per
-//! piece); the tables are sharded by hash so the final merge into owned keys runs shard-parallel
+//! allows it, at safe cuts, so the pieces (and counts) never depend on thread count, chunk or
+//! block size. Each rayon worker counts into its own [`LocalCounts`], which lives as long as the
+//! whole count (a [`Tally`]) and owns its keys: a key is copied into an append-only arena the first
+//! time it is seen, so a block of input can be dropped as soon as it is counted
+//! ([`CountSpec::count_stream`] reads files in blocks instead of mapping them whole). At the end
+//! the worker tables are merged into [`Counts`], sharded by hash so the merge runs shard-parallel
 //! instead of as one long serial tail.
+
+use std::io::Read;
+use std::sync::Mutex;
 
 use hashbrown::HashTable;
 use rayon::prelude::*;
@@ -35,49 +41,245 @@ fn shard_of(hash: u64) -> usize {
 
 /// One shard of owned counts: (hash, piece, count).
 pub type OwnedShard = HashTable<(u64, Box<[u8]>, u64)>;
-/// One shard of counts borrowing the text: (hash, piece, count).
-type BorrowedShard<'a> = HashTable<(u64, &'a [u8], u64)>;
 
-/// Counts whose keys borrow the text being counted.
-struct LocalCounts<'a> {
-    state: ahash::RandomState,
-    /// Pieces of at most [`SHORT_MAX`] bytes, packed into the key itself: no pointer chase and a
-    /// one-word comparison for the pieces that make up most of natural text.
-    short: HashTable<(u64, u64)>,
-    /// Longer pieces, keyed by a slice of the text, sharded like [`Counts`].
-    shards: Vec<BorrowedShard<'a>>,
+/// Bytes per arena chunk (a longer record gets a chunk of its own). Chunks never move, so a
+/// record's location stays valid, and growing the arena never copies it.
+const ARENA_CHUNK: usize = 1 << 22;
+/// Arena record header: hash (u64 LE), count (u64 LE), key length (u64 LE); the key follows.
+const RECORD_HEADER: usize = 24;
+
+/// Append-only storage of long keys with their hash and count.
+#[derive(Default)]
+struct Arena {
+    chunks: Vec<Vec<u8>>,
 }
 
-impl<'a> LocalCounts<'a> {
-    fn new() -> Self {
-        LocalCounts {
-            state: hasher(),
-            short: HashTable::new(),
-            shards: (0..SHARDS).map(|_| HashTable::new()).collect(),
+impl Arena {
+    /// Store a new record; returns its location (never 0: 0 marks an empty slot).
+    #[inline]
+    fn push(&mut self, h: u64, key: &[u8], count: u64) -> u64 {
+        let need = RECORD_HEADER + key.len();
+        let fits = self.chunks.last().is_some_and(|c| c.capacity() - c.len() >= need);
+        if !fits {
+            self.chunks.push(Vec::with_capacity(need.max(ARENA_CHUNK)));
         }
+        let ci = self.chunks.len() - 1;
+        let chunk = &mut self.chunks[ci];
+        let pos = chunk.len();
+        chunk.extend_from_slice(&h.to_le_bytes());
+        chunk.extend_from_slice(&count.to_le_bytes());
+        chunk.extend_from_slice(&(key.len() as u64).to_le_bytes());
+        chunk.extend_from_slice(key);
+        ((ci as u64) << 40 | pos as u64) + 1
     }
 
     #[inline(always)]
-    fn add(&mut self, piece: &'a [u8]) {
+    fn record_mut(&mut self, loc: u64) -> &mut [u8] {
+        let loc = loc - 1;
+        &mut self.chunks[(loc >> 40) as usize][(loc & ((1 << 40) - 1)) as usize..]
+    }
+
+    /// Every record as (hash, key, count), in insertion order (sequential memory reads).
+    fn records(&self) -> impl Iterator<Item = (u64, &[u8], u64)> {
+        self.chunks.iter().flat_map(|chunk| {
+            let mut pos = 0;
+            std::iter::from_fn(move || {
+                if pos >= chunk.len() {
+                    return None;
+                }
+                let (h, len, count) = (read_u64(chunk, pos), read_u64(chunk, pos + 16) as usize, read_u64(chunk, pos + 8));
+                let key = &chunk[pos + RECORD_HEADER..pos + RECORD_HEADER + len];
+                pos += RECORD_HEADER + len;
+                Some((h, key, count))
+            })
+        })
+    }
+}
+
+#[inline(always)]
+fn read_u64(s: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(s[at..at + 8].try_into().unwrap())
+}
+
+/// Index of a hash in a table of `1 << bits` slots (top bits: a multiplicative hash mixes them best).
+#[inline(always)]
+fn slot_of(h: u64, bits: u32) -> usize {
+    (h >> (64 - bits)) as usize
+}
+
+/// One worker's counts: open addressing with linear probing over plain slots (no control
+/// bytes), long keys with their hash and count in an arena.
+pub struct LocalCounts {
+    state: ahash::RandomState,
+    /// Pieces of at most [`SHORT_MAX`] bytes packed into the key itself (never 0: the length
+    /// is in the top byte), with their counts. Key 0 marks an empty slot.
+    short: Vec<(u64, u64)>,
+    short_bits: u32,
+    short_len: usize,
+    /// Longer pieces: (hash, arena location); location 0 marks an empty slot.
+    long: Vec<(u64, u64)>,
+    long_bits: u32,
+    long_len: usize,
+    arena: Arena,
+}
+
+const INITIAL_BITS: u32 = 12;
+
+impl Default for LocalCounts {
+    fn default() -> Self {
+        LocalCounts {
+            state: hasher(),
+            short: vec![(0, 0); 1 << INITIAL_BITS],
+            short_bits: INITIAL_BITS,
+            short_len: 0,
+            long: vec![(0, 0); 1 << INITIAL_BITS],
+            long_bits: INITIAL_BITS,
+            long_len: 0,
+            arena: Arena::default(),
+        }
+    }
+}
+
+/// Grow when more than 5/8 of the slots are taken.
+#[inline(always)]
+fn too_full(len: usize, bits: u32) -> bool {
+    len * 8 > (5usize << bits)
+}
+
+impl LocalCounts {
+    /// The hash a piece is looked up with: a mix of the packed key for short pieces, else
+    /// [`hash_bytes`] (the same as [`Counts`] uses, so it is reused on merge).
+    #[inline(always)]
+    fn hash_of(&self, piece: &[u8]) -> u64 {
+        if piece.len() <= SHORT_MAX {
+            hash_short(pack_short(piece))
+        } else {
+            hash_bytes(&self.state, piece)
+        }
+    }
+
+    /// Add one occurrence of `piece`, whose [`Self::hash_of`] is `h`.
+    #[inline(always)]
+    fn add_hashed(&mut self, piece: &[u8], h: u64) {
         if piece.len() <= SHORT_MAX {
             let key = pack_short(piece);
-            let h = hash_short(key);
-            match self.short.find_mut(h, |e| e.0 == key) {
-                Some(e) => e.1 += 1,
-                None => {
-                    self.short.insert_unique(h, (key, 1), |e| hash_short(e.0));
+            let mask = (1usize << self.short_bits) - 1;
+            let mut i = slot_of(h, self.short_bits);
+            loop {
+                let slot = &mut self.short[i];
+                if slot.0 == key {
+                    slot.1 += 1;
+                    return;
+                }
+                if slot.0 == 0 {
+                    *slot = (key, 1);
+                    self.short_len += 1;
+                    if too_full(self.short_len, self.short_bits) {
+                        self.grow_short();
+                    }
+                    return;
+                }
+                i = (i + 1) & mask;
+            }
+        }
+        let mask = (1usize << self.long_bits) - 1;
+        let mut i = slot_of(h, self.long_bits);
+        loop {
+            let (sh, loc) = self.long[i];
+            if loc == 0 {
+                let loc = self.arena.push(h, piece, 1);
+                self.long[i] = (h, loc);
+                self.long_len += 1;
+                if too_full(self.long_len, self.long_bits) {
+                    self.grow_long();
+                }
+                return;
+            }
+            if sh == h {
+                let rec = self.arena.record_mut(loc);
+                let len = read_u64(rec, 16) as usize;
+                if bytes_eq(&rec[RECORD_HEADER..RECORD_HEADER + len], piece) {
+                    let c = read_u64(rec, 8) + 1;
+                    rec[8..16].copy_from_slice(&c.to_le_bytes());
+                    return;
                 }
             }
-            return;
+            i = (i + 1) & mask;
         }
-        let h = hash_bytes(&self.state, piece);
-        let table = &mut self.shards[shard_of(h)];
-        match table.find_mut(h, |e| e.0 == h && bytes_eq(e.1, piece)) {
-            Some(e) => e.2 += 1,
-            None => {
-                table.insert_unique(h, (h, piece, 1), |e| e.0);
+    }
+
+    #[cold]
+    fn grow_short(&mut self) {
+        let bits = self.short_bits + 1;
+        let mask = (1usize << bits) - 1;
+        let mut table = vec![(0u64, 0u64); 1 << bits];
+        for &(key, count) in self.short.iter().filter(|e| e.0 != 0) {
+            let mut i = slot_of(hash_short(key), bits);
+            while table[i].0 != 0 {
+                i = (i + 1) & mask;
             }
+            table[i] = (key, count);
         }
+        self.short = table;
+        self.short_bits = bits;
+    }
+
+    #[cold]
+    fn grow_long(&mut self) {
+        let bits = self.long_bits + 1;
+        let mask = (1usize << bits) - 1;
+        let mut table = vec![(0u64, 0u64); 1 << bits];
+        for &(h, loc) in self.long.iter().filter(|e| e.1 != 0) {
+            let mut i = slot_of(h, bits);
+            while table[i].1 != 0 {
+                i = (i + 1) & mask;
+            }
+            table[i] = (h, loc);
+        }
+        self.long = table;
+        self.long_bits = bits;
+    }
+
+    /// Count the pieces of `seg`.
+    fn count(&mut self, splitter: &Splitter, seg: &[u8]) -> Result<(), String> {
+        splitter.split(seg, &mut |piece: &[u8]| {
+            let h = self.hash_of(piece);
+            self.add_hashed(piece, h);
+        })
+    }
+}
+
+/// A count in progress: one [`LocalCounts`] per worker thread, kept across calls so that
+/// counting block after block needs no merge per block.
+pub struct Tally {
+    locals: Vec<Mutex<LocalCounts>>,
+}
+
+impl Tally {
+    /// For up to `workers` threads (more are fine, they share).
+    pub fn new(workers: usize) -> Tally {
+        Tally { locals: (0..workers.max(1)).map(|_| Mutex::new(LocalCounts::default())).collect() }
+    }
+
+    fn local(&self) -> std::sync::MutexGuard<'_, LocalCounts> {
+        let i = rayon::current_thread_index().unwrap_or(0) % self.locals.len();
+        self.locals[i].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether nothing has been counted.
+    pub fn is_empty(&self) -> bool {
+        self.locals.iter().all(|l| {
+            let l = l.lock().unwrap_or_else(|e| e.into_inner());
+            l.short_len == 0 && l.long_len == 0
+        })
+    }
+
+    /// Add everything counted into `into` and start again from empty.
+    pub fn drain_into(&mut self, into: &mut Counts) -> Result<(), String> {
+        let n = self.locals.len();
+        let locals = std::mem::replace(self, Tally::new(n)).locals;
+        let locals: Vec<LocalCounts> = locals.into_iter().map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner())).collect();
+        into.absorb(&locals)
     }
 }
 
@@ -138,29 +340,37 @@ impl Counts {
         })
     }
 
-    fn absorb(&mut self, locals: Vec<LocalCounts<'_>>) -> Result<(), String> {
-        let mut by_shard: Vec<Vec<BorrowedShard<'_>>> = (0..SHARDS).map(|_| Vec::new()).collect();
-        let mut short_by_shard: Vec<Vec<(u64, u64, u64)>> = (0..SHARDS).map(|_| Vec::new()).collect();
+    /// Add the workers' counts, shard by shard in parallel.
+    fn absorb(&mut self, locals: &[LocalCounts]) -> Result<(), String> {
+        let mut by_shard: Vec<Vec<(u64, &[u8], u64)>> = (0..SHARDS).map(|_| Vec::new()).collect();
+        let mut shorts: Vec<Vec<(u64, u64, u64)>> = (0..SHARDS).map(|_| Vec::new()).collect();
+        // A lower bound of each shard's new size (the largest single contribution), to pre-size it.
+        let mut at_least = vec![0usize; SHARDS];
         for local in locals {
-            for (key, count) in local.short {
+            let mut sizes = vec![0usize; SHARDS];
+            for &(key, count) in local.short.iter().filter(|e| e.0 != 0) {
                 let (buf, len) = unpack_short(key);
                 let h = hash_bytes(&self.state, &buf[..len]);
-                short_by_shard[shard_of(h)].push((h, key, count));
+                shorts[shard_of(h)].push((h, key, count));
+                sizes[shard_of(h)] += 1;
             }
-            for (i, table) in local.shards.into_iter().enumerate() {
-                by_shard[i].push(table);
+            for (h, key, count) in local.arena.records() {
+                by_shard[shard_of(h)].push((h, key, count));
+                sizes[shard_of(h)] += 1;
+            }
+            for (m, s) in at_least.iter_mut().zip(sizes) {
+                *m = (*m).max(s);
             }
         }
-        self.shards.par_iter_mut().zip(by_shard.into_par_iter().zip(short_by_shard)).try_for_each(
-            |(mine, (tables, shorts))| {
+        self.shards.par_iter_mut().zip(by_shard.into_par_iter().zip(shorts).zip(at_least)).try_for_each(
+            |(mine, ((longs, shorts), at_least))| {
+                mine.reserve(at_least.saturating_sub(mine.len()), |e| e.0);
                 for (h, key, c) in shorts {
                     let (buf, len) = unpack_short(key);
                     add_hashed(mine, h, &buf[..len], c)?;
                 }
-                for table in tables {
-                    for (h, k, c) in table {
-                        add_hashed(mine, h, k, c)?;
-                    }
+                for (h, key, c) in longs {
+                    add_hashed(mine, h, key, c)?;
                 }
                 Ok(())
             },
@@ -170,7 +380,7 @@ impl Counts {
 
 #[inline]
 fn add_hashed(table: &mut OwnedShard, h: u64, piece: &[u8], count: u64) -> Result<(), String> {
-    match table.find_mut(h, |e| &*e.1 == piece) {
+    match table.find_mut(h, |e| e.0 == h && bytes_eq(&e.1, piece)) {
         Some(e) => {
             e.2 = e.2.checked_add(count).ok_or_else(|| "piece count overflows 64 bits".to_string())?;
         }
@@ -237,6 +447,41 @@ pub fn safe_chunks<'a>(splitter: &Splitter, mut text: &'a [u8], target: usize) -
     out
 }
 
+/// The last cut at or before `upto` (and after 0) in `seg` that cannot change pieces, by the
+/// rule of [`next_cut`]; `upto` must be less than `seg.len()`. Only valid when `splitter.cuttable()`.
+fn prev_cut(splitter: &Splitter, seg: &[u8], upto: usize) -> Option<usize> {
+    let line_units = splitter.line_units();
+    let mut end = upto.min(seg.len());
+    while let Some(nl) = memchr::memrchr(b'\n', &seg[..end]) {
+        let cut = nl + 1;
+        if cut < seg.len()
+            && (line_units || (seg[cut] != b'/' && class_at(seg, cut).0 != WS && !ws_before(seg, cut - 1)))
+        {
+            return Some(cut);
+        }
+        end = nl;
+    }
+    None
+}
+
+/// Default size of the blocks [`CountSpec::count_stream`] reads.
+pub const DEFAULT_BLOCK_BYTES: usize = 64 << 20;
+
+/// Why a count failed.
+#[derive(Debug)]
+pub enum CountError {
+    Msg(String),
+    /// Invalid UTF-8 at this byte offset of the input.
+    Utf8(u64),
+    Io(std::io::Error),
+}
+
+impl From<String> for CountError {
+    fn from(s: String) -> Self {
+        CountError::Msg(s)
+    }
+}
+
 /// How a corpus is pre-tokenized: the splitter plus the special tokens.
 pub struct CountSpec {
     pub splitter: Splitter,
@@ -280,19 +525,133 @@ impl CountSpec {
         units
     }
 
+    /// Count the pieces of independent documents (files, JSON lines) into `tally`. Nothing
+    /// borrows `docs` afterwards.
+    pub fn count_into(&self, docs: &[&[u8]], tally: &Tally) -> Result<(), String> {
+        self.units(docs).par_iter().try_for_each(|unit| {
+            let mut local = tally.local();
+            for seg in unit {
+                local.count(&self.splitter, seg)?;
+            }
+            Ok(())
+        })
+    }
+
     /// Count the pieces of independent documents (files, JSON lines) into `into`.
     pub fn count_docs(&self, docs: &[&[u8]], into: &mut Counts) -> Result<(), String> {
-        let units = self.units(docs);
-        let locals: Vec<LocalCounts<'_>> = units
-            .par_iter()
-            .try_fold(LocalCounts::new, |mut local, unit| {
-                for seg in unit {
-                    self.splitter.split(seg, &mut |piece| local.add(piece))?;
+        let mut tally = Tally::new(rayon::current_num_threads());
+        self.count_into(docs, &tally)?;
+        tally.drain_into(into)
+    }
+
+    /// The last position `c` where `text`, a prefix of a longer text, can be cut so that
+    /// counting `text[..c]` and the rest separately gives the counts of the whole: the end of a
+    /// special token, or (when the splitter allows) a safe cut, that no continuation of the text
+    /// can change. 0 when there is none.
+    ///
+    /// Special tokens are found leftmost first, longest among those starting at the same place,
+    /// so a match starting at `s` is final once every special starting at `s` fits in `text`
+    /// (`s + max_len <= text.len()`); a later match may still change, so cuts are only made up
+    /// to `text.len() - max_len`, where no special token of the whole text can straddle them.
+    pub fn last_cut(&self, text: &[u8]) -> usize {
+        let limit = text.len().saturating_sub(self.specials.max_len());
+        let mut after_special = 0;
+        self.specials.matches(text, |start, end| {
+            if start <= limit && end > after_special {
+                after_special = end;
+            }
+        });
+        if self.splitter.cuttable() && limit > after_special {
+            // `seg` runs from the last final special token to the text end; no special token
+            // of the whole text starts inside it before `limit`.
+            let seg = &text[after_special..];
+            if let Some(cut) = prev_cut(&self.splitter, seg, limit - after_special) {
+                return after_special + cut;
+            }
+        }
+        after_special
+    }
+
+    /// Count a whole stream (e.g. a file) read in blocks of about `block` bytes: each block is
+    /// counted up to its [`Self::last_cut`] and the rest is carried into the next one, so only
+    /// about a block of text is held at a time and the counts are those of the whole text. A
+    /// block with no cut (a document longer than the block, or a pattern that allows no safe
+    /// cuts) grows until it has one or the stream ends. Strict UTF-8 (`replace` false) reports
+    /// the stream offset of the first invalid byte; else invalid bytes become U+FFFD as in
+    /// `String::from_utf8_lossy` of the whole stream. Text is only decoded up to the last "\n"
+    /// read, so no character (or invalid sequence) is ever split between blocks.
+    pub fn count_stream<R: Read>(
+        &self,
+        mut reader: R,
+        tally: &Tally,
+        replace: bool,
+        block: usize,
+    ) -> Result<(), CountError> {
+        let block = block.max(1);
+        let mut buf: Vec<u8> = Vec::new();
+        // buf[..decoded] is valid UTF-8 (not counted yet); buf[decoded..] is raw input.
+        let mut decoded = 0usize;
+        // Offset in the stream of buf[decoded] (strict mode: buf holds the raw bytes).
+        let mut offset = 0u64;
+        let mut eof = false;
+        while !eof {
+            // Read at least a block, and as much again as is pending, so a long document costs
+            // a geometric number of passes.
+            let want = block.max(buf.len());
+            let start = buf.len();
+            buf.reserve(want);
+            let mut filled = 0;
+            while filled < want {
+                buf.resize(start + want, 0);
+                let n = reader.read(&mut buf[start + filled..start + want]).map_err(CountError::Io);
+                let n = match n {
+                    Ok(n) => n,
+                    Err(CountError::Io(e)) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => {
+                        buf.truncate(start + filled);
+                        return Err(e);
+                    }
+                };
+                if n == 0 {
+                    eof = true;
+                    break;
                 }
-                Ok::<_, String>(local)
-            })
-            .collect::<Result<_, _>>()?;
-        into.absorb(locals)
+                filled += n;
+            }
+            buf.truncate(start + filled);
+            // Decode what was read. An incomplete character at the end waits for the next
+            // block; invalid bytes are an error, or (replace) are decoded up to the last "\n"
+            // read, which no invalid sequence can extend past.
+            if let Err(e) = std::str::from_utf8(&buf[decoded..]) {
+                let valid = e.valid_up_to();
+                if !replace && (e.error_len().is_some() || eof) {
+                    return Err(CountError::Utf8(offset + valid as u64));
+                }
+                offset += valid as u64;
+                decoded += valid;
+                if replace && (e.error_len().is_some() || eof) {
+                    let upto = if eof {
+                        buf.len()
+                    } else {
+                        memchr::memrchr(b'\n', &buf[decoded..]).map_or(decoded, |nl| decoded + nl + 1)
+                    };
+                    let fixed = String::from_utf8_lossy(&buf[decoded..upto]).into_owned().into_bytes();
+                    let n = fixed.len();
+                    buf.splice(decoded..upto, fixed);
+                    decoded += n;
+                }
+            } else {
+                offset += (buf.len() - decoded) as u64;
+                decoded = buf.len();
+            }
+            let cut = if eof { decoded } else { self.last_cut(&buf[..decoded]) };
+            if cut > 0 {
+                self.count_into(&[&buf[..cut]], tally)?;
+                buf.drain(..cut);
+                decoded -= cut;
+            }
+        }
+        Ok(())
     }
 }
 
