@@ -29,39 +29,76 @@ fn hasher() -> ahash::RandomState {
     ahash::RandomState::with_seeds(0x5EED_0001, 0x5EED_0002, 0x5EED_0003, 0x5EED_0004)
 }
 
-#[inline]
-pub fn hash_bytes(state: &ahash::RandomState, key: &[u8]) -> u64 {
-    state.hash_one(key)
+/// The hash of a piece in every table: a mix of the packed key for short pieces, else ahash.
+/// The same in [`LocalCounts`] and [`Counts`], so it is computed once per distinct piece.
+#[inline(always)]
+pub fn piece_hash(state: &ahash::RandomState, piece: &[u8]) -> u64 {
+    if piece.len() <= SHORT_MAX {
+        hash_short(pack_short(piece))
+    } else {
+        state.hash_one(piece)
+    }
 }
+
+/// The hash given to hashbrown for a piece hash `h`. Shards are picked by the top bits of `h`,
+/// and hashbrown takes its 7-bit tag from the top bits too, so within a shard the tags would
+/// hardly differ (many false matches); fold middle bits into the top instead.
+#[inline(always)]
+fn table_hash(h: u64) -> u64 {
+    h ^ ((h >> 29) << 57)
+}
+
+/// Marks a key that refers to an arena record (a packed short key has its length, at most 7,
+/// in the top byte).
+const LONG: u64 = 1 << 63;
 
 #[inline]
 fn shard_of(hash: u64) -> usize {
     (hash >> SHARD_SHIFT) as usize
 }
 
-/// One shard of owned counts: (hash, piece, count).
-pub type OwnedShard = HashTable<(u64, Box<[u8]>, u64)>;
+/// An entry of [`Counts`]: (piece hash, key, count). The key is a packed short piece (its bytes
+/// then its length in byte 7, see `pack_short`) or `LONG | source << 47 | arena location`,
+/// where source 0 is the shard's own arena and `k > 0` the `k-1`-th adopted worker arena.
+type Entry = (u64, [u8; 8], u64);
+
+/// Most worker arenas one [`Counts`] adopts (more are copied).
+const MAX_ADOPTED: usize = (1 << 16) - 1;
+const LOC_BITS: u32 = 47;
+
+/// One shard of [`Counts`].
+#[derive(Default)]
+struct Shard {
+    table: HashTable<Entry>,
+    /// Long keys added by [`Counts::add`] / [`Counts::merge`].
+    arena: Arena,
+}
 
 /// Bytes per arena chunk (a longer record gets a chunk of its own). Chunks never move, so a
 /// record's location stays valid, and growing the arena never copies it.
 const ARENA_CHUNK: usize = 1 << 22;
+const POS_BITS: u32 = ARENA_CHUNK.trailing_zeros();
 /// Arena record header: hash (u64 LE), count (u64 LE), key length (u64 LE); the key follows.
 const RECORD_HEADER: usize = 24;
 
-/// Append-only storage of long keys with their hash and count.
+/// Append-only storage of long keys with their hash and count. A record's location is
+/// `chunk << POS_BITS | position` (a record starts inside the first `ARENA_CHUNK` bytes of its
+/// chunk), below 2^47.
 #[derive(Default)]
-struct Arena {
+pub struct Arena {
     chunks: Vec<Vec<u8>>,
 }
 
 impl Arena {
-    /// Store a new record; returns its location (never 0: 0 marks an empty slot).
+    /// Store a new record; returns its location.
     #[inline]
     fn push(&mut self, h: u64, key: &[u8], count: u64) -> u64 {
         let need = RECORD_HEADER + key.len();
         let fits = self.chunks.last().is_some_and(|c| c.capacity() - c.len() >= need);
         if !fits {
-            self.chunks.push(Vec::with_capacity(need.max(ARENA_CHUNK)));
+            let chunk = Vec::with_capacity(need.max(ARENA_CHUNK));
+            advise_huge(chunk.as_ptr() as usize, chunk.capacity());
+            self.chunks.push(chunk);
         }
         let ci = self.chunks.len() - 1;
         let chunk = &mut self.chunks[ci];
@@ -70,27 +107,41 @@ impl Arena {
         chunk.extend_from_slice(&count.to_le_bytes());
         chunk.extend_from_slice(&(key.len() as u64).to_le_bytes());
         chunk.extend_from_slice(key);
-        ((ci as u64) << 40 | pos as u64) + 1
+        (ci as u64) << POS_BITS | pos as u64
+    }
+
+    #[inline(always)]
+    fn prefetch(&self, loc: u64) {
+        let chunk = &self.chunks[(loc >> POS_BITS) as usize];
+        prefetch(&chunk[(loc & ((1 << POS_BITS) - 1)) as usize]);
     }
 
     #[inline(always)]
     fn record_mut(&mut self, loc: u64) -> &mut [u8] {
-        let loc = loc - 1;
-        &mut self.chunks[(loc >> 40) as usize][(loc & ((1 << 40) - 1)) as usize..]
+        &mut self.chunks[(loc >> POS_BITS) as usize][(loc & ((1 << POS_BITS) - 1)) as usize..]
     }
 
-    /// Every record as (hash, key, count), in insertion order (sequential memory reads).
-    fn records(&self) -> impl Iterator<Item = (u64, &[u8], u64)> {
-        self.chunks.iter().flat_map(|chunk| {
+    /// The key stored at `loc`.
+    #[inline(always)]
+    fn key(&self, loc: u64) -> &[u8] {
+        let rec = &self.chunks[(loc >> POS_BITS) as usize][(loc & ((1 << POS_BITS) - 1)) as usize..];
+        let len = read_u64(rec, 16) as usize;
+        &rec[RECORD_HEADER..RECORD_HEADER + len]
+    }
+
+    /// Every record as (location, hash, key, count), in insertion order (sequential reads).
+    fn records(&self) -> impl Iterator<Item = (u64, u64, &[u8], u64)> {
+        self.chunks.iter().enumerate().flat_map(|(ci, chunk)| {
             let mut pos = 0;
             std::iter::from_fn(move || {
                 if pos >= chunk.len() {
                     return None;
                 }
-                let (h, len, count) = (read_u64(chunk, pos), read_u64(chunk, pos + 16) as usize, read_u64(chunk, pos + 8));
+                let (h, count, len) = (read_u64(chunk, pos), read_u64(chunk, pos + 8), read_u64(chunk, pos + 16) as usize);
                 let key = &chunk[pos + RECORD_HEADER..pos + RECORD_HEADER + len];
+                let loc = (ci as u64) << POS_BITS | pos as u64;
                 pos += RECORD_HEADER + len;
-                Some((h, key, count))
+                Some((loc, h, key, count))
             })
         })
     }
@@ -116,7 +167,7 @@ pub struct LocalCounts {
     short: Vec<(u64, u64)>,
     short_bits: u32,
     short_len: usize,
-    /// Longer pieces: (hash, arena location); location 0 marks an empty slot.
+    /// Longer pieces: (hash, [`LONG`] | arena location); 0 marks an empty slot.
     long: Vec<(u64, u64)>,
     long_bits: u32,
     long_len: usize,
@@ -147,15 +198,9 @@ fn too_full(len: usize, bits: u32) -> bool {
 }
 
 impl LocalCounts {
-    /// The hash a piece is looked up with: a mix of the packed key for short pieces, else
-    /// [`hash_bytes`] (the same as [`Counts`] uses, so it is reused on merge).
     #[inline(always)]
     fn hash_of(&self, piece: &[u8]) -> u64 {
-        if piece.len() <= SHORT_MAX {
-            hash_short(pack_short(piece))
-        } else {
-            hash_bytes(&self.state, piece)
-        }
+        piece_hash(&self.state, piece)
     }
 
     /// Add one occurrence of `piece`, whose [`Self::hash_of`] is `h`.
@@ -188,7 +233,7 @@ impl LocalCounts {
             let (sh, loc) = self.long[i];
             if loc == 0 {
                 let loc = self.arena.push(h, piece, 1);
-                self.long[i] = (h, loc);
+                self.long[i] = (h, LONG | loc);
                 self.long_len += 1;
                 if too_full(self.long_len, self.long_bits) {
                     self.grow_long();
@@ -196,7 +241,7 @@ impl LocalCounts {
                 return;
             }
             if sh == h {
-                let rec = self.arena.record_mut(loc);
+                let rec = self.arena.record_mut(loc & !LONG);
                 let len = read_u64(rec, 16) as usize;
                 if bytes_eq(&rec[RECORD_HEADER..RECORD_HEADER + len], piece) {
                     let c = read_u64(rec, 8) + 1;
@@ -212,7 +257,7 @@ impl LocalCounts {
     fn grow_short(&mut self) {
         let bits = self.short_bits + 1;
         let mask = (1usize << bits) - 1;
-        let mut table = vec![(0u64, 0u64); 1 << bits];
+        let mut table = zeroed_table(1 << bits);
         for &(key, count) in self.short.iter().filter(|e| e.0 != 0) {
             let mut i = slot_of(hash_short(key), bits);
             while table[i].0 != 0 {
@@ -228,7 +273,7 @@ impl LocalCounts {
     fn grow_long(&mut self) {
         let bits = self.long_bits + 1;
         let mask = (1usize << bits) - 1;
-        let mut table = vec![(0u64, 0u64); 1 << bits];
+        let mut table = zeroed_table(1 << bits);
         for &(h, loc) in self.long.iter().filter(|e| e.1 != 0) {
             let mut i = slot_of(h, bits);
             while table[i].1 != 0 {
@@ -240,13 +285,84 @@ impl LocalCounts {
         self.long_bits = bits;
     }
 
-    /// Count the pieces of `seg`.
-    fn count(&mut self, splitter: &Splitter, seg: &[u8]) -> Result<(), String> {
-        splitter.split(seg, &mut |piece: &[u8]| {
+    /// Count the pieces of `seg`. A long piece's slot is prefetched and the piece looked up
+    /// [`DEPTH`] long pieces later: the table of long pieces is large (most of its lookups
+    /// miss the cache), and the lookups are independent, so the misses overlap. Short pieces
+    /// (a small, mostly cached table) are counted at once.
+    fn count<'a>(&mut self, splitter: &Splitter, seg: &'a [u8]) -> Result<(), String> {
+        let mut ring: [(&'a [u8], u64); DEPTH] = [(&[], 0); DEPTH];
+        let mut n = 0usize;
+        splitter.split(seg, &mut |piece: &'a [u8]| {
             let h = self.hash_of(piece);
-            self.add_hashed(piece, h);
-        })
+            if piece.len() <= SHORT_MAX {
+                self.add_hashed(piece, h);
+                return;
+            }
+            prefetch(&self.long[slot_of(h, self.long_bits)]);
+            let at = n % DEPTH;
+            if n >= DEPTH / 2 {
+                // Halfway: the slot is likely loaded; when it holds this hash, the lookup will
+                // compare the key stored in the arena, so fetch that too.
+                let (_, mh) = ring[(n - DEPTH / 2) % DEPTH];
+                let (sh, loc) = self.long[slot_of(mh, self.long_bits)];
+                if sh == mh && loc != 0 {
+                    self.arena.prefetch(loc & !LONG);
+                }
+            }
+            if n >= DEPTH {
+                let (p, ph) = ring[at];
+                self.add_hashed(p, ph);
+            }
+            ring[at] = (piece, h);
+            n += 1;
+        })?;
+        for k in n.saturating_sub(DEPTH)..n {
+            let (p, ph) = ring[k % DEPTH];
+            self.add_hashed(p, ph);
+        }
+        Ok(())
     }
+}
+
+/// How many long pieces ahead a slot is prefetched.
+const DEPTH: usize = 8;
+
+/// A zeroed table of `n` slots, backed by huge pages where the system allows it: lookups in
+/// the big tables are random, and with 4 KiB pages most of them also miss the TLB.
+fn zeroed_table(n: usize) -> Vec<(u64, u64)> {
+    let v = vec![(0u64, 0u64); n];
+    advise_huge(v.as_ptr() as usize, n * std::mem::size_of::<(u64, u64)>());
+    v
+}
+
+/// Ask for transparent huge pages on the 2 MiB-aligned part of `[addr, addr + len)`, before
+/// it is first touched (the memory of a fresh large allocation is not mapped yet).
+fn advise_huge(addr: usize, len: usize) {
+    #[cfg(target_os = "linux")]
+    {
+        const HUGE: usize = 2 << 20;
+        let start = addr.next_multiple_of(HUGE);
+        let end = (addr + len) / HUGE * HUGE;
+        if end > start {
+            // SAFETY: the range lies inside one live allocation of ours; MADV_HUGEPAGE only
+            // changes how it is backed, never its contents (errors are ignored: it is a hint).
+            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (addr, len);
+}
+
+/// Hint the CPU to load the cache line of `r` (a no-op where there is no prefetch instruction).
+#[inline(always)]
+fn prefetch<T>(r: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is only a hint; it never faults, even on a bad address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(r as *const T as *const i8)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = r;
 }
 
 /// A count in progress: one [`LocalCounts`] per worker thread, kept across calls so that
@@ -279,25 +395,78 @@ impl Tally {
         let n = self.locals.len();
         let locals = std::mem::replace(self, Tally::new(n)).locals;
         let locals: Vec<LocalCounts> = locals.into_iter().map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner())).collect();
-        into.absorb(&locals)
+        into.absorb(locals)
     }
 }
 
-/// Owned piece counts, sharded by hash. Keys are unique across shards.
+/// Owned piece counts, sharded by hash. Keys are unique across shards. Long keys live in
+/// arenas (a shard's own, or worker arenas adopted whole by [`Tally::drain_into`], so merging
+/// the workers' counts copies no key), not in one allocation per key.
 pub struct Counts {
     state: ahash::RandomState,
-    pub shards: Vec<OwnedShard>,
+    shards: Vec<Shard>,
+    adopted: Vec<Arena>,
 }
 
 impl Default for Counts {
     fn default() -> Self {
-        Counts { state: hasher(), shards: (0..SHARDS).map(|_| HashTable::new()).collect() }
+        Counts { state: hasher(), shards: (0..SHARDS).map(|_| Shard::default()).collect(), adopted: Vec::new() }
+    }
+}
+
+/// The bytes of an entry key (see [`Entry`]).
+#[inline(always)]
+fn key_bytes<'a>(key: &'a [u8; 8], own: &'a Arena, adopted: &'a [Arena]) -> &'a [u8] {
+    if key[7] & 0x80 == 0 {
+        return &key[..key[7] as usize];
+    }
+    let r = u64::from_le_bytes(*key);
+    let src = ((r & !LONG) >> LOC_BITS) as usize;
+    let loc = r & ((1 << LOC_BITS) - 1);
+    if src == 0 {
+        own.key(loc)
+    } else {
+        adopted[src - 1].key(loc)
+    }
+}
+
+/// Add `count` to the entry of `piece` (hash `h`) in `shard`; a new entry gets the key `make_key()`.
+#[inline]
+fn add_entry(
+    shard: &mut Shard,
+    adopted: &[Arena],
+    h: u64,
+    piece: &[u8],
+    count: u64,
+    make_key: impl FnOnce(&mut Arena) -> [u8; 8],
+) -> Result<(), String> {
+    let Shard { table, arena } = shard;
+    let found = table.find_mut(table_hash(h), |e| e.0 == h && bytes_eq(key_bytes(&e.1, arena, adopted), piece));
+    match found {
+        Some(e) => {
+            e.2 = e.2.checked_add(count).ok_or_else(|| "piece count overflows 64 bits".to_string())?;
+        }
+        None => {
+            let key = make_key(arena);
+            table.insert_unique(table_hash(h), (h, key, count), |e| table_hash(e.0));
+        }
+    }
+    Ok(())
+}
+
+/// The entry key of `piece`, copying a long one into `arena`.
+#[inline]
+fn own_key(arena: &mut Arena, h: u64, piece: &[u8]) -> [u8; 8] {
+    if piece.len() <= SHORT_MAX {
+        pack_short(piece).to_le_bytes()
+    } else {
+        (LONG | arena.push(h, piece, 0)).to_le_bytes()
     }
 }
 
 impl Counts {
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.len()).sum()
+        self.shards.iter().map(|s| s.table.len()).sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -310,17 +479,23 @@ impl Counts {
 
     /// Add `count` to `piece` (copying the key on first sight).
     pub fn add(&mut self, piece: &[u8], count: u64) -> Result<(), String> {
-        let h = hash_bytes(&self.state, piece);
-        add_hashed(&mut self.shards[shard_of(h)], h, piece, count)
+        let h = piece_hash(&self.state, piece);
+        add_entry(&mut self.shards[shard_of(h)], &self.adopted, h, piece, count, |a| own_key(a, h, piece))
     }
 
     pub fn get(&self, piece: &[u8]) -> u64 {
-        let h = hash_bytes(&self.state, piece);
-        self.shards[shard_of(h)].find(h, |e| &*e.1 == piece).map_or(0, |e| e.2)
+        let h = piece_hash(&self.state, piece);
+        let shard = &self.shards[shard_of(h)];
+        shard
+            .table
+            .find(table_hash(h), |e| e.0 == h && bytes_eq(key_bytes(&e.1, &shard.arena, &self.adopted), piece))
+            .map_or(0, |e| e.2)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], u64)> {
-        self.shards.iter().flat_map(|s| s.iter().map(|e| (&*e.1, e.2)))
+        self.shards
+            .iter()
+            .flat_map(move |s| s.table.iter().map(move |e| (key_bytes(&e.1, &s.arena, &self.adopted), e.2)))
     }
 
     /// Entries sorted by bytes (the `.counts` file order).
@@ -332,63 +507,66 @@ impl Counts {
 
     /// Add all of `other` into `self`, shard by shard in parallel.
     pub fn merge(&mut self, other: &Counts) -> Result<(), String> {
+        let adopted = &self.adopted;
         self.shards.par_iter_mut().zip(other.shards.par_iter()).try_for_each(|(mine, theirs)| {
-            for (h, k, c) in theirs.iter() {
-                add_hashed(mine, *h, k, *c)?;
+            for e in theirs.table.iter() {
+                let piece = key_bytes(&e.1, &theirs.arena, &other.adopted);
+                add_entry(mine, adopted, e.0, piece, e.2, |a| own_key(a, e.0, piece))?;
             }
             Ok(())
         })
     }
 
-    /// Add the workers' counts, shard by shard in parallel.
-    fn absorb(&mut self, locals: &[LocalCounts]) -> Result<(), String> {
-        let mut by_shard: Vec<Vec<(u64, &[u8], u64)>> = (0..SHARDS).map(|_| Vec::new()).collect();
-        let mut shorts: Vec<Vec<(u64, u64, u64)>> = (0..SHARDS).map(|_| Vec::new()).collect();
+    /// Add the workers' counts, shard by shard in parallel. Their arenas are adopted, so new
+    /// long keys are not copied.
+    fn absorb(&mut self, locals: Vec<LocalCounts>) -> Result<(), String> {
+        if self.adopted.len() + locals.len() > MAX_ADOPTED {
+            // Far more worker arenas than any real count makes: copy the keys instead.
+            for local in &locals {
+                for &(key, count) in local.short.iter().filter(|e| e.0 != 0) {
+                    let (buf, len) = unpack_short(key);
+                    self.add(&buf[..len], count)?;
+                }
+                for (_, _, key, count) in local.arena.records() {
+                    self.add(key, count)?;
+                }
+            }
+            return Ok(());
+        }
+        let mut by_shard: Vec<Vec<Entry>> = (0..SHARDS).map(|_| Vec::new()).collect();
         // A lower bound of each shard's new size (the largest single contribution), to pre-size it.
         let mut at_least = vec![0usize; SHARDS];
         for local in locals {
             let mut sizes = vec![0usize; SHARDS];
             for &(key, count) in local.short.iter().filter(|e| e.0 != 0) {
-                let (buf, len) = unpack_short(key);
-                let h = hash_bytes(&self.state, &buf[..len]);
-                shorts[shard_of(h)].push((h, key, count));
+                let h = hash_short(key);
+                by_shard[shard_of(h)].push((h, key.to_le_bytes(), count));
                 sizes[shard_of(h)] += 1;
             }
-            for (h, key, count) in local.arena.records() {
-                by_shard[shard_of(h)].push((h, key, count));
+            let src = self.adopted.len() as u64 + 1;
+            for (loc, h, _, count) in local.arena.records() {
+                by_shard[shard_of(h)].push((h, (LONG | src << LOC_BITS | loc).to_le_bytes(), count));
                 sizes[shard_of(h)] += 1;
             }
+            self.adopted.push(local.arena);
             for (m, s) in at_least.iter_mut().zip(sizes) {
                 *m = (*m).max(s);
             }
         }
-        self.shards.par_iter_mut().zip(by_shard.into_par_iter().zip(shorts).zip(at_least)).try_for_each(
-            |(mine, ((longs, shorts), at_least))| {
-                mine.reserve(at_least.saturating_sub(mine.len()), |e| e.0);
-                for (h, key, c) in shorts {
-                    let (buf, len) = unpack_short(key);
-                    add_hashed(mine, h, &buf[..len], c)?;
-                }
-                for (h, key, c) in longs {
-                    add_hashed(mine, h, key, c)?;
+        let adopted = &self.adopted;
+        self.shards.par_iter_mut().zip(by_shard.into_par_iter().zip(at_least)).try_for_each(
+            |(shard, (entries, at_least))| {
+                shard.table.reserve(at_least.saturating_sub(shard.table.len()), |e| table_hash(e.0));
+                let none = Arena::default();
+                for (h, key, count) in entries {
+                    // A short key or one in an adopted arena: a new entry keeps the key as is.
+                    let piece = key_bytes(&key, &none, adopted);
+                    add_entry(shard, adopted, h, piece, count, move |_| key)?;
                 }
                 Ok(())
             },
         )
     }
-}
-
-#[inline]
-fn add_hashed(table: &mut OwnedShard, h: u64, piece: &[u8], count: u64) -> Result<(), String> {
-    match table.find_mut(h, |e| e.0 == h && bytes_eq(&e.1, piece)) {
-        Some(e) => {
-            e.2 = e.2.checked_add(count).ok_or_else(|| "piece count overflows 64 bits".to_string())?;
-        }
-        None => {
-            table.insert_unique(h, (h, piece.into(), count), |e| e.0);
-        }
-    }
-    Ok(())
 }
 
 /// Whether the character ending right before byte `p` is whitespace.
