@@ -863,6 +863,89 @@ mod tests {
         }
     }
 
+    fn custom_spec(pattern: &str, line_units: bool, specials: &[&str], chunk: usize) -> CountSpec {
+        CountSpec {
+            splitter: Splitter::new(pattern, line_units).unwrap(),
+            specials: Specials::new(&specials.iter().map(|s| s.as_bytes().to_vec()).collect::<Vec<_>>()),
+            chunk_bytes: chunk,
+        }
+    }
+
+    fn count_streamed(s: &CountSpec, text: &[u8], block: usize, replace: bool) -> Result<Vec<(Vec<u8>, u64)>, CountError> {
+        let mut tally = Tally::new(2);
+        s.count_stream(text, &tally, replace, block)?;
+        let mut c = Counts::default();
+        tally.drain_into(&mut c)?;
+        Ok(c.sorted().into_iter().map(|(k, v)| (k.to_vec(), v)).collect())
+    }
+
+    /// A corpus with specials at every offset modulo small block sizes, a document far longer
+    /// than the blocks, multi-byte characters, whitespace runs before newlines and text after
+    /// the last newline.
+    fn block_corpus() -> String {
+        let mut t = String::new();
+        for i in 0..40 {
+            t.push_str(&"ab ".repeat(i % 7));
+            t.push_str("Hello world.\n  x\u{e9}\u{4e2d}\u{1F600} 12345 \n\nfoo//bar \n");
+            t.push_str(if i % 3 == 0 { "<|e|>" } else { "<|e|><|e" });
+            t.push_str("y\n");
+        }
+        t.push_str(&"long line without any newline at all ".repeat(20));
+        t.push('\n');
+        t.push_str(&"word \u{e9}t\u{e9} ".repeat(30));
+        t.push_str("<|e|>tail with no newline");
+        t
+    }
+
+    #[test]
+    fn counts_do_not_depend_on_block_size() {
+        let text = block_corpus();
+        let mut specs: Vec<(String, CountSpec)> = Vec::new();
+        for b in crate::scan::ALL_BUILTINS {
+            for lu in [false, true] {
+                specs.push((format!("{b:?} {lu}"), spec(b, lu, &["<|e|>", "<|e|><|e"], 64)));
+            }
+        }
+        specs.push(("custom".into(), custom_spec(r"\s+\S|[a-z]+", false, &["<|e|>"], 64)));
+        specs.push(("custom lines".into(), custom_spec(r"[a-z]+\s", true, &["<|e|>"], 64)));
+        specs.push(("no specials".into(), custom_spec(r"\p{L}+", false, &[], 64)));
+        for (name, s) in &specs {
+            let whole = count(s, &text);
+            for block in [1, 2, 3, 5, 7, 16, 61, 200, 1 << 20] {
+                let got = count_streamed(s, text.as_bytes(), block, false).unwrap();
+                assert_eq!(got, whole, "{name} block {block}");
+            }
+        }
+    }
+
+    #[test]
+    fn stream_reports_invalid_utf8_offset() {
+        let s = spec(Builtin::Gpt2, false, &["<|e|>"], 64);
+        // A valid 4-byte character straddles many block edges; the bad byte is at 31.
+        let mut text = "ab\u{1F600}cd\n<|e|>\u{e9}\u{4e2d}x y\nz".as_bytes().to_vec();
+        let bad = text.len();
+        text.extend_from_slice(b"\xff tail\n");
+        for block in [1, 2, 3, 4, 5, 8, 1 << 20] {
+            match count_streamed(&s, &text, block, false) {
+                Err(CountError::Utf8(at)) => assert_eq!(at, bad as u64, "block {block}"),
+                other => panic!("block {block}: {other:?}"),
+            }
+        }
+        // A truncated character at the very end.
+        let trunc = b"ok\n\xe4\xb8".to_vec();
+        for block in [1, 2, 4, 1 << 20] {
+            assert!(matches!(count_streamed(&s, &trunc, block, false), Err(CountError::Utf8(3))));
+        }
+        // errors="replace": the same as decoding the whole text at once.
+        let mut mixed = text.clone();
+        mixed.extend_from_slice(b"\xe4\xb8 q\n\xc3<|e|>\xf0\x9f\x98");
+        let lossy = String::from_utf8_lossy(&mixed).into_owned();
+        let whole = count(&s, &lossy);
+        for block in [1, 2, 3, 5, 1 << 20] {
+            assert_eq!(count_streamed(&s, &mixed, block, true).unwrap(), whole, "block {block}");
+        }
+    }
+
     #[test]
     fn specials_are_not_counted() {
         let got = count(&spec(Builtin::Gpt2, false, &["<|e|>"], 100), "a<|e|>a");
