@@ -758,7 +758,7 @@ impl CountSpec {
     /// the stream offset of the first invalid byte; else invalid bytes become U+FFFD as in
     /// `String::from_utf8_lossy` of the whole stream. Text is only decoded up to the last "\n"
     /// read, so no character (or invalid sequence) is ever split between blocks.
-    pub fn count_stream<R: Read>(
+    pub fn count_stream<R: Read + Send>(
         &self,
         mut reader: R,
         tally: &Tally,
@@ -767,36 +767,14 @@ impl CountSpec {
     ) -> Result<(), CountError> {
         let block = block.max(1);
         let mut buf: Vec<u8> = Vec::new();
+        // The next block is read into `spare` while `buf` is counted.
+        let mut spare: Vec<u8> = Vec::new();
         // buf[..decoded] is valid UTF-8 (not counted yet); buf[decoded..] is raw input.
         let mut decoded = 0usize;
         // Offset in the stream of buf[decoded] (strict mode: buf holds the raw bytes).
         let mut offset = 0u64;
-        let mut eof = false;
-        while !eof {
-            // Read at least a block, and as much again as is pending, so a long document costs
-            // a geometric number of passes.
-            let want = block.max(buf.len());
-            let start = buf.len();
-            buf.reserve(want);
-            let mut filled = 0;
-            while filled < want {
-                buf.resize(start + want, 0);
-                let n = reader.read(&mut buf[start + filled..start + want]).map_err(CountError::Io);
-                let n = match n {
-                    Ok(n) => n,
-                    Err(CountError::Io(e)) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(e) => {
-                        buf.truncate(start + filled);
-                        return Err(e);
-                    }
-                };
-                if n == 0 {
-                    eof = true;
-                    break;
-                }
-                filled += n;
-            }
-            buf.truncate(start + filled);
+        let mut eof = read_more(&mut reader, &mut buf, block)?;
+        loop {
             // Decode what was read. An incomplete character at the end waits for the next
             // block; invalid bytes are an error, or (replace) are decoded up to the last "\n"
             // read, which no invalid sequence can extend past.
@@ -823,14 +801,35 @@ impl CountSpec {
                 decoded = buf.len();
             }
             let cut = if eof { decoded } else { self.last_cut(&buf[..decoded]) };
-            if cut > 0 {
-                self.count_into(&[&buf[..cut]], tally)?;
-                buf.drain(..cut);
-                decoded -= cut;
+            if eof {
+                return Ok(self.count_into(&[&buf[..cut]], tally)?);
             }
+            // Count up to the cut while the next block is read behind the carried tail. Read at
+            // least a block, and as much again as is pending, so a document longer than a block
+            // costs a geometric number of passes.
+            let carry = buf.len() - cut;
+            let want = block.max(carry);
+            spare.clear();
+            spare.resize(carry, 0);
+            let (counted, read) = rayon::join(
+                || if cut > 0 { self.count_into(&[&buf[..cut]], tally) } else { Ok(()) },
+                || read_more(&mut reader, &mut spare, want),
+            );
+            counted?;
+            eof = read?;
+            spare[..carry].copy_from_slice(&buf[cut..]);
+            std::mem::swap(&mut buf, &mut spare);
+            decoded -= cut;
         }
-        Ok(())
     }
+}
+
+/// Append up to `want` bytes from `reader` to `buf` (without zero-filling the space first);
+/// returns whether the stream ended.
+fn read_more<R: Read>(reader: &mut R, buf: &mut Vec<u8>, want: usize) -> Result<bool, CountError> {
+    buf.reserve(want);
+    let n = reader.by_ref().take(want as u64).read_to_end(buf).map_err(CountError::Io)?;
+    Ok(n < want)
 }
 
 #[cfg(test)]
