@@ -824,6 +824,53 @@ impl CountSpec {
     }
 }
 
+impl CountSpec {
+    /// Count a whole text that is already in memory (e.g. a memory-mapped file), window by
+    /// window of about `block` bytes, cut like [`Self::count_stream`]; after each window
+    /// `release(start, end)` is called with the byte range counted so far that is no longer
+    /// needed (so a mapping's pages can be dropped). Strict UTF-8 only: the first invalid byte
+    /// is reported by its offset. Counts are those of the whole text for every block size.
+    pub fn count_windows<F: FnMut(usize, usize)>(
+        &self,
+        data: &[u8],
+        tally: &Tally,
+        block: usize,
+        mut release: F,
+    ) -> Result<(), CountError> {
+        let block = block.max(1);
+        let mut start = 0usize;
+        // data[..valid] is known to be valid UTF-8.
+        let mut valid = 0usize;
+        while start < data.len() {
+            let mut size = block;
+            let cut = loop {
+                let end = start.saturating_add(size).min(data.len());
+                if valid < end {
+                    match std::str::from_utf8(&data[valid..end]) {
+                        Ok(_) => valid = end,
+                        Err(e) if e.error_len().is_none() && end < data.len() => valid += e.valid_up_to(),
+                        Err(e) => return Err(CountError::Utf8((valid + e.valid_up_to()) as u64)),
+                    }
+                }
+                if end == data.len() && valid == end {
+                    break end - start;
+                }
+                let cut = self.last_cut(&data[start..valid.min(end)]);
+                if cut > 0 {
+                    break cut;
+                }
+                // No cut in this window (a long document): try one twice as large.
+                size = size.saturating_mul(2);
+            };
+            // Count the window while the next one is read ahead by the kernel.
+            self.count_into(&[&data[start..start + cut]], tally)?;
+            start += cut;
+            release(0, start);
+        }
+        Ok(())
+    }
+}
+
 /// Append up to `want` bytes from `reader` to `buf` (without zero-filling the space first);
 /// returns whether the stream ended.
 fn read_more<R: Read>(reader: &mut R, buf: &mut Vec<u8>, want: usize) -> Result<bool, CountError> {
@@ -878,6 +925,19 @@ mod tests {
         Ok(c.sorted().into_iter().map(|(k, v)| (k.to_vec(), v)).collect())
     }
 
+    fn count_windowed(s: &CountSpec, text: &[u8], block: usize) -> Result<Vec<(Vec<u8>, u64)>, CountError> {
+        let mut tally = Tally::new(2);
+        let mut released = 0;
+        s.count_windows(text, &tally, block, |from, to| {
+            assert!(from <= to && to <= text.len() && to >= released);
+            released = to;
+        })?;
+        assert_eq!(released, text.len());
+        let mut c = Counts::default();
+        tally.drain_into(&mut c)?;
+        Ok(c.sorted().into_iter().map(|(k, v)| (k.to_vec(), v)).collect())
+    }
+
     /// A corpus with specials at every offset modulo small block sizes, a document far longer
     /// than the blocks, multi-byte characters, whitespace runs before newlines and text after
     /// the last newline.
@@ -913,6 +973,7 @@ mod tests {
             for block in [1, 2, 3, 5, 7, 16, 61, 200, 1 << 20] {
                 let got = count_streamed(s, text.as_bytes(), block, false).unwrap();
                 assert_eq!(got, whole, "{name} block {block}");
+                assert_eq!(count_windowed(s, text.as_bytes(), block).unwrap(), whole, "{name} windows {block}");
             }
         }
     }
@@ -929,11 +990,16 @@ mod tests {
                 Err(CountError::Utf8(at)) => assert_eq!(at, bad as u64, "block {block}"),
                 other => panic!("block {block}: {other:?}"),
             }
+            match count_windowed(&s, &text, block) {
+                Err(CountError::Utf8(at)) => assert_eq!(at, bad as u64, "windows {block}"),
+                other => panic!("windows {block}: {other:?}"),
+            }
         }
         // A truncated character at the very end.
         let trunc = b"ok\n\xe4\xb8".to_vec();
         for block in [1, 2, 4, 1 << 20] {
             assert!(matches!(count_streamed(&s, &trunc, block, false), Err(CountError::Utf8(3))));
+            assert!(matches!(count_windowed(&s, &trunc, block), Err(CountError::Utf8(3))));
         }
         // errors="replace": the same as decoding the whole text at once.
         let mut mixed = text.clone();

@@ -191,17 +191,50 @@ impl Counter {
         Ok(Counter { spec, tally: Tally::new(workers), counts: Counts::default(), pool: pool(workers)? })
     }
 
-    /// Count a plain UTF-8 file, read in blocks of about `block_bytes` (only about one block of
-    /// text is held at a time; the counts never depend on the block size).
+    /// Count a plain UTF-8 file block by block of about `block_bytes` (the counts never depend
+    /// on the block size). Strict UTF-8: the file is memory-mapped and the pages of each block
+    /// are dropped from the mapping once it is counted, so the process never holds more than
+    /// about a block of the file. With `replace` it is read in blocks instead (invalid bytes are
+    /// decoded into new text). The file must not change meanwhile.
     #[pyo3(signature = (path, replace, block_bytes = DEFAULT_BLOCK_BYTES))]
     fn count_file(&mut self, py: Python<'_>, path: &str, replace: bool, block_bytes: usize) -> PyResult<()> {
         let file = File::open(path).map_err(|e| PyValueError::new_err(format!("{path}: cannot read ({e})")))?;
+        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
         let (spec, tally, pool) = (&self.spec, &self.tally, &self.pool);
+        let read_error = |e: CountError| match e {
+            CountError::Io(e) => NativeError::Msg(format!("{path}: cannot read ({e})")),
+            e => NativeError::from(e),
+        };
+        if replace || len == 0 {
+            return run_detached(py, || {
+                pool.install(|| spec.count_stream(file, tally, replace, block_bytes)).map_err(read_error)
+            });
+        }
+        // SAFETY: the map is read-only and dropped before returning; inputs are not modified
+        // while a count runs (documented requirement, as for any reader).
+        let map = unsafe { memmap2::Mmap::map(&file) }
+            .map_err(|e| PyValueError::new_err(format!("{path}: cannot map ({e})")))?;
+        let _ = map.advise(memmap2::Advice::Sequential);
         run_detached(py, || {
-            pool.install(|| spec.count_stream(file, tally, replace, block_bytes)).map_err(|e| match e {
-                CountError::Io(e) => NativeError::Msg(format!("{path}: cannot read ({e})")),
-                e => NativeError::from(e),
+            let data: &[u8] = &map;
+            let base = data.as_ptr() as usize;
+            let page = 4096;
+            let mut dropped = 0usize;
+            pool.install(|| {
+                spec.count_windows(data, tally, block_bytes, |_, to| {
+                    let end = to / page * page;
+                    if end > dropped {
+                        // SAFETY: the range is inside the live read-only mapping and already counted
+                        // (no key borrows it: counts own their keys). Dropping the pages of a file
+                        // mapping never changes its contents; touching them again reads the file.
+                        unsafe {
+                            libc::madvise((base + dropped) as *mut libc::c_void, end - dropped, libc::MADV_DONTNEED)
+                        };
+                        dropped = end;
+                    }
+                })
             })
+            .map_err(read_error)
         })
     }
 
