@@ -167,6 +167,10 @@ pub struct LocalCounts {
     short: Vec<(u64, u64)>,
     short_bits: u32,
     short_len: usize,
+    /// A direct-mapped cache of short pieces in front of `short`, small enough to stay in the
+    /// CPU cache: most occurrences are of a few thousand pieces, and a hit here costs no miss in
+    /// the big table. Entries are (key, count not yet in `short`); key 0 is empty.
+    hot: Box<[(u64, u64)]>,
     /// Longer pieces: (hash, [`LONG`] | arena location); 0 marks an empty slot.
     long: Vec<(u64, u64)>,
     long_bits: u32,
@@ -175,6 +179,8 @@ pub struct LocalCounts {
 }
 
 const INITIAL_BITS: u32 = 12;
+/// Entries of the hot cache (16 bytes each).
+const HOT: usize = 1 << 12;
 
 impl Default for LocalCounts {
     fn default() -> Self {
@@ -183,6 +189,7 @@ impl Default for LocalCounts {
             short: vec![(0, 0); 1 << INITIAL_BITS],
             short_bits: INITIAL_BITS,
             short_len: 0,
+            hot: vec![(0, 0); HOT].into_boxed_slice(),
             long: vec![(0, 0); 1 << INITIAL_BITS],
             long_bits: INITIAL_BITS,
             long_len: 0,
@@ -208,24 +215,18 @@ impl LocalCounts {
     fn add_hashed(&mut self, piece: &[u8], h: u64) {
         if piece.len() <= SHORT_MAX {
             let key = pack_short(piece);
-            let mask = (1usize << self.short_bits) - 1;
-            let mut i = slot_of(h, self.short_bits);
-            loop {
-                let slot = &mut self.short[i];
-                if slot.0 == key {
-                    slot.1 += 1;
-                    return;
-                }
-                if slot.0 == 0 {
-                    *slot = (key, 1);
-                    self.short_len += 1;
-                    if too_full(self.short_len, self.short_bits) {
-                        self.grow_short();
-                    }
-                    return;
-                }
-                i = (i + 1) & mask;
+            // The hot cache: a hit costs no access to the big table. A miss puts the piece
+            // there and moves the entry it replaces (with its count so far) to the table.
+            let e = &mut self.hot[h as usize & (HOT - 1)];
+            if e.0 == key {
+                e.1 += 1;
+                return;
             }
+            let (old, n) = std::mem::replace(e, (key, 1));
+            if old != 0 {
+                self.add_short(old, n);
+            }
+            return;
         }
         let mask = (1usize << self.long_bits) - 1;
         let mut i = slot_of(h, self.long_bits);
@@ -250,6 +251,39 @@ impl LocalCounts {
                 }
             }
             i = (i + 1) & mask;
+        }
+    }
+
+    /// Add `count` to the packed short key `key` in the table.
+    #[inline]
+    fn add_short(&mut self, key: u64, count: u64) {
+        let mask = (1usize << self.short_bits) - 1;
+        let mut i = slot_of(hash_short(key), self.short_bits);
+        loop {
+            let slot = &mut self.short[i];
+            if slot.0 == key {
+                slot.1 += count;
+                return;
+            }
+            if slot.0 == 0 {
+                *slot = (key, count);
+                self.short_len += 1;
+                if too_full(self.short_len, self.short_bits) {
+                    self.grow_short();
+                }
+                return;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Move the hot cache into the table.
+    fn flush_hot(&mut self) {
+        for k in 0..HOT {
+            let (key, n) = std::mem::take(&mut self.hot[k]);
+            if key != 0 {
+                self.add_short(key, n);
+            }
         }
     }
 
@@ -386,7 +420,7 @@ impl Tally {
     pub fn is_empty(&self) -> bool {
         self.locals.iter().all(|l| {
             let l = l.lock().unwrap_or_else(|e| e.into_inner());
-            l.short_len == 0 && l.long_len == 0
+            l.short_len == 0 && l.long_len == 0 && l.hot.iter().all(|e| e.0 == 0)
         })
     }
 
@@ -394,7 +428,14 @@ impl Tally {
     pub fn drain_into(&mut self, into: &mut Counts) -> Result<(), String> {
         let n = self.locals.len();
         let locals = std::mem::replace(self, Tally::new(n)).locals;
-        let locals: Vec<LocalCounts> = locals.into_iter().map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner())).collect();
+        let locals: Vec<LocalCounts> = locals
+            .into_iter()
+            .map(|m| {
+                let mut local = m.into_inner().unwrap_or_else(|e| e.into_inner());
+                local.flush_hot();
+                local
+            })
+            .collect();
         into.absorb(locals)
     }
 }

@@ -420,7 +420,15 @@ fn o200k(s: &[u8], i: usize, contractions: bool) -> usize {
     if b.is_ascii_lowercase() {
         return finish(run(s, i + 1, is_lowerish));
     }
-    if b == b' ' && s.get(i + 1).is_some_and(|x| x.is_ascii_lowercase()) {
+    // The same after any ASCII character the prefix P = `[^\r\n\p{L}\p{N}]` takes (space,
+    // tab, punctuation, ...): P matches it, the upper-ish run is empty and the lower-ish run
+    // starts right after it, so the first alternative matches.
+    if b.is_ascii()
+        && !b.is_ascii_alphanumeric()
+        && b != b'\r'
+        && b != b'\n'
+        && s.get(i + 1).is_some_and(|x| x.is_ascii_lowercase())
+    {
         return finish(run(s, i + 2, is_lowerish));
     }
     // The word alternatives can only match from a letter or mark, so each attempt is made only
