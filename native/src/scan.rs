@@ -516,8 +516,28 @@ fn superbpe<'a, F: FnMut(&'a [u8])>(s: &'a [u8], emit: &mut F) {
             }
             None => {
                 i += class_at(s, i).1;
-                // Letters and non-space whitespace never start a match: skip ASCII ones quickly.
-                while i < s.len() && (s[i].is_ascii_alphabetic() || matches!(s[i], b'\t' | b'\n' | b'\r')) {
+                // Skip ASCII positions where no alternative can match, quickly: letters and
+                // non-space whitespace never start a match; neither does a space or a
+                // punctuation character followed by an ASCII letter (one space before a
+                // non-space is no ` +(?!\S)` match, and the punctuation run needs two
+                // `[^\s\p{L}\p{N}]` characters), nor punctuation followed by ASCII
+                // whitespace or a digit.
+                while i < s.len() {
+                    let b = s[i];
+                    if b.is_ascii_alphabetic() || matches!(b, b'\t' | b'\n' | b'\r') {
+                        i += 1;
+                        continue;
+                    }
+                    let next = s.get(i + 1).copied().unwrap_or(0);
+                    let skip = if b == b' ' {
+                        next.is_ascii_alphabetic()
+                    } else {
+                        b.is_ascii_punctuation()
+                            && (next.is_ascii_alphanumeric() || matches!(next, b' ' | b'\t' | b'\n' | b'\r'))
+                    };
+                    if !skip {
+                        break;
+                    }
                     i += 1;
                 }
             }
@@ -664,6 +684,36 @@ mod tests {
         let mut out = Vec::new();
         sp.split(b"ab\ncd\n\nef", &mut |p: &[u8]| out.push(p.to_vec())).unwrap();
         assert_eq!(out, [b"ab\n".to_vec(), b"cd\n".to_vec(), b"\n".to_vec(), b"ef".to_vec()]);
+    }
+
+    /// The scanners against fancy-regex running the same pattern text, on random ASCII text
+    /// (where fancy-regex's Unicode tables cannot differ from `regex`'s): exercises the ASCII
+    /// fast paths (prefix + lowercase word, skipped positions of the stage-2 scanner).
+    #[test]
+    fn scanners_match_fancy_regex_on_ascii() {
+        let alphabet = b"aqZK09 \t\n\r.,;:_(){}[]/*-+'=\"#sdtmlrev";
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for b in ALL_BUILTINS {
+            let re = fancy_regex::Regex::new(&builtin_pattern(b)).unwrap();
+            for line_units in [false, true] {
+                let fast = Splitter::Builtin { kind: b, line_units };
+                let slow = Splitter::Custom { re: Box::new(re.clone()), line_units };
+                for _ in 0..3000 {
+                    let len = (next() % 24) as usize;
+                    let text: Vec<u8> = (0..len).map(|_| alphabet[(next() % alphabet.len() as u64) as usize]).collect();
+                    let (mut x, mut y) = (Vec::new(), Vec::new());
+                    fast.split(&text, &mut |p: &[u8]| x.push(p.to_vec())).unwrap();
+                    slow.split(&text, &mut |p: &[u8]| y.push(p.to_vec())).unwrap();
+                    assert_eq!(x, y, "{b:?} {line_units} {:?}", String::from_utf8_lossy(&text));
+                }
+            }
+        }
     }
 
     #[test]
