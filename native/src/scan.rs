@@ -402,6 +402,16 @@ fn o200k_word_b(s: &[u8], t: usize) -> Option<usize> {
     Some(run(s, j, is_lowerish))
 }
 
+/// End of the run of ASCII lowercase letters from `i` (all lower-ish: a `run` of
+/// [`is_lowerish`] may start there without changing its end).
+#[inline(always)]
+fn ascii_lower_end(s: &[u8], mut i: usize) -> usize {
+    while i < s.len() && s[i].is_ascii_lowercase() {
+        i += 1;
+    }
+    i
+}
+
 /// The o200k pattern (`contractions` on) or superbpe-stage1 (the same without contractions):
 /// `P?U*W+C?|P?U+W*C?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 /// with P = `[^\r\n\p{L}\p{N}]`, U/W the upper-/lower-ish classes, C the contractions.
@@ -418,7 +428,7 @@ fn o200k(s: &[u8], i: usize, contractions: bool) -> usize {
     // Fast paths for the commonest pieces, "word" and " word" in lowercase ASCII: the upper-ish
     // run is empty, so the first alternative takes the lower-ish run (same result as below).
     if b.is_ascii_lowercase() {
-        return finish(run(s, i + 1, is_lowerish));
+        return finish(run(s, ascii_lower_end(s, i + 1), is_lowerish));
     }
     // The same after any ASCII character the prefix P = `[^\r\n\p{L}\p{N}]` takes (space,
     // tab, punctuation, ...): P matches it, the upper-ish run is empty and the lower-ish run
@@ -429,7 +439,7 @@ fn o200k(s: &[u8], i: usize, contractions: bool) -> usize {
         && b != b'\n'
         && s.get(i + 1).is_some_and(|x| x.is_ascii_lowercase())
     {
-        return finish(run(s, i + 2, is_lowerish));
+        return finish(run(s, ascii_lower_end(s, i + 2), is_lowerish));
     }
     // The word alternatives can only match from a letter or mark, so each attempt is made only
     // when its first character qualifies (the result is the same; the failing calls are skipped).
