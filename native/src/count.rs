@@ -76,7 +76,7 @@ struct Shard {
 
 /// Bytes per arena chunk (a longer record gets a chunk of its own). Chunks never move, so a
 /// record's location stays valid, and growing the arena never copies it.
-const ARENA_CHUNK: usize = 1 << 22;
+const ARENA_CHUNK: usize = 1 << 24;
 const POS_BITS: u32 = ARENA_CHUNK.trailing_zeros();
 /// Arena record header: hash (u64 LE), count (u64 LE), key length (u64 LE); the key follows.
 const RECORD_HEADER: usize = 24;
@@ -303,9 +303,11 @@ impl LocalCounts {
         self.short_bits = bits;
     }
 
+    /// Double the table, or quadruple it while it is small (up to 16 MiB): each growth
+    /// rewrites the whole table into fresh memory, which costs page faults.
     #[cold]
     fn grow_long(&mut self) {
-        let bits = self.long_bits + 1;
+        let bits = self.long_bits + if self.long_bits < 20 { 2 } else { 1 };
         let mask = (1usize << bits) - 1;
         let mut table = zeroed_table(1 << bits);
         for &(h, loc) in self.long.iter().filter(|e| e.1 != 0) {
