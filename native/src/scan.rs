@@ -433,13 +433,19 @@ fn o200k(s: &[u8], i: usize, contractions: bool) -> usize {
     // The same after any ASCII character the prefix P = `[^\r\n\p{L}\p{N}]` takes (space,
     // tab, punctuation, ...): P matches it, the upper-ish run is empty and the lower-ish run
     // starts right after it, so the first alternative matches.
-    if b.is_ascii()
-        && !b.is_ascii_alphanumeric()
-        && b != b'\r'
-        && b != b'\n'
-        && s.get(i + 1).is_some_and(|x| x.is_ascii_lowercase())
-    {
+    let ascii_prefix = b.is_ascii() && !b.is_ascii_alphanumeric() && b != b'\r' && b != b'\n';
+    let lower_at = |k: usize| s.get(k).is_some_and(|x| x.is_ascii_lowercase());
+    let upper_at = |k: usize| s.get(k).is_some_and(|x| x.is_ascii_uppercase());
+    if ascii_prefix && lower_at(i + 1) {
         return finish(run(s, ascii_lower_end(s, i + 2), is_lowerish));
+    }
+    // Capitalised words ("The", " The", "(The"): the upper-ish run is the one capital (an ASCII
+    // lowercase letter is not upper-ish), then the lower-ish run, as the first alternative.
+    if b.is_ascii_uppercase() && lower_at(i + 1) {
+        return finish(run(s, ascii_lower_end(s, i + 2), is_lowerish));
+    }
+    if ascii_prefix && upper_at(i + 1) && lower_at(i + 2) {
+        return finish(run(s, ascii_lower_end(s, i + 3), is_lowerish));
     }
     // The word alternatives can only match from a letter or mark, so each attempt is made only
     // when its first character qualifies (the result is the same; the failing calls are skipped).
