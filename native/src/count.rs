@@ -686,7 +686,7 @@ fn prev_cut(splitter: &Splitter, seg: &[u8], upto: usize) -> Option<usize> {
 }
 
 /// Default size of the blocks [`CountSpec::count_stream`] reads.
-pub const DEFAULT_BLOCK_BYTES: usize = 64 << 20;
+pub const DEFAULT_BLOCK_BYTES: usize = 256 << 20;
 
 /// Why a count failed.
 #[derive(Debug)]
@@ -881,36 +881,48 @@ impl CountSpec {
         mut release: F,
     ) -> Result<(), CountError> {
         let block = block.max(1);
-        let mut start = 0usize;
         // data[..valid] is known to be valid UTF-8.
         let mut valid = 0usize;
+        let mut start = 0usize;
+        let mut end = self.window_end(data, start, block, &mut valid)?;
         while start < data.len() {
-            let mut size = block;
-            let cut = loop {
-                let end = start.saturating_add(size).min(data.len());
-                if valid < end {
-                    match std::str::from_utf8(&data[valid..end]) {
-                        Ok(_) => valid = end,
-                        Err(e) if e.error_len().is_none() && end < data.len() => valid += e.valid_up_to(),
-                        Err(e) => return Err(CountError::Utf8((valid + e.valid_up_to()) as u64)),
-                    }
-                }
-                if end == data.len() && valid == end {
-                    break end - start;
-                }
-                let cut = self.last_cut(&data[start..valid.min(end)]);
-                if cut > 0 {
-                    break cut;
-                }
-                // No cut in this window (a long document): try one twice as large.
-                size = size.saturating_mul(2);
-            };
-            // Count the window while the next one is read ahead by the kernel.
-            self.count_into(&[&data[start..start + cut]], tally)?;
-            start += cut;
+            // Count this window while the next one is validated and cut (serial work that
+            // would otherwise leave the other workers waiting).
+            let (counted, next) = rayon::join(
+                || self.count_into(&[&data[start..end]], tally),
+                || if end < data.len() { self.window_end(data, end, block, &mut valid) } else { Ok(end) },
+            );
+            counted?;
+            (start, end) = (end, next?);
             release(0, start);
         }
         Ok(())
+    }
+
+    /// The end of the window of `data` that starts at `start` (a cut): about `block` bytes
+    /// on, at the window's [`Self::last_cut`], the window growing until it has one. Validates
+    /// UTF-8 up to there (`valid` tracks how far it is known to be valid).
+    fn window_end(&self, data: &[u8], start: usize, block: usize, valid: &mut usize) -> Result<usize, CountError> {
+        let mut size = block;
+        loop {
+            let end = start.saturating_add(size).min(data.len());
+            if *valid < end {
+                match std::str::from_utf8(&data[*valid..end]) {
+                    Ok(_) => *valid = end,
+                    Err(e) if e.error_len().is_none() && end < data.len() => *valid += e.valid_up_to(),
+                    Err(e) => return Err(CountError::Utf8((*valid + e.valid_up_to()) as u64)),
+                }
+            }
+            if end == data.len() && *valid == end {
+                return Ok(end);
+            }
+            let cut = self.last_cut(&data[start..(*valid).min(end)]);
+            if cut > 0 {
+                return Ok(start + cut);
+            }
+            // No cut in this window (a long document): try one twice as large.
+            size = size.saturating_mul(2);
+        }
     }
 }
 
