@@ -174,6 +174,38 @@ def test_counts_match_python_engine(
         assert_same_counts(got, expected)
 
 
+@pytest.mark.parametrize("name", ["gpt2", "o200k", "superbpe", "superbpe-paper", r"custom:\s+\S|[a-z]+"])
+def test_counts_do_not_depend_on_file_block_size(
+    name: str, tmp_path: Path, corpora: dict[str, str], python: PythonEngine
+) -> None:
+    """Plain files are counted in blocks: tiny blocks (documents far longer than a block, special tokens
+    and multi-byte characters across block edges) give exactly the counts of the python engine."""
+    lib = native_engine._require_native()
+    long_doc = "x" + "long doc without newline " * 40
+    docs = [corpora["multilingual"][:3000], long_doc, "", corpora["corpus.en"][:2000]]
+    text = (EOT + "\n").join(docs) + EOT + " \n\n trailing ÿ\u4e2d\U0001f600 no newline"
+    path = tmp_path / "corpus.txt"
+    path.write_text(text, encoding="utf-8")
+    pre = get_pretokenizer(name)
+    expected = python.count(path, pre, [EOT, EOT + "\n"], workers=1).to_dict()
+    for workers, block in [(1, 1), (2, 7), (1, 64), (2, 1000), (1, 1 << 26)]:
+        counter = lib.Counter(pre.pattern, pre.line_units, [EOT.encode(), (EOT + "\n").encode()], 50, workers)
+        counter.count_file(str(path), False, block)
+        assert counter.take().to_dict() == expected, (workers, block)
+
+
+def test_invalid_utf8_offset_with_tiny_blocks(tmp_path: Path) -> None:
+    lib = native_engine._require_native()
+    path = tmp_path / "bad.txt"
+    good = "a\U0001f600b\n<|e|>\u4e2d\n".encode() * 5
+    path.write_bytes(good + b"ok \xe4\xb8 x\n")
+    for block in (1, 2, 3, 5, 1 << 20):
+        counter = lib.Counter(PATTERNS["gpt2"], False, [b"<|e|>"], 8, 1)
+        with pytest.raises(lib.InvalidUtf8) as err:
+            counter.count_file(str(path), False, block)
+        assert err.value.args[0] == len(good) + 3, block
+
+
 def test_counts_of_jsonl_gzip_and_directories(
     tmp_path: Path, corpora: dict[str, str], native: Native, python: PythonEngine
 ) -> None:

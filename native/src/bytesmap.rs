@@ -13,11 +13,23 @@ pub const SHORT_MAX: usize = 7;
 /// `piece` (at most [`SHORT_MAX`] bytes) as one word: bytes little-endian, length in the top byte.
 #[inline(always)]
 pub fn pack_short(piece: &[u8]) -> u64 {
-    let mut key = (piece.len() as u64) << 56;
-    for (i, &b) in piece.iter().enumerate() {
-        key |= (b as u64) << (8 * i);
-    }
-    key
+    debug_assert!(piece.len() <= SHORT_MAX);
+    let n = piece.len();
+    // Two overlapping loads cover the piece (the overlap holds the same bytes, so OR is exact).
+    let data = if n >= 4 {
+        let lo = u32::from_le_bytes(piece[..4].try_into().unwrap()) as u64;
+        let hi = u32::from_le_bytes(piece[n - 4..].try_into().unwrap()) as u64;
+        lo | hi << (8 * (n - 4))
+    } else if n >= 2 {
+        let lo = u16::from_le_bytes(piece[..2].try_into().unwrap()) as u64;
+        let hi = u16::from_le_bytes(piece[n - 2..].try_into().unwrap()) as u64;
+        lo | hi << (8 * (n - 2))
+    } else if n == 1 {
+        piece[0] as u64
+    } else {
+        0
+    };
+    (n as u64) << 56 | data
 }
 
 /// The bytes of a packed key (first `.1` bytes of `.0`).
@@ -161,7 +173,12 @@ mod tests {
         assert!(bytes_eq(b"0123456789abc", b"0123456789abc"));
         assert!(!bytes_eq(b"0123456789abc", b"0123456789abd"));
         assert!(!bytes_eq(b"01234567", b"01234568"));
-        let (buf, len) = unpack_short(pack_short(b"xyz"));
-        assert_eq!(&buf[..len], b"xyz");
+        for n in 0..=SHORT_MAX {
+            let piece: Vec<u8> = (0..n as u8).map(|i| 0xA0 + i).collect();
+            let (buf, len) = unpack_short(pack_short(&piece));
+            assert_eq!(&buf[..len], &piece[..]);
+            let slow = piece.iter().enumerate().fold((n as u64) << 56, |k, (i, &b)| k | (b as u64) << (8 * i));
+            assert_eq!(pack_short(&piece), slow);
+        }
     }
 }

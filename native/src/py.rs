@@ -13,7 +13,7 @@ use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
-use crate::count::{safe_chunks, CountSpec, Counts};
+use crate::count::{safe_chunks, CountError, CountSpec, Counts, Tally, DEFAULT_BLOCK_BYTES};
 use crate::encode::Encoder;
 use crate::scan::Splitter;
 use crate::specials::Specials;
@@ -141,24 +141,36 @@ impl NativeCounts {
     }
 }
 
+impl From<CountError> for NativeError {
+    fn from(e: CountError) -> Self {
+        match e {
+            CountError::Msg(m) => NativeError::Msg(m),
+            CountError::Utf8(offset) => NativeError::Utf8(offset as usize),
+            CountError::Io(e) => NativeError::Msg(format!("cannot read ({e})")),
+        }
+    }
+}
+
 /// Streams inputs into one set of counts with a fixed pre-tokenizer and special tokens.
 #[pyclass(module = "superbpe._native", name = "Counter")]
 pub struct Counter {
     spec: CountSpec,
+    /// Counts in progress (one table per worker); merged into `counts` by `take`.
+    tally: Tally,
     counts: Counts,
     pool: rayon::ThreadPool,
 }
 
 impl Counter {
     fn count_text(&mut self, py: Python<'_>, data: &[u8], replace: bool) -> PyResult<()> {
-        let (spec, counts, pool) = (&self.spec, &mut self.counts, &self.pool);
+        let (spec, tally, pool) = (&self.spec, &self.tally, &self.pool);
         run_detached(py, || {
             let text = match std::str::from_utf8(data) {
                 Ok(_) => std::borrow::Cow::Borrowed(data),
                 Err(e) if !replace => return Err(NativeError::Utf8(e.valid_up_to())),
                 Err(_) => std::borrow::Cow::Owned(String::from_utf8_lossy(data).into_owned().into_bytes()),
             };
-            pool.install(|| spec.count_docs(&[&text], counts)).map_err(NativeError::from)
+            pool.install(|| spec.count_into(&[&text], tally)).map_err(NativeError::from)
         })
     }
 }
@@ -175,21 +187,55 @@ impl Counter {
     ) -> PyResult<Self> {
         let splitter = Splitter::new(pattern, line_units).map_err(PyValueError::new_err)?;
         let spec = CountSpec { splitter, specials: Specials::new(&specials), chunk_bytes };
-        Ok(Counter { spec, counts: Counts::default(), pool: pool(workers.max(1))? })
+        let workers = workers.max(1);
+        Ok(Counter { spec, tally: Tally::new(workers), counts: Counts::default(), pool: pool(workers)? })
     }
 
-    /// Count a plain UTF-8 file read through mmap (the file must not change meanwhile).
-    fn count_file(&mut self, py: Python<'_>, path: &str, replace: bool) -> PyResult<()> {
+    /// Count a plain UTF-8 file block by block of about `block_bytes` (the counts never depend
+    /// on the block size). Strict UTF-8: the file is memory-mapped and the pages of each block
+    /// are dropped from the mapping once it is counted, so the process never holds more than
+    /// about a block of the file. With `replace` it is read in blocks instead (invalid bytes are
+    /// decoded into new text). The file must not change meanwhile.
+    #[pyo3(signature = (path, replace, block_bytes = DEFAULT_BLOCK_BYTES))]
+    fn count_file(&mut self, py: Python<'_>, path: &str, replace: bool, block_bytes: usize) -> PyResult<()> {
         let file = File::open(path).map_err(|e| PyValueError::new_err(format!("{path}: cannot read ({e})")))?;
         let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-        if len == 0 {
-            return Ok(());
+        let (spec, tally, pool) = (&self.spec, &self.tally, &self.pool);
+        let read_error = |e: CountError| match e {
+            CountError::Io(e) => NativeError::Msg(format!("{path}: cannot read ({e})")),
+            e => NativeError::from(e),
+        };
+        if replace || len == 0 {
+            return run_detached(py, || {
+                pool.install(|| spec.count_stream(file, tally, replace, block_bytes)).map_err(read_error)
+            });
         }
         // SAFETY: the map is read-only and dropped before returning; inputs are not modified
         // while a count runs (documented requirement, as for any reader).
         let map = unsafe { memmap2::Mmap::map(&file) }
             .map_err(|e| PyValueError::new_err(format!("{path}: cannot map ({e})")))?;
-        self.count_text(py, &map, replace)
+        let _ = map.advise(memmap2::Advice::Sequential);
+        run_detached(py, || {
+            let data: &[u8] = &map;
+            let base = data.as_ptr() as usize;
+            let page = 4096;
+            let mut dropped = 0usize;
+            pool.install(|| {
+                spec.count_windows(data, tally, block_bytes, |_, to| {
+                    let end = to / page * page;
+                    if end > dropped {
+                        // SAFETY: the range is inside the live read-only mapping and already counted
+                        // (no key borrows it: counts own their keys). Dropping the pages of a file
+                        // mapping never changes its contents; touching them again reads the file.
+                        unsafe {
+                            libc::madvise((base + dropped) as *mut libc::c_void, end - dropped, libc::MADV_DONTNEED)
+                        };
+                        dropped = end;
+                    }
+                })
+            })
+            .map_err(read_error)
+        })
     }
 
     /// Count one whole text given as bytes (e.g. a decompressed file).
@@ -199,16 +245,18 @@ impl Counter {
 
     /// Count independent documents (e.g. JSON lines).
     fn count_docs(&mut self, py: Python<'_>, docs: Vec<PyBackedStr>) -> PyResult<()> {
-        let (spec, counts, pool) = (&self.spec, &mut self.counts, &self.pool);
+        let (spec, tally, pool) = (&self.spec, &self.tally, &self.pool);
         run_detached(py, || {
             let slices: Vec<&[u8]> = docs.iter().map(|d| d.as_bytes()).collect();
-            pool.install(|| spec.count_docs(&slices, counts)).map_err(NativeError::from)
+            pool.install(|| spec.count_into(&slices, tally)).map_err(NativeError::from)
         })
     }
 
     /// Hand over the counts so far (the counter starts again from empty).
-    fn take(&mut self) -> NativeCounts {
-        NativeCounts { inner: std::mem::take(&mut self.counts) }
+    fn take(&mut self, py: Python<'_>) -> PyResult<NativeCounts> {
+        let (tally, counts, pool) = (&mut self.tally, &mut self.counts, &self.pool);
+        run_detached(py, || pool.install(|| tally.drain_into(counts)).map_err(NativeError::from))?;
+        Ok(NativeCounts { inner: std::mem::take(&mut self.counts) })
     }
 }
 

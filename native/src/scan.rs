@@ -402,6 +402,16 @@ fn o200k_word_b(s: &[u8], t: usize) -> Option<usize> {
     Some(run(s, j, is_lowerish))
 }
 
+/// End of the run of ASCII lowercase letters from `i` (all lower-ish: a `run` of
+/// [`is_lowerish`] may start there without changing its end).
+#[inline(always)]
+fn ascii_lower_end(s: &[u8], mut i: usize) -> usize {
+    while i < s.len() && s[i].is_ascii_lowercase() {
+        i += 1;
+    }
+    i
+}
+
 /// The o200k pattern (`contractions` on) or superbpe-stage1 (the same without contractions):
 /// `P?U*W+C?|P?U+W*C?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 /// with P = `[^\r\n\p{L}\p{N}]`, U/W the upper-/lower-ish classes, C the contractions.
@@ -418,10 +428,24 @@ fn o200k(s: &[u8], i: usize, contractions: bool) -> usize {
     // Fast paths for the commonest pieces, "word" and " word" in lowercase ASCII: the upper-ish
     // run is empty, so the first alternative takes the lower-ish run (same result as below).
     if b.is_ascii_lowercase() {
-        return finish(run(s, i + 1, is_lowerish));
+        return finish(run(s, ascii_lower_end(s, i + 1), is_lowerish));
     }
-    if b == b' ' && s.get(i + 1).is_some_and(|x| x.is_ascii_lowercase()) {
-        return finish(run(s, i + 2, is_lowerish));
+    // The same after any ASCII character the prefix P = `[^\r\n\p{L}\p{N}]` takes (space,
+    // tab, punctuation, ...): P matches it, the upper-ish run is empty and the lower-ish run
+    // starts right after it, so the first alternative matches.
+    let ascii_prefix = b.is_ascii() && !b.is_ascii_alphanumeric() && b != b'\r' && b != b'\n';
+    let lower_at = |k: usize| s.get(k).is_some_and(|x| x.is_ascii_lowercase());
+    let upper_at = |k: usize| s.get(k).is_some_and(|x| x.is_ascii_uppercase());
+    if ascii_prefix && lower_at(i + 1) {
+        return finish(run(s, ascii_lower_end(s, i + 2), is_lowerish));
+    }
+    // Capitalised words ("The", " The", "(The"): the upper-ish run is the one capital (an ASCII
+    // lowercase letter is not upper-ish), then the lower-ish run, as the first alternative.
+    if b.is_ascii_uppercase() && lower_at(i + 1) {
+        return finish(run(s, ascii_lower_end(s, i + 2), is_lowerish));
+    }
+    if ascii_prefix && upper_at(i + 1) && lower_at(i + 2) {
+        return finish(run(s, ascii_lower_end(s, i + 3), is_lowerish));
     }
     // The word alternatives can only match from a letter or mark, so each attempt is made only
     // when its first character qualifies (the result is the same; the failing calls are skipped).
@@ -508,8 +532,28 @@ fn superbpe<'a, F: FnMut(&'a [u8])>(s: &'a [u8], emit: &mut F) {
             }
             None => {
                 i += class_at(s, i).1;
-                // Letters and non-space whitespace never start a match: skip ASCII ones quickly.
-                while i < s.len() && (s[i].is_ascii_alphabetic() || matches!(s[i], b'\t' | b'\n' | b'\r')) {
+                // Skip ASCII positions where no alternative can match, quickly: letters and
+                // non-space whitespace never start a match; neither does a space or a
+                // punctuation character followed by an ASCII letter (one space before a
+                // non-space is no ` +(?!\S)` match, and the punctuation run needs two
+                // `[^\s\p{L}\p{N}]` characters), nor punctuation followed by ASCII
+                // whitespace or a digit.
+                while i < s.len() {
+                    let b = s[i];
+                    if b.is_ascii_alphabetic() || matches!(b, b'\t' | b'\n' | b'\r') {
+                        i += 1;
+                        continue;
+                    }
+                    let next = s.get(i + 1).copied().unwrap_or(0);
+                    let skip = if b == b' ' {
+                        next.is_ascii_alphabetic()
+                    } else {
+                        b.is_ascii_punctuation()
+                            && (next.is_ascii_alphanumeric() || matches!(next, b' ' | b'\t' | b'\n' | b'\r'))
+                    };
+                    if !skip {
+                        break;
+                    }
                     i += 1;
                 }
             }
@@ -656,6 +700,36 @@ mod tests {
         let mut out = Vec::new();
         sp.split(b"ab\ncd\n\nef", &mut |p: &[u8]| out.push(p.to_vec())).unwrap();
         assert_eq!(out, [b"ab\n".to_vec(), b"cd\n".to_vec(), b"\n".to_vec(), b"ef".to_vec()]);
+    }
+
+    /// The scanners against fancy-regex running the same pattern text, on random ASCII text
+    /// (where fancy-regex's Unicode tables cannot differ from `regex`'s): exercises the ASCII
+    /// fast paths (prefix + lowercase word, skipped positions of the stage-2 scanner).
+    #[test]
+    fn scanners_match_fancy_regex_on_ascii() {
+        let alphabet = b"aqZK09 \t\n\r.,;:_(){}[]/*-+'=\"#sdtmlrev";
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for b in ALL_BUILTINS {
+            let re = fancy_regex::Regex::new(&builtin_pattern(b)).unwrap();
+            for line_units in [false, true] {
+                let fast = Splitter::Builtin { kind: b, line_units };
+                let slow = Splitter::Custom { re: Box::new(re.clone()), line_units };
+                for _ in 0..3000 {
+                    let len = (next() % 24) as usize;
+                    let text: Vec<u8> = (0..len).map(|_| alphabet[(next() % alphabet.len() as u64) as usize]).collect();
+                    let (mut x, mut y) = (Vec::new(), Vec::new());
+                    fast.split(&text, &mut |p: &[u8]| x.push(p.to_vec())).unwrap();
+                    slow.split(&text, &mut |p: &[u8]| y.push(p.to_vec())).unwrap();
+                    assert_eq!(x, y, "{b:?} {line_units} {:?}", String::from_utf8_lossy(&text));
+                }
+            }
+        }
     }
 
     #[test]

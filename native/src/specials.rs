@@ -22,12 +22,14 @@ impl Specials {
         self.finders.is_empty()
     }
 
-    /// Call `emit` with each non-empty stretch of `text` between special tokens.
-    pub fn ordinary<'a, F: FnMut(&'a [u8])>(&self, text: &'a [u8], mut emit: F) {
+    /// Length of the longest special token (0 when there are none).
+    pub fn max_len(&self) -> usize {
+        self.finders.first().map_or(0, |f| f.needle().len())
+    }
+
+    /// Call `found(start, end)` for each special token match in `text`, left to right.
+    pub fn matches<F: FnMut(usize, usize)>(&self, text: &[u8], mut found: F) {
         if self.finders.is_empty() {
-            if !text.is_empty() {
-                emit(text);
-            }
             return;
         }
         // next[i]: next occurrence of special i at or after the search position (None = no more).
@@ -48,18 +50,25 @@ impl Specials {
             }
             match best {
                 Some((at, len)) => {
-                    if at > pos {
-                        emit(&text[pos..at]);
-                    }
+                    found(at, at + len);
                     pos = at + len;
                 }
-                None => {
-                    if pos < text.len() {
-                        emit(&text[pos..]);
-                    }
-                    return;
-                }
+                None => return,
             }
+        }
+    }
+
+    /// Call `emit` with each non-empty stretch of `text` between special tokens.
+    pub fn ordinary<'a, F: FnMut(&'a [u8])>(&self, text: &'a [u8], mut emit: F) {
+        let mut pos = 0;
+        self.matches(text, |start, end| {
+            if start > pos {
+                emit(&text[pos..start]);
+            }
+            pos = end;
+        });
+        if pos < text.len() {
+            emit(&text[pos..]);
         }
     }
 }
