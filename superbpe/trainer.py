@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from operator import add
 
@@ -96,6 +96,11 @@ class MergesSoFar(Sequence[Merge]):
 
     def __getitem__(self, index):  # type: ignore[no-untyped-def] -- int -> Merge, slice -> list copy
         return self._merges[index]
+
+    def __iter__(self) -> Iterator[Merge]:
+        # The list's own iterator: Sequence's default calls __getitem__ per item, which made
+        # list(view) in checkpoint saves cost 0.5 s of a 5 s run.
+        return iter(self._merges)
 
     def __repr__(self) -> str:
         return f"MergesSoFar({len(self._merges)} merges)"

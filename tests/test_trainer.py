@@ -339,3 +339,16 @@ def test_bad_arguments_are_errors() -> None:
         train_merges({b"ab": 1}, 1, callback_every=0)
     with pytest.raises(SuperBPEError):
         train_merges({b"ab": -1}, 1)
+
+
+def test_merges_so_far_is_a_read_only_view_that_iterates_like_the_list() -> None:
+    from superbpe.trainer import MergesSoFar
+
+    merges = [(b"a", b"b"), (b"ab", b"c")]
+    view = MergesSoFar(merges)
+    assert list(view) == merges and view[-1] == (b"ab", b"c") and view[:1] == merges[:1]
+    merges.append((b"x", b"y"))
+    assert len(view) == 3 and list(view) == merges and (b"x", b"y") in view
+    with pytest.raises(TypeError):
+        view[0] = (b"q", b"r")  # type: ignore[index]
+    assert not hasattr(view, "append")
