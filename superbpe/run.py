@@ -13,6 +13,7 @@ import os
 import tempfile
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,8 +99,9 @@ def run_training(cfg: TrainConfig, *, run_dir: str | os.PathLike[str] | None = N
         job.output_dir, checkpoint, cfg.checkpoint.every_merges, cfg.checkpoint.every_seconds
     )
     start = time.monotonic()
-    for plan in job.plans[checkpoint.stage :] if not checkpoint.done else []:
-        _run_stage(job, plan, checkpointer)
+    with _CountAhead(job) as ahead:
+        for plan in job.plans[checkpoint.stage :] if not checkpoint.done else []:
+            _run_stage(job, plan, checkpointer, ahead)
     merges = list(checkpoint.merges)
     metrics = _write_outputs(job, checkpoint, time.monotonic() - start)
     if not checkpoint.done:
@@ -206,7 +208,49 @@ def _initial_checkpoint(job: _Job) -> Checkpoint:
     return Checkpoint(config=config, fingerprint=job.fingerprint)
 
 
-def _run_stage(job: _Job, plan: StagePlan, checkpointer: Checkpointer) -> None:
+class _CountAhead:
+    """Counts the next stage's corpus on a helper thread while this stage trains.
+
+    Why: a SuperBPE stage 2 re-counts the whole corpus with its own pattern, which needs nothing
+    from stage 1, so with the native engine (whose counting and training both release the GIL) that
+    count can use the core the single-threaded trainer leaves idle. The python engine holds the GIL,
+    so it counts in order as before. Results are the same either way; only the waiting goes.
+    """
+
+    def __init__(self, job: _Job) -> None:
+        self.job = job
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: dict[int, Future[PieceCounts]] = {}
+
+    def __enter__(self) -> _CountAhead:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Never leave a count running behind the run (an error in this stage still waits for it)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def start_after(self, plan: StagePlan) -> None:
+        """Start counting for the stage after ``plan``, if it counts and the engine allows overlap."""
+        if self.job.engine.name != "native" or plan.index + 1 >= len(self.job.plans):
+            return
+        following = self.job.plans[plan.index + 1]
+        if following.index in self._pending:
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="superbpe-count-ahead")
+        workers = self.job.cfg.workers if self.job.cfg.workers is not None else 1
+        self._pending[following.index] = self._pool.submit(
+            _load_or_count, self.job, following, progress=False, workers=workers
+        )
+
+    def take(self, plan: StagePlan) -> PieceCounts | None:
+        """The counts started for ``plan`` (waiting for them; their error, if any, is raised here)."""
+        pending = self._pending.pop(plan.index, None)
+        return None if pending is None else pending.result()
+
+
+def _run_stage(job: _Job, plan: StagePlan, checkpointer: Checkpointer, ahead: _CountAhead) -> None:
     state = checkpointer.state
     start_len = state.stage_ends[-1] if state.stage_ends else 0
     with measure(plan.name) as stats:
@@ -214,7 +258,8 @@ def _run_stage(job: _Job, plan: StagePlan, checkpointer: Checkpointer) -> None:
             merges = list(job.source_merges)
             log.info("stage %s: %d merges taken from %s", plan.name, len(merges), job.source.description)
         else:
-            counts = _counts(job, plan, stats)
+            counts = _counts(job, plan, stats, ahead)
+            ahead.start_after(plan)
             merges = _train(
                 job, plan, counts, state.merges[:start_len], state.merges[start_len:], checkpointer, stats
             )
@@ -225,8 +270,18 @@ def _run_stage(job: _Job, plan: StagePlan, checkpointer: Checkpointer) -> None:
         )
 
 
-def _counts(job: _Job, plan: StagePlan, stats: StageStats) -> PieceCounts:
-    """Piece counts for this stage's pattern: from the cache, or counted (and cached) now."""
+def _counts(job: _Job, plan: StagePlan, stats: StageStats, ahead: _CountAhead) -> PieceCounts:
+    """Piece counts for this stage's pattern: counted ahead, from the cache, or counted now."""
+    with stats.part("count_seconds"):
+        counts = ahead.take(plan)
+        if counts is not None:
+            log.info("stage %s: corpus counted while the previous stage trained", plan.name)
+            return counts
+        return _load_or_count(job, plan, progress=job.cfg.progress, workers=job.cfg.workers)
+
+
+def _load_or_count(job: _Job, plan: StagePlan, *, progress: bool | None, workers: int | None) -> PieceCounts:
+    """Counts from the cache, or counted (and cached) now."""
     key = cache_key(
         kind="counts",
         fingerprint=job.fingerprint,
@@ -235,17 +290,17 @@ def _counts(job: _Job, plan: StagePlan, stats: StageStats) -> PieceCounts:
         errors=job.cfg.data.errors,
         text_field=job.cfg.data.text_field,
     )
-    with job.cache.entry("counts", key, ".counts") as path, stats.part("count_seconds"):
+    with job.cache.entry("counts", key, ".counts") as path:
         counts = job.cache.load_counts(path)
         if counts is not None:
             return counts
         total = None if any(p.name.endswith(".gz") for p in job.paths) else corpus_size(job.paths)
-        with task(f"counting ({plan.pretokenizer.name})", total, "B", enabled=job.cfg.progress) as update:
+        with task(f"counting ({plan.pretokenizer.name})", total, "B", enabled=progress) as update:
             counts = job.engine.count(
                 job.paths,
                 plan.pretokenizer,
                 job.specials,
-                workers=job.cfg.workers,
+                workers=workers,
                 errors=job.cfg.data.errors,
                 text_field=job.cfg.data.text_field,
                 progress=update,

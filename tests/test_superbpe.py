@@ -172,3 +172,17 @@ def test_extend_a_tokenizer_json(superbpe_run, bpe_run, wiki, tmp_path):
     )
     assert result.merges[:300] == bpe.merges[:300]
     assert result.stage_ends == [300, VOCAB - 257]
+
+
+def test_native_run_counts_stage2_ahead_with_the_same_merges(superbpe_run, wiki, tmp_path, caplog):
+    from superbpe import native_engine
+
+    if not native_engine.available():
+        pytest.skip("superbpe._native is not built")
+    cfg = config(wiki, tmp_path / "native", "superbpe", transition=TRANSITION)
+    cfg.engine = EngineConfig("native")
+    with caplog.at_level("INFO", logger="superbpe"):
+        result = run_training(cfg)
+    assert any("counted while the previous stage trained" in r.getMessage() for r in caplog.records)
+    assert result.merges == superbpe_run[0].merges
+    assert result.stage_ends == superbpe_run[0].stage_ends
