@@ -235,8 +235,6 @@ class _CountAhead:
         if self.job.engine.name != "native" or plan.index + 1 >= len(self.job.plans):
             return
         following = self.job.plans[plan.index + 1]
-        if following.index in self._pending:
-            return
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="superbpe-count-ahead")
         workers = self.job.cfg.workers if self.job.cfg.workers is not None else 1

@@ -137,7 +137,8 @@ impl Arena {
                 if pos >= chunk.len() {
                     return None;
                 }
-                let (h, count, len) = (read_u64(chunk, pos), read_u64(chunk, pos + 8), read_u64(chunk, pos + 16) as usize);
+                let (h, count, len) =
+                    (read_u64(chunk, pos), read_u64(chunk, pos + 8), read_u64(chunk, pos + 16) as usize);
                 let key = &chunk[pos + RECORD_HEADER..pos + RECORD_HEADER + len];
                 let loc = (ci as u64) << POS_BITS | pos as u64;
                 pos += RECORD_HEADER + len;
@@ -391,7 +392,7 @@ fn advise_huge(addr: usize, len: usize) {
 
 /// Hint the CPU to load the cache line of `r` (a no-op where there is no prefetch instruction).
 #[inline(always)]
-fn prefetch<T>(r: &T) {
+pub(crate) fn prefetch<T>(r: &T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is only a hint; it never faults, even on a bad address.
     unsafe {
@@ -416,14 +417,6 @@ impl Tally {
     fn local(&self) -> std::sync::MutexGuard<'_, LocalCounts> {
         let i = rayon::current_thread_index().unwrap_or(0) % self.locals.len();
         self.locals[i].lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Whether nothing has been counted.
-    pub fn is_empty(&self) -> bool {
-        self.locals.iter().all(|l| {
-            let l = l.lock().unwrap_or_else(|e| e.into_inner());
-            l.short_len == 0 && l.long_len == 0 && l.hot.iter().all(|e| e.0 == 0)
-        })
     }
 
     /// Add everything counted into `into` and start again from empty.
@@ -865,15 +858,13 @@ impl CountSpec {
             decoded -= cut;
         }
     }
-}
 
-impl CountSpec {
     /// Count a whole text that is already in memory (e.g. a memory-mapped file), window by
     /// window of about `block` bytes, cut like [`Self::count_stream`]; after each window
-    /// `release(start, end)` is called with the byte range counted so far that is no longer
-    /// needed (so a mapping's pages can be dropped). Strict UTF-8 only: the first invalid byte
+    /// `release(upto)` is called: `data[..upto]` is counted and no longer needed (so a mapping's
+    /// pages can be dropped). Strict UTF-8 only: the first invalid byte
     /// is reported by its offset. Counts are those of the whole text for every block size.
-    pub fn count_windows<F: FnMut(usize, usize)>(
+    pub fn count_windows<F: FnMut(usize)>(
         &self,
         data: &[u8],
         tally: &Tally,
@@ -894,7 +885,7 @@ impl CountSpec {
             );
             counted?;
             (start, end) = (end, next?);
-            release(0, start);
+            release(start);
         }
         Ok(())
     }
@@ -972,7 +963,12 @@ mod tests {
         }
     }
 
-    fn count_streamed(s: &CountSpec, text: &[u8], block: usize, replace: bool) -> Result<Vec<(Vec<u8>, u64)>, CountError> {
+    fn count_streamed(
+        s: &CountSpec,
+        text: &[u8],
+        block: usize,
+        replace: bool,
+    ) -> Result<Vec<(Vec<u8>, u64)>, CountError> {
         let mut tally = Tally::new(2);
         s.count_stream(text, &tally, replace, block)?;
         let mut c = Counts::default();
@@ -983,9 +979,9 @@ mod tests {
     fn count_windowed(s: &CountSpec, text: &[u8], block: usize) -> Result<Vec<(Vec<u8>, u64)>, CountError> {
         let mut tally = Tally::new(2);
         let mut released = 0;
-        s.count_windows(text, &tally, block, |from, to| {
-            assert!(from <= to && to <= text.len() && to >= released);
-            released = to;
+        s.count_windows(text, &tally, block, |upto| {
+            assert!(upto <= text.len() && upto >= released);
+            released = upto;
         })?;
         assert_eq!(released, text.len());
         let mut c = Counts::default();

@@ -15,3 +15,12 @@ pub mod unicode;
 
 #[cfg(feature = "python")]
 mod py;
+
+/// A small deterministic generator for the randomised unit tests (xorshift64).
+#[cfg(test)]
+pub(crate) fn test_random(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}

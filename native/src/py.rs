@@ -218,11 +218,12 @@ impl Counter {
         run_detached(py, || {
             let data: &[u8] = &map;
             let base = data.as_ptr() as usize;
-            let page = 4096;
+            // SAFETY: sysconf only reads a system constant.
+            let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1);
             let mut dropped = 0usize;
             pool.install(|| {
-                spec.count_windows(data, tally, block_bytes, |_, to| {
-                    let end = to / page * page;
+                spec.count_windows(data, tally, block_bytes, |upto| {
+                    let end = upto / page * page;
                     if end > dropped {
                         // SAFETY: the range is inside the live read-only mapping and already counted
                         // (no key borrows it: counts own their keys). Dropping the pages of a file
@@ -340,17 +341,10 @@ fn train<'py>(
 }
 
 /// Free a large structure on a helper thread: a trainer holds millions of small allocations whose
-/// release took 0.15 s per stage on kernel_docs, time the caller need not wait for. Dropped here
-/// if no thread can be started.
+/// release took 0.15 s per stage on kernel_docs, time the caller need not wait for. If no thread
+/// can be started, `spawn` drops the closure, and with it the value, right here.
 fn drop_in_background<T: Send + 'static>(value: T) {
-    let slot = std::sync::Arc::new(std::sync::Mutex::new(Some(value)));
-    let theirs = std::sync::Arc::clone(&slot);
-    let spawned = std::thread::Builder::new().name("superbpe-drop".into()).spawn(move || {
-        theirs.lock().map(|mut v| v.take()).ok();
-    });
-    if spawned.is_err() {
-        slot.lock().map(|mut v| v.take()).ok();
-    }
+    let _ = std::thread::Builder::new().name("superbpe-drop".into()).spawn(move || drop(value));
 }
 
 /// Append the merges `list` lacks (those chosen since it was last extended) as `(bytes, bytes)` tuples.

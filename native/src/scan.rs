@@ -708,13 +708,8 @@ mod tests {
     #[test]
     fn scanners_match_fancy_regex_on_ascii() {
         let alphabet = b"aqZK09 \t\n\r.,;:_(){}[]/*-+'=\"#sdtmlrev";
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let state = &mut 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = || crate::test_random(state);
         for b in ALL_BUILTINS {
             let re = fancy_regex::Regex::new(&builtin_pattern(b)).unwrap();
             for line_units in [false, true] {

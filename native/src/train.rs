@@ -13,7 +13,7 @@ use rayon::prelude::*;
 
 use crate::bpe;
 use crate::bytesmap::{hash_short, BytesMap};
-use crate::count::Counts;
+use crate::count::{prefetch, Counts};
 
 const NONE: u32 = u32::MAX;
 const DEAD: u32 = u32::MAX;
@@ -154,7 +154,6 @@ fn replay_piece<F: Fn(u32, u32) -> Option<(u32, u32)>>(
 }
 
 /// Stable LSD radix sort of `keys` (below `1 << key_bits`), permuting `values` alike.
-#[inline(never)]
 fn radix_sort(keys: &mut Vec<u64>, values: &mut Vec<u64>, key_bits: u32) {
     const DIGIT: u32 = 11;
     let n = keys.len();
@@ -210,7 +209,6 @@ struct ReplayChunk {
 
 /// Replay every piece, in parallel chunks (one flat buffer per chunk, not a vector per piece),
 /// with one segment cache per thread.
-#[inline(never)]
 fn replay_all(
     entries: &[(&[u8], u64)],
     ranks: &HashMap<u64, (u32, u32), std::hash::BuildHasherDefault<PairHasher>>,
@@ -239,18 +237,6 @@ fn replay_all(
 
 /// How many occurrences ahead `merge` asks for the piece count (and twice that for the node).
 const PREFETCH_AHEAD: usize = 8;
-
-/// A hint to load the cache line holding `value`; no effect on results.
-#[inline(always)]
-fn prefetch<T>(value: &T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: prefetching is a hint that never faults, and the pointer comes from a live reference.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(value as *const T as *const i8);
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = value;
-}
 
 /// The symbol arrays and the pair table.
 pub struct Trainer {
@@ -285,7 +271,7 @@ impl Trainer {
     }
 
     /// `with_replay`, keeping about `warm_pairs` pairs warm (tests use tiny values to exercise thawing).
-    pub fn with_replay_warm(
+    pub(crate) fn with_replay_warm(
         counts: &Counts,
         replay: &[(Vec<u8>, Vec<u8>)],
         warm_pairs: usize,
@@ -365,7 +351,6 @@ impl Trainer {
     /// Build the pair table from the nodes: every adjacent pair, radix-sorted by key so each
     /// pair's table entry is made once with its positions ascending (inserting occurrence by
     /// occurrence into the hash map cost a cache miss each and dominated SuperBPE's stage 2).
-    #[inline(never)]
     fn index_pairs(&mut self, warm_pairs: usize) {
         let bits = 64 - (self.tokens.len() as u64).leading_zeros();
         let mut keys: Vec<u64> = Vec::with_capacity(self.nodes.len());
@@ -738,16 +723,14 @@ mod tests {
 mod replay_tests {
     use super::*;
 
+    fn below(seed: &mut u64, n: usize) -> usize {
+        (crate::test_random(seed) % n as u64) as usize
+    }
+
     /// Cutting pieces where no merge joins the bytes, and caching the parts, must not change
     /// replay: compare with lowest-rank BPE of whole pieces, on merges learned elsewhere.
     #[test]
     fn segmented_replay_equals_whole_piece_bpe() {
-        fn below(seed: &mut u64, n: usize) -> usize {
-            *seed ^= *seed << 13;
-            *seed ^= *seed >> 7;
-            *seed ^= *seed << 17;
-            (*seed % n as u64) as usize
-        }
         fn text(seed: &mut u64, len: usize) -> Vec<u8> {
             (0..len).map(|_| b"ab c.\n"[below(seed, 6)]).collect()
         }
@@ -787,12 +770,7 @@ mod replay_tests {
     #[test]
     fn cold_pairs_change_no_merge() {
         let seed = &mut 0x9E37_79B9_7F4A_7C15u64;
-        let mut below = |n: usize| {
-            *seed ^= *seed << 13;
-            *seed ^= *seed >> 7;
-            *seed ^= *seed << 17;
-            (*seed % n as u64) as usize
-        };
+        let mut below = |n: usize| below(seed, n);
         for round in 0..150 {
             let mut c = Counts::default();
             for _ in 0..1 + below(30) {
