@@ -6,14 +6,10 @@
 //! lazily), so a merge visits only its occurrences, not whole pieces. Choosing uses a lazy max-heap
 //! ordered like the python engine: highest count, then the greatest `(left bytes, right bytes)`.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-
-use rayon::prelude::*;
-
-use crate::bpe;
 use crate::bytesmap::{hash_short, BytesMap};
 use crate::count::{prefetch, Counts};
+use crate::replay::{replay_all, Joins, Ranks, MAX_REPLAY};
+use std::collections::HashMap;
 
 const NONE: u32 = u32::MAX;
 const DEAD: u32 = u32::MAX;
@@ -43,7 +39,7 @@ impl Rules {
 }
 
 #[inline]
-fn pair_key(l: u32, r: u32) -> u64 {
+pub(crate) fn pair_key(l: u32, r: u32) -> u64 {
     ((l as u64) << 32) | r as u64
 }
 
@@ -75,7 +71,7 @@ struct PairInfo {
 /// Hasher for pair keys: one multiply-mix of the u64 (ahash's general path cost more than the
 /// lookups it serves).
 #[derive(Default, Clone, Copy)]
-struct PairHasher(u64);
+pub struct PairHasher(u64);
 
 impl std::hash::Hasher for PairHasher {
     fn write(&mut self, bytes: &[u8]) {
@@ -94,64 +90,6 @@ impl std::hash::Hasher for PairHasher {
 }
 
 type PairMap = HashMap<u64, PairInfo, std::hash::BuildHasherDefault<PairHasher>>;
-
-/// Byte pairs that some merge may join: bit (a, b) is set when a merge's left part ends with
-/// byte a and its right part starts with byte b. Whatever tokens stand on either side of a
-/// position, they end and start with the bytes there, so no merge can ever join across a position
-/// whose byte pair is not set: a piece cut at such positions replays as its parts, concatenated.
-struct Joins(Vec<u64>);
-
-impl Joins {
-    fn of(merges: &[(Vec<u8>, Vec<u8>)]) -> Joins {
-        let mut bits = vec![0u64; 256 * 256 / 64];
-        for (l, r) in merges {
-            if let (Some(&a), Some(&b)) = (l.last(), r.first()) {
-                let i = (a as usize) << 8 | b as usize;
-                bits[i / 64] |= 1 << (i % 64);
-            }
-        }
-        Joins(bits)
-    }
-
-    #[inline(always)]
-    fn may_join(&self, a: u8, b: u8) -> bool {
-        let i = (a as usize) << 8 | b as usize;
-        self.0[i / 64] >> (i % 64) & 1 == 1
-    }
-}
-
-/// Segments that repeat across pieces (words inside whole-line SuperBPE pieces) are merged once
-/// per thread and then copied; only longer ones are worth a lookup.
-const SEGMENT_CACHE_MIN: usize = 3;
-
-/// The symbols of `piece` after replay: BPE of each segment between positions no merge joins.
-fn replay_piece<F: Fn(u32, u32) -> Option<(u32, u32)>>(
-    piece: &[u8],
-    joins: &Joins,
-    cache: &mut BytesMap<Box<[u32]>>,
-    rank: &F,
-    out: &mut Vec<u32>,
-) {
-    let mut start = 0;
-    for end in 1..=piece.len() {
-        if end < piece.len() && joins.may_join(piece[end - 1], piece[end]) {
-            continue;
-        }
-        let segment = &piece[start..end];
-        start = end;
-        if segment.len() == 1 {
-            out.push(segment[0] as u32);
-        } else if segment.len() < SEGMENT_CACHE_MIN || segment.len() == piece.len() {
-            out.extend(bpe::merge(segment.iter().map(|&b| b as u32).collect(), rank));
-        } else if let Some(ids) = cache.get(segment) {
-            out.extend_from_slice(ids);
-        } else {
-            let ids = bpe::merge(segment.iter().map(|&b| b as u32).collect(), rank);
-            out.extend_from_slice(&ids);
-            cache.insert_new(segment, ids.into_boxed_slice());
-        }
-    }
-}
 
 /// Stable LSD radix sort of `keys` (below `1 << key_bits`), permuting `values` alike.
 fn radix_sort(keys: &mut Vec<u64>, values: &mut Vec<u64>, key_bits: u32) {
@@ -198,41 +136,6 @@ fn cold_threshold(runs: &[(u64, u32, u32, i64)], warm_pairs: usize) -> i64 {
 
 fn distinct_runs(sorted: &[u64]) -> usize {
     sorted.windows(2).filter(|w| w[0] != w[1]).count() + usize::from(!sorted.is_empty())
-}
-
-/// Replayed symbols of consecutive pieces `entries[first..]`: `lens[i]` symbols each, in `syms`.
-struct ReplayChunk {
-    first: usize,
-    lens: Vec<u32>,
-    syms: Vec<u32>,
-}
-
-/// Replay every piece, in parallel chunks (one flat buffer per chunk, not a vector per piece),
-/// with one segment cache per thread.
-fn replay_all(
-    entries: &[(&[u8], u64)],
-    ranks: &HashMap<u64, (u32, u32), std::hash::BuildHasherDefault<PairHasher>>,
-    joins: &Joins,
-) -> Vec<ReplayChunk> {
-    const CHUNK: usize = 4096;
-    let caches: Vec<Mutex<BytesMap<Box<[u32]>>>> =
-        (0..rayon::current_num_threads().max(1)).map(|_| Mutex::default()).collect();
-    let rank = |l: u32, r: u32| ranks.get(&pair_key(l, r)).copied();
-    entries
-        .par_chunks(CHUNK)
-        .enumerate()
-        .map(|(c, chunk)| {
-            let slot = rayon::current_thread_index().unwrap_or(0) % caches.len();
-            let mut cache = caches[slot].lock().unwrap_or_else(|e| e.into_inner());
-            let mut out = ReplayChunk { first: c * CHUNK, lens: Vec::with_capacity(chunk.len()), syms: Vec::new() };
-            for (piece, _) in chunk {
-                let before = out.syms.len();
-                replay_piece(piece, joins, &mut cache, &rank, &mut out.syms);
-                out.lens.push((out.syms.len() - before) as u32);
-            }
-            out
-        })
-        .collect()
 }
 
 /// How many occurrences ahead `merge` asks for the piece count (and twice that for the node).
@@ -290,7 +193,10 @@ impl Trainer {
         for (i, tok) in t.tokens.iter().enumerate() {
             t.token_ids.insert(tok, i as u32);
         }
-        let mut ranks: HashMap<u64, (u32, u32), std::hash::BuildHasherDefault<PairHasher>> = HashMap::default();
+        if replay.len() > MAX_REPLAY {
+            return Err(format!("{} merges to replay; the native trainer takes at most {MAX_REPLAY}", replay.len()));
+        }
+        let mut ranks = Ranks::default();
         for (i, (lb, rb)) in replay.iter().enumerate() {
             let (Some(l), Some(r)) = (t.token_id(lb), t.token_id(rb)) else {
                 return Err(format!("replay merge {i}: a part is not a token yet"));
@@ -725,43 +631,6 @@ mod replay_tests {
 
     fn below(seed: &mut u64, n: usize) -> usize {
         (crate::test_random(seed) % n as u64) as usize
-    }
-
-    /// Cutting pieces where no merge joins the bytes, and caching the parts, must not change
-    /// replay: compare with lowest-rank BPE of whole pieces, on merges learned elsewhere.
-    #[test]
-    fn segmented_replay_equals_whole_piece_bpe() {
-        fn text(seed: &mut u64, len: usize) -> Vec<u8> {
-            (0..len).map(|_| b"ab c.\n"[below(seed, 6)]).collect()
-        }
-        let seed = &mut 0x2545_F491_4F6C_DD1Du64;
-        for _ in 0..200 {
-            let mut source = Counts::default();
-            for _ in 0..1 + below(seed, 20) {
-                let len = 1 + below(seed, 30);
-                source.add(&text(seed, len), 1).unwrap();
-            }
-            let mut learner = Trainer::new(&source).unwrap();
-            learner.choose(below(seed, 40), &Rules::default(), usize::MAX, |_| Ok::<_, ()>(false)).unwrap();
-            let merges: Vec<(Vec<u8>, Vec<u8>)> = learner.merges().map(|(l, r)| (l.to_vec(), r.to_vec())).collect();
-            let ranks: HashMap<u64, (u32, u32)> = learner
-                .parts
-                .iter()
-                .enumerate()
-                .map(|(i, &(l, r))| (pair_key(l, r), (i as u32, 256 + i as u32)))
-                .collect();
-            let rank = |l: u32, r: u32| ranks.get(&pair_key(l, r)).copied();
-            let joins = Joins::of(&merges);
-            let mut cache = BytesMap::default();
-            for _ in 0..20 {
-                let len = 1 + below(seed, 60);
-                let piece = text(seed, len);
-                let mut got = Vec::new();
-                replay_piece(&piece, &joins, &mut cache, &rank, &mut got);
-                let whole = bpe::merge(piece.iter().map(|&b| b as u32).collect(), rank);
-                assert_eq!(got, whole, "piece {:?}", String::from_utf8_lossy(&piece));
-            }
-        }
     }
 
     /// Keeping only a few pairs warm (thawing the rest when the best count falls below theirs)

@@ -1,0 +1,277 @@
+//! Replay: earlier merges applied to every piece before a stage chooses its own.
+//!
+//! A SuperBPE stage 2 replays the ~25K stage-1 merges into ~700K whole-line pieces (25 MB on
+//! kernel_docs). Each piece is cut where no merge can join two bytes (`Joins`); the parts (words,
+//! mostly) repeat across lines, so each is merged once per thread and then looked up
+//! (`SegmentCache`). Lookups, five million of them, are what replay costs, so the cache is built to
+//! make one a single probe of a flat table: keys up to 15 bytes packed into two words, results of
+//! up to two symbols stored in the entry itself.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use hashbrown::HashTable;
+use rayon::prelude::*;
+
+use crate::bpe;
+use crate::bytesmap::{hash_short, pack_short, BytesMap, SHORT_MAX};
+
+/// `(rank, merged id)` of each replayed pair, keyed by `train::pair_key`.
+pub type Ranks = HashMap<u64, (u32, u32), std::hash::BuildHasherDefault<crate::train::PairHasher>>;
+
+/// Byte pairs that some merge may join: bit (a, b) is set when a merge's left part ends with
+/// byte a and its right part starts with byte b. Whatever tokens stand on either side of a
+/// position, they end and start with the bytes there, so no merge can ever join across a position
+/// whose byte pair is not set: a piece cut at such positions replays as its parts, concatenated.
+pub struct Joins(Vec<u64>);
+
+impl Joins {
+    pub fn of(merges: &[(Vec<u8>, Vec<u8>)]) -> Joins {
+        let mut bits = vec![0u64; 256 * 256 / 64];
+        for (l, r) in merges {
+            if let (Some(&a), Some(&b)) = (l.last(), r.first()) {
+                let i = (a as usize) << 8 | b as usize;
+                bits[i / 64] |= 1 << (i % 64);
+            }
+        }
+        Joins(bits)
+    }
+
+    #[inline(always)]
+    fn may_join(&self, a: u8, b: u8) -> bool {
+        let i = (a as usize) << 8 | b as usize;
+        self.0[i / 64] >> (i % 64) & 1 == 1
+    }
+}
+
+/// Longest segment whose key is packed (15 bytes in two words; longer ones are rare).
+const PACKED_MAX: usize = 2 * SHORT_MAX + 1;
+
+/// `segment` (at most `PACKED_MAX` bytes) as two words that identify it: up to 7 bytes are
+/// `pack_short` and a zero; longer ones are their first 8 bytes and the packed rest with the top
+/// bit set (so the two forms never meet).
+#[inline(always)]
+fn pack_segment(segment: &[u8]) -> [u64; 2] {
+    if segment.len() <= SHORT_MAX {
+        [pack_short(segment), 0]
+    } else {
+        let head = u64::from_le_bytes(segment[..8].try_into().unwrap());
+        [head, pack_short(&segment[8..]) | 1 << 63]
+    }
+}
+
+#[inline(always)]
+fn hash_segment(key: [u64; 2]) -> u64 {
+    hash_short(key[0] ^ key[1].wrapping_mul(0x9E37_79B9_7F4A_7C15))
+}
+
+/// A segment's replayed symbols: one or two in place (`[a, ONE]`, `[a, b]`), or more as
+/// `[start, MANY | len]` in the cache's arena. Symbols are token ids below `MANY`.
+type Syms = [u32; 2];
+const ONE: u32 = u32::MAX;
+const MANY: u32 = 1 << 31;
+
+/// Most merges a replay can hold: every token id must stay below `MANY`.
+pub const MAX_REPLAY: usize = MANY as usize - 256;
+
+/// Per-thread memo of replayed segments (see the module doc).
+#[derive(Default)]
+pub struct SegmentCache {
+    packed: HashTable<([u64; 2], Syms)>,
+    long: BytesMap<Syms>,
+    arena: Vec<u32>,
+}
+
+impl SegmentCache {
+    #[inline(always)]
+    fn get(&self, segment: &[u8]) -> Option<Syms> {
+        if segment.len() <= PACKED_MAX {
+            let key = pack_segment(segment);
+            self.packed.find(hash_segment(key), |e| e.0 == key).map(|e| e.1)
+        } else {
+            self.long.get(segment).copied()
+        }
+    }
+
+    fn insert(&mut self, segment: &[u8], ids: &[u32]) {
+        let syms = match *ids {
+            [a] => [a, ONE],
+            [a, b] => [a, b],
+            _ => {
+                let start = self.arena.len() as u32;
+                self.arena.extend_from_slice(ids);
+                [start, MANY | ids.len() as u32]
+            }
+        };
+        if segment.len() <= PACKED_MAX {
+            let key = pack_segment(segment);
+            self.packed.insert_unique(hash_segment(key), (key, syms), |e| hash_segment(e.0));
+        } else {
+            self.long.insert_new(segment, syms);
+        }
+    }
+
+    #[inline(always)]
+    fn copy(&self, syms: Syms, out: &mut Vec<u32>) {
+        match syms {
+            [a, ONE] => out.push(a),
+            [start, meta] if meta & MANY != 0 => {
+                let start = start as usize;
+                out.extend_from_slice(&self.arena[start..start + (meta & !MANY) as usize]);
+            }
+            [a, b] => out.extend_from_slice(&[a, b]),
+        }
+    }
+}
+
+/// Segments that repeat across pieces (words inside whole-line SuperBPE pieces) are merged once
+/// per thread and then copied; shorter ones are merged on the spot.
+const SEGMENT_CACHE_MIN: usize = 3;
+
+/// The symbols of `piece` after replay: BPE of each segment between positions no merge joins.
+pub fn replay_piece<F: Fn(u32, u32) -> Option<(u32, u32)>>(
+    piece: &[u8],
+    joins: &Joins,
+    cache: &mut SegmentCache,
+    rank: &F,
+    out: &mut Vec<u32>,
+) {
+    let mut start = 0;
+    for end in 1..=piece.len() {
+        if end < piece.len() && joins.may_join(piece[end - 1], piece[end]) {
+            continue;
+        }
+        let segment = &piece[start..end];
+        start = end;
+        match segment.len() {
+            1 => out.push(segment[0] as u32),
+            // Two bytes merge (one id) or not, whatever else was replayed.
+            2 => match rank(segment[0] as u32, segment[1] as u32) {
+                Some((_, merged)) => out.push(merged),
+                None => out.extend([segment[0] as u32, segment[1] as u32]),
+            },
+            n if n < SEGMENT_CACHE_MIN || n == piece.len() => {
+                out.extend(bpe::merge(segment.iter().map(|&b| b as u32).collect(), rank))
+            }
+            _ => match cache.get(segment) {
+                Some(syms) => cache.copy(syms, out),
+                None => {
+                    let ids = bpe::merge(segment.iter().map(|&b| b as u32).collect(), rank);
+                    out.extend_from_slice(&ids);
+                    cache.insert(segment, &ids);
+                }
+            },
+        }
+    }
+}
+
+/// Replayed symbols of consecutive pieces `entries[first..]`: `lens[i]` symbols each, in `syms`.
+pub struct ReplayChunk {
+    pub first: usize,
+    pub lens: Vec<u32>,
+    pub syms: Vec<u32>,
+}
+
+/// Replay every piece, in parallel chunks (one flat buffer per chunk, not a vector per piece),
+/// with one segment cache per thread.
+pub fn replay_all(entries: &[(&[u8], u64)], ranks: &Ranks, joins: &Joins) -> Vec<ReplayChunk> {
+    const CHUNK: usize = 4096;
+    let caches: Vec<Mutex<SegmentCache>> = (0..rayon::current_num_threads().max(1)).map(|_| Mutex::default()).collect();
+    let rank = |l: u32, r: u32| ranks.get(&crate::train::pair_key(l, r)).copied();
+    entries
+        .par_chunks(CHUNK)
+        .enumerate()
+        .map(|(c, chunk)| {
+            let slot = rayon::current_thread_index().unwrap_or(0) % caches.len();
+            let mut cache = caches[slot].lock().unwrap_or_else(|e| e.into_inner());
+            // Replay never adds symbols: the bytes bound the buffer (untouched capacity costs no memory).
+            let bytes = chunk.iter().map(|(piece, _)| piece.len()).sum();
+            let mut out = ReplayChunk {
+                first: c * CHUNK,
+                lens: Vec::with_capacity(chunk.len()),
+                syms: Vec::with_capacity(bytes),
+            };
+            for (piece, _) in chunk {
+                let before = out.syms.len();
+                replay_piece(piece, joins, &mut cache, &rank, &mut out.syms);
+                out.lens.push((out.syms.len() - before) as u32);
+            }
+            out
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::count::Counts;
+    use crate::train::{pair_key, Rules, Trainer};
+
+    fn below(seed: &mut u64, n: usize) -> usize {
+        (crate::test_random(seed) % n as u64) as usize
+    }
+
+    /// Cutting pieces where no merge joins the bytes, and caching the parts (short, packed and
+    /// long keys; results of one, two and more symbols), must not change replay: compare with
+    /// lowest-rank BPE of whole pieces, on merges learned elsewhere.
+    #[test]
+    fn segmented_replay_equals_whole_piece_bpe() {
+        fn text(seed: &mut u64, len: usize) -> Vec<u8> {
+            (0..len).map(|_| b"ab c.\n"[below(seed, 6)]).collect()
+        }
+        let seed = &mut 0x2545_F491_4F6C_DD1Du64;
+        let mut kinds = [0usize; 4];
+        for _ in 0..300 {
+            let mut source = Counts::default();
+            for _ in 0..1 + below(seed, 20) {
+                let len = 1 + below(seed, 30);
+                source.add(&text(seed, len), 1).unwrap();
+            }
+            let mut learner = Trainer::new(&source).unwrap();
+            learner.choose(below(seed, 40), &Rules::default(), usize::MAX, |_| Ok::<_, ()>(false)).unwrap();
+            let merges: Vec<(Vec<u8>, Vec<u8>)> = learner.merges().map(|(l, r)| (l.to_vec(), r.to_vec())).collect();
+            let ranks: HashMap<u64, (u32, u32)> = learner
+                .parts
+                .iter()
+                .enumerate()
+                .map(|(i, &(l, r))| (pair_key(l, r), (i as u32, 256 + i as u32)))
+                .collect();
+            let rank = |l: u32, r: u32| ranks.get(&pair_key(l, r)).copied();
+            let joins = Joins::of(&merges);
+            let mut cache = SegmentCache::default();
+            for _ in 0..30 {
+                let len = 1 + below(seed, 60);
+                let piece = text(seed, len);
+                // Twice: the second replay reads what the first put in the cache.
+                for _ in 0..2 {
+                    let mut got = Vec::new();
+                    replay_piece(&piece, &joins, &mut cache, &rank, &mut got);
+                    let whole = bpe::merge(piece.iter().map(|&b| b as u32).collect(), rank);
+                    assert_eq!(got, whole, "piece {:?}", String::from_utf8_lossy(&piece));
+                }
+            }
+            for (_, syms) in cache.packed.iter() {
+                kinds[match syms[1] {
+                    ONE => 0,
+                    m if m & MANY != 0 => 2,
+                    _ => 1,
+                }] += 1;
+            }
+            kinds[3] += cache.long.len();
+        }
+        assert!(kinds.iter().all(|&n| n > 0), "one symbol, two, more, long keys: {kinds:?}");
+    }
+
+    #[test]
+    fn packed_keys_tell_segments_apart() {
+        let segments: Vec<Vec<u8>> =
+            (0..=PACKED_MAX).flat_map(|n| [vec![0u8; n], vec![0xFF; n], (0..n as u8).collect()]).collect();
+        for (i, a) in segments.iter().enumerate() {
+            for b in &segments[i + 1..] {
+                if a != b {
+                    assert_ne!(pack_segment(a), pack_segment(b), "{a:?} vs {b:?}");
+                }
+            }
+        }
+    }
+}
