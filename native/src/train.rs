@@ -121,9 +121,9 @@ fn radix_sort(keys: &mut Vec<u64>, values: &mut Vec<u64>, key_bits: u32) {
 /// The number of pairs kept warm when a state has many (see `cold_threshold`).
 pub const WARM_PAIRS: usize = 1 << 16;
 
-/// Pairs below this count start cold (see `Trainer::cold`): keep about the busiest
+/// Pairs below this count start cold (see `Trainer::cold_below`): keep about the busiest
 /// `warm_pairs` warm. A merge list rarely reaches that far down, and if it does, a thaw costs one
-/// pass over the cold pairs' positions.
+/// re-index of the pairs.
 fn cold_threshold(runs: &[(u64, u32, u32, i64)], warm_pairs: usize) -> i64 {
     let warm_pairs = warm_pairs.max(1);
     if runs.len() <= warm_pairs.saturating_mul(2) {
@@ -149,9 +149,11 @@ pub struct Trainer {
     pairs: PairMap,
     /// Every pair's initial positions, grouped by pair (see `PairInfo`).
     initial: Vec<u32>,
-    /// Pairs of the initial state counted below `cold_below`, kept out of `pairs` (and the heap)
-    /// until the best count falls below that: (key, first, len) of their initial positions.
-    cold: Vec<(u64, u32, u32)>,
+    /// Pairs counted below this are cold: kept out of `pairs` and the heap, those of the initial
+    /// state and those a merge creates alike (most pairs of whole-line pieces are rare). A pair's
+    /// count only grows in the merge that makes the later of its two tokens, so a cold pair stays
+    /// below `cold_below`, and cannot be the best until the best count falls below that; then
+    /// `thaw` re-indexes every pair. 0 when all pairs are warm.
     cold_below: i64,
     pub tokens: Vec<Vec<u8>>,
     /// The (left, right) token ids of merge i (token 256 + i).
@@ -184,7 +186,6 @@ impl Trainer {
             freq: Vec::new(),
             pairs: PairMap::default(),
             initial: Vec::new(),
-            cold: Vec::new(),
             cold_below: 0,
             tokens: (0..=255u8).map(|b| vec![b]).collect(),
             parts: Vec::new(),
@@ -254,16 +255,17 @@ impl Trainer {
         Ok(())
     }
 
-    /// Build the pair table from the nodes: every adjacent pair, radix-sorted by key so each
-    /// pair's table entry is made once with its positions ascending (inserting occurrence by
-    /// occurrence into the hash map cost a cache miss each and dominated SuperBPE's stage 2).
+    /// Build the pair table from the nodes (into an empty `pairs`): every adjacent pair,
+    /// radix-sorted by key so each pair's table entry is made once with its positions ascending
+    /// (inserting occurrence by occurrence into the hash map cost a cache miss each and dominated
+    /// SuperBPE's stage 2). Pairs below the threshold for `warm_pairs` stay out (cold).
     fn index_pairs(&mut self, warm_pairs: usize) {
         let bits = 64 - (self.tokens.len() as u64).leading_zeros();
         let mut keys: Vec<u64> = Vec::with_capacity(self.nodes.len());
         // The piece rides along with each position, so counting needs no lookup in `nodes`.
         let mut places: Vec<u64> = Vec::with_capacity(self.nodes.len());
         for (p, node) in self.nodes.iter().enumerate() {
-            if node.next != NONE {
+            if node.next != NONE && node.sym != DEAD {
                 keys.push((node.sym as u64) << bits | self.nodes[node.next as usize].sym as u64);
                 places.push((node.word as u64) << 32 | p as u64);
             }
@@ -287,8 +289,6 @@ impl Trainer {
         for (key, first, len, count) in runs {
             if count >= self.cold_below {
                 self.pairs.insert(key, PairInfo { count, first, len, positions: Vec::new() });
-            } else {
-                self.cold.push((key, first, len));
             }
         }
         drop(keys);
@@ -327,7 +327,7 @@ impl Trainer {
     }
 
     /// Replace every non-overlapping (l, r) occurrence, left to right within each piece, by
-    /// `new`; returns the pairs containing `new` that now have a positive count.
+    /// `new`; returns the pairs containing `new` that are warm (see `cold_below`).
     fn merge(&mut self, l: u32, r: u32, new: u32) -> Vec<u64> {
         let key = pair_key(l, r);
         let (initial, mut positions) = match self.pairs.get_mut(&key) {
@@ -385,8 +385,9 @@ impl Trainer {
         }
         self.initial = all;
         self.pairs.remove(&key);
+        let warm = self.cold_below.max(1);
         fresh.retain(|k| match self.pairs.get(k) {
-            Some(info) if info.count > 0 => true,
+            Some(info) if info.count >= warm => true,
             _ => {
                 self.pairs.remove(k);
                 false
@@ -395,27 +396,21 @@ impl Trainer {
         fresh
     }
 
-    /// Bring the cold pairs into the table and the heap, each counted afresh from its initial
-    /// positions (a pair that holds no new token only loses occurrences, and merges kept no
-    /// count for a cold pair). Returns whether there were any.
+    /// Make every pair warm: re-index all pairs of the current symbols (exact counts and
+    /// positions) and rebuild the heap from them. Returns whether any pair was cold.
     fn thaw(&mut self, heap: &mut Heap) -> bool {
-        self.cold_below = 0;
-        if self.cold.is_empty() {
+        if self.cold_below == 0 {
             return false;
         }
-        for (key, first, len) in std::mem::take(&mut self.cold) {
-            let (l, r) = unpack(key);
-            let count: i64 = self.initial[first as usize..(first + len) as usize]
-                .iter()
-                .map(|&p| self.nodes[p as usize])
-                .filter(|node| node.sym == l && node.next != NONE && self.nodes[node.next as usize].sym == r)
-                .map(|node| self.freq[node.word as usize])
-                .sum();
-            if count > 0 {
-                self.pairs.insert(key, PairInfo { count, first, len, positions: Vec::new() });
-                heap.push(Entry { count, key }, &self.tokens);
-            }
-        }
+        self.pairs = PairMap::default();
+        self.index_pairs(usize::MAX);
+        heap.v = self
+            .pairs
+            .iter()
+            .filter(|(_, info)| info.count > 0)
+            .map(|(&key, info)| Entry { count: info.count, key })
+            .collect();
+        heap.heapify(&self.tokens);
         true
     }
 
