@@ -6,10 +6,13 @@
 //! lazily), so a merge visits only its occurrences, not whole pieces. Choosing uses a lazy max-heap
 //! ordered like the python engine: highest count, then the greatest `(left bytes, right bytes)`.
 
+use std::collections::HashMap;
+
+use smallvec::SmallVec;
+
 use crate::bytesmap::{hash_short, BytesMap};
 use crate::count::{prefetch, Counts};
 use crate::replay::{replay_all, Joins, Ranks, MAX_REPLAY};
-use std::collections::HashMap;
 
 const NONE: u32 = u32::MAX;
 const DEAD: u32 = u32::MAX;
@@ -65,7 +68,9 @@ struct PairInfo {
     count: i64,
     first: u32,
     len: u32,
-    positions: Vec<u32>,
+    /// Most pairs made by merges occur a few times only: up to four positions live in the entry
+    /// itself, sparing an allocation (and its release) per pair.
+    positions: SmallVec<[u32; 4]>,
 }
 
 /// Hasher for pair keys: one multiply-mix of the u64 (ahash's general path cost more than the
@@ -288,7 +293,7 @@ impl Trainer {
         self.pairs.reserve(runs.iter().filter(|run| run.3 >= self.cold_below).count());
         for (key, first, len, count) in runs {
             if count >= self.cold_below {
-                self.pairs.insert(key, PairInfo { count, first, len, positions: Vec::new() });
+                self.pairs.insert(key, PairInfo { count, first, len, positions: SmallVec::new() });
             }
         }
         drop(keys);
