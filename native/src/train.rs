@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 
+use rayon::prelude::*;
 use smallvec::SmallVec;
 
 use crate::bytesmap::{hash_short, BytesMap};
@@ -96,29 +97,68 @@ impl std::hash::Hasher for PairHasher {
 
 type PairMap = HashMap<u64, PairInfo, std::hash::BuildHasherDefault<PairHasher>>;
 
-/// Stable LSD radix sort of `keys` (below `1 << key_bits`), permuting `values` alike.
-fn radix_sort(keys: &mut Vec<u64>, values: &mut Vec<u64>, key_bits: u32) {
-    const DIGIT: u32 = 11;
-    let n = keys.len();
-    let (mut k2, mut v2) = (vec![0u64; n], vec![0u64; n]);
+/// Digits of the radix sort: 11 bits keeps the 2048 write streams of a pass in cache.
+const DIGIT: u32 = 11;
+const BUCKETS: usize = 1 << DIGIT;
+
+/// Where the destination of `radix_sort`'s scatter starts, shared by the threads that fill
+/// disjoint slots of it.
+struct Slots(*mut (u64, u64));
+// SAFETY: every thread writes only the slots its own bucket offsets reserve (see `radix_sort`).
+unsafe impl Sync for Slots {}
+
+impl Slots {
+    /// # Safety
+    /// `i` is within the destination and no other thread writes slot `i`.
+    #[inline(always)]
+    unsafe fn put(&self, i: usize, item: (u64, u64)) {
+        // SAFETY: as the caller promises.
+        unsafe { *self.0.add(i) = item };
+    }
+}
+
+/// Stable LSD radix sort of `(key, value)` items by key (below `1 << key_bits`). Items travel
+/// together (one write stream per bucket, not two); each pass counts and scatters consecutive
+/// parts of the input on parallel threads.
+fn radix_sort(items: &mut Vec<(u64, u64)>, key_bits: u32) {
+    let parts = if items.len() < 1 << 16 { 1 } else { rayon::current_num_threads().clamp(1, 8) };
+    radix_sort_in_parts(items, key_bits, parts);
+}
+
+fn radix_sort_in_parts(items: &mut Vec<(u64, u64)>, key_bits: u32, parts: usize) {
+    let n = items.len();
+    let part_len = n.div_ceil(parts).max(1);
+    let mut other: Vec<(u64, u64)> = vec![(0, 0); n];
     let mut shift = 0;
     while shift < key_bits {
-        let mut starts = vec![0usize; 1 << DIGIT];
-        for &k in keys.iter() {
-            starts[(k >> shift) as usize & ((1 << DIGIT) - 1)] += 1;
-        }
+        let digit = |key: u64| (key >> shift) as usize & (BUCKETS - 1);
+        let mut offsets: Vec<[usize; BUCKETS]> = items
+            .par_chunks(part_len)
+            .map(|part| {
+                let mut counts = [0usize; BUCKETS];
+                for &(k, _) in part {
+                    counts[digit(k)] += 1;
+                }
+                counts
+            })
+            .collect();
+        // Each part's first slot per digit: digits in order, and parts in order within a digit.
         let mut sum = 0;
-        for s in starts.iter_mut() {
-            (*s, sum) = (sum, sum + *s);
+        for d in 0..BUCKETS {
+            for part in offsets.iter_mut() {
+                (part[d], sum) = (sum, sum + part[d]);
+            }
         }
-        for (&k, &v) in keys.iter().zip(values.iter()) {
-            let d = (k >> shift) as usize & ((1 << DIGIT) - 1);
-            k2[starts[d]] = k;
-            v2[starts[d]] = v;
-            starts[d] += 1;
-        }
-        std::mem::swap(keys, &mut k2);
-        std::mem::swap(values, &mut v2);
+        let out = Slots(other.as_mut_ptr());
+        items.par_chunks(part_len).zip(offsets.par_iter_mut()).for_each(|(part, offsets)| {
+            for &item in part {
+                let d = digit(item.0);
+                // SAFETY: the slot is below n and reserved for this part and digit alone.
+                unsafe { out.put(offsets[d], item) };
+                offsets[d] += 1;
+            }
+        });
+        std::mem::swap(items, &mut other);
         shift += DIGIT;
     }
 }
@@ -139,8 +179,8 @@ fn cold_threshold(runs: &[(u64, u32, u32, i64)], warm_pairs: usize) -> i64 {
     *counts.select_nth_unstable(k).1
 }
 
-fn distinct_runs(sorted: &[u64]) -> usize {
-    sorted.windows(2).filter(|w| w[0] != w[1]).count() + usize::from(!sorted.is_empty())
+fn distinct_runs(sorted: &[(u64, u64)]) -> usize {
+    sorted.windows(2).filter(|w| w[0].0 != w[1].0).count() + usize::from(!sorted.is_empty())
 }
 
 /// How many occurrences ahead `merge` asks for the piece count (and twice that for the node).
@@ -266,26 +306,26 @@ impl Trainer {
     /// SuperBPE's stage 2). Pairs below the threshold for `warm_pairs` stay out (cold).
     fn index_pairs(&mut self, warm_pairs: usize) {
         let bits = 64 - (self.tokens.len() as u64).leading_zeros();
-        let mut keys: Vec<u64> = Vec::with_capacity(self.nodes.len());
         // The piece rides along with each position, so counting needs no lookup in `nodes`.
-        let mut places: Vec<u64> = Vec::with_capacity(self.nodes.len());
+        let mut items: Vec<(u64, u64)> = Vec::with_capacity(self.nodes.len());
         for (p, node) in self.nodes.iter().enumerate() {
             if node.next != NONE && node.sym != DEAD {
-                keys.push((node.sym as u64) << bits | self.nodes[node.next as usize].sym as u64);
-                places.push((node.word as u64) << 32 | p as u64);
+                let key = (node.sym as u64) << bits | self.nodes[node.next as usize].sym as u64;
+                items.push((key, (node.word as u64) << 32 | p as u64));
             }
         }
-        radix_sort(&mut keys, &mut places, 2 * bits);
-        let mut runs: Vec<(u64, u32, u32, i64)> = Vec::with_capacity(distinct_runs(&keys));
+        radix_sort(&mut items, 2 * bits);
+        let mut runs: Vec<(u64, u32, u32, i64)> = Vec::with_capacity(distinct_runs(&items));
         let mut i = 0;
-        while i < keys.len() {
+        while i < items.len() {
+            let key = items[i].0;
             let mut j = i;
             let mut count = 0i64;
-            while j < keys.len() && keys[j] == keys[i] {
-                count += self.freq[(places[j] >> 32) as usize];
+            while j < items.len() && items[j].0 == key {
+                count += self.freq[(items[j].1 >> 32) as usize];
                 j += 1;
             }
-            let (l, r) = (keys[i] >> bits, keys[i] & ((1 << bits) - 1));
+            let (l, r) = (key >> bits, key & ((1 << bits) - 1));
             runs.push((pair_key(l as u32, r as u32), i as u32, (j - i) as u32, count));
             i = j;
         }
@@ -296,8 +336,7 @@ impl Trainer {
                 self.pairs.insert(key, PairInfo { count, first, len, positions: SmallVec::new() });
             }
         }
-        drop(keys);
-        self.initial = places.into_iter().map(|w| w as u32).collect();
+        self.initial = items.into_iter().map(|(_, place)| place as u32).collect();
     }
 
     /// Id of an existing token.
@@ -628,6 +667,23 @@ mod tests {
 #[cfg(test)]
 mod replay_tests {
     use super::*;
+
+    /// The radix sort is a stable sort by key, in one part or several (threads).
+    #[test]
+    fn radix_sort_is_a_stable_sort_by_key() {
+        let seed = &mut 0x1234_5678_9ABC_DEF1u64;
+        for (n, key_bits) in [(0, 8), (1, 1), (1000, 5), (70_000, 30), (200_000, 34)] {
+            let items: Vec<(u64, u64)> =
+                (0..n).map(|i| (crate::test_random(seed) & ((1 << key_bits) - 1), i as u64)).collect();
+            let mut expected = items.clone();
+            expected.sort_by_key(|item| item.0);
+            for parts in [1, 2, 3, 8] {
+                let mut got = items.clone();
+                radix_sort_in_parts(&mut got, key_bits, parts);
+                assert_eq!(got, expected, "n {n}, {parts} parts");
+            }
+        }
+    }
 
     fn below(seed: &mut u64, n: usize) -> usize {
         (crate::test_random(seed) % n as u64) as usize
