@@ -461,18 +461,22 @@ def plan(args: argparse.Namespace, engines: Sequence[str]) -> list[Contender]:
 
 
 def run_all(args: argparse.Namespace, corpus: Path, engines: Sequence[str], workdir: Path) -> list[Outcome]:
-    """Measure every contender, one at a time, and attach the cross-contender checks."""
+    """Measure every contender and attach the cross-contender checks."""
     size = corpus.stat().st_size
-    outcomes: list[Outcome] = []
-    merges: dict[str, list[list[str]]] = {}
-    ids_files: dict[str, Path] = {}
-    for i, contender in enumerate(plan(args, engines)):
+    contenders = plan(args, engines)
+    specs = []
+    for i, contender in enumerate(contenders):
         spec = WorkerSpec(contender.task, contender.kind, contender.engine, str(corpus), args.vocab,
                           args.pattern, args.threads, str(args.gpt2_dir), str(workdir / f"result{i}.json"),
                           schedule=contender.schedule, transition=args.transition)
         if contender.task == "encode":
             spec.ids_out = str(workdir / f"ids{i}.u32")
-        outcome, result = measure_best(args, contender, spec)
+        specs.append(spec)
+    outcomes: list[Outcome] = []
+    merges: dict[str, list[list[str]]] = {}
+    ids_files: dict[str, Path] = {}
+    for contender, spec, (outcome, result) in zip(contenders, specs, measure_best(args, contenders, specs),
+                                                  strict=True):
         if outcome.wall_s:
             outcome.mb_s = size / MB / outcome.wall_s
         if "merges" in result and contender.task == "train":
@@ -487,26 +491,41 @@ def run_all(args: argparse.Namespace, corpus: Path, engines: Sequence[str], work
     return outcomes
 
 
-def measure_best(args: argparse.Namespace, contender: Contender, spec: WorkerSpec) -> tuple[Outcome, dict]:
-    """Run a contender ``--repeat`` times and keep the fastest run.
+def measure_best(
+    args: argparse.Namespace, contenders: Sequence[Contender], specs: Sequence[WorkerSpec]
+) -> list[tuple[Outcome, dict]]:
+    """Run every contender ``--repeat`` times, in rounds, and keep each one's fastest run.
 
     Why the minimum: on a shared machine other load only ever adds time, so the fastest run is
-    the closest to the contender's own cost. All wall times are kept in ``runs_wall_s``.
+    the closest to the contender's own cost. Why rounds (each contender once, then again): this
+    machine's speed drifts over minutes, and ratios between contenders are only fair if each saw
+    the same stretch of time. All wall times are kept in ``runs_wall_s``.
     """
-    best: tuple[Outcome, dict] | None = None
-    walls: list[float] = []
+    best: list[tuple[Outcome, dict] | None] = [None] * len(contenders)
+    walls: list[list[float]] = [[] for _ in contenders]
+    failed: set[int] = set()
     for run in range(args.repeat):
-        _progress(args, f"running {contender.task} {contender.name} (run {run + 1}/{args.repeat}) ...")
-        outcome, result = measure(contender, spec, worker_env(contender.task, args.threads))
-        _progress(args, f"  {_status(outcome)}")
-        if outcome.error is not None:
-            return outcome, result
-        walls.append(outcome.wall_s or 0.0)
-        if best is None or (outcome.wall_s or 0.0) < (best[0].wall_s or 0.0):
-            best = (outcome, result)
-    assert best is not None
-    best[1]["runs_wall_s"] = walls
-    return best
+        for i, (contender, spec) in enumerate(zip(contenders, specs, strict=True)):
+            if i in failed:
+                continue
+            _progress(args, f"running {contender.task} {contender.name} (run {run + 1}/{args.repeat}) ...")
+            outcome, result = measure(contender, spec, worker_env(contender.task, args.threads))
+            _progress(args, f"  {_status(outcome)}")
+            if outcome.error is not None:
+                best[i] = (outcome, result)
+                failed.add(i)
+                continue
+            walls[i].append(outcome.wall_s or 0.0)
+            current = best[i]
+            if current is None or (outcome.wall_s or 0.0) < (current[0].wall_s or 0.0):
+                best[i] = (outcome, result)
+    results = []
+    for pair, times in zip(best, walls, strict=True):
+        assert pair is not None
+        if pair[0].error is None:
+            pair[1]["runs_wall_s"] = times
+        results.append(pair)
+    return results
 
 
 def _progress(args: argparse.Namespace, message: str) -> None:

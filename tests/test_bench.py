@@ -99,6 +99,18 @@ def test_only_train_on_a_prefix(tmp_path: Path) -> None:
     assert len(runs) == 2 and report["results"][0]["wall_s"] == min(runs)
 
 
+@needs_data
+def test_repeats_run_in_rounds(tmp_path: Path) -> None:
+    """Each contender once, then again: ratios compare runs from the same stretch of time."""
+    proc = run_bench(str(TINY), "--vocab", "270", "--only", "runs", "--engines", "python",
+                     "--max-bytes", "2000", "--repeat", "2", "--json", str(tmp_path / "bench.json"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    order = [line.split("running runs ")[1].split(" ...")[0]
+             for line in (proc.stdout + proc.stderr).splitlines() if "running runs " in line]
+    assert order == ["superbpe[python] bpe (run 1/2)", "superbpe[python] superbpe (run 1/2)",
+                     "superbpe[python] bpe (run 2/2)", "superbpe[python] superbpe (run 2/2)"]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
