@@ -13,7 +13,7 @@ use smallvec::SmallVec;
 
 use crate::bytesmap::{hash_short, BytesMap};
 use crate::count::{prefetch, Counts};
-use crate::replay::{replay_all, Joins, Ranks, MAX_REPLAY};
+use crate::replay::{replay_all, Joins, Ranks, ReplayChunk, MAX_REPLAY};
 
 const NONE: u32 = u32::MAX;
 const DEAD: u32 = u32::MAX;
@@ -263,20 +263,67 @@ impl Trainer {
             }
         } else {
             let chunks = replay_all(&entries, &ranks, &Joins::of(replay));
-            t.nodes.reserve_exact(chunks.iter().map(|c| c.syms.len()).sum());
-            for chunk in &chunks {
-                let mut at = 0;
-                for (&(_, count), &len) in entries[chunk.first..].iter().zip(&chunk.lens) {
-                    let len = len as usize;
-                    if len >= 2 {
-                        t.push_piece(chunk.syms[at..at + len].iter().copied(), len, count)?;
-                    }
-                    at += len;
-                }
-            }
+            t.push_replayed(&entries, &chunks)?;
         }
         t.index_pairs(warm_pairs);
         Ok(t)
+    }
+
+    /// Lay out the replayed pieces (those of at least 2 symbols) as linked nodes, chunks in
+    /// parallel: each chunk's first node and piece follow from the sizes of the chunks before it.
+    fn push_replayed(&mut self, entries: &[(&[u8], u64)], chunks: &[ReplayChunk]) -> Result<(), String> {
+        let sizes: Vec<(usize, usize)> = chunks
+            .iter()
+            .map(|c| c.lens.iter().filter(|&&len| len >= 2).fold((0, 0), |(n, w), &len| (n + len as usize, w + 1)))
+            .collect();
+        let (total_nodes, total_pieces) = sizes.iter().fold((0, 0), |(n, w), s| (n + s.0, w + s.1));
+        if total_nodes >= NONE as usize || total_pieces >= NONE as usize {
+            return Err("corpus too large for the native trainer (more than 4G symbols)".into());
+        }
+        if entries.iter().any(|&(_, count)| i64::try_from(count).is_err()) {
+            return Err("piece count too large".into());
+        }
+        self.nodes = Vec::with_capacity(total_nodes);
+        self.freq = Vec::with_capacity(total_pieces);
+        let mut node_slots = &mut self.nodes.spare_capacity_mut()[..total_nodes];
+        let mut freq_slots = &mut self.freq.spare_capacity_mut()[..total_pieces];
+        let mut jobs = Vec::with_capacity(chunks.len());
+        let (mut first_node, mut first_piece) = (0usize, 0usize);
+        for (chunk, &(n, w)) in chunks.iter().zip(&sizes) {
+            let (nodes, rest) = std::mem::take(&mut node_slots).split_at_mut(n);
+            node_slots = rest;
+            let (freq, rest) = std::mem::take(&mut freq_slots).split_at_mut(w);
+            freq_slots = rest;
+            jobs.push((chunk, nodes, freq, first_node, first_piece));
+            (first_node, first_piece) = (first_node + n, first_piece + w);
+        }
+        jobs.into_par_iter().for_each(|(chunk, nodes, freq, first_node, first_piece)| {
+            let (mut at, mut node, mut piece) = (0, 0, 0);
+            for (&(_, count), &len) in entries[chunk.first..].iter().zip(&chunk.lens) {
+                let len = len as usize;
+                if len >= 2 {
+                    freq[piece].write(count as i64);
+                    let (w, start) = ((first_piece + piece) as u32, (first_node + node) as u32);
+                    for (k, &sym) in chunk.syms[at..at + len].iter().enumerate() {
+                        let p = start + k as u32;
+                        nodes[node + k].write(Node {
+                            sym,
+                            prev: if k == 0 { NONE } else { p - 1 },
+                            next: if k + 1 == len { NONE } else { p + 1 },
+                            word: w,
+                        });
+                    }
+                    (node, piece) = (node + len, piece + 1);
+                }
+                at += len;
+            }
+        });
+        // SAFETY: the jobs wrote every slot below the totals (each chunk exactly its own sizes).
+        unsafe {
+            self.nodes.set_len(total_nodes);
+            self.freq.set_len(total_pieces);
+        }
+        Ok(())
     }
 
     /// Append one piece's symbols (at least 2) as linked nodes; pairs are counted afterwards.
@@ -729,6 +776,25 @@ mod replay_tests {
                 }
             }
         }
+    }
+
+    /// The same over many pieces, so replay runs in several chunks laid out in parallel.
+    #[test]
+    fn replay_over_many_chunks_equals_sequential_merging() {
+        let seed = &mut 0x5DEE_CE66_D1CE_4E5Bu64;
+        let mut c = Counts::default();
+        for _ in 0..20_000 {
+            let len = 1 + below(seed, 12);
+            let piece: Vec<u8> = (0..len).map(|_| b"abcde fg."[below(seed, 9)]).collect();
+            c.add(&piece, 1 + below(seed, 4) as u64).unwrap();
+        }
+        let rules = Rules::default();
+        let mut full = Trainer::new(&c).unwrap();
+        full.choose(300, &rules, usize::MAX, |_| Ok::<_, ()>(false)).unwrap();
+        let all: Vec<(Vec<u8>, Vec<u8>)> = full.merges().map(|(l, r)| (l.to_vec(), r.to_vec())).collect();
+        let mut t = Trainer::with_replay(&c, &all[..200]).unwrap();
+        t.choose(300, &rules, usize::MAX, |_| Ok::<_, ()>(false)).unwrap();
+        assert!(t.merges().eq(full.merges()));
     }
 
     /// Replay through per-piece BPE must equal choosing the same merges one by one.
