@@ -192,6 +192,9 @@ pub struct Trainer {
     nodes: Vec<Node>,
     freq: Vec<i64>,
     pairs: PairMap,
+    /// While a merge runs with cold pairs about, the pairs it creates gather here (a small table
+    /// that stays in cache) and only the warm ones move into `pairs` (see `merge`).
+    created: PairMap,
     /// Every pair's initial positions, grouped by pair (see `PairInfo`).
     initial: Vec<u32>,
     /// Pairs counted below this are cold: kept out of `pairs` and the heap, those of the initial
@@ -230,6 +233,7 @@ impl Trainer {
             nodes: Vec::new(),
             freq: Vec::new(),
             pairs: PairMap::default(),
+            created: PairMap::default(),
             initial: Vec::new(),
             cold_below: 0,
             tokens: (0..=255u8).map(|b| vec![b]).collect(),
@@ -400,17 +404,29 @@ impl Trainer {
         id
     }
 
+    /// The table a pair's count is kept in during a merge making `new`: pairs holding `new` are
+    /// created by this merge, and with cold pairs about they gather in `created`.
     #[inline]
-    fn dec(&mut self, key: u64, f: i64) {
-        if let Some(info) = self.pairs.get_mut(&key) {
+    fn table_for(&mut self, key: u64, new: u32, gather: bool) -> &mut PairMap {
+        let (l, r) = unpack(key);
+        if gather && (l == new || r == new) {
+            &mut self.created
+        } else {
+            &mut self.pairs
+        }
+    }
+
+    #[inline]
+    fn dec(&mut self, key: u64, f: i64, new: u32, gather: bool) {
+        if let Some(info) = self.table_for(key, new, gather).get_mut(&key) {
             info.count -= f;
         }
     }
 
     #[inline]
-    fn inc(&mut self, key: u64, f: i64, pos: u32, fresh: &mut Vec<u64>) {
-        let info = self.pairs.entry(key).or_default();
-        if info.positions.is_empty() && info.len == 0 {
+    fn inc(&mut self, key: u64, f: i64, pos: u32, new: u32, gather: bool, fresh: &mut Vec<u64>) {
+        let info = self.table_for(key, new, gather).entry(key).or_default();
+        if info.positions.is_empty() && info.len == 0 && !gather {
             fresh.push(key);
         }
         info.count += f;
@@ -437,6 +453,9 @@ impl Trainer {
             &positions
         };
         let mut fresh = Vec::new();
+        // Most pairs a merge creates stay cold when there is a cold cut-off: gather them apart
+        // rather than insert each into (and then remove it from) the large table.
+        let gather = self.cold_below > 0;
         for (i, &p) in positions.iter().enumerate() {
             // Occurrences are scattered over all pieces, so each visit was a cache miss on its node
             // and another on its piece's count; fetch both a few occurrences ahead.
@@ -460,14 +479,14 @@ impl Trainer {
             let b = node.prev;
             if b != NONE {
                 let bs = self.nodes[b as usize].sym;
-                self.dec(pair_key(bs, l), f);
-                self.inc(pair_key(bs, new), f, b, &mut fresh);
+                self.dec(pair_key(bs, l), f, new, gather);
+                self.inc(pair_key(bs, new), f, b, new, gather, &mut fresh);
             }
             let a = qnode.next;
             if a != NONE {
                 let as_ = self.nodes[a as usize].sym;
-                self.dec(pair_key(r, as_), f);
-                self.inc(pair_key(new, as_), f, p, &mut fresh);
+                self.dec(pair_key(r, as_), f, new, gather);
+                self.inc(pair_key(new, as_), f, p, new, gather, &mut fresh);
                 self.nodes[a as usize].prev = p;
             }
             self.nodes[pu].sym = new;
@@ -477,6 +496,15 @@ impl Trainer {
         self.initial = all;
         self.pairs.remove(&key);
         let warm = self.cold_below.max(1);
+        if gather {
+            for (k, info) in self.created.drain() {
+                if info.count >= warm {
+                    fresh.push(k);
+                    self.pairs.insert(k, info);
+                }
+            }
+            return fresh;
+        }
         fresh.retain(|k| match self.pairs.get(k) {
             Some(info) if info.count >= warm => true,
             _ => {
