@@ -124,11 +124,9 @@ impl SegmentCache {
     }
 }
 
-/// Segments that repeat across pieces (words inside whole-line SuperBPE pieces) are merged once
-/// per thread and then copied; shorter ones are merged on the spot.
-const SEGMENT_CACHE_MIN: usize = 3;
-
 /// The symbols of `piece` after replay: BPE of each segment between positions no merge joins.
+/// Segments of three bytes or more that repeat across pieces (words inside whole-line SuperBPE
+/// pieces) are merged once per thread and then copied; a whole piece is merged on the spot.
 pub fn replay_piece<F: Fn(u32, u32) -> Option<(u32, u32)>>(
     piece: &[u8],
     joins: &Joins,
@@ -150,9 +148,7 @@ pub fn replay_piece<F: Fn(u32, u32) -> Option<(u32, u32)>>(
                 Some((_, merged)) => out.push(merged),
                 None => out.extend([segment[0] as u32, segment[1] as u32]),
             },
-            n if n < SEGMENT_CACHE_MIN || n == piece.len() => {
-                out.extend(bpe::merge(segment.iter().map(|&b| b as u32).collect(), rank))
-            }
+            n if n == piece.len() => out.extend(bpe::merge(segment.iter().map(|&b| b as u32).collect(), rank)),
             _ => match cache.get(segment) {
                 Some(syms) => cache.copy(syms, out),
                 None => {

@@ -61,6 +61,15 @@ struct Node {
     word: u32,
 }
 
+impl Node {
+    /// Symbol `k` of a piece of `len` symbols whose first node is at `start`, linked to its neighbours.
+    #[inline(always)]
+    fn linked(sym: u32, start: u32, k: usize, len: usize, word: u32) -> Node {
+        let p = start + k as u32;
+        Node { sym, prev: if k == 0 { NONE } else { p - 1 }, next: if k + 1 == len { NONE } else { p + 1 }, word }
+    }
+}
+
 /// A pair's weighted count and the positions where it may occur (stale ones are skipped): those
 /// of the initial state are `Trainer::initial[first..first + len]`, later ones are `positions`.
 /// (Most pairs are never merged; one shared array spares them an allocation each.)
@@ -309,13 +318,7 @@ impl Trainer {
                     freq[piece].write(count as i64);
                     let (w, start) = ((first_piece + piece) as u32, (first_node + node) as u32);
                     for (k, &sym) in chunk.syms[at..at + len].iter().enumerate() {
-                        let p = start + k as u32;
-                        nodes[node + k].write(Node {
-                            sym,
-                            prev: if k == 0 { NONE } else { p - 1 },
-                            next: if k + 1 == len { NONE } else { p + 1 },
-                            word: w,
-                        });
+                        nodes[node + k].write(Node::linked(sym, start, k, len, w));
                     }
                     (node, piece) = (node + len, piece + 1);
                 }
@@ -340,13 +343,7 @@ impl Trainer {
         self.freq.push(f);
         let start = self.nodes.len() as u32;
         for (k, sym) in syms.enumerate() {
-            let p = start + k as u32;
-            self.nodes.push(Node {
-                sym,
-                prev: if k == 0 { NONE } else { p - 1 },
-                next: if k + 1 == len { NONE } else { p + 1 },
-                word: w,
-            });
+            self.nodes.push(Node::linked(sym, start, k, len, w));
         }
         Ok(())
     }
@@ -426,7 +423,8 @@ impl Trainer {
     #[inline]
     fn inc(&mut self, key: u64, f: i64, pos: u32, new: u32, gather: bool, fresh: &mut Vec<u64>) {
         let info = self.table_for(key, new, gather).entry(key).or_default();
-        if info.positions.is_empty() && info.len == 0 && !gather {
+        // Gathered pairs are all new; `merge` takes them from `created` afterwards.
+        if !gather && info.positions.is_empty() && info.len == 0 {
             fresh.push(key);
         }
         info.count += f;
@@ -495,10 +493,9 @@ impl Trainer {
         }
         self.initial = all;
         self.pairs.remove(&key);
-        let warm = self.cold_below.max(1);
         if gather {
             for (k, info) in self.created.drain() {
-                if info.count >= warm {
+                if info.count >= self.cold_below {
                     fresh.push(k);
                     self.pairs.insert(k, info);
                 }
@@ -506,7 +503,7 @@ impl Trainer {
             return fresh;
         }
         fresh.retain(|k| match self.pairs.get(k) {
-            Some(info) if info.count >= warm => true,
+            Some(info) if info.count > 0 => true,
             _ => {
                 self.pairs.remove(k);
                 false
