@@ -11,6 +11,7 @@ pub mod encode;
 pub mod replay;
 pub mod scan;
 pub mod specials;
+pub mod symbols;
 pub mod train;
 pub mod unicode;
 
