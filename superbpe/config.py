@@ -98,6 +98,9 @@ class TrainConfig:
     output_dir: str | None = None  # where the tokenizer goes; None = the Hydra run directory
     cache_dir: str | None = None  # piece-count and stage-1 cache shared by runs; None = no cache
     progress: bool | None = None  # bars (True), log lines (False), or bars only on a terminal (None)
+    # Most memory a stage's native trainer may grow the process to ("8GB", "1.5GiB"); None = what is
+    # available. A stage that would not fit stops with a one-line error before it builds.
+    memory_limit: str | None = None
 
 
 @dataclass

@@ -12,7 +12,9 @@ from typing import Protocol, runtime_checkable
 
 from superbpe.counting import PieceCounts, ProgressFn, count_pieces
 from superbpe.errors import ConfigError
+from superbpe.memory import StageMemory
 from superbpe.pretokenize import Pretokenizer
+from superbpe.progress import BuildProgress
 from superbpe.sources import DEFAULT_CHUNK_BYTES, InputSpec
 from superbpe.trainer import MergeRules, TrainResult, train_merges
 
@@ -55,7 +57,10 @@ class Engine(Protocol):
         replay: Sequence[Merge] = (),
         callback: MergeCallback | None = None,
         callback_every: int = 1000,
+        build_progress: BuildProgress | None = None,
     ) -> TrainResult: ...
+
+    def train_memory(self, counts: PieceCounts, replay: Sequence[Merge]) -> StageMemory | None: ...
 
     def encoder(
         self, vocab: Mapping[bytes, int], merges: Sequence[Merge], pretokenizer: Pretokenizer
@@ -99,10 +104,16 @@ class PythonEngine:
         replay: Sequence[Merge] = (),
         callback: MergeCallback | None = None,
         callback_every: int = 1000,
+        build_progress: BuildProgress | None = None,
     ) -> TrainResult:
+        """``build_progress`` is not called: this engine is the reference for small corpora."""
         return train_merges(
             counts, num_merges, rules=rules, replay=replay, callback=callback, callback_every=callback_every
         )
+
+    def train_memory(self, counts: PieceCounts, replay: Sequence[Merge]) -> StageMemory | None:
+        """None: not estimated (this engine is the reference for small corpora, not for scale)."""
+        return None
 
     def encoder(
         self, vocab: Mapping[bytes, int], merges: Sequence[Merge], pretokenizer: Pretokenizer

@@ -28,7 +28,9 @@ from superbpe.counting import (
     resolve_workers,
 )
 from superbpe.errors import ConfigError, InputError, SuperBPEError
+from superbpe.memory import StageMemory
 from superbpe.pretokenize import Pretokenizer
+from superbpe.progress import BuildProgress
 from superbpe.sources import (
     DEFAULT_CHUNK_BYTES,
     InputSpec,
@@ -228,6 +230,7 @@ class NativeEngine:
         replay: Sequence[Merge] = (),
         callback: Callable[[list[Merge]], bool | None] | None = None,
         callback_every: int = 1000,
+        build_progress: BuildProgress | None = None,
     ) -> TrainResult:
         lib = _require_native()
         check_train_args(num_merges, replay, callback_every)
@@ -244,8 +247,17 @@ class NativeEngine:
             list(rules.forbidden_substrings),
             None if callback is None else (lambda merges: callback(MergesSoFar(merges))),
             callback_every,
+            build_progress,
         )
         return TrainResult(merges=merges, stopped=stopped)
+
+    def train_memory(self, counts: Mapping[bytes, int], replay: Sequence[Merge]) -> StageMemory | None:
+        """What building the trainer will add to this process's memory at its peak (estimated)."""
+        lib = _require_native()
+        replay = list(replay)
+        check_replay(replay)
+        build, symbols, pieces, piece_bytes = lib.train_memory(native_counts(counts), replay)
+        return StageMemory(build, symbols, pieces, piece_bytes)
 
     def encoder(
         self, vocab: Mapping[bytes, int], merges: Sequence[Merge], pretokenizer: Pretokenizer

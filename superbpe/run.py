@@ -25,8 +25,9 @@ from superbpe.config import TrainConfig
 from superbpe.counting import PieceCounts, check_errors_mode
 from superbpe.engine import Engine, Merge, get_engine
 from superbpe.errors import ConfigError, InputError
+from superbpe.memory import check_fits, parse_size
 from superbpe.pretokenize import SpecialSplitter
-from superbpe.progress import StageStats, measure, task
+from superbpe.progress import StageStats, build_reporter, measure, task
 from superbpe.sources import check_not_empty, corpus_size, input_fingerprint, resolve_inputs
 from superbpe.stages import (
     SourceMerges,
@@ -118,6 +119,8 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
     if total < 1:
         raise ConfigError(f"vocab_size {cfg.vocab_size} leaves no room for merges")
     check_errors_mode(cfg.data.errors)
+    if cfg.memory_limit is not None:
+        parse_size(cfg.memory_limit)
     if cfg.workers is not None and cfg.workers < 1:
         raise ConfigError(f"workers must be >= 1, not {cfg.workers}")
     top = cfg.pretokenizer
@@ -343,6 +346,17 @@ def _choose(
     job: _Job, plan: StagePlan, counts: PieceCounts, replay: list[Merge], checkpointer: Checkpointer
 ) -> list[Merge]:
     every = max(1, min(100, job.cfg.checkpoint.every_merges))
+    need = job.engine.train_memory(counts, replay)
+    if need is not None:
+        log.info(
+            "stage %s: building needs about %.0f MB for %.1fM symbols (%.2fM pieces, %.0f MB)",
+            plan.name,
+            need.build_bytes / 2**20,
+            need.symbols / 1e6,
+            need.pieces / 1e6,
+            need.piece_bytes / 2**20,
+        )
+        check_fits(plan.name, need, job.cfg.memory_limit)
     with task(
         f"merging ({plan.name})", plan.end, "merges", enabled=job.cfg.progress, initial=len(replay)
     ) as update:
@@ -354,7 +368,14 @@ def _choose(
             checkpointer.progress(merges)
 
         result = job.engine.train(
-            counts, plan.end, rules=plan.rules, replay=replay, callback=callback, callback_every=every
+            counts,
+            plan.end,
+            rules=plan.rules,
+            replay=replay,
+            callback=callback,
+            callback_every=every,
+            # The build is not merging: the merge rate (and so the ETA) is measured from its end.
+            build_progress=build_reporter(f"building ({plan.name})", update.restart_clock),
         )
         update(len(result.merges) - seen[0])
     return list(result.merges)

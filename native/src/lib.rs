@@ -8,6 +8,7 @@ pub mod bytesmap;
 pub mod count;
 pub mod countsfile;
 pub mod encode;
+pub mod memory;
 pub mod replay;
 pub mod scan;
 pub mod specials;

@@ -93,6 +93,9 @@ type PairMap = HashMap<u64, PairInfo, std::hash::BuildHasherDefault<PairHasher>>
 /// The number of pairs kept warm when a state has many (see `Trainer::cold_below`).
 pub const WARM_PAIRS: usize = 1 << 16;
 
+/// How many progress reports replay makes (at most).
+const REPLAY_REPORTS: usize = 20;
+
 /// How many occurrences ahead `merge` and the index ask for a piece's count (and twice that for
 /// its symbols).
 const PREFETCH_AHEAD: usize = 8;
@@ -269,8 +272,17 @@ impl Trainer {
             t.freq = entries.iter().map(|&(_, c)| c as i64).collect();
             t.syms = Symbols::from_pieces(entries.iter().map(|(p, _)| p.iter().map(|&b| b as u32)))?;
         } else {
-            let chunks = replay_all(&entries, &ranks, &Joins::of(replay));
-            progress("replay", total, total)?;
+            let joins = Joins::of(replay);
+            let mut chunks = Vec::new();
+            // In a few batches, to report progress between them.
+            let batch = entries.len().div_ceil(REPLAY_REPORTS).max(1 << 16);
+            for (k, part) in entries.chunks(batch).enumerate() {
+                chunks.extend(replay_all(part, &ranks, &joins).into_iter().map(|mut c| {
+                    c.first += k * batch;
+                    c
+                }));
+                progress("replay", (k * batch + part.len()) as u64, total)?;
+            }
             t.lay_out_replayed(&entries, chunks)?;
         }
         drop(entries);
@@ -398,6 +410,11 @@ impl Trainer {
         positions.truncate(w);
         positions.shrink_to_fit();
         self.initial = positions;
+    }
+
+    /// Live symbols of all pieces with at least 2 (those that made a pair).
+    pub fn symbol_count(&self) -> usize {
+        self.syms.len() - 1 - self.freq.len()
     }
 
     /// Id of an existing token.

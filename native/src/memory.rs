@@ -1,0 +1,77 @@
+//! How much memory building a trainer will take, estimated from the counts before it is built.
+//!
+//! A SuperBPE stage 2 on gigabytes of text can need more memory than the machine has; finding out
+//! by an OOM kill loses the run. The estimate replays a sample of the pieces (every `SAMPLE`-th,
+//! so it costs a small part of the real replay) to learn symbols per byte, then adds up what the
+//! build holds at its peak (`symbols.rs`, `Trainer::index_pairs`).
+
+use crate::count::Counts;
+use crate::train::Trainer;
+
+/// Every this many pieces, one is replayed for the estimate (all of them below `EXACT_BELOW`).
+const SAMPLE: usize = 64;
+const EXACT_BELOW: usize = 1 << 16;
+
+/// What the build of a trainer on some counts will hold.
+#[derive(Debug, Clone, Copy)]
+pub struct Estimate {
+    /// Pieces of at least 2 bytes (the others drop out).
+    pub pieces: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Symbols after replay (estimated from the sample).
+    pub symbols: u64,
+    /// Peak of the memory the build adds to what the process already holds, in bytes.
+    pub peak_bytes: u64,
+}
+
+/// Bytes the build holds per piece at its peak (the layout step): the list of pieces (24), their
+/// replayed lengths (4), counts (8) and separators (4).
+const PER_PIECE: u64 = 40;
+/// Bytes per symbol at the peak: replayed symbols until laid out or symbols (4), index positions
+/// (4), the page table (1/8) and the index's per-thread scratch (about 1).
+const PER_SYMBOL_X8: u64 = 8 * 9 + 1;
+
+pub fn estimate(counts: &Counts, replay: &[(Vec<u8>, Vec<u8>)]) -> Result<Estimate, String> {
+    let kept: Vec<(&[u8], u64)> = counts.iter().filter(|(p, c)| p.len() >= 2 && *c > 0).collect();
+    let pieces = kept.len() as u64;
+    let bytes: u64 = kept.iter().map(|(p, _)| p.len() as u64).sum();
+    let step = if kept.len() < EXACT_BELOW { 1 } else { SAMPLE };
+    let mut sample = Counts::default();
+    let mut sample_bytes = 0u64;
+    for &(piece, count) in kept.iter().step_by(step) {
+        sample.add(piece, count)?;
+        sample_bytes += piece.len() as u64;
+    }
+    drop(kept);
+    let t = Trainer::with_replay(&sample, replay)?;
+    let sample_symbols = t.symbol_count() as u64;
+    let symbols = if sample_bytes == 0 {
+        0
+    } else {
+        (sample_symbols as u128 * bytes as u128).div_ceil(sample_bytes as u128) as u64
+    };
+    let peak_bytes = PER_PIECE * pieces + (PER_SYMBOL_X8 * symbols).div_ceil(8);
+    Ok(Estimate { pieces, bytes, symbols, peak_bytes })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Below the sampling size the symbol count is exact: compare with a built trainer.
+    #[test]
+    fn small_counts_are_estimated_exactly() {
+        let mut c = Counts::default();
+        for (p, n) in [("hello world\n", 3), ("hello there\n", 1), ("a", 5), ("hi\n", 2)] {
+            c.add(p.as_bytes(), n).unwrap();
+        }
+        let replay = vec![(b"h".to_vec(), b"e".to_vec()), (b"l".to_vec(), b"l".to_vec())];
+        let e = estimate(&c, &replay).unwrap();
+        let t = Trainer::with_replay(&c, &replay).unwrap();
+        assert_eq!(e.pieces, 3);
+        assert_eq!(e.bytes, 12 + 12 + 3);
+        assert_eq!(e.symbols, t.symbol_count() as u64);
+        assert!(e.peak_bytes >= 8 * e.symbols + 40 * e.pieces);
+    }
+}
