@@ -58,9 +58,8 @@ class Engine(Protocol):
         callback: MergeCallback | None = None,
         callback_every: int = 1000,
         build_progress: BuildProgress | None = None,
+        check_memory: Callable[[StageMemory], None] | None = None,
     ) -> TrainResult: ...
-
-    def train_memory(self, counts: PieceCounts, replay: Sequence[Merge]) -> StageMemory | None: ...
 
     def encoder(
         self, vocab: Mapping[bytes, int], merges: Sequence[Merge], pretokenizer: Pretokenizer
@@ -105,15 +104,13 @@ class PythonEngine:
         callback: MergeCallback | None = None,
         callback_every: int = 1000,
         build_progress: BuildProgress | None = None,
+        check_memory: Callable[[StageMemory], None] | None = None,
     ) -> TrainResult:
-        """``build_progress`` is not called: this engine is the reference for small corpora."""
+        """``build_progress`` and ``check_memory`` are not called: this engine is the reference for small
+        corpora, not for scale (its memory is not estimated)."""
         return train_merges(
             counts, num_merges, rules=rules, replay=replay, callback=callback, callback_every=callback_every
         )
-
-    def train_memory(self, counts: PieceCounts, replay: Sequence[Merge]) -> StageMemory | None:
-        """None: not estimated (this engine is the reference for small corpora, not for scale)."""
-        return None
 
     def encoder(
         self, vocab: Mapping[bytes, int], merges: Sequence[Merge], pretokenizer: Pretokenizer

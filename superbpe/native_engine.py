@@ -231,12 +231,15 @@ class NativeEngine:
         callback: Callable[[list[Merge]], bool | None] | None = None,
         callback_every: int = 1000,
         build_progress: BuildProgress | None = None,
+        check_memory: Callable[[StageMemory], None] | None = None,
     ) -> TrainResult:
         lib = _require_native()
         check_train_args(num_merges, replay, callback_every)
         table = native_counts(counts)
         replay = list(replay)
         check_replay(replay)
+        if check_memory is not None:
+            check_memory(StageMemory(*lib.train_memory(table, replay)))
         merges, stopped = lib.train(
             table,
             num_merges,
@@ -251,13 +254,12 @@ class NativeEngine:
         )
         return TrainResult(merges=merges, stopped=stopped)
 
-    def train_memory(self, counts: Mapping[bytes, int], replay: Sequence[Merge]) -> StageMemory | None:
+    def train_memory(self, counts: Mapping[bytes, int], replay: Sequence[Merge]) -> StageMemory:
         """What building the trainer will add to this process's memory at its peak (estimated)."""
         lib = _require_native()
         replay = list(replay)
         check_replay(replay)
-        build, symbols, pieces, piece_bytes = lib.train_memory(native_counts(counts), replay)
-        return StageMemory(build, symbols, pieces, piece_bytes)
+        return StageMemory(*lib.train_memory(native_counts(counts), replay))
 
     def encoder(
         self, vocab: Mapping[bytes, int], merges: Sequence[Merge], pretokenizer: Pretokenizer

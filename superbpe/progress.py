@@ -198,6 +198,7 @@ class StageStats:
     seconds: float = 0.0
     peak_rss_bytes: int = 0
     parts: dict[str, float] = field(default_factory=dict)  # e.g. count / train seconds
+    sizes: dict[str, int] = field(default_factory=dict)  # e.g. the pieces and symbols the trainer held
 
     @contextlib.contextmanager
     def part(self, name: str) -> Iterator[None]:

