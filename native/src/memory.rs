@@ -33,17 +33,27 @@ const PER_PIECE: u64 = 40;
 const PER_SYMBOL_X8: u64 = 8 * 9 + 1;
 
 pub fn estimate(counts: &Counts, replay: &[(Vec<u8>, Vec<u8>)]) -> Result<Estimate, String> {
-    let kept: Vec<(&[u8], u64)> = counts.iter().filter(|(p, c)| p.len() >= 2 && *c > 0).collect();
-    let pieces = kept.len() as u64;
-    let bytes: u64 = kept.iter().map(|(p, _)| p.len() as u64).sum();
-    let step = if kept.len() < EXACT_BELOW { 1 } else { SAMPLE };
+    let (mut pieces, mut bytes) = (0u64, 0u64);
     let mut sample = Counts::default();
     let mut sample_bytes = 0u64;
-    for &(piece, count) in kept.iter().step_by(step) {
+    let mut sampled = Vec::new();
+    for (piece, count) in counts.iter().filter(|(p, c)| p.len() >= 2 && *c > 0) {
+        // Every `SAMPLE`-th piece; the first `EXACT_BELOW` are all kept until it is clear there are more.
+        if pieces < EXACT_BELOW as u64 {
+            sampled.push((piece, count));
+        } else if pieces.is_multiple_of(SAMPLE as u64) {
+            sample.add(piece, count)?;
+            sample_bytes += piece.len() as u64;
+        }
+        pieces += 1;
+        bytes += piece.len() as u64;
+    }
+    let step = if pieces <= EXACT_BELOW as u64 { 1 } else { SAMPLE };
+    for &(piece, count) in sampled.iter().step_by(step) {
         sample.add(piece, count)?;
         sample_bytes += piece.len() as u64;
     }
-    drop(kept);
+    drop(sampled);
     let t = Trainer::with_replay(&sample, replay)?;
     let sample_symbols = t.symbol_count() as u64;
     let symbols = if sample_bytes == 0 {

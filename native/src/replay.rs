@@ -168,11 +168,20 @@ pub struct ReplayChunk {
     pub syms: Vec<u32>,
 }
 
+/// One segment cache per thread, for `replay_all` (kept across calls that replay parts of one corpus).
+pub fn segment_caches() -> Vec<Mutex<SegmentCache>> {
+    (0..rayon::current_num_threads().max(1)).map(|_| Mutex::default()).collect()
+}
+
 /// Replay every piece, in parallel chunks (one flat buffer per chunk, not a vector per piece),
-/// with one segment cache per thread.
-pub fn replay_all(entries: &[(&[u8], u64)], ranks: &Ranks, joins: &Joins) -> Vec<ReplayChunk> {
+/// with one segment cache per thread (from `segment_caches`).
+pub fn replay_all(
+    entries: &[(&[u8], u64)],
+    ranks: &Ranks,
+    joins: &Joins,
+    caches: &[Mutex<SegmentCache>],
+) -> Vec<ReplayChunk> {
     const CHUNK: usize = 4096;
-    let caches: Vec<Mutex<SegmentCache>> = (0..rayon::current_num_threads().max(1)).map(|_| Mutex::default()).collect();
     let rank = |l: u32, r: u32| ranks.get(&crate::train::pair_key(l, r)).copied();
     entries
         .par_chunks(CHUNK)

@@ -14,7 +14,7 @@ use smallvec::SmallVec;
 
 use crate::bytesmap::{hash_short, BytesMap};
 use crate::count::{prefetch, Counts};
-use crate::replay::{replay_all, Joins, Ranks, ReplayChunk, MAX_REPLAY};
+use crate::replay::{replay_all, segment_caches, Joins, Ranks, ReplayChunk, MAX_REPLAY};
 use crate::symbols::{Symbols, DEAD, MAX_PIECE, NONE, SEP};
 
 /// Most merges a trainer makes: token ids stay below `symbols::DEAD`.
@@ -273,11 +273,12 @@ impl Trainer {
             t.syms = Symbols::from_pieces(entries.iter().map(|(p, _)| p.iter().map(|&b| b as u32)))?;
         } else {
             let joins = Joins::of(replay);
+            let caches = segment_caches();
             let mut chunks = Vec::new();
             // In a few batches, to report progress between them.
             let batch = entries.len().div_ceil(REPLAY_REPORTS).max(1 << 16);
             for (k, part) in entries.chunks(batch).enumerate() {
-                chunks.extend(replay_all(part, &ranks, &joins).into_iter().map(|mut c| {
+                chunks.extend(replay_all(part, &ranks, &joins, &caches).into_iter().map(|mut c| {
                     c.first += k * batch;
                     c
                 }));
