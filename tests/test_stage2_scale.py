@@ -181,3 +181,39 @@ def test_bad_memory_limit_is_a_config_error(text: str, tmp_path: Path) -> None:
     with pytest.raises(SuperBPEError, match="memory_limit"):
         run_training(_superbpe_config(corpus, tmp_path / "out", text))
     assert not (tmp_path / "out" / "checkpoint.json").exists()
+
+
+def test_merge_eta_is_measured_from_the_end_of_the_build(monkeypatch: pytest.MonkeyPatch, caplog) -> None:
+    """A long build before the first merge must not make the merge rate tiny and the ETA huge."""
+    import logging
+
+    from superbpe import progress
+
+    now = [1000.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
+    caplog.set_level(logging.INFO, logger="superbpe")
+    with progress.task("merging (stage2)", 2000, "merges", enabled=False, initial=1000) as update:
+        now[0] += 600.0  # the build: ten minutes, no merges
+        update.restart_clock()
+        now[0] += 10.0
+        update(500)  # 50 merges/s since the build ended
+    lines = [r.getMessage() for r in caplog.records if "merging (stage2)" in r.getMessage()]
+    assert "ETA 10.0s, 50 merges/s" in lines[0]
+
+
+def test_build_reporter_logs_phases_with_rss(caplog) -> None:
+    import logging
+
+    from superbpe.progress import build_reporter
+
+    caplog.set_level(logging.INFO, logger="superbpe")
+    done = []
+    report = build_reporter("building (stage2)", lambda: done.append(True))
+    report("replay", 0, 10)
+    report("replay", 10, 10)
+    assert not done
+    report("index", 40, 40)
+    assert done == [True]
+    lines = [r.getMessage() for r in caplog.records]
+    assert any("replay 10/10 pieces (100%), RSS" in line for line in lines)
+    assert any("index 40/40 slots (100%), RSS" in line for line in lines)
