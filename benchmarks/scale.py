@@ -105,7 +105,9 @@ def table(rows: list[Measure]) -> str:
         "| stage-2 distinct bytes | stage-2 symbols | RSS per distinct byte |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for bpe, sb in zip(rows[::2], rows[1::2], strict=True):
+    bpes = {(r.size, r.round): r for r in rows if r.schedule == "bpe"}
+    for sb in (r for r in rows if r.schedule == "superbpe" and (r.size, r.round) in bpes):
+        bpe = bpes[(sb.size, sb.round)]
         distinct = sb.stage2.get("distinct_bytes", 0)
         lines.append(
             f"| {sb.size} ({sb.corpus_bytes / 1e6:.0f} MB) | {sb.round} | {bpe.seconds:.1f} s "
@@ -123,8 +125,8 @@ def plot(rows: list[Measure], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    sb = [r for r in rows if r.schedule == "superbpe" and r.stage2.get("distinct_bytes")]
     bpe = {(r.size, r.round): r for r in rows if r.schedule == "bpe"}
+    sb = [r for r in rows if r.schedule == "superbpe" and (r.size, r.round) in bpe]
     x = [r.stage2["distinct_bytes"] / 1e9 for r in sb]
     fig, (ax_rss, ax_time) = plt.subplots(1, 2, figsize=(10, 4))
     ax_rss.plot(x, [r.peak_rss / 2**30 for r in sb], "o-", label="superbpe")
@@ -149,6 +151,7 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=64000)
     parser.add_argument("--transition", type=float, default=0.8)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--order", default="bpe,superbpe", help="schedules in the order each round runs them")
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "superbpe-scale")
     parser.add_argument("--out", type=Path, required=True, help="writes OUT.md and OUT.png")
     args = parser.parse_args()
@@ -158,7 +161,7 @@ def main() -> None:
     rows: list[Measure] = []
     for round_ in range(1, args.rounds + 1):
         for size in sizes:
-            for schedule in ("bpe", "superbpe"):
+            for schedule in args.order.split(","):
                 out = Path(tempfile.mkdtemp(dir=args.workdir, prefix=f"{schedule}-{size}-"))
                 seconds, rss, stage2 = train(corpora[size], schedule, args.vocab, args.transition, out)
                 size_bytes = corpora[size].stat().st_size

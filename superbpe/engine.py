@@ -59,6 +59,7 @@ class Engine(Protocol):
         callback_every: int = 1000,
         build_progress: BuildProgress | None = None,
         check_memory: Callable[[StageMemory], None] | None = None,
+        consume_counts: bool = False,
     ) -> TrainResult: ...
 
     def encoder(
@@ -105,9 +106,10 @@ class PythonEngine:
         callback_every: int = 1000,
         build_progress: BuildProgress | None = None,
         check_memory: Callable[[StageMemory], None] | None = None,
+        consume_counts: bool = False,
     ) -> TrainResult:
-        """``build_progress`` and ``check_memory`` are not called: this engine is the reference for small
-        corpora, not for scale (its memory is not estimated)."""
+        """``build_progress`` and ``check_memory`` are not called and ``consume_counts`` is ignored: this
+        engine is the reference for small corpora, not for scale (its memory is not estimated)."""
         return train_merges(
             counts, num_merges, rules=rules, replay=replay, callback=callback, callback_every=callback_every
         )

@@ -124,9 +124,16 @@ class NativePieceCounts(PieceCounts):
     @property  # type: ignore[override]
     def counts(self) -> dict[bytes, int]:
         if self._dict is None:
+            if self._native is None:
+                raise SuperBPEError("these piece counts were handed to a trainer, which freed them")
             self._dict = self._native.to_dict()
             self._native = None
         return self._dict
+
+    def spend(self) -> None:
+        """Forget the table: a trainer takes it over and frees it (``train(consume_counts=True)``)."""
+        self._native = None
+        self._dict = None
 
     @counts.setter
     def counts(self, value: dict[bytes, int]) -> None:
@@ -232,6 +239,7 @@ class NativeEngine:
         callback_every: int = 1000,
         build_progress: BuildProgress | None = None,
         check_memory: Callable[[StageMemory], None] | None = None,
+        consume_counts: bool = False,
     ) -> TrainResult:
         lib = _require_native()
         check_train_args(num_merges, replay, callback_every)
@@ -240,6 +248,8 @@ class NativeEngine:
         check_replay(replay)
         if check_memory is not None:
             check_memory(StageMemory(*lib.train_memory(table, replay)))
+        if consume_counts and isinstance(counts, NativePieceCounts):
+            counts.spend()
         merges, stopped = lib.train(
             table,
             num_merges,
@@ -251,6 +261,7 @@ class NativeEngine:
             None if callback is None else (lambda merges: callback(MergesSoFar(merges))),
             callback_every,
             build_progress,
+            consume_counts,
         )
         return TrainResult(merges=merges, stopped=stopped)
 

@@ -371,6 +371,8 @@ def _choose(
             # The build is not merging: the merge rate (and so the ETA) is measured from its end.
             build_progress=build_reporter(f"building ({plan.name})", update.restart_clock),
             check_memory=lambda need: _check_memory(job, plan, stats, need),
+            # Nothing reads this stage's counts after training (the cache has its own copy).
+            consume_counts=True,
         )
         update(len(result.merges) - seen[0])
     return list(result.merges)

@@ -76,9 +76,7 @@ def test_build_progress_reports_replay_and_index(tmp_path: Path) -> None:
     assert phases[0] == "replay" and phases[-1] == "index"
     assert seen[-1][1] == seen[-1][2] > 0
     replay_done = [done for phase, done, total in seen if phase == "replay"]
-    assert replay_done == sorted(replay_done) and replay_done[-1] == len(counts) - sum(
-        1 for piece, count in counts.items() if len(piece) < 2 or count == 0
-    )
+    assert replay_done == sorted(replay_done) and replay_done[-1] == len(counts)
 
 
 def test_memory_estimate_counts_the_pieces_and_grows_with_them(tmp_path: Path) -> None:

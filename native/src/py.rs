@@ -17,7 +17,7 @@ use crate::count::{safe_chunks, CountError, CountSpec, Counts, Tally, DEFAULT_BL
 use crate::encode::Encoder;
 use crate::scan::Splitter;
 use crate::specials::Specials;
-use crate::train::{Rules, Trainer, MAX_MERGES};
+use crate::train::{Rules, Source, Trainer, MAX_MERGES};
 use crate::{countsfile, memory, unicode};
 
 create_exception!(_native, InvalidUtf8, PyValueError, "Invalid UTF-8; args[0] is the byte offset.");
@@ -302,11 +302,11 @@ fn char_classes<'py>(py: Python<'py>) -> Bound<'py, PyBytes> {
 /// index) before choosing starts.
 #[pyfunction]
 #[pyo3(signature = (counts, num_merges, replay, min_frequency, max_token_bytes, max_words_per_token,
-                    forbidden_substrings, callback, callback_every, build_progress=None))]
+                    forbidden_substrings, callback, callback_every, build_progress=None, consume=false))]
 #[allow(clippy::too_many_arguments)]
 fn train<'py>(
     py: Python<'py>,
-    counts: &NativeCounts,
+    mut counts: PyRefMut<'_, NativeCounts>,
     num_merges: usize,
     replay: Vec<(Vec<u8>, Vec<u8>)>,
     min_frequency: u64,
@@ -316,12 +316,16 @@ fn train<'py>(
     callback: Option<Py<PyAny>>,
     callback_every: usize,
     build_progress: Option<Py<PyAny>>,
+    consume: bool,
 ) -> PyResult<(Bound<'py, PyList>, bool)> {
     if num_merges > MAX_MERGES {
         return Err(PyValueError::new_err(format!("{num_merges} merges; the native trainer makes at most {MAX_MERGES}")));
     }
     let rules = Rules { min_frequency, max_token_bytes, max_words_per_token, forbidden_substrings };
-    let inner = &counts.inner;
+    // With `consume`, the table moves into the trainer, which frees it once replayed (the caller's
+    // object is left empty).
+    let owned = if consume { Some(std::mem::take(&mut counts.inner)) } else { None };
+    let counts: &NativeCounts = &counts;
     let every = callback_every.max(1);
     // One list grown in place: the callback gets it (Python wraps it read-only) and the result is it, so
     // each merge becomes a Python tuple once however often the callback runs.
@@ -335,7 +339,11 @@ fn train<'py>(
                 "build progress callback failed".to_string()
             })
         };
-        let built = Trainer::with_replay_progress(inner, &replay, &mut report);
+        let source = match owned {
+            Some(table) => Source::Owned(table),
+            None => Source::Borrowed(&counts.inner),
+        };
+        let built = Trainer::with_replay_progress(source, &replay, &mut report);
         let mut trainer = match (built, failed) {
             (_, Some(e)) => return Err(NativeError::Py(e)),
             (built, None) => built?,

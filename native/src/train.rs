@@ -13,8 +13,8 @@ use rayon::prelude::*;
 use smallvec::SmallVec;
 
 use crate::bytesmap::{hash_short, BytesMap};
-use crate::count::{prefetch, Counts};
-use crate::replay::{replay_all, segment_caches, Joins, Ranks, ReplayChunk, MAX_REPLAY};
+use crate::count::{prefetch, Counts, SHARDS};
+use crate::replay::{replay_counts, segment_caches, Joins, Ranks, ReplayChunk, MAX_REPLAY};
 use crate::symbols::{Symbols, DEAD, MAX_PIECE, NONE, SEP};
 
 /// Most merges a trainer makes: token ids stay below `symbols::DEAD`.
@@ -193,6 +193,32 @@ pub struct Trainer {
 /// replayed, all pieces)`; returning an error stops the build.
 pub type BuildProgress<'a> = dyn FnMut(&str, u64, u64) -> Result<(), String> + 'a;
 
+/// The counts a trainer is built from: borrowed, or handed over so the build can free them once
+/// replayed (a stage 2's table of distinct lines is as large as the symbols made from it).
+pub enum Source<'a> {
+    Borrowed(&'a Counts),
+    Owned(Counts),
+}
+
+impl Source<'_> {
+    fn get(&self) -> &Counts {
+        match self {
+            Source::Borrowed(c) => c,
+            Source::Owned(c) => c,
+        }
+    }
+}
+
+/// Give memory freed by the allocator back to the system, so what was freed (e.g. the counts)
+/// no longer counts in the peak when the next large arrays are touched.
+fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns unused memory of the allocator's arenas to the system.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 impl Trainer {
     /// Build the state from piece counts; pieces shorter than 2 bytes or with count 0 are dropped.
     pub fn new(counts: &Counts) -> Result<Trainer, String> {
@@ -204,12 +230,12 @@ impl Trainer {
     /// Python; checked again here). Replay is lowest-rank-first BPE of each piece, in parallel
     /// (see `bpe.rs` for why that equals applying the merges one after another).
     pub fn with_replay(counts: &Counts, replay: &[(Vec<u8>, Vec<u8>)]) -> Result<Trainer, String> {
-        Trainer::build(counts, replay, WARM_PAIRS, &mut |_, _, _| Ok(()))
+        Trainer::build(Source::Borrowed(counts), replay, WARM_PAIRS, &mut |_, _, _| Ok(()))
     }
 
-    /// `with_replay`, reporting progress (see `BuildProgress`).
+    /// `with_replay` from borrowed or handed-over counts, reporting progress (see `BuildProgress`).
     pub fn with_replay_progress(
-        counts: &Counts,
+        counts: Source<'_>,
         replay: &[(Vec<u8>, Vec<u8>)],
         progress: &mut BuildProgress<'_>,
     ) -> Result<Trainer, String> {
@@ -223,11 +249,11 @@ impl Trainer {
         replay: &[(Vec<u8>, Vec<u8>)],
         warm_pairs: usize,
     ) -> Result<Trainer, String> {
-        Trainer::build(counts, replay, warm_pairs, &mut |_, _, _| Ok(()))
+        Trainer::build(Source::Borrowed(counts), replay, warm_pairs, &mut |_, _, _| Ok(()))
     }
 
     fn build(
-        counts: &Counts,
+        source: Source<'_>,
         replay: &[(Vec<u8>, Vec<u8>)],
         warm_pairs: usize,
         progress: &mut BuildProgress<'_>,
@@ -262,31 +288,34 @@ impl Trainer {
             ranks.insert(pair_key(l, r), (i as u32, new));
         }
         // Piece order only changes memory layout, never the merges (pieces are independent).
-        let entries: Vec<(&[u8], u64)> = counts.iter().filter(|(p, c)| p.len() >= 2 && *c > 0).collect();
-        if entries.iter().any(|&(_, count)| i64::try_from(count).is_err()) {
-            return Err("piece count too large".into());
-        }
-        let total = entries.len() as u64;
+        let total = source.get().len() as u64;
         progress("replay", 0, total)?;
         if ranks.is_empty() {
-            t.freq = entries.iter().map(|&(_, c)| c as i64).collect();
-            t.syms = Symbols::from_pieces(entries.iter().map(|(p, _)| p.iter().map(|&b| b as u32)))?;
+            let counts = source.get();
+            let entries = || counts.iter().filter(|(p, c)| p.len() >= 2 && *c > 0);
+            t.freq = entries()
+                .map(|(_, c)| i64::try_from(c).map_err(|_| "piece count too large".to_string()))
+                .collect::<Result<_, _>>()?;
+            t.syms = Symbols::from_pieces(entries().map(|(p, _)| p.iter().map(|&b| b as u32)))?;
         } else {
             let joins = Joins::of(replay);
             let caches = segment_caches();
             let mut chunks = Vec::new();
-            // In a few batches, to report progress between them.
-            let batch = entries.len().div_ceil(REPLAY_REPORTS).max(1 << 16);
-            for (k, part) in entries.chunks(batch).enumerate() {
-                chunks.extend(replay_all(part, &ranks, &joins, &caches).into_iter().map(|mut c| {
-                    c.first += k * batch;
-                    c
-                }));
-                progress("replay", (k * batch + part.len()) as u64, total)?;
+            // A few shards at a time, to report progress between them.
+            let (mut shard, mut done) = (0, 0u64);
+            while shard < SHARDS {
+                let end = (shard + SHARDS.div_ceil(REPLAY_REPORTS)).min(SHARDS);
+                chunks.extend(replay_counts(source.get(), shard..end, &ranks, &joins, &caches)?);
+                done += (shard..end).map(|s| source.get().shard_iter(s).count() as u64).sum::<u64>();
+                progress("replay", done, total)?;
+                shard = end;
             }
-            t.lay_out_replayed(&entries, chunks)?;
+            drop(caches);
+            // The counts are not needed from here on: an owned table goes before the symbols come.
+            drop(source);
+            release_free_memory();
+            t.lay_out_replayed(chunks)?;
         }
-        drop(entries);
         progress("index", 0, t.syms.len() as u64)?;
         t.index_pairs(warm_pairs);
         progress("index", t.syms.len() as u64, t.syms.len() as u64)?;
@@ -295,30 +324,22 @@ impl Trainer {
 
     /// Lay out the replayed pieces (those of at least 2 symbols), chunks in parallel, each chunk
     /// freed once it is copied.
-    fn lay_out_replayed(&mut self, entries: &[(&[u8], u64)], chunks: Vec<ReplayChunk>) -> Result<(), String> {
-        let sizes: Vec<(usize, usize)> = chunks
-            .iter()
-            .map(|c| c.lens.iter().filter(|&&len| len >= 2).fold((0, 0), |(n, w), &len| (n + len as usize + 1, w + 1)))
-            .collect();
+    fn lay_out_replayed(&mut self, chunks: Vec<ReplayChunk>) -> Result<(), String> {
+        let sizes: Vec<(usize, usize)> =
+            chunks.iter().map(|c| (c.lens.iter().map(|&len| len as usize + 1).sum(), c.lens.len())).collect();
         if chunks.iter().any(|c| c.lens.iter().any(|&len| len as usize > MAX_PIECE)) {
             return Err(format!("a piece of more than {MAX_PIECE} symbols is too long for the native trainer"));
         }
-        self.freq = chunks
-            .iter()
-            .flat_map(|c| entries[c.first..].iter().zip(&c.lens).filter(|(_, &len)| len >= 2).map(|(e, _)| e.1 as i64))
-            .collect();
+        self.freq = chunks.iter().flat_map(|c| c.counts.iter().copied()).collect();
         self.syms = Symbols::from_batches(chunks, &sizes, |chunk, out| {
             let (mut at, mut slot) = (0, 0);
             for &len in &chunk.lens {
                 let len = len as usize;
-                if len >= 2 {
-                    for (o, &s) in out[slot..slot + len].iter_mut().zip(&chunk.syms[at..at + len]) {
-                        o.write(s);
-                    }
-                    out[slot + len].write(SEP);
-                    slot += len + 1;
+                for (o, &s) in out[slot..slot + len].iter_mut().zip(&chunk.syms[at..at + len]) {
+                    o.write(s);
                 }
-                at += len;
+                out[slot + len].write(SEP);
+                (at, slot) = (at + len, slot + len + 1);
             }
         })?;
         Ok(())
