@@ -215,3 +215,16 @@ def test_build_reporter_logs_phases_with_rss(caplog) -> None:
     lines = [r.getMessage() for r in caplog.records]
     assert any("replay 10/10 pieces (100%), RSS" in line for line in lines)
     assert any("index 40/40 slots (100%), RSS" in line for line in lines)
+
+
+def test_counts_handed_to_the_trainer_give_the_same_merges_and_are_spent(tmp_path: Path) -> None:
+    path = long_lines_corpus(tmp_path / "lines.txt")
+    native = native_engine.NativeEngine()
+    stage1 = native.train(native.count(path, get_pretokenizer("superbpe-stage1"), [EOT]), 150).merges
+    pre = get_pretokenizer("superbpe")
+    kept = native.train(native.count(path, pre, [EOT]), 400, replay=stage1)
+    counts = native.count(path, pre, [EOT])
+    handed = native.train(counts, 400, replay=stage1, consume_counts=True)
+    assert handed.merges == kept.merges
+    with pytest.raises(SuperBPEError, match="handed to a trainer"):
+        len(counts)

@@ -931,3 +931,24 @@ mod replay_tests {
         }
     }
 }
+
+#[cfg(test)]
+mod source_tests {
+    use super::*;
+
+    /// Counts handed over (and freed after replay) build the same trainer as borrowed ones.
+    #[test]
+    fn owned_counts_choose_the_same_merges() {
+        let mut c = Counts::default();
+        for (p, n) in [("hello world\n", 3), ("hello there world\n", 2), ("a", 5), ("wow wow\n", 4)] {
+            c.add(p.as_bytes(), n).unwrap();
+        }
+        let replay = vec![(b"l".to_vec(), b"l".to_vec()), (b"o".to_vec(), b" ".to_vec())];
+        let mut borrowed = Trainer::with_replay(&c, &replay).unwrap();
+        borrowed.choose(30, &Rules::default(), usize::MAX, |_| Ok::<_, ()>(false)).unwrap();
+        let mut owned = Trainer::with_replay_progress(Source::Owned(c), &replay, &mut |_, _, _| Ok(())).unwrap();
+        owned.choose(30, &Rules::default(), usize::MAX, |_| Ok::<_, ()>(false)).unwrap();
+        assert!(owned.merges().eq(borrowed.merges()));
+        assert!(owned.parts.len() > replay.len());
+    }
+}
