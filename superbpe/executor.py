@@ -79,6 +79,14 @@ def spec_from(config: Any) -> ExecutorSpec:
     return ExecutorSpec(**{f: getattr(config, f) for f in fields if hasattr(config, f)}).check()
 
 
+def check_executor(config: Any) -> ExecutorSpec:
+    """Validate an executor config before any work starts (for Ray: that Ray is installed)."""
+    spec = spec_from(config)
+    if spec.name == "ray":
+        import_ray()
+    return spec
+
+
 def get_executor(config: Any, workers: int | None = None) -> Executor:
     """The executor a config names; ``workers`` caps local processes (None: one per usable core)."""
     spec = spec_from(config)

@@ -24,9 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from superbpe.counting import PieceCounts, _CountJob, counts_meta, prepare_count
-from superbpe.engine import get_engine
+from superbpe.counting import PieceCounts, ProgressFn, _CountJob, counts_meta, prepare_count
+from superbpe.engine import Engine, get_engine
 from superbpe.errors import ConfigError, InputError, SuperBPEError
+from superbpe.evaluate import EVAL_CHUNK_BYTES, EvalResult, _Tally, add_chunks
 from superbpe.executor import get_executor, spec_from
 from superbpe.pretokenize import Pretokenizer
 from superbpe.shards import Shard, first_line_of, plan_shards, shard_chunks
@@ -47,6 +48,31 @@ INDEX_FORMAT = "superbpe-token-shards"
 # ----------------------------------------------------------------------------------------- counting
 
 
+def count_corpus(
+    engine: Engine,
+    executor: Any,
+    inputs: InputSpec,
+    pretokenizer: Pretokenizer,
+    special_tokens: Iterable[str],
+    *,
+    workers: int | None = None,
+    errors: str = "strict",
+    text_field: str = "text",
+    progress: ProgressFn | None = None,
+) -> PieceCounts:
+    """``engine.count`` with executor ``local`` (unchanged), shard tasks with any other executor."""
+    spec = spec_from(executor)
+    if spec.name == "local":
+        return engine.count(
+            inputs, pretokenizer, special_tokens, workers=workers, errors=errors, text_field=text_field,
+            progress=progress,
+        )  # fmt: skip
+    return count_on_executor(
+        inputs, pretokenizer, special_tokens, executor=spec, engine=engine.name, errors=errors,
+        text_field=text_field, workers=workers, progress=progress,
+    )  # fmt: skip
+
+
 def count_on_executor(
     inputs: InputSpec,
     pretokenizer: str | Pretokenizer,
@@ -58,6 +84,7 @@ def count_on_executor(
     text_field: str = "text",
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     workers: int | None = None,
+    progress: ProgressFn | None = None,
 ) -> PieceCounts:
     """Piece counts of a corpus, counted shard by shard on ``executor`` (a config, spec or name).
 
@@ -72,8 +99,10 @@ def count_on_executor(
     runner = get_executor(spec, workers)
     try:
         total = _CountSum(engine_name, meta)
-        for _, table in runner.run(count_shard, [(shard, *task) for shard in shards]):
+        for number, table in runner.run(count_shard, [(shard, *task) for shard in shards]):
             total.add(table)
+            if progress:
+                progress(_shard_size(shards[number]))
         return total.result()
     finally:
         runner.close()
@@ -226,6 +255,15 @@ class ShardedEncodeResult:
 
 
 _TOKENIZERS: dict[tuple[str, str, str], Tokenizer] = {}
+
+
+def _cached_tokenizer(directory: str, engine: str, fingerprint: str) -> Tokenizer:
+    """The tokenizer, loaded once per worker process (a worker runs many shards of one job)."""
+    key = (directory, engine, fingerprint)
+    if key not in _TOKENIZERS:
+        _TOKENIZERS.clear()
+        _TOKENIZERS[key] = Tokenizer.load(directory, engine=engine)
+    return _TOKENIZERS[key]
 
 
 def shard_file_name(number: int) -> str:
@@ -383,17 +421,14 @@ def encode_shard(
 
     ``continues_document`` needs the previous shard, so the driver fills it in.
     """
-    key = (tokenizer_dir, engine, fingerprint)
-    if key not in _TOKENIZERS:
-        _TOKENIZERS.clear()
-        _TOKENIZERS[key] = Tokenizer.load(tokenizer_dir, engine=engine)
-    encoder = _ChunkEncoder(_TOKENIZERS[key], separator_id, text_field, errors)
+    tokenizer = _cached_tokenizer(tokenizer_dir, engine, fingerprint)
+    encoder = _ChunkEncoder(tokenizer, separator_id, text_field, errors)
     dtype = np.dtype(dtype_name).newbyteorder("<")
     name = shard_file_name(number)
     final = Path(out_dir) / name
     temp = Path(out_dir) / f".{name}.{uuid.uuid4().hex}.tmp"
-    line_cuts = _TOKENIZERS[key].pretokenizer.safe_cuts_hold
-    specials = _TOKENIZERS[key].special_tokens
+    line_cuts = tokenizer.pretokenizer.safe_cuts_hold
+    specials = tokenizer.special_tokens
 
     def encode(first_line: int) -> tuple[int, int, bool]:
         tokens = documents = 0
@@ -449,3 +484,75 @@ def open_shards(directory: str | os.PathLike[str]) -> list[np.ndarray]:
         path = Path(directory) / entry["file"]
         arrays.append(np.memmap(path, dtype=dtype, mode="r") if entry["tokens"] else np.zeros(0, dtype))
     return arrays
+
+
+# --------------------------------------------------------------------------------------- evaluation
+
+
+def evaluate_sharded(
+    directory: str | os.PathLike[str],
+    inputs: InputSpec,
+    *,
+    separator: str | None = "<|endoftext|>",
+    text_field: str = "text",
+    errors: str = "strict",
+    engine: str = "auto",
+    executor: Any = None,
+    workers: int | None = None,
+) -> EvalResult:
+    """:func:`superbpe.evaluate.evaluate` shard by shard on ``executor``; the same numbers.
+
+    Bytes and tokens add up; a document that spans shards is counted once, by the shard where it ends
+    (a shard reports whether its first document end closes a document begun before it).
+    """
+    spec = spec_from(executor)
+    tokenizer_dir = Path(directory)
+    tokenizer = Tokenizer.load(tokenizer_dir, engine=engine)
+    paths = resolve_inputs(inputs)
+    specials = [separator] if separator else []
+    shards = plan_shards(paths, specials, spec.shard_bytes, line_cuts=tokenizer.pretokenizer.safe_cuts_hold)
+    common = (str(tokenizer_dir), engine, tokenizer_hash(tokenizer_dir), separator, text_field, errors)
+    parts: list[tuple[int, int, int, bool, bool | None] | None] = [None] * len(shards)
+    runner = get_executor(spec, workers)
+    try:
+        for number, part in runner.run(evaluate_shard, [(shard, *common) for shard in shards]):
+            parts[number] = part
+    finally:
+        runner.close()
+    total_bytes = total_tokens = documents = 0
+    open_document = False
+    for part in parts:
+        assert part is not None
+        size, tokens, ended, ends_unknown, open_at_end = part
+        total_bytes += size
+        total_tokens += tokens
+        documents += ended + (ends_unknown and open_document)
+        open_document = open_document if open_at_end is None else open_at_end
+    return EvalResult([str(p) for p in paths], total_bytes, total_tokens, documents)
+
+
+def evaluate_shard(
+    shard: Shard,
+    tokenizer_dir: str,
+    engine: str,
+    fingerprint: str,
+    separator: str | None,
+    text_field: str,
+    errors: str,
+) -> tuple[int, int, int, bool, bool | None]:
+    """One task: (bytes, tokens, documents ended, whether its first end closes an earlier document,
+    whether a document is open at its end, None if the shard held neither text nor an end)."""
+    tokenizer = _cached_tokenizer(tokenizer_dir, engine, fingerprint)
+    line_cuts = tokenizer.pretokenizer.safe_cuts_hold
+    specials = [separator] if separator else []
+
+    def tally(first_line: int) -> _Tally:
+        result = _Tally(tokenizer, open_document=None)
+        chunks = shard_chunks(shard, specials, EVAL_CHUNK_BYTES, line_cuts=line_cuts, first_line=first_line)
+        add_chunks(result, chunks, separator, errors, text_field)
+        if shard.last_of_file:
+            result.end_document()
+        return result
+
+    done = with_true_line_numbers(shard, tally)
+    return done.bytes, done.tokens, done.documents, done.ends_unknown_document, done.open_document
