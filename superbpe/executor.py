@@ -12,6 +12,7 @@ Ray is an optional dependency (``pip install -e ".[ray]"``). It is imported only
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -118,7 +119,11 @@ class LocalExecutor:
                 yield index, fn(*args)
             return
         limit = window or 2 * n_workers
-        with ProcessPoolExecutor(n_workers) as pool:
+        # Not fork: the parent may run native thread pools, and a child forked while another thread
+        # holds a lock would wait on it forever.
+        methods = mp.get_all_start_methods()
+        context = mp.get_context("forkserver" if "forkserver" in methods else "spawn")
+        with ProcessPoolExecutor(n_workers, mp_context=context) as pool:
             yield from _bounded(lambda args: pool.submit(fn, *args), tasks, limit)
 
     def close(self) -> None:
