@@ -172,9 +172,11 @@ class RayExecutor:
         address = self.spec.address
         kwargs: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
         if address == "local":
+            # "local" (not None): a new runtime even when RAY_ADDRESS or a cluster started on this
+            # machine is around, which ray.init() would otherwise join.
             kwargs["include_dashboard"] = False
             self._started_here = True
-            self.ray.init(**kwargs)
+            self.ray.init(address="local", **kwargs)
         else:
             self.ray.init(address=address, **kwargs)
 

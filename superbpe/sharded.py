@@ -324,6 +324,7 @@ def encode_sharded(
                     update(_shard_size(shards[number]))
         finally:
             runner.close()
+        _remove_attempts(out)
         result = _index(
             out,
             entries,
@@ -360,6 +361,12 @@ def _prepare_output_dir(out: Path) -> tuple[Path, bool]:
     except OSError as exc:
         raise InputError(f"cannot create {out}: {exc.strerror or exc}") from None
     return out, True
+
+
+def _remove_attempts(out: Path) -> None:
+    """Temporary files of task attempts that died (their retries wrote the shard again)."""
+    for item in out.glob(".shard-*.tmp"):
+        item.unlink(missing_ok=True)
 
 
 def _remove_output(out: Path, created: bool) -> None:
