@@ -28,7 +28,7 @@ from superbpe.counting import PieceCounts, ProgressFn, _CountJob, counts_meta, p
 from superbpe.engine import Engine, get_engine
 from superbpe.errors import ConfigError, InputError, SuperBPEError
 from superbpe.evaluate import EVAL_CHUNK_BYTES, EvalResult, _Tally, add_chunks
-from superbpe.executor import get_executor, spec_from
+from superbpe.executor import Executor, ExecutorSpec, get_executor, spec_from
 from superbpe.pretokenize import Pretokenizer
 from superbpe.shards import Shard, first_line_of, plan_shards, shard_chunks
 from superbpe.sources import DEFAULT_CHUNK_BYTES, Chunk, InputSpec, chunk_documents, resolve_inputs
@@ -43,6 +43,7 @@ from superbpe.util import atomic_write_text
 
 INDEX_NAME = "index.json"
 INDEX_FORMAT = "superbpe-token-shards"
+_MIN_SHARD_BYTES = 1 << 20
 
 
 # ----------------------------------------------------------------------------------------- counting
@@ -93,11 +94,12 @@ def count_on_executor(
     spec = spec_from(executor)
     pre, specials, paths = prepare_count(inputs, pretokenizer, special_tokens, errors)
     engine_name = _count_engine(engine, pre, paths)
-    shards = plan_shards(paths, specials, spec.shard_bytes, line_cuts=pre.safe_cuts_hold)
     meta = counts_meta(pre, specials)
     task = (pre, tuple(specials), engine_name, errors, text_field, chunk_bytes, spec.num_cpus_per_task)
     runner = get_executor(spec, workers)
     try:
+        size = shard_size(spec, runner, paths)
+        shards = plan_shards(paths, specials, size, line_cuts=pre.safe_cuts_hold)
         total = _CountSum(engine_name, meta)
         for number, table in runner.run(count_shard, [(shard, *task) for shard in shards]):
             total.add(table)
@@ -106,6 +108,13 @@ def count_on_executor(
         return total.result()
     finally:
         runner.close()
+
+
+def shard_size(spec: ExecutorSpec, runner: Executor, paths: Sequence[Path]) -> int:
+    """``shard_bytes``, or smaller so that a small corpus still gives every task slot about four shards
+    (a 100 MB file in 128 MB shards would be one task). Shards never change results, only balance."""
+    total = sum(p.stat().st_size for p in paths)
+    return max(1, min(spec.shard_bytes, max(_MIN_SHARD_BYTES, total // (4 * runner.parallelism))))
 
 
 def _count_engine(engine: str, pre: Pretokenizer, paths: Sequence[Path]) -> str:
@@ -298,49 +307,50 @@ def encode_sharded(
     paths = resolve_inputs(inputs)
     dtype = choose_dtype(tokenizer)
     fingerprint = tokenizer_hash(directory)
-    shards = plan_shards(
-        paths, tokenizer.special_tokens, spec.shard_bytes, line_cuts=tokenizer.pretokenizer.safe_cuts_hold
-    )
-    out, created = _prepare_output_dir(Path(output_dir))
-    common = (
-        str(directory),
-        engine,
-        fingerprint,
-        separator_id,
-        text_field,
-        errors,
-        chunk_bytes,
-        str(out),
-        dtype.name,
-    )
-    tasks = [(shard, number, *common) for number, shard in enumerate(shards)]
-    entries: list[ShardEntry | None] = [None] * len(shards)
+    runner = get_executor(spec, workers)
     try:
-        runner = get_executor(spec, workers)
+        size = shard_size(spec, runner, paths)
+        line_cuts = tokenizer.pretokenizer.safe_cuts_hold
+        shards = plan_shards(paths, tokenizer.special_tokens, size, line_cuts=line_cuts)
+        out, created = _prepare_output_dir(Path(output_dir))
+        common = (
+            str(directory),
+            engine,
+            fingerprint,
+            separator_id,
+            text_field,
+            errors,
+            chunk_bytes,
+            str(out),
+        )
+        tasks = [(shard, number, *common, dtype.name) for number, shard in enumerate(shards)]
+        entries: list[ShardEntry | None] = [None] * len(shards)
         try:
             with task("encoding", sum(_shard_size(s) for s in shards), "B", enabled=progress) as update:
                 for number, entry in runner.run(encode_shard, tasks):
                     entries[number] = entry
                     update(_shard_size(shards[number]))
-        finally:
-            runner.close()
-        _remove_attempts(out)
-        result = _index(
-            out,
-            entries,
-            shards,
-            dtype.name,
-            separator,
-            separator_id,
-            tokenizer,
-            directory,
-            fingerprint,
-            paths,
-        )
-        atomic_write_text(out / INDEX_NAME, json.dumps(asdict(result), indent=2, ensure_ascii=False) + "\n")
-    except BaseException:
-        _remove_output(out, created)
-        raise
+            _remove_attempts(out)
+            result = _index(
+                out,
+                entries,
+                shards,
+                dtype.name,
+                separator,
+                separator_id,
+                tokenizer,
+                directory,
+                fingerprint,
+                paths,
+            )
+            atomic_write_text(
+                out / INDEX_NAME, json.dumps(asdict(result), indent=2, ensure_ascii=False) + "\n"
+            )
+        except BaseException:
+            _remove_output(out, created)
+            raise
+    finally:
+        runner.close()
     return result
 
 
@@ -517,11 +527,12 @@ def evaluate_sharded(
     tokenizer = Tokenizer.load(tokenizer_dir, engine=engine)
     paths = resolve_inputs(inputs)
     specials = [separator] if separator else []
-    shards = plan_shards(paths, specials, spec.shard_bytes, line_cuts=tokenizer.pretokenizer.safe_cuts_hold)
     common = (str(tokenizer_dir), engine, tokenizer_hash(tokenizer_dir), separator, text_field, errors)
-    parts: list[tuple[int, int, int, bool, bool | None] | None] = [None] * len(shards)
     runner = get_executor(spec, workers)
     try:
+        size = shard_size(spec, runner, paths)
+        shards = plan_shards(paths, specials, size, line_cuts=tokenizer.pretokenizer.safe_cuts_hold)
+        parts: list[tuple[int, int, int, bool, bool | None] | None] = [None] * len(shards)
         for number, part in runner.run(evaluate_shard, [(shard, *common) for shard in shards]):
             parts[number] = part
     finally:
