@@ -12,6 +12,7 @@ Ray is an optional dependency (``pip install -e ".[ray]"``). It is imported only
 
 from __future__ import annotations
 
+import atexit
 import multiprocessing as mp
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -162,8 +163,7 @@ class RayExecutor:
     def __init__(self, spec: ExecutorSpec) -> None:
         self.ray = import_ray()
         self.spec = spec
-        self._started_here = False
-        if not self.ray.is_initialized():
+        if not self.ray.is_initialized():  # a process already connected keeps its connection
             self._connect()
         cpus = int(self.ray.cluster_resources().get("CPU", 1))
         self.parallelism = max(1, cpus // spec.num_cpus_per_task)
@@ -173,10 +173,11 @@ class RayExecutor:
         kwargs: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
         if address == "local":
             # "local" (not None): a new runtime even when RAY_ADDRESS or a cluster started on this
-            # machine is around, which ray.init() would otherwise join.
+            # machine is around, which ray.init() would otherwise join. It lives as long as the process,
+            # so the stages of a run (and a library user's later jobs) pay its start-up once.
             kwargs["include_dashboard"] = False
-            self._started_here = True
             self.ray.init(address="local", **kwargs)
+            atexit.register(self.ray.shutdown)
         else:
             self.ray.init(address=address, **kwargs)
 
@@ -209,8 +210,7 @@ class RayExecutor:
                 ray.cancel(ref, force=True)
 
     def close(self) -> None:
-        if self._started_here and self.ray.is_initialized():
-            self.ray.shutdown()
+        """Nothing to release per job: the connection (or local runtime) is the process's."""
 
 
 def _ray_result(ray: Any, ref: Any) -> Any:
