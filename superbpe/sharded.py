@@ -17,7 +17,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ from superbpe.errors import ConfigError, InputError, SuperBPEError
 from superbpe.evaluate import EVAL_CHUNK_BYTES, EvalResult, _Tally, add_chunks
 from superbpe.executor import Executor, ExecutorSpec, get_executor, spec_from
 from superbpe.pretokenize import Pretokenizer
-from superbpe.shards import Shard, first_line_of, plan_shards, shard_chunks
+from superbpe.shards import Shard, plan_shards, shard_chunks, with_true_line_numbers
 from superbpe.sources import DEFAULT_CHUNK_BYTES, Chunk, InputSpec, chunk_documents, resolve_inputs
 from superbpe.token_files import (
     _ChunkEncoder,
@@ -104,7 +104,7 @@ def count_on_executor(
         for number, table in runner.run(count_shard, [(shard, *task) for shard in shards]):
             total.add(table)
             if progress:
-                progress(_shard_size(shards[number]))
+                progress(shards[number].size())
         return total.result()
     finally:
         runner.close()
@@ -157,17 +157,6 @@ def count_shard(
         return counts.to_bytes()
 
     return with_true_line_numbers(shard, count)
-
-
-def with_true_line_numbers(shard: Shard, run: Callable[[int], Any]) -> Any:
-    """``run(1)``; when it fails on a JSON-lines shard that starts inside its file, run again from the
-    shard's true first line so the error names the right line (the file is read up to the shard only then)."""
-    try:
-        return run(1)
-    except InputError:
-        if not shard.jsonl or shard.start == 0:
-            raise
-    return run(first_line_of(shard))
 
 
 def _count_native(
@@ -326,10 +315,10 @@ def encode_sharded(
         tasks = [(shard, number, *common, dtype.name) for number, shard in enumerate(shards)]
         entries: list[ShardEntry | None] = [None] * len(shards)
         try:
-            with task("encoding", sum(_shard_size(s) for s in shards), "B", enabled=progress) as update:
+            with task("encoding", sum(s.size() for s in shards), "B", enabled=progress) as update:
                 for number, entry in runner.run(encode_shard, tasks):
                     entries[number] = entry
-                    update(_shard_size(shards[number]))
+                    update(shards[number].size())
             _remove_attempts(out)
             result = _index(
                 out,
@@ -352,10 +341,6 @@ def encode_sharded(
     finally:
         runner.close()
     return result
-
-
-def _shard_size(shard: Shard) -> int:
-    return (shard.end if shard.end is not None else Path(shard.path).stat().st_size) - shard.start
 
 
 def _prepare_output_dir(out: Path) -> tuple[Path, bool]:

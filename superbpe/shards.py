@@ -13,11 +13,12 @@ worker must see the input files at the same path (a shared filesystem).
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
+from superbpe.errors import InputError
 from superbpe.sources import DEFAULT_CHUNK_BYTES, Chunk, ChunkCutter, _cut_stream, is_jsonl, open_binary
 
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -36,6 +37,10 @@ class Shard:
     @property
     def jsonl(self) -> bool:
         return is_jsonl(Path(self.path))
+
+    def size(self) -> int:
+        """Bytes in the shard (on disk: compressed for gzip)."""
+        return (self.end if self.end is not None else Path(self.path).stat().st_size) - self.start
 
 
 def plan_shards(
@@ -150,3 +155,14 @@ def first_line_of(shard: Shard) -> int:
             lines += block.count(b"\n")
             remaining -= len(block)
     return lines
+
+
+def with_true_line_numbers(shard: Shard, run: Callable[[int], Any]) -> Any:
+    """``run(1)``; when it fails on a JSON-lines shard that starts inside its file, run again from the
+    shard's true first line so the error names the right line (the file is read up to the shard only then)."""
+    try:
+        return run(1)
+    except InputError:
+        if not shard.jsonl or shard.start == 0:
+            raise
+    return run(first_line_of(shard))
