@@ -209,3 +209,25 @@ def test_encode_script_writes_shards_to_a_directory(corpus, tokenizer_dir, tmp_p
     assert sharded.returncode == 0, sharded.stderr
     dtype = json.loads((tmp_path / "f.bin.json").read_text())["dtype"]
     assert np.array_equal(concatenated_shards(out), np.fromfile(tmp_path / "f.bin", dtype=dtype))
+
+
+def test_executor_keeps_at_most_a_window_of_results_waiting() -> None:
+    """The driver consumes results one by one; tasks beyond the window start only as results are taken."""
+    from concurrent.futures import Future
+
+    from superbpe.executor import _bounded
+
+    submitted: list[int] = []
+
+    def submit(args: tuple[int]) -> Future[int]:
+        submitted.append(args[0])
+        future: Future[int] = Future()
+        future.set_result(args[0] * 2)
+        return future
+
+    results = _bounded(submit, [(i,) for i in range(10)], 3)
+    seen = []
+    for index, value in results:
+        assert len(submitted) <= len(seen) + 3
+        seen.append((index, value))
+    assert sorted(seen) == [(i, 2 * i) for i in range(10)]
