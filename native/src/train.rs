@@ -700,10 +700,10 @@ fn sort_group(
         scratch.weight[r as usize] = 0;
         at += len;
     }
-    for i in 0..n {
-        let r = scratch.rights[i] as usize;
-        scratch.tmp[scratch.count[r] as usize] = group[i];
-        scratch.count[r] += 1;
+    for (&p, &r) in group.iter().zip(&scratch.rights) {
+        let slot = &mut scratch.count[r as usize];
+        scratch.tmp[*slot as usize] = p;
+        *slot += 1;
     }
     group.copy_from_slice(&scratch.tmp);
     for &r in &touched {
