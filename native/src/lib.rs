@@ -27,3 +27,9 @@ pub(crate) fn test_random(state: &mut u64) -> u64 {
     *state ^= *state << 17;
     *state
 }
+
+/// A deterministic draw below `n` for the randomised unit tests.
+#[cfg(test)]
+pub(crate) fn test_below(state: &mut u64, n: usize) -> usize {
+    (test_random(state) % n as u64) as usize
+}

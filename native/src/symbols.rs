@@ -13,7 +13,8 @@
 //! - The piece of a position (for its count) comes from a page table: the number of separators
 //!   before each page of `PAGE` slots, plus those between the page start and the position.
 //!
-//! Token ids must stay below `DEAD` (2^31), which `Trainer` checks.
+//! Token ids must stay below `DEAD` (2^31): replay takes at most `replay::MAX_REPLAY` merges and the
+//! `train` binding at most `train::MAX_MERGES`.
 
 use rayon::prelude::*;
 
@@ -262,10 +263,7 @@ impl Symbols {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn below(seed: &mut u64, n: usize) -> usize {
-        (crate::test_random(seed) % n as u64) as usize
-    }
+    use crate::test_below as below;
 
     /// Random merges on random pieces: next, prev and piece agree with a plain vector model.
     #[test]
