@@ -97,6 +97,7 @@ class TrainConfig:
     eval: str | None = None  # a held-out file: bytes/token goes into metrics.json
     output_dir: str | None = None  # where the tokenizer goes; None = the Hydra run directory
     cache_dir: str | None = None  # piece-count and stage-1 cache shared by runs; None = no cache
+    cache_max_gib: float | None = None  # after a run, least recently used entries go until it fits
     progress: bool | None = None  # bars (True), log lines (False), or bars only on a terminal (None)
 
 

@@ -104,6 +104,7 @@ def run_training(cfg: TrainConfig, *, run_dir: str | os.PathLike[str] | None = N
             _run_stage(job, plan, checkpointer, ahead)
     merges = list(checkpoint.merges)
     metrics = _write_outputs(job, checkpoint, time.monotonic() - start)
+    job.cache.trim()
     if not checkpoint.done:
         checkpointer.finish_run()
     log.info("tokenizer written to %s", job.output_dir)
@@ -146,7 +147,7 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
         engine,
         output_dir,
         eval_path,
-        RunCache(cfg.cache_dir),
+        RunCache(cfg.cache_dir, max_gib=cfg.cache_max_gib),
     )
 
 
