@@ -120,7 +120,8 @@ def wiki_like(size: int) -> str:
     parts = []
     for number, doc in enumerate(docs):
         body = doc.replace("-", " @-@ ").replace(",", " ,").replace(".", " .")
-        parts.append(f" = Section {number} = \n\n {body}\n\n")
+        # a recurring lead sentence, as articles share stock phrases: multi-word pieces repeat
+        parts.append(f" = Section {number} = \n\n This is one of the sections of the text . {body}\n\n")
     return "".join(parts)[:size]
 
 
