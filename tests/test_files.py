@@ -285,12 +285,13 @@ def test_malformed_tokenizer_json(tmp_path: Path, edit, message: str) -> None:  
 # -- manifest and directories -----------------------------------------------------------------------------
 
 
-def test_save_writes_four_files_and_manifest(tmp_path: Path) -> None:
+def test_save_writes_six_files_and_manifest(tmp_path: Path) -> None:
     tok = _hand_made("superbpe")
     stages = [{"num_merges": 12}]
     tok.save(tmp_path / "out", manifest_extra={"run": 7}, stages=stages, training={"vocab_size": 268})
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
-        [files.VOCAB_FILE, files.MERGES_FILE, files.HF_FILE, files.MANIFEST_FILE])
+        [files.VOCAB_FILE, files.MERGES_FILE, files.HF_FILE, files.MANIFEST_FILE, files.HF_CONFIG_FILE,
+         files.HF_SPECIAL_MAP_FILE])
     manifest = files.read_manifest(tmp_path / "out" / files.MANIFEST_FILE)
     assert manifest.pretokenizer == tok.pretokenizer.spec()
     assert manifest.special_tokens == ["<s>", "<pad token>"]
