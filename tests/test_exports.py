@@ -7,16 +7,25 @@ import json
 from pathlib import Path
 
 import pytest
+import regex
 import tiktoken
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import superbpe
 from superbpe import files
 from superbpe.api import reserved_tokens
 from superbpe.errors import ConfigError
+from superbpe.pretokenize import get_pretokenizer
 from superbpe.tokenizer import Tokenizer
 
 EOT = "<|endoftext|>"
-PATTERNS = ["gpt2", "o200k", "superbpe", "superbpe-paper"]
+PATTERNS = ["gpt2", "cl100k", "o200k", "superbpe-stage1", "superbpe", "superbpe-paper"]
+SETTINGS = settings(max_examples=300, deadline=None)
+#: Text made of what the patterns treat specially: letters of several scripts and cases, digits, marks,
+#: apostrophes, punctuation and every kind of whitespace, in short runs.
+TRICKY_CHARS = "aZé ß日本1234567890'sdtlmrv.,:/!?-_\n\r\t  \u00a0\u0301\u3000"
+TRICKY = st.text(alphabet=st.sampled_from(list(TRICKY_CHARS)), max_size=80)
 
 
 @pytest.fixture(scope="module", params=PATTERNS)
@@ -122,9 +131,26 @@ def test_padded_run_agrees_across_every_export(tmp_path: Path, sample_texts: Pat
     assert ids["<|reserved_5|>"] in tok.encode(text)
 
 
-def test_line_units_on_a_custom_pattern_have_no_tiktoken_form() -> None:
-    from superbpe.pretokenize import get_pretokenizer
+@SETTINGS
+@given(text=st.one_of(TRICKY, st.text(max_size=60)))
+def test_covering_pattern_matches_are_the_isolated_split(text: str) -> None:
+    for name in PATTERNS:
+        pre = get_pretokenizer(name)
+        covering = regex.compile(files.tiktoken_pattern(pre))
+        assert [m.group() for m in covering.finditer(text)] == pre.split(text), name
 
+
+def test_gpt2_files_as_tiktoken_equal_the_reference(shared_data: Path, texts: list[str]) -> None:
+    gpt2 = Tokenizer.from_files(shared_data / "gpt2_vocab.json", shared_data / "gpt2_merges.txt", [EOT])
+    ours = gpt2.to_tiktoken()
+    ranks = {token: token_id for token_id, token in gpt2.vocab.items() if token_id < 50256}
+    reference = tiktoken.Encoding("gpt2-ref", pat_str=get_pretokenizer("gpt2").pattern, mergeable_ranks=ranks,
+                                  special_tokens={EOT: 50256})
+    for text in texts:
+        assert ours.encode(text, allowed_special="all") == reference.encode(text, allowed_special="all")
+
+
+def test_line_units_on_a_custom_pattern_have_no_tiktoken_form() -> None:
     pre = get_pretokenizer("custom:[a-z]+", line_units=True)
     with pytest.raises(ConfigError, match="no tiktoken pattern for pre-tokenizer"):
         files.tiktoken_pattern(pre)
