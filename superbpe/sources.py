@@ -19,6 +19,7 @@ import glob
 import gzip
 import hashlib
 import io
+import itertools
 import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
@@ -126,7 +127,8 @@ class Chunk:
     """A slice of one file's (decompressed) bytes, cut where pieces cannot cross; or one part of a table.
 
     ``jsonl`` means one document per record (JSON lines and tables). A table chunk has no bytes and names
-    its part (row group or record batch) in ``table_part``; ``first_line`` is its first row (from 1).
+    its parts (row groups or record batches ``start <= i < stop``) in ``table_parts``; ``first_line`` is its
+    first row (from 1).
     """
 
     path: str
@@ -134,7 +136,7 @@ class Chunk:
     data: bytes
     jsonl: bool
     first_line: int = 1
-    table_part: int | None = None
+    table_parts: tuple[int, int] | None = None
 
 
 class ChunkCutter:
@@ -210,7 +212,7 @@ def iter_chunks(
     text be cut at a safe line break; JSON lines are always cut between documents.
     """
     if is_table(path):
-        yield from _table_chunks(path)
+        yield from _table_chunks(path, max(1, chunk_bytes))
         return
     jsonl = is_jsonl(path)
     cutter = None if jsonl else ChunkCutter(special_tokens, line_cuts)
@@ -269,7 +271,7 @@ def decode_chunk(chunk: Chunk, errors: str = "strict") -> str:
 
 def chunk_documents(chunk: Chunk, errors: str = "strict", text_field: str = "text") -> Iterator[str]:
     """The independent texts in a chunk: the chunk itself, or one per JSON line."""
-    if chunk.table_part is not None:
+    if chunk.table_parts is not None:
         yield from _table_documents(chunk, text_field)
         return
     text = decode_chunk(chunk, errors)
@@ -297,23 +299,27 @@ def _pyarrow() -> Any:
     return import_optional("pyarrow", "parquet", "reading .parquet / datasets (.arrow) input")
 
 
-def _table_rows(path: Path) -> list[int]:
-    """Rows per part: row groups of a Parquet file (from its footer), record batches of an Arrow file."""
+def _table_sizes(path: Path) -> list[tuple[int, int]]:
+    """(rows, bytes) per part: Parquet row groups (from the file's footer) or Arrow record batches."""
     with _table_errors(path):
         if path.name.endswith(".parquet"):
             metadata = _parquet_file(path).metadata
-            return [metadata.row_group(group).num_rows for group in range(metadata.num_row_groups)]
-        return [batch.num_rows for batch in _arrow_batches(path)]
+            groups = [metadata.row_group(group) for group in range(metadata.num_row_groups)]
+            return [(group.num_rows, group.total_byte_size) for group in groups]
+        return [(batch.num_rows, batch.nbytes) for batch in _arrow_batches(path)]
 
 
-def _table_part(path: Path, part: int, field: str) -> Any:
-    """One part of a table, only the ``field`` column read where the format allows."""
+def _table_slice(path: Path, parts: tuple[int, int], field: str) -> Any:
+    """Parts ``start <= i < stop`` as one table (only the ``field`` column, where the format allows)."""
+    pa = _pyarrow()
+    start, stop = parts
     with _table_errors(path):
         if path.name.endswith(".parquet"):
             table = _parquet_file(path)
             columns = [field] if field in table.schema_arrow.names else None
-            return table.read_row_group(part, columns=columns)
-        return next(batch for number, batch in enumerate(_arrow_batches(path)) if number == part)
+            return table.read_row_groups(list(range(start, stop)), columns=columns)
+        # Earlier batches are skipped, not copied: the file is memory-mapped and batches are views of it.
+        return pa.Table.from_batches(list(itertools.islice(_arrow_batches(path), start, stop)))
 
 
 @contextlib.contextmanager
@@ -348,17 +354,21 @@ def _arrow_batches(path: Path) -> Iterator[Any]:
             yield reader.get_batch(batch)
 
 
-def _table_chunks(path: Path) -> Iterator[Chunk]:
-    row = 0
-    for number, rows in enumerate(_table_rows(path)):
-        yield Chunk(str(path), row, b"", True, row + 1, number)
-        row += rows
+def _table_chunks(path: Path, chunk_bytes: int) -> Iterator[Chunk]:
+    """Runs of whole parts of about ``chunk_bytes`` (of column data) each."""
+    row = start = size = rows = 0
+    sizes = _table_sizes(path)
+    for number, (part_rows, part_bytes) in enumerate(sizes):
+        rows, size = rows + part_rows, size + part_bytes
+        if size >= chunk_bytes or number == len(sizes) - 1:
+            yield Chunk(str(path), row, b"", True, row + 1, (start, number + 1))
+            row, start, size, rows = row + rows, number + 1, 0, 0
 
 
 def _table_documents(chunk: Chunk, field: str) -> Iterator[str]:
     """The ``field`` strings of one table part; a missing column, other type or null is an error."""
-    assert chunk.table_part is not None
-    part = _table_part(Path(chunk.path), chunk.table_part, field)
+    assert chunk.table_parts is not None
+    part = _table_slice(Path(chunk.path), chunk.table_parts, field)
     names = part.schema.names
     if field not in names:
         raise InputError(f"{chunk.path}: no column {field!r} (columns: {', '.join(names)})")

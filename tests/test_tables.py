@@ -9,7 +9,7 @@ import pytest
 
 from superbpe.errors import InputError
 from superbpe.native_engine import available as native_available
-from superbpe.sources import resolve_inputs
+from superbpe.sources import iter_chunks, resolve_inputs
 from superbpe.token_files import encode_corpus
 
 pa = pytest.importorskip("pyarrow", reason='needs the parquet extra: pip install ".[parquet]"')
@@ -43,15 +43,20 @@ def as_parquet(documents: list[str], tmp_path_factory: pytest.TempPathFactory) -
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize("workers", [1, 2])
-def test_parquet_counts_equal_jsonl(engine: str, workers: int, as_jsonl: Path, as_parquet: Path) -> None:
+@pytest.mark.parametrize(("workers", "chunk_bytes"), [(1, 1 << 20), (2, 5000)])
+def test_parquet_counts_equal_jsonl(engine: str, workers: int, chunk_bytes: int, as_jsonl: Path,
+                                    as_parquet: Path) -> None:
     from superbpe.engine import get_engine
 
+    parts = [chunk.table_parts for chunk in iter_chunks(as_parquet, [EOT], chunk_bytes, line_cuts=True)]
+    bounds = [0] + [stop for _, stop in parts]
+    assert parts == list(zip(bounds, bounds[1:], strict=False))  # consecutive runs of whole row groups
+    assert bounds[-1] == pq.ParquetFile(as_parquet).num_row_groups and (len(parts) > 3 or chunk_bytes > 5000)
     count = get_engine(engine).count
-    expected = count(as_jsonl, "gpt2", [EOT], workers=workers).to_dict()
-    assert count(as_parquet, "gpt2", [EOT], workers=workers).to_dict() == expected
-    assert count(as_parquet, "superbpe", [EOT], workers=workers).to_dict() == count(
-        as_jsonl, "superbpe", [EOT], workers=workers).to_dict()
+    options = {"workers": workers, "chunk_bytes": chunk_bytes}
+    for pattern in ("gpt2", "superbpe"):
+        expected = count(as_jsonl, pattern, [EOT], **options).to_dict()
+        assert count(as_parquet, pattern, [EOT], **options).to_dict() == expected
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -103,3 +108,22 @@ def test_bad_tables_are_one_line_errors(tmp_path: Path) -> None:
     broken.write_bytes(b"not parquet at all")
     with pytest.raises(InputError, match="broken.parquet: cannot read table"):
         count_pieces(broken, "gpt2", [])
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("stream", [True, False])
+def test_arrow_file_with_many_batches_counts_equal_jsonl(engine: str, stream: bool, documents: list[str],
+                                                          as_jsonl: Path, tmp_path: Path) -> None:
+    from superbpe.engine import get_engine
+
+    path = tmp_path / "docs.arrow"
+    table = pa.table({"text": documents})
+    new = pa.ipc.new_stream if stream else pa.ipc.new_file  # datasets writes the stream format
+    with pa.OSFile(str(path), "wb") as sink, new(sink, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=5):
+            writer.write_batch(batch)
+    parts = [chunk.table_parts for chunk in iter_chunks(path, [EOT], 4000, line_cuts=True)]
+    assert len(parts) > 3
+    count = get_engine(engine).count
+    expected = count(as_jsonl, "cl100k", [EOT]).to_dict()
+    assert count(path, "cl100k", [EOT], workers=2, chunk_bytes=4000).to_dict() == expected
