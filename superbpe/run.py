@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from superbpe.api import build_vocab, merge_budget
+from superbpe import files
+from superbpe.api import build_vocab, merge_budget, reserved_tokens
 from superbpe.cache import RunCache, cache_key
 from superbpe.checkpoints import Checkpoint, Checkpointer, check_compatible, checkpoint_path, load_checkpoint
 from superbpe.config import TrainConfig
@@ -107,6 +108,7 @@ def run_training(cfg: TrainConfig, *, run_dir: str | os.PathLike[str] | None = N
             _run_stage(job, plan, checkpointer, ahead)
     merges = list(checkpoint.merges)
     metrics = _write_outputs(job, checkpoint, time.monotonic() - start)
+    job.cache.trim()
     if not checkpoint.done:
         checkpointer.finish_run()
     log.info("tokenizer written to %s", job.output_dir)
@@ -125,9 +127,13 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
         parse_size(cfg.memory_limit)
     if cfg.workers is not None and cfg.workers < 1:
         raise ConfigError(f"workers must be >= 1, not {cfg.workers}")
+    reserved_tokens(0, cfg.pad_vocab_to_multiple_of)  # a bad multiple or role fails before any output
+    files.resolve_roles(cfg.export.roles(), specials)
     top = cfg.pretokenizer
     resolve_pretokenizer(top)
     plans = plan_stages(cfg.schedule, top, total)
+    if cfg.export.tiktoken:
+        files.tiktoken_pattern(plans[-1].pretokenizer)
     source = load_source(cfg.schedule)
     source_merges: tuple[Merge, ...] = ()
     if source is not None:
@@ -152,7 +158,7 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
         engine,
         output_dir,
         eval_path,
-        RunCache(cfg.cache_dir),
+        RunCache(cfg.cache_dir, max_gib=cfg.cache_max_gib),
     )
 
 
@@ -416,12 +422,13 @@ def _stage_metrics(plan: StagePlan, stats: StageStats, merges: int, job: _Job) -
 
 def _write_outputs(job: _Job, checkpoint: Checkpoint, seconds: float) -> dict[str, Any]:
     """Tokenizer files, then metrics.json (with bytes/token on the eval file)."""
-    from superbpe import files
     from superbpe.metrics import build_metrics, write_metrics
 
     merges = checkpoint.merges
     final = job.plans[-1].pretokenizer
-    vocab = build_vocab(merges, job.specials)
+    specials = job.specials + reserved_tokens(256 + len(merges) + len(job.specials),
+                                              job.cfg.pad_vocab_to_multiple_of, job.specials)
+    vocab = build_vocab(merges, specials)
     stages = []
     start = 0
     for plan, end in zip(job.plans, checkpoint.stage_ends, strict=False):
@@ -431,8 +438,10 @@ def _write_outputs(job: _Job, checkpoint: Checkpoint, seconds: float) -> dict[st
         job.output_dir,
         vocab,
         merges,
-        job.specials,
+        specials,
         final,
+        roles=job.cfg.export.roles(),
+        tiktoken=job.cfg.export.tiktoken,
         stages=stages,
         training={
             "schedule": job.cfg.schedule.name,
