@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from omegaconf.errors import OmegaConfBaseException
@@ -14,11 +16,39 @@ from superbpe.errors import SuperBPEError
 USER_ERRORS = (SuperBPEError, OmegaConfBaseException, OSError)
 
 
-def fail(exc: BaseException) -> None:
+def fail(exc: BaseException | str) -> None:
     """Print ``exc`` as one line and exit 1."""
     message = " ".join(str(exc).split()) or type(exc).__name__
     print(f"error: {message}", file=sys.stderr)
     raise SystemExit(1)
+
+
+def run_hydra(main: Callable[[], None]) -> None:
+    """Call a ``@hydra.main`` function; Hydra's own errors (bad override, unknown group) as one line.
+
+    Hydra prints those as several lines plus a hint about HYDRA_FULL_ERROR, and its suggestion for a
+    misspelt key (``+key=...``) is itself refused here. With HYDRA_FULL_ERROR=1 set by the user,
+    the full traceback is shown as Hydra would.
+    """
+    from hydra.errors import HydraException
+
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        main()
+        return
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # let Hydra raise instead of printing, so it is caught below
+    try:
+        main()
+    except (HydraException, OmegaConfBaseException) as exc:
+        fail(_hydra_message(exc))
+
+
+def _hydra_message(exc: BaseException) -> str:
+    """The first line of Hydra's message, and of its cause (OmegaConf says which key is wrong)."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    cause = exc.__cause__
+    if cause is not None and str(cause).strip():
+        first = f"{first.rstrip('.')}: {str(cause).strip().splitlines()[0]}"
+    return first
 
 
 def remove_if_only_logs(run_dir: Path) -> None:

@@ -7,14 +7,17 @@ python scripts/train.py -m vocab_size=8000,16000 schedule=superbpe schedule.tran
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import hydra
-from _common import USER_ERRORS, fail, remove_if_only_logs
+from _common import USER_ERRORS, fail, remove_if_only_logs, run_hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from superbpe.config import TrainConfig, register_configs, to_dataclass
+from superbpe.run import TrainingInterrupted
+from superbpe.run_dirs import resume_args, resume_command
 
 register_configs()
 
@@ -30,8 +33,19 @@ def main(cfg: DictConfig) -> None:
         if not cfg.get("resume"):
             remove_if_only_logs(run_dir)
         fail(exc)
+    except TrainingInterrupted as stop:
+        print(f"interrupted: {stop}; continue with: {resume_command(stop.output_dir, _entry_point())}")
+        raise SystemExit(130) from None
     print(f"tokenizer: {result.output_dir}")
 
 
+def _entry_point() -> list[str]:
+    return ["python", sys.argv[0]] if sys.argv[0].endswith(".py") else [sys.argv[0]]
+
+
 if __name__ == "__main__":
-    main()
+    try:
+        sys.argv[1:] = resume_args(sys.argv[1:])
+    except USER_ERRORS as exc:
+        fail(exc)
+    run_hydra(main)

@@ -19,10 +19,11 @@ def atomic_write(path: Path) -> Iterator[BinaryIO]:
     A reader (or a resumed run after SIGKILL) therefore sees either the old file or the
     complete new one, never a torn write.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    with naming_file(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as handle:
+        with os.fdopen(fd, "wb") as handle, naming_file(path):
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
@@ -32,6 +33,37 @@ def atomic_write(path: Path) -> Iterator[BinaryIO]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+TEMP_SUFFIX = ".tmp"
+
+
+@contextlib.contextmanager
+def naming_file(path: Path) -> Iterator[None]:
+    """Give an ``OSError`` raised inside without a file name (a full disk: ENOSPC on write) ``path``.
+
+    Why: "No space left on device" alone does not say which of a run's files failed.
+    """
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None or exc.errno is None:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
+
+
+def remove_stale_temps(directory: Path) -> list[Path]:
+    """Delete the temp files :func:`atomic_write` leaves when killed mid-write (``.<name>.XXXX.tmp``).
+
+    Only for a directory no other process writes to (a run directory being resumed).
+    """
+    removed = []
+    for item in directory.glob(f".*{TEMP_SUFFIX}"):
+        if item.is_file():
+            with contextlib.suppress(FileNotFoundError):
+                item.unlink()
+            removed.append(item)
+    return removed
 
 
 def _umask() -> int:
