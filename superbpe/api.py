@@ -108,7 +108,7 @@ def count(
     """Pre-tokenize and count a corpus once, to train on (or add up) later."""
     pre = get_pretokenizer(pretokenizer)
     SpecialSplitter(special_tokens)
-    return get_engine(engine).count(
+    return get_engine(engine, [pre]).count(
         input_path,
         pre,
         special_tokens,
@@ -143,7 +143,8 @@ def train_bpe(
     num_merges = merge_budget(vocab_size, special_tokens)
     read_options = {k: options.pop(k) for k in ("chunk_bytes", "errors", "text_field") if k in options}
     rules = make_rules(**_rule_options(options))
-    chosen = get_engine(engine)
+    splits = [] if isinstance(input_path, PieceCounts) else [get_pretokenizer(pretokenizer)]
+    chosen = get_engine(engine, splits)
     if isinstance(input_path, PieceCounts):
         counts = input_path
     else:

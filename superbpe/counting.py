@@ -66,12 +66,16 @@ class PieceCounts(Mapping[bytes, int]):
 
     def update(self, other: PieceCounts) -> None:
         """Add ``other`` in place; both must come from the same pre-tokenization."""
-        if self.meta and other.meta and self.meta != other.meta:
-            raise SuperBPEError(f"cannot add piece counts made differently: {self.meta} vs {other.meta}")
-        self.meta = self.meta or dict(other.meta)
+        self.check_addable(other)
         mine = self.counts
         for piece, count in other.counts.items():
             mine[piece] = mine.get(piece, 0) + count
+
+    def check_addable(self, other: PieceCounts) -> None:
+        """Refuse counts made with another pre-tokenization; take ``other``'s tag when this has none."""
+        if self.meta and other.meta and self.meta != other.meta:
+            raise SuperBPEError(f"cannot add piece counts made differently: {self.meta} vs {other.meta}")
+        self.meta = self.meta or dict(other.meta)
 
     def __add__(self, other: PieceCounts) -> PieceCounts:
         result = PieceCounts(self.counts, self.meta)

@@ -515,6 +515,8 @@ def save_tokenizer_dir(
     Every document is built (and so validated) before the first file is written.
     """
     directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise InputError(f"{directory}: exists and is not a directory; the tokenizer needs a directory")
     manifest = Manifest(
         pretokenizer=pretokenizer.spec(),
         special_tokens=list(special_tokens),

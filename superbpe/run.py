@@ -152,7 +152,8 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
     paths = resolve_inputs(list(cfg.data.paths))
     check_not_empty(paths)
     eval_path = _check_eval(cfg.eval)
-    engine = get_engine(cfg.engine.name)
+    counted = plans[1:] if source is not None else plans
+    engine = get_engine(cfg.engine.name, [plan.pretokenizer for plan in counted])
     output_dir = _output_dir(cfg, run_dir)
     return _Job(
         cfg,
@@ -176,6 +177,8 @@ def _check_eval(eval_file: str | None) -> Path | None:
     path = Path(eval_file).expanduser()
     if not path.is_file():
         raise InputError(f"eval file {path}: no such file")
+    if path.stat().st_size == 0:
+        raise InputError(f"eval file {path}: empty, so no bytes/token to measure")
     return path
 
 
@@ -446,7 +449,9 @@ def _write_outputs(job: _Job, checkpoint: Checkpoint, seconds: float) -> dict[st
     if job.eval_path is not None:
         from superbpe.evaluate import evaluate_dir
 
-        evaluation = evaluate_dir(job.output_dir, [job.eval_path], engine=job.cfg.engine.name).to_json()
-    metrics = build_metrics(job.cfg, job.compat_config(), checkpoint, seconds, evaluation, len(vocab))
+        evaluation = evaluate_dir(job.output_dir, [job.eval_path], engine=job.engine.name).to_json()
+    metrics = build_metrics(
+        job.cfg, job.compat_config(), checkpoint, seconds, evaluation, len(vocab), engine=job.engine.name
+    )
     write_metrics(job.output_dir / METRICS_FILE, metrics)
     return metrics
