@@ -12,6 +12,7 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
+from superbpe.checkpoints import checkpoint_path
 from superbpe.errors import ConfigError, InputError
 
 #: Settings a resume may change: they decide how fast and how visibly a run goes, never its merges.
@@ -82,7 +83,8 @@ def read_run_overrides(run_dir: Path) -> list[str] | None:
         raise InputError(f"{path}: cannot read the run's overrides ({' '.join(str(exc).split())})") from None
     if not isinstance(loaded, list) or not all(isinstance(item, str) for item in loaded):
         raise InputError(f"{path}: not a list of overrides")
-    return [item for item in loaded if _key(item) != "resume"]
+    latest = {_key(item): item for item in loaded}  # a key given twice: the last one counts, as in Hydra
+    return [item for key, item in latest.items() if key != "resume"]
 
 
 def resume_args(args: Sequence[str]) -> list[str]:
@@ -107,7 +109,13 @@ def resume_args(args: Sequence[str]) -> list[str]:
         raise ConfigError(
             f"resume writes into {run_dir} itself; drop {', '.join(set_by_hydra)} from the command line"
         )
-    original = read_run_overrides(run_dir) or []
+    original = read_run_overrides(run_dir)
+    if original is None and not checkpoint_path(run_dir).is_file():
+        raise InputError(
+            f"resume {run_dir}: the run recorded neither its overrides nor a checkpoint (killed as it "
+            "started?), so nothing says what it was; start it again"
+        )
+    original = original or []
     given_by_key = {_key(arg): arg for arg in given}
     conflicts = [
         f"{arg} conflicts with the run's {old}"

@@ -182,6 +182,11 @@ def test_resume_args_take_the_runs_own_overrides(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="no such run directory"):
         resume_args([f"resume={tmp_path / 'nope'}"])
     assert resume_args(["vocab_size=3"]) == ["vocab_size=3"]
+    (run / ".hydra" / "overrides.yaml").unlink()  # killed before Hydra wrote it, and no checkpoint
+    with pytest.raises(InputError, match="neither its overrides nor a checkpoint"):
+        resume_args([f"resume={run}"])
+    (run / CHECKPOINT_FILE).write_text("{}")  # a run made with output_dir=: the overrides are given again
+    assert resume_args([f"resume={run}", "vocab_size=3"])[:2] == [f"resume={run}", "vocab_size=3"]
 
 
 def test_resume_by_dir_alone_rewrites_the_same_files_and_leaves_no_new_dir(
