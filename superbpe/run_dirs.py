@@ -15,9 +15,18 @@ from pathlib import Path
 from superbpe.checkpoints import checkpoint_path
 from superbpe.errors import ConfigError, InputError
 
-#: Settings a resume may change: they decide how fast and how visibly a run goes, never its merges.
+#: Settings a resume may change: they decide how fast and how visibly a run goes, never its merges
+#: (the engines agree byte for byte).
 RESUME_MAY_CHANGE = frozenset(
-    {"workers", "progress", "checkpoint.every_merges", "checkpoint.every_seconds", "cache_dir", "eval"}
+    {
+        "engine",
+        "workers",
+        "progress",
+        "cache_dir",
+        "eval",
+        "checkpoint.every_merges",
+        "checkpoint.every_seconds",
+    }
 )
 #: The Hydra settings a resume sets itself: write into the resumed directory, keep its own .hydra files.
 _RESUME_HYDRA = ("hydra.run.dir", "hydra.output_subdir")

@@ -1,18 +1,22 @@
-"""SIGKILL a training run at several points, resume it, and get byte-identical merges; refuse bad resumes."""
+"""SIGKILL or Ctrl-C training runs at many points; each resume gives byte-identical files. Bad resumes."""
 
 from __future__ import annotations
 
 import gzip
 import json
 import os
+import random
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
-from script_helpers import assert_one_line_error, run_script, start_script
+from script_helpers import SCRIPTS, assert_one_line_error, run_script, script_env, start_script
 
 from superbpe.checkpoints import CHECKPOINT_FILE
+from superbpe.engine import native_available
 
 pytestmark = pytest.mark.slow
 
@@ -54,14 +58,19 @@ def read_checkpoint(run_dir: Path) -> dict | None:
         return None
 
 
-def kill_when(proc, run_dir: Path, wanted, timeout: float = 120) -> dict | None:
-    """SIGKILL ``proc`` as soon as ``wanted(checkpoint)`` holds; returns the checkpoint seen then."""
+def kill_when(
+    proc, run_dir: Path, wanted, signum: int = signal.SIGKILL, delay: float = 0.0, timeout: float = 120
+) -> dict | None:
+    """Send ``signum`` to ``proc`` ``delay`` s after ``wanted(checkpoint)`` holds; returns that checkpoint."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         state = read_checkpoint(run_dir)
         if wanted(state, run_dir):
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
+            time.sleep(delay)
+            assert proc.poll() is None, "the run ended before the kill point"
+            os.kill(proc.pid, signum)
+            if signum == signal.SIGKILL:
+                proc.wait()
             return state
         assert proc.poll() is None, "the run ended before the kill point"
         time.sleep(0.005)
@@ -161,3 +170,92 @@ def test_mismatched_resume_is_refused_naming_what_differs(wiki, tmp_path):
 
     assert (run_dir / CHECKPOINT_FILE).read_bytes() == checkpoint
     assert not (run_dir / "merges.txt").exists()
+
+
+# -- Ctrl-C and random kills --------------------------------------------------------------------------------
+
+OUTPUT_FILES = ("vocab.json", "merges.txt", "tokenizer.json", "superbpe.json")
+
+
+def test_ctrl_c_saves_the_merges_so_far_and_prints_the_resume_command(shared_data, tmp_path):
+    """SIGINT in stage 2 between two timed checkpoints: the merges since the last one are saved, the
+    resume command printed, exit 130; the resume (native when built: the engines agree) ends with the
+    merges of an uninterrupted run."""
+    corpus = tmp_path / "wiki.txt"
+    with gzip.open(shared_data / "wikitext103_valid_test.txt.gz", "rt", encoding="utf-8") as handle:
+        corpus.write_text(handle.read(1_000_000), encoding="utf-8")
+    fast = "engine=native" if native_available() else "engine=python"
+    args = [*overrides(corpus)[:-1], "vocab_size=4000", "checkpoint.every_merges=100000"]
+    args.append("checkpoint.every_seconds=0.5")
+    reference = run_script("train.py", f"hydra.run.dir={tmp_path / 'ref'}", *args, fast, cwd=tmp_path)
+    assert reference.returncode == 0, reference.stderr
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, str(SCRIPTS / "train.py"), f"hydra.run.dir={run_dir}", *args],
+        cwd=tmp_path,
+        env=script_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    seen = kill_when(proc, run_dir, lambda state, _: in_stage2(state), signal.SIGINT, delay=0.25)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and f"continue with: python {SCRIPTS / 'train.py'} resume={run_dir}" in out
+    saved = read_checkpoint(run_dir)
+    assert saved is not None and not saved["done"] and len(saved["stage_ends"]) == 1
+    assert saved["merges_count"] > seen["merges_count"]  # merges no timed save had written
+    done = resume(tmp_path, run_dir, fast)
+    assert done.returncode == 0, done.stderr
+    assert (run_dir / "merges.txt").read_bytes() == (tmp_path / "ref" / "merges.txt").read_bytes()
+
+
+def in_stage2(state: dict | None) -> bool:
+    """A checkpoint saved while stage 2 chooses merges."""
+    return (
+        state is not None and len(state["stage_ends"]) == 1 and state["merges_count"] > state["stage_ends"][0]
+    )
+
+
+def random_kill_run(tmp_path: Path, name: str, args: list[str], kills: int, rng: random.Random) -> Path:
+    """Start the run, SIGKILL it at a random moment ``kills`` times (resuming each time), then finish it.
+
+    The moments are drawn over the length of an uninterrupted run, so they land in counting, in merges
+    of either stage, at stage boundaries and during the final writes; each is taken once Hydra has
+    written the run's overrides (before that there is no run to resume).
+    """
+    run_dir = tmp_path / name
+    started = time.monotonic()
+    first = run_script("train.py", f"hydra.run.dir={tmp_path / (name + '-ref')}", *args, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    length = time.monotonic() - started
+    command = [f"hydra.run.dir={run_dir}", *args]
+    for _ in range(kills):
+        proc = start_script("train.py", *command, cwd=tmp_path)
+        while not (run_dir / ".hydra" / "overrides.yaml").is_file() and proc.poll() is None:
+            time.sleep(0.002)
+        time.sleep(rng.uniform(0, length))
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        command = [f"resume={run_dir}"]
+    done = run_script("train.py", *command, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    return run_dir
+
+
+@pytest.mark.parametrize("engine", ["python", "native"])
+@pytest.mark.parametrize("schedule", ["bpe", "superbpe"])
+def test_random_kills_resume_to_identical_files(wiki, tmp_path, engine, schedule):
+    """Fault injection: 6 SIGKILLs at random moments per engine and schedule (24 in all)."""
+    if engine == "native" and not native_available():
+        pytest.skip("superbpe._native is not built")
+    args = [*overrides(wiki), f"engine={engine}", f"schedule={schedule}"]
+    if schedule == "bpe":
+        args = [a for a in args if not a.startswith("schedule.transition")]
+    rng = random.Random(f"{engine}-{schedule}")
+    run_dir = random_kill_run(tmp_path, "run", args, kills=6, rng=rng)
+    for name in OUTPUT_FILES:
+        assert (run_dir / name).read_bytes() == (tmp_path / "run-ref" / name).read_bytes(), name
+    assert read_checkpoint(run_dir)["done"]
+    assert not list(run_dir.glob(".*.tmp"))
