@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import sys
@@ -45,6 +46,15 @@ def run_hydra(main: Callable[[], None]) -> None:
 def _hydra_message(exc: BaseException) -> str:
     """The first line of Hydra's message, and of its cause (OmegaConf says which key is wrong)."""
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    override = getattr(exc, "override", None)  # an override Hydra's grammar cannot parse
+    if isinstance(override, str):
+        return f"cannot parse override {override!r} ({first}); quote the value: \"key='value'\""
+    lines = str(exc).splitlines()
+    if any(line.startswith("Available options") for line in lines):  # an unknown group option
+        start = next(i for i, line in enumerate(lines) if line.startswith("Available options"))
+        options = list(itertools.takewhile(lambda line: line.startswith("\t"), lines[start + 1 :]))
+        options = [option.strip() for option in options]
+        return f"{first} (choose one of: {', '.join(options)})"
     cause = exc.__cause__
     if cause is not None and str(cause).strip():
         first = f"{first.rstrip('.')}: {str(cause).strip().splitlines()[0]}"

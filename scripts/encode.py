@@ -7,7 +7,7 @@ python scripts/encode.py tokenizer=... 'input=[a.jsonl,b/*.txt]' output=train.bi
 from __future__ import annotations
 
 import hydra
-from _common import USER_ERRORS, fail, setup_logging
+from _common import USER_ERRORS, fail, run_hydra, setup_logging
 from omegaconf import DictConfig
 
 from superbpe.config import EncodeConfig, register_configs, to_dataclass
@@ -40,4 +40,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_hydra(main)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import hydra
-from _common import USER_ERRORS, fail, setup_logging
+from _common import USER_ERRORS, fail, run_hydra, setup_logging
 from omegaconf import DictConfig
 
 from superbpe.config import EvaluateConfig, register_configs, to_dataclass
@@ -44,4 +44,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_hydra(main)

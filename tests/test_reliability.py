@@ -119,7 +119,11 @@ def test_plus_unknown_key_is_refused_not_ignored(tmp_path: Path) -> None:
 
 def test_hydra_errors_are_one_line(tmp_path: Path) -> None:
     assert_one_line_error(train(tmp_path, "vocab_sise=100"), "vocab_sise")
-    assert_one_line_error(train(tmp_path, "engine=turbo"), "engine", "turbo")
+    assert_one_line_error(train(tmp_path, "engine=turbo"), "engine/turbo", "one of: auto, native, python")
+    unquoted = train(tmp_path, r"pretokenizer.name=custom:\p{L}+")
+    assert_one_line_error(unquoted, "cannot parse override", "quote the value")
+    evaluate_typo = run_script("evaluate.py", "tokenizer=x", "input=y", "separater=z", cwd=tmp_path)
+    assert_one_line_error(evaluate_typo, "separater")
 
 
 # -- bug 4: the engine is chosen once, never switched silently -------------------------------------------
