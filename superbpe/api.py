@@ -80,17 +80,8 @@ def make_rules(
     max_words_per_token: int | None = None,
     forbidden_substrings: Iterable[str | bytes] = (),
 ) -> MergeRules:
-    """Validated merge rules from user-facing option values (strings become UTF-8)."""
-    for name, value, low in (
-        ("min_frequency", min_frequency, 1),
-        ("max_token_bytes", max_token_bytes, 2),
-        ("max_words_per_token", max_words_per_token, 1),
-    ):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
-            raise ConfigError(f"{name} must be an integer >= {low}, not {value!r}")
+    """Merge rules from user-facing option values: strings become UTF-8; ``MergeRules`` validates."""
     forbidden = tuple(s.encode("utf-8") if isinstance(s, str) else bytes(s) for s in forbidden_substrings)
-    if any(not s for s in forbidden):
-        raise ConfigError("forbidden substrings must be non-empty")
     return MergeRules(min_frequency, max_token_bytes, max_words_per_token, forbidden)
 
 

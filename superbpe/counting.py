@@ -28,7 +28,7 @@ from superbpe.sources import (
     iter_chunks,
     resolve_inputs,
 )
-from superbpe.util import atomic_write
+from superbpe.util import atomic_write, usable_cpus
 
 COUNTS_MAGIC = b"SBPC\x01\n"
 ProgressFn = Callable[[int], None]
@@ -195,7 +195,7 @@ def resolve_workers(workers: int | None, corpus_bytes: int) -> int:
         return workers
     if corpus_bytes < _PARALLEL_MIN_BYTES:
         return 1
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = usable_cpus()
     return max(1, cores - 1)
 
 

@@ -16,8 +16,8 @@ from superbpe.errors import ConfigError
 from superbpe.pretokenize import Pretokenizer
 from superbpe.sources import DEFAULT_CHUNK_BYTES, InputSpec
 from superbpe.trainer import MergeRules, TrainResult, train_merges
+from superbpe.types import Merge
 
-Merge = tuple[bytes, bytes]
 MergeCallback = Callable[[Sequence[Merge]], "bool | None"]
 ENGINE_NAMES = ("python", "native", "auto")
 log = logging.getLogger("superbpe")

@@ -19,9 +19,8 @@ from typing import Any
 
 from superbpe.errors import ConfigError, InputError
 from superbpe.pretokenize import Pretokenizer, get_pretokenizer
+from superbpe.types import Merge
 from superbpe.util import atomic_write_text
-
-Merge = tuple[bytes, bytes]
 
 VOCAB_FILE = "vocab.json"
 MERGES_FILE = "merges.txt"

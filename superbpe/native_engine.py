@@ -38,14 +38,14 @@ from superbpe.sources import (
     open_binary,
 )
 from superbpe.trainer import MergeRules, MergesSoFar, TrainResult, check_replay, check_train_args
-from superbpe.util import atomic_write
+from superbpe.types import Merge
+from superbpe.util import atomic_write, usable_cpus
 
 try:
     from superbpe import _native
 except ImportError:  # not built: get_engine("auto") falls back to the python engine
     _native = None  # type: ignore[assignment]
 
-Merge = tuple[bytes, bytes]
 _U64_MAX = (1 << 64) - 1
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -80,7 +80,7 @@ def _thread_count(workers: int | None) -> int:
     """Threads for Rust: an explicit count wins (validated like the python engine), else every usable core."""
     if workers is not None:
         return resolve_workers(workers, 0)
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return usable_cpus()
 
 
 class NativePieceCounts(PieceCounts):

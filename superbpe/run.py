@@ -62,7 +62,7 @@ class RunResult:
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Job:
     """A validated run: everything resolved, nothing written yet."""
 
@@ -156,18 +156,18 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
     engine = get_engine(cfg.engine.name, [plan.pretokenizer for plan in counted])
     output_dir = _output_dir(cfg, run_dir)
     return _Job(
-        cfg,
-        specials,
-        total,
-        plans,
-        source,
-        source_merges,
-        paths,
-        input_fingerprint(paths),
-        engine,
-        output_dir,
-        eval_path,
-        RunCache(cfg.cache_dir),
+        cfg=cfg,
+        specials=specials,
+        total_merges=total,
+        plans=plans,
+        source=source,
+        source_merges=source_merges,
+        paths=paths,
+        fingerprint=input_fingerprint(paths),
+        engine=engine,
+        output_dir=output_dir,
+        eval_path=eval_path,
+        cache=RunCache(cfg.cache_dir),
     )
 
 

@@ -28,9 +28,9 @@ import numpy as np
 
 from superbpe.errors import ConfigError, InputError
 from superbpe.progress import task
-from superbpe.sources import Chunk, chunk_documents, corpus_size, iter_chunks, resolve_inputs
+from superbpe.sources import Chunk, chunk_documents, corpus_size, is_jsonl, iter_chunks, resolve_inputs
 from superbpe.tokenizer import Tokenizer
-from superbpe.util import atomic_write, atomic_write_text
+from superbpe.util import atomic_write, atomic_write_text, usable_cpus
 
 _PARALLEL_MIN_BYTES = 4 << 20
 _worker_state: dict[str, Any] = {}
@@ -140,7 +140,7 @@ def encode_corpus(
                     tokens += _write(handle, ids, dtype)
                     documents += ended
                     update(len(chunk.data))
-                if not path_is_jsonl(path) and open_document:  # a text file ends its last document
+                if not is_jsonl(path) and open_document:  # a text file ends its last document
                     documents += 1
                     if separator_id is not None:
                         tokens += _write(handle, [separator_id], dtype)
@@ -166,10 +166,6 @@ def sidecar_path(output: Path) -> Path:
     return output.with_name(output.name + ".json")
 
 
-def path_is_jsonl(path: Path) -> bool:
-    return path.name.endswith((".jsonl", ".jsonl.gz"))
-
-
 def _separator_id(tokenizer: Tokenizer, separator: str | None) -> int | None:
     if separator is None:
         return None
@@ -188,7 +184,7 @@ def _workers(workers: int | None, paths: Sequence[Path]) -> int:
         return workers
     if corpus_size(paths) < _PARALLEL_MIN_BYTES:
         return 1
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = usable_cpus()
     return max(1, cores)
 
 

@@ -22,8 +22,7 @@ from superbpe.engine import EncoderCore, Engine, get_engine
 from superbpe.errors import ConfigError, InputError
 from superbpe.pretokenize import Pretokenizer, SpecialSplitter, get_pretokenizer
 from superbpe.sources import open_binary
-
-Merge = tuple[bytes, bytes]
+from superbpe.types import Merge
 
 #: encode_iterable encodes once this much new text has been buffered (and a cut point exists).
 STREAM_FLUSH_CHARS = 1 << 16

@@ -77,18 +77,35 @@ def atomic_write_text(path: Path, text: str) -> None:
         handle.write(text.encode("utf-8"))
 
 
-def peak_rss_bytes() -> int:
-    """Peak resident memory of this process so far.
+def peak_rss_bytes(*, include_children: bool = False) -> int:
+    """Peak resident memory of this process, in bytes: the one definition the package uses.
 
-    Linux's ``VmHWM`` first: ``ru_maxrss`` is inherited from the parent across fork and exec, so a child
-    of a big process would report the parent's peak as its own. ``ru_maxrss`` elsewhere (macOS: bytes).
+    Linux's ``VmHWM`` first, which is the peak since the process started or since the window was last
+    reset (``progress.reset_peak_rss``); ``ru_maxrss`` is inherited from the parent across fork and
+    exec, so a child of a big process would report the parent's peak as its own. ``ru_maxrss``
+    elsewhere. With ``include_children``, the larger of that and the peak of the biggest finished child
+    (counting worker processes), since a stage's memory is the larger of the two.
     """
+    own = 0
     try:
         with open("/proc/self/status", encoding="ascii") as status:
             for line in status:
                 if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
+                    own = int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024
+    if not own:
+        own = _maxrss(resource.RUSAGE_SELF)
+    return max(own, _maxrss(resource.RUSAGE_CHILDREN)) if include_children else own
+
+
+def _maxrss(who: int) -> int:
+    peak = resource.getrusage(who).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # macOS reports bytes, Linux KiB
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one), at least 1."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1

@@ -60,7 +60,7 @@ def test_training_from_saved_counts_equals_training_from_text(shared_data: Path,
         ({"engine": "fast"}, ConfigError, "unknown engine 'fast'"),
         ({"min_frequncy": 2}, ConfigError, "unknown train_bpe option"),
         ({"min_frequency": 0}, ConfigError, "min_frequency must be an integer >= 1"),
-        ({"forbidden_substrings": [""]}, ConfigError, "forbidden substrings must be non-empty"),
+        ({"forbidden_substrings": [""]}, ConfigError, "forbidden_substrings must be non-empty"),
         ({"workers": 0}, SuperBPEError, "workers must be an integer >= 1"),
     ],
 )
