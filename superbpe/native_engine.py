@@ -5,8 +5,9 @@ argument validation and its error messages, input resolution, JSON-lines parsing
 with the very same :mod:`superbpe.sources` helpers, so errors and documents are identical), and the
 ``.counts`` meta. Rust gets only validated data and does the per-byte work with the GIL released.
 
-Counts made here stay in Rust (:class:`NativePieceCounts` materialises the Python dict only when someone
-reads it), so ``count`` -> ``train`` never converts millions of pieces to Python objects.
+Counts made here stay in Rust (:class:`NativePieceCounts` keeps the Rust table, and builds a read-only
+dict once when Python code reads entries), so ``count`` -> ``train`` never converts millions of pieces to
+Python objects.
 """
 
 from __future__ import annotations

@@ -310,10 +310,9 @@ def _choose(
     """Choose merges until ``num_merges`` are in ``merges`` or no pair qualifies; True if stopped by callback.
 
     Max structure: a lazy heap of ``(-count, order key, pair)``. Each pair has at most one entry; only pairs
-    created by the latest merge are pushed, and a stale entry is re-pushed when it reaches the top. A
-    ``SortedList`` of exact ``(count, left, right, pair)`` entries needs a remove + add for every count
-    change; measured CPU time for the whole training (same merges): wikitext 2.4 MB at 8K vocab 1.5 s vs
-    1.05 s with the heap, kernel docs 43 MB at 32K vocab 22.7 s vs 14.3 s. So the heap stays.
+    created by the latest merge are pushed, and a stale entry is re-pushed when it reaches the top. An
+    exact ``SortedList`` needs a remove + add for every count a merge changes, and costs about twice the
+    training time (figures in docs/DESIGN.md, "Why a lazy heap"), so the heap stays.
     """
     pair_counts = table.pair_counts
     order_keys = [_order_key(token) for token in tokens]
