@@ -11,6 +11,7 @@ import json
 import multiprocessing as mp
 import os
 import queue
+import signal
 import struct
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -226,6 +227,7 @@ class _CountJob:
 
 def _worker(job: _CountJob, tasks: Any, results: Any) -> None:
     """Count chunks until told to stop, then send this worker's whole map back once."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle (it stops us)
     counter: Counter[str] = Counter()
     splitter = SpecialSplitter(job.specials)
     failed = False
@@ -268,7 +270,14 @@ def _count_parallel(
         for _ in procs:
             tasks.put(None)
         return state.collect(len(procs))
+    except BaseException:  # an error or Ctrl-C: nothing the workers still count is wanted
+        for proc in procs:
+            proc.kill()
+        raise
     finally:
+        # Leaving early (an error, Ctrl-C) can leave chunks buffered for workers that are gone; the
+        # queue's feeder thread would then block interpreter exit forever trying to flush them.
+        tasks.cancel_join_thread()
         for proc in procs:
             proc.join(timeout=5)
             if proc.is_alive():

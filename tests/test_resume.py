@@ -259,3 +259,32 @@ def test_random_kills_resume_to_identical_files(wiki, tmp_path, engine, schedule
         assert (run_dir / name).read_bytes() == (tmp_path / "run-ref" / name).read_bytes(), name
     assert read_checkpoint(run_dir)["done"]
     assert not list(run_dir.glob(".*.tmp"))
+
+
+def test_ctrl_c_while_worker_processes_count_exits_promptly_and_quietly(wiki, tmp_path):
+    """Ctrl-C reaches the whole process group: workers leave it to the parent, which stops them (no
+    worker tracebacks, no exit blocked on chunks still queued for them) and exits 130."""
+    corpus = tmp_path / "big.txt"
+    corpus.write_text(wiki.read_text(encoding="utf-8") * 60, encoding="utf-8")  # ~18 MB: seconds to count
+    run_dir = tmp_path / "run"
+    args = ["engine=python", "cache_dir=null", f"data.paths=[{corpus}]", "vocab_size=300", "workers=2"]
+    proc = subprocess.Popen(
+        [sys.executable, str(SCRIPTS / "train.py"), f"hydra.run.dir={run_dir}", *args],
+        cwd=tmp_path,
+        env=script_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    log = run_dir / "train.log"
+    deadline = time.monotonic() + 120
+    while not (log.is_file() and "training" in log.read_text()):
+        assert proc.poll() is None and time.monotonic() < deadline, "the run never started counting"
+        time.sleep(0.01)
+    time.sleep(0.5)
+    assert proc.poll() is None, "counting ended before the interrupt"
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "continue with:" in out
