@@ -31,7 +31,7 @@ from typing import Any
 
 from superbpe.engine import Merge
 from superbpe.errors import ConfigError, InputError
-from superbpe.util import atomic_write_text
+from superbpe.util import atomic_write_text, naming_file
 
 log = logging.getLogger("superbpe")
 CHECKPOINT_FILE = "checkpoint.json"
@@ -94,7 +94,7 @@ def _write_log(run_dir: Path, state: _LogState, merges: Sequence[Merge]) -> None
             state.name = MERGES_LOGS[1] if state.name == MERGES_LOGS[0] else MERGES_LOGS[0]
         state.count, state.size, state.digest = 0, 0, hashlib.sha256()
     data = _merge_lines(merges[state.count :])
-    with open(run_dir / state.name, "r+b" if extends else "wb") as handle:
+    with naming_file(run_dir / state.name), open(run_dir / state.name, "r+b" if extends else "wb") as handle:
         handle.truncate(state.size)  # drop a tail a killed save appended past the valid length
         handle.seek(state.size)
         handle.write(data)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import os
 import subprocess
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import superbpe
 from superbpe import native_engine
 from superbpe.api import build_vocab
 from superbpe.cache import RunCache
-from superbpe.checkpoints import CHECKPOINT_FILE
+from superbpe.checkpoints import CHECKPOINT_FILE, Checkpoint, save_checkpoint
 from superbpe.config import DataConfig, TrainConfig, register_configs, to_dataclass
 from superbpe.errors import ConfigError, InputError, SuperBPEError
 from superbpe.evaluate import evaluate
@@ -235,6 +236,15 @@ def test_a_full_disk_names_the_file(tmp_path: Path) -> None:
         out.write(b"{")
         raise OSError(errno.ENOSPC, "No space left on device")
     assert caught.value.errno == errno.ENOSPC and not list(tmp_path.iterdir())
+
+
+def test_a_full_disk_while_appending_merges_names_the_log(tmp_path: Path, monkeypatch) -> None:
+    def full(*_args: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError, match="checkpoint.merges"):
+        save_checkpoint(tmp_path, Checkpoint(config={}, fingerprint="f", merges=[(b"a", b"b")]))
 
 
 def test_stale_temps_are_found(tmp_path: Path) -> None:
