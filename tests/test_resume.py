@@ -190,14 +190,7 @@ def test_ctrl_c_saves_the_merges_so_far_and_prints_the_resume_command(shared_dat
     reference = run_script("train.py", f"hydra.run.dir={tmp_path / 'ref'}", *args, fast, cwd=tmp_path)
     assert reference.returncode == 0, reference.stderr
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen(
-        [sys.executable, str(SCRIPTS / "train.py"), f"hydra.run.dir={run_dir}", *args],
-        cwd=tmp_path,
-        env=script_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_captured(tmp_path, run_dir, args)
     seen = kill_when(proc, run_dir, lambda state, _: in_stage2(state), signal.SIGINT, delay=0.25)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
@@ -208,6 +201,21 @@ def test_ctrl_c_saves_the_merges_so_far_and_prints_the_resume_command(shared_dat
     done = resume(tmp_path, run_dir, fast)
     assert done.returncode == 0, done.stderr
     assert (run_dir / "merges.txt").read_bytes() == (tmp_path / "ref" / "merges.txt").read_bytes()
+
+
+def start_captured(
+    cwd: Path, run_dir: Path, args: list[str], own_group: bool = False
+) -> subprocess.Popen[str]:
+    """Start ``train.py`` with its output captured (for checking what Ctrl-C prints)."""
+    return subprocess.Popen(
+        [sys.executable, str(SCRIPTS / "train.py"), f"hydra.run.dir={run_dir}", *args],
+        cwd=cwd,
+        env=script_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=own_group,
+    )
 
 
 def in_stage2(state: dict | None) -> bool:
@@ -268,15 +276,7 @@ def test_ctrl_c_while_worker_processes_count_exits_promptly_and_quietly(wiki, tm
     corpus.write_text(wiki.read_text(encoding="utf-8") * 60, encoding="utf-8")  # ~18 MB: seconds to count
     run_dir = tmp_path / "run"
     args = ["engine=python", "cache_dir=null", f"data.paths=[{corpus}]", "vocab_size=300", "workers=2"]
-    proc = subprocess.Popen(
-        [sys.executable, str(SCRIPTS / "train.py"), f"hydra.run.dir={run_dir}", *args],
-        cwd=tmp_path,
-        env=script_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    proc = start_captured(tmp_path, run_dir, args, own_group=True)
     log = run_dir / "train.log"
     deadline = time.monotonic() + 120
     while not (log.is_file() and "training" in log.read_text()):
