@@ -36,6 +36,11 @@ def main(cfg: DictConfig) -> None:
     except TrainingInterrupted as stop:
         print(f"interrupted: {stop}; continue with: {resume_command(stop.output_dir, _entry_point())}")
         raise SystemExit(130) from None
+    except KeyboardInterrupt:  # before training started: nothing to keep
+        if not cfg.get("resume"):
+            remove_if_only_logs(run_dir)
+        print("interrupted before training started")
+        raise SystemExit(130) from None
     print(f"tokenizer: {result.output_dir}")
 
 
