@@ -25,8 +25,10 @@ from superbpe.config import TrainConfig
 from superbpe.counting import PieceCounts, check_errors_mode
 from superbpe.engine import Engine, Merge, get_engine
 from superbpe.errors import ConfigError, InputError
+from superbpe.executor import check_executor
 from superbpe.pretokenize import SpecialSplitter
 from superbpe.progress import StageStats, measure, task
+from superbpe.sharded import count_corpus
 from superbpe.sources import check_not_empty, corpus_size, input_fingerprint, resolve_inputs
 from superbpe.stages import (
     SourceMerges,
@@ -154,6 +156,7 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
     eval_path = _check_eval(cfg.eval)
     counted = plans[1:] if source is not None else plans
     engine = get_engine(cfg.engine.name, [plan.pretokenizer for plan in counted])
+    check_executor(cfg.executor)
     output_dir = _output_dir(cfg, run_dir)
     return _Job(
         cfg=cfg,
@@ -342,7 +345,9 @@ def _load_or_count(job: _Job, plan: StagePlan, *, progress: bool | None, workers
             return counts
         total = None if any(p.name.endswith(".gz") for p in job.paths) else corpus_size(job.paths)
         with task(f"counting ({plan.pretokenizer.name})", total, "B", enabled=progress) as update:
-            counts = job.engine.count(
+            counts = count_corpus(
+                job.engine,
+                job.cfg.executor,
                 job.paths,
                 plan.pretokenizer,
                 job.specials,
