@@ -62,6 +62,11 @@ def _key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
+def _may_change(key: str) -> bool:
+    """Whether a resume may give ``key`` another value (the executor, like the engine, only changes speed)."""
+    return key in RESUME_MAY_CHANGE or key == "executor" or key.startswith("executor.")
+
+
 def _is_override(arg: str) -> bool:
     return "=" in arg and not arg.startswith("-")
 
@@ -131,7 +136,7 @@ def resume_args(args: Sequence[str]) -> list[str]:
         for old in original
         if (arg := given_by_key.get(_key(old))) is not None
         and arg != old
-        and _key(old) not in RESUME_MAY_CHANGE
+        and not _may_change(_key(old))
     ]
     if conflicts:
         raise ConfigError(

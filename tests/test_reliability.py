@@ -180,6 +180,9 @@ def test_resume_args_take_the_runs_own_overrides(tmp_path: Path) -> None:
     assert args[:2] == ["vocab_size=300", "data.paths=[a.txt]"] and "workers=2" in args
     assert "workers=1" not in args and f"hydra.run.dir='{run}'" in args and "hydra.output_subdir=null" in args
     assert resume_args([f"resume={run}", "vocab_size=300"]).count("vocab_size=300") == 1
+    (run / ".hydra" / "overrides.yaml").write_text("- vocab_size=300\n- executor=ray\n- engine=python\n")
+    assert "executor=local" in resume_args([f"resume={run}", "executor=local", "engine=native"])
+    (run / ".hydra" / "overrides.yaml").write_text("- vocab_size=300\n- data.paths=[a.txt]\n- workers=1\n")
     with pytest.raises(ConfigError, match=r"vocab_size=400 conflicts with the run's vocab_size=300"):
         resume_args([f"resume={run}", "vocab_size=400"])
     with pytest.raises(ConfigError, match="drop hydra.run.dir"):
