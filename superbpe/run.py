@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from superbpe.api import build_vocab, check_special_tokens, merge_budget
+from superbpe import files
+from superbpe.api import build_vocab, check_special_tokens, merge_budget, reserved_tokens
 from superbpe.cache import RunCache, cache_key
 from superbpe.checkpoints import Checkpoint, Checkpointer, check_compatible, checkpoint_path, load_checkpoint
 from superbpe.config import TrainConfig
@@ -120,6 +121,7 @@ def run_training(cfg: TrainConfig, *, run_dir: str | os.PathLike[str] | None = N
                 raise TrainingInterrupted(job.output_dir, checkpointer.save_latest()) from None
         merges = list(checkpoint.merges)
         metrics = _write_outputs(job, checkpoint, time.monotonic() - start)
+        job.cache.trim()
     except TrainingInterrupted:
         raise
     except KeyboardInterrupt:  # all merges are checkpointed already; the outputs are rewritten on resume
@@ -141,9 +143,13 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
     check_errors_mode(cfg.data.errors)
     if cfg.workers is not None and cfg.workers < 1:
         raise ConfigError(f"workers must be >= 1, not {cfg.workers}")
+    reserved_tokens(0, cfg.pad_vocab_to_multiple_of)  # a bad multiple or role fails before any output
+    files.resolve_roles(cfg.export.roles(), specials)
     top = cfg.pretokenizer
     resolve_pretokenizer(top)
     plans = plan_stages(cfg.schedule, top, total)
+    if cfg.export.tiktoken:
+        files.tiktoken_pattern(plans[-1].pretokenizer)
     source = load_source(cfg.schedule)
     source_merges: tuple[Merge, ...] = ()
     if source is not None:
@@ -170,7 +176,7 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
         engine=engine,
         output_dir=output_dir,
         eval_path=eval_path,
-        cache=RunCache(cfg.cache_dir),
+        cache=RunCache(cfg.cache_dir, max_gib=cfg.cache_max_gib),
     )
 
 
@@ -426,12 +432,13 @@ def _stage_metrics(plan: StagePlan, stats: StageStats, merges: int, job: _Job) -
 
 def _write_outputs(job: _Job, checkpoint: Checkpoint, seconds: float) -> dict[str, Any]:
     """Tokenizer files, then metrics.json (with bytes/token on the eval file)."""
-    from superbpe import files
     from superbpe.metrics import build_metrics, write_metrics
 
     merges = checkpoint.merges
     final = job.plans[-1].pretokenizer
-    vocab = build_vocab(merges, job.specials)
+    specials = job.specials + reserved_tokens(256 + len(merges) + len(job.specials),
+                                              job.cfg.pad_vocab_to_multiple_of, job.specials)
+    vocab = build_vocab(merges, specials)
     stages = []
     start = 0
     for plan, end in zip(job.plans, checkpoint.stage_ends, strict=False):
@@ -441,8 +448,10 @@ def _write_outputs(job: _Job, checkpoint: Checkpoint, seconds: float) -> dict[st
         job.output_dir,
         vocab,
         merges,
-        job.specials,
+        specials,
         final,
+        roles=job.cfg.export.roles(),
+        tiktoken=job.cfg.export.tiktoken,
         stages=stages,
         training={
             "schedule": job.cfg.schedule.name,

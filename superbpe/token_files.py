@@ -28,7 +28,7 @@ import numpy as np
 
 from superbpe.errors import ConfigError, InputError
 from superbpe.progress import task
-from superbpe.sources import Chunk, chunk_documents, corpus_size, is_jsonl, iter_chunks, resolve_inputs
+from superbpe.sources import TABLE_SUFFIXES, Chunk, chunk_documents, corpus_size, iter_chunks, resolve_inputs
 from superbpe.tokenizer import Tokenizer
 from superbpe.util import atomic_write, atomic_write_text, usable_cpus
 
@@ -157,7 +157,7 @@ def encode_corpus(
                     tokens += _write(handle, ids, dtype)
                     documents += ended
                     update(len(chunk.data))
-                if not is_jsonl(path) and open_document:  # a text file ends its last document
+                if not path_is_jsonl(path) and open_document:  # a text file ends its last document
                     documents += 1
                     if separator_id is not None:
                         tokens += _write(handle, [separator_id], dtype)
@@ -181,6 +181,11 @@ def encode_corpus(
 
 def sidecar_path(output: Path) -> Path:
     return output.with_name(output.name + ".json")
+
+
+def path_is_jsonl(path: Path) -> bool:
+    """One document per record: JSON lines and tables (so no open document is left at the file's end)."""
+    return path.name.endswith((".jsonl", ".jsonl.gz", *TABLE_SUFFIXES))
 
 
 def _separator_id(tokenizer: Tokenizer, separator: str | None) -> int | None:

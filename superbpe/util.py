@@ -9,6 +9,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import BinaryIO
 
 
@@ -109,3 +110,15 @@ def usable_cpus() -> int:
     if hasattr(os, "sched_getaffinity"):
         return max(1, len(os.sched_getaffinity(0)))
     return os.cpu_count() or 1
+
+
+def import_optional(module: str, extra: str, purpose: str) -> ModuleType:
+    """Import a dependency of an optional feature, or say in one line which extra provides it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        from superbpe.errors import ConfigError
+
+        raise ConfigError(f'{purpose} needs {module}: pip install "superbpe[{extra}]"') from None

@@ -47,9 +47,9 @@ def python() -> PythonEngine:
 
 
 @pytest.fixture(scope="module")
-def corpora(shared_data: Path, multilingual_text: str, wikitext_text: str) -> dict[str, str]:
+def corpora(sample_texts: Path, multilingual_text: str, wikitext_text: str) -> dict[str, str]:
     """Every shared text: the small files whole, the big ones as the conftest slices."""
-    texts = {name: (shared_data / name).read_text(encoding="utf-8") for name in SMALL_TEXTS}
+    texts = {name: (sample_texts / name).read_text(encoding="utf-8") for name in SMALL_TEXTS}
     texts["multilingual"] = multilingual_text
     texts["wikitext"] = wikitext_text
     return texts
@@ -127,14 +127,14 @@ def test_custom_patterns_use_isolated_split(pattern: str, corpora: dict[str, str
 
 @pytest.mark.parametrize("pattern", [r"(?:the){e<=1}", r"\X", r"\p{L}+|\p{N}"])
 def test_native_never_splits_a_custom_pattern_and_auto_says_it_picks_python(
-    pattern: str, shared_data: Path, native: Native, caplog: pytest.LogCaptureFixture
+    pattern: str, sample_texts: Path, native: Native, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Regression (issue 14): a custom pattern once ran on fancy-regex when a probe text agreed with
     `regex`, else silently on python, decided separately for counting and encoding. No probe proves a
     whole corpus agrees, so ``native`` refuses such a pattern and ``auto`` picks python, saying so."""
     pre = get_pretokenizer(f"custom:{pattern}")
     assert not native_engine.splits_exactly(pre)
-    path = shared_data / "tinystories_sample.txt"
+    path = sample_texts / "tinystories_sample.txt"
     with pytest.raises(ConfigError, match="splits only the built-in patterns"):
         native.count(path, pre, [])
     with pytest.raises(ConfigError, match="splits only the built-in patterns"):
@@ -256,11 +256,11 @@ def test_invalid_utf8_is_reported_like_the_python_engine(
 
 
 def test_counts_file_is_byte_identical_and_loads(
-    tmp_path: Path, native: Native, python: PythonEngine, shared_data: Path
+    tmp_path: Path, native: Native, python: PythonEngine, sample_texts: Path
 ) -> None:
     pre = get_pretokenizer("o200k")
-    ours = native.count(shared_data / "corpus.en", pre, [EOT])
-    theirs = python.count(shared_data / "corpus.en", pre, [EOT])
+    ours = native.count(sample_texts / "corpus.en", pre, [EOT])
+    theirs = python.count(sample_texts / "corpus.en", pre, [EOT])
     ours.save(tmp_path / "ours.counts")
     theirs.save(tmp_path / "theirs.counts")
     assert (tmp_path / "ours.counts").read_bytes() == (tmp_path / "theirs.counts").read_bytes()
@@ -273,10 +273,10 @@ def test_counts_file_is_byte_identical_and_loads(
         native_engine.load_counts(tmp_path / "broken.counts")
 
 
-def test_native_counts_materialise_and_update(native: Native, shared_data: Path) -> None:
+def test_native_counts_materialise_and_update(native: Native, sample_texts: Path) -> None:
     pre = get_pretokenizer("gpt2")
-    a = native.count(shared_data / "german.txt", pre, [])
-    b = native.count(shared_data / "address.txt", pre, [])
+    a = native.count(sample_texts / "german.txt", pre, [])
+    b = native.count(sample_texts / "address.txt", pre, [])
     expected = a.to_dict()
     for piece, n in b.to_dict().items():
         expected[piece] = expected.get(piece, 0) + n
@@ -376,8 +376,8 @@ def test_bad_train_arguments(native: Native) -> None:
         native.train(PieceCounts({b"ab": -1}), 3)
 
 
-def test_callback_stops_and_resume_is_exact(native: Native, shared_data: Path) -> None:
-    counts = native.count(shared_data / "corpus.en", get_pretokenizer("gpt2"), [EOT])
+def test_callback_stops_and_resume_is_exact(native: Native, sample_texts: Path) -> None:
+    counts = native.count(sample_texts / "corpus.en", get_pretokenizer("gpt2"), [EOT])
     full = native.train(counts, 400)
     seen: list[int] = []
 

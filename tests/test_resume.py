@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import random
@@ -22,10 +21,9 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def wiki(tmp_path_factory, shared_data) -> Path:
+def wiki(tmp_path_factory, wikitext_text) -> Path:
     path = tmp_path_factory.mktemp("corpus") / "wiki.txt"
-    with gzip.open(shared_data / "wikitext103_valid_test.txt.gz", "rt", encoding="utf-8") as handle:
-        path.write_text(handle.read(300_000), encoding="utf-8")
+    path.write_text(wikitext_text[:300_000], encoding="utf-8")
     return path
 
 
@@ -177,13 +175,12 @@ def test_mismatched_resume_is_refused_naming_what_differs(wiki, tmp_path):
 OUTPUT_FILES = ("vocab.json", "merges.txt", "tokenizer.json", "superbpe.json")
 
 
-def test_ctrl_c_saves_the_merges_so_far_and_prints_the_resume_command(shared_data, tmp_path):
+def test_ctrl_c_saves_the_merges_so_far_and_prints_the_resume_command(wikitext_text, tmp_path):
     """SIGINT in stage 2 between two timed checkpoints: the merges since the last one are saved, the
     resume command printed, exit 130; the resume (native when built: the engines agree) ends with the
     merges of an uninterrupted run."""
     corpus = tmp_path / "wiki.txt"
-    with gzip.open(shared_data / "wikitext103_valid_test.txt.gz", "rt", encoding="utf-8") as handle:
-        corpus.write_text(handle.read(1_000_000), encoding="utf-8")
+    corpus.write_text(wikitext_text, encoding="utf-8")
     fast = "engine=native" if native_available() else "engine=python"
     args = [*overrides(corpus)[:-1], "vocab_size=4000", "checkpoint.every_merges=100000"]
     args.append("checkpoint.every_seconds=0.5")
