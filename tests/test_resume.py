@@ -175,12 +175,14 @@ def test_mismatched_resume_is_refused_naming_what_differs(wiki, tmp_path):
 OUTPUT_FILES = ("vocab.json", "merges.txt", "tokenizer.json", "superbpe.json")
 
 
-def test_ctrl_c_saves_the_merges_so_far_and_prints_the_resume_command(wikitext_text, tmp_path):
+def test_ctrl_c_saves_the_merges_so_far_and_prints_the_resume_command(
+    wikitext_text, multilingual_text, tmp_path
+):
     """SIGINT in stage 2 between two timed checkpoints: the merges since the last one are saved, the
     resume command printed, exit 130; the resume (native when built: the engines agree) ends with the
     merges of an uninterrupted run."""
     corpus = tmp_path / "wiki.txt"
-    corpus.write_text(wikitext_text, encoding="utf-8")
+    corpus.write_text(wikitext_text + multilingual_text, encoding="utf-8")  # ~1.6 MB: stage 2 lasts seconds
     fast = "engine=native" if native_available() else "engine=python"
     args = [*overrides(corpus)[:-1], "vocab_size=4000", "checkpoint.every_merges=100000"]
     args.append("checkpoint.every_seconds=0.5")
