@@ -7,12 +7,15 @@ pub mod bpe;
 pub mod bytesmap;
 pub mod count;
 pub mod countsfile;
+pub mod cuts;
 pub mod encode;
+pub mod mem;
 pub mod memory;
 pub mod replay;
 pub mod scan;
 pub mod specials;
 pub mod symbols;
+pub mod tables;
 pub mod train;
 pub mod unicode;
 
