@@ -103,15 +103,18 @@ class NativePieceCounts(PieceCounts):
     @property  # type: ignore[override]
     def counts(self) -> Mapping[bytes, int]:
         if self._dict is None:
-            if self._native is None:
-                raise SuperBPEError("these piece counts were handed to a trainer, which freed them")
-            self._dict = self._native.to_dict()
+            self._dict = self._table().to_dict()
         return MappingProxyType(self._dict)
 
     def spend(self) -> None:
         """Forget the table: a trainer takes it over and frees it (``train(consume_counts=True)``)."""
         self._native = None
         self._dict = None
+
+    def _table(self) -> Any:
+        if self._native is None:
+            raise SuperBPEError("these piece counts were handed to a trainer, which freed them")
+        return self._native
 
     @counts.setter
     def counts(self, value: Mapping[bytes, int]) -> None:
@@ -120,24 +123,24 @@ class NativePieceCounts(PieceCounts):
 
     def native(self) -> Any:
         """The Rust table."""
-        return self._native
+        return self._table()
 
     def __len__(self) -> int:
-        return len(self._native)
+        return len(self._table())
 
     def total(self) -> int:
-        return int(self._native.total())
+        return int(self._table().total())
 
     def update(self, other: PieceCounts) -> None:
         """Add ``other`` in place, in Rust."""
         self.check_addable(other)
-        self._native.update(native_counts(dict(other.counts) if other is self else other))
+        self._table().update(native_counts(dict(other.counts) if other is self else other))
         self._dict = None
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Same bytes as :meth:`PieceCounts.save`, serialised in Rust."""
         meta = json.dumps(self.meta, sort_keys=True).encode("utf-8")
-        data = self._native.serialize(meta)
+        data = self._table().serialize(meta)
         with atomic_write(Path(path)) as out:
             out.write(data)
 

@@ -22,6 +22,7 @@ log = logging.getLogger("superbpe")
 Update = Callable[[int], None]
 _LOG_EVERY_SECONDS = 5.0
 _CLEAR_REFS = Path("/proc/self/clear_refs")
+_STATUS = Path("/proc/self/status")
 
 
 def want_bars(enabled: bool | None) -> bool:
