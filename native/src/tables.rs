@@ -199,6 +199,14 @@ fn too_full(len: usize, bits: u32) -> bool {
 }
 
 impl LocalCounts {
+    /// Free the index of the long pieces before a merge into [`Counts`]: that merge reads the
+    /// records in the arena, never the index, so the index need not sit beside the tables being
+    /// built (it is a large part of the count's peak). Nothing can be added afterwards.
+    fn drop_long_index(&mut self) {
+        self.long = Vec::new();
+        self.long_len = 0;
+    }
+
     #[inline(always)]
     fn hash_of(&self, piece: &[u8]) -> u64 {
         piece_hash(&self.state, piece)
@@ -391,6 +399,7 @@ impl Tally {
             .map(|m| {
                 let mut local = m.into_inner().unwrap_or_else(|e| e.into_inner());
                 local.flush_hot();
+                local.drop_long_index();
                 local
             })
             .collect();
@@ -497,6 +506,15 @@ impl Counts {
         shard.table.iter().map(move |e| (key_bytes(&e.1, &shard.arena, &self.adopted), e.2))
     }
 
+    /// Empty the shards in `range`, freeing their tables and own arenas (keys in adopted arenas stay
+    /// until the whole table goes). For a consumer that is done with those shards, so the memory
+    /// can serve what it builds from them before the rest is freed.
+    pub fn release_shards(&mut self, range: std::ops::Range<usize>) {
+        for shard in &mut self.shards[range] {
+            *shard = Shard::default();
+        }
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], u64)> {
         self.shards
             .iter()
@@ -538,38 +556,37 @@ impl Counts {
             }
             return Ok(());
         }
-        let mut by_shard: Vec<Vec<Entry>> = (0..SHARDS).map(|_| Vec::new()).collect();
-        // A lower bound of each shard's new size (the largest single contribution), to pre-size it.
-        let mut at_least = vec![0usize; SHARDS];
+        // Each worker's entries go straight into the shard tables: the shards are split into one
+        // group per thread, and each group scans the worker's table once for its own shards. No list
+        // of every entry is built beside the tables (for a stage 2's millions of distinct lines that
+        // list was the peak of the whole run).
+        let per_group = SHARDS.div_ceil(rayon::current_num_threads().clamp(1, SHARDS));
+        let Counts { shards, adopted, .. } = self;
         for local in locals {
-            let mut sizes = vec![0usize; SHARDS];
-            for &(key, count) in local.short.iter().filter(|e| e.0 != 0) {
-                let h = hash_short(key);
-                by_shard[shard_of(h)].push((h, key.to_le_bytes(), count));
-                sizes[shard_of(h)] += 1;
-            }
-            let src = self.adopted.len() as u64 + 1;
-            for (loc, h, _, count) in local.arena.records() {
-                by_shard[shard_of(h)].push((h, (LONG | src << LOC_BITS | loc).to_le_bytes(), count));
-                sizes[shard_of(h)] += 1;
-            }
-            self.adopted.push(local.arena);
-            for (m, s) in at_least.iter_mut().zip(sizes) {
-                *m = (*m).max(s);
-            }
-        }
-        let adopted = &self.adopted;
-        self.shards.par_iter_mut().zip(by_shard.into_par_iter().zip(at_least)).try_for_each(
-            |(shard, (entries, at_least))| {
-                shard.table.reserve(at_least.saturating_sub(shard.table.len()), |e| table_hash(e.0));
+            adopted.push(local.arena);
+            let src = adopted.len() as u64;
+            let (adopted, short) = (&*adopted, &local.short);
+            let arena = &adopted[adopted.len() - 1];
+            shards.par_chunks_mut(per_group).enumerate().try_for_each(|(g, group)| {
+                let first = g * per_group;
                 let none = Arena::default();
-                for (h, key, count) in entries {
+                let mut add = |h: u64, key: [u8; 8], count: u64| -> Result<(), String> {
+                    let Some(shard) = shard_of(h).checked_sub(first).and_then(|i| group.get_mut(i)) else {
+                        return Ok(());
+                    };
                     // A short key or one in an adopted arena: a new entry keeps the key as is.
                     let piece = key_bytes(&key, &none, adopted);
-                    add_entry(shard, adopted, h, piece, count, move |_| key)?;
+                    add_entry(shard, adopted, h, piece, count, move |_| key)
+                };
+                for &(key, count) in short.iter().filter(|e| e.0 != 0) {
+                    add(hash_short(key), key.to_le_bytes(), count)?;
                 }
-                Ok(())
-            },
-        )
+                for (loc, h, _, count) in arena.records() {
+                    add(h, (LONG | src << LOC_BITS | loc).to_le_bytes(), count)?;
+                }
+                Ok::<(), String>(())
+            })?;
+        }
+        Ok(())
     }
 }

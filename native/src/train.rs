@@ -207,6 +207,17 @@ impl Source<'_> {
             Source::Owned(c) => c,
         }
     }
+
+    /// Free the shards in `range` of handed-over counts once they are replayed: the replayed symbols
+    /// then grow into that memory instead of adding to the whole table at the peak.
+    fn release(&mut self, range: std::ops::Range<usize>) {
+        if let Source::Owned(c) = self {
+            c.release_shards(range);
+            // The replay threads allocate from other malloc arenas than the ones the tables were
+            // freed into, so give the pages back rather than hope they are reused.
+            release_free_memory();
+        }
+    }
 }
 
 /// Give memory freed by the allocator back to the system, so what was freed (e.g. the counts)
@@ -253,7 +264,7 @@ impl Trainer {
     }
 
     fn build(
-        source: Source<'_>,
+        mut source: Source<'_>,
         replay: &[(Vec<u8>, Vec<u8>)],
         warm_pairs: usize,
         progress: &mut BuildProgress<'_>,
@@ -307,6 +318,7 @@ impl Trainer {
                 let end = (shard + SHARDS.div_ceil(REPLAY_REPORTS)).min(SHARDS);
                 chunks.extend(replay_counts(source.get(), shard..end, &ranks, &joins, &caches)?);
                 done += (shard..end).map(|s| source.get().shard_iter(s).count() as u64).sum::<u64>();
+                source.release(shard..end);
                 progress("replay", done, total)?;
                 shard = end;
             }
