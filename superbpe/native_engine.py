@@ -248,9 +248,14 @@ class NativeEngine:
         return TrainResult(merges=merges, stopped=stopped)
 
     def encoder(
-        self, vocab: Mapping[bytes, int], merges: Sequence[Merge], pretokenizer: Pretokenizer
+        self,
+        vocab: Mapping[bytes, int],
+        merges: Sequence[Merge],
+        pretokenizer: Pretokenizer,
+        *,
+        whole_pieces: bool = True,
     ) -> NativeEncoder:
-        return NativeEncoder(vocab, merges, pretokenizer)
+        return NativeEncoder(vocab, merges, pretokenizer, whole_pieces=whole_pieces)
 
 
 def _count_path(
@@ -299,12 +304,10 @@ class NativeEncoder:
         pretokenizer: Pretokenizer,
         *,
         workers: int | None = None,
+        whole_pieces: bool = True,
     ) -> None:
         lib = _require_native()
         ids = dict(vocab)
-        missing = [b for b in range(256) if bytes([b]) not in ids]
-        if missing:
-            raise ConfigError(f"vocab lacks {len(missing)} single-byte token(s), e.g. byte {missing[0]}")
         for rank, (left, right) in enumerate(merges):
             if left + right not in ids:
                 raise ConfigError(f"merge #{rank} ({left!r}, {right!r}) makes a token not in the vocab")
@@ -312,10 +315,10 @@ class NativeEncoder:
         if not splits_like_regex(pretokenizer):
             from superbpe.encoder import PythonEncoder
 
-            self._fallback = PythonEncoder(ids, merges, pretokenizer)
+            self._fallback = PythonEncoder(ids, merges, pretokenizer, whole_pieces=whole_pieces)
             return
         self._core = lib.Encoder(
-            ids, list(merges), pretokenizer.pattern, pretokenizer.line_units, _thread_count(workers)
+            ids, list(merges), pretokenizer.pattern, pretokenizer.line_units, _thread_count(workers), whole_pieces
         )
 
     def encode_ordinary(self, text: str) -> list[int]:
@@ -326,6 +329,8 @@ class NativeEncoder:
             return self._core.encode_ordinary(text)
         except UnicodeEncodeError as exc:
             raise _surrogate_error(text, exc) from None
+        except ValueError as exc:
+            raise _encode_error(exc) from None
 
     def encode_batch(self, texts: Sequence[str], dtype: str = "uint32") -> tuple[np.ndarray, np.ndarray]:
         """Encode many texts on all cores: flat ids (``dtype`` uint16/uint32) and each text's end offset."""
@@ -339,6 +344,8 @@ class NativeEncoder:
             ids, ends = self._core.encode_batch(list(texts), dtype)
         except UnicodeEncodeError as exc:
             raise _surrogate_error(str(exc.object), exc) from None
+        except ValueError as exc:
+            raise _encode_error(exc) from None
         return np.frombuffer(ids, dtype=np.dtype(dtype).newbyteorder("<")), np.frombuffer(ends, dtype="<u8")
 
     def encode_array(self, text: str, dtype: str = "uint32", chunk_bytes: int = 1 << 20) -> np.ndarray:
@@ -350,6 +357,8 @@ class NativeEncoder:
             ids = self._core.encode_array(text, dtype, chunk_bytes)
         except UnicodeEncodeError as exc:
             raise _surrogate_error(text, exc) from None
+        except ValueError as exc:
+            raise _encode_error(exc) from None
         return np.frombuffer(ids, dtype=np.dtype(dtype).newbyteorder("<"))
 
 
@@ -362,6 +371,11 @@ def _as_dtype(ids: list[int], dtype: str) -> np.ndarray:
     if dtype == "uint16" and ids and max(ids) > 0xFFFF:
         raise ConfigError(f"id {max(ids)} does not fit in uint16")
     return np.asarray(ids, dtype=dtype)
+
+
+def _encode_error(exc: ValueError) -> InputError:
+    """A text the encoder cannot encode (it needs a byte the vocabulary lacks), as an input error."""
+    return InputError(str(exc))
 
 
 def _surrogate_error(text: str, exc: UnicodeEncodeError) -> InputError:

@@ -398,7 +398,7 @@ fn ids_list<'py>(py: Python<'py>, ids: &[u32], objects: &[Py<PyAny>]) -> PyResul
 #[pymethods]
 impl NativeEncoder {
     #[new]
-    #[pyo3(signature = (vocab, merges, pattern, line_units, workers))]
+    #[pyo3(signature = (vocab, merges, pattern, line_units, workers, whole_pieces = true))]
     fn new(
         py: Python<'_>,
         vocab: &Bound<'_, PyDict>,
@@ -406,6 +406,7 @@ impl NativeEncoder {
         pattern: &str,
         line_units: bool,
         workers: usize,
+        whole_pieces: bool,
     ) -> PyResult<Self> {
         let mut v: Vec<(Vec<u8>, u32)> = Vec::with_capacity(vocab.len());
         for (k, id) in vocab.iter() {
@@ -419,7 +420,7 @@ impl NativeEncoder {
             })
             .collect();
         let splitter = Splitter::new(pattern, line_units).map_err(PyValueError::new_err)?;
-        let inner = Encoder::new(v, &merges, splitter).map_err(PyValueError::new_err)?;
+        let inner = Encoder::new(v, &merges, splitter, whole_pieces).map_err(PyValueError::new_err)?;
         Ok(NativeEncoder { inner, pool: pool(workers.max(1))?, id_objects })
     }
 
