@@ -238,10 +238,7 @@ class NativeEngine:
             table,
             num_merges,
             replay,
-            rules.min_frequency,
-            rules.max_token_bytes,
-            rules.max_words_per_token,
-            list(rules.forbidden_substrings),
+            rules,
             None if callback is None else (lambda merges: callback(MergesSoFar(merges))),
             callback_every,
         )

@@ -297,31 +297,52 @@ fn char_classes<'py>(py: Python<'py>) -> Bound<'py, PyBytes> {
     PyBytes::new(py, &v)
 }
 
+/// `superbpe.trainer.MergeRules` as Python has it (attributes read by name; validated in Python).
+#[derive(FromPyObject)]
+struct PyRules {
+    min_frequency: u64,
+    max_token_bytes: Option<usize>,
+    max_words_per_token: Option<usize>,
+    forbidden_substrings: Vec<Vec<u8>>,
+    tie_break: String,
+    duplicates: String,
+    absent_inherited: String,
+}
+
+impl From<PyRules> for Rules {
+    fn from(r: PyRules) -> Rules {
+        Rules {
+            min_frequency: r.min_frequency,
+            max_token_bytes: r.max_token_bytes,
+            max_words_per_token: r.max_words_per_token,
+            forbidden_substrings: r.forbidden_substrings,
+            tie_break_ids: r.tie_break == "ids",
+            merge_duplicates: r.duplicates == "merge",
+            drop_absent: r.absent_inherited == "drop",
+        }
+    }
+}
+
 /// Train merges; see `superbpe.trainer.train_merges` (validation happens in Python).
 #[pyfunction]
-#[pyo3(signature = (counts, num_merges, replay, min_frequency, max_token_bytes, max_words_per_token,
-                    forbidden_substrings, callback, callback_every))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (counts, num_merges, replay, rules, callback, callback_every))]
 fn train<'py>(
     py: Python<'py>,
     counts: &NativeCounts,
     num_merges: usize,
     replay: Vec<(Vec<u8>, Vec<u8>)>,
-    min_frequency: u64,
-    max_token_bytes: Option<usize>,
-    max_words_per_token: Option<usize>,
-    forbidden_substrings: Vec<Vec<u8>>,
+    rules: PyRules,
     callback: Option<Py<PyAny>>,
     callback_every: usize,
 ) -> PyResult<(Bound<'py, PyList>, bool)> {
-    let rules = Rules { min_frequency, max_token_bytes, max_words_per_token, forbidden_substrings };
+    let rules = Rules::from(rules);
     let inner = &counts.inner;
     let every = callback_every.max(1);
     // One list grown in place: the callback gets it (Python wraps it read-only) and the result is it, so
     // each merge becomes a Python tuple once however often the callback runs.
     let merges: Py<PyList> = PyList::empty(py).unbind();
     let (trainer, stopped) = run_detached(py, || {
-        let mut trainer = Trainer::with_replay(inner, &replay)?;
+        let mut trainer = Trainer::with_rules(inner, &replay, &rules)?;
         let stopped = trainer
             .choose(num_merges, &rules, every, |t| match &callback {
                 None => Ok(false),

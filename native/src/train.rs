@@ -18,13 +18,46 @@ use crate::replay::{replay_all, Joins, Ranks, ReplayChunk, MAX_REPLAY};
 const NONE: u32 = u32::MAX;
 const DEAD: u32 = u32::MAX;
 
-/// Which merged tokens may be created (see `MergeRules` in docs/DESIGN.md).
+/// Which merged tokens may be created, and how the official recipe's choices are made (see
+/// `MergeRules` in docs/DESIGN.md and `superbpe.compat`).
 #[derive(Clone, Debug, Default)]
 pub struct Rules {
     pub min_frequency: u64,
     pub max_token_bytes: Option<usize>,
     pub max_words_per_token: Option<usize>,
     pub forbidden_substrings: Vec<Vec<u8>>,
+    /// Count ties go to the lowest (left, right) in HF's id order instead of the greatest bytes.
+    pub tie_break_ids: bool,
+    /// A chosen pair whose token exists is merged and recorded (no new id) instead of skipped.
+    pub merge_duplicates: bool,
+    /// A replayed merge whose pair never occurs (or whose part was dropped) is left out.
+    pub drop_absent: bool,
+}
+
+impl Rules {
+    /// Whether training must follow HF's bookkeeping (then every pair stays warm, see `with_rules`).
+    fn official(&self) -> bool {
+        self.tie_break_ids || self.merge_duplicates || self.drop_absent
+    }
+}
+
+/// The tie-break key of a token for `Rules::tie_break_ids`: HF numbers the bytes by their GPT-2
+/// byte-to-unicode character, then each new token in order; the key is big-endian and reversed so
+/// the heap's "greatest key wins" picks the lowest ids.
+fn hf_tie_key(id: usize) -> Vec<u8> {
+    let rank = if id < 256 { byte_table_char(id as u8) } else { 0x144 + (id as u32 - 256) };
+    (u32::MAX - rank).to_be_bytes().to_vec()
+}
+
+/// The code point GPT-2's byte-to-unicode table gives byte `b`: printable Latin-1 bytes keep
+/// theirs, the other 68 get 256, 257, ... in byte order.
+fn byte_table_char(b: u8) -> u32 {
+    let visible = |x: u8| (0x21..=0x7E).contains(&x) || (0xA1..=0xAC).contains(&x) || x >= 0xAE;
+    if visible(b) {
+        b as u32
+    } else {
+        256 + (0..b).filter(|&x| !visible(x)).count() as u32
+    }
 }
 
 impl Rules {
@@ -216,12 +249,53 @@ pub struct Trainer {
     /// The (left, right) token ids of merge i (token 256 + i).
     pub parts: Vec<(u32, u32)>,
     token_ids: BytesMap<u32>,
+    /// Tie-break keys per token when ties go by HF ids (`Rules::tie_break_ids`), else None.
+    hf_keys: Option<Vec<Vec<u8>>>,
 }
 
 impl Trainer {
     /// Build the state from piece counts; pieces shorter than 2 bytes or with count 0 are dropped.
     pub fn new(counts: &Counts) -> Result<Trainer, String> {
         Trainer::with_replay(counts, &[])
+    }
+
+    /// `with_replay`, or for the official recipe's rules (`Rules::official`) the replay HF does:
+    /// merge by merge on a table of every pair, leaving out absent merges when `drop_absent`.
+    pub fn with_rules(counts: &Counts, replay: &[(Vec<u8>, Vec<u8>)], rules: &Rules) -> Result<Trainer, String> {
+        if !rules.official() {
+            return Trainer::with_replay(counts, replay);
+        }
+        // All pairs warm: a pair is in `pairs` from when it occurs until it is merged (as in HF's
+        // queue, which `drop_absent` asks about), and a duplicate merge adds to existing pairs.
+        let mut t = Trainer::with_replay_warm(counts, &[], usize::MAX)?;
+        t.replay_one_by_one(replay, rules.drop_absent)?;
+        Ok(t)
+    }
+
+    /// Apply earlier merges in order through `merge`, as HF's extend step does.
+    fn replay_one_by_one(&mut self, replay: &[(Vec<u8>, Vec<u8>)], drop_absent: bool) -> Result<(), String> {
+        for (i, (lb, rb)) in replay.iter().enumerate() {
+            let (Some(l), Some(r)) = (self.token_id(lb), self.token_id(rb)) else {
+                if drop_absent {
+                    continue;
+                }
+                return Err(format!("replay merge {i}: a part is not a token yet"));
+            };
+            if drop_absent && !self.pairs.contains_key(&pair_key(l, r)) {
+                continue;
+            }
+            let token = [lb.as_slice(), rb.as_slice()].concat();
+            let new = match self.token_id(&token) {
+                Some(existing) if drop_absent => {
+                    self.parts.push((l, r));
+                    existing
+                }
+                Some(_) => return Err(format!("replay merge {i}: token already exists")),
+                None => self.add_token(l, r, token),
+            };
+            self.merge(l, r, new);
+        }
+        Ok(())
     }
 
     /// Build the state with earlier merges already applied, in order; each keeps id 256 + its
@@ -248,6 +322,7 @@ impl Trainer {
             tokens: (0..=255u8).map(|b| vec![b]).collect(),
             parts: Vec::new(),
             token_ids: BytesMap::default(),
+            hf_keys: None,
         };
         for (i, tok) in t.tokens.iter().enumerate() {
             t.token_ids.insert(tok, i as u32);
@@ -398,7 +473,27 @@ impl Trainer {
         self.parts.push((l, r));
         self.token_ids.insert(&token, id);
         self.tokens.push(token);
+        if let Some(keys) = &mut self.hf_keys {
+            keys.push(hf_tie_key(id as usize));
+        }
         id
+    }
+
+    /// What the heap orders equal counts by: token bytes, or HF id keys (`Rules::tie_break_ids`).
+    fn tie_keys(&self) -> &[Vec<u8>] {
+        self.hf_keys.as_deref().unwrap_or(&self.tokens)
+    }
+
+    /// The heap of every warm pair that occurs.
+    fn full_heap(&self) -> Heap {
+        let mut heap = Heap::default();
+        for (&k, info) in &self.pairs {
+            if info.count > 0 {
+                heap.v.push(Entry { count: info.count, key: k });
+            }
+        }
+        heap.heapify(self.tie_keys());
+        heap
     }
 
     /// The table a pair's count is kept in during a merge making `new`: pairs holding `new` are
@@ -526,7 +621,7 @@ impl Trainer {
             .filter(|(_, info)| info.count > 0)
             .map(|(&key, info)| Entry { count: info.count, key })
             .collect();
-        heap.heapify(&self.tokens);
+        heap.heapify(self.tie_keys());
         true
     }
 
@@ -545,13 +640,10 @@ impl Trainer {
         every: usize,
         mut callback: impl FnMut(&Trainer) -> Result<bool, E>,
     ) -> Result<bool, E> {
-        let mut heap = Heap::default();
-        for (&k, info) in &self.pairs {
-            if info.count > 0 {
-                heap.v.push(Entry { count: info.count, key: k });
-            }
+        if rules.tie_break_ids && self.hf_keys.is_none() {
+            self.hf_keys = Some((0..self.tokens.len()).map(hf_tie_key).collect());
         }
-        heap.heapify(&self.tokens);
+        let mut heap = self.full_heap();
         let mut chosen = 0usize;
         while self.tokens.len() - 256 < num_merges {
             let Some(top) = heap.peek() else {
@@ -563,9 +655,9 @@ impl Trainer {
             let actual = self.count_of(top.key);
             if actual != top.count {
                 if actual > 0 {
-                    heap.replace_top(Entry { count: actual, key: top.key }, &self.tokens);
+                    heap.replace_top(Entry { count: actual, key: top.key }, self.tie_keys());
                 } else {
-                    heap.pop(&self.tokens);
+                    heap.pop(self.tie_keys());
                 }
                 continue;
             }
@@ -576,15 +668,26 @@ impl Trainer {
             if (actual as u64) < rules.min_frequency {
                 break;
             }
-            heap.pop(&self.tokens);
+            heap.pop(self.tie_keys());
             let (l, r) = unpack(top.key);
             let token = [self.tokens[l as usize].as_slice(), &self.tokens[r as usize]].concat();
-            if self.token_ids.contains(&token) || !rules.allows(&token) {
+            if !rules.allows(&token) {
                 continue;
             }
-            let new = self.add_token(l, r, token);
-            for k in self.merge(l, r, new) {
-                heap.push(Entry { count: self.count_of(k), key: k }, &self.tokens);
+            if let Some(existing) = self.token_id(&token) {
+                if !rules.merge_duplicates {
+                    continue;
+                }
+                // HF records the merge and merges into the existing token. Pairs holding it may
+                // exist already and just grew, so their heap entries are rebuilt (this is rare).
+                self.parts.push((l, r));
+                self.merge(l, r, existing);
+                heap = self.full_heap();
+            } else {
+                let new = self.add_token(l, r, token);
+                for k in self.merge(l, r, new) {
+                    heap.push(Entry { count: self.count_of(k), key: k }, self.tie_keys());
+                }
             }
             chosen += 1;
             if chosen.is_multiple_of(every) && callback(self)? {
