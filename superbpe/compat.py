@@ -128,15 +128,13 @@ def alphabet_order(byte_values: Iterable[int]) -> bytes:
 
 
 def hf_vocab(alphabet: bytes, merges: Sequence[Merge], special_tokens: Iterable[str] = ()) -> dict[int, bytes]:
-    """HF's ids: the alphabet first, then each new merged token in order (a repeated one gets no id),
-    then the special tokens."""
-    vocab: dict[int, bytes] = {i: bytes([b]) for i, b in enumerate(alphabet)}
-    known = set(vocab.values())
-    for left, right in merges:
-        token = left + right
+    """HF's ids: the special tokens, the alphabet, then each new merged token in order (one a merge
+    makes again gets no id)."""
+    vocab: dict[int, bytes] = {}
+    known: set[bytes] = set()
+    specials = [special.encode("utf-8") for special in dict.fromkeys(special_tokens)]
+    for token in [*specials, *(bytes([b]) for b in alphabet), *(left + right for left, right in merges)]:
         if token not in known:
             known.add(token)
             vocab[len(vocab)] = token
-    for special in dict.fromkeys(special_tokens):
-        vocab[len(vocab)] = special.encode("utf-8")
     return vocab

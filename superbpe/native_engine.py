@@ -140,6 +140,9 @@ class NativePieceCounts(PieceCounts):
     def __len__(self) -> int:
         return len(self._native) if self._native is not None else len(self.counts)
 
+    def bytes_seen(self) -> bytes:
+        return bytes(self._native.bytes_seen()) if self._native is not None else super().bytes_seen()
+
     def total(self) -> int:
         return int(self._native.total()) if self._native is not None else super().total()
 

@@ -98,6 +98,18 @@ impl NativeCounts {
         self.inner.get(piece)
     }
 
+    /// The distinct byte values of all pieces that occur, ascending (a vocabulary's "seen" alphabet).
+    fn bytes_seen<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        let mut seen = [false; 256];
+        for (piece, count) in self.inner.iter() {
+            if count > 0 {
+                piece.iter().for_each(|&b| seen[b as usize] = true);
+            }
+        }
+        let found: Vec<u8> = (0..=255u8).filter(|&b| seen[b as usize]).collect();
+        PyBytes::new(py, &found)
+    }
+
     /// `dict[bytes, int]` of all entries.
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
