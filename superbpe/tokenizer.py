@@ -300,7 +300,7 @@ class Tokenizer:
             data = files.read_hf_tokenizer(hf_path)
             pre = files.pretokenizer_from_hf(data)
             return cls(
-                data.vocab, data.merges, data.special_tokens, pre, engine, whole_pieces=not data.ignore_merges
+                data.vocab, data.merges, data.special_tokens, pre, engine, whole_pieces=data.ignore_merges
             )
         if vocab_path.exists() or merges_path.exists():
             if compat is not None:

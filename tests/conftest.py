@@ -28,3 +28,12 @@ def multilingual_text(shared_data: Path) -> str:
 def wikitext_text(shared_data: Path) -> str:
     with gzip.open(shared_data / "wikitext103_valid_test.txt.gz", "rt", encoding="utf-8") as handle:
         return handle.read(600_000)
+
+
+@pytest.fixture(scope="session")
+def official_data(shared_data: Path) -> Path:
+    """Outputs of the official SuperBPE scripts (../shared/official, see its README)."""
+    official = shared_data.parent / "official"
+    if not official.is_dir():
+        pytest.fail(f"official SuperBPE reference outputs not found at {official}")
+    return official
