@@ -127,7 +127,9 @@ def alphabet_order(byte_values: Iterable[int]) -> bytes:
     return bytes(sorted(set(byte_values), key=lambda b: ord(table[b])))
 
 
-def hf_vocab(alphabet: bytes, merges: Sequence[Merge], special_tokens: Iterable[str] = ()) -> dict[int, bytes]:
+def hf_vocab(
+    alphabet: bytes, merges: Sequence[Merge], special_tokens: Iterable[str] = ()
+) -> dict[int, bytes]:
     """HF's ids: the special tokens, the alphabet, then each new merged token in order (one a merge
     makes again gets no id)."""
     vocab: dict[int, bytes] = {}

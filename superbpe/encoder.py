@@ -1,8 +1,10 @@
 """The python engine's encoder: text with no special tokens in it -> token ids.
 
 Rule (the contract both engines follow): pre-tokenize; a piece whose bytes are a token is that token
-(unless ``whole_pieces`` is off, as in HF's ``ignore_merges: false``); otherwise start from single bytes and repeatedly merge the adjacent pair with the lowest merge rank, the
-leftmost one on ties. Ids come from the vocab's bytes -> id map, so foreign id layouts (GPT-2) work.
+(unless ``whole_pieces`` is off, as in HF's ``ignore_merges: false``); otherwise start from single bytes
+and repeatedly merge the adjacent pair with the lowest merge rank, the leftmost one on ties. A vocab may
+lack single bytes; a text that needs one is an error. Ids come from the vocab's bytes -> id map, so
+foreign id layouts (GPT-2, HF) work.
 
 Speed comes almost entirely from the piece cache: natural text repeats a few thousand pieces over and over,
 so after warm-up encoding is one regex split plus a C-level ``map`` over the cache. Misses take one of two

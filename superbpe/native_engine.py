@@ -318,7 +318,12 @@ class NativeEncoder:
             self._fallback = PythonEncoder(ids, merges, pretokenizer, whole_pieces=whole_pieces)
             return
         self._core = lib.Encoder(
-            ids, list(merges), pretokenizer.pattern, pretokenizer.line_units, _thread_count(workers), whole_pieces
+            ids,
+            list(merges),
+            pretokenizer.pattern,
+            pretokenizer.line_units,
+            _thread_count(workers),
+            whole_pieces,
         )
 
     def encode_ordinary(self, text: str) -> list[int]:

@@ -33,7 +33,11 @@ MAX_MERGES = 0x110000 - 256
 _COMPLEMENT = bytes(range(255, -1, -1))
 # Greater than every complemented byte, so a shorter token sorts after its extensions (it is smaller).
 _END = "\u0100"
-_CHOICES = {"tie_break": ("bytes", "ids"), "duplicates": ("skip", "merge"), "absent_inherited": ("keep", "drop")}
+_CHOICES = {
+    "tie_break": ("bytes", "ids"),
+    "duplicates": ("skip", "merge"),
+    "absent_inherited": ("keep", "drop"),
+}
 # HF numbers its alphabet by character; the GPT-2 byte-to-unicode characters all lie below this.
 _HF_FIRST_MERGED = 0x144
 

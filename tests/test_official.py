@@ -1,4 +1,4 @@
-"""compat=official: the official SuperBPE scripts' files byte for byte, and their tokenizers loaded as they encode.
+"""compat=official: the official SuperBPE scripts' files byte for byte; their tokenizers encode as theirs.
 
 The reference files in ../shared/official were written by the official scripts (HF tokenizers and the
 SuperBPE fork); stock HF ``tokenizers`` stands in for their encoder and for their stage-1 trainer.
@@ -17,7 +17,15 @@ from script_helpers import ROOT, run_script
 
 from superbpe import Tokenizer, files
 from superbpe.compat import OFFICIAL, PRESETS, alphabet_order, hf_vocab
-from superbpe.config import CompatConfig, DataConfig, PretokenizerConfig, ScheduleConfig, StageConfig, TrainConfig
+from superbpe.config import (
+    CompatConfig,
+    DataConfig,
+    EngineConfig,
+    PretokenizerConfig,
+    ScheduleConfig,
+    StageConfig,
+    TrainConfig,
+)
 from superbpe.engine import get_engine
 from superbpe.errors import ConfigError, InputError
 from superbpe.pretokenize import PATTERNS, get_pretokenizer
@@ -49,7 +57,7 @@ def _official_run(tmp_path: Path, corpus: Path, engine: str, schedule: ScheduleC
     cfg = TrainConfig(
         data=DataConfig(paths=[str(corpus)]),
         pretokenizer=PretokenizerConfig(name="superbpe-stage1"),
-        engine=__import__("superbpe.config", fromlist=["EngineConfig"]).EngineConfig(name=engine),
+        engine=EngineConfig(name=engine),
         schedule=schedule,
         compat=OFFICIAL,
         vocab_size=1500,
@@ -78,7 +86,8 @@ def test_official_superbpe_writes_their_files(tmp_path, shared_data, official_da
     both = _official_run(tmp_path, corpus, engine, _superbpe_schedule(1000), "both")
     _assert_same_files(both, theirs / "superbpe")
     extended = _superbpe_schedule(1000, from_tokenizer=str(theirs / "bpe"))
-    _assert_same_files(_official_run(tmp_path, corpus, engine, extended, "from-tokenizer"), theirs / "superbpe")
+    from_tokenizer = _official_run(tmp_path, corpus, engine, extended, "from-tokenizer")
+    _assert_same_files(from_tokenizer, theirs / "superbpe")
     stage1 = _official_run(tmp_path, corpus, engine, ScheduleConfig(), "stage1")
     from_run = _superbpe_schedule(1000, from_run=str(stage1))
     _assert_same_files(_official_run(tmp_path, corpus, engine, from_run, "from-run"), theirs / "superbpe")
@@ -151,7 +160,7 @@ def test_hf_tie_break_and_alphabet_match_stock_hf_on_random_text(tmp_path, engin
     for seed in range(40):
         rng = random.Random(seed)
         chars = rng.choice(["ab c", "abc d\n", "aab é.\n", "xy z:\n"])
-        lines = ["".join(rng.choice(chars) for _ in range(rng.randint(0, 30))) for _ in range(rng.randint(1, 30))]
+        lines = ["".join(rng.choices(chars, k=rng.randint(0, 30))) for _ in range(rng.randint(1, 30))]
         path = tmp_path / f"{seed}.txt"
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
         counts = get_engine(engine).count([path], pre, [])
@@ -245,4 +254,5 @@ def test_released_200k_tokenizer_loads_unpadded_and_encodes_like_hf(shared_data,
             if engine == "python":
                 text = text[:100_000]  # the python engine is the slow reference
             assert tok.encode(text) == hf.encode(text).ids, (engine, name)
-    assert json.loads((released / files.VOCAB_FILE).read_text(encoding="utf-8"))["Ġthe"] == tok.token_to_id(" the")
+    ids = json.loads((released / files.VOCAB_FILE).read_text(encoding="utf-8"))
+    assert ids["Ġthe"] == tok.token_to_id(" the")
