@@ -833,6 +833,29 @@ mod tests {
     }
 
     #[test]
+    fn hf_ids_break_ties_by_lowest_ids() {
+        // GPT-2's byte table: space is U+0120 and newline U+010A, so both rank after every letter.
+        assert_eq!((byte_table_char(b' '), byte_table_char(b'\n'), byte_table_char(b'a')), (0x120, 0x10A, 0x61));
+        let rules = Rules { min_frequency: 1, tie_break_ids: true, ..Default::default() };
+        // "ab", "cd" and " x" tie at 5: HF takes (a, b) first, then (c, d); (" ", x) comes last.
+        let m = train(&[("ab", 5), ("cd", 5), (" x", 5)], 3, &rules);
+        assert_eq!(m, vec![b"ab".to_vec(), b"cd".to_vec(), b" x".to_vec()]);
+    }
+
+    #[test]
+    fn official_replay_drops_absent_merges_and_their_dependents() {
+        let rules = Rules { drop_absent: true, ..Default::default() };
+        let replay: Vec<(Vec<u8>, Vec<u8>)> = [("x", "y"), ("a", "b"), ("xy", "z"), ("ab", "ab")]
+            .iter()
+            .map(|(l, r)| (l.as_bytes().to_vec(), r.as_bytes().to_vec()))
+            .collect();
+        let mut t = Trainer::with_rules(&counts(&[("abab", 3), ("cd", 2)]), &replay, &rules).unwrap();
+        t.choose(3, &rules, 1000, |_| Ok::<_, ()>(false)).unwrap();
+        let m: Vec<Vec<u8>> = t.merges().map(|(l, r)| [l, r].concat()).collect();
+        assert_eq!(m, vec![b"ab".to_vec(), b"abab".to_vec(), b"cd".to_vec()]);
+    }
+
+    #[test]
     fn min_frequency_stops() {
         let rules = Rules { min_frequency: 3, ..Default::default() };
         assert_eq!(train(&[("ab", 5), ("cd", 2)], 10, &rules), vec![b"ab".to_vec()]);
