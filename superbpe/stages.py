@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from superbpe.api import make_rules
+from superbpe.compat import get_compat, training_pretokenizer, training_rules
 from superbpe.config import CompatConfig, PretokenizerConfig, ScheduleConfig, StageConfig
 from superbpe.engine import Merge
 from superbpe.errors import ConfigError, InputError
@@ -112,8 +113,6 @@ def plan_stages(
 
     ``compat`` (default: ours) sets the training units and the trainer's choices of every stage.
     """
-    from superbpe.compat import get_compat, training_pretokenizer, training_rules
-
     chosen = get_compat(compat)
     if not schedule.stages:
         raise ConfigError("schedule.stages is empty; a schedule needs at least one stage")

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from operator import add
 
 from superbpe.errors import ConfigError, SuperBPEError
+from superbpe.files import byte_to_unicode
 
 Merge = tuple[bytes, bytes]
 # Symbols are characters (see _PairTable), so ids stop at the largest code point.
@@ -144,8 +145,6 @@ def _hf_order_key(token_id: int) -> str:
     """One character whose order is HF's id order: bytes by their byte-table character, then merged
     tokens in the order they were made (ids are given to new tokens only)."""
     if token_id < 256:
-        from superbpe.files import byte_to_unicode
-
         return byte_to_unicode()[token_id]
     return chr(_HF_FIRST_MERGED + token_id - 256)
 
