@@ -15,7 +15,7 @@ import pytest
 from omegaconf import OmegaConf
 from script_helpers import ROOT, run_script
 
-from superbpe import Tokenizer, files
+from superbpe import Tokenizer, files, train_bpe
 from superbpe.compat import OFFICIAL, PRESETS, alphabet_order, hf_vocab
 from superbpe.config import (
     CompatConfig,
@@ -105,6 +105,16 @@ def test_official_tokenizer_encodes_like_theirs(tmp_path, shared_data, official_
         loaded = Tokenizer.load(theirs_dir, engine=engine)
         assert not loaded.pretokenizer.line_units and not loaded.whole_pieces
         assert loaded.encode(text) == expected
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_train_bpe_compat_official_gives_their_vocab_and_merges(shared_data, official_data, engine):
+    vocab, merges = train_bpe(
+        shared_data / "corpus.en", 1500, pretokenizer="superbpe-stage1", engine=engine, compat="official"
+    )
+    theirs = official_data / "corpus_en" / "bpe"
+    assert vocab == files.read_vocab(theirs / files.VOCAB_FILE)
+    assert merges == files.read_merges(theirs / files.MERGES_FILE)
 
 
 def test_script_compat_official_writes_their_files(tmp_path, shared_data, official_data):
