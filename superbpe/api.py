@@ -9,7 +9,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from superbpe.compat import alphabet_order, get_compat, hf_vocab, training_pretokenizer, training_rules
+from superbpe.compat import (
+    alphabet_order,
+    get_compat,
+    hf_vocab,
+    seen_budget,
+    training_pretokenizer,
+    training_rules,
+)
 from superbpe.config import CompatConfig
 from superbpe.counting import PieceCounts
 from superbpe.engine import Engine, Merge, MergeCallback, get_engine
@@ -112,7 +119,11 @@ def train_bpe(
     chosen_compat = get_compat(compat)
     special_tokens = list(dict.fromkeys(special_tokens))
     SpecialSplitter(special_tokens)
-    num_merges = merge_budget(vocab_size, special_tokens)
+    seen_alphabet = chosen_compat.alphabet == "seen"
+    # With the seen alphabet, the budget is known once the text is counted (see below).
+    num_merges = merge_budget(vocab_size, special_tokens) if not seen_alphabet else 0
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
+        raise ConfigError(f"vocab_size must be an integer, not {vocab_size!r}")
     read_options = {k: options.pop(k) for k in ("chunk_bytes", "errors", "text_field") if k in options}
     rules = training_rules(make_rules(**_rule_options(options)), chosen_compat)
     pretokenizer = training_pretokenizer(get_pretokenizer(pretokenizer), chosen_compat)
@@ -128,9 +139,9 @@ def train_bpe(
             workers=workers,
             **read_options,
         )
-    alphabet = alphabet_order(counts.bytes_seen()) if chosen_compat.alphabet == "seen" else None
+    alphabet = alphabet_order(counts.bytes_seen()) if seen_alphabet else None
     if alphabet is not None:  # the bytes never seen take no ids, so merges may use them
-        num_merges = vocab_size - len(special_tokens) - len(alphabet)
+        num_merges = seen_budget(vocab_size, alphabet, special_tokens)
     result = chosen.train(
         counts, num_merges, rules=rules, replay=replay, callback=callback, callback_every=callback_every
     )

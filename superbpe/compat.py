@@ -127,6 +127,17 @@ def alphabet_order(byte_values: Iterable[int]) -> bytes:
     return bytes(sorted(set(byte_values), key=lambda b: ord(table[b])))
 
 
+def seen_budget(vocab_size: int, alphabet: bytes, special_tokens: Sequence[str], at_least: int = 0) -> int:
+    """Merges (new tokens) a vocabulary of ``vocab_size`` leaves beside the seen bytes and the specials."""
+    budget = vocab_size - len(special_tokens) - len(alphabet)
+    if budget < max(at_least, 1):
+        raise ConfigError(
+            f"vocab_size {vocab_size} leaves {budget} merges after the {len(alphabet)} bytes seen and "
+            f"{len(special_tokens)} special tokens; it needs at least {max(at_least, 1)}"
+        )
+    return budget
+
+
 def hf_vocab(
     alphabet: bytes, merges: Sequence[Merge], special_tokens: Iterable[str] = ()
 ) -> dict[int, bytes]:

@@ -22,7 +22,7 @@ from superbpe.api import build_vocab, merge_budget
 from superbpe.cache import RunCache, cache_key
 from superbpe.checkpoints import Checkpoint, Checkpointer, check_compatible, checkpoint_path, load_checkpoint
 from superbpe.compat import DEFAULT as DEFAULT_COMPAT
-from superbpe.compat import alphabet_order, check_compat, encoding_pretokenizer, hf_vocab
+from superbpe.compat import alphabet_order, check_compat, encoding_pretokenizer, hf_vocab, seen_budget
 from superbpe.config import CompatConfig, TrainConfig
 from superbpe.counting import PieceCounts, check_errors_mode
 from superbpe.engine import Engine, Merge, get_engine
@@ -287,7 +287,8 @@ def _with_alphabet(job: _Job, plan: StagePlan, counts: PieceCounts) -> StagePlan
     job.alphabets[plan.index] = alphabet
     if plan.index != len(job.plans) - 1 or plan.end != job.total_merges:
         return plan
-    return replace(plan, end=job.cfg.vocab_size - len(job.specials) - len(alphabet))
+    previous = job.plans[plan.index - 1].end if plan.index else 0
+    return replace(plan, end=seen_budget(job.cfg.vocab_size, alphabet, job.specials, previous + 1))
 
 
 def _counts(job: _Job, plan: StagePlan, stats: StageStats, ahead: _CountAhead) -> PieceCounts:

@@ -140,6 +140,13 @@ def test_compat_presets_match_their_yaml():
         assert CompatConfig(**OmegaConf.to_object(fields)) == preset
 
 
+def test_vocab_below_the_seen_alphabet_is_one_line_error(shared_data):
+    vocab, merges = train_bpe(shared_data / "corpus.en", 120, compat="official")  # 108 bytes seen
+    assert (len(vocab), len(merges)) == (120, 12)
+    with pytest.raises(ConfigError, match="108 bytes seen"):
+        train_bpe(shared_data / "corpus.en", 100, compat="official")
+
+
 def test_bad_compat_value_is_one_line_error():
     with pytest.raises(ConfigError, match="compat.tie_break"):
         from superbpe.compat import check_compat
