@@ -285,14 +285,10 @@ impl Trainer {
                 continue;
             }
             let token = [lb.as_slice(), rb.as_slice()].concat();
-            let new = match self.token_id(&token) {
-                Some(existing) if drop_absent => {
-                    self.parts.push((l, r));
-                    existing
-                }
-                Some(_) => return Err(format!("replay merge {i}: token already exists")),
-                None => self.add_token(l, r, token),
-            };
+            if self.token_ids.contains(&token) {
+                return Err(format!("replay merge {i}: token already exists"));
+            }
+            let new = self.add_token(l, r, token);
             self.merge(l, r, new);
         }
         Ok(())
