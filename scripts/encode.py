@@ -33,6 +33,7 @@ def main(cfg: DictConfig) -> None:
             errors=args.errors,
             engine=args.engine.name,
             progress=args.progress,
+            executor=args.executor,
         )
     except USER_ERRORS as exc:
         fail(exc)

@@ -32,6 +32,7 @@ def main(cfg: DictConfig) -> None:
             separator=args.separator,
             text_field=args.text_field,
             engine=args.engine.name,
+            executor=args.executor,
         )
         if args.output:
             atomic_write_text(Path(args.output), json.dumps(result.to_json(), indent=2) + "\n")

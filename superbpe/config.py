@@ -41,6 +41,16 @@ class EngineConfig:
 
 
 @dataclass
+class ExecutorConfig:
+    """Where counting, encoding and evaluation run (``conf/executor/``; see :mod:`superbpe.executor`)."""
+
+    name: str = "local"  # local | ray
+    address: str = "local"  # ray: local (start in-process) | auto | ray://host:port
+    num_cpus_per_task: int = 1
+    shard_bytes: int = 128 << 20
+
+
+@dataclass
 class StageConfig:
     """One training stage: its own pre-tokenizer and rules, trained on top of the previous stages.
 
@@ -122,6 +132,7 @@ class TrainConfig:
     data: DataConfig = field(default_factory=DataConfig)
     pretokenizer: PretokenizerConfig = field(default_factory=PretokenizerConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
+    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     compat: CompatConfig = field(default_factory=CompatConfig)
     vocab_size: int = 8192
@@ -141,13 +152,14 @@ class EncodeConfig:
 
     tokenizer: str = "???"
     input: Any = "???"  # a file, directory, glob, or a list of them
-    output: str = "???"
+    output: str = "???"  # a file, or a directory (new or empty) for one token file per shard + index.json
     separator: str | None = "<|endoftext|>"  # special token appended after every document; None = none
     workers: int | None = None
     chunk_bytes: int = 1 << 20
     text_field: str = "text"
     errors: str = "strict"
     engine: EngineConfig = field(default_factory=EngineConfig)
+    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     progress: bool | None = None
 
 
@@ -160,6 +172,7 @@ class EvaluateConfig:
     separator: str | None = "<|endoftext|>"  # documents are split at this special token
     text_field: str = "text"
     engine: EngineConfig = field(default_factory=EngineConfig)
+    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     output: str | None = None  # also write the numbers as JSON here
 
 

@@ -88,15 +88,29 @@ class PieceCounts(Mapping[bytes, int]):
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the ``.counts`` binary format (see docs/DESIGN.md) atomically."""
-        meta = json.dumps(self.meta, sort_keys=True).encode("utf-8")
         with atomic_write(Path(path)) as out:
-            out.write(COUNTS_MAGIC + struct.pack("<I", len(meta)) + meta)
-            out.write(struct.pack("<Q", len(self.counts)))
-            pack = struct.Struct("<I").pack
-            pack_count = struct.Struct("<Q").pack
-            out.writelines(
-                pack(len(piece)) + piece + pack_count(self.counts[piece]) for piece in sorted(self.counts)
-            )
+            out.writelines(self._serialized())
+
+    def to_bytes(self) -> bytes:
+        """The ``.counts`` format in memory (what a shard task sends back)."""
+        return b"".join(self._serialized())
+
+    def _serialized(self) -> Iterator[bytes]:
+        meta = json.dumps(self.meta, sort_keys=True).encode("utf-8")
+        yield COUNTS_MAGIC + struct.pack("<I", len(meta)) + meta
+        yield struct.pack("<Q", len(self.counts))
+        pack = struct.Struct("<I").pack
+        pack_count = struct.Struct("<Q").pack
+        for piece in sorted(self.counts):
+            yield pack(len(piece)) + piece + pack_count(self.counts[piece])
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> PieceCounts:
+        """Inverse of :meth:`to_bytes`."""
+        try:
+            return cls._parse(data)
+        except (struct.error, ValueError, IndexError) as exc:
+            raise InputError(f"not a valid piece-counts table ({exc})") from None
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> PieceCounts:

@@ -10,12 +10,12 @@ and the counts equal those of encoding each document whole.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from superbpe.sources import chunk_documents, iter_chunks, resolve_inputs
+from superbpe.sources import Chunk, chunk_documents, iter_chunks, resolve_inputs
 from superbpe.tokenizer import Tokenizer
 
 EVAL_CHUNK_BYTES = 1 << 20
@@ -47,10 +47,13 @@ class EvalResult:
 class _Tally:
     """Running totals for one evaluation; a document is counted when its separator or file end is seen."""
 
-    def __init__(self, tokenizer: Tokenizer) -> None:
+    def __init__(self, tokenizer: Tokenizer, open_document: bool | None = False) -> None:
         self.encode = tokenizer.encode
         self.bytes = self.tokens = self.documents = 0
-        self.open_document = False
+        # None: a shard that starts where the previous one left off, unknown here; its first
+        # document end is then counted by whoever knows (``ends_unknown_document``).
+        self.open_document = open_document
+        self.ends_unknown_document = False
 
     def add_text(self, text: str) -> None:
         if text:
@@ -59,7 +62,9 @@ class _Tally:
             self.open_document = True
 
     def end_document(self) -> None:
-        if self.open_document:
+        if self.open_document is None:
+            self.ends_unknown_document = True
+        elif self.open_document:
             self.documents += 1
         self.open_document = False
 
@@ -78,13 +83,25 @@ def evaluate(
     for path in paths:
         specials = [separator] if separator else []
         line_cuts = tokenizer.pretokenizer.safe_cuts_hold
-        for chunk in iter_chunks(path, specials, EVAL_CHUNK_BYTES, line_cuts=line_cuts):
-            for document in chunk_documents(chunk, errors, text_field):
-                _add_chunk_text(tally, document, separator)
-                if chunk.jsonl:
-                    tally.end_document()
+        add_chunks(
+            tally,
+            iter_chunks(path, specials, EVAL_CHUNK_BYTES, line_cuts=line_cuts),
+            separator,
+            errors,
+            text_field,
+        )
         tally.end_document()
     return EvalResult([str(p) for p in paths], tally.bytes, tally.tokens, tally.documents)
+
+
+def add_chunks(
+    tally: _Tally, chunks: Iterable[Chunk], separator: str | None, errors: str, text_field: str
+) -> None:
+    for chunk in chunks:
+        for document in chunk_documents(chunk, errors, text_field):
+            _add_chunk_text(tally, document, separator)
+            if chunk.jsonl:
+                tally.end_document()
 
 
 def _add_chunk_text(tally: _Tally, text: str, separator: str | None) -> None:
@@ -102,7 +119,20 @@ def evaluate_dir(
     separator: str | None = "<|endoftext|>",
     text_field: str = "text",
     engine: str = "auto",
+    executor: Any = None,
 ) -> EvalResult:
-    """Load the tokenizer saved in ``directory`` (its manifest pattern included) and evaluate it."""
+    """Load the tokenizer saved in ``directory`` (its manifest pattern included) and evaluate it.
+
+    An ``executor`` other than local evaluates shard by shard (:func:`superbpe.sharded.evaluate_sharded`).
+    """
+    from superbpe.executor import check_executor
+
+    spec = check_executor(executor)
+    if spec.name != "local":
+        from superbpe.sharded import evaluate_sharded
+
+        return evaluate_sharded(
+            directory, inputs, separator=separator, text_field=text_field, engine=engine, executor=spec
+        )
     tokenizer = Tokenizer.load(Path(directory), engine=engine)
     return evaluate(tokenizer, inputs, separator=separator, text_field=text_field)

@@ -27,8 +27,10 @@ from superbpe.config import CompatConfig, TrainConfig
 from superbpe.counting import PieceCounts, check_errors_mode
 from superbpe.engine import Engine, Merge, get_engine
 from superbpe.errors import ConfigError, InputError
+from superbpe.executor import check_executor
 from superbpe.pretokenize import SpecialSplitter
 from superbpe.progress import StageStats, measure, task
+from superbpe.sharded import count_corpus
 from superbpe.sources import check_not_empty, corpus_size, input_fingerprint, resolve_inputs
 from superbpe.stages import (
     SourceMerges,
@@ -141,6 +143,7 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
     check_not_empty(paths)
     eval_path = _check_eval(cfg.eval)
     engine = get_engine(cfg.engine.name)
+    check_executor(cfg.executor)
     output_dir = _output_dir(cfg, run_dir)
     return _Job(
         cfg,
@@ -317,7 +320,9 @@ def _load_or_count(job: _Job, plan: StagePlan, *, progress: bool | None, workers
             return counts
         total = None if any(p.name.endswith(".gz") for p in job.paths) else corpus_size(job.paths)
         with task(f"counting ({plan.pretokenizer.name})", total, "B", enabled=progress) as update:
-            counts = job.engine.count(
+            counts = count_corpus(
+                job.engine,
+                job.cfg.executor,
                 job.paths,
                 plan.pretokenizer,
                 job.specials,

@@ -177,9 +177,16 @@ def iter_chunks(
 
 
 def _cut_stream(
-    stream: BinaryIO, name: str, jsonl: bool, cutter: ChunkCutter | None, size: int
+    stream: BinaryIO,
+    name: str,
+    jsonl: bool,
+    cutter: ChunkCutter | None,
+    size: int,
+    offset: int = 0,
+    line: int = 1,
 ) -> Iterator[Chunk]:
-    buf, offset, line, eof = b"", 0, 1, False
+    """Chunks of ``stream``, whose first byte is byte ``offset`` (on line ``line``) of file ``name``."""
+    buf, eof = b"", False
     while True:
         cut, searched = -1, size
         while True:

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,6 +31,9 @@ from superbpe.progress import task
 from superbpe.sources import Chunk, chunk_documents, corpus_size, iter_chunks, resolve_inputs
 from superbpe.tokenizer import Tokenizer
 from superbpe.util import atomic_write, atomic_write_text
+
+if TYPE_CHECKING:
+    from superbpe.sharded import ShardedEncodeResult
 
 _PARALLEL_MIN_BYTES = 4 << 20
 _worker_state: dict[str, Any] = {}
@@ -111,15 +114,29 @@ def encode_corpus(
     errors: str = "strict",
     engine: str = "auto",
     progress: bool | None = None,
-) -> EncodeResult:
-    """Write the flat token file and its sidecar; both appear only when complete."""
+    executor: Any = None,
+) -> EncodeResult | ShardedEncodeResult:
+    """Write the flat token file and its sidecar; both appear only when complete.
+
+    With an ``executor`` other than local, or when ``output`` is a directory (existing, or named with a
+    trailing ``/``), write one token file per shard plus ``index.json`` instead
+    (:func:`superbpe.sharded.encode_sharded`); the shards concatenated equal the flat file.
+    """
+    from superbpe.executor import check_executor
+
+    spec = check_executor(executor)
+    if spec.name != "local" or Path(output).is_dir() or str(output).endswith(("/", os.sep)):
+        from superbpe.sharded import encode_sharded
+
+        return encode_sharded(
+            tokenizer_dir, inputs, output, separator=separator, executor=spec, workers=workers,
+            chunk_bytes=chunk_bytes, text_field=text_field, errors=errors, engine=engine, progress=progress,
+        )  # fmt: skip
     directory = Path(tokenizer_dir)
     tokenizer = Tokenizer.load(directory, engine=engine)
     separator_id = _separator_id(tokenizer, separator)
     paths = resolve_inputs(inputs)
     out = Path(output)
-    if out.is_dir():
-        raise ConfigError(f"output {out} is a directory; give a file path")
     dtype = choose_dtype(tokenizer)
     encoder = _ChunkEncoder(tokenizer, separator_id, text_field, errors)
     n_workers = _workers(workers, paths)

@@ -1,0 +1,33 @@
+"""A small mixed corpus (text with separators, JSON lines, gzip, multilingual) for executor tests."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+
+EOT = "<|endoftext|>"
+
+
+def make_corpus(directory: Path, shared_data: Path) -> list[str]:
+    """Files whose shards cut inside documents, between JSON lines and before separators."""
+    directory.mkdir(parents=True, exist_ok=True)
+    stories = (shared_data / "tinystories_sample.txt").read_text(encoding="utf-8")[:400_000]
+    german = (shared_data / "german.txt").read_text(encoding="utf-8")[:150_000]
+    with gzip.open(shared_data / "multilingual_fortunes.txt.gz", "rt", encoding="utf-8") as handle:
+        fortunes = handle.read(200_000)
+    (directory / "a.txt").write_text(stories, encoding="utf-8")
+    lines = [json.dumps({"text": german[i : i + 2500]}) for i in range(0, len(german), 2500)]
+    (directory / "b.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (directory / "c.txt.gz").write_bytes(gzip.compress(fortunes.encode("utf-8")))
+    (directory / "d.txt").write_text(fortunes + "\nno newline at the end", encoding="utf-8")
+    return [str(directory / name) for name in ("a.txt", "b.jsonl", "c.txt.gz", "d.txt")]
+
+
+def concatenated_shards(directory: Path) -> np.ndarray:
+    from superbpe.sharded import open_shards
+
+    arrays = open_shards(directory)
+    return np.concatenate(arrays) if arrays else np.zeros(0, np.uint16)

@@ -1,0 +1,233 @@
+"""Executors without Ray: shards, counting by shard, sharded encoding/evaluation, errors, the missing extra.
+
+Ray itself runs in tests/test_ray.py (inside a private network namespace).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from executor_helpers import EOT, concatenated_shards, make_corpus
+from script_helpers import assert_one_line_error, run_script
+
+from superbpe.config import DataConfig, EngineConfig, TrainConfig
+from superbpe.engine import get_engine, native_available
+from superbpe.errors import ConfigError, InputError
+from superbpe.evaluate import evaluate_dir
+from superbpe.executor import RAY_MISSING, ExecutorSpec, check_executor
+from superbpe.pretokenize import get_pretokenizer
+from superbpe.run import run_training
+from superbpe.sharded import count_on_executor, encode_sharded, evaluate_sharded, read_index
+from superbpe.shards import plan_shards, shard_chunks
+from superbpe.sources import ChunkCutter, iter_chunks, resolve_inputs
+from superbpe.token_files import encode_corpus
+
+ENGINES = ["python", "native"] if native_available() else ["python"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory, shared_data) -> list[str]:
+    return make_corpus(tmp_path_factory.mktemp("corpus"), shared_data)
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory, shared_data) -> Path:
+    out = tmp_path_factory.mktemp("tok")
+    cfg = TrainConfig(
+        data=DataConfig(paths=[str(shared_data / "corpus.en")]),
+        engine=EngineConfig("python"),
+        vocab_size=700,
+        output_dir=str(out),
+        cache_dir=None,
+    )
+    run_training(cfg)
+    return out
+
+
+@pytest.mark.parametrize("pattern", ["gpt2", "superbpe", "custom:\\w+| ?[^\\w\\s]+"])
+def test_shards_cover_the_files_and_cut_where_chunks_may(corpus, pattern) -> None:
+    pre = get_pretokenizer(pattern)
+    paths = resolve_inputs(corpus)
+    shards = plan_shards(paths, [EOT], 30_000, line_cuts=pre.safe_cuts_hold)
+    for path in paths:
+        mine = [s for s in shards if s.path == str(path)]
+        data = b"".join(
+            c.data for s in mine for c in shard_chunks(s, [EOT], 7_000, line_cuts=pre.safe_cuts_hold)
+        )
+        whole = b"".join(c.data for c in iter_chunks(path, [EOT], 1 << 30, line_cuts=pre.safe_cuts_hold))
+        assert data == whole
+        assert mine[-1].last_of_file and not any(s.last_of_file for s in mine[:-1])
+    assert len(shards) > len(paths)  # really cut
+    for shard in shards:
+        if shard.start and not shard.jsonl:  # every inner cut is one the chunk cutter would choose
+            cutter = ChunkCutter([EOT], pre.safe_cuts_hold)
+            assert cutter.find(Path(shard.path).read_bytes(), shard.start) == shard.start
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("pattern", ["gpt2", "superbpe", "custom:\\w+| ?[^\\w\\s]+"])
+def test_counting_by_shard_equals_local_counting_byte_for_byte(corpus, tmp_path, engine, pattern) -> None:
+    local = get_engine(engine).count(corpus, get_pretokenizer(pattern), [EOT])
+    sharded = count_on_executor(
+        corpus, pattern, [EOT], executor=ExecutorSpec("local", shard_bytes=25_000), engine=engine, workers=2
+    )
+    local.save(tmp_path / "local.counts")
+    sharded.save(tmp_path / "sharded.counts")
+    assert (tmp_path / "local.counts").read_bytes() == (tmp_path / "sharded.counts").read_bytes()
+
+
+@pytest.mark.parametrize("separator", [EOT, None])
+def test_sharded_encoding_concatenates_to_the_flat_file(corpus, tokenizer_dir, tmp_path, separator) -> None:
+    flat = encode_corpus(tokenizer_dir, corpus, tmp_path / "flat.bin", separator=separator)
+    result = encode_corpus(
+        tokenizer_dir, corpus, str(tmp_path / "shards") + "/", separator=separator,
+        executor=ExecutorSpec("local", shard_bytes=40_000), workers=2,
+    )  # fmt: skip
+    ids = np.fromfile(tmp_path / "flat.bin", dtype=flat.dtype)
+    assert np.array_equal(concatenated_shards(tmp_path / "shards"), ids)
+    index = read_index(tmp_path / "shards")
+    assert (index["tokens"], index["documents"], index["dtype"]) == (flat.tokens, flat.documents, flat.dtype)
+    assert index["tokenizer_hash"] == flat.tokenizer_hash
+    assert len(index["shards"]) == len(result.shards) > len(corpus)
+    assert [e["file"] for e in index["shards"]] == sorted(p.name for p in (tmp_path / "shards").glob("*.bin"))
+    assert any(e["continues_document"] for e in index["shards"])  # a document split over two shards
+
+
+@pytest.mark.parametrize("separator", [EOT, None])
+def test_sharded_evaluation_equals_local(corpus, tokenizer_dir, separator) -> None:
+    local = evaluate_dir(tokenizer_dir, corpus, separator=separator)
+    sharded = evaluate_sharded(
+        tokenizer_dir, corpus, separator=separator, executor=ExecutorSpec("local", shard_bytes=30_000)
+    )
+    assert sharded == local
+
+
+def _with_bad_byte(tmp_path: Path, corpus: list[str]) -> tuple[list[str], int]:
+    data = bytearray(Path(corpus[0]).read_bytes())
+    offset = len(data) * 3 // 4
+    data[offset] = 0xFF
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(bytes(data))
+    return [corpus[1], str(bad)], offset
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_bad_input_in_a_shard_names_file_and_offset(corpus, tmp_path, engine) -> None:
+    inputs, offset = _with_bad_byte(tmp_path, corpus)
+    with pytest.raises(InputError, match=rf"bad\.txt: invalid UTF-8 at byte {offset}$"):
+        count_on_executor(inputs, "gpt2", [EOT], executor=ExecutorSpec(shard_bytes=20_000), engine=engine)
+
+
+def test_failed_sharded_encoding_leaves_nothing(corpus, tokenizer_dir, tmp_path) -> None:
+    inputs, offset = _with_bad_byte(tmp_path, corpus)
+    out = tmp_path / "out"
+    with pytest.raises(InputError, match=rf"bad\.txt: invalid UTF-8 at byte {offset}$"):
+        encode_sharded(tokenizer_dir, inputs, out, executor=ExecutorSpec(shard_bytes=20_000), workers=2)
+    assert not out.exists()
+    out.mkdir()
+    with pytest.raises(InputError):
+        encode_sharded(tokenizer_dir, inputs, out, executor=ExecutorSpec(shard_bytes=20_000))
+    assert list(out.iterdir()) == []
+
+
+def test_bad_json_line_in_a_later_shard_names_its_true_line(tmp_path, tokenizer_dir) -> None:
+    lines = [json.dumps({"text": f"document {i} " * 20}) for i in range(2000)]
+    lines[1500] = "{not json"
+    path = tmp_path / "docs.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    spec = ExecutorSpec(shard_bytes=50_000)
+    with pytest.raises(InputError, match=r"docs\.jsonl: line 1501: invalid JSON"):
+        count_on_executor([path], "gpt2", [EOT], executor=spec)
+    with pytest.raises(InputError, match=r"docs\.jsonl: line 1501: invalid JSON"):
+        encode_sharded(tokenizer_dir, [path], tmp_path / "out", executor=spec)
+
+
+def test_sharded_output_must_be_new_or_empty(corpus, tokenizer_dir, tmp_path) -> None:
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "keep.txt").write_text("x")
+    with pytest.raises(ConfigError, match="not empty"):
+        encode_sharded(tokenizer_dir, corpus, tmp_path / "out")
+    assert (tmp_path / "out" / "keep.txt").exists()
+
+
+def test_executor_settings_are_checked() -> None:
+    with pytest.raises(ConfigError, match="unknown executor 'dask'"):
+        check_executor(ExecutorSpec("dask"))
+    with pytest.raises(ConfigError, match="shard_bytes"):
+        check_executor(ExecutorSpec(shard_bytes=0))
+
+
+@pytest.fixture
+def no_ray(tmp_path, monkeypatch) -> Path:
+    """A path entry that makes `import ray` fail, as on an install without the extra."""
+    blocker = tmp_path / "blocker"
+    (blocker / "ray").mkdir(parents=True)
+    (blocker / "ray" / "__init__.py").write_text("raise ImportError('No module named ray')\n")
+    monkeypatch.syspath_prepend(str(blocker))
+    monkeypatch.delitem(sys.modules, "ray", raising=False)
+    return blocker
+
+
+def test_missing_ray_is_a_one_line_error(no_ray) -> None:
+    with pytest.raises(ConfigError) as info:
+        check_executor("ray")
+    assert str(info.value) == RAY_MISSING and "\n" not in RAY_MISSING
+
+
+def test_missing_ray_from_the_scripts(no_ray, corpus, tokenizer_dir, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(no_ray))
+    encode = run_script(
+        "encode.py", f"tokenizer={tokenizer_dir}", f"input={corpus[0]}", f"output={tmp_path / 'out'}",
+        "executor=ray", cwd=tmp_path,
+    )  # fmt: skip
+    assert_one_line_error(encode, 'pip install -e ".[ray]"')
+    assert not (tmp_path / "out").exists()
+    train = run_script(
+        "train.py", f"data.paths=[{corpus[0]}]", "executor=ray", "cache_dir=null", cwd=tmp_path
+    )
+    assert_one_line_error(train, 'pip install -e ".[ray]"')
+    assert not [p for p in tmp_path.glob("outputs/**/*") if p.is_file()]
+
+
+def test_encode_script_writes_shards_to_a_directory(corpus, tokenizer_dir, tmp_path) -> None:
+    flat = run_script(
+        "encode.py", f"tokenizer={tokenizer_dir}", f"input=[{','.join(corpus)}]",
+        f"output={tmp_path / 'f.bin'}",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert flat.returncode == 0, flat.stderr
+    out = tmp_path / "shards"
+    out.mkdir()
+    sharded = run_script(
+        "encode.py", f"tokenizer={tokenizer_dir}", f"input=[{','.join(corpus)}]", f"output={out}",
+        "executor.shard_bytes=50000", cwd=tmp_path,
+    )  # fmt: skip
+    assert sharded.returncode == 0, sharded.stderr
+    dtype = json.loads((tmp_path / "f.bin.json").read_text())["dtype"]
+    assert np.array_equal(concatenated_shards(out), np.fromfile(tmp_path / "f.bin", dtype=dtype))
+
+
+def test_executor_keeps_at_most_a_window_of_results_waiting() -> None:
+    """The driver consumes results one by one; tasks beyond the window start only as results are taken."""
+    from concurrent.futures import Future
+
+    from superbpe.executor import _bounded
+
+    submitted: list[int] = []
+
+    def submit(args: tuple[int]) -> Future[int]:
+        submitted.append(args[0])
+        future: Future[int] = Future()
+        future.set_result(args[0] * 2)
+        return future
+
+    results = _bounded(submit, [(i,) for i in range(10)], 3)
+    seen = []
+    for index, value in results:
+        assert len(submitted) <= len(seen) + 3
+        seen.append((index, value))
+    assert sorted(seen) == [(i, 2 * i) for i in range(10)]
