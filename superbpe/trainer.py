@@ -317,9 +317,10 @@ def _replay(
 ) -> list[Merge]:
     """Apply earlier (already checked) merges in order; each keeps id 256 + its index, occurring or not.
 
-    ``drop_absent`` (then ids count only the merges kept) leaves out a merge whose pair is not in the table (it never occurred, or a part was
-    left out), as the official fork does: a pair is in the table from the moment it occurs until it is
-    merged, even when its count has fallen to zero since, which is exactly when HF's queue holds it.
+    ``drop_absent`` leaves out a merge whose pair is not in the table (it never occurred, or a part was left
+    out), as the official fork does, and ids then count only the merges kept. A pair is in the table from
+    the moment it occurs until it is merged, even when its count has fallen to zero since, which is exactly
+    when HF's queue holds it.
     """
     merges: list[Merge] = []
     for left, right in replay:
