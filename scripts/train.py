@@ -1,37 +1,11 @@
-"""Train a BPE / SuperBPE tokenizer from the Hydra configs in conf/ (see conf/train.yaml).
+"""Same as the installed ``superbpe-train`` command (kept for running from a checkout).
 
 python scripts/train.py                                      # default job, embedded corpus
 python scripts/train.py schedule=superbpe schedule.transition=0.8 data.paths=[corpus.txt]
 python scripts/train.py -m vocab_size=8000,16000 schedule=superbpe schedule.transition=0.5,0.8
 """
 
-from __future__ import annotations
-
-from pathlib import Path
-
-import hydra
-from _common import USER_ERRORS, fail, remove_if_only_logs
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
-
-from superbpe.config import TrainConfig, register_configs, to_dataclass
-
-register_configs()
-
-
-@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
-def main(cfg: DictConfig) -> None:
-    from superbpe.run import run_training
-
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    try:
-        result = run_training(to_dataclass(cfg, TrainConfig), run_dir=run_dir)
-    except USER_ERRORS as exc:
-        if not cfg.get("resume"):
-            remove_if_only_logs(run_dir)
-        fail(exc)
-    print(f"tokenizer: {result.output_dir}")
-
+from superbpe.cli import train
 
 if __name__ == "__main__":
-    main()
+    train()

@@ -38,6 +38,27 @@ def build_vocab(merges: Sequence[Merge], special_tokens: Iterable[str] = ()) -> 
     return vocab
 
 
+RESERVED_FORMAT = "<|reserved_{}|>"
+
+
+def reserved_tokens(size: int, multiple: int | None, taken: Iterable[str] = ()) -> list[str]:
+    """Special tokens ``<|reserved_0|>``, ... that round a vocab of ``size`` up to a multiple of ``multiple``
+    (GPU-friendly embedding sizes). Names already in ``taken`` are skipped, so they never collide."""
+    if multiple is None:
+        return []
+    if isinstance(multiple, bool) or not isinstance(multiple, int) or multiple < 1:
+        raise ConfigError(f"pad_vocab_to_multiple_of must be a positive integer, not {multiple!r}")
+    taken = set(taken)
+    names: list[str] = []
+    number = 0
+    while (size + len(names)) % multiple:
+        name = RESERVED_FORMAT.format(number)
+        number += 1
+        if name not in taken:
+            names.append(name)
+    return names
+
+
 def merge_budget(vocab_size: int, special_tokens: Sequence[str]) -> int:
     """How many merges a vocabulary of ``vocab_size`` leaves room for."""
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):

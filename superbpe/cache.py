@@ -63,8 +63,20 @@ class CachedMerges:
 class RunCache:
     """The cache directory; ``RunCache(None)`` is a cache that never hits and never writes."""
 
-    def __init__(self, root: str | os.PathLike[str] | None) -> None:
+    def __init__(self, root: str | os.PathLike[str] | None, max_gib: float | None = None) -> None:
         self.root = Path(root).expanduser() if root else None
+        if max_gib is not None and not max_gib > 0:
+            from superbpe.errors import ConfigError
+
+            raise ConfigError(f"cache_max_gib must be positive (or null for no cap), not {max_gib}")
+        self.max_bytes = None if max_gib is None else int(max_gib * (1 << 30))
+
+    def trim(self) -> None:
+        """Apply the size cap: drop least recently used entries until the cache fits (after a run)."""
+        if self.root is not None and self.max_bytes is not None:
+            removed, freed = enforce_size_cap(self.root, self.max_bytes)
+            if removed:
+                log.info("cache over its cap: removed %d old entries (%d bytes)", removed, freed)
 
     @property
     def enabled(self) -> bool:
@@ -89,6 +101,7 @@ class RunCache:
             log.warning("ignoring unreadable cache entry %s: %s", path, exc)
             return None
         log.info("piece counts from cache %s", path)
+        mark_used(path)
         return counts
 
     @staticmethod
@@ -97,10 +110,12 @@ class RunCache:
             return None
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            return CachedMerges(decode_merges(data["merges"]), bool(data["exhausted"]))
+            cached = CachedMerges(decode_merges(data["merges"]), bool(data["exhausted"]))
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("ignoring unreadable cache entry %s: %s", path, exc)
             return None
+        mark_used(path)
+        return cached
 
     @staticmethod
     def store_merges(path: Path | None, merges: Sequence[Merge], exhausted: bool) -> None:
@@ -124,3 +139,118 @@ def encode_merges(merges: Sequence[Merge]) -> list[list[str]]:
 
 def decode_merges(rows: Sequence[Sequence[str]]) -> list[Merge]:
     return [(bytes.fromhex(left), bytes.fromhex(right)) for left, right in rows]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Managing the cache directory (``superbpe-cache``, the ``cache_max_gib`` cap)
+
+DEFAULT_CACHE_DIR = "~/.cache/superbpe"
+AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    path: Path
+    kind: str  # "counts" | "merges"
+    size: int
+    last_used: float  # mtime: set when written and again whenever a run reuses the entry
+
+
+def resolve_cache_dir(directory: str | None) -> Path:
+    """``directory``, else ``$SUPERBPE_CACHE_DIR``, else ``~/.cache/superbpe`` (as ``conf/train.yaml``)."""
+    return Path(directory or os.environ.get("SUPERBPE_CACHE_DIR") or DEFAULT_CACHE_DIR).expanduser()
+
+
+def parse_age(text: str) -> float:
+    """``"90s"``, ``"30m"``, ``"12h"``, ``"7d"``, ``"2w"`` (or plain seconds) as seconds."""
+    value, unit = (text[:-1], text[-1]) if text[-1:] in AGE_UNITS else (text, "s")
+    try:
+        seconds = float(value) * AGE_UNITS[unit]
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:
+        from superbpe.errors import ConfigError
+
+        raise ConfigError(f"bad age {text!r}: a number with s, m, h, d or w (e.g. 7d)")
+    return seconds
+
+
+def cache_entries(root: Path) -> list[CacheEntry]:
+    """Every finished entry, newest use first (lock files and temp files of writes in flight excluded)."""
+    entries = []
+    for kind in ("counts", "merges"):
+        directory = root / kind
+        if not directory.is_dir():
+            continue
+        for path in directory.iterdir():
+            if path.suffix == ".lock" or path.name.startswith(".") or not path.is_file():
+                continue
+            with contextlib.suppress(FileNotFoundError):  # removed by a concurrent clear
+                stat = path.stat()
+                entries.append(CacheEntry(path, kind, stat.st_size, stat.st_mtime))
+    return sorted(entries, key=lambda entry: entry.last_used, reverse=True)
+
+
+def mark_used(path: Path | None) -> None:
+    """Bump an entry's mtime when a run reuses it, so size-capped eviction removes the least used."""
+    if path is not None:
+        with contextlib.suppress(OSError):
+            os.utime(path)
+
+
+def remove_entry(entry: CacheEntry) -> bool:
+    """Delete one entry under its lock; False (kept) when a job holds the lock right now."""
+    lock_path = entry.path.with_suffix(".lock")
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        # The lock file stays: a job waiting on it must find the same file when it gets the lock.
+        with contextlib.suppress(FileNotFoundError):
+            entry.path.unlink()
+        return True
+    finally:
+        os.close(fd)
+
+
+def clear_cache(root: Path, older_than_seconds: float | None = None) -> tuple[int, int]:
+    """Remove every entry (or those unused for ``older_than_seconds``); returns (entries, bytes) removed."""
+    import time
+
+    cutoff = None if older_than_seconds is None else time.time() - older_than_seconds
+    removed = freed = 0
+    for entry in cache_entries(root):
+        if (cutoff is None or entry.last_used < cutoff) and remove_entry(entry):
+            removed, freed = removed + 1, freed + entry.size
+    return removed, freed
+
+
+def enforce_size_cap(root: Path, max_bytes: int) -> tuple[int, int]:
+    """Remove least recently used entries until the cache holds at most ``max_bytes``."""
+    entries = cache_entries(root)
+    total = sum(entry.size for entry in entries)
+    removed = freed = 0
+    for entry in reversed(entries):  # oldest use first
+        if total - freed <= max_bytes:
+            break
+        if remove_entry(entry):
+            removed, freed = removed + 1, freed + entry.size
+    return removed, freed
+
+
+def describe_cache(root: Path) -> str:
+    """A listing for ``superbpe-cache list``: one line per entry, then the total."""
+    import time
+
+    entries = cache_entries(root)
+    now = time.time()
+    lines = [f"{root}"]
+    for entry in entries:
+        age_hours = (now - entry.last_used) / 3600
+        lines.append(f"  {entry.kind:<7} {entry.size / (1 << 20):>10.2f} MiB  used {age_hours:8.1f} h ago  "
+                     f"{entry.path.name}")
+    total = sum(entry.size for entry in entries)
+    lines.append(f"{len(entries)} entries, {total / (1 << 20):.2f} MiB")
+    return "\n".join(lines)

@@ -126,6 +126,24 @@ class CheckpointConfig:
 
 
 @dataclass
+class ExportConfig:
+    """Extra files of the tokenizer directory: transformers' token roles and the tiktoken export.
+
+    A role is a special token, ``auto`` (``<|endoftext|>`` when it is a special token, else none) or None.
+    """
+
+    bos_token: str | None = "auto"
+    eos_token: str | None = "auto"
+    pad_token: str | None = None
+    unk_token: str | None = None
+    tiktoken: bool = False  # also write tokenizer.tiktoken + tiktoken.json
+
+    def roles(self) -> dict[str, str | None]:
+        return {"bos_token": self.bos_token, "eos_token": self.eos_token, "pad_token": self.pad_token,
+                "unk_token": self.unk_token}
+
+
+@dataclass
 class TrainConfig:
     """Everything a training run needs; the user-facing names of ``conf/train.yaml``."""
 
@@ -143,12 +161,15 @@ class TrainConfig:
     eval: str | None = None  # a held-out file: bytes/token goes into metrics.json
     output_dir: str | None = None  # where the tokenizer goes; None = the Hydra run directory
     cache_dir: str | None = None  # piece-count and stage-1 cache shared by runs; None = no cache
+    cache_max_gib: float | None = None  # after a run, least recently used entries go until it fits
     progress: bool | None = None  # bars (True), log lines (False), or bars only on a terminal (None)
+    export: ExportConfig = field(default_factory=ExportConfig)
+    pad_vocab_to_multiple_of: int | None = None  # reserved specials <|reserved_N|> round the vocab up
 
 
 @dataclass
 class EncodeConfig:
-    """``scripts/encode.py``: corpus -> flat token file for LM training."""
+    """``superbpe-encode``: corpus -> flat token file for LM training."""
 
     tokenizer: str = "???"
     input: Any = "???"  # a file, directory, glob, or a list of them
@@ -165,7 +186,7 @@ class EncodeConfig:
 
 @dataclass
 class EvaluateConfig:
-    """``scripts/evaluate.py``: bytes per token of a tokenizer on held-out text."""
+    """``superbpe-evaluate``: bytes per token of a tokenizer on held-out text."""
 
     tokenizer: str = "???"
     input: Any = "???"  # a file, directory, glob, or a list of them

@@ -26,6 +26,14 @@ Merge = tuple[bytes, bytes]
 VOCAB_FILE = "vocab.json"
 MERGES_FILE = "merges.txt"
 HF_FILE = "tokenizer.json"
+HF_CONFIG_FILE = "tokenizer_config.json"
+HF_SPECIAL_MAP_FILE = "special_tokens_map.json"
+TIKTOKEN_FILE = "tokenizer.tiktoken"
+TIKTOKEN_META_FILE = "tiktoken.json"
+#: The roles transformers gives special tokens; "auto" picks ``<|endoftext|>`` when it is a special token.
+TOKEN_ROLES = ("bos_token", "eos_token", "pad_token", "unk_token")
+DEFAULT_ROLES = {"bos_token": "auto", "eos_token": "auto", "pad_token": None, "unk_token": None}
+AUTO_SPECIAL = "<|endoftext|>"
 MANIFEST_FILE = "superbpe.json"
 MERGES_HEADER = "#version: 0.2"
 MANIFEST_FORMAT = "superbpe-tokenizer"
@@ -461,6 +469,134 @@ def pretokenizer_from_hf(data: HFTokenizerData) -> Pretokenizer:
 
 
 # ---------------------------------------------------------------------------------------------------------
+# transformers: tokenizer_config.json + special_tokens_map.json beside tokenizer.json
+
+
+def resolve_roles(roles: Mapping[str, str | None] | None, special_tokens: Sequence[str]) -> dict[str, str]:
+    """Role -> special token (``auto``: ``<|endoftext|>`` if it is one, else no token for that role)."""
+    given = {**DEFAULT_ROLES, **(roles or {})}
+    unknown = sorted(set(given) - set(TOKEN_ROLES))
+    if unknown:
+        raise ConfigError(f"unknown token role {unknown[0]!r}; roles are {', '.join(TOKEN_ROLES)}")
+    resolved = {}
+    for role, token in given.items():
+        if token == "auto":
+            token = AUTO_SPECIAL if AUTO_SPECIAL in special_tokens else None
+        if token is None:
+            continue
+        if token not in special_tokens:
+            raise ConfigError(f"{role} {token!r} is not one of the special tokens {list(special_tokens)}")
+        resolved[role] = token
+    return resolved
+
+
+def transformers_documents(
+    vocab: Mapping[int, bytes], special_tokens: Sequence[str], roles: Mapping[str, str]
+) -> dict[str, dict[str, Any]]:
+    """``tokenizer_config.json`` and ``special_tokens_map.json`` for ``AutoTokenizer.from_pretrained``.
+
+    The class is the generic ``PreTrainedTokenizerFast`` over our ``tokenizer.json``, so encoding is exactly
+    the HF ``tokenizers`` one (no BOS/EOS added: ``tokenizer.json`` has no post-processor), and
+    ``clean_up_tokenization_spaces`` is off because it would rewrite " ." to "." on decode.
+    """
+    by_bytes = {token: token_id for token_id, token in vocab.items()}
+    added = {
+        str(by_bytes[special.encode("utf-8")]): {
+            "content": special, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
+            "special": True,
+        }
+        for special in special_tokens
+    }
+    others = [special for special in special_tokens if special not in roles.values()]
+    special_map: dict[str, Any] = dict(roles)
+    if others:
+        special_map["additional_special_tokens"] = others
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "clean_up_tokenization_spaces": False,
+        "added_tokens_decoder": added,
+        **{role: roles.get(role) for role in TOKEN_ROLES},
+        "additional_special_tokens": others,
+    }
+    return {HF_CONFIG_FILE: config, HF_SPECIAL_MAP_FILE: special_map}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# tiktoken: ranks file + pattern
+
+
+#: Line-confined forms of the built-in line-unit patterns. Under line units each line is split alone, so no
+#: piece crosses a line end; the only part of these patterns that could run past a "\n" in whole text is the
+#: trailing ``[\r\n/]*`` of a punctuation run, which within one line is ``[\r/]*\n?`` (the "\n" is last).
+#: Their lookaheads see only digits or the next character of the same line, so they agree too.
+_LINE_CONFINED = {
+    "superbpe": r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]{2,}[\r/]*\n?| +(?!\S)",
+    "superbpe-paper": r"\p{N}{1,3}(?=(?:\p{N}{3})*(?!\p{N}))",
+}
+
+
+def tiktoken_pattern(pretokenizer: Pretokenizer) -> str:
+    """A pattern whose plain matches (all tiktoken keeps) are exactly our isolated-split pieces.
+
+    tiktoken drops the text between matches, so the gaps become an alternative of their own: the longest
+    run of characters at none of which the pattern matches. With line units, matches use the line-confined
+    form of the pattern and gaps stop after a "\n" (which no built-in stage-2 pattern starts a match at).
+    """
+    if not pretokenizer.line_units:
+        match = f"(?:{pretokenizer.pattern})"
+        return f"{match}|(?:(?!{match})[\\s\\S])+"
+    confined = _LINE_CONFINED.get(pretokenizer.name)
+    if confined is None or pretokenizer.pattern != get_pretokenizer(pretokenizer.name).pattern:
+        raise ConfigError(
+            f"no tiktoken pattern for pre-tokenizer {pretokenizer.name!r} with line units "
+            f"(only {', '.join(_LINE_CONFINED)} have one)"
+        )
+    match = f"(?:{confined})"
+    return f"{match}|(?:(?!{match})[^\\n])+\\n?|\\n"
+
+
+def tiktoken_ranks(vocab: Mapping[int, bytes], special_tokens: Sequence[str]) -> dict[bytes, int]:
+    """Ordinary tokens -> id. tiktoken merges the pair whose joined bytes have the lowest rank, so the ids
+    must grow in merge order (they do for trained and GPT-2 vocabs); specials are passed separately."""
+    specials = {special.encode("utf-8") for special in special_tokens}
+    return {token: token_id for token_id, token in vocab.items() if token not in specials}
+
+
+def check_ranks_follow_merges(ranks: Mapping[bytes, int], merges: Sequence[Merge]) -> None:
+    last = 255
+    for left, right in merges:
+        rank = ranks.get(left + right)
+        if rank is None or rank <= last:
+            raise ConfigError("token ids do not grow in merge order: tiktoken ranks would encode differently")
+        last = rank
+
+
+def tiktoken_texts(
+    vocab: Mapping[int, bytes],
+    merges: Sequence[Merge],
+    special_tokens: Sequence[str],
+    pretokenizer: Pretokenizer,
+) -> dict[str, str]:
+    """``tokenizer.tiktoken`` (``base64 rank`` lines, tiktoken's own format) and ``tiktoken.json`` (name,
+    pattern, special tokens): ``tiktoken.Encoding(pat_str=..., mergeable_ranks=load_tiktoken_bpe(...),
+    special_tokens=...)`` rebuilds the encoding."""
+    import base64
+
+    by_bytes = {token: token_id for token_id, token in vocab.items()}
+    ranks = tiktoken_ranks(vocab, special_tokens)
+    check_ranks_follow_merges(ranks, merges)
+    lines = "".join(f"{base64.b64encode(token).decode('ascii')} {rank}\n"
+                    for token, rank in sorted(ranks.items(), key=lambda item: item[1]))
+    meta = {
+        "name": pretokenizer.name,
+        "pat_str": tiktoken_pattern(pretokenizer),
+        "special_tokens": {special: by_bytes[special.encode("utf-8")] for special in special_tokens},
+        "ranks_file": TIKTOKEN_FILE,
+    }
+    return {TIKTOKEN_FILE: lines, TIKTOKEN_META_FILE: _json_text(meta, indent=2)}
+
+
+# ---------------------------------------------------------------------------------------------------------
 # superbpe.json manifest
 
 
@@ -549,11 +685,16 @@ def save_tokenizer_dir(
     extra: Mapping[str, Any] | None = None,
     whole_pieces: bool = True,
     vocab_style: str = "lines",
+    roles: Mapping[str, str | None] | None = None,
+    tiktoken: bool = False,
 ) -> Path:
-    """Write ``vocab.json``, ``merges.txt``, ``tokenizer.json`` and ``superbpe.json`` into ``directory``.
+    """Write ``vocab.json``, ``merges.txt``, ``tokenizer.json`` (+ the two transformers files) and
+    ``superbpe.json`` into ``directory``; with ``tiktoken``, also ``tokenizer.tiktoken`` + ``tiktoken.json``.
 
-    Every document is built (and so validated) before the first file is written. ``whole_pieces`` is
-    how the tokenizer encodes (see :class:`Manifest`); ``vocab_style`` the ``vocab.json`` layout.
+    ``roles`` maps transformers' ``bos_token`` / ``eos_token`` / ``pad_token`` / ``unk_token`` to special
+    tokens (default: ``<|endoftext|>`` as bos and eos when it is a special token). ``whole_pieces`` is how
+    the tokenizer encodes (see :class:`Manifest`); ``vocab_style`` the ``vocab.json`` layout. Every
+    document is built (and so validated) before the first file is written.
     """
     directory = Path(directory)
     manifest = Manifest(
@@ -572,6 +713,11 @@ def save_tokenizer_dir(
         HF_FILE: _json_text(hf_document, indent=1),
         MANIFEST_FILE: _json_text(manifest.to_json(), indent=2),
     }
+    hf_roles = resolve_roles(roles, special_tokens)
+    for name, document in transformers_documents(vocab, special_tokens, hf_roles).items():
+        texts[name] = _json_text(document, indent=2)
+    if tiktoken:
+        texts.update(tiktoken_texts(vocab, merges, special_tokens, pretokenizer))
     for name, text in texts.items():
         atomic_write_text(directory / name, text)
     return directory

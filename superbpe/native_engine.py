@@ -34,6 +34,7 @@ from superbpe.sources import (
     InputSpec,
     chunk_documents,
     is_jsonl,
+    is_table,
     iter_chunks,
     open_binary,
 )
@@ -269,8 +270,8 @@ def _count_path(
 ) -> None:
     """One input file: JSON lines via the shared Python reader, gzip decoded here, plain text mmapped."""
     replace = errors == "replace"
-    if is_jsonl(path):
-        # JSON lines are always cut between documents; line_cuts only matters for plain text.
+    if is_jsonl(path) or is_table(path):
+        # JSON lines and tables are cut between documents; line_cuts only matters for plain text.
         for chunk in iter_chunks(path, specials, chunk_bytes, line_cuts=False):
             counter.count_docs(list(chunk_documents(chunk, errors, text_field)))
             if progress:

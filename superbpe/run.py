@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from superbpe.api import build_vocab, merge_budget
+from superbpe import files
+from superbpe.api import build_vocab, merge_budget, reserved_tokens
 from superbpe.cache import RunCache, cache_key
 from superbpe.checkpoints import Checkpoint, Checkpointer, check_compatible, checkpoint_path, load_checkpoint
 from superbpe.compat import DEFAULT as DEFAULT_COMPAT
@@ -113,6 +114,7 @@ def run_training(cfg: TrainConfig, *, run_dir: str | os.PathLike[str] | None = N
             _run_stage(job, plan, checkpointer, ahead)
     merges = list(checkpoint.merges)
     metrics = _write_outputs(job, checkpoint, time.monotonic() - start)
+    job.cache.trim()
     if not checkpoint.done:
         checkpointer.finish_run()
     log.info("tokenizer written to %s", job.output_dir)
@@ -129,10 +131,14 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
     check_errors_mode(cfg.data.errors)
     if cfg.workers is not None and cfg.workers < 1:
         raise ConfigError(f"workers must be >= 1, not {cfg.workers}")
+    reserved_tokens(0, cfg.pad_vocab_to_multiple_of)  # a bad multiple or role fails before any output
+    files.resolve_roles(cfg.export.roles(), specials)
     top = cfg.pretokenizer
     resolve_pretokenizer(top)
     compat = check_compat(cfg.compat)
     plans = plan_stages(cfg.schedule, top, total, compat)
+    if cfg.export.tiktoken:
+        files.tiktoken_pattern(encoding_pretokenizer(plans[-1].pretokenizer, compat))
     source = load_source(cfg.schedule)
     source_merges: tuple[Merge, ...] = ()
     if source is not None:
@@ -157,7 +163,7 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
         engine,
         output_dir,
         eval_path,
-        RunCache(cfg.cache_dir),
+        RunCache(cfg.cache_dir, max_gib=cfg.cache_max_gib),
         compat,
     )
 
@@ -407,7 +413,6 @@ def _stage_metrics(plan: StagePlan, stats: StageStats, merges: int, job: _Job) -
 
 def _write_outputs(job: _Job, checkpoint: Checkpoint, seconds: float) -> dict[str, Any]:
     """Tokenizer files, then metrics.json (with bytes/token on the eval file)."""
-    from superbpe import files
     from superbpe.metrics import build_metrics, write_metrics
 
     merges = checkpoint.merges
@@ -418,8 +423,14 @@ def _write_outputs(job: _Job, checkpoint: Checkpoint, seconds: float) -> dict[st
         used = {byte for left, right in merges for byte in left + right}
         alphabet = bytes.fromhex(last["alphabet"]) if "alphabet" in last else alphabet_order(used)
         vocab = hf_vocab(alphabet, merges, job.specials)
+        # Padding tokens go last (HF numbers only its own specials first).
+        reserved = reserved_tokens(len(vocab), job.cfg.pad_vocab_to_multiple_of, job.specials)
+        vocab.update((len(vocab) + i, name.encode("utf-8")) for i, name in enumerate(reserved))
+        specials = job.specials + reserved
     else:
-        vocab = build_vocab(merges, job.specials)
+        specials = job.specials + reserved_tokens(256 + len(merges) + len(job.specials),
+                                                  job.cfg.pad_vocab_to_multiple_of, job.specials)
+        vocab = build_vocab(merges, specials)
     stages = []
     start = 0
     for plan, end in zip(job.plans, checkpoint.stage_ends, strict=False):
@@ -429,8 +440,10 @@ def _write_outputs(job: _Job, checkpoint: Checkpoint, seconds: float) -> dict[st
         job.output_dir,
         vocab,
         merges,
-        job.specials,
+        specials,
         final,
+        roles=job.cfg.export.roles(),
+        tiktoken=job.cfg.export.tiktoken,
         stages=stages,
         training={
             "schedule": job.cfg.schedule.name,

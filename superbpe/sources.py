@@ -4,26 +4,35 @@ Counting runs on chunks so that memory is bounded by the chunk size and chunks c
 processes. A chunk boundary must never change the pieces, so chunks are only cut right before a
 special token (text is split there anyway) or at a *safe cut* (after a newline that is followed by
 a non-space character; see :mod:`superbpe.pretokenize`).
+
+Tables (``.parquet`` files, and the ``.arrow`` files of an HF ``datasets`` directory saved with
+``save_to_disk``) hold one document per row in the ``text_field`` column, like JSON lines. Their
+chunks are row groups / record batches that name their part instead of carrying bytes, and the
+documents are read where the chunk is counted (a worker reads its own part). Reading them needs
+``pyarrow`` (the ``parquet`` extra).
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import gzip
 import hashlib
 import io
+import itertools
 import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import regex
 
 from superbpe.errors import InputError
 
-TEXT_SUFFIXES = (".txt", ".jsonl", ".txt.gz", ".jsonl.gz")
+TEXT_SUFFIXES = (".txt", ".jsonl", ".txt.gz", ".jsonl.gz", ".parquet")
+TABLE_SUFFIXES = (".parquet", ".arrow")
 DEFAULT_CHUNK_BYTES = 4 << 20
 _ASCII_SPACE = frozenset(b"\t\n\x0b\x0c\r ")
 _NON_SPACE = regex.compile(r"\S")
@@ -49,6 +58,9 @@ def _expand(item: str) -> list[Path]:
     path = Path(item).expanduser()
     if path.is_file():
         return [path]
+    dataset = _saved_dataset_files(path) if path.is_dir() else None
+    if dataset is not None:
+        return dataset
     if path.is_dir():
         found = sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(TEXT_SUFFIXES))
         if not found:
@@ -61,6 +73,29 @@ def _expand(item: str) -> list[Path]:
             raise InputError(f"{item}: glob matches no files")
         return matched
     raise InputError(f"{path}: no such file or directory")
+
+
+def _saved_dataset_files(path: Path) -> list[Path] | None:
+    """The Arrow files of an HF ``datasets`` directory (``save_to_disk``) in order; None if it is not one.
+
+    A ``Dataset`` directory lists its files in ``state.json``; a ``DatasetDict`` directory lists its
+    splits (subdirectories) in ``dataset_dict.json``, taken in that order.
+    """
+    state, splits = path / "state.json", path / "dataset_dict.json"
+    try:
+        if state.is_file() and (path / "dataset_info.json").is_file():
+            entries = json.loads(state.read_text(encoding="utf-8"))["_data_files"]
+            return [path / entry["filename"] for entry in entries]
+        if splits.is_file():
+            found = [_saved_dataset_files(path / split) for split in json.loads(splits.read_text())["splits"]]
+            return [file for files in found for file in files or []]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"{path}: unreadable datasets directory ({exc})") from None
+    return None
+
+
+def is_table(path: Path) -> bool:
+    return path.name.endswith(TABLE_SUFFIXES)
 
 
 def input_fingerprint(paths: Iterable[Path]) -> str:
@@ -89,13 +124,19 @@ def open_binary(path: Path) -> BinaryIO:
 
 @dataclass(frozen=True)
 class Chunk:
-    """A slice of one file's (decompressed) bytes, cut where pieces cannot cross."""
+    """A slice of one file's (decompressed) bytes, cut where pieces cannot cross; or one part of a table.
+
+    ``jsonl`` means one document per record (JSON lines and tables). A table chunk has no bytes and names
+    its parts (row groups or record batches ``start <= i < stop``) in ``table_parts``; ``first_line`` is its
+    first row (from 1).
+    """
 
     path: str
     offset: int
     data: bytes
     jsonl: bool
     first_line: int = 1
+    table_parts: tuple[int, int] | None = None
 
 
 class ChunkCutter:
@@ -170,6 +211,9 @@ def iter_chunks(
     ``line_cuts`` must come from the pre-tokenizer (``Pretokenizer.safe_cuts_hold``): only then may a
     text be cut at a safe line break; JSON lines are always cut between documents.
     """
+    if is_table(path):
+        yield from _table_chunks(path, max(1, chunk_bytes))
+        return
     jsonl = is_jsonl(path)
     cutter = None if jsonl else ChunkCutter(special_tokens, line_cuts)
     with open_binary(path) as stream:
@@ -234,6 +278,9 @@ def decode_chunk(chunk: Chunk, errors: str = "strict") -> str:
 
 def chunk_documents(chunk: Chunk, errors: str = "strict", text_field: str = "text") -> Iterator[str]:
     """The independent texts in a chunk: the chunk itself, or one per JSON line."""
+    if chunk.table_parts is not None:
+        yield from _table_documents(chunk, text_field)
+        return
     text = decode_chunk(chunk, errors)
     if not chunk.jsonl:
         yield text
@@ -251,6 +298,95 @@ def _json_text(line: str, path: str, number: int, field: str) -> str:
     if not isinstance(record, dict) or not isinstance(record.get(field), str):
         raise InputError(f"{path}: line {number}: no string field {field!r}")
     return record[field]
+
+
+def _pyarrow() -> Any:
+    from superbpe.util import import_optional
+
+    return import_optional("pyarrow", "parquet", "reading .parquet / datasets (.arrow) input")
+
+
+def _table_sizes(path: Path) -> list[tuple[int, int]]:
+    """(rows, bytes) per part: Parquet row groups (from the file's footer) or Arrow record batches."""
+    with _table_errors(path):
+        if path.name.endswith(".parquet"):
+            metadata = _parquet_file(path).metadata
+            groups = [metadata.row_group(group) for group in range(metadata.num_row_groups)]
+            return [(group.num_rows, group.total_byte_size) for group in groups]
+        return [(batch.num_rows, batch.nbytes) for batch in _arrow_batches(path)]
+
+
+def _table_slice(path: Path, parts: tuple[int, int], field: str) -> Any:
+    """Parts ``start <= i < stop`` as one table (only the ``field`` column, where the format allows)."""
+    pa = _pyarrow()
+    start, stop = parts
+    with _table_errors(path):
+        if path.name.endswith(".parquet"):
+            table = _parquet_file(path)
+            columns = [field] if field in table.schema_arrow.names else None
+            return table.read_row_groups(list(range(start, stop)), columns=columns)
+        # Earlier batches are skipped, not copied: the file is memory-mapped and batches are views of it.
+        return pa.Table.from_batches(list(itertools.islice(_arrow_batches(path), start, stop)))
+
+
+@contextlib.contextmanager
+def _table_errors(path: Path) -> Iterator[None]:
+    pa = _pyarrow()
+    try:
+        yield
+    except (OSError, pa.ArrowException) as exc:
+        raise InputError(f"{path}: cannot read table ({' '.join(str(exc).split())})") from None
+
+
+def _parquet_file(path: Path) -> Any:
+    _pyarrow()
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path)
+
+
+def _arrow_batches(path: Path) -> Iterator[Any]:
+    """Record batches of an Arrow IPC file, memory-mapped (zero-copy): stream format (what ``datasets``
+    writes) or file format."""
+    pa = _pyarrow()
+    import pyarrow.ipc as ipc
+
+    source = pa.memory_map(str(path))
+    try:
+        yield from ipc.open_stream(source)
+    except pa.ArrowInvalid:
+        source.seek(0)
+        reader = ipc.open_file(source)
+        for batch in range(reader.num_record_batches):
+            yield reader.get_batch(batch)
+
+
+def _table_chunks(path: Path, chunk_bytes: int) -> Iterator[Chunk]:
+    """Runs of whole parts of about ``chunk_bytes`` (of column data) each."""
+    row = start = size = rows = 0
+    sizes = _table_sizes(path)
+    for number, (part_rows, part_bytes) in enumerate(sizes):
+        rows, size = rows + part_rows, size + part_bytes
+        if size >= chunk_bytes or number == len(sizes) - 1:
+            yield Chunk(str(path), row, b"", True, row + 1, (start, number + 1))
+            row, start, size, rows = row + rows, number + 1, 0, 0
+
+
+def _table_documents(chunk: Chunk, field: str) -> Iterator[str]:
+    """The ``field`` strings of one table part; a missing column, other type or null is an error."""
+    assert chunk.table_parts is not None
+    part = _table_slice(Path(chunk.path), chunk.table_parts, field)
+    names = part.schema.names
+    if field not in names:
+        raise InputError(f"{chunk.path}: no column {field!r} (columns: {', '.join(names)})")
+    column = part.column(names.index(field))
+    pa = _pyarrow()
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        raise InputError(f"{chunk.path}: column {field!r} holds {column.type}, not strings")
+    for offset, text in enumerate(column.to_pylist()):
+        if text is None:
+            raise InputError(f"{chunk.path}: row {chunk.first_line + offset}: {field!r} is null")
+        yield text
 
 
 def corpus_size(paths: Iterable[Path]) -> int:

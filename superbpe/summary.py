@@ -95,8 +95,9 @@ def plot(rows: list[Row], output: Path) -> Path | None:
             series[key].append((1.0 if row.transition is None else row.transition, row.bytes_per_token))
     if not series:
         return None
-    import matplotlib
+    from superbpe.util import import_optional
 
+    matplotlib = import_optional("matplotlib", "plot", "the bytes/token plot (or pass --no-plot)")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

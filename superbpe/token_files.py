@@ -28,7 +28,7 @@ import numpy as np
 
 from superbpe.errors import ConfigError, InputError
 from superbpe.progress import task
-from superbpe.sources import Chunk, chunk_documents, corpus_size, iter_chunks, resolve_inputs
+from superbpe.sources import TABLE_SUFFIXES, Chunk, chunk_documents, corpus_size, iter_chunks, resolve_inputs
 from superbpe.tokenizer import Tokenizer
 from superbpe.util import atomic_write, atomic_write_text
 
@@ -184,7 +184,8 @@ def sidecar_path(output: Path) -> Path:
 
 
 def path_is_jsonl(path: Path) -> bool:
-    return path.name.endswith((".jsonl", ".jsonl.gz"))
+    """One document per record: JSON lines and tables (so no open document is left at the file's end)."""
+    return path.name.endswith((".jsonl", ".jsonl.gz", *TABLE_SUFFIXES))
 
 
 def _separator_id(tokenizer: Tokenizer, separator: str | None) -> int | None:

@@ -320,8 +320,12 @@ class Tokenizer:
         *,
         stages: Sequence[Mapping[str, Any]] = (),
         training: Mapping[str, Any] | None = None,
+        roles: Mapping[str, str | None] | None = None,
+        tiktoken: bool = False,
     ) -> Path:
-        """Write vocab.json, merges.txt, tokenizer.json and superbpe.json (each atomically)."""
+        """Write vocab.json, merges.txt, tokenizer.json (+ tokenizer_config.json, special_tokens_map.json for
+        transformers, with ``roles``: bos/eos/pad/unk) and superbpe.json, each atomically; ``tiktoken=True``
+        adds tokenizer.tiktoken + tiktoken.json."""
         return files.save_tokenizer_dir(
             directory,
             self._vocab,
@@ -332,6 +336,23 @@ class Tokenizer:
             training=training,
             extra=manifest_extra,
             whole_pieces=self._whole_pieces,
+            roles=roles,
+            tiktoken=tiktoken,
+        )
+
+    def to_tiktoken(self, name: str | None = None) -> Any:
+        """This tokenizer as a ``tiktoken.Encoding`` that gives the same ids (``allowed_special="all"`` for
+        specials in text). Needs ``tiktoken`` (``pip install "superbpe[tiktoken]"``)."""
+        from superbpe.util import import_optional
+
+        tiktoken = import_optional("tiktoken", "tiktoken", "to_tiktoken()")
+        ranks = files.tiktoken_ranks(self._vocab, self.special_tokens)
+        files.check_ranks_follow_merges(ranks, self._merges)
+        return tiktoken.Encoding(
+            name=name or self._pretokenizer.name,
+            pat_str=files.tiktoken_pattern(self._pretokenizer),
+            mergeable_ranks=ranks,
+            special_tokens={special: self.token_to_id(special) for special in self.special_tokens},
         )
 
     def __repr__(self) -> str:

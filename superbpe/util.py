@@ -9,6 +9,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import BinaryIO
 
 
@@ -60,3 +61,15 @@ def peak_rss_bytes() -> int:
         pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024
+
+
+def import_optional(module: str, extra: str, purpose: str) -> ModuleType:
+    """Import a dependency of an optional feature, or say in one line which extra provides it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        from superbpe.errors import ConfigError
+
+        raise ConfigError(f'{purpose} needs {module}: pip install "superbpe[{extra}]"') from None

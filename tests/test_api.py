@@ -39,8 +39,8 @@ def test_python_engine_reproduces_reference_too(shared_data: Path) -> None:
     assert merges == reference_merges(shared_data)
 
 
-def test_ids_are_bytes_then_merges_then_specials(shared_data: Path) -> None:
-    vocab, merges = superbpe.train_bpe(shared_data / "tinystories_sample.txt", 300, [EOT, "<pad>"])
+def test_ids_are_bytes_then_merges_then_specials(sample_texts: Path) -> None:
+    vocab, merges = superbpe.train_bpe(sample_texts / "tinystories_sample.txt", 300, [EOT, "<pad>"])
     assert [vocab[i] for i in range(256)] == [bytes([i]) for i in range(256)]
     assert [vocab[256 + i] for i in range(len(merges))] == [a + b for a, b in merges]
     assert vocab[298] == EOT.encode() and vocab[299] == b"<pad>"
@@ -68,9 +68,9 @@ def test_training_from_saved_counts_equals_training_from_text(shared_data: Path,
     ],
 )
 def test_bad_arguments_are_one_line_errors(
-    shared_data: Path, kwargs: dict, error: type, message: str
+    sample_texts: Path, kwargs: dict, error: type, message: str
 ) -> None:
-    args = {"input_path": shared_data / "german.txt", "vocab_size": 300, "special_tokens": [EOT], **kwargs}
+    args = {"input_path": sample_texts / "german.txt", "vocab_size": 300, "special_tokens": [EOT], **kwargs}
     with pytest.raises(error, match=message) as info:
         superbpe.train_bpe(**args)
     assert "\n" not in str(info.value)

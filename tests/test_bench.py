@@ -1,4 +1,4 @@
-"""Tests for ``python -m superbpe.bench``: real subprocess runs on a tiny corpus plus its helpers.
+"""Tests for ``benchmarks/bench.py``: real subprocess runs on a tiny corpus plus its helpers.
 
 No timing is asserted (the machine is shared); the checks are on which contenders ran, that the
 numbers are present and plausible, and that the cross-checks (ids, merges) hold.
@@ -7,49 +7,53 @@ numbers are present and plausible, and that the cross-checks (ids, merges) hold.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from superbpe.bench import (
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "benchmarks" / "bench.py"
+sys.path.insert(0, str(BENCH.parent))
+pytest.importorskip("psutil", reason='the benchmark needs the bench extra: pip install ".[bench]"')
+
+from bench import (  # noqa: E402  (benchmarks/ is a directory of scripts, not a package)
     SPECIAL,
     BenchError,
     WorkerSpec,
     _gpt2_encoder,
-    gpt2_byte_decoder,
     iter_documents,
     leading_agreement,
     load_gpt2,
     prefix_at_document_boundary,
 )
-from superbpe.pretokenize import PATTERNS
-
-DATA = Path("/work/shared/data")
-TINY = DATA / "tinystories_sample.txt"
-ROOT = Path(__file__).resolve().parent.parent
-
-needs_data = pytest.mark.skipif(not TINY.exists(), reason="shared test data not present")
 
 
-def run_bench(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "superbpe.bench", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+@pytest.fixture(scope="module")
+def tiny(sample_texts: Path) -> Path:
+    return sample_texts / "tinystories_sample.txt"
+
+
+def run_bench(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(BENCH), *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env=env)
 
 
 def by_name(report: dict, task: str) -> dict[str, dict]:
     return {r["name"]: r for r in report["results"] if r["task"] == task}
 
 
-@needs_data
-def test_full_run_has_every_contender_and_sane_numbers(tmp_path: Path) -> None:
+def test_full_run_has_every_contender_and_sane_numbers(tmp_path: Path, shared_data: Path) -> None:
+    tiny = shared_data / "tinystories_sample.txt"
     out = tmp_path / "bench.json"
-    proc = run_bench(str(TINY), "--vocab", "300", "--engines", "python", "--json", str(out), "--quiet")
+    proc = run_bench(str(tiny), "--vocab", "300", "--engines", "python", "--json", str(out), "--quiet",
+                     "--gpt2-dir", str(shared_data))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(out.read_text())
     assert report["ok"] is True
-    assert report["corpus"]["bytes"] == TINY.stat().st_size
+    assert report["corpus"]["bytes"] == tiny.stat().st_size
     train, encode, runs = by_name(report, "train"), by_name(report, "encode"), by_name(report, "runs")
     assert set(train) == {"superbpe[python]", "hf-tokenizers"}
     assert set(encode) == {"superbpe[python]", "hf-tokenizers", "tiktoken"}
@@ -84,25 +88,23 @@ def test_full_run_has_every_contender_and_sane_numbers(tmp_path: Path) -> None:
         assert header in proc.stdout
 
 
-@needs_data
-def test_only_train_on_a_prefix(tmp_path: Path) -> None:
+def test_only_train_on_a_prefix(tmp_path: Path, tiny: Path) -> None:
     out = tmp_path / "bench.json"
-    proc = run_bench(str(TINY), "--vocab", "270", "--only", "train", "--skip-hf", "--engines", "python",
+    proc = run_bench(str(tiny), "--vocab", "270", "--only", "train", "--skip-hf", "--engines", "python",
                      "--max-bytes", "2000", "--repeat", "2", "--json", str(out), "--quiet")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(out.read_text())
     assert [(r["task"], r["name"]) for r in report["results"]] == [("train", "superbpe[python]")]
-    expected = prefix_at_document_boundary(TINY.read_bytes(), 2000)
+    expected = prefix_at_document_boundary(tiny.read_bytes(), 2000)
     assert report["corpus"]["bytes"] == len(expected) <= 2000
     assert "ENCODE" not in proc.stdout and report["ratios"] == []
     runs = report["results"][0]["extra"]["runs_wall_s"]
     assert len(runs) == 2 and report["results"][0]["wall_s"] == min(runs)
 
 
-@needs_data
-def test_repeats_run_in_rounds(tmp_path: Path) -> None:
+def test_repeats_run_in_rounds(tmp_path: Path, tiny: Path) -> None:
     """Each contender once, then again: ratios compare runs from the same stretch of time."""
-    proc = run_bench(str(TINY), "--vocab", "270", "--only", "runs", "--engines", "python",
+    proc = run_bench(str(tiny), "--vocab", "270", "--only", "runs", "--engines", "python",
                      "--max-bytes", "2000", "--repeat", "2", "--json", str(tmp_path / "bench.json"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     order = [line.split("running runs ")[1].split(" ...")[0]
@@ -115,42 +117,32 @@ def test_repeats_run_in_rounds(tmp_path: Path) -> None:
     ("args", "message"),
     [
         (["/no/such/corpus.txt"], "corpus not found: /no/such/corpus.txt"),
-        ([str(TINY), "--vocab", "100"], "--vocab must be at least 258"),
-        ([str(TINY), "--engines", "rust"], "unknown engine 'rust'"),
-        ([str(TINY), "--repeat", "0"], "--repeat must be positive"),
-        ([str(TINY), "--gpt2-dir", "/no/such/dir"], "gpt2_vocab.json not found"),
-        ([str(TINY), "--pattern", "nosuchpattern", "--only", "train"], "nosuchpattern"),
-        ([str(TINY), "--only", "runs", "--transition", "1.5"], "--transition must be a fraction"),
+        (["TINY", "--vocab", "100"], "--vocab must be at least 258"),
+        (["TINY", "--only", "train", "--engines", "rust"], "unknown engine 'rust'"),
+        (["TINY", "--only", "train", "--repeat", "0"], "--repeat must be positive"),
+        (["TINY", "--gpt2-dir", "/no/such/dir"], "gpt2_vocab.json not found"),
+        (["TINY"], "the encode comparison needs GPT-2's files: pass --gpt2-dir"),
+        (["TINY", "--pattern", "nosuchpattern", "--only", "train"], "nosuchpattern"),
+        (["TINY", "--only", "runs", "--transition", "1.5"], "--transition must be a fraction"),
     ],
 )
-def test_usage_errors_are_one_line(args: list[str], message: str) -> None:
-    proc = run_bench(*args)
+def test_usage_errors_are_one_line(args: list[str], message: str, tiny: Path) -> None:
+    env = {key: value for key, value in os.environ.items() if key != "SUPERBPE_GPT2_DIR"}
+    proc = run_bench(*[str(tiny) if arg == "TINY" else arg for arg in args], env=env)
     assert proc.returncode == 2
     assert proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("superbpe.bench: error:") and message in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("bench: error:") and message in lines[0]
 
 
-def test_gpt2_byte_decoder_is_a_bijection() -> None:
-    decoder = gpt2_byte_decoder()
-    assert sorted(decoder.values()) == list(range(256))
-    assert decoder["Ġ"] == 0x20 and decoder["Ċ"] == 0x0A and decoder["a"] == ord("a")
-
-
-@needs_data
-def test_local_gpt2_files_give_the_known_gpt2_ids() -> None:
-    vocab, merges = load_gpt2(DATA)
+def test_local_gpt2_files_give_the_known_gpt2_ids(shared_data: Path) -> None:
+    vocab, merges = load_gpt2(shared_data)
     assert vocab[50256] == SPECIAL.encode() and merges[0] == (b" ", b"t") and len(merges) == 50000
-    spec = WorkerSpec("encode", "tiktoken", None, str(TINY), 0, "gpt2", None, str(DATA), "")
+    tiny = shared_data / "tinystories_sample.txt"
+    spec = WorkerSpec("encode", "tiktoken", None, str(tiny), 0, "gpt2", None, str(shared_data), "")
     assert _gpt2_encoder(spec)("Hello world") == [15496, 995]
     spec.kind = "hf"
     assert _gpt2_encoder(spec)("Hello world") == [15496, 995]
-
-
-def test_bench_pattern_is_our_gpt2_pattern() -> None:
-    from superbpe.bench import GPT2_PATTERN
-
-    assert PATTERNS["gpt2"] == GPT2_PATTERN
 
 
 def test_prefix_cuts_after_a_special_else_after_a_newline() -> None:
@@ -188,12 +180,12 @@ def _native_available() -> bool:
     return native_available()
 
 
-@needs_data
 @pytest.mark.skipif(not _native_available(), reason="native engine not built")
-def test_native_and_python_agree_in_the_bench(tmp_path: Path) -> None:
+def test_native_and_python_agree_in_the_bench(tmp_path: Path, shared_data: Path) -> None:
     out = tmp_path / "bench.json"
-    proc = run_bench(str(TINY), "--vocab", "300", "--engines", "python,native", "--skip-hf",
-                     "--json", str(out), "--quiet")
+    tiny = shared_data / "tinystories_sample.txt"
+    proc = run_bench(str(tiny), "--vocab", "300", "--engines", "python,native", "--skip-hf",
+                     "--json", str(out), "--quiet", "--gpt2-dir", str(shared_data))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(out.read_text())
     train, encode = by_name(report, "train"), by_name(report, "encode")

@@ -47,14 +47,14 @@ def test_key_depends_on_every_part():
 
 
 @pytest.mark.slow
-def test_concurrent_jobs_share_the_cache_safely(tmp_path, shared_data):
+def test_concurrent_jobs_share_the_cache_safely(tmp_path, sample_texts):
     import subprocess
     import sys
 
     cache = tmp_path / "cache"
     args = [
         "engine=python",
-        f"data.paths=[{shared_data / 'corpus.en'}]",
+        f"data.paths=[{sample_texts / 'corpus.en'}]",
         "vocab_size=700",
         "schedule=superbpe",
         "schedule.transition=0.5",

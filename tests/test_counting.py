@@ -27,9 +27,9 @@ def direct_counts(text: str, pattern: str = "gpt2", specials: tuple[str, ...] = 
     return dict(counter)
 
 
-def test_counts_match_a_direct_count(shared_data: Path) -> None:
-    text = (shared_data / "corpus.en").read_text()
-    counts = count_pieces(shared_data / "corpus.en", "gpt2", [EOT])
+def test_counts_match_a_direct_count(sample_texts: Path) -> None:
+    text = (sample_texts / "corpus.en").read_text()
+    counts = count_pieces(sample_texts / "corpus.en", "gpt2", [EOT])
     assert counts.to_dict() == direct_counts(text)
     assert counts.meta["special_tokens"] == [EOT]
     assert counts.meta["pretokenizer"]["name"] == "gpt2"
@@ -47,8 +47,8 @@ def test_same_counts_whatever_workers_or_chunk_size(
     assert counts.to_dict() == expected
 
 
-def test_chunks_cut_only_at_special_tokens_or_safe_cuts(shared_data: Path) -> None:
-    path = shared_data / "corpus.en"
+def test_chunks_cut_only_at_special_tokens_or_safe_cuts(sample_texts: Path) -> None:
+    path = sample_texts / "corpus.en"
     chunks = list(iter_chunks(path, [EOT], 2000, line_cuts=True))
     assert b"".join(c.data for c in chunks) == path.read_bytes()
     assert len(chunks) > 10
@@ -109,16 +109,16 @@ def test_missing_and_empty_inputs_are_clear_errors(tmp_path: Path) -> None:
         count_pieces(empty, errors="ignore")
 
 
-def test_save_load_and_sum(tmp_path: Path, shared_data: Path) -> None:
-    a = count_pieces(shared_data / "tinystories_sample.txt", "gpt2", [EOT])
-    b = count_pieces(shared_data / "german.txt", "gpt2", [EOT])
+def test_save_load_and_sum(tmp_path: Path, sample_texts: Path) -> None:
+    a = count_pieces(sample_texts / "tinystories_sample.txt", "gpt2", [EOT])
+    b = count_pieces(sample_texts / "german.txt", "gpt2", [EOT])
     a.save(tmp_path / "a.counts")
     loaded = PieceCounts.load(tmp_path / "a.counts")
     assert loaded.to_dict() == a.to_dict() and loaded.meta == a.meta
-    both = count_pieces([shared_data / "tinystories_sample.txt", shared_data / "german.txt"], "gpt2", [EOT])
+    both = count_pieces([sample_texts / "tinystories_sample.txt", sample_texts / "german.txt"], "gpt2", [EOT])
     assert (loaded + b).to_dict() == both.to_dict()
     assert (loaded + b).total() == a.total() + b.total()
-    other = count_pieces(shared_data / "german.txt", "o200k", [EOT])
+    other = count_pieces(sample_texts / "german.txt", "o200k", [EOT])
     with pytest.raises(SuperBPEError, match="made differently"):
         a + other
 

@@ -19,10 +19,10 @@ EOT = "<|endoftext|>"
 
 
 @pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory, shared_data) -> Path:
+def tokenizer_dir(tmp_path_factory, sample_texts) -> Path:
     out = tmp_path_factory.mktemp("tok")
     cfg = TrainConfig(
-        data=DataConfig(paths=[str(shared_data / "corpus.en")]),
+        data=DataConfig(paths=[str(sample_texts / "corpus.en")]),
         engine=EngineConfig("python"),
         vocab_size=700,
         output_dir=str(out),
@@ -33,9 +33,9 @@ def tokenizer_dir(tmp_path_factory, shared_data) -> Path:
 
 
 @pytest.fixture(scope="module")
-def documents(shared_data) -> list[str]:
-    text = (shared_data / "tinystories_sample.txt").read_text(encoding="utf-8")
-    german = (shared_data / "german.txt").read_text(encoding="utf-8")
+def documents(sample_texts) -> list[str]:
+    text = (sample_texts / "tinystories_sample.txt").read_text(encoding="utf-8")
+    german = (sample_texts / "german.txt").read_text(encoding="utf-8")
     docs = [d.strip("\n") for d in text.split(EOT) if d.strip()]
     return [*docs, german, "  leading spaces\n\n\n", "x"]
 
@@ -72,8 +72,8 @@ def test_text_and_jsonl_inputs_equal_encode_per_document(tokenizer_dir, document
     assert f"{len(ids)} tokens" in proc.stdout
 
 
-def test_serial_and_parallel_give_the_same_file(tokenizer_dir, shared_data, tmp_path):
-    corpus = shared_data / "corpus.en"
+def test_serial_and_parallel_give_the_same_file(tokenizer_dir, sample_texts, tmp_path):
+    corpus = sample_texts / "corpus.en"
     serial = encode_corpus(tokenizer_dir, corpus, tmp_path / "a.bin", workers=1, engine="python")
     parallel = encode_corpus(
         tokenizer_dir, corpus, tmp_path / "b.bin", workers=2, chunk_bytes=8192, engine="python"
@@ -85,10 +85,10 @@ def test_serial_and_parallel_give_the_same_file(tokenizer_dir, shared_data, tmp_
     assert np.fromfile(tmp_path / "a.bin", dtype=np.uint16).tolist() == [*whole, tok.token_to_id(EOT)]
 
 
-def test_superbpe_tokenizer_encodes_with_its_stage2_pattern(tmp_path, shared_data):
+def test_superbpe_tokenizer_encodes_with_its_stage2_pattern(tmp_path, sample_texts):
     out = tmp_path / "tok"
     cfg = TrainConfig(
-        data=DataConfig(paths=[str(shared_data / "corpus.en")]),
+        data=DataConfig(paths=[str(sample_texts / "corpus.en")]),
         engine=EngineConfig("python"),
         vocab_size=600,
         output_dir=str(out),
@@ -109,7 +109,7 @@ def test_superbpe_tokenizer_encodes_with_its_stage2_pattern(tmp_path, shared_dat
     run_training(cfg)
     tok = Tokenizer.load(out)
     assert tok.pretokenizer.name == "superbpe"
-    text = (shared_data / "corpus.en").read_text(encoding="utf-8")[:20_000]
+    text = (sample_texts / "corpus.en").read_text(encoding="utf-8")[:20_000]
     (tmp_path / "in.txt").write_text(text, encoding="utf-8")
     encode_corpus(out, tmp_path / "in.txt", tmp_path / "x.bin", separator=None, engine="python")
     ids = np.fromfile(tmp_path / "x.bin", dtype=np.uint16).tolist()

@@ -28,9 +28,9 @@ def gpt2(shared_data: Path) -> Tokenizer:
 
 
 @pytest.fixture(scope="module")
-def superword(shared_data: Path) -> Tokenizer:
+def superword(sample_texts: Path) -> Tokenizer:
     """A SuperBPE-pattern tokenizer (line units on) trained so that it has multi-word tokens."""
-    vocab, merges = superbpe.train_bpe(shared_data / "corpus.en", 900, [EOT], pretokenizer="superbpe",
+    vocab, merges = superbpe.train_bpe(sample_texts / "corpus.en", 900, [EOT], pretokenizer="superbpe",
                                        max_words_per_token=4, forbidden_substrings=[": "], engine="python")
     return Tokenizer(vocab, merges, [EOT], pretokenizer="superbpe", engine="python")
 
@@ -40,8 +40,8 @@ def hf_from(tok: Tokenizer, directory: Path) -> tokenizers.Tokenizer:
     return tokenizers.Tokenizer.from_file(str(directory / "tokenizer.json"))
 
 
-def corpus_samples(shared_data: Path, multilingual_text: str, wikitext_text: str) -> list[str]:
-    small = [(shared_data / name).read_text(encoding="utf-8")
+def corpus_samples(sample_texts: Path, multilingual_text: str, wikitext_text: str) -> list[str]:
+    small = [(sample_texts / name).read_text(encoding="utf-8")
              for name in ("tinystories_sample.txt", "address.txt", "german.txt", "corpus.en")]
     return [*small, multilingual_text[:100_000], wikitext_text[:150_000]]
 
@@ -169,18 +169,18 @@ def test_missing_and_unreadable_files(tmp_path: Path) -> None:
 # -- tokenizer.json ------------------------------------------------------------------------------------------
 
 
-def test_hf_loads_gpt2_export_and_encodes_identically(tmp_path: Path, gpt2: Tokenizer, shared_data: Path,
+def test_hf_loads_gpt2_export_and_encodes_identically(tmp_path: Path, gpt2: Tokenizer, sample_texts: Path,
                                                       multilingual_text: str, wikitext_text: str) -> None:
     hf = hf_from(gpt2, tmp_path)
     assert hf.get_vocab_size() == gpt2.vocab_size
-    for text in corpus_samples(shared_data, multilingual_text, wikitext_text[:100_000]):
+    for text in corpus_samples(sample_texts, multilingual_text, wikitext_text[:100_000]):
         text = text[:60_000] + EOT + text[-2000:]
         encoded = hf.encode(text)
         assert encoded.ids == gpt2.encode(text)
         assert hf.decode(encoded.ids, skip_special_tokens=False) == text
 
 
-def test_hf_matches_superword_tokenizer(tmp_path: Path, superword: Tokenizer, shared_data: Path,
+def test_hf_matches_superword_tokenizer(tmp_path: Path, superword: Tokenizer, sample_texts: Path,
                                         multilingual_text: str, wikitext_text: str) -> None:
     multi_word = [t for t in superword.vocab.values() if b" " in t.strip(b" ")]
     assert len(multi_word) > 20  # superword tokens really exist
@@ -188,12 +188,12 @@ def test_hf_matches_superword_tokenizer(tmp_path: Path, superword: Tokenizer, sh
     document = json.loads((tmp_path / "tokenizer.json").read_text(encoding="utf-8"))
     first = document["pre_tokenizer"]["pretokenizers"][0]
     assert (first["pattern"], first["behavior"]) == ({"String": "\n"}, "MergedWithPrevious")
-    for text in corpus_samples(shared_data, multilingual_text, wikitext_text):
+    for text in corpus_samples(sample_texts, multilingual_text, wikitext_text):
         sample = text[:80_000] + EOT + "tail of: the text\n"
         ids = superword.encode(sample)
         assert hf.encode(sample).ids == ids
         assert superword.decode(ids) == sample
-    assert any(superword.id_to_token(i) in multi_word for i in superword.encode(shared_data.joinpath(
+    assert any(superword.id_to_token(i) in multi_word for i in superword.encode(sample_texts.joinpath(
         "corpus.en").read_text(encoding="utf-8")[:5000]))
 
 
@@ -285,12 +285,13 @@ def test_malformed_tokenizer_json(tmp_path: Path, edit, message: str) -> None:  
 # -- manifest and directories -----------------------------------------------------------------------------
 
 
-def test_save_writes_four_files_and_manifest(tmp_path: Path) -> None:
+def test_save_writes_six_files_and_manifest(tmp_path: Path) -> None:
     tok = _hand_made("superbpe")
     stages = [{"num_merges": 12}]
     tok.save(tmp_path / "out", manifest_extra={"run": 7}, stages=stages, training={"vocab_size": 268})
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
-        [files.VOCAB_FILE, files.MERGES_FILE, files.HF_FILE, files.MANIFEST_FILE])
+        [files.VOCAB_FILE, files.MERGES_FILE, files.HF_FILE, files.MANIFEST_FILE, files.HF_CONFIG_FILE,
+         files.HF_SPECIAL_MAP_FILE])
     manifest = files.read_manifest(tmp_path / "out" / files.MANIFEST_FILE)
     assert manifest.pretokenizer == tok.pretokenizer.spec()
     assert manifest.special_tokens == ["<s>", "<pad token>"]

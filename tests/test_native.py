@@ -47,9 +47,9 @@ def python() -> PythonEngine:
 
 
 @pytest.fixture(scope="module")
-def corpora(shared_data: Path, multilingual_text: str, wikitext_text: str) -> dict[str, str]:
+def corpora(sample_texts: Path, multilingual_text: str, wikitext_text: str) -> dict[str, str]:
     """Every shared text: the small files whole, the big ones as the conftest slices."""
-    texts = {name: (shared_data / name).read_text(encoding="utf-8") for name in SMALL_TEXTS}
+    texts = {name: (sample_texts / name).read_text(encoding="utf-8") for name in SMALL_TEXTS}
     texts["multilingual"] = multilingual_text
     texts["wikitext"] = wikitext_text
     return texts
@@ -127,11 +127,11 @@ def test_custom_patterns_use_isolated_split(pattern: str, corpora: dict[str, str
 
 @pytest.mark.parametrize("pattern", [r"(?:the){e<=1}", r"\X", r"\m\w+"])
 def test_patterns_fancy_regex_gets_wrong_fall_back_to_python(
-    pattern: str, shared_data: Path, native: Native, python: PythonEngine
+    pattern: str, sample_texts: Path, native: Native, python: PythonEngine
 ) -> None:
     pre = get_pretokenizer(f"custom:{pattern}")
     assert not native_engine.splits_like_regex(pre)
-    path = shared_data / "tinystories_sample.txt"
+    path = sample_texts / "tinystories_sample.txt"
     assert_same_counts(native.count(path, pre, []), python.count(path, pre, []))
     vocab = {bytes([b]): b for b in range(256)}
     text = path.read_text(encoding="utf-8")
@@ -247,11 +247,11 @@ def test_invalid_utf8_is_reported_like_the_python_engine(
 
 
 def test_counts_file_is_byte_identical_and_loads(
-    tmp_path: Path, native: Native, python: PythonEngine, shared_data: Path
+    tmp_path: Path, native: Native, python: PythonEngine, sample_texts: Path
 ) -> None:
     pre = get_pretokenizer("o200k")
-    ours = native.count(shared_data / "corpus.en", pre, [EOT])
-    theirs = python.count(shared_data / "corpus.en", pre, [EOT])
+    ours = native.count(sample_texts / "corpus.en", pre, [EOT])
+    theirs = python.count(sample_texts / "corpus.en", pre, [EOT])
     ours.save(tmp_path / "ours.counts")
     theirs.save(tmp_path / "theirs.counts")
     assert (tmp_path / "ours.counts").read_bytes() == (tmp_path / "theirs.counts").read_bytes()
@@ -264,10 +264,10 @@ def test_counts_file_is_byte_identical_and_loads(
         native_engine.load_counts(tmp_path / "broken.counts")
 
 
-def test_native_counts_materialise_and_update(native: Native, shared_data: Path) -> None:
+def test_native_counts_materialise_and_update(native: Native, sample_texts: Path) -> None:
     pre = get_pretokenizer("gpt2")
-    a = native.count(shared_data / "german.txt", pre, [])
-    b = native.count(shared_data / "address.txt", pre, [])
+    a = native.count(sample_texts / "german.txt", pre, [])
+    b = native.count(sample_texts / "address.txt", pre, [])
     expected = a.to_dict()
     for piece, n in b.to_dict().items():
         expected[piece] = expected.get(piece, 0) + n
@@ -367,8 +367,8 @@ def test_bad_train_arguments(native: Native) -> None:
         native.train(PieceCounts({b"ab": -1}), 3)
 
 
-def test_callback_stops_and_resume_is_exact(native: Native, shared_data: Path) -> None:
-    counts = native.count(shared_data / "corpus.en", get_pretokenizer("gpt2"), [EOT])
+def test_callback_stops_and_resume_is_exact(native: Native, sample_texts: Path) -> None:
+    counts = native.count(sample_texts / "corpus.en", get_pretokenizer("gpt2"), [EOT])
     full = native.train(counts, 400)
     seen: list[int] = []
 

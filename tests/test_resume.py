@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import signal
@@ -18,10 +17,9 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def wiki(tmp_path_factory, shared_data) -> Path:
+def wiki(tmp_path_factory, wikitext_text) -> Path:
     path = tmp_path_factory.mktemp("corpus") / "wiki.txt"
-    with gzip.open(shared_data / "wikitext103_valid_test.txt.gz", "rt", encoding="utf-8") as handle:
-        path.write_text(handle.read(300_000), encoding="utf-8")
+    path.write_text(wikitext_text[:300_000], encoding="utf-8")
     return path
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 import shutil
 from pathlib import Path
@@ -21,11 +20,10 @@ TRANSITION = 500
 
 
 @pytest.fixture(scope="module")
-def wiki(tmp_path_factory, shared_data) -> Path:
-    """~250 KB of English Wikipedia prose."""
+def wiki(tmp_path_factory, wikitext_text) -> Path:
+    """~250 KB of English Wikipedia prose (or its generated stand-in)."""
     path = tmp_path_factory.mktemp("corpus") / "wiki.txt"
-    with gzip.open(shared_data / "wikitext103_valid_test.txt.gz", "rt", encoding="utf-8") as handle:
-        path.write_text(handle.read(250_000), encoding="utf-8")
+    path.write_text(wikitext_text[:250_000], encoding="utf-8")
     return path
 
 

@@ -378,7 +378,8 @@ def test_from_files_matches_constructor(shared_data: Path, gpt2: Tokenizer) -> N
 def test_save_and_load_round_trip(tmp_path: Path, gpt2: Tokenizer, wikitext_text: str) -> None:
     gpt2.save(tmp_path / "tok", manifest_extra={"note": "round trip"})
     names = sorted(p.name for p in (tmp_path / "tok").iterdir())
-    assert names == ["merges.txt", "superbpe.json", "tokenizer.json", "vocab.json"]
+    assert names == ["merges.txt", "special_tokens_map.json", "superbpe.json", "tokenizer.json",
+                     "tokenizer_config.json", "vocab.json"]
     manifest = json.loads((tmp_path / "tok" / "superbpe.json").read_text(encoding="utf-8"))
     assert manifest["extra"] == {"note": "round trip"}
     assert manifest["vocab_size"] == 50257

@@ -15,8 +15,8 @@ OUTPUT_FILES = {"vocab.json", "merges.txt", "tokenizer.json", "superbpe.json", "
 
 
 @pytest.fixture
-def corpus(shared_data: Path) -> Path:
-    return shared_data / "corpus.en"
+def corpus(sample_texts: Path) -> Path:
+    return sample_texts / "corpus.en"
 
 
 def train(tmp_path: Path, *overrides: str, run_dir: Path | None = None):
@@ -31,10 +31,9 @@ def train(tmp_path: Path, *overrides: str, run_dir: Path | None = None):
     )
 
 
-def test_train_writes_a_loadable_tokenizer_and_metrics(tmp_path, corpus, shared_data):
-    proc = train(
-        tmp_path, f"data.paths=[{corpus}]", "vocab_size=400", f"eval={shared_data / 'tinystories_sample.txt'}"
-    )
+def test_train_writes_a_loadable_tokenizer_and_metrics(tmp_path, corpus, sample_texts):
+    heldout = sample_texts / "tinystories_sample.txt"
+    proc = train(tmp_path, f"data.paths=[{corpus}]", "vocab_size=400", f"eval={heldout}")
     assert proc.returncode == 0, proc.stderr
     run = tmp_path / "run"
     assert f"tokenizer: {run}" in proc.stdout
@@ -47,7 +46,9 @@ def test_train_writes_a_loadable_tokenizer_and_metrics(tmp_path, corpus, shared_
     assert metrics["config"]["vocab_size"] == 400 and metrics["config"]["schedule"] == "bpe"
     assert [s["merges"] for s in metrics["stages"]] == [400 - 257]
     assert metrics["stages"][0]["seconds"] > 0 and metrics["stages"][0]["peak_rss_bytes"] > 10 << 20
-    assert metrics["eval"]["bytes_per_token"] > 1.5 and metrics["eval"]["documents"] == 6
+    held = heldout.read_text(encoding="utf-8")
+    documents = held.count("<|endoftext|>") + bool(held.rsplit("<|endoftext|>", 1)[-1])  # text after the last
+    assert metrics["eval"]["bytes_per_token"] > 1.5 and metrics["eval"]["documents"] == documents
     assert "merging (bpe)" in proc.stderr + (run / "train.log").read_text()  # progress as log lines
 
 
@@ -60,7 +61,7 @@ def test_default_job_runs_on_the_embedded_corpus(tmp_path):
     assert json.loads((run / "metrics.json").read_text())["config"]["data"][0].endswith(".py")
 
 
-def test_two_point_multirun_writes_two_metrics_and_a_summary(tmp_path, corpus, shared_data):
+def test_two_point_multirun_writes_two_metrics_and_a_summary(tmp_path, corpus, sample_texts):
     sweep = tmp_path / "sweep"
     proc = run_script(
         "train.py",
@@ -71,7 +72,7 @@ def test_two_point_multirun_writes_two_metrics_and_a_summary(tmp_path, corpus, s
         "vocab_size=500",
         "schedule=superbpe",
         "schedule.transition=0.8,0.5",
-        f"eval={shared_data / 'tinystories_sample.txt'}",
+        f"eval={sample_texts / 'tinystories_sample.txt'}",
         cwd=tmp_path,
         cache_dir=tmp_path / "cache",
     )

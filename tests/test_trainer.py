@@ -19,7 +19,6 @@ from superbpe.counting import PieceCounts, count_pieces
 from superbpe.errors import SuperBPEError
 from superbpe.trainer import MAX_MERGES, MergeRules, TrainResult, count_words, train_merges
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 EOT = "<|endoftext|>"
 
 Merge = tuple[bytes, bytes]
@@ -99,9 +98,9 @@ def gpt2_decode(text: str) -> bytes:
     return bytes(to_byte[ch] for ch in text)
 
 
-def count_corpus(name: str) -> PieceCounts:
-    """GPT-2 pre-tokenization of a shared data file; the special token splits documents and is dropped."""
-    return count_pieces(DATA / name, "gpt2", [EOT], workers=1)
+def count_corpus(path: Path) -> PieceCounts:
+    """GPT-2 pre-tokenization of a text file; the special token splits documents and is dropped."""
+    return count_pieces(path, "gpt2", [EOT], workers=1)
 
 
 def test_bytes_to_unicode_is_a_bijection_onto_printable_chars() -> None:
@@ -111,14 +110,14 @@ def test_bytes_to_unicode_is_a_bijection_onto_printable_chars() -> None:
     assert table[ord("A")] == "A" and table[ord(" ")] == "Ġ" and table[ord("\n")] == "Ċ"
 
 
-def test_reference_corpus_merges_and_vocab() -> None:
-    counts = count_corpus("corpus.en")
+def test_reference_corpus_merges_and_vocab(shared_data: Path) -> None:
+    counts = count_corpus(shared_data / "corpus.en")
     result = train_merges(counts, 500 - 256 - 1)
-    lines = (DATA / "train-bpe-reference-merges.txt").read_text(encoding="utf-8").splitlines()
+    lines = (shared_data / "train-bpe-reference-merges.txt").read_text(encoding="utf-8").splitlines()
     expected = [tuple(gpt2_decode(part) for part in line.split(" ")) for line in lines]
     assert result.merges == expected
     assert result.stopped is False
-    reference_vocab = json.loads((DATA / "train-bpe-reference-vocab.json").read_text(encoding="utf-8"))
+    reference_vocab = json.loads((shared_data / "train-bpe-reference-vocab.json").read_text(encoding="utf-8"))
     ours = [bytes([i]) for i in range(256)] + [a + b for a, b in result.merges] + [EOT.encode()]
     assert len(ours) == len(set(ours)) == 500
     assert set(ours) == {gpt2_decode(token) for token in reference_vocab}
@@ -194,8 +193,10 @@ def stop_after(calls: int) -> tuple[list[list[Merge]], object]:
     "rules", [MergeRules(), MergeRules(max_token_bytes=5, forbidden_substrings=(b"e ",))]
 )
 @pytest.mark.parametrize("every,calls", [(1, 1), (7, 1), (25, 3), (100, 2)])
-def test_stop_and_continue_equals_uninterrupted(rules: MergeRules, every: int, calls: int) -> None:
-    counts = count_corpus("tinystories_sample.txt")
+def test_stop_and_continue_equals_uninterrupted(
+    rules: MergeRules, every: int, calls: int, sample_texts: Path
+) -> None:
+    counts = count_corpus(sample_texts / "tinystories_sample.txt")
     full = train_merges(counts, 300, rules=rules)
     seen, callback = stop_after(calls)
     first = train_merges(counts, 300, rules=rules, callback=callback, callback_every=every)

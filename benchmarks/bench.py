@@ -1,13 +1,17 @@
-"""``python -m superbpe.bench CORPUS``: our engines vs HF ``tokenizers`` vs ``tiktoken``, in one run.
+"""``python benchmarks/bench.py CORPUS``: our engines vs HF ``tokenizers`` vs ``tiktoken``, in one run.
+
+Needs the ``bench`` extra (``pip install "superbpe[bench]"``: psutil, HF tokenizers, tiktoken); it lives
+outside the package so that an install of superbpe does not pull in what only benchmarking needs.
 
 Three comparisons, each contender in its own fresh Python process:
 
 * **train** — ``superbpe.count`` + ``superbpe.train_bpe`` per engine vs the HF BPE trainer configured
   the same way (byte-level, the same split regex with isolated semantics, same vocab size, the
   ``<|endoftext|>`` special, all 256 bytes as the initial alphabet).
-* **encode** — the GPT-2 vocabulary and merges (``gpt2_vocab.json``, ``gpt2_merges.txt``) loaded into
-  tiktoken, HF and ``superbpe.Tokenizer``; each encodes the corpus single-threaded and the ids must agree.
-* **runs** — whole training runs as ``scripts/train.py`` makes them (the ``conf/`` configs composed with
+* **encode** — the GPT-2 vocabulary and merges (``gpt2_vocab.json``, ``gpt2_merges.txt`` in ``--gpt2-dir``
+  or ``$SUPERBPE_GPT2_DIR``) loaded into tiktoken, HF and ``superbpe.Tokenizer``; each encodes the corpus
+  single-threaded and the ids must agree.
+* **runs** — whole training runs as ``superbpe-train`` makes them (the shipped configs composed with
   Hydra's compose API, then ``superbpe.run.run_training``; cache off, checkpoints on): ``schedule=bpe``
   against ``schedule=superbpe`` at ``--transition``, per engine, and the SuperBPE/BPE time ratio. HF has
   no SuperBPE trainer, so this one is ours against ourselves.
@@ -39,9 +43,7 @@ from pathlib import Path
 from typing import Any
 
 SPECIAL = "<|endoftext|>"
-GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 GPT2_EOT_ID = 50256
-DEFAULT_GPT2_DIR = "/work/shared/data"
 BLOCK_CHARS = 1 << 20
 RSS_SAMPLE_SECONDS = 0.02
 MIB = 1 << 20
@@ -57,37 +59,12 @@ class BenchError(Exception):
 # ---------------------------------------------------------------------------------------------
 
 
-def gpt2_byte_decoder() -> dict[str, int]:
-    """Map GPT-2's printable stand-in characters back to byte values.
-
-    GPT-2 files spell every byte as a printable character: bytes that are already printable
-    (``!``..``~``, ``¡``..``¬``, ``®``..``ÿ``) stand for themselves, the other 68 bytes take the code
-    points 256, 257, ... in byte order.
-    """
-    printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
-    table = {chr(b): b for b in printable}
-    others = sorted(set(range(256)) - set(printable))
-    table.update({chr(256 + n): b for n, b in enumerate(others)})
-    return table
-
-
-def decode_gpt2_token(token: str, decoder: dict[str, int]) -> bytes:
-    return bytes(decoder[ch] for ch in token)
-
-
 def load_gpt2(gpt2_dir: Path) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
-    """GPT-2's vocabulary (id -> bytes) and merges (in rank order) from the plain files."""
-    decoder = gpt2_byte_decoder()
-    raw = json.loads((gpt2_dir / "gpt2_vocab.json").read_text(encoding="utf-8"))
-    vocab = {i: decode_gpt2_token(tok, decoder) for tok, i in raw.items()}
-    vocab[GPT2_EOT_ID] = SPECIAL.encode("utf-8")
-    merges = []
-    for line in (gpt2_dir / "gpt2_merges.txt").read_text(encoding="utf-8").splitlines():
-        if line.startswith("#version") or not line.strip():
-            continue
-        left, right = line.split(" ")
-        merges.append((decode_gpt2_token(left, decoder), decode_gpt2_token(right, decoder)))
-    return vocab, merges
+    """GPT-2's vocabulary (id -> bytes, ``<|endoftext|>`` included) and merges, via the package's readers."""
+    from superbpe import files
+
+    vocab = files.read_vocab(gpt2_dir / "gpt2_vocab.json", [SPECIAL])
+    return vocab, files.read_merges(gpt2_dir / "gpt2_merges.txt", vocab)
 
 
 def iter_documents(path: Path, block_chars: int = BLOCK_CHARS) -> Iterator[str]:
@@ -210,12 +187,11 @@ def _run_schedule(spec: WorkerSpec) -> dict[str, Any]:
     """One whole training run, composed from ``conf/`` exactly as ``scripts/train.py`` would compose it."""
     from hydra import compose, initialize_config_dir
 
+    from superbpe.cli import config_dir
     from superbpe.config import TrainConfig, register_configs, to_dataclass
     from superbpe.run import run_training
 
-    conf = Path(__file__).resolve().parent.parent / "conf"
-    if not (conf / "train.yaml").is_file():
-        raise BenchError(f"{conf}/train.yaml not found: the runs comparison needs a source checkout")
+    conf = config_dir()
     run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=Path(spec.out).parent))
     overrides = [f"data.paths=[{spec.corpus}]", f"vocab_size={spec.vocab}", f"engine={spec.engine}",
                  f"schedule={spec.schedule}", "cache_dir=null", "progress=false", f"output_dir={run_dir}"]
@@ -254,22 +230,25 @@ def _train_hf(spec: WorkerSpec) -> dict[str, Any]:
     clock = _Clock()
     tokenizer.train_from_iterator(iter_documents(Path(spec.corpus)), trainer)
     wall, cpu = clock.stop()
-    decoder = gpt2_byte_decoder()
+    from superbpe.files import token_str_to_bytes
+
     merges = json.loads(tokenizer.to_str())["model"]["merges"]
     pairs = [m.split(" ") if isinstance(m, str) else m for m in merges]
-    decoded = [[decode_gpt2_token(a, decoder).hex(), decode_gpt2_token(b, decoder).hex()] for a, b in pairs]
+    decoded = [[token_str_to_bytes(a).hex(), token_str_to_bytes(b).hex()] for a, b in pairs]
     return {"wall_s": wall, "cpu_s": cpu, "merges": decoded}
 
 
 def _gpt2_encoder(spec: WorkerSpec) -> Any:
     """A function ``str -> list[int]`` for the contender, built from the GPT-2 files."""
+    from superbpe.pretokenize import PATTERNS
+
     gpt2_dir = Path(spec.gpt2_dir)
     if spec.kind == "tiktoken":
         import tiktoken
 
         vocab, _ = load_gpt2(gpt2_dir)
         ranks = {token: i for i, token in vocab.items() if i < GPT2_EOT_ID}
-        enc = tiktoken.Encoding(name="gpt2-local", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
+        enc = tiktoken.Encoding(name="gpt2-local", pat_str=PATTERNS["gpt2"], mergeable_ranks=ranks,
                                 special_tokens={SPECIAL: GPT2_EOT_ID})
         return enc.encode_ordinary
     if spec.kind == "hf":
@@ -278,7 +257,7 @@ def _gpt2_encoder(spec: WorkerSpec) -> Any:
         model = models.BPE.from_file(str(gpt2_dir / "gpt2_vocab.json"), str(gpt2_dir / "gpt2_merges.txt"),
                                      ignore_merges=True)
         tokenizer = Tokenizer(model)
-        tokenizer.pre_tokenizer = _hf_pretokenizer(GPT2_PATTERN, False)
+        tokenizer.pre_tokenizer = _hf_pretokenizer(PATTERNS["gpt2"], False)
         tokenizer.decoder = decoders.ByteLevel()
         return lambda text: tokenizer.encode(text, add_special_tokens=False).ids
     from superbpe.tokenizer import Tokenizer as OurTokenizer
@@ -388,7 +367,7 @@ def measure(contender: Contender, spec: WorkerSpec, env: dict[str, str]) -> tupl
     """Run one contender in a fresh process while sampling its process tree's total RSS."""
     import psutil
 
-    cmd = [sys.executable, "-m", "superbpe.bench", "--_worker", json.dumps(asdict(spec))]
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--_worker", json.dumps(asdict(spec))]
     load_at_start = os.getloadavg()[0]
     Path(spec.out).unlink(missing_ok=True)  # never read a result left by an earlier run
     with tempfile.TemporaryFile() as err:
@@ -433,10 +412,8 @@ def _sample_tree_rss(root: Any, proc: subprocess.Popen[bytes]) -> int:
 
 
 def worker_env(task: str, threads: int | None) -> dict[str, str]:
-    """Environment for a worker: importable package; encoding pinned to one thread."""
+    """Environment for a worker (the installed package, as the driver imports it); encoding on one thread."""
     env = dict(os.environ)
-    root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     env["TOKENIZERS_PARALLELISM"] = "false" if task == "encode" else "true"
     if task == "encode":
         env["RAYON_NUM_THREADS"] = "1"
@@ -767,7 +744,7 @@ def _our_version() -> str:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m superbpe.bench",
+        prog="python benchmarks/bench.py",
         description="Train and encode with superbpe, HF tokenizers and tiktoken side by side.",
     )
     p.add_argument("corpus", type=Path, help="a UTF-8 text file; documents separated by <|endoftext|>")
@@ -781,9 +758,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--max-bytes", type=int, help="use a prefix of the corpus, cut at a document boundary")
     p.add_argument("--pattern", default="gpt2", help="pre-tokenizer for training (a superbpe PATTERNS name)")
     p.add_argument("--threads", type=int, help="training parallelism (our workers, RAYON_NUM_THREADS)")
-    gpt2_dir = Path(os.environ.get("SUPERBPE_GPT2_DIR", DEFAULT_GPT2_DIR))
-    p.add_argument("--gpt2-dir", type=Path, default=gpt2_dir,
-                   help="directory holding gpt2_vocab.json and gpt2_merges.txt (for encoding)")
+    gpt2_dir = os.environ.get("SUPERBPE_GPT2_DIR")
+    p.add_argument("--gpt2-dir", type=Path, default=Path(gpt2_dir) if gpt2_dir else None,
+                   help="directory holding gpt2_vocab.json and gpt2_merges.txt, for the encode comparison "
+                        "(default: $SUPERBPE_GPT2_DIR)")
     p.add_argument("--repeat", type=int, default=1, help="runs per contender; the fastest is reported")
     p.add_argument("--json", type=Path, help="also write all results as JSON here")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -825,6 +803,9 @@ def validate(args: argparse.Namespace) -> None:
     if args.threads is not None and args.threads < 1:
         raise BenchError(f"--threads must be positive, not {args.threads}")
     if args.only in (None, "encode"):
+        if args.gpt2_dir is None:
+            raise BenchError("the encode comparison needs GPT-2's files: pass --gpt2-dir (or set "
+                             "SUPERBPE_GPT2_DIR), or --only train|runs")
         for name in ("gpt2_vocab.json", "gpt2_merges.txt"):
             if not (args.gpt2_dir / name).is_file():
                 raise BenchError(f"{args.gpt2_dir / name} not found (needed for encoding; see --gpt2-dir)")
@@ -842,12 +823,14 @@ def validate(args: argparse.Namespace) -> None:
 def _check_importable(args: argparse.Namespace) -> None:
     import importlib.util
 
+    if importlib.util.find_spec("psutil") is None:
+        raise BenchError('psutil is not installed: pip install "superbpe[bench]"')
     for flag, module in (("--skip-hf", "tokenizers"), ("--skip-tiktoken", "tiktoken")):
         skipped = args.skip_hf if module == "tokenizers" else args.skip_tiktoken
         if (module == "tiktoken" and args.only in ("train", "runs")) or args.only == "runs":
             continue
         if not skipped and importlib.util.find_spec(module) is None:
-            raise BenchError(f"{module} is not installed (pip install {module}, or pass {flag})")
+            raise BenchError(f'{module} is not installed: pip install "superbpe[bench]" (or pass {flag})')
 
 
 def prepare_corpus(args: argparse.Namespace, workdir: Path) -> Path:
@@ -870,13 +853,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         validate(args)
         engines = resolve_engines(args.engines)
     except BenchError as exc:
-        print(f"superbpe.bench: error: {exc}", file=sys.stderr)
+        print(f"bench: error: {exc}", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="superbpe-bench-") as tmp:
         try:
             corpus = prepare_corpus(args, Path(tmp))
         except BenchError as exc:
-            print(f"superbpe.bench: error: {exc}", file=sys.stderr)
+            print(f"bench: error: {exc}", file=sys.stderr)
             return 2
         machine = machine_info()
         outcomes = run_all(args, corpus, engines, Path(tmp))

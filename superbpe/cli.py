@@ -1,0 +1,182 @@
+"""The console commands: ``superbpe-train``, ``-encode``, ``-evaluate``, ``-summarize``, ``-cache``.
+
+Each command composes the configs shipped inside the package (``superbpe/conf``, which is the
+repository's top-level ``conf/`` — a symlink in a checkout, real files in a wheel), so an installed
+package behaves the same from any directory: same overrides, same ``-m`` sweeps, and every config
+group that is added to ``conf/`` is picked up without a change here. Each command only turns the
+composed config into arguments of a plain library function and reports user errors as one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
+
+from superbpe.config import EncodeConfig, EvaluateConfig, TrainConfig, register_configs, to_dataclass
+from superbpe.errors import SuperBPEError
+
+#: Errors a user can cause: reported as one line on stderr, exit code 1, no traceback.
+USER_ERRORS = (SuperBPEError, OmegaConfBaseException, OSError)
+CONFIG_DIR = Path(__file__).resolve().parent / "conf"
+
+register_configs()
+
+
+def config_dir() -> Path:
+    """The directory of the shipped Hydra configs (``train.yaml``, ``encode.yaml``, groups)."""
+    return CONFIG_DIR
+
+
+def fail(exc: BaseException) -> None:
+    """Print ``exc`` as one line and exit 1."""
+    message = " ".join(str(exc).split()) or type(exc).__name__
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(1)
+
+
+def remove_if_only_logs(run_dir: Path) -> None:
+    """Delete a Hydra run directory that holds nothing but Hydra's own files (a job that failed early)."""
+    if not run_dir.is_dir():
+        return
+    for item in run_dir.iterdir():
+        if item.name != ".hydra" and not item.name.endswith(".log"):
+            return
+    shutil.rmtree(run_dir, ignore_errors=True)
+    parent = run_dir.parent
+    if parent.is_dir() and not any(parent.iterdir()):
+        parent.rmdir()
+
+
+def setup_logging() -> None:
+    """Log lines on stderr (the encode/evaluate configs turn Hydra's logging off)."""
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s", stream=sys.stderr)
+
+
+@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
+def train(cfg: DictConfig) -> None:
+    """``superbpe-train``: one training run (or a sweep with ``-m``); see ``conf/train.yaml``."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from superbpe.run import run_training
+
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    try:
+        result = run_training(to_dataclass(cfg, TrainConfig), run_dir=run_dir)
+    except USER_ERRORS as exc:
+        if not cfg.get("resume"):
+            remove_if_only_logs(run_dir)
+        fail(exc)
+    print(f"tokenizer: {result.output_dir}")
+
+
+@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="encode")
+def encode(cfg: DictConfig) -> None:
+    """``superbpe-encode``: a corpus into a flat uint16/uint32 token file (+ JSON sidecar)."""
+    from superbpe.token_files import encode_corpus
+
+    setup_logging()
+    try:
+        args = to_dataclass(cfg, EncodeConfig)
+        result = encode_corpus(
+            args.tokenizer,
+            args.input,
+            args.output,
+            separator=args.separator,
+            workers=args.workers,
+            chunk_bytes=args.chunk_bytes,
+            text_field=args.text_field,
+            errors=args.errors,
+            engine=args.engine.name,
+            progress=args.progress,
+            executor=args.executor,
+        )
+    except USER_ERRORS as exc:
+        fail(exc)
+    print(f"{result.output}: {result.tokens} tokens ({result.dtype}), {result.documents} documents")
+
+
+@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="evaluate")
+def evaluate(cfg: DictConfig) -> None:
+    """``superbpe-evaluate``: bytes per token (and tokens per document) on held-out text."""
+    import json
+
+    from superbpe.evaluate import evaluate_dir
+    from superbpe.util import atomic_write_text
+
+    setup_logging()
+    try:
+        args = to_dataclass(cfg, EvaluateConfig)
+        result = evaluate_dir(
+            args.tokenizer,
+            args.input,
+            separator=args.separator,
+            text_field=args.text_field,
+            engine=args.engine.name,
+            executor=args.executor,
+        )
+        if args.output:
+            atomic_write_text(Path(args.output), json.dumps(result.to_json(), indent=2) + "\n")
+    except USER_ERRORS as exc:
+        fail(exc)
+    print(
+        f"bytes/token {result.bytes_per_token:.4f}  tokens/document {result.tokens_per_document:.2f}  "
+        f"({result.bytes} bytes, {result.tokens} tokens, {result.documents} documents)"
+    )
+
+
+def summarize(argv: list[str] | None = None) -> None:
+    """``superbpe-summarize SWEEP_DIR``: a table of a sweep's runs and a bytes/token plot (PNG)."""
+    from superbpe.summary import collect, plot, table
+
+    parser = argparse.ArgumentParser(prog="superbpe-summarize", description=summarize.__doc__)
+    parser.add_argument("sweep_dir", type=Path, help="a multirun directory (or any directory of runs)")
+    parser.add_argument("--plot", type=Path, default=None, help="PNG path (default: <sweep_dir>/summary.png)")
+    parser.add_argument("--no-plot", action="store_true", help="the table only (no matplotlib needed)")
+    args = parser.parse_args(argv)
+    try:
+        rows = collect(args.sweep_dir)
+        print(table(rows))
+        if args.no_plot:
+            return
+        written = plot(rows, args.plot or args.sweep_dir / "summary.png")
+    except USER_ERRORS as exc:
+        fail(exc)
+    print(f"plot: {written}" if written else "plot: none (no run has eval results; set eval=<file>)")
+
+
+def cache(argv: list[str] | None = None) -> None:
+    """``superbpe-cache list|clear``: what the run cache holds, and removing (old) entries."""
+    from superbpe.cache import clear_cache, describe_cache, parse_age, resolve_cache_dir
+
+    parser = argparse.ArgumentParser(prog="superbpe-cache", description=cache.__doc__)
+    parser.add_argument("--cache-dir", default=None,
+                        help="the cache directory (default: $SUPERBPE_CACHE_DIR, else ~/.cache/superbpe)")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("list", help="entries with size and age, newest first, and the total")
+    clear = commands.add_parser("clear", help="remove entries (all, or those not used for a while)")
+    clear.add_argument("--older-than", default=None, metavar="AGE",
+                       help="only entries unused for longer than AGE: e.g. 30m, 12h, 7d")
+    args = parser.parse_args(argv)
+    try:
+        directory = resolve_cache_dir(args.cache_dir)
+        if args.command == "list":
+            print(describe_cache(directory))
+        else:
+            older = parse_age(args.older_than) if args.older_than else None
+            removed, freed = clear_cache(directory, older_than_seconds=older)
+            print(f"removed {removed} entries ({_mib(freed)}) from {directory}")
+    except USER_ERRORS as exc:
+        fail(exc)
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1 << 20):.1f} MiB"
+

@@ -1,0 +1,54 @@
+"""superbpe-cache list|clear and the cache_max_gib cap."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from superbpe.cache import RunCache, cache_entries, clear_cache, enforce_size_cap, parse_age
+from superbpe.cli import cache as cache_command
+from superbpe.errors import ConfigError
+
+
+def make_entry(root: Path, kind: str, name: str, size: int, age_seconds: float) -> Path:
+    path = root / kind / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"x" * size)
+    (root / kind / (path.stem + ".lock")).touch()
+    stamp = time.time() - age_seconds
+    os.utime(path, (stamp, stamp))
+    return path
+
+
+def test_list_and_clear_older_than(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    old = make_entry(tmp_path, "counts", "a.counts", 1000, 10 * 86400)
+    new = make_entry(tmp_path, "merges", "b.json", 500, 60)
+    cache_command(["--cache-dir", str(tmp_path), "list"])
+    listing = capsys.readouterr().out
+    assert "a.counts" in listing and "b.json" in listing and "2 entries" in listing
+    cache_command(["--cache-dir", str(tmp_path), "clear", "--older-than", "7d"])
+    assert "removed 1 entries" in capsys.readouterr().out
+    assert not old.exists() and new.exists()
+    assert clear_cache(tmp_path) == (1, 500) and cache_entries(tmp_path) == []
+
+
+def test_size_cap_removes_least_recently_used_first(tmp_path: Path) -> None:
+    paths = [make_entry(tmp_path, "counts", f"{i}.counts", 1000, age) for i, age in enumerate([30, 10, 20])]
+    assert enforce_size_cap(tmp_path, 2000) == (1, 1000)
+    assert [p.exists() for p in paths] == [False, True, True]
+    cache = RunCache(tmp_path, max_gib=1000 / (1 << 30))
+    cache.trim()
+    assert [p.exists() for p in paths] == [False, True, False]
+
+
+def test_bad_age_and_bad_cap_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert parse_age("12h") == 43200 and parse_age("90") == 90
+    with pytest.raises(SystemExit) as info:
+        cache_command(["--cache-dir", str(tmp_path), "clear", "--older-than", "soon"])
+    assert info.value.code == 1
+    assert capsys.readouterr().err.strip() == "error: bad age 'soon': a number with s, m, h, d or w (e.g. 7d)"
+    with pytest.raises(ConfigError, match="cache_max_gib must be positive"):
+        RunCache(tmp_path, max_gib=0)

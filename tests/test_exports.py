@@ -1,0 +1,156 @@
+"""Exports other libraries load: transformers (AutoTokenizer) and tiktoken give our ids; padded vocabs."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+import regex
+import tiktoken
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import superbpe
+from superbpe import files
+from superbpe.api import reserved_tokens
+from superbpe.errors import ConfigError
+from superbpe.pretokenize import get_pretokenizer
+from superbpe.tokenizer import Tokenizer
+
+EOT = "<|endoftext|>"
+PATTERNS = ["gpt2", "cl100k", "o200k", "superbpe-stage1", "superbpe", "superbpe-paper"]
+SETTINGS = settings(max_examples=300, deadline=None)
+#: Text made of what the patterns treat specially: letters of several scripts and cases, digits, marks,
+#: apostrophes, punctuation and every kind of whitespace, in short runs.
+TRICKY_CHARS = "aZé ß日本1234567890'sdtlmrv.,:/!?-_\n\r\t  \u00a0\u0301\u3000"
+TRICKY = st.text(alphabet=st.sampled_from(list(TRICKY_CHARS)), max_size=80)
+
+
+@pytest.fixture(scope="module", params=PATTERNS)
+def trained(request: pytest.FixtureRequest, sample_texts: Path) -> Tokenizer:
+    """A tokenizer per pattern; the stage-2 patterns (line units on) with multi-word tokens."""
+    vocab, merges = superbpe.train_bpe(sample_texts / "corpus.en", 1200, [EOT, "<pad>"],
+                                       pretokenizer=request.param, max_words_per_token=4, engine="auto")
+    return Tokenizer(vocab, merges, [EOT, "<pad>"], pretokenizer=request.param)
+
+
+@pytest.fixture(scope="module")
+def texts(sample_texts: Path, multilingual_text: str, wikitext_text: str) -> list[str]:
+    """Every shared text (held out from training except corpus.en), with specials and line-edge cases."""
+    small = [(sample_texts / name).read_text(encoding="utf-8")
+             for name in ("tinystories_sample.txt", "address.txt", "german.txt", "corpus.en")]
+    edges = "a\n\nb  \n c\n\r\n  x:: //\n\n/ 1234567 " + EOT + "  <pad>\n\n"
+    return [*small, multilingual_text[:300_000], wikitext_text[:300_000], edges]
+
+
+def test_tiktoken_encoding_gives_our_ids(trained: Tokenizer, texts: list[str]) -> None:
+    encoding = trained.to_tiktoken()
+    for text in texts:
+        ids = trained.encode(text)
+        assert encoding.encode(text, allowed_special="all") == ids
+        assert encoding.decode(ids) == text
+
+
+def test_tiktoken_files_rebuild_the_same_encoding(
+    trained: Tokenizer, texts: list[str], tmp_path: Path
+) -> None:
+    trained.save(tmp_path, tiktoken=True)
+    meta = json.loads((tmp_path / files.TIKTOKEN_META_FILE).read_text(encoding="utf-8"))
+    ranks = {}
+    for line in (tmp_path / meta["ranks_file"]).read_text(encoding="ascii").splitlines():
+        token, rank = line.split(" ")
+        ranks[base64.b64decode(token)] = int(rank)
+    encoding = tiktoken.Encoding(name=meta["name"], pat_str=meta["pat_str"], mergeable_ranks=ranks,
+                                 special_tokens=meta["special_tokens"])
+    for text in texts[-3:]:
+        assert encoding.encode(text, allowed_special="all") == trained.encode(text)
+
+
+def test_transformers_auto_tokenizer_loads_the_directory(trained: Tokenizer, texts: list[str],
+                                                          tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    trained.save(tmp_path)
+    hf = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
+    assert (hf.eos_token, hf.bos_token, hf.pad_token) == (EOT, EOT, None)
+    assert hf.eos_token_id == trained.token_to_id(EOT)
+    assert "<pad>" in hf.all_special_tokens and len(hf) == trained.vocab_size
+    for text in texts:
+        sample = text[:50_000]
+        ids = trained.encode(sample)
+        assert hf.encode(sample) == ids
+        assert hf.decode(ids) == sample
+
+
+def test_roles_are_configurable_and_checked(tmp_path: Path, sample_texts: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    vocab, merges = superbpe.train_bpe(sample_texts / "german.txt", 300, [EOT, "<pad>"])
+    tok = Tokenizer(vocab, merges, [EOT, "<pad>"])
+    tok.save(tmp_path, roles={"pad_token": "<pad>", "bos_token": None})
+    hf = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
+    assert (hf.bos_token, hf.eos_token, hf.pad_token) == (None, EOT, "<pad>")
+    assert hf.pad_token_id == tok.token_to_id("<pad>")
+    with pytest.raises(ConfigError, match="pad_token '<mask>' is not one of the special tokens"):
+        tok.save(tmp_path / "bad", roles={"pad_token": "<mask>"})
+    assert not (tmp_path / "bad").exists()
+
+
+def test_reserved_tokens_round_up_and_skip_taken_names() -> None:
+    assert reserved_tokens(256, 128) == []
+    assert reserved_tokens(300, 128) == [f"<|reserved_{i}|>" for i in range(84)]
+    assert reserved_tokens(257, 4, ["<|reserved_0|>"]) == [f"<|reserved_{i}|>" for i in (1, 2, 3)]
+    with pytest.raises(ConfigError, match="pad_vocab_to_multiple_of must be a positive integer"):
+        reserved_tokens(300, 0)
+
+
+def test_padded_run_agrees_across_every_export(tmp_path: Path, sample_texts: Path) -> None:
+    from superbpe.config import DataConfig, ExportConfig, TrainConfig
+    from superbpe.run import run_training
+
+    out = tmp_path / "run"
+    cfg = TrainConfig(data=DataConfig(paths=[str(sample_texts / "corpus.en")]), vocab_size=1000,
+                      cache_dir=None, output_dir=str(out), pad_vocab_to_multiple_of=64,
+                      export=ExportConfig(tiktoken=True))
+    run_training(cfg)
+    tok = Tokenizer.load(out)
+    assert tok.vocab_size == 1024 and tok.special_tokens[-1] == "<|reserved_23|>"
+    ids = {special: tok.token_to_id(special) for special in tok.special_tokens}
+    assert sorted(ids.values()) == list(range(999, 1024))  # <|endoftext|>, then 24 reserved
+    vocab_json = json.loads((out / "vocab.json").read_text(encoding="utf-8"))
+    hf_json = json.loads((out / "tokenizer.json").read_text(encoding="utf-8"))
+    config = json.loads((out / files.HF_CONFIG_FILE).read_text(encoding="utf-8"))
+    meta = json.loads((out / files.TIKTOKEN_META_FILE).read_text(encoding="utf-8"))
+    for special, token_id in ids.items():
+        assert vocab_json[special] == token_id
+        assert {"id": token_id, "content": special}.items() <= hf_json["added_tokens"][token_id - 999].items()
+        assert config["added_tokens_decoder"][str(token_id)]["content"] == special
+        assert meta["special_tokens"][special] == token_id
+    text = "hello <|reserved_5|> world" + EOT
+    assert tok.to_tiktoken().encode(text, allowed_special="all") == tok.encode(text)
+    assert ids["<|reserved_5|>"] in tok.encode(text)
+
+
+@SETTINGS
+@given(text=st.one_of(TRICKY, st.text(max_size=60)))
+def test_covering_pattern_matches_are_the_isolated_split(text: str) -> None:
+    for name in PATTERNS:
+        pre = get_pretokenizer(name)
+        covering = regex.compile(files.tiktoken_pattern(pre))
+        assert [m.group() for m in covering.finditer(text)] == pre.split(text), name
+
+
+def test_gpt2_files_as_tiktoken_equal_the_reference(shared_data: Path, texts: list[str]) -> None:
+    gpt2 = Tokenizer.from_files(shared_data / "gpt2_vocab.json", shared_data / "gpt2_merges.txt", [EOT])
+    ours = gpt2.to_tiktoken()
+    ranks = {token: token_id for token_id, token in gpt2.vocab.items() if token_id < 50256}
+    reference = tiktoken.Encoding("gpt2-ref", pat_str=get_pretokenizer("gpt2").pattern, mergeable_ranks=ranks,
+                                  special_tokens={EOT: 50256})
+    for text in texts:
+        assert ours.encode(text, allowed_special="all") == reference.encode(text, allowed_special="all")
+
+
+def test_line_units_on_a_custom_pattern_have_no_tiktoken_form() -> None:
+    pre = get_pretokenizer("custom:[a-z]+", line_units=True)
+    with pytest.raises(ConfigError, match="no tiktoken pattern for pre-tokenizer"):
+        files.tiktoken_pattern(pre)
