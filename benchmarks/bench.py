@@ -707,7 +707,9 @@ def machine_info() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    from superbpe.util import usable_cpus
+
+    cpus = usable_cpus()
     mem = psutil.virtual_memory().total / (1 << 30)
     info: dict[str, Any] = {"cpu": model, "cpus": cpus, "memory_gib": round(mem, 1),
                             "python": platform.python_version(), "platform": platform.platform(),

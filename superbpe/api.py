@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -26,6 +28,8 @@ from superbpe.sources import DEFAULT_CHUNK_BYTES, InputSpec
 from superbpe.trainer import MergeRules
 
 Vocab = dict[int, bytes]
+log = logging.getLogger("superbpe")
+_PLAIN_WORD = re.compile(r"\w+")
 
 
 def build_vocab(merges: Sequence[Merge], special_tokens: Iterable[str] = ()) -> Vocab:
@@ -33,9 +37,38 @@ def build_vocab(merges: Sequence[Merge], special_tokens: Iterable[str] = ()) -> 
     vocab: Vocab = {i: bytes([i]) for i in range(256)}
     for left, right in merges:
         vocab[len(vocab)] = left + right
+    tokens = set(vocab.values())
     for token in dict.fromkeys(special_tokens):
+        if token.encode("utf-8") in tokens:
+            raise ConfigError(f"special token {token!r} has the bytes of a learned token; choose another")
         vocab[len(vocab)] = token.encode("utf-8")
     return vocab
+
+
+def check_special_tokens(special_tokens: Sequence[str]) -> None:
+    """Refuse special tokens that would share a spelling with a byte token; warn about plain words.
+
+    A one-byte special ("x") has the bytes of byte token 120, so ``vocab.json`` would hold two ids
+    under one key; a one-character special in the GPT-2 byte table ("é", "Ġ") is written verbatim in
+    ``tokenizer.json`` under the key of a byte token. Both make files that do not load or that encode
+    differently, so they are errors before any training. A special that is a plain word is allowed
+    but worth a warning: text is cut at every occurrence, inside longer words too.
+    """
+    from superbpe.files import unicode_to_byte
+
+    for token in special_tokens:
+        if len(token.encode("utf-8")) == 1 or token in unicode_to_byte():
+            raise ConfigError(
+                f"special token {token!r} is spelled like a byte token; use a longer text, say '<|{token}|>'"
+            )
+        if _PLAIN_WORD.fullmatch(token):
+            log.warning(
+                "special token %r is a plain word: every %r in the text becomes this token, inside longer "
+                "words too; markup such as '<|%s|>' avoids that",
+                token,
+                token,
+                token,
+            )
 
 
 RESERVED_FORMAT = "<|reserved_{}|>"
@@ -77,17 +110,8 @@ def make_rules(
     max_words_per_token: int | None = None,
     forbidden_substrings: Iterable[str | bytes] = (),
 ) -> MergeRules:
-    """Validated merge rules from user-facing option values (strings become UTF-8)."""
-    for name, value, low in (
-        ("min_frequency", min_frequency, 1),
-        ("max_token_bytes", max_token_bytes, 2),
-        ("max_words_per_token", max_words_per_token, 1),
-    ):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
-            raise ConfigError(f"{name} must be an integer >= {low}, not {value!r}")
+    """Merge rules from user-facing option values: strings become UTF-8; ``MergeRules`` validates."""
     forbidden = tuple(s.encode("utf-8") if isinstance(s, str) else bytes(s) for s in forbidden_substrings)
-    if any(not s for s in forbidden):
-        raise ConfigError("forbidden substrings must be non-empty")
     return MergeRules(min_frequency, max_token_bytes, max_words_per_token, forbidden)
 
 
@@ -105,7 +129,7 @@ def count(
     """Pre-tokenize and count a corpus once, to train on (or add up) later."""
     pre = get_pretokenizer(pretokenizer)
     SpecialSplitter(special_tokens)
-    return get_engine(engine).count(
+    return get_engine(engine, [pre]).count(
         input_path,
         pre,
         special_tokens,
@@ -140,6 +164,7 @@ def train_bpe(
     chosen_compat = get_compat(compat)
     special_tokens = list(dict.fromkeys(special_tokens))
     SpecialSplitter(special_tokens)
+    check_special_tokens(special_tokens)
     seen_alphabet = chosen_compat.alphabet == "seen"
     # With the seen alphabet, the budget is known once the text is counted (see below).
     num_merges = merge_budget(vocab_size, special_tokens) if not seen_alphabet else 0
@@ -148,7 +173,8 @@ def train_bpe(
     read_options = {k: options.pop(k) for k in ("chunk_bytes", "errors", "text_field") if k in options}
     rules = training_rules(make_rules(**_rule_options(options)), chosen_compat)
     pretokenizer = training_pretokenizer(get_pretokenizer(pretokenizer), chosen_compat)
-    chosen = get_engine(engine)
+    splits = [] if isinstance(input_path, PieceCounts) else [pretokenizer]
+    chosen = get_engine(engine, splits)
     if isinstance(input_path, PieceCounts):
         counts = input_path
     else:

@@ -105,14 +105,16 @@ class RunCache:
         return counts
 
     @staticmethod
-    def load_merges(path: Path | None) -> CachedMerges | None:
+    def load_merges(path: Path | None, *, warn: bool = True) -> CachedMerges | None:
+        """The entry, or None when absent or unreadable (said once: ``store_merges`` re-reads quietly)."""
         if path is None or not path.is_file():
             return None
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
             cached = CachedMerges(decode_merges(data["merges"]), bool(data["exhausted"]))
         except (ValueError, KeyError, TypeError) as exc:
-            log.warning("ignoring unreadable cache entry %s: %s", path, exc)
+            if warn:
+                log.warning("ignoring unreadable cache entry %s: %s", path, exc)
             return None
         mark_used(path)
         return cached
@@ -122,7 +124,7 @@ class RunCache:
         """Keep the longest list seen for this entry (all are prefixes of the same greedy run)."""
         if path is None:
             return
-        current = RunCache.load_merges(path)
+        current = RunCache.load_merges(path, warn=False)
         if (
             current is not None
             and (current.exhausted or len(current.merges) >= len(merges))

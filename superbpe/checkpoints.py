@@ -31,7 +31,7 @@ from typing import Any
 
 from superbpe.engine import Merge
 from superbpe.errors import ConfigError, InputError
-from superbpe.util import atomic_write_text
+from superbpe.util import atomic_write_text, naming_file
 
 log = logging.getLogger("superbpe")
 CHECKPOINT_FILE = "checkpoint.json"
@@ -94,7 +94,7 @@ def _write_log(run_dir: Path, state: _LogState, merges: Sequence[Merge]) -> None
             state.name = MERGES_LOGS[1] if state.name == MERGES_LOGS[0] else MERGES_LOGS[0]
         state.count, state.size, state.digest = 0, 0, hashlib.sha256()
     data = _merge_lines(merges[state.count :])
-    with open(run_dir / state.name, "r+b" if extends else "wb") as handle:
+    with naming_file(run_dir / state.name), open(run_dir / state.name, "r+b" if extends else "wb") as handle:
         handle.truncate(state.size)  # drop a tail a killed save appended past the valid length
         handle.seek(state.size)
         handle.write(data)
@@ -239,6 +239,7 @@ class Checkpointer:
         self.every_seconds = every_seconds
         self.saved_at = len(checkpoint.merges)
         self.saved_time = time.monotonic()
+        self._latest: Sequence[Merge] | None = None  # the merges last reported, saved or not
         loaded = _load(run_dir) if checkpoint_path(run_dir).is_file() else None
         # Continue the log a resumed run left only if it is this checkpoint's; otherwise start afresh.
         self._log = loaded[1] if loaded is not None and loaded[0].merges == checkpoint.merges else None
@@ -250,13 +251,27 @@ class Checkpointer:
 
     def progress(self, merges: Sequence[Merge]) -> None:
         """Called as merges are chosen; saves when due."""
+        self._latest = merges
         due_merges = len(merges) - self.saved_at >= self.every_merges
         if due_merges or time.monotonic() - self.saved_time >= self.every_seconds:
             self.state.merges = list(merges)
             self.save()
 
+    def save_latest(self) -> int:
+        """Save every merge reported so far, due or not (Ctrl-C keeps the work); returns how many.
+
+        The merges log is written afresh: an interrupt may have stopped a save between writing and
+        recording what it appended, and a fresh log does not depend on that bookkeeping.
+        """
+        if self._latest is not None and len(self._latest) > len(self.state.merges):
+            self.state.merges = list(self._latest)
+        self._log = None
+        self.save()
+        return len(self.state.merges)
+
     def finish_stage(self, merges: Sequence[Merge], stats: dict[str, Any]) -> None:
         """A stage boundary is always checkpointed."""
+        self._latest = None
         self.state.merges = list(merges)
         self.state.stage_ends.append(len(merges))
         self.state.stage_stats.append(stats)

@@ -10,8 +10,11 @@ composed config into arguments of a plain library function and reports user erro
 from __future__ import annotations
 
 import argparse
+import itertools
+import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import hydra
@@ -33,11 +36,47 @@ def config_dir() -> Path:
     return CONFIG_DIR
 
 
-def fail(exc: BaseException) -> None:
+def fail(exc: BaseException | str) -> None:
     """Print ``exc`` as one line and exit 1."""
     message = " ".join(str(exc).split()) or type(exc).__name__
     print(f"error: {message}", file=sys.stderr)
     raise SystemExit(1)
+
+
+def run_hydra(main: Callable[[], None]) -> None:
+    """Call a ``@hydra.main`` function; Hydra's own errors (bad override, unknown group) as one line.
+
+    Hydra prints those as several lines plus a hint about HYDRA_FULL_ERROR, and its suggestion for a
+    misspelt key (``+key=...``) is itself refused here. With HYDRA_FULL_ERROR=1 set by the user,
+    the full traceback is shown as Hydra would.
+    """
+    from hydra.errors import HydraException
+
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        main()
+        return
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # let Hydra raise instead of printing, so it is caught below
+    try:
+        main()
+    except (HydraException, OmegaConfBaseException) as exc:
+        fail(_hydra_message(exc))
+
+
+def _hydra_message(exc: BaseException) -> str:
+    """The first line of Hydra's message, and of its cause (OmegaConf says which key is wrong)."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    override = getattr(exc, "override", None)  # an override Hydra's grammar cannot parse
+    if isinstance(override, str):
+        return f"cannot parse override {override!r} ({first}); quote the value: \"key='value'\""
+    lines = str(exc).splitlines()
+    if any(line.startswith("Available options") for line in lines):  # an unknown group option
+        start = next(i for i, line in enumerate(lines) if line.startswith("Available options"))
+        options = list(itertools.takewhile(lambda line: line.startswith("\t"), lines[start + 1 :]))
+        return f"{first} (choose one of: {', '.join(option.strip() for option in options)})"
+    cause = exc.__cause__
+    if cause is not None and str(cause).strip():
+        first = f"{first.rstrip('.')}: {str(cause).strip().splitlines()[0]}"
+    return first
 
 
 def remove_if_only_logs(run_dir: Path) -> None:
@@ -60,12 +99,26 @@ def setup_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s", stream=sys.stderr)
 
 
+def train() -> None:
+    """``superbpe-train``: one training run (or a sweep with ``-m``); see ``conf/train.yaml``.
+
+    ``resume=<run dir>`` alone continues a run: its own overrides are read back first.
+    """
+    from superbpe.run_dirs import resume_args
+
+    try:
+        sys.argv[1:] = resume_args(sys.argv[1:])
+    except USER_ERRORS as exc:
+        fail(exc)
+    run_hydra(_train)
+
+
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
-def train(cfg: DictConfig) -> None:
-    """``superbpe-train``: one training run (or a sweep with ``-m``); see ``conf/train.yaml``."""
+def _train(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
 
-    from superbpe.run import run_training
+    from superbpe.run import TrainingInterrupted, run_training
+    from superbpe.run_dirs import resume_command
 
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
@@ -74,12 +127,35 @@ def train(cfg: DictConfig) -> None:
         if not cfg.get("resume"):
             remove_if_only_logs(run_dir)
         fail(exc)
+    except TrainingInterrupted as stop:
+        print(f"interrupted: {stop}; continue with: {resume_command(stop.output_dir, _entry_point())}")
+        raise SystemExit(130) from None
+    except KeyboardInterrupt:  # before training started: nothing to keep
+        if not cfg.get("resume"):
+            remove_if_only_logs(run_dir)
+        print("interrupted before training started")
+        raise SystemExit(130) from None
     print(f"tokenizer: {result.output_dir}")
 
 
-@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="encode")
-def encode(cfg: DictConfig) -> None:
+def _entry_point() -> list[str]:
+    """How this command was started: ``python scripts/train.py`` or ``superbpe-train``."""
+    command = sys.argv[0]
+    return ["python", command] if command.endswith(".py") else [Path(command).name]
+
+
+def encode() -> None:
     """``superbpe-encode``: a corpus into a flat uint16/uint32 token file (+ JSON sidecar)."""
+    run_hydra(_encode)
+
+
+def evaluate() -> None:
+    """``superbpe-evaluate``: bytes per token (and tokens per document) on held-out text."""
+    run_hydra(_evaluate)
+
+
+@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="encode")
+def _encode(cfg: DictConfig) -> None:
     from superbpe.token_files import encode_corpus
 
     setup_logging()
@@ -104,8 +180,7 @@ def encode(cfg: DictConfig) -> None:
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="evaluate")
-def evaluate(cfg: DictConfig) -> None:
-    """``superbpe-evaluate``: bytes per token (and tokens per document) on held-out text."""
+def _evaluate(cfg: DictConfig) -> None:
     import json
 
     from superbpe.evaluate import evaluate_dir

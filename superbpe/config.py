@@ -9,10 +9,14 @@ without it.
 
 from __future__ import annotations
 
+import dataclasses
 import sysconfig
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from superbpe.errors import ConfigError
 
 DEFAULT_SPECIALS = ("<|endoftext|>",)
 
@@ -220,6 +224,10 @@ def register_resolvers() -> None:
 
     if not OmegaConf.has_resolver("stdlib_sample"):
         OmegaConf.register_new_resolver("stdlib_sample", lambda n=3_000_000: stdlib_sample(int(n)))
+    if not OmegaConf.has_resolver("unique_dir"):
+        from superbpe.run_dirs import claim_unique_dir
+
+        OmegaConf.register_new_resolver("unique_dir", claim_unique_dir)
 
 
 def register_configs() -> None:
@@ -239,6 +247,46 @@ def to_dataclass(cfg: Any, schema: type) -> Any:
 
     if isinstance(cfg, schema):
         return cfg
+    unknown = unknown_keys(OmegaConf.to_container(cfg, resolve=False), schema)
+    if unknown:
+        raise ConfigError(f"unknown config key(s): {', '.join(unknown)} (misspelt? '+' does not add keys)")
     if OmegaConf.get_type(cfg) is not schema:  # untyped input: type it first (merging keeps ??? values)
         cfg = OmegaConf.merge(OmegaConf.structured(schema), cfg)
     return OmegaConf.to_object(cfg)
+
+
+def unknown_keys(values: Any, schema: type, prefix: str = "") -> list[str]:
+    """Dotted keys in ``values`` (a plain nested dict) that ``schema`` (a dataclass) has no field for.
+
+    Why: Hydra's ``+key=value`` adds a key even to a typed config, and converting to the dataclass
+    then drops it without a word, so a misspelt ``+vocab_sise=100`` would train with the default.
+    """
+    if not isinstance(values, dict):
+        return []
+    hints = typing.get_type_hints(schema)
+    fields = {f.name for f in dataclasses.fields(schema)}
+    found: list[str] = []
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        if key not in fields:
+            found.append(name)
+            continue
+        inner = _dataclass_in(hints[key])
+        if inner is None:
+            continue
+        items = value if isinstance(value, list) else [value]
+        for index, item in enumerate(items):
+            where = f"{name}[{index}]." if isinstance(value, list) else f"{name}."
+            found.extend(unknown_keys(item, inner, where))
+    return found
+
+
+def _dataclass_in(hint: Any) -> type | None:
+    """The dataclass a field holds (directly, optionally, or as list items), if any."""
+    if dataclasses.is_dataclass(hint):
+        return hint  # type: ignore[return-value]
+    for arg in typing.get_args(hint):
+        found = _dataclass_in(arg)
+        if found is not None:
+            return found
+    return None

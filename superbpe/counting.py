@@ -11,6 +11,7 @@ import json
 import multiprocessing as mp
 import os
 import queue
+import signal
 import struct
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -28,7 +29,7 @@ from superbpe.sources import (
     iter_chunks,
     resolve_inputs,
 )
-from superbpe.util import atomic_write
+from superbpe.util import atomic_write, usable_cpus
 
 COUNTS_MAGIC = b"SBPC\x01\n"
 ProgressFn = Callable[[int], None]
@@ -74,12 +75,16 @@ class PieceCounts(Mapping[bytes, int]):
 
     def update(self, other: PieceCounts) -> None:
         """Add ``other`` in place; both must come from the same pre-tokenization."""
-        if self.meta and other.meta and self.meta != other.meta:
-            raise SuperBPEError(f"cannot add piece counts made differently: {self.meta} vs {other.meta}")
-        self.meta = self.meta or dict(other.meta)
+        self.check_addable(other)
         mine = self.counts
         for piece, count in other.counts.items():
             mine[piece] = mine.get(piece, 0) + count
+
+    def check_addable(self, other: PieceCounts) -> None:
+        """Refuse counts made with another pre-tokenization; take ``other``'s tag when this has none."""
+        if self.meta and other.meta and self.meta != other.meta:
+            raise SuperBPEError(f"cannot add piece counts made differently: {self.meta} vs {other.meta}")
+        self.meta = self.meta or dict(other.meta)
 
     def __add__(self, other: PieceCounts) -> PieceCounts:
         result = PieceCounts(self.counts, self.meta)
@@ -213,7 +218,7 @@ def resolve_workers(workers: int | None, corpus_bytes: int) -> int:
         return workers
     if corpus_bytes < _PARALLEL_MIN_BYTES:
         return 1
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = usable_cpus()
     return max(1, cores - 1)
 
 
@@ -244,6 +249,7 @@ class _CountJob:
 
 def _worker(job: _CountJob, tasks: Any, results: Any) -> None:
     """Count chunks until told to stop, then send this worker's whole map back once."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle (it stops us)
     counter: Counter[str] = Counter()
     splitter = SpecialSplitter(job.specials)
     failed = False
@@ -286,7 +292,14 @@ def _count_parallel(
         for _ in procs:
             tasks.put(None)
         return state.collect(len(procs))
+    except BaseException:  # an error or Ctrl-C: nothing the workers still count is wanted
+        for proc in procs:
+            proc.kill()
+        raise
     finally:
+        # Leaving early (an error, Ctrl-C) can leave chunks buffered for workers that are gone; the
+        # queue's feeder thread would then block interpreter exit forever trying to flush them.
+        tasks.cancel_join_thread()
         for proc in procs:
             proc.join(timeout=5)
             if proc.is_alive():

@@ -20,8 +20,7 @@ from itertools import chain
 
 from superbpe.errors import ConfigError, InputError
 from superbpe.pretokenize import Pretokenizer
-
-Merge = tuple[bytes, bytes]
+from superbpe.types import Merge
 
 #: Pieces longer than this (in bytes) use the heap loop; below it the plain scan is faster.
 HEAP_THRESHOLD = 400

@@ -7,6 +7,7 @@ by speed only.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
@@ -15,10 +16,11 @@ from superbpe.errors import ConfigError
 from superbpe.pretokenize import Pretokenizer
 from superbpe.sources import DEFAULT_CHUNK_BYTES, InputSpec
 from superbpe.trainer import MergeRules, TrainResult, train_merges
+from superbpe.types import Merge
 
-Merge = tuple[bytes, bytes]
 MergeCallback = Callable[[Sequence[Merge]], "bool | None"]
 ENGINE_NAMES = ("python", "native", "auto")
+log = logging.getLogger("superbpe")
 
 
 @runtime_checkable
@@ -131,8 +133,14 @@ def native_available() -> bool:
     return native_engine.available()
 
 
-def get_engine(name: str | Engine = "auto") -> Engine:
-    """``python``, ``native`` (error when not built) or ``auto`` (native when available)."""
+def get_engine(name: str | Engine = "auto", pretokenizers: Iterable[Pretokenizer] = ()) -> Engine:
+    """``python``, ``native`` or ``auto``, for work that splits text with ``pretokenizers``.
+
+    The choice is made once, here, for counting and encoding alike, and never changes behind the
+    caller's back: ``native`` splits only with its exact scanners (the built-in patterns), so a
+    pattern without one is an error for ``native``, and makes ``auto`` choose ``python`` (logged).
+    ``auto`` is ``native`` when the extension is built and every pattern has an exact scanner.
+    """
     if not isinstance(name, str):
         return name
     if name not in ENGINE_NAMES:
@@ -143,6 +151,15 @@ def get_engine(name: str | Engine = "auto") -> Engine:
         raise ConfigError(
             "engine 'native' is not built; reinstall with `pip install -e .` and a Rust toolchain"
         )
-    from superbpe.native_engine import NativeEngine
+    from superbpe.native_engine import NativeEngine, splits_exactly
 
+    inexact = [pre.name for pre in pretokenizers if not splits_exactly(pre)]
+    if inexact and name == "native":
+        raise ConfigError(
+            f"engine 'native' splits only the built-in patterns exactly, not {inexact[0]}; "
+            "use engine=python (or engine=auto, which then picks it)"
+        )
+    if inexact:
+        log.info("engine auto: python, since the native engine has no exact splitter for %s", inexact[0])
+        return PythonEngine()
     return NativeEngine()

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from superbpe.errors import InputError
 from superbpe.sources import Chunk, chunk_documents, iter_chunks, resolve_inputs
 from superbpe.tokenizer import Tokenizer
 
@@ -91,6 +92,9 @@ def evaluate(
             text_field,
         )
         tally.end_document()
+    if not tally.bytes:  # bytes/token of nothing is no measurement
+        what = str(paths[0]) if len(paths) == 1 else f"all {len(paths)} input files"
+        raise InputError(f"{what}: no text to evaluate")
     return EvalResult([str(p) for p in paths], tally.bytes, tally.tokens, tally.documents)
 
 

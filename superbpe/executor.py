@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import atexit
 import multiprocessing as mp
-import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from superbpe.errors import ConfigError
+from superbpe.util import usable_cpus
 
 EXECUTOR_NAMES = ("local", "ray")
 DEFAULT_SHARD_BYTES = 128 << 20
@@ -97,9 +97,6 @@ def get_executor(config: Any, workers: int | None = None) -> Executor:
     return LocalExecutor(workers)
 
 
-def usable_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
 
 class LocalExecutor:
     """Tasks in a pool of worker processes (or in this process when one worker is enough)."""
@@ -109,7 +106,7 @@ class LocalExecutor:
     def __init__(self, workers: int | None = None) -> None:
         if workers is not None and workers < 1:
             raise ConfigError(f"workers must be >= 1, not {workers}")
-        self.parallelism = workers or usable_cores()
+        self.parallelism = workers or usable_cpus()
 
     def run(
         self, fn: Callable[..., Any], tasks: Sequence[tuple[Any, ...]], window: int | None = None

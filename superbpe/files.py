@@ -19,9 +19,8 @@ from typing import Any
 
 from superbpe.errors import ConfigError, InputError
 from superbpe.pretokenize import Pretokenizer, get_pretokenizer
+from superbpe.types import Merge
 from superbpe.util import atomic_write_text
-
-Merge = tuple[bytes, bytes]
 
 VOCAB_FILE = "vocab.json"
 MERGES_FILE = "merges.txt"
@@ -697,6 +696,8 @@ def save_tokenizer_dir(
     document is built (and so validated) before the first file is written.
     """
     directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise InputError(f"{directory}: exists and is not a directory; the tokenizer needs a directory")
     manifest = Manifest(
         pretokenizer=pretokenizer.spec(),
         special_tokens=list(special_tokens),

@@ -25,8 +25,10 @@ def build_metrics(
     seconds: float,
     evaluation: dict[str, Any] | None,
     vocab_size: int,
+    *,
+    engine: str,
 ) -> dict[str, Any]:
-    """The metrics document of one finished run."""
+    """The metrics document of one finished run; ``engine`` is the one that ran (``auto`` resolved)."""
     stages = checkpoint.stage_stats
     merges = len(checkpoint.merges)
     first_end = checkpoint.stage_ends[0] if checkpoint.stage_ends else merges
@@ -37,7 +39,8 @@ def build_metrics(
             "transition": cfg.schedule.transition,
             "vocab_size": cfg.vocab_size,
             "special_tokens": compat["special_tokens"],
-            "engine": cfg.engine.name,
+            "engine": engine,
+            "engine_requested": cfg.engine.name,
             "pretokenizers": [stage["pretokenizer"]["name"] for stage in compat["stages"]],
             "from_run": cfg.schedule.from_run,
             "from_tokenizer": cfg.schedule.from_tokenizer,

@@ -5,8 +5,9 @@ argument validation and its error messages, input resolution, JSON-lines parsing
 with the very same :mod:`superbpe.sources` helpers, so errors and documents are identical), and the
 ``.counts`` meta. Rust gets only validated data and does the per-byte work with the GIL released.
 
-Counts made here stay in Rust (:class:`NativePieceCounts` materialises the Python dict only when someone
-reads it), so ``count`` -> ``train`` never converts millions of pieces to Python objects.
+Counts made here stay in Rust (:class:`NativePieceCounts` keeps the Rust table, and builds a read-only
+dict once when Python code reads entries), so ``count`` -> ``train`` never converts millions of pieces to
+Python objects.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -22,7 +24,6 @@ import numpy as np
 from superbpe.counting import (
     PieceCounts,
     ProgressFn,
-    count_pieces,
     counts_meta,
     prepare_count,
     resolve_workers,
@@ -39,14 +40,14 @@ from superbpe.sources import (
     open_binary,
 )
 from superbpe.trainer import MergeRules, MergesSoFar, TrainResult, check_replay, check_train_args
-from superbpe.util import atomic_write
+from superbpe.types import Merge
+from superbpe.util import atomic_write, usable_cpus
 
 try:
     from superbpe import _native
 except ImportError:  # not built: get_engine("auto") falls back to the python engine
     _native = None  # type: ignore[assignment]
 
-Merge = tuple[bytes, bytes]
 _U64_MAX = (1 << 64) - 1
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -62,57 +63,34 @@ def _require_native() -> Any:
     return _native
 
 
-# Text that exercises most regex features a custom pattern may use: cases, scripts, digits,
-# whitespace kinds, punctuation runs, contractions, emoji.
-_PROBE = (
-    "Hello, World! It's DON'T we'll 2024-01-02 3.14159 1,234,567 naïve café Ωμέγα Привет мир 中文字 한국어 "
-    "العربية १२३ ½ Ⅻ e\u0301 \t tab  two  \n\n\r\nline\u3000ideo\u00a0nbsp x...y --z // #tag @user 😀👍🏽 "
-    "snake_case CamelCase ALLCAPS a1b2 \x00\x1f The quick brown fox jumps over the lazy dog. end"
-)
-_SAMPLE_BYTES = 1 << 16
+def splits_exactly(pre: Pretokenizer) -> bool:
+    """Whether the native engine splits with ``pre`` exactly like `regex` does.
 
-
-def splits_like_regex(pre: Pretokenizer, sample: str = "") -> bool:
-    """Whether the native splitter gives the python pieces for ``pre``.
-
-    Built-in patterns have exact scanners (fuzz-tested). A custom pattern runs on fancy-regex,
-    whose syntax and Unicode tables differ from `regex` in corners (e.g. it reads `{e<=1}` as
-    literal text), so it is used only when it compiles *and* splits a probe text plus ``sample``
-    (the start of the corpus) exactly like `regex`; otherwise the caller falls back to Python.
+    Only the built-in patterns have scanners, fuzz-tested against `regex`. A custom pattern could run
+    on fancy-regex, whose syntax and Unicode tables differ from `regex` in corners; no probe text can
+    show that it agrees on a whole corpus, so the engine does not use it (see ``get_engine``).
     """
-    lib = _require_native()
-    if lib.has_scanner(pre.pattern):
-        return True
-    if not lib.supports_pattern(pre.pattern):
-        return False
-    probe = _PROBE + sample
-    try:
-        return bool(lib.pretokenize(pre.pattern, pre.line_units, probe) == pre.split(probe))
-    except ValueError:
-        return False
+    return bool(_require_native().has_scanner(pre.pattern))
 
 
-def _corpus_sample(paths: Sequence[Path]) -> str:
-    """The first bytes of the first input as text (for checking a custom pattern)."""
-    try:
-        with open_binary(paths[0]) as stream:
-            return stream.read(_SAMPLE_BYTES).decode("utf-8", "ignore")
-    except (OSError, EOFError, InputError):
-        return ""
+def _require_exact(pre: Pretokenizer) -> None:
+    if not splits_exactly(pre):
+        raise ConfigError(f"engine 'native' splits only the built-in patterns exactly, not {pre.name}")
 
 
 def _thread_count(workers: int | None) -> int:
     """Threads for Rust: an explicit count wins (validated like the python engine), else every usable core."""
     if workers is not None:
         return resolve_workers(workers, 0)
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return usable_cpus()
 
 
 class NativePieceCounts(PieceCounts):
-    """:class:`PieceCounts` whose entries live in Rust until Python code reads them.
+    """:class:`PieceCounts` whose entries live in a Rust table, which stays the authority.
 
-    ``len``, ``total``, ``save`` and training use the Rust table directly; any dict access materialises
-    ``counts`` once, after which the dict is authoritative (so in-place ``update`` keeps working).
+    ``len``, ``total``, ``save``, ``update`` with other native counts and training use the table
+    directly. Reading entries from Python (``pc[piece]``, iteration) makes a dict once and keeps it
+    beside the table, read-only, so reading never costs a rebuild of the table for the next ``train``.
     """
 
     def __init__(self, native: Any, meta: Mapping[str, Any]) -> None:  # noqa: D107 - see class docstring
@@ -121,37 +99,37 @@ class NativePieceCounts(PieceCounts):
         self.meta = dict(meta)
 
     @property  # type: ignore[override]
-    def counts(self) -> dict[bytes, int]:
+    def counts(self) -> Mapping[bytes, int]:
         if self._dict is None:
             self._dict = self._native.to_dict()
-            self._native = None
-        return self._dict
+        return MappingProxyType(self._dict)
 
     @counts.setter
-    def counts(self, value: dict[bytes, int]) -> None:
-        self._dict = value
-        self._native = None
+    def counts(self, value: Mapping[bytes, int]) -> None:
+        self._native = native_counts(value)
+        self._dict = None
 
     def native(self) -> Any:
-        """The Rust table (converted from the dict if it was materialised)."""
-        if self._native is not None:
-            return self._native
-        return native_counts(self.counts)
+        """The Rust table."""
+        return self._native
 
     def __len__(self) -> int:
-        return len(self._native) if self._native is not None else len(self.counts)
+        return len(self._native)
 
     def bytes_seen(self) -> bytes:
-        return bytes(self._native.bytes_seen()) if self._native is not None else super().bytes_seen()
+        return bytes(self._native.bytes_seen())
 
     def total(self) -> int:
-        return int(self._native.total()) if self._native is not None else super().total()
+        return int(self._native.total())
+
+    def update(self, other: PieceCounts) -> None:
+        """Add ``other`` in place, in Rust."""
+        self.check_addable(other)
+        self._native.update(native_counts(dict(other.counts) if other is self else other))
+        self._dict = None
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Same bytes as :meth:`PieceCounts.save`, serialised in Rust."""
-        if self._native is None:
-            super().save(path)
-            return
         meta = json.dumps(self.meta, sort_keys=True).encode("utf-8")
         data = self._native.serialize(meta)
         with atomic_write(Path(path)) as out:
@@ -159,7 +137,7 @@ class NativePieceCounts(PieceCounts):
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle as a plain :class:`PieceCounts` (the Rust table cannot cross processes)."""
-        return (PieceCounts, (self.counts, self.meta))
+        return (PieceCounts, (dict(self.counts), self.meta))
 
 
 def native_counts(counts: Mapping[bytes, int]) -> Any:
@@ -210,12 +188,7 @@ class NativeEngine:
         pre, specials, paths = prepare_count(inputs, pretokenizer, special_tokens, errors)
         threads = _thread_count(workers)
         lib = _require_native()
-        if not splits_like_regex(pre, "" if lib.has_scanner(pre.pattern) else _corpus_sample(paths)):
-            # A pattern only Python's `regex` handles right: exact results beat speed.
-            return count_pieces(
-                paths, pre, specials, workers=workers, chunk_bytes=chunk_bytes, errors=errors,
-                text_field=text_field, progress=progress,
-            )  # fmt: skip
+        _require_exact(pre)
         counter = lib.Counter(
             pre.pattern, pre.line_units, [s.encode("utf-8") for s in specials], max(1, chunk_bytes), threads
         )
@@ -312,12 +285,7 @@ class NativeEncoder:
         for rank, (left, right) in enumerate(merges):
             if left + right not in ids:
                 raise ConfigError(f"merge #{rank} ({left!r}, {right!r}) makes a token not in the vocab")
-        self._fallback = None
-        if not splits_like_regex(pretokenizer):
-            from superbpe.encoder import PythonEncoder
-
-            self._fallback = PythonEncoder(ids, merges, pretokenizer, whole_pieces=whole_pieces)
-            return
+        _require_exact(pretokenizer)
         self._core = lib.Encoder(
             ids,
             list(merges),
@@ -329,8 +297,6 @@ class NativeEncoder:
 
     def encode_ordinary(self, text: str) -> list[int]:
         """Ids of ``text``; special tokens in it are treated as plain text."""
-        if self._fallback is not None:
-            return self._fallback.encode_ordinary(text)
         try:
             return self._core.encode_ordinary(text)
         except UnicodeEncodeError as exc:
@@ -341,11 +307,6 @@ class NativeEncoder:
     def encode_batch(self, texts: Sequence[str], dtype: str = "uint32") -> tuple[np.ndarray, np.ndarray]:
         """Encode many texts on all cores: flat ids (``dtype`` uint16/uint32) and each text's end offset."""
         _check_dtype(dtype)
-        if self._fallback is not None:
-            lists = [self._fallback.encode_ordinary(t) for t in texts]
-            ends = np.cumsum([len(ids) for ids in lists], dtype=np.uint64)
-            flat = [i for ids in lists for i in ids]
-            return _as_dtype(flat, dtype), ends
         try:
             ids, ends = self._core.encode_batch(list(texts), dtype)
         except UnicodeEncodeError as exc:
@@ -357,8 +318,6 @@ class NativeEncoder:
     def encode_array(self, text: str, dtype: str = "uint32", chunk_bytes: int = 1 << 20) -> np.ndarray:
         """Ids of one large text as a numpy array, encoded in parallel between safe cuts."""
         _check_dtype(dtype)
-        if self._fallback is not None:
-            return _as_dtype(self._fallback.encode_ordinary(text), dtype)
         try:
             ids = self._core.encode_array(text, dtype, chunk_bytes)
         except UnicodeEncodeError as exc:
@@ -371,12 +330,6 @@ class NativeEncoder:
 def _check_dtype(dtype: str) -> None:
     if dtype not in ("uint16", "uint32"):
         raise ConfigError(f"dtype must be 'uint16' or 'uint32', not {dtype!r}")
-
-
-def _as_dtype(ids: list[int], dtype: str) -> np.ndarray:
-    if dtype == "uint16" and ids and max(ids) > 0xFFFF:
-        raise ConfigError(f"id {max(ids)} does not fit in uint16")
-    return np.asarray(ids, dtype=dtype)
 
 
 def _encode_error(exc: ValueError) -> InputError:

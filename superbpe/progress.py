@@ -9,19 +9,19 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import resource
 import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from superbpe.util import peak_rss_bytes
+
 log = logging.getLogger("superbpe")
 
 Update = Callable[[int], None]
 _LOG_EVERY_SECONDS = 5.0
 _CLEAR_REFS = Path("/proc/self/clear_refs")
-_STATUS = Path("/proc/self/status")
 
 
 def want_bars(enabled: bool | None) -> bool:
@@ -110,21 +110,6 @@ def reset_peak_rss() -> bool:
     return True
 
 
-def peak_rss_bytes() -> int:
-    """Peak RSS of this process in the current window, or of its largest child (counting workers)."""
-    own = 0
-    with contextlib.suppress(OSError):
-        for line in _STATUS.read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                own = int(line.split()[1]) * 1024
-    if not own:
-        own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
-    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * (
-        1 if sys.platform == "darwin" else 1024
-    )
-    return max(own, children)
-
-
 @dataclass
 class StageStats:
     """Wall time and peak memory of one stage (filled in when the ``measure`` block ends)."""
@@ -151,5 +136,5 @@ def measure(name: str) -> Iterator[StageStats]:
     start = time.monotonic()
     yield stats
     stats.seconds = time.monotonic() - start
-    stats.peak_rss_bytes = peak_rss_bytes()
+    stats.peak_rss_bytes = peak_rss_bytes(include_children=True)
     log.info("stage %s: %s, peak RSS %.0f MB", name, _seconds(stats.seconds), stats.peak_rss_bytes / 2**20)

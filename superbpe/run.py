@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from superbpe import files
-from superbpe.api import build_vocab, merge_budget, reserved_tokens
+from superbpe.api import build_vocab, check_special_tokens, merge_budget, reserved_tokens
 from superbpe.cache import RunCache, cache_key
 from superbpe.checkpoints import Checkpoint, Checkpointer, check_compatible, checkpoint_path, load_checkpoint
 from superbpe.compat import DEFAULT as DEFAULT_COMPAT
@@ -44,9 +44,19 @@ from superbpe.stages import (
     resolve_pretokenizer,
     rules_spec,
 )
+from superbpe.util import remove_stale_temps
 
 log = logging.getLogger("superbpe")
 METRICS_FILE = "metrics.json"
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a run, after its merges so far were checkpointed; ``output_dir`` resumes it."""
+
+    def __init__(self, output_dir: Path, merges: int) -> None:
+        super().__init__(f"checkpoint of {merges} merges saved in {output_dir}")
+        self.output_dir = output_dir
+        self.merges = merges
 
 
 @dataclass
@@ -57,7 +67,7 @@ class RunResult:
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Job:
     """A validated run: everything resolved, nothing written yet."""
 
@@ -109,12 +119,20 @@ def run_training(cfg: TrainConfig, *, run_dir: str | os.PathLike[str] | None = N
         job.output_dir, checkpoint, cfg.checkpoint.every_merges, cfg.checkpoint.every_seconds
     )
     start = time.monotonic()
-    with _CountAhead(job) as ahead:
-        for plan in job.plans[checkpoint.stage :] if not checkpoint.done else []:
-            _run_stage(job, plan, checkpointer, ahead)
-    merges = list(checkpoint.merges)
-    metrics = _write_outputs(job, checkpoint, time.monotonic() - start)
-    job.cache.trim()
+    try:
+        with _CountAhead(job) as ahead:
+            try:
+                for plan in job.plans[checkpoint.stage :] if not checkpoint.done else []:
+                    _run_stage(job, plan, checkpointer, ahead)
+            except KeyboardInterrupt:  # saved before waiting for a count running ahead
+                raise TrainingInterrupted(job.output_dir, checkpointer.save_latest()) from None
+        merges = list(checkpoint.merges)
+        metrics = _write_outputs(job, checkpoint, time.monotonic() - start)
+        job.cache.trim()
+    except TrainingInterrupted:
+        raise
+    except KeyboardInterrupt:  # all merges are checkpointed already; the outputs are rewritten on resume
+        raise TrainingInterrupted(job.output_dir, len(checkpoint.merges)) from None
     if not checkpoint.done:
         checkpointer.finish_run()
     log.info("tokenizer written to %s", job.output_dir)
@@ -125,6 +143,7 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
     """Check everything that can be checked before any output exists."""
     specials = list(dict.fromkeys(cfg.special_tokens))
     SpecialSplitter(specials)
+    check_special_tokens(specials)
     total = merge_budget(cfg.vocab_size, specials)
     if total < 1:
         raise ConfigError(f"vocab_size {cfg.vocab_size} leaves no room for merges")
@@ -143,28 +162,30 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
     source_merges: tuple[Merge, ...] = ()
     if source is not None:
         plans, source_merges = apply_source(plans, source)
+        build_vocab(source_merges, specials)  # a special with the bytes of a source token is refused now
     if not cfg.data.paths:
         raise InputError("no corpus given: set data.paths")
     paths = resolve_inputs(list(cfg.data.paths))
     check_not_empty(paths)
     eval_path = _check_eval(cfg.eval)
-    engine = get_engine(cfg.engine.name)
+    counted = plans[1:] if source is not None else plans
+    engine = get_engine(cfg.engine.name, [plan.pretokenizer for plan in counted])
     check_executor(cfg.executor)
     output_dir = _output_dir(cfg, run_dir)
     return _Job(
-        cfg,
-        specials,
-        total,
-        plans,
-        source,
-        source_merges,
-        paths,
-        input_fingerprint(paths),
-        engine,
-        output_dir,
-        eval_path,
-        RunCache(cfg.cache_dir, max_gib=cfg.cache_max_gib),
-        compat,
+        cfg=cfg,
+        specials=specials,
+        total_merges=total,
+        plans=plans,
+        source=source,
+        source_merges=source_merges,
+        paths=paths,
+        fingerprint=input_fingerprint(paths),
+        engine=engine,
+        output_dir=output_dir,
+        eval_path=eval_path,
+        cache=RunCache(cfg.cache_dir, max_gib=cfg.cache_max_gib),
+        compat=compat,
     )
 
 
@@ -174,6 +195,8 @@ def _check_eval(eval_file: str | None) -> Path | None:
     path = Path(eval_file).expanduser()
     if not path.is_file():
         raise InputError(f"eval file {path}: no such file")
+    if path.stat().st_size == 0:
+        raise InputError(f"eval file {path}: empty, so no bytes/token to measure")
     return path
 
 
@@ -186,6 +209,8 @@ def _output_dir(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None) -> Pat
         if cfg.output_dir and Path(cfg.output_dir).expanduser().resolve() != resumed.resolve():
             raise ConfigError("resume and output_dir name different directories; give only resume")
         target = resumed
+        for stale in remove_stale_temps(target):
+            log.info("removed %s, left by a run killed while writing", stale.name)
     elif cfg.output_dir or run_dir is not None:
         target = Path(cfg.output_dir or run_dir).expanduser()  # type: ignore[arg-type]
         if checkpoint_path(target).is_file():
@@ -213,17 +238,40 @@ def _initial_checkpoint(job: _Job) -> Checkpoint:
         found = load_checkpoint(job.output_dir)
         if found is not None:
             check_compatible(found, config, job.fingerprint, job.output_dir)
-            log.info(
-                "resuming %s: stage %d of %d, %d merges so far%s",
-                job.output_dir,
-                found.stage + 1,
-                len(job.plans),
-                len(found.merges),
-                " (already finished)" if found.done else "",
-            )
+            _check_done(found, job)
+            where = "finished" if found.done else f"stage {found.stage + 1} of {len(job.plans)}"
+            log.info("resuming %s: %s, %d merges so far", job.output_dir, where, len(found.merges))
             return found
         log.info("resume %s: no checkpoint yet, starting from the beginning", job.output_dir)
     return Checkpoint(config=config, fingerprint=job.fingerprint)
+
+
+def _check_done(checkpoint: Checkpoint, job: _Job) -> None:
+    """Trust ``done: true`` only when the checkpoint holds every stage, ending where the plans say.
+
+    A stage may end before its planned end only when no pair was left, which is also final. Anything
+    else (a hand-edited flag, say) continues the run instead of writing a tokenizer from part of it.
+    """
+    if not checkpoint.done:
+        return
+    ends = checkpoint.stage_ends
+    if len(ends) > len(job.plans):
+        raise InputError(f"{job.output_dir}: checkpoint holds {len(ends)} stages, the run {len(job.plans)}")
+    complete = (
+        len(ends) == len(job.plans)
+        and ends == sorted(ends)
+        and ends[-1] == len(checkpoint.merges)
+        and all(end <= plan.end for end, plan in zip(ends, job.plans, strict=True))
+    )
+    if not complete:
+        log.warning(
+            "%s: checkpoint says done but holds %d of %d stage(s) and %d merges; continuing the run",
+            job.output_dir,
+            len(ends),
+            len(job.plans),
+            len(checkpoint.merges),
+        )
+        checkpoint.done = False
 
 
 class _CountAhead:
@@ -458,7 +506,9 @@ def _write_outputs(job: _Job, checkpoint: Checkpoint, seconds: float) -> dict[st
     if job.eval_path is not None:
         from superbpe.evaluate import evaluate_dir
 
-        evaluation = evaluate_dir(job.output_dir, [job.eval_path], engine=job.cfg.engine.name).to_json()
-    metrics = build_metrics(job.cfg, job.compat_config(), checkpoint, seconds, evaluation, len(vocab))
+        evaluation = evaluate_dir(job.output_dir, [job.eval_path], engine=job.engine.name).to_json()
+    metrics = build_metrics(
+        job.cfg, job.compat_config(), checkpoint, seconds, evaluation, len(vocab), engine=job.engine.name
+    )
     write_metrics(job.output_dir / METRICS_FILE, metrics)
     return metrics

@@ -93,7 +93,7 @@ def count_on_executor(
     """
     spec = spec_from(executor)
     pre, specials, paths = prepare_count(inputs, pretokenizer, special_tokens, errors)
-    engine_name = _count_engine(engine, pre, paths)
+    engine_name = get_engine(engine, [pre]).name  # the choice a local count makes (engine.get_engine)
     meta = counts_meta(pre, specials)
     task = (pre, tuple(specials), engine_name, errors, text_field, chunk_bytes, spec.num_cpus_per_task)
     runner = get_executor(spec, workers)
@@ -117,20 +117,6 @@ def shard_size(spec: ExecutorSpec, runner: Executor, paths: Sequence[Path]) -> i
     return max(1, min(spec.shard_bytes, max(_MIN_SHARD_BYTES, total // (4 * runner.parallelism))))
 
 
-def _count_engine(engine: str, pre: Pretokenizer, paths: Sequence[Path]) -> str:
-    """The engine the tasks count with: as ``NativeEngine.count`` decides (python for patterns only
-    `regex` splits right), so the result matches a local count exactly."""
-    name = get_engine(engine).name
-    if name != "native":
-        return name
-    from superbpe import native_engine
-
-    sample = (
-        ""
-        if native_engine._require_native().has_scanner(pre.pattern)
-        else native_engine._corpus_sample(paths)
-    )
-    return "native" if native_engine.splits_like_regex(pre, sample) else "python"
 
 
 def count_shard(

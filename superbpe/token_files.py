@@ -30,7 +30,7 @@ from superbpe.errors import ConfigError, InputError
 from superbpe.progress import task
 from superbpe.sources import TABLE_SUFFIXES, Chunk, chunk_documents, corpus_size, iter_chunks, resolve_inputs
 from superbpe.tokenizer import Tokenizer
-from superbpe.util import atomic_write, atomic_write_text
+from superbpe.util import atomic_write, atomic_write_text, usable_cpus
 
 if TYPE_CHECKING:
     from superbpe.sharded import ShardedEncodeResult
@@ -206,7 +206,7 @@ def _workers(workers: int | None, paths: Sequence[Path]) -> int:
         return workers
     if corpus_size(paths) < _PARALLEL_MIN_BYTES:
         return 1
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = usable_cpus()
     return max(1, cores)
 
 

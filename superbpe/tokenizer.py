@@ -22,8 +22,7 @@ from superbpe.engine import EncoderCore, Engine, get_engine
 from superbpe.errors import ConfigError, InputError
 from superbpe.pretokenize import Pretokenizer, SpecialSplitter, get_pretokenizer
 from superbpe.sources import open_binary
-
-Merge = tuple[bytes, bytes]
+from superbpe.types import Merge
 
 #: encode_iterable encodes once this much new text has been buffered (and a cut point exists).
 STREAM_FLUSH_CHARS = 1 << 16
@@ -52,7 +51,7 @@ class Tokenizer:
         self._id_of = {token: token_id for token_id, token in self._vocab.items()}
         self._max_special_len = max((len(s) for s in self._special_ids), default=0)
         self._pretokenizer = get_pretokenizer(pretokenizer)
-        self._engine = get_engine(engine)
+        self._engine = get_engine(engine, [self._pretokenizer])
         self._core: EncoderCore = self._engine.encoder(
             self._ordinary_ids(), self._merges, self._pretokenizer, whole_pieces=whole_pieces
         )
@@ -134,10 +133,12 @@ class Tokenizer:
 
     def encode_ordinary(self, text: str) -> list[int]:
         """Ids of ``text`` with special tokens treated as plain text."""
+        _check_text(text)
         return self._core.encode_ordinary(text)
 
     def encode(self, text: str) -> list[int]:
         """Ids of ``text``; special tokens in it become their own ids (longest match first)."""
+        _check_text(text)
         if not self._splitter:
             return self._core.encode_ordinary(text)
         ids: list[int] = []
@@ -361,6 +362,12 @@ class Tokenizer:
             f"special_tokens={self.special_tokens!r}, pretokenizer={self._pretokenizer.name!r}, "
             f"engine={self.engine!r})"
         )
+
+
+def _check_text(text: object) -> None:
+    if not isinstance(text, str):
+        hint = " (decode bytes to str first)" if isinstance(text, (bytes, bytearray)) else ""
+        raise InputError(f"encode takes a str, not {type(text).__name__}{hint}")
 
 
 def _checked_vocab(vocab: Mapping[int, bytes]) -> dict[int, bytes]:

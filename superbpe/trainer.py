@@ -25,8 +25,8 @@ from operator import add
 
 from superbpe.errors import ConfigError, SuperBPEError
 from superbpe.files import byte_to_unicode
+from superbpe.types import Merge
 
-Merge = tuple[bytes, bytes]
 # Symbols are characters (see _PairTable), so ids stop at the largest code point.
 MAX_MERGES = 0x110000 - 256
 
@@ -63,12 +63,20 @@ class MergeRules:
     absent_inherited: str = "keep"
 
     def __post_init__(self) -> None:
-        if self.min_frequency < 0:
-            raise ConfigError(f"min_frequency must be >= 0, got {self.min_frequency}")
-        for name in ("max_token_bytes", "max_words_per_token"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ConfigError(f"{name} must be >= 1 or None, got {value}")
+        """The one validation of rules, whoever builds them (``api.make_rules`` only converts strings).
+
+        A token of one byte is never made by a merge, so ``max_token_bytes`` below 2 would forbid every
+        merge; ``min_frequency`` 0 would mean the same as 1.
+        """
+        for name, value, low in (
+            ("min_frequency", self.min_frequency, 1),
+            ("max_token_bytes", self.max_token_bytes, 2),
+            ("max_words_per_token", self.max_words_per_token, 1),
+        ):
+            if (value is not None or name == "min_frequency") and (
+                isinstance(value, bool) or not isinstance(value, int) or value < low
+            ):
+                raise ConfigError(f"{name} must be an integer >= {low}, not {value!r}")
         forbidden = tuple(self.forbidden_substrings)
         if any(not isinstance(s, bytes) or not s for s in forbidden):
             raise ConfigError(f"forbidden_substrings must be non-empty bytes, got {forbidden!r}")
@@ -352,10 +360,9 @@ def _choose(
     """Choose merges until ``num_merges`` are in ``merges`` or no pair qualifies; True if stopped by callback.
 
     Max structure: a lazy heap of ``(-count, order key, pair)``. Each pair has at most one entry; only pairs
-    created by the latest merge are pushed, and a stale entry is re-pushed when it reaches the top. A
-    ``SortedList`` of exact ``(count, left, right, pair)`` entries needs a remove + add for every count
-    change; measured CPU time for the whole training (same merges): wikitext 2.4 MB at 8K vocab 1.5 s vs
-    1.05 s with the heap, kernel docs 43 MB at 32K vocab 22.7 s vs 14.3 s. So the heap stays.
+    created by the latest merge are pushed, and a stale entry is re-pushed when it reaches the top. An
+    exact ``SortedList`` needs a remove + add for every count a merge changes, and costs about twice the
+    training time (figures in docs/DESIGN.md, "Why a lazy heap"), so the heap stays.
     """
     pair_counts = table.pair_counts
     order_key = (lambda token: _hf_order_key(token_ids[token])) if rules.tie_break == "ids" else _order_key

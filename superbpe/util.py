@@ -20,10 +20,11 @@ def atomic_write(path: Path) -> Iterator[BinaryIO]:
     A reader (or a resumed run after SIGKILL) therefore sees either the old file or the
     complete new one, never a torn write.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    with naming_file(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as handle:
+        with os.fdopen(fd, "wb") as handle, naming_file(path):
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
@@ -33,6 +34,37 @@ def atomic_write(path: Path) -> Iterator[BinaryIO]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+TEMP_SUFFIX = ".tmp"
+
+
+@contextlib.contextmanager
+def naming_file(path: Path) -> Iterator[None]:
+    """Give an ``OSError`` raised inside without a file name (a full disk: ENOSPC on write) ``path``.
+
+    Why: "No space left on device" alone does not say which of a run's files failed.
+    """
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None or exc.errno is None:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
+
+
+def remove_stale_temps(directory: Path) -> list[Path]:
+    """Delete the temp files :func:`atomic_write` leaves when killed mid-write (``.<name>.XXXX.tmp``).
+
+    Only for a directory no other process writes to (a run directory being resumed).
+    """
+    removed = []
+    for item in directory.glob(f".*{TEMP_SUFFIX}"):
+        if item.is_file():
+            with contextlib.suppress(FileNotFoundError):
+                item.unlink()
+            removed.append(item)
+    return removed
 
 
 def _umask() -> int:
@@ -46,21 +78,38 @@ def atomic_write_text(path: Path, text: str) -> None:
         handle.write(text.encode("utf-8"))
 
 
-def peak_rss_bytes() -> int:
-    """Peak resident memory of this process so far.
+def peak_rss_bytes(*, include_children: bool = False) -> int:
+    """Peak resident memory of this process, in bytes: the one definition the package uses.
 
-    Linux's ``VmHWM`` first: ``ru_maxrss`` is inherited from the parent across fork and exec, so a child
-    of a big process would report the parent's peak as its own. ``ru_maxrss`` elsewhere (macOS: bytes).
+    Linux's ``VmHWM`` first, which is the peak since the process started or since the window was last
+    reset (``progress.reset_peak_rss``); ``ru_maxrss`` is inherited from the parent across fork and
+    exec, so a child of a big process would report the parent's peak as its own. ``ru_maxrss``
+    elsewhere. With ``include_children``, the larger of that and the peak of the biggest finished child
+    (counting worker processes), since a stage's memory is the larger of the two.
     """
+    own = 0
     try:
         with open("/proc/self/status", encoding="ascii") as status:
             for line in status:
                 if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
+                    own = int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024
+    if not own:
+        own = _maxrss(resource.RUSAGE_SELF)
+    return max(own, _maxrss(resource.RUSAGE_CHILDREN)) if include_children else own
+
+
+def _maxrss(who: int) -> int:
+    peak = resource.getrusage(who).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # macOS reports bytes, Linux KiB
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one), at least 1."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
 
 
 def import_optional(module: str, extra: str, purpose: str) -> ModuleType:

@@ -20,7 +20,7 @@ import tiktoken
 from superbpe import native_engine
 from superbpe.api import build_vocab
 from superbpe.counting import PieceCounts
-from superbpe.engine import PythonEngine
+from superbpe.engine import PythonEngine, get_engine
 from superbpe.errors import ConfigError, InputError, SuperBPEError
 from superbpe.files import read_merges, read_vocab
 from superbpe.pretokenize import PATTERNS, get_pretokenizer
@@ -125,17 +125,26 @@ def test_custom_patterns_use_isolated_split(pattern: str, corpora: dict[str, str
     assert native_engine._native.pretokenize(pattern, False, text) == pre.split(text)
 
 
-@pytest.mark.parametrize("pattern", [r"(?:the){e<=1}", r"\X", r"\m\w+"])
-def test_patterns_fancy_regex_gets_wrong_fall_back_to_python(
-    pattern: str, sample_texts: Path, native: Native, python: PythonEngine
+@pytest.mark.parametrize("pattern", [r"(?:the){e<=1}", r"\X", r"\p{L}+|\p{N}"])
+def test_native_never_splits_a_custom_pattern_and_auto_says_it_picks_python(
+    pattern: str, sample_texts: Path, native: Native, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Regression (issue 14): a custom pattern once ran on fancy-regex when a probe text agreed with
+    `regex`, else silently on python, decided separately for counting and encoding. No probe proves a
+    whole corpus agrees, so ``native`` refuses such a pattern and ``auto`` picks python, saying so."""
     pre = get_pretokenizer(f"custom:{pattern}")
-    assert not native_engine.splits_like_regex(pre)
+    assert not native_engine.splits_exactly(pre)
     path = sample_texts / "tinystories_sample.txt"
-    assert_same_counts(native.count(path, pre, []), python.count(path, pre, []))
-    vocab = {bytes([b]): b for b in range(256)}
-    text = path.read_text(encoding="utf-8")
-    assert native.encoder(vocab, [], pre).encode_ordinary(text) == list(text.encode())
+    with pytest.raises(ConfigError, match="splits only the built-in patterns"):
+        native.count(path, pre, [])
+    with pytest.raises(ConfigError, match="splits only the built-in patterns"):
+        native.encoder({bytes([b]): b for b in range(256)}, [], pre)
+    with pytest.raises(ConfigError, match="use engine=python"):
+        get_engine("native", [pre])
+    with caplog.at_level("INFO", logger="superbpe"):
+        assert get_engine("auto", [pre]).name == "python"
+    assert "no exact splitter" in caplog.text
+    assert get_engine("auto", [get_pretokenizer("gpt2")]).name == "native"
 
 
 def test_unicode_tables_match_installed_regex() -> None:

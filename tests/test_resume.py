@@ -1,17 +1,21 @@
-"""SIGKILL a training run at several points, resume it, and get byte-identical merges; refuse bad resumes."""
+"""SIGKILL or Ctrl-C training runs at many points; each resume gives byte-identical files. Bad resumes."""
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
-from script_helpers import assert_one_line_error, run_script, start_script
+from script_helpers import SCRIPTS, assert_one_line_error, run_script, script_env, start_script
 
 from superbpe.checkpoints import CHECKPOINT_FILE
+from superbpe.engine import native_available
 
 pytestmark = pytest.mark.slow
 
@@ -52,14 +56,19 @@ def read_checkpoint(run_dir: Path) -> dict | None:
         return None
 
 
-def kill_when(proc, run_dir: Path, wanted, timeout: float = 120) -> dict | None:
-    """SIGKILL ``proc`` as soon as ``wanted(checkpoint)`` holds; returns the checkpoint seen then."""
+def kill_when(
+    proc, run_dir: Path, wanted, signum: int = signal.SIGKILL, delay: float = 0.0, timeout: float = 120
+) -> dict | None:
+    """Send ``signum`` to ``proc`` ``delay`` s after ``wanted(checkpoint)`` holds; returns that checkpoint."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         state = read_checkpoint(run_dir)
         if wanted(state, run_dir):
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
+            time.sleep(delay)
+            assert proc.poll() is None, "the run ended before the kill point"
+            os.kill(proc.pid, signum)
+            if signum == signal.SIGKILL:
+                proc.wait()
             return state
         assert proc.poll() is None, "the run ended before the kill point"
         time.sleep(0.005)
@@ -74,15 +83,9 @@ def in_stage(stage: int, min_merges: int):
     return wanted
 
 
-def resume(tmp_path: Path, run_dir: Path, corpus: Path, name: str, *extra: str):
-    return run_script(
-        "train.py",
-        f"hydra.run.dir={tmp_path / name}",
-        *overrides(corpus),
-        f"resume={run_dir}",
-        *extra,
-        cwd=tmp_path,
-    )
+def resume(tmp_path: Path, run_dir: Path, *extra: str):
+    """``train.py resume=<run dir>``: the run's own overrides are read back from its .hydra directory."""
+    return run_script("train.py", f"resume={run_dir}", *extra, cwd=tmp_path)
 
 
 def test_killed_in_stage1_then_in_stage2_resumes_to_identical_merges(wiki, reference, tmp_path):
@@ -91,13 +94,7 @@ def test_killed_in_stage1_then_in_stage2_resumes_to_identical_merges(wiki, refer
     seen = kill_when(proc, run_dir, in_stage(0, 300))
     assert seen["stage_ends"] == [] and not seen["done"]
 
-    proc = start_script(
-        "train.py",
-        f"hydra.run.dir={tmp_path / 'resume1'}",
-        *overrides(wiki),
-        f"resume={run_dir}",
-        cwd=tmp_path,
-    )
+    proc = start_script("train.py", f"resume={run_dir}", cwd=tmp_path)
     seen = kill_when(
         proc,
         run_dir,
@@ -106,7 +103,7 @@ def test_killed_in_stage1_then_in_stage2_resumes_to_identical_merges(wiki, refer
     assert len(seen["stage_ends"]) == 1 and not seen["done"]
     assert not (run_dir / "merges.txt").exists()
 
-    done = resume(tmp_path, run_dir, wiki, "resume2")
+    done = resume(tmp_path, run_dir)
     assert done.returncode == 0, done.stderr
     assert (run_dir / "merges.txt").read_bytes() == reference
     assert read_checkpoint(run_dir)["done"]
@@ -115,8 +112,8 @@ def test_killed_in_stage1_then_in_stage2_resumes_to_identical_merges(wiki, refer
 def test_killed_before_the_first_checkpoint_starts_over(wiki, reference, tmp_path):
     run_dir = tmp_path / "run"
     proc = start_script("train.py", f"hydra.run.dir={run_dir}", *overrides(wiki), cwd=tmp_path)
-    kill_when(proc, run_dir, lambda state, d: state is None and (d / ".hydra").is_dir())
-    done = resume(tmp_path, run_dir, wiki, "resume")
+    kill_when(proc, run_dir, lambda state, d: state is None and (d / ".hydra" / "overrides.yaml").is_file())
+    done = resume(tmp_path, run_dir)
     assert done.returncode == 0, done.stderr
     assert (run_dir / "merges.txt").read_bytes() == reference
 
@@ -134,15 +131,7 @@ def test_resuming_a_finished_run_rewrites_the_same_files(wiki, reference, tmp_pa
     assert proc.returncode == 0, proc.stderr
     before = (run_dir / "merges.txt").read_bytes()
     (run_dir / "merges.txt").unlink()  # as if killed while writing the outputs
-    again = run_script(
-        "train.py",
-        f"hydra.run.dir={tmp_path / 'again'}",
-        *overrides(wiki)[:-1],
-        "vocab_size=400",
-        "schedule.transition=50",
-        f"resume={run_dir}",
-        cwd=tmp_path,
-    )
+    again = resume(tmp_path, run_dir, "vocab_size=400")  # repeating an override with its value is fine
     assert again.returncode == 0, again.stderr
     assert (run_dir / "merges.txt").read_bytes() == before
 
@@ -155,30 +144,146 @@ def test_mismatched_resume_is_refused_naming_what_differs(wiki, tmp_path):
     kill_when(proc, run_dir, in_stage(0, 100))
     checkpoint = (run_dir / CHECKPOINT_FILE).read_bytes()
 
-    other_vocab = resume(tmp_path, run_dir, corpus, "r1", "vocab_size=2400")
-    assert_one_line_error(other_vocab, "cannot resume", "vocab_size differs", "2300", "2400")
+    other_vocab = resume(tmp_path, run_dir, "vocab_size=2400")
+    assert_one_line_error(
+        other_vocab, "cannot resume", "vocab_size=2400 conflicts with the run's vocab_size=2300"
+    )
 
-    other_pattern = resume(tmp_path, run_dir, corpus, "r2", "schedule.stage2_pattern=superbpe-paper")
+    other_pattern = resume(tmp_path, run_dir, "schedule.stage2_pattern=superbpe-paper")
     assert_one_line_error(other_pattern, "cannot resume", "stages[1].pretokenizer")
 
     other_corpus = tmp_path / "other.txt"
     other_corpus.write_bytes(wiki.read_bytes()[:100_000])
-    moved = run_script(
-        "train.py",
-        f"hydra.run.dir={tmp_path / 'r3'}",
-        *overrides(other_corpus),
-        f"resume={run_dir}",
-        cwd=tmp_path,
-    )
-    assert_one_line_error(moved, "cannot resume", "data.paths differs")
+    moved = resume(tmp_path, run_dir, f"data.paths=[{other_corpus}]")
+    assert_one_line_error(moved, "cannot resume", "data.paths=")
 
     with corpus.open("a", encoding="utf-8") as handle:
         handle.write("\nA changed corpus.\n")
-    changed = resume(tmp_path, run_dir, corpus, "r4")
+    changed = resume(tmp_path, run_dir)
     assert_one_line_error(changed, "cannot resume", "corpus files changed")
 
-    missing = resume(tmp_path, tmp_path / "no-such-run", corpus, "r5")
+    missing = resume(tmp_path, tmp_path / "no-such-run")
     assert_one_line_error(missing, "no such run directory")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.txt", "other.txt", "run"]  # no new run dirs
 
     assert (run_dir / CHECKPOINT_FILE).read_bytes() == checkpoint
     assert not (run_dir / "merges.txt").exists()
+
+
+# -- Ctrl-C and random kills --------------------------------------------------------------------------------
+
+OUTPUT_FILES = ("vocab.json", "merges.txt", "tokenizer.json", "superbpe.json")
+
+
+def test_ctrl_c_saves_the_merges_so_far_and_prints_the_resume_command(
+    wikitext_text, multilingual_text, tmp_path
+):
+    """SIGINT in stage 2 between two timed checkpoints: the merges since the last one are saved, the
+    resume command printed, exit 130; the resume (native when built: the engines agree) ends with the
+    merges of an uninterrupted run."""
+    corpus = tmp_path / "wiki.txt"
+    corpus.write_text(wikitext_text + multilingual_text, encoding="utf-8")  # ~1.6 MB: stage 2 lasts seconds
+    fast = "engine=native" if native_available() else "engine=python"
+    args = [*overrides(corpus)[:-1], "vocab_size=4000", "checkpoint.every_merges=100000"]
+    args.append("checkpoint.every_seconds=0.5")
+    reference = run_script("train.py", f"hydra.run.dir={tmp_path / 'ref'}", *args, fast, cwd=tmp_path)
+    assert reference.returncode == 0, reference.stderr
+    run_dir = tmp_path / "run"
+    proc = start_captured(tmp_path, run_dir, args)
+    seen = kill_when(proc, run_dir, lambda state, _: in_stage2(state), signal.SIGINT, delay=0.25)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and f"continue with: python {SCRIPTS / 'train.py'} resume={run_dir}" in out
+    saved = read_checkpoint(run_dir)
+    assert saved is not None and not saved["done"] and len(saved["stage_ends"]) == 1
+    assert saved["merges_count"] > seen["merges_count"]  # merges no timed save had written
+    done = resume(tmp_path, run_dir, fast)
+    assert done.returncode == 0, done.stderr
+    assert (run_dir / "merges.txt").read_bytes() == (tmp_path / "ref" / "merges.txt").read_bytes()
+
+
+def start_captured(
+    cwd: Path, run_dir: Path, args: list[str], own_group: bool = False
+) -> subprocess.Popen[str]:
+    """Start ``train.py`` with its output captured (for checking what Ctrl-C prints)."""
+    return subprocess.Popen(
+        [sys.executable, str(SCRIPTS / "train.py"), f"hydra.run.dir={run_dir}", *args],
+        cwd=cwd,
+        env=script_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=own_group,
+    )
+
+
+def in_stage2(state: dict | None) -> bool:
+    """A checkpoint saved while stage 2 chooses merges."""
+    return (
+        state is not None and len(state["stage_ends"]) == 1 and state["merges_count"] > state["stage_ends"][0]
+    )
+
+
+def random_kill_run(tmp_path: Path, name: str, args: list[str], kills: int, rng: random.Random) -> Path:
+    """Start the run, SIGKILL it at a random moment ``kills`` times (resuming each time), then finish it.
+
+    The moments are drawn over the length of an uninterrupted run, so they land in counting, in merges
+    of either stage, at stage boundaries and during the final writes; each is taken once Hydra has
+    written the run's overrides (before that there is no run to resume).
+    """
+    run_dir = tmp_path / name
+    started = time.monotonic()
+    first = run_script("train.py", f"hydra.run.dir={tmp_path / (name + '-ref')}", *args, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    length = time.monotonic() - started
+    command = [f"hydra.run.dir={run_dir}", *args]
+    for _ in range(kills):
+        proc = start_script("train.py", *command, cwd=tmp_path)
+        while not (run_dir / ".hydra" / "overrides.yaml").is_file() and proc.poll() is None:
+            time.sleep(0.002)
+        time.sleep(rng.uniform(0, length))
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        command = [f"resume={run_dir}"]
+    done = run_script("train.py", *command, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    return run_dir
+
+
+@pytest.mark.parametrize("engine", ["python", "native"])
+@pytest.mark.parametrize("schedule", ["bpe", "superbpe"])
+def test_random_kills_resume_to_identical_files(wiki, tmp_path, engine, schedule):
+    """Fault injection: 6 SIGKILLs at random moments per engine and schedule (24 in all)."""
+    if engine == "native" and not native_available():
+        pytest.skip("superbpe._native is not built")
+    args = [*overrides(wiki), f"engine={engine}", f"schedule={schedule}"]
+    if schedule == "bpe":
+        args = [a for a in args if not a.startswith("schedule.transition")]
+    rng = random.Random(f"{engine}-{schedule}")
+    run_dir = random_kill_run(tmp_path, "run", args, kills=6, rng=rng)
+    for name in OUTPUT_FILES:
+        assert (run_dir / name).read_bytes() == (tmp_path / "run-ref" / name).read_bytes(), name
+    assert read_checkpoint(run_dir)["done"]
+    assert not list(run_dir.glob(".*.tmp"))
+
+
+def test_ctrl_c_while_worker_processes_count_exits_promptly_and_quietly(wiki, tmp_path):
+    """Ctrl-C reaches the whole process group: workers leave it to the parent, which stops them (no
+    worker tracebacks, no exit blocked on chunks still queued for them) and exits 130."""
+    corpus = tmp_path / "big.txt"
+    corpus.write_text(wiki.read_text(encoding="utf-8") * 60, encoding="utf-8")  # ~18 MB: seconds to count
+    run_dir = tmp_path / "run"
+    args = ["engine=python", "cache_dir=null", f"data.paths=[{corpus}]", "vocab_size=300", "workers=2"]
+    proc = start_captured(tmp_path, run_dir, args, own_group=True)
+    log = run_dir / "train.log"
+    deadline = time.monotonic() + 120
+    while not (log.is_file() and "training" in log.read_text()):
+        assert proc.poll() is None and time.monotonic() < deadline, "the run never started counting"
+        time.sleep(0.01)
+    time.sleep(0.5)
+    assert proc.poll() is None, "counting ended before the interrupt"
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "continue with:" in out

@@ -7,10 +7,13 @@ pub mod bpe;
 pub mod bytesmap;
 pub mod count;
 pub mod countsfile;
+pub mod cuts;
 pub mod encode;
+pub mod mem;
 pub mod replay;
 pub mod scan;
 pub mod specials;
+pub mod tables;
 pub mod train;
 pub mod unicode;
 

@@ -15,6 +15,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use crate::count::{safe_chunks, CountError, CountSpec, Counts, Tally, DEFAULT_BLOCK_BYTES};
 use crate::encode::Encoder;
+use crate::mem::MappedFile;
 use crate::scan::Splitter;
 use crate::specials::Specials;
 use crate::train::{Rules, Trainer};
@@ -222,32 +223,14 @@ impl Counter {
                 pool.install(|| spec.count_stream(file, tally, replace, block_bytes)).map_err(read_error)
             });
         }
-        // SAFETY: the map is read-only and dropped before returning; inputs are not modified
-        // while a count runs (documented requirement, as for any reader).
-        let map = unsafe { memmap2::Mmap::map(&file) }
+        // SAFETY: inputs are not modified while a count runs (documented requirement, as for any
+        // reader); the map is dropped before returning.
+        let map = unsafe { MappedFile::open(&file) }
             .map_err(|e| PyValueError::new_err(format!("{path}: cannot map ({e})")))?;
-        let _ = map.advise(memmap2::Advice::Sequential);
         run_detached(py, || {
-            let data: &[u8] = &map;
-            let base = data.as_ptr() as usize;
-            // SAFETY: sysconf only reads a system constant.
-            let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1);
-            let mut dropped = 0usize;
-            pool.install(|| {
-                spec.count_windows(data, tally, block_bytes, |upto| {
-                    let end = upto / page * page;
-                    if end > dropped {
-                        // SAFETY: the range is inside the live read-only mapping and already counted
-                        // (no key borrows it: counts own their keys). Dropping the pages of a file
-                        // mapping never changes its contents; touching them again reads the file.
-                        unsafe {
-                            libc::madvise((base + dropped) as *mut libc::c_void, end - dropped, libc::MADV_DONTNEED)
-                        };
-                        dropped = end;
-                    }
-                })
-            })
-            .map_err(read_error)
+            let mut pages = map.pages();
+            pool.install(|| spec.count_windows(map.bytes(), tally, block_bytes, |upto| pages.release_below(upto)))
+                .map_err(read_error)
         })
     }
 

@@ -614,10 +614,10 @@ fn digit_groups<'a, F: FnMut(&'a [u8])>(s: &'a [u8], emit: &mut F) {
 
 /// Isolated split with a fancy-regex pattern. After an empty match the search resumes one
 /// character later (Python would also allow a non-empty match at the same position; empty
-/// pieces are dropped either way).
+/// pieces are dropped either way). fancy-regex needs a `str`: `split` is a safe fn taking bytes,
+/// so the text is checked here (a pass that costs little next to the regex itself).
 fn custom<'a, F: FnMut(&'a [u8])>(re: &fancy_regex::Regex, s: &'a [u8], emit: &mut F) -> Result<(), String> {
-    // SAFETY: every text handed to a splitter was validated (or lossily decoded) as UTF-8.
-    let text = unsafe { std::str::from_utf8_unchecked(s) };
+    let text = std::str::from_utf8(s).map_err(|e| format!("invalid UTF-8 at byte {}", e.valid_up_to()))?;
     let mut gap = 0;
     let mut pos = 0;
     while pos <= text.len() {
@@ -651,6 +651,18 @@ fn custom<'a, F: FnMut(&'a [u8])>(re: &fancy_regex::Regex, s: &'a [u8], emit: &m
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression (issue 14): a custom pattern once read any bytes as `str` unchecked (undefined
+    /// behaviour from a safe fn); invalid UTF-8 is now an error.
+    #[test]
+    fn custom_split_of_invalid_utf8_is_an_error() {
+        let sp = Splitter::new("a+|b", false).unwrap();
+        let err = sp.split(b"aa\xffb", &mut |_: &[u8]| {}).unwrap_err();
+        assert!(err.contains("invalid UTF-8 at byte 2"), "{err}");
+        let mut out = Vec::new();
+        sp.split("aab\u{e9}".as_bytes(), &mut |p: &[u8]| out.push(p.to_vec())).unwrap();
+        assert_eq!(out, [b"aa".to_vec(), b"b".to_vec(), "\u{e9}".as_bytes().to_vec()]);
+    }
 
     fn pieces(b: Builtin, text: &str) -> Vec<String> {
         let sp = Splitter::new(&builtin_pattern(b), false).unwrap();

@@ -1,0 +1,128 @@
+//! Memory: hints shared by the counting tables and the trainer (cache-line prefetch, transparent
+//! huge pages for large, randomly probed tables), and mapped files whose read pages are given back.
+
+use std::marker::PhantomData;
+
+/// Ask for transparent huge pages on the 2 MiB-aligned part of `[addr, addr + len)`, before
+/// it is first touched (the memory of a fresh large allocation is not mapped yet).
+pub(crate) fn advise_huge(addr: usize, len: usize) {
+    #[cfg(target_os = "linux")]
+    {
+        const HUGE: usize = 2 << 20;
+        let start = addr.next_multiple_of(HUGE);
+        let end = (addr + len) / HUGE * HUGE;
+        if end > start {
+            // SAFETY: the range lies inside one live allocation of ours; MADV_HUGEPAGE only
+            // changes how it is backed, never its contents (errors are ignored: it is a hint).
+            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (addr, len);
+}
+
+/// Hint the CPU to load the cache line of `r` (a no-op where there is no prefetch instruction).
+#[inline(always)]
+pub(crate) fn prefetch<T>(r: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is only a hint; it never faults, even on a bad address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(r as *const T as *const i8)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = r;
+}
+
+/// The system's page size (what `madvise` ranges are rounded to).
+pub fn page_size() -> usize {
+    // SAFETY: sysconf only reads a system constant.
+    usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1)
+}
+
+/// A read-only memory map of a whole file, read front to back, whose pages can be given back
+/// once they are read ([`PageReleaser`]): counting a file larger than memory then holds only
+/// about a window of it.
+pub struct MappedFile {
+    map: memmap2::Mmap,
+}
+
+impl MappedFile {
+    /// Map `file` whole, with a hint that it is read sequentially.
+    ///
+    /// # Safety
+    /// The file must not be modified or truncated while the map lives (the bytes would change
+    /// under `&[u8]` borrows, or reading past a truncation would fault).
+    pub unsafe fn open(file: &std::fs::File) -> std::io::Result<MappedFile> {
+        // SAFETY: the caller guarantees the file stays unchanged while mapped.
+        let map = unsafe { memmap2::Mmap::map(file) }?;
+        let _ = map.advise(memmap2::Advice::Sequential); // a hint: failure changes nothing
+        Ok(MappedFile { map })
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+
+    /// A releaser for this map's pages (borrowing the map, so it cannot outlive it).
+    pub fn pages(&self) -> PageReleaser<'_> {
+        PageReleaser {
+            base: self.map.as_ptr() as usize,
+            len: self.map.len(),
+            dropped: 0,
+            page: page_size(),
+            _map: PhantomData,
+        }
+    }
+}
+
+/// Drops the pages of a [`MappedFile`] that were already read from this process's memory.
+pub struct PageReleaser<'a> {
+    base: usize,
+    len: usize,
+    dropped: usize,
+    page: usize,
+    _map: PhantomData<&'a [u8]>,
+}
+
+impl PageReleaser<'_> {
+    /// Give back the whole pages below byte `upto` (clamped to the map). Their contents stay those
+    /// of the file: touching them again reads it back.
+    pub fn release_below(&mut self, upto: usize) {
+        let end = upto.min(self.len) / self.page * self.page;
+        if end > self.dropped {
+            // SAFETY: the range lies inside the live read-only mapping (the borrow keeps it alive)
+            // and starts page-aligned. MADV_DONTNEED on a private file mapping never changes what
+            // reading it gives, so outstanding `&[u8]` borrows of the map stay valid.
+            unsafe {
+                libc::madvise((self.base + self.dropped) as *mut libc::c_void, end - self.dropped, libc::MADV_DONTNEED)
+            };
+            self.dropped = end;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// Pages given back read the same bytes again, whatever the order and size of the releases.
+    #[test]
+    fn released_pages_still_read_the_file() {
+        let path = std::env::temp_dir().join(format!("superbpe-mem-test-{}", std::process::id()));
+        let content: Vec<u8> = (0..5 * page_size() + 123).map(|i| (i * 7 % 251) as u8).collect();
+        std::fs::File::create(&path).unwrap().write_all(&content).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        // SAFETY: the test's own file, unchanged while mapped.
+        let map = unsafe { MappedFile::open(&file) }.unwrap();
+        let data = map.bytes();
+        let mut pages = map.pages();
+        for upto in [0, 10, page_size() + 1, 3 * page_size(), 2 * page_size(), content.len(), usize::MAX] {
+            pages.release_below(upto);
+            assert_eq!(data, &content[..], "after releasing below {upto}");
+        }
+        assert_eq!(pages.dropped, content.len() / page_size() * page_size());
+        drop(file);
+        std::fs::remove_file(&path).unwrap();
+    }
+}

@@ -1,0 +1,569 @@
+//! Piece-count tables: per-worker [`LocalCounts`] (open addressing, long keys in an [`Arena`]),
+//! the [`Tally`] of one count in progress, and the owned, hash-sharded [`Counts`] they are merged
+//! into. Each worker table owns its keys (copied into an append-only arena the first time a piece
+//! is seen), so a block of input can be dropped as soon as it is counted; merging shards runs in
+//! parallel instead of as one long serial tail.
+
+use std::sync::Mutex;
+
+use hashbrown::HashTable;
+use rayon::prelude::*;
+
+use crate::bytesmap::{bytes_eq, hash_short, pack_short, unpack_short, SHORT_MAX};
+use crate::mem::{advise_huge, prefetch};
+use crate::scan::Splitter;
+
+/// Number of hash shards (a power of two); the top bits of a key's hash pick its shard.
+pub const SHARDS: usize = 64;
+const SHARD_SHIFT: u32 = 64 - SHARDS.trailing_zeros();
+
+/// Fixed seeds: the same bytes hash the same in every table, so hashes can be reused on merge.
+fn hasher() -> ahash::RandomState {
+    ahash::RandomState::with_seeds(0x5EED_0001, 0x5EED_0002, 0x5EED_0003, 0x5EED_0004)
+}
+
+/// The hash of a piece in every table: a mix of the packed key for short pieces, else ahash.
+/// The same in [`LocalCounts`] and [`Counts`], so it is computed once per distinct piece.
+#[inline(always)]
+pub fn piece_hash(state: &ahash::RandomState, piece: &[u8]) -> u64 {
+    if piece.len() <= SHORT_MAX {
+        hash_short(pack_short(piece))
+    } else {
+        state.hash_one(piece)
+    }
+}
+
+/// The hash given to hashbrown for a piece hash `h`. Shards are picked by the top bits of `h`,
+/// and hashbrown takes its 7-bit tag from the top bits too, so within a shard the tags would
+/// hardly differ (many false matches); fold middle bits into the top instead.
+#[inline(always)]
+fn table_hash(h: u64) -> u64 {
+    h ^ ((h >> 29) << 57)
+}
+
+/// Marks a key that refers to an arena record (a packed short key has its length, at most 7,
+/// in the top byte).
+const LONG: u64 = 1 << 63;
+
+#[inline]
+fn shard_of(hash: u64) -> usize {
+    (hash >> SHARD_SHIFT) as usize
+}
+
+/// An entry of [`Counts`]: (piece hash, key, count). The key is a packed short piece (its bytes
+/// then its length in byte 7, see `pack_short`) or `LONG | source << 47 | arena location`,
+/// where source 0 is the shard's own arena and `k > 0` the `k-1`-th adopted worker arena.
+type Entry = (u64, [u8; 8], u64);
+
+/// Most worker arenas one [`Counts`] adopts (more are copied).
+const MAX_ADOPTED: usize = (1 << 16) - 1;
+const LOC_BITS: u32 = 47;
+
+/// One shard of [`Counts`].
+#[derive(Default)]
+struct Shard {
+    table: HashTable<Entry>,
+    /// Long keys added by [`Counts::add`] / [`Counts::merge`].
+    arena: Arena,
+}
+
+/// Bytes per arena chunk (a longer record gets a chunk of its own). Chunks never move, so a
+/// record's location stays valid, and growing the arena never copies it.
+const ARENA_CHUNK: usize = 1 << 24;
+const POS_BITS: u32 = ARENA_CHUNK.trailing_zeros();
+/// Arena record header: hash (u64 LE), count (u64 LE), key length (u64 LE); the key follows.
+const RECORD_HEADER: usize = 24;
+
+/// Append-only storage of long keys with their hash and count. A record's location is
+/// `chunk << POS_BITS | position` (a record starts inside the first `ARENA_CHUNK` bytes of its
+/// chunk), below 2^47.
+#[derive(Default)]
+pub struct Arena {
+    chunks: Vec<Vec<u8>>,
+}
+
+impl Arena {
+    /// Store a new record; returns its location.
+    #[inline]
+    fn push(&mut self, h: u64, key: &[u8], count: u64) -> u64 {
+        let need = RECORD_HEADER + key.len();
+        let fits = self.chunks.last().is_some_and(|c| c.capacity() - c.len() >= need);
+        if !fits {
+            let chunk = Vec::with_capacity(need.max(ARENA_CHUNK));
+            advise_huge(chunk.as_ptr() as usize, chunk.capacity());
+            self.chunks.push(chunk);
+        }
+        let ci = self.chunks.len() - 1;
+        let chunk = &mut self.chunks[ci];
+        let pos = chunk.len();
+        chunk.extend_from_slice(&h.to_le_bytes());
+        chunk.extend_from_slice(&count.to_le_bytes());
+        chunk.extend_from_slice(&(key.len() as u64).to_le_bytes());
+        chunk.extend_from_slice(key);
+        (ci as u64) << POS_BITS | pos as u64
+    }
+
+    #[inline(always)]
+    fn prefetch(&self, loc: u64) {
+        let chunk = &self.chunks[(loc >> POS_BITS) as usize];
+        prefetch(&chunk[(loc & ((1 << POS_BITS) - 1)) as usize]);
+    }
+
+    #[inline(always)]
+    fn record_mut(&mut self, loc: u64) -> &mut [u8] {
+        &mut self.chunks[(loc >> POS_BITS) as usize][(loc & ((1 << POS_BITS) - 1)) as usize..]
+    }
+
+    /// The key stored at `loc`.
+    #[inline(always)]
+    fn key(&self, loc: u64) -> &[u8] {
+        let rec = &self.chunks[(loc >> POS_BITS) as usize][(loc & ((1 << POS_BITS) - 1)) as usize..];
+        let len = read_u64(rec, 16) as usize;
+        &rec[RECORD_HEADER..RECORD_HEADER + len]
+    }
+
+    /// Every record as (location, hash, key, count), in insertion order (sequential reads).
+    fn records(&self) -> impl Iterator<Item = (u64, u64, &[u8], u64)> {
+        self.chunks.iter().enumerate().flat_map(|(ci, chunk)| {
+            let mut pos = 0;
+            std::iter::from_fn(move || {
+                if pos >= chunk.len() {
+                    return None;
+                }
+                let (h, count, len) =
+                    (read_u64(chunk, pos), read_u64(chunk, pos + 8), read_u64(chunk, pos + 16) as usize);
+                let key = &chunk[pos + RECORD_HEADER..pos + RECORD_HEADER + len];
+                let loc = (ci as u64) << POS_BITS | pos as u64;
+                pos += RECORD_HEADER + len;
+                Some((loc, h, key, count))
+            })
+        })
+    }
+}
+
+#[inline(always)]
+fn read_u64(s: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(s[at..at + 8].try_into().unwrap())
+}
+
+/// Index of a hash in a table of `1 << bits` slots (top bits: a multiplicative hash mixes them best).
+#[inline(always)]
+fn slot_of(h: u64, bits: u32) -> usize {
+    (h >> (64 - bits)) as usize
+}
+
+/// One worker's counts: open addressing with linear probing over plain slots (no control
+/// bytes), long keys with their hash and count in an arena.
+pub struct LocalCounts {
+    state: ahash::RandomState,
+    /// Pieces of at most [`SHORT_MAX`] bytes packed into the key itself (never 0: the length
+    /// is in the top byte), with their counts. Key 0 marks an empty slot.
+    short: Vec<(u64, u64)>,
+    short_bits: u32,
+    short_len: usize,
+    /// A direct-mapped cache of short pieces in front of `short`, small enough to stay in the
+    /// CPU cache: most occurrences are of a few thousand pieces, and a hit here costs no miss in
+    /// the big table. Entries are (key, count not yet in `short`); key 0 is empty.
+    hot: Box<[(u64, u64)]>,
+    /// Longer pieces: (hash, [`LONG`] | arena location); 0 marks an empty slot.
+    long: Vec<(u64, u64)>,
+    long_bits: u32,
+    long_len: usize,
+    arena: Arena,
+}
+
+const INITIAL_BITS: u32 = 12;
+/// Entries of the hot cache (16 bytes each).
+const HOT: usize = 1 << 12;
+
+impl Default for LocalCounts {
+    fn default() -> Self {
+        LocalCounts {
+            state: hasher(),
+            short: vec![(0, 0); 1 << INITIAL_BITS],
+            short_bits: INITIAL_BITS,
+            short_len: 0,
+            hot: vec![(0, 0); HOT].into_boxed_slice(),
+            long: vec![(0, 0); 1 << INITIAL_BITS],
+            long_bits: INITIAL_BITS,
+            long_len: 0,
+            arena: Arena::default(),
+        }
+    }
+}
+
+/// Grow when more than 5/8 of the slots are taken.
+#[inline(always)]
+fn too_full(len: usize, bits: u32) -> bool {
+    len * 8 > (5usize << bits)
+}
+
+impl LocalCounts {
+    #[inline(always)]
+    fn hash_of(&self, piece: &[u8]) -> u64 {
+        piece_hash(&self.state, piece)
+    }
+
+    /// Add one occurrence of `piece`, whose [`Self::hash_of`] is `h`.
+    #[inline(always)]
+    fn add_hashed(&mut self, piece: &[u8], h: u64) {
+        if piece.len() <= SHORT_MAX {
+            let key = pack_short(piece);
+            // The hot cache: a hit costs no access to the big table. A miss puts the piece
+            // there and moves the entry it replaces (with its count so far) to the table.
+            let e = &mut self.hot[h as usize & (HOT - 1)];
+            if e.0 == key {
+                e.1 += 1;
+                return;
+            }
+            let (old, n) = std::mem::replace(e, (key, 1));
+            if old != 0 {
+                self.add_short(old, n);
+            }
+            return;
+        }
+        let mask = (1usize << self.long_bits) - 1;
+        let mut i = slot_of(h, self.long_bits);
+        loop {
+            let (sh, loc) = self.long[i];
+            if loc == 0 {
+                let loc = self.arena.push(h, piece, 1);
+                self.long[i] = (h, LONG | loc);
+                self.long_len += 1;
+                if too_full(self.long_len, self.long_bits) {
+                    self.grow_long();
+                }
+                return;
+            }
+            if sh == h {
+                let rec = self.arena.record_mut(loc & !LONG);
+                let len = read_u64(rec, 16) as usize;
+                if bytes_eq(&rec[RECORD_HEADER..RECORD_HEADER + len], piece) {
+                    let c = read_u64(rec, 8) + 1;
+                    rec[8..16].copy_from_slice(&c.to_le_bytes());
+                    return;
+                }
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Add `count` to the packed short key `key` in the table.
+    #[inline]
+    fn add_short(&mut self, key: u64, count: u64) {
+        let mask = (1usize << self.short_bits) - 1;
+        let mut i = slot_of(hash_short(key), self.short_bits);
+        loop {
+            let slot = &mut self.short[i];
+            if slot.0 == key {
+                slot.1 += count;
+                return;
+            }
+            if slot.0 == 0 {
+                *slot = (key, count);
+                self.short_len += 1;
+                if too_full(self.short_len, self.short_bits) {
+                    self.grow_short();
+                }
+                return;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Move the hot cache into the table.
+    fn flush_hot(&mut self) {
+        for k in 0..HOT {
+            let (key, n) = std::mem::take(&mut self.hot[k]);
+            if key != 0 {
+                self.add_short(key, n);
+            }
+        }
+    }
+
+    #[cold]
+    fn grow_short(&mut self) {
+        let bits = self.short_bits + 1;
+        let mask = (1usize << bits) - 1;
+        let mut table = zeroed_table(1 << bits);
+        for &(key, count) in self.short.iter().filter(|e| e.0 != 0) {
+            let mut i = slot_of(hash_short(key), bits);
+            while table[i].0 != 0 {
+                i = (i + 1) & mask;
+            }
+            table[i] = (key, count);
+        }
+        self.short = table;
+        self.short_bits = bits;
+    }
+
+    /// Double the table, or quadruple it while it is small (up to 16 MiB): each growth
+    /// rewrites the whole table into fresh memory, which costs page faults.
+    #[cold]
+    fn grow_long(&mut self) {
+        let bits = self.long_bits + if self.long_bits < 20 { 2 } else { 1 };
+        let mask = (1usize << bits) - 1;
+        let mut table = zeroed_table(1 << bits);
+        for &(h, loc) in self.long.iter().filter(|e| e.1 != 0) {
+            let mut i = slot_of(h, bits);
+            while table[i].1 != 0 {
+                i = (i + 1) & mask;
+            }
+            table[i] = (h, loc);
+        }
+        self.long = table;
+        self.long_bits = bits;
+    }
+
+    /// Count the pieces of `seg`. A long piece's slot is prefetched and the piece looked up
+    /// [`DEPTH`] long pieces later: the table of long pieces is large (most of its lookups
+    /// miss the cache), and the lookups are independent, so the misses overlap. Short pieces
+    /// (a small, mostly cached table) are counted at once.
+    pub(crate) fn count<'a>(&mut self, splitter: &Splitter, seg: &'a [u8]) -> Result<(), String> {
+        let mut ring: [(&'a [u8], u64); DEPTH] = [(&[], 0); DEPTH];
+        let mut n = 0usize;
+        splitter.split(seg, &mut |piece: &'a [u8]| {
+            let h = self.hash_of(piece);
+            if piece.len() <= SHORT_MAX {
+                self.add_hashed(piece, h);
+                return;
+            }
+            prefetch(&self.long[slot_of(h, self.long_bits)]);
+            let at = n % DEPTH;
+            if n >= DEPTH / 2 {
+                // Halfway: the slot is likely loaded; when it holds this hash, the lookup will
+                // compare the key stored in the arena, so fetch that too.
+                let (_, mh) = ring[(n - DEPTH / 2) % DEPTH];
+                let (sh, loc) = self.long[slot_of(mh, self.long_bits)];
+                if sh == mh && loc != 0 {
+                    self.arena.prefetch(loc & !LONG);
+                }
+            }
+            if n >= DEPTH {
+                let (p, ph) = ring[at];
+                self.add_hashed(p, ph);
+            }
+            ring[at] = (piece, h);
+            n += 1;
+        })?;
+        for k in n.saturating_sub(DEPTH)..n {
+            let (p, ph) = ring[k % DEPTH];
+            self.add_hashed(p, ph);
+        }
+        Ok(())
+    }
+}
+
+/// How many long pieces ahead a slot is prefetched.
+const DEPTH: usize = 8;
+
+/// A zeroed table of `n` slots, backed by huge pages where the system allows it: lookups in
+/// the big tables are random, and with 4 KiB pages most of them also miss the TLB.
+fn zeroed_table(n: usize) -> Vec<(u64, u64)> {
+    let v = vec![(0u64, 0u64); n];
+    advise_huge(v.as_ptr() as usize, n * std::mem::size_of::<(u64, u64)>());
+    v
+}
+
+/// A count in progress: one [`LocalCounts`] per worker thread, kept across calls so that
+/// counting block after block needs no merge per block.
+pub struct Tally {
+    locals: Vec<Mutex<LocalCounts>>,
+}
+
+impl Tally {
+    /// For up to `workers` threads (more are fine, they share).
+    pub fn new(workers: usize) -> Tally {
+        Tally { locals: (0..workers.max(1)).map(|_| Mutex::new(LocalCounts::default())).collect() }
+    }
+
+    pub(crate) fn local(&self) -> std::sync::MutexGuard<'_, LocalCounts> {
+        let i = rayon::current_thread_index().unwrap_or(0) % self.locals.len();
+        self.locals[i].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Add everything counted into `into` and start again from empty.
+    pub fn drain_into(&mut self, into: &mut Counts) -> Result<(), String> {
+        let n = self.locals.len();
+        let locals = std::mem::replace(self, Tally::new(n)).locals;
+        let locals: Vec<LocalCounts> = locals
+            .into_iter()
+            .map(|m| {
+                let mut local = m.into_inner().unwrap_or_else(|e| e.into_inner());
+                local.flush_hot();
+                local
+            })
+            .collect();
+        into.absorb(locals)
+    }
+}
+
+/// Owned piece counts, sharded by hash. Keys are unique across shards. Long keys live in
+/// arenas (a shard's own, or worker arenas adopted whole by [`Tally::drain_into`], so merging
+/// the workers' counts copies no key), not in one allocation per key.
+pub struct Counts {
+    state: ahash::RandomState,
+    shards: Vec<Shard>,
+    adopted: Vec<Arena>,
+}
+
+impl Default for Counts {
+    fn default() -> Self {
+        Counts { state: hasher(), shards: (0..SHARDS).map(|_| Shard::default()).collect(), adopted: Vec::new() }
+    }
+}
+
+/// The bytes of an entry key (see [`Entry`]).
+#[inline(always)]
+fn key_bytes<'a>(key: &'a [u8; 8], own: &'a Arena, adopted: &'a [Arena]) -> &'a [u8] {
+    if key[7] & 0x80 == 0 {
+        return &key[..key[7] as usize];
+    }
+    let r = u64::from_le_bytes(*key);
+    let src = ((r & !LONG) >> LOC_BITS) as usize;
+    let loc = r & ((1 << LOC_BITS) - 1);
+    if src == 0 {
+        own.key(loc)
+    } else {
+        adopted[src - 1].key(loc)
+    }
+}
+
+/// Add `count` to the entry of `piece` (hash `h`) in `shard`; a new entry gets the key `make_key()`.
+#[inline]
+fn add_entry(
+    shard: &mut Shard,
+    adopted: &[Arena],
+    h: u64,
+    piece: &[u8],
+    count: u64,
+    make_key: impl FnOnce(&mut Arena) -> [u8; 8],
+) -> Result<(), String> {
+    let Shard { table, arena } = shard;
+    let found = table.find_mut(table_hash(h), |e| e.0 == h && bytes_eq(key_bytes(&e.1, arena, adopted), piece));
+    match found {
+        Some(e) => {
+            e.2 = e.2.checked_add(count).ok_or_else(|| "piece count overflows 64 bits".to_string())?;
+        }
+        None => {
+            let key = make_key(arena);
+            table.insert_unique(table_hash(h), (h, key, count), |e| table_hash(e.0));
+        }
+    }
+    Ok(())
+}
+
+/// The entry key of `piece`, copying a long one into `arena`.
+#[inline]
+fn own_key(arena: &mut Arena, h: u64, piece: &[u8]) -> [u8; 8] {
+    if piece.len() <= SHORT_MAX {
+        pack_short(piece).to_le_bytes()
+    } else {
+        (LONG | arena.push(h, piece, 0)).to_le_bytes()
+    }
+}
+
+impl Counts {
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.table.len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn total(&self) -> u128 {
+        self.iter().map(|(_, c)| c as u128).sum()
+    }
+
+    /// Add `count` to `piece` (copying the key on first sight).
+    pub fn add(&mut self, piece: &[u8], count: u64) -> Result<(), String> {
+        let h = piece_hash(&self.state, piece);
+        add_entry(&mut self.shards[shard_of(h)], &self.adopted, h, piece, count, |a| own_key(a, h, piece))
+    }
+
+    pub fn get(&self, piece: &[u8]) -> u64 {
+        let h = piece_hash(&self.state, piece);
+        let shard = &self.shards[shard_of(h)];
+        shard
+            .table
+            .find(table_hash(h), |e| e.0 == h && bytes_eq(key_bytes(&e.1, &shard.arena, &self.adopted), piece))
+            .map_or(0, |e| e.2)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], u64)> {
+        self.shards
+            .iter()
+            .flat_map(move |s| s.table.iter().map(move |e| (key_bytes(&e.1, &s.arena, &self.adopted), e.2)))
+    }
+
+    /// Entries sorted by bytes (the `.counts` file order).
+    pub fn sorted(&self) -> Vec<(&[u8], u64)> {
+        let mut v: Vec<(&[u8], u64)> = self.iter().collect();
+        v.par_sort_unstable_by(|a, b| a.0.cmp(b.0));
+        v
+    }
+
+    /// Add all of `other` into `self`, shard by shard in parallel.
+    pub fn merge(&mut self, other: &Counts) -> Result<(), String> {
+        let adopted = &self.adopted;
+        self.shards.par_iter_mut().zip(other.shards.par_iter()).try_for_each(|(mine, theirs)| {
+            for e in theirs.table.iter() {
+                let piece = key_bytes(&e.1, &theirs.arena, &other.adopted);
+                add_entry(mine, adopted, e.0, piece, e.2, |a| own_key(a, e.0, piece))?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Add the workers' counts, shard by shard in parallel. Their arenas are adopted, so new
+    /// long keys are not copied.
+    fn absorb(&mut self, locals: Vec<LocalCounts>) -> Result<(), String> {
+        if self.adopted.len() + locals.len() > MAX_ADOPTED {
+            // Far more worker arenas than any real count makes: copy the keys instead.
+            for local in &locals {
+                for &(key, count) in local.short.iter().filter(|e| e.0 != 0) {
+                    let (buf, len) = unpack_short(key);
+                    self.add(&buf[..len], count)?;
+                }
+                for (_, _, key, count) in local.arena.records() {
+                    self.add(key, count)?;
+                }
+            }
+            return Ok(());
+        }
+        let mut by_shard: Vec<Vec<Entry>> = (0..SHARDS).map(|_| Vec::new()).collect();
+        // A lower bound of each shard's new size (the largest single contribution), to pre-size it.
+        let mut at_least = vec![0usize; SHARDS];
+        for local in locals {
+            let mut sizes = vec![0usize; SHARDS];
+            for &(key, count) in local.short.iter().filter(|e| e.0 != 0) {
+                let h = hash_short(key);
+                by_shard[shard_of(h)].push((h, key.to_le_bytes(), count));
+                sizes[shard_of(h)] += 1;
+            }
+            let src = self.adopted.len() as u64 + 1;
+            for (loc, h, _, count) in local.arena.records() {
+                by_shard[shard_of(h)].push((h, (LONG | src << LOC_BITS | loc).to_le_bytes(), count));
+                sizes[shard_of(h)] += 1;
+            }
+            self.adopted.push(local.arena);
+            for (m, s) in at_least.iter_mut().zip(sizes) {
+                *m = (*m).max(s);
+            }
+        }
+        let adopted = &self.adopted;
+        self.shards.par_iter_mut().zip(by_shard.into_par_iter().zip(at_least)).try_for_each(
+            |(shard, (entries, at_least))| {
+                shard.table.reserve(at_least.saturating_sub(shard.table.len()), |e| table_hash(e.0));
+                let none = Arena::default();
+                for (h, key, count) in entries {
+                    // A short key or one in an adopted arena: a new entry keeps the key as is.
+                    let piece = key_bytes(&key, &none, adopted);
+                    add_entry(shard, adopted, h, piece, count, move |_| key)?;
+                }
+                Ok(())
+            },
+        )
+    }
+}

@@ -1,0 +1,296 @@
+"""Issue 14: ways a run could be lost or misread, each pinned by a test that failed before its fix."""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from script_helpers import assert_one_line_error, run_script, start_script
+
+import superbpe
+from superbpe import native_engine
+from superbpe.api import build_vocab
+from superbpe.cache import RunCache
+from superbpe.checkpoints import CHECKPOINT_FILE, Checkpoint, save_checkpoint
+from superbpe.config import DataConfig, TrainConfig, register_configs, to_dataclass
+from superbpe.errors import ConfigError, InputError, SuperBPEError
+from superbpe.evaluate import evaluate
+from superbpe.files import MERGES_FILE
+from superbpe.run_dirs import claim_unique_dir, resume_args
+from superbpe.util import atomic_write, remove_stale_temps
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+EOT = "<|endoftext|>"
+
+
+@pytest.fixture
+def corpus(sample_texts: Path) -> Path:
+    return sample_texts / "corpus.en"
+
+
+def train(tmp_path: Path, *overrides: str, run_dir: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return run_script(
+        "train.py",
+        f"hydra.run.dir={run_dir or tmp_path / 'run'}",
+        "engine=python",
+        *overrides,
+        cwd=tmp_path,
+        cache_dir=tmp_path / "cache",
+    )
+
+
+# -- bug 1: runs started in the same second ---------------------------------------------------------------
+
+
+def test_default_run_dirs_are_claimed_so_runs_in_the_same_second_differ(tmp_path: Path) -> None:
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("train", return_hydra_config=True)
+    dirs = OmegaConf.to_container(cfg.hydra, resolve=False)
+    assert dirs["run"]["dir"].startswith("${unique_dir:") and dirs["sweep"]["dir"].startswith("${unique_dir:")
+    base = str(tmp_path / "outputs" / "12-00-00")
+    first = claim_unique_dir(base)
+    assert claim_unique_dir(base) == first  # the same config value resolves to the same dir
+    (tmp_path / "outputs" / "12-00-00-2").mkdir()  # claimed by another process meanwhile
+    del superbpe.run_dirs._claimed[base]
+    assert claim_unique_dir(base) == base + "-3"
+
+
+def test_concurrent_runs_with_one_dir_name_get_one_dir_each(tmp_path: Path, corpus: Path) -> None:
+    args = [
+        "hydra.run.dir=${unique_dir:runs/same}",
+        "engine=python",
+        f"data.paths=[{corpus}]",
+        "vocab_size=300",
+    ]
+    procs = [start_script("train.py", *args, cwd=tmp_path) for _ in range(3)]
+    assert [proc.wait(timeout=300) for proc in procs] == [0, 0, 0]
+    runs = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    assert runs == ["same", "same-2", "same-3"]
+    for run in runs:
+        assert (tmp_path / "runs" / run / MERGES_FILE).is_file()
+        assert (tmp_path / "runs" / run / "train.log").read_text().count("training 43 merges") == 1
+
+
+# -- bug 2: one-character special tokens ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("special", ["x", "é", "Ġ"])
+def test_a_special_spelled_like_a_byte_token_is_refused(special: str, corpus: Path) -> None:
+    with pytest.raises(ConfigError, match="spelled like a byte token"):
+        superbpe.train_bpe(corpus, 300, [special], engine="python")
+
+
+def test_a_special_with_the_bytes_of_a_learned_token_is_refused() -> None:
+    with pytest.raises(ConfigError, match="bytes of a learned token"):
+        build_vocab([(b"a", b"b")], ["ab"])
+
+
+def test_one_char_special_is_a_one_line_error_with_nothing_left(tmp_path: Path, corpus: Path) -> None:
+    proc = train(tmp_path, f"data.paths=[{corpus}]", "vocab_size=300", "special_tokens=[x]")
+    assert_one_line_error(proc, "special token 'x'", "byte token")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_plain_word_special_is_warned_about(corpus: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="superbpe"):
+        superbpe.train_bpe(corpus, 300, ["the", EOT], engine="python")
+    assert "'the' is a plain word" in caplog.text and EOT not in caplog.text
+
+
+# -- bug 3: '+key' for a misspelt key -------------------------------------------------------------------
+
+
+def test_plus_unknown_key_is_refused_not_ignored(tmp_path: Path) -> None:
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("train", overrides=["+vocab_sise=100", "+checkpoint.evry=3"])
+    with pytest.raises(ConfigError, match="checkpoint.evry, vocab_sise"):
+        to_dataclass(cfg, TrainConfig)
+    proc = train(tmp_path, "+vocab_sise=100")
+    assert_one_line_error(proc, "unknown config key", "vocab_sise")
+
+
+def test_hydra_errors_are_one_line(tmp_path: Path) -> None:
+    assert_one_line_error(train(tmp_path, "vocab_sise=100"), "vocab_sise")
+    assert_one_line_error(train(tmp_path, "engine=turbo"), "engine/turbo", "one of: auto, native, python")
+    unquoted = train(tmp_path, r"pretokenizer.name=custom:\p{L}+")
+    assert_one_line_error(unquoted, "cannot parse override", "quote the value")
+    evaluate_typo = run_script("evaluate.py", "tokenizer=x", "input=y", "separater=z", cwd=tmp_path)
+    assert_one_line_error(evaluate_typo, "separater")
+
+
+# -- bug 4: the engine is chosen once, never switched silently -------------------------------------------
+
+
+@pytest.mark.skipif(not native_engine.available(), reason="superbpe._native is not built")
+def test_auto_with_a_custom_pattern_records_the_engine_that_ran(tmp_path: Path, corpus: Path) -> None:
+    proc = run_script(
+        "train.py",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        "engine=auto",
+        "pretokenizer=custom",
+        r"pretokenizer.pattern='\s?\w+|\s+|[^\w\s]+'",
+        f"data.paths=[{corpus}]",
+        "vocab_size=300",
+        f"eval={corpus}",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["config"]["engine"] == "python" and metrics["config"]["engine_requested"] == "auto"
+    assert "no exact splitter" in (tmp_path / "run" / "train.log").read_text()
+    native = train(tmp_path, "engine=native", "pretokenizer=custom", r"pretokenizer.pattern='\w+'",
+                   f"data.paths=[{corpus}]", run_dir=tmp_path / "n")  # fmt: skip
+    assert_one_line_error(native, "engine 'native'", "engine=python")
+
+
+# -- bug 6: reading native counts keeps the Rust table ----------------------------------------------------
+
+
+@pytest.mark.skipif(not native_engine.available(), reason="superbpe._native is not built")
+def test_reading_native_counts_keeps_the_rust_table(corpus: Path) -> None:
+    counts = superbpe.count(corpus, [EOT], engine="native")
+    assert isinstance(counts, native_engine.NativePieceCounts)
+    table = counts.native()
+    piece = max(counts, key=counts.__getitem__)
+    assert counts[piece] > 0 and piece in list(counts)
+    assert counts.native() is table
+    with pytest.raises(TypeError):
+        counts.counts[piece] = 1  # type: ignore[index]  # read-only: the table stays the truth
+    doubled = superbpe.count(corpus, [EOT], engine="native")
+    doubled.update(counts)
+    assert doubled[piece] == 2 * counts[piece] and doubled.total() == 2 * counts.total()
+
+
+# -- rough edges -----------------------------------------------------------------------------------------
+
+
+def test_resume_args_take_the_runs_own_overrides(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "overrides.yaml").write_text("- vocab_size=300\n- data.paths=[a.txt]\n- workers=1\n")
+    args = resume_args([f"resume={run}", "workers=2"])
+    assert args[:2] == ["vocab_size=300", "data.paths=[a.txt]"] and "workers=2" in args
+    assert "workers=1" not in args and f"hydra.run.dir='{run}'" in args and "hydra.output_subdir=null" in args
+    assert resume_args([f"resume={run}", "vocab_size=300"]).count("vocab_size=300") == 1
+    (run / ".hydra" / "overrides.yaml").write_text("- vocab_size=300\n- executor=ray\n- engine=python\n")
+    assert "executor=local" in resume_args([f"resume={run}", "executor=local", "engine=native"])
+    (run / ".hydra" / "overrides.yaml").write_text("- vocab_size=300\n- data.paths=[a.txt]\n- workers=1\n")
+    with pytest.raises(ConfigError, match=r"vocab_size=400 conflicts with the run's vocab_size=300"):
+        resume_args([f"resume={run}", "vocab_size=400"])
+    with pytest.raises(ConfigError, match="drop hydra.run.dir"):
+        resume_args([f"resume={run}", "hydra.run.dir=x"])
+    with pytest.raises(InputError, match="no such run directory"):
+        resume_args([f"resume={tmp_path / 'nope'}"])
+    assert resume_args(["vocab_size=3"]) == ["vocab_size=3"]
+    (run / ".hydra" / "overrides.yaml").unlink()  # killed before Hydra wrote it, and no checkpoint
+    with pytest.raises(InputError, match="neither its overrides nor a checkpoint"):
+        resume_args([f"resume={run}"])
+    (run / CHECKPOINT_FILE).write_text("{}")  # a run made with output_dir=: the overrides are given again
+    assert resume_args([f"resume={run}", "vocab_size=3"])[:2] == [f"resume={run}", "vocab_size=3"]
+
+
+def test_resume_by_dir_alone_rewrites_the_same_files_and_leaves_no_new_dir(
+    tmp_path: Path, corpus: Path
+) -> None:
+    first = run_script("train.py", "engine=python", f"data.paths=[{corpus}]", "vocab_size=300", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    (run,) = (tmp_path / "outputs").glob("*/*")
+    before = (run / MERGES_FILE).read_bytes()
+    (run / MERGES_FILE).unlink()
+    stale = run / ".tokenizer.json.abcd1234.tmp"
+    stale.write_text("half a file")
+    again = run_script("train.py", f"resume={run}", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert (run / MERGES_FILE).read_bytes() == before and not stale.exists()
+    assert list((tmp_path / "outputs").glob("*/*")) == [run]
+    log = (run / "train.log").read_text()
+    assert "resuming" in log and "finished" in log and "stage 2 of 1" not in log
+
+
+def test_hand_edited_done_is_verified(tmp_path: Path, corpus: Path) -> None:
+    args = [f"data.paths=[{corpus}]", "vocab_size=400", "schedule=superbpe", "schedule.transition=50",
+            "cache_dir=null"]  # fmt: skip
+    assert train(tmp_path, *args).returncode == 0
+    run = tmp_path / "run"
+    expected = (run / MERGES_FILE).read_bytes()
+    state = json.loads((run / CHECKPOINT_FILE).read_text())
+    state["stage_ends"] = state["stage_ends"][:1]  # as if only stage 1 had finished ...
+    state["stage_stats"] = state["stage_stats"][:1]
+    state["done"] = True  # ... and someone set done by hand
+    (run / CHECKPOINT_FILE).write_text(json.dumps(state))
+    (run / MERGES_FILE).unlink()
+    proc = run_script("train.py", f"resume={run}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "checkpoint says done but holds 1 of 2 stage(s)" in (run / "train.log").read_text()
+    assert (run / MERGES_FILE).read_bytes() == expected
+
+
+def test_a_full_disk_names_the_file(tmp_path: Path) -> None:
+    target = tmp_path / "vocab.json"
+    with pytest.raises(OSError, match="vocab.json") as caught, atomic_write(target) as out:
+        out.write(b"{")
+        raise OSError(errno.ENOSPC, "No space left on device")
+    assert caught.value.errno == errno.ENOSPC and not list(tmp_path.iterdir())
+
+
+def test_a_full_disk_while_appending_merges_names_the_log(tmp_path: Path, monkeypatch) -> None:
+    def full(*_args: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError, match="checkpoint.merges"):
+        save_checkpoint(tmp_path, Checkpoint(config={}, fingerprint="f", merges=[(b"a", b"b")]))
+
+
+def test_stale_temps_are_found(tmp_path: Path) -> None:
+    (tmp_path / ".merges.txt.x1y2z3ab.tmp").write_text("")
+    (tmp_path / "merges.txt").write_text("")
+    assert [p.name for p in remove_stale_temps(tmp_path)] == [".merges.txt.x1y2z3ab.tmp"]
+    assert [p.name for p in tmp_path.iterdir()] == ["merges.txt"]
+
+
+def test_a_damaged_merges_cache_entry_is_reported_once(tmp_path: Path, caplog) -> None:
+    cache = RunCache(tmp_path)
+    entry = tmp_path / "merges" / "k.json"
+    entry.parent.mkdir()
+    entry.write_text("{not json")
+    with caplog.at_level(logging.WARNING, logger="superbpe"):
+        assert cache.load_merges(entry) is None
+        cache.store_merges(entry, [(b"a", b"b")], exhausted=False)
+    assert caplog.text.count("ignoring unreadable cache entry") == 1
+    assert cache.load_merges(entry).merges == [(b"a", b"b")]  # type: ignore[union-attr]
+
+
+def test_evaluating_an_empty_file_is_an_error(tmp_path: Path, corpus: Path) -> None:
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    tok = superbpe.Tokenizer(build_vocab([]), [], [EOT])
+    with pytest.raises(InputError, match="no text to evaluate"):
+        evaluate(tok, empty)
+    with pytest.raises(InputError, match="eval file .* empty"):
+        superbpe.run_training(TrainConfig(data=DataConfig(paths=[str(corpus)]),
+                                          eval=str(empty), output_dir=str(tmp_path / "out")))  # fmt: skip
+    assert not (tmp_path / "out").exists()
+
+
+def test_tokenizer_misuse_raises_superbpe_errors(tmp_path: Path) -> None:
+    tok = superbpe.Tokenizer(build_vocab([]), [], [EOT])
+    for bad in (None, b"bytes", 3):
+        with pytest.raises(SuperBPEError, match="encode takes a str"):
+            tok.encode(bad)  # type: ignore[arg-type]
+        with pytest.raises(SuperBPEError, match="encode takes a str"):
+            tok.encode_ordinary(bad)  # type: ignore[arg-type]
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(SuperBPEError, match="not a directory"):
+        tok.save(blocker)
+    assert blocker.read_text() == "x"
