@@ -13,7 +13,9 @@ from typing import Protocol, runtime_checkable
 
 from superbpe.counting import PieceCounts, ProgressFn, count_pieces
 from superbpe.errors import ConfigError
+from superbpe.memory import StageMemory
 from superbpe.pretokenize import Pretokenizer
+from superbpe.progress import BuildProgress
 from superbpe.sources import DEFAULT_CHUNK_BYTES, InputSpec
 from superbpe.trainer import MergeRules, TrainResult, train_merges
 from superbpe.types import Merge
@@ -57,6 +59,9 @@ class Engine(Protocol):
         replay: Sequence[Merge] = (),
         callback: MergeCallback | None = None,
         callback_every: int = 1000,
+        build_progress: BuildProgress | None = None,
+        check_memory: Callable[[StageMemory], None] | None = None,
+        consume_counts: bool = False,
     ) -> TrainResult: ...
 
     def encoder(
@@ -106,7 +111,12 @@ class PythonEngine:
         replay: Sequence[Merge] = (),
         callback: MergeCallback | None = None,
         callback_every: int = 1000,
+        build_progress: BuildProgress | None = None,
+        check_memory: Callable[[StageMemory], None] | None = None,
+        consume_counts: bool = False,
     ) -> TrainResult:
+        """``build_progress`` and ``check_memory`` are not called and ``consume_counts`` is ignored: this
+        engine is the reference for small corpora, not for scale (its memory is not estimated)."""
         return train_merges(
             counts, num_merges, rules=rules, replay=replay, callback=callback, callback_every=callback_every
         )

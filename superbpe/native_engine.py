@@ -29,7 +29,9 @@ from superbpe.counting import (
     resolve_workers,
 )
 from superbpe.errors import ConfigError, InputError, SuperBPEError
+from superbpe.memory import StageMemory
 from superbpe.pretokenize import Pretokenizer
+from superbpe.progress import BuildProgress
 from superbpe.sources import (
     DEFAULT_CHUNK_BYTES,
     InputSpec,
@@ -101,8 +103,18 @@ class NativePieceCounts(PieceCounts):
     @property  # type: ignore[override]
     def counts(self) -> Mapping[bytes, int]:
         if self._dict is None:
-            self._dict = self._native.to_dict()
+            self._dict = self._table().to_dict()
         return MappingProxyType(self._dict)
+
+    def spend(self) -> None:
+        """Forget the table: a trainer takes it over and frees it (``train(consume_counts=True)``)."""
+        self._native = None
+        self._dict = None
+
+    def _table(self) -> Any:
+        if self._native is None:
+            raise SuperBPEError("these piece counts were handed to a trainer, which freed them")
+        return self._native
 
     @counts.setter
     def counts(self, value: Mapping[bytes, int]) -> None:
@@ -111,27 +123,27 @@ class NativePieceCounts(PieceCounts):
 
     def native(self) -> Any:
         """The Rust table."""
-        return self._native
+        return self._table()
 
     def __len__(self) -> int:
-        return len(self._native)
+        return len(self._table())
 
     def bytes_seen(self) -> bytes:
         return bytes(self._native.bytes_seen())
 
     def total(self) -> int:
-        return int(self._native.total())
+        return int(self._table().total())
 
     def update(self, other: PieceCounts) -> None:
         """Add ``other`` in place, in Rust."""
         self.check_addable(other)
-        self._native.update(native_counts(dict(other.counts) if other is self else other))
+        self._table().update(native_counts(dict(other.counts) if other is self else other))
         self._dict = None
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Same bytes as :meth:`PieceCounts.save`, serialised in Rust."""
         meta = json.dumps(self.meta, sort_keys=True).encode("utf-8")
-        data = self._native.serialize(meta)
+        data = self._table().serialize(meta)
         with atomic_write(Path(path)) as out:
             out.write(data)
 
@@ -205,12 +217,19 @@ class NativeEngine:
         replay: Sequence[Merge] = (),
         callback: Callable[[list[Merge]], bool | None] | None = None,
         callback_every: int = 1000,
+        build_progress: BuildProgress | None = None,
+        check_memory: Callable[[StageMemory], None] | None = None,
+        consume_counts: bool = False,
     ) -> TrainResult:
         lib = _require_native()
         check_train_args(num_merges, replay, callback_every)
         table = native_counts(counts)
         replay = list(replay)
         check_replay(replay)
+        if check_memory is not None:
+            check_memory(StageMemory(*lib.train_memory(table, replay)))
+        if consume_counts and isinstance(counts, NativePieceCounts):
+            counts.spend()
         merges, stopped = lib.train(
             table,
             num_merges,
@@ -218,8 +237,17 @@ class NativeEngine:
             rules,
             None if callback is None else (lambda merges: callback(MergesSoFar(merges))),
             callback_every,
+            build_progress,
+            consume_counts,
         )
         return TrainResult(merges=merges, stopped=stopped)
+
+    def train_memory(self, counts: Mapping[bytes, int], replay: Sequence[Merge]) -> StageMemory:
+        """What building the trainer will add to this process's memory at its peak (estimated)."""
+        lib = _require_native()
+        replay = list(replay)
+        check_replay(replay)
+        return StageMemory(*lib.train_memory(native_counts(counts), replay))
 
     def encoder(
         self,

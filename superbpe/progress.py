@@ -22,6 +22,7 @@ log = logging.getLogger("superbpe")
 Update = Callable[[int], None]
 _LOG_EVERY_SECONDS = 5.0
 _CLEAR_REFS = Path("/proc/self/clear_refs")
+_STATUS = Path("/proc/self/status")
 
 
 def want_bars(enabled: bool | None) -> bool:
@@ -29,11 +30,29 @@ def want_bars(enabled: bool | None) -> bool:
     return sys.stderr.isatty() if enabled is None else enabled
 
 
+BuildProgress = Callable[[str, int, int], None]
+"""``(phase, done, total)`` while a trainer builds its state (``replay`` in pieces, ``index`` in slots)."""
+
+
+class Task:
+    """``task(...)``'s handle: call it with an increment; ``restart_clock()`` when setup work is over."""
+
+    def __init__(self, update: Update, restart: Callable[[], None]) -> None:
+        self._update, self._restart = update, restart
+
+    def __call__(self, increment: int) -> None:
+        self._update(increment)
+
+    def restart_clock(self) -> None:
+        """Measure rate and ETA from now: what came before (e.g. a trainer's build) was not progress."""
+        self._restart()
+
+
 @contextlib.contextmanager
 def task(
     desc: str, total: int | None, unit: str, *, enabled: bool | None = None, initial: int = 0
-) -> Iterator[Update]:
-    """Yield ``update(increment)`` for one long step; a bar or periodic log lines, then a summary line."""
+) -> Iterator[Task]:
+    """Yield a :class:`Task` for one long step; a bar or periodic log lines, then a summary line."""
     if want_bars(enabled):
         from tqdm import tqdm
 
@@ -46,10 +65,15 @@ def task(
             dynamic_ncols=True,
             file=sys.stderr,
         ) as bar:
-            yield bar.update
+
+            def restart() -> None:
+                bar.start_t = bar.last_print_t = bar._time()
+                bar.last_print_n = bar.n
+
+            yield Task(bar.update, restart)
         return
     reporter = _LogReporter(desc, total, unit, initial)
-    yield reporter.update
+    yield Task(reporter.update, reporter.restart_clock)
     reporter.finish()
 
 
@@ -61,6 +85,7 @@ class _LogReporter:
         self.done = initial
         self.initial = initial
         self.start = time.monotonic()
+        self.begun = self.start
         self.last = self.start
 
     def update(self, increment: int) -> None:
@@ -70,8 +95,12 @@ class _LogReporter:
             self.last = now
             log.info("%s", self.line(now))
 
+    def restart_clock(self) -> None:
+        self.begun = self.last = time.monotonic()
+        self.initial = self.done
+
     def line(self, now: float) -> str:
-        elapsed = max(now - self.start, 1e-9)
+        elapsed = max(now - self.begun, 1e-9)
         rate = (self.done - self.initial) / elapsed
         text = f"{self.desc}: {_human(self.done)}"
         if self.total:
@@ -84,6 +113,43 @@ class _LogReporter:
 
     def finish(self) -> None:
         log.info("%s in %s", self.line(time.monotonic()), _seconds(time.monotonic() - self.start))
+
+
+def build_reporter(desc: str, on_done: Callable[[], None]) -> BuildProgress:
+    """A :data:`BuildProgress` that logs each phase's progress with this process's RSS (at most every
+    few seconds, and when a phase ends), and calls ``on_done`` when the last phase (``index``) ends."""
+    last = [0.0]
+
+    def report(phase: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        finished = done >= total
+        if finished or now - last[0] >= _LOG_EVERY_SECONDS:
+            last[0] = now
+            unit = "pieces" if phase == "replay" else "slots"
+            share = f" ({100 * done / total:.0f}%)" if total else ""
+            log.info(
+                "%s: %s %s/%s %s%s, RSS %.0f MB",
+                desc,
+                phase,
+                _human(done),
+                _human(total),
+                unit,
+                share,
+                current_rss_bytes() / 2**20,
+            )
+        if phase == "index" and finished:
+            on_done()
+
+    return report
+
+
+def current_rss_bytes() -> int:
+    """This process's resident memory now (0 where /proc is missing)."""
+    with contextlib.suppress(OSError):
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
 
 
 def _human(value: float) -> str:
@@ -118,6 +184,7 @@ class StageStats:
     seconds: float = 0.0
     peak_rss_bytes: int = 0
     parts: dict[str, float] = field(default_factory=dict)  # e.g. count / train seconds
+    sizes: dict[str, int] = field(default_factory=dict)  # e.g. the pieces and symbols the trainer held
 
     @contextlib.contextmanager
     def part(self, name: str) -> Iterator[None]:

@@ -29,8 +29,9 @@ from superbpe.counting import PieceCounts, check_errors_mode
 from superbpe.engine import Engine, Merge, get_engine
 from superbpe.errors import ConfigError, InputError
 from superbpe.executor import check_executor
+from superbpe.memory import StageMemory, check_fits, parse_size
 from superbpe.pretokenize import SpecialSplitter
-from superbpe.progress import StageStats, measure, task
+from superbpe.progress import StageStats, build_reporter, measure, task
 from superbpe.sharded import count_corpus
 from superbpe.sources import check_not_empty, corpus_size, input_fingerprint, resolve_inputs
 from superbpe.stages import (
@@ -148,6 +149,8 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
     if total < 1:
         raise ConfigError(f"vocab_size {cfg.vocab_size} leaves no room for merges")
     check_errors_mode(cfg.data.errors)
+    if cfg.memory_limit is not None:
+        parse_size(cfg.memory_limit)
     if cfg.workers is not None and cfg.workers < 1:
         raise ConfigError(f"workers must be >= 1, not {cfg.workers}")
     reserved_tokens(0, cfg.pad_vocab_to_multiple_of)  # a bad multiple or role fails before any output
@@ -420,13 +423,18 @@ def _train(
         if len(known) >= wanted or (cached is not None and cached.exhausted and known == cached.merges):
             log.info("stage %s: %d merges from cache", plan.name, min(len(known), wanted))
             return [*prior, *known[:wanted]]
-        merges = _choose(job, plan, counts, [*prior, *known], checkpointer)
+        merges = _choose(job, plan, counts, [*prior, *known], checkpointer, stats)
         job.cache.store_merges(path, merges[len(prior) :], exhausted=len(merges) < plan.end)
         return merges
 
 
 def _choose(
-    job: _Job, plan: StagePlan, counts: PieceCounts, replay: list[Merge], checkpointer: Checkpointer
+    job: _Job,
+    plan: StagePlan,
+    counts: PieceCounts,
+    replay: list[Merge],
+    checkpointer: Checkpointer,
+    stats: StageStats,
 ) -> list[Merge]:
     every = max(1, min(100, job.cfg.checkpoint.every_merges))
     with task(
@@ -440,10 +448,39 @@ def _choose(
             checkpointer.progress(merges)
 
         result = job.engine.train(
-            counts, plan.end, rules=plan.rules, replay=replay, callback=callback, callback_every=every
+            counts,
+            plan.end,
+            rules=plan.rules,
+            replay=replay,
+            callback=callback,
+            callback_every=every,
+            # The build is not merging: the merge rate (and so the ETA) is measured from its end.
+            build_progress=build_reporter(f"building ({plan.name})", update.restart_clock),
+            check_memory=lambda need: _check_memory(job, plan, stats, need),
+            # Nothing reads this stage's counts after training (the cache has its own copy).
+            consume_counts=True,
         )
         update(len(result.merges) - seen[0])
     return list(result.merges)
+
+
+def _check_memory(job: _Job, plan: StagePlan, stats: StageStats, need: StageMemory) -> None:
+    """Log and record what building this stage's trainer needs; refuse it if it does not fit."""
+    stats.sizes.update(
+        distinct_pieces=need.pieces,
+        distinct_bytes=need.piece_bytes,
+        estimated_symbols=need.symbols,
+        estimated_build_bytes=need.build_bytes,
+    )
+    log.info(
+        "stage %s: building needs about %.0f MB for %.1fM symbols (%.2fM pieces, %.0f MB)",
+        plan.name,
+        need.build_bytes / 2**20,
+        need.symbols / 1e6,
+        need.pieces / 1e6,
+        need.piece_bytes / 2**20,
+    )
+    check_fits(plan.name, need, job.cfg.memory_limit)
 
 
 def _stage_metrics(plan: StagePlan, stats: StageStats, merges: int, job: _Job) -> dict[str, Any]:
@@ -454,6 +491,7 @@ def _stage_metrics(plan: StagePlan, stats: StageStats, merges: int, job: _Job) -
         "merges": merges,
         "seconds": round(stats.seconds, 3),
         **{name: round(value, 3) for name, value in stats.parts.items()},
+        **stats.sizes,
         "peak_rss_bytes": stats.peak_rss_bytes,
         "from": job.source.description if plan.index == 0 and job.source is not None else "trained",
     }

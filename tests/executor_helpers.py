@@ -11,13 +11,12 @@ import numpy as np
 EOT = "<|endoftext|>"
 
 
-def make_corpus(directory: Path, shared_data: Path) -> list[str]:
+def make_corpus(directory: Path, sample_texts: Path, multilingual: str) -> list[str]:
     """Files whose shards cut inside documents, between JSON lines and before separators."""
     directory.mkdir(parents=True, exist_ok=True)
-    stories = (shared_data / "tinystories_sample.txt").read_text(encoding="utf-8")[:400_000]
-    german = (shared_data / "german.txt").read_text(encoding="utf-8")[:150_000]
-    with gzip.open(shared_data / "multilingual_fortunes.txt.gz", "rt", encoding="utf-8") as handle:
-        fortunes = handle.read(200_000)
+    stories = (sample_texts / "tinystories_sample.txt").read_text(encoding="utf-8")[:400_000]
+    german = (sample_texts / "german.txt").read_text(encoding="utf-8")[:150_000]
+    fortunes = multilingual[:200_000]
     (directory / "a.txt").write_text(stories, encoding="utf-8")
     lines = [json.dumps({"text": german[i : i + 2500]}) for i in range(0, len(german), 2500)]
     (directory / "b.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -58,3 +58,19 @@ def assert_one_line_error(proc: subprocess.CompletedProcess[str], *fragments: st
     for fragment in fragments:
         assert fragment in errors[0], (fragment, errors[0])
     return errors[0]
+
+
+def train_small_tokenizer(out: Path, corpus: Path, vocab_size: int = 700) -> Path:
+    """A small BPE tokenizer (python engine, no cache) trained on ``corpus`` into ``out``."""
+    from superbpe.config import DataConfig, EngineConfig, TrainConfig
+    from superbpe.run import run_training
+
+    cfg = TrainConfig(
+        data=DataConfig(paths=[str(corpus)]),
+        engine=EngineConfig("python"),
+        vocab_size=vocab_size,
+        output_dir=str(out),
+        cache_dir=None,
+    )
+    run_training(cfg)
+    return out

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from script_helpers import assert_one_line_error, run_script
+from script_helpers import assert_one_line_error, run_script, train_small_tokenizer
 
 from superbpe.config import DataConfig, EngineConfig, TrainConfig
 from superbpe.evaluate import evaluate
@@ -20,16 +20,7 @@ EOT = "<|endoftext|>"
 
 @pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory, sample_texts) -> Path:
-    out = tmp_path_factory.mktemp("tok")
-    cfg = TrainConfig(
-        data=DataConfig(paths=[str(sample_texts / "corpus.en")]),
-        engine=EngineConfig("python"),
-        vocab_size=700,
-        output_dir=str(out),
-        cache_dir=None,
-    )
-    run_training(cfg)
-    return out
+    return train_small_tokenizer(tmp_path_factory.mktemp("tok"), sample_texts / "corpus.en")
 
 
 @pytest.fixture(scope="module")

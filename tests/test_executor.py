@@ -12,15 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from executor_helpers import EOT, concatenated_shards, make_corpus
-from script_helpers import assert_one_line_error, run_script
+from script_helpers import assert_one_line_error, run_script, train_small_tokenizer
 
-from superbpe.config import DataConfig, EngineConfig, TrainConfig
 from superbpe.engine import get_engine, native_available
 from superbpe.errors import ConfigError, InputError
 from superbpe.evaluate import evaluate_dir
 from superbpe.executor import RAY_MISSING, ExecutorSpec, check_executor
 from superbpe.pretokenize import get_pretokenizer
-from superbpe.run import run_training
 from superbpe.sharded import count_on_executor, encode_sharded, evaluate_sharded, read_index
 from superbpe.shards import plan_shards, shard_chunks
 from superbpe.sources import ChunkCutter, iter_chunks, resolve_inputs
@@ -30,22 +28,13 @@ ENGINES = ["python", "native"] if native_available() else ["python"]
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory, shared_data) -> list[str]:
-    return make_corpus(tmp_path_factory.mktemp("corpus"), shared_data)
+def corpus(tmp_path_factory, sample_texts, multilingual_text) -> list[str]:
+    return make_corpus(tmp_path_factory.mktemp("corpus"), sample_texts, multilingual_text)
 
 
 @pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory, shared_data) -> Path:
-    out = tmp_path_factory.mktemp("tok")
-    cfg = TrainConfig(
-        data=DataConfig(paths=[str(shared_data / "corpus.en")]),
-        engine=EngineConfig("python"),
-        vocab_size=700,
-        output_dir=str(out),
-        cache_dir=None,
-    )
-    run_training(cfg)
-    return out
+def tokenizer_dir(tmp_path_factory, sample_texts) -> Path:
+    return train_small_tokenizer(tmp_path_factory.mktemp("tok"), sample_texts / "corpus.en")
 
 
 @pytest.mark.parametrize("pattern", ["gpt2", "superbpe", "custom:\\w+| ?[^\\w\\s]+"])

@@ -25,13 +25,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from executor_helpers import EOT, concatenated_shards, make_corpus
-from script_helpers import ROOT, SCRIPTS, assert_one_line_error, script_env
+from script_helpers import ROOT, SCRIPTS, assert_one_line_error, script_env, train_small_tokenizer
 
-from superbpe.config import DataConfig, EngineConfig, TrainConfig
 from superbpe.engine import get_engine, native_available
 from superbpe.evaluate import evaluate_dir
 from superbpe.pretokenize import get_pretokenizer
-from superbpe.run import run_training
 from superbpe.token_files import encode_corpus
 
 pytest.importorskip("ray", reason="Ray not installed (pip install -e '.[ray]')")
@@ -139,22 +137,13 @@ def cluster() -> Iterator[Namespace]:
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory, shared_data) -> list[str]:
-    return make_corpus(tmp_path_factory.mktemp("corpus"), shared_data)
+def corpus(tmp_path_factory, sample_texts, multilingual_text) -> list[str]:
+    return make_corpus(tmp_path_factory.mktemp("corpus"), sample_texts, multilingual_text)
 
 
 @pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory, shared_data) -> Path:
-    out = tmp_path_factory.mktemp("tok")
-    cfg = TrainConfig(
-        data=DataConfig(paths=[str(shared_data / "corpus.en")]),
-        engine=EngineConfig("python"),
-        vocab_size=700,
-        output_dir=str(out),
-        cache_dir=None,
-    )
-    run_training(cfg)
-    return out
+def tokenizer_dir(tmp_path_factory, sample_texts) -> Path:
+    return train_small_tokenizer(tmp_path_factory.mktemp("tok"), sample_texts / "corpus.en")
 
 
 def _local_counts(corpus: list[str], engine: str, out: Path) -> bytes:

@@ -10,9 +10,11 @@ pub mod countsfile;
 pub mod cuts;
 pub mod encode;
 pub mod mem;
+pub mod memory;
 pub mod replay;
 pub mod scan;
 pub mod specials;
+pub mod symbols;
 pub mod tables;
 pub mod train;
 pub mod unicode;
@@ -27,4 +29,10 @@ pub(crate) fn test_random(state: &mut u64) -> u64 {
     *state ^= *state >> 7;
     *state ^= *state << 17;
     *state
+}
+
+/// A deterministic draw below `n` for the randomised unit tests.
+#[cfg(test)]
+pub(crate) fn test_below(state: &mut u64, n: usize) -> usize {
+    (test_random(state) % n as u64) as usize
 }

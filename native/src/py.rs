@@ -18,8 +18,8 @@ use crate::encode::Encoder;
 use crate::mem::MappedFile;
 use crate::scan::Splitter;
 use crate::specials::Specials;
-use crate::train::{Rules, Trainer};
-use crate::{countsfile, unicode};
+use crate::train::{Rules, Source, Trainer, MAX_MERGES};
+use crate::{countsfile, memory, unicode};
 
 create_exception!(_native, InvalidUtf8, PyValueError, "Invalid UTF-8; args[0] is the byte offset.");
 
@@ -319,25 +319,52 @@ impl From<PyRules> for Rules {
 }
 
 /// Train merges; see `superbpe.trainer.train_merges` (validation happens in Python).
+/// `build_progress(phase, done, total)`, if given, hears how building the state goes (replay,
+/// index) before choosing starts.
 #[pyfunction]
-#[pyo3(signature = (counts, num_merges, replay, rules, callback, callback_every))]
+#[pyo3(signature = (counts, num_merges, replay, rules, callback, callback_every, build_progress=None, consume=false))]
+#[allow(clippy::too_many_arguments)]
 fn train<'py>(
     py: Python<'py>,
-    counts: &NativeCounts,
+    mut counts: PyRefMut<'_, NativeCounts>,
     num_merges: usize,
     replay: Vec<(Vec<u8>, Vec<u8>)>,
     rules: PyRules,
     callback: Option<Py<PyAny>>,
     callback_every: usize,
+    build_progress: Option<Py<PyAny>>,
+    consume: bool,
 ) -> PyResult<(Bound<'py, PyList>, bool)> {
+    if num_merges > MAX_MERGES {
+        return Err(PyValueError::new_err(format!("{num_merges} merges; the native trainer makes at most {MAX_MERGES}")));
+    }
     let rules = Rules::from(rules);
-    let inner = &counts.inner;
+    // With `consume`, the table moves into the trainer, which frees it once replayed (the caller's
+    // object is left empty).
+    let owned = if consume { Some(std::mem::take(&mut counts.inner)) } else { None };
+    let counts: &NativeCounts = &counts;
     let every = callback_every.max(1);
     // One list grown in place: the callback gets it (Python wraps it read-only) and the result is it, so
     // each merge becomes a Python tuple once however often the callback runs.
     let merges: Py<PyList> = PyList::empty(py).unbind();
     let (trainer, stopped) = run_detached(py, || {
-        let mut trainer = Trainer::with_rules(inner, &replay, &rules)?;
+        let mut failed: Option<PyErr> = None;
+        let mut report = |phase: &str, done: u64, total: u64| -> Result<(), String> {
+            let Some(cb) = &build_progress else { return Ok(()) };
+            Python::attach(|py| cb.bind(py).call1((phase, done, total)).map(drop)).map_err(|e| {
+                failed = Some(e);
+                "build progress callback failed".to_string()
+            })
+        };
+        let source = match owned {
+            Some(table) => Source::Owned(table),
+            None => Source::Borrowed(&counts.inner),
+        };
+        let built = Trainer::with_rules(source, &replay, &rules, &mut report);
+        let mut trainer = match (built, failed) {
+            (_, Some(e)) => return Err(NativeError::Py(e)),
+            (built, None) => built?,
+        };
         let stopped = trainer
             .choose(num_merges, &rules, every, |t| match &callback {
                 None => Ok(false),
@@ -354,6 +381,15 @@ fn train<'py>(
     extend_merges(&list, &trainer)?;
     drop_in_background(trainer);
     Ok((list, stopped))
+}
+
+/// What building a trainer on `counts` with `replay` will add to this process's memory at its peak,
+/// estimated (see `memory.rs`): `(peak_bytes, symbols, pieces, bytes)`.
+#[pyfunction]
+fn train_memory(py: Python<'_>, counts: &NativeCounts, replay: Vec<(Vec<u8>, Vec<u8>)>) -> PyResult<(u64, u64, u64, u64)> {
+    let inner = &counts.inner;
+    let e = run_detached(py, || Ok(memory::estimate(inner, &replay)?))?;
+    Ok((e.peak_bytes, e.symbols, e.pieces, e.bytes))
 }
 
 /// Free a large structure on a helper thread: a trainer holds millions of small allocations whose
@@ -535,6 +571,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(supports_pattern, m)?)?;
     m.add_function(wrap_pyfunction!(char_classes, m)?)?;
     m.add_function(wrap_pyfunction!(train, m)?)?;
+    m.add_function(wrap_pyfunction!(train_memory, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;
     Ok(())
 }

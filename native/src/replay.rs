@@ -15,6 +15,7 @@ use rayon::prelude::*;
 
 use crate::bpe;
 use crate::bytesmap::{hash_short, pack_short, BytesMap, SHORT_MAX};
+use crate::count::Counts;
 
 /// `(rank, merged id)` of each replayed pair, keyed by `train::pair_key`.
 pub type Ranks = HashMap<u64, (u32, u32), std::hash::BuildHasherDefault<crate::train::PairHasher>>;
@@ -161,40 +162,67 @@ pub fn replay_piece<F: Fn(u32, u32) -> Option<(u32, u32)>>(
     }
 }
 
-/// Replayed symbols of consecutive pieces `entries[first..]`: `lens[i]` symbols each, in `syms`.
+/// Replayed pieces of at least 2 symbols: `lens[i]` symbols each, in `syms`, counted `counts[i]`.
 pub struct ReplayChunk {
-    pub first: usize,
     pub lens: Vec<u32>,
     pub syms: Vec<u32>,
+    pub counts: Vec<i64>,
 }
 
-/// Replay every piece, in parallel chunks (one flat buffer per chunk, not a vector per piece),
-/// with one segment cache per thread.
-pub fn replay_all(entries: &[(&[u8], u64)], ranks: &Ranks, joins: &Joins) -> Vec<ReplayChunk> {
+/// One segment cache per thread, for `replay_counts` (kept across the shards of one corpus).
+pub fn segment_caches() -> Vec<Mutex<SegmentCache>> {
+    (0..rayon::current_num_threads().max(1)).map(|_| Mutex::default()).collect()
+}
+
+/// Replay the pieces of `shards` (of `counts`) that have at least 2 bytes and a non-zero count, in
+/// parallel chunks (one flat buffer per chunk, not a vector per piece), with one segment cache per
+/// thread (from `segment_caches`). Pieces that replay to one symbol drop out (they make no pair).
+pub fn replay_counts(
+    counts: &Counts,
+    shards: std::ops::Range<usize>,
+    ranks: &Ranks,
+    joins: &Joins,
+    caches: &[Mutex<SegmentCache>],
+) -> Result<Vec<ReplayChunk>, String> {
     const CHUNK: usize = 4096;
-    let caches: Vec<Mutex<SegmentCache>> = (0..rayon::current_num_threads().max(1)).map(|_| Mutex::default()).collect();
     let rank = |l: u32, r: u32| ranks.get(&crate::train::pair_key(l, r)).copied();
-    entries
-        .par_chunks(CHUNK)
-        .enumerate()
-        .map(|(c, chunk)| {
+    let per_shard: Vec<Result<Vec<ReplayChunk>, String>> = shards
+        .into_par_iter()
+        .map(|s| {
             let slot = rayon::current_thread_index().unwrap_or(0) % caches.len();
             let mut cache = caches[slot].lock().unwrap_or_else(|e| e.into_inner());
-            // Replay never adds symbols: the bytes bound the buffer (untouched capacity costs no memory).
-            let bytes = chunk.iter().map(|(piece, _)| piece.len()).sum();
-            let mut out = ReplayChunk {
-                first: c * CHUNK,
-                lens: Vec::with_capacity(chunk.len()),
-                syms: Vec::with_capacity(bytes),
-            };
-            for (piece, _) in chunk {
-                let before = out.syms.len();
-                replay_piece(piece, joins, &mut cache, &rank, &mut out.syms);
-                out.lens.push((out.syms.len() - before) as u32);
+            let mut chunks = Vec::new();
+            let mut out = ReplayChunk { lens: Vec::new(), syms: Vec::new(), counts: Vec::new() };
+            let mut sym = Vec::new();
+            for (piece, count) in counts.shard_iter(s).filter(|(p, c)| p.len() >= 2 && *c > 0) {
+                sym.clear();
+                replay_piece(piece, joins, &mut cache, &rank, &mut sym);
+                if sym.len() < 2 {
+                    continue;
+                }
+                out.counts.push(i64::try_from(count).map_err(|_| "piece count too large".to_string())?);
+                out.lens.push(u32::try_from(sym.len()).map_err(|_| "piece too long".to_string())?);
+                out.syms.extend_from_slice(&sym);
+                if out.lens.len() == CHUNK {
+                    out.syms.shrink_to_fit();
+                    chunks.push(std::mem::replace(
+                        &mut out,
+                        ReplayChunk { lens: Vec::new(), syms: Vec::new(), counts: Vec::new() },
+                    ));
+                }
             }
-            out
+            if !out.lens.is_empty() {
+                out.syms.shrink_to_fit();
+                chunks.push(out);
+            }
+            Ok(chunks)
         })
-        .collect()
+        .collect();
+    let mut all = Vec::new();
+    for chunks in per_shard {
+        all.extend(chunks?);
+    }
+    Ok(all)
 }
 
 #[cfg(test)]

@@ -491,6 +491,12 @@ impl Counts {
             .map_or(0, |e| e.2)
     }
 
+    /// The entries of shard `s` (below `SHARDS`); the shards together hold every entry once.
+    pub fn shard_iter(&self, s: usize) -> impl Iterator<Item = (&[u8], u64)> {
+        let shard = &self.shards[s];
+        shard.table.iter().map(move |e| (key_bytes(&e.1, &shard.arena, &self.adopted), e.2))
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], u64)> {
         self.shards
             .iter()

@@ -1,10 +1,11 @@
 //! BPE trainer: the same merges as `superbpe.trainer.train_merges`, on compact state.
 //!
-//! Every unique piece is stored once as a run of u32 symbols in flat arrays, with `prev`/`next`
-//! links so a merge rewrites an occurrence in O(1) even inside a whole-line SuperBPE piece. The
-//! inverted index maps a pair to the *positions* where it was created (append-only, checked
-//! lazily), so a merge visits only its occurrences, not whole pieces. Choosing uses a lazy max-heap
-//! ordered like the python engine: highest count, then the greatest `(left bytes, right bytes)`.
+//! Every unique piece is stored once as a run of u32 symbols in one flat array (`symbols.rs`:
+//! about 4 bytes per symbol, a merge rewrites an occurrence in O(1) even inside a whole-line
+//! SuperBPE piece). The inverted index maps a pair to the *positions* where it was created
+//! (append-only, checked lazily), so a merge visits only its occurrences, not whole pieces; only
+//! warm pairs keep positions. Choosing uses a lazy max-heap ordered like the python engine: highest
+//! count, then the greatest `(left bytes, right bytes)`.
 
 use std::collections::HashMap;
 
@@ -12,11 +13,12 @@ use rayon::prelude::*;
 use smallvec::SmallVec;
 
 use crate::bytesmap::{hash_short, BytesMap};
-use crate::count::{prefetch, Counts};
-use crate::replay::{replay_all, Joins, Ranks, ReplayChunk, MAX_REPLAY};
+use crate::count::{prefetch, Counts, SHARDS};
+use crate::replay::{replay_counts, segment_caches, Joins, Ranks, ReplayChunk, MAX_REPLAY};
+use crate::symbols::{Symbols, DEAD, MAX_PIECE, NONE, SEP};
 
-const NONE: u32 = u32::MAX;
-const DEAD: u32 = u32::MAX;
+/// Most merges a trainer makes: token ids stay below `symbols::DEAD`.
+pub const MAX_MERGES: usize = DEAD as usize - 256;
 
 /// Which merged tokens may be created, and how the official recipe's choices are made (see
 /// `MergeRules` in docs/DESIGN.md and `superbpe.compat`).
@@ -85,24 +87,6 @@ fn unpack(key: u64) -> (u32, u32) {
     ((key >> 32) as u32, key as u32)
 }
 
-/// A symbol of a piece: its token id, its neighbours (positions, NONE at the ends), its piece.
-#[derive(Clone, Copy)]
-struct Node {
-    sym: u32,
-    next: u32,
-    prev: u32,
-    word: u32,
-}
-
-impl Node {
-    /// Symbol `k` of a piece of `len` symbols whose first node is at `start`, linked to its neighbours.
-    #[inline(always)]
-    fn linked(sym: u32, start: u32, k: usize, len: usize, word: u32) -> Node {
-        let p = start + k as u32;
-        Node { sym, prev: if k == 0 { NONE } else { p - 1 }, next: if k + 1 == len { NONE } else { p + 1 }, word }
-    }
-}
-
 /// A pair's weighted count and the positions where it may occur (stale ones are skipped): those
 /// of the initial state are `Trainer::initial[first..first + len]`, later ones are `positions`.
 /// (Most pairs are never merged; one shared array spares them an allocation each.)
@@ -139,111 +123,98 @@ impl std::hash::Hasher for PairHasher {
 
 type PairMap = HashMap<u64, PairInfo, std::hash::BuildHasherDefault<PairHasher>>;
 
-/// Digits of the radix sort: 11 bits keeps the 2048 write streams of a pass in cache.
-const DIGIT: u32 = 11;
-const BUCKETS: usize = 1 << DIGIT;
+/// The number of pairs kept warm when a state has many (see `Trainer::cold_below`).
+pub const WARM_PAIRS: usize = 1 << 16;
 
-/// Where the destination of `radix_sort`'s scatter starts, shared by the threads that fill
-/// disjoint slots of it.
-struct Slots(*mut (u64, u64));
-// SAFETY: every thread writes only the slots its own bucket offsets reserve (see `radix_sort`).
+/// How many progress reports replay makes (at most).
+const REPLAY_REPORTS: usize = 20;
+
+/// How many occurrences ahead `merge` and the index ask for a piece's count (and twice that for
+/// its symbols).
+const PREFETCH_AHEAD: usize = 8;
+
+/// Where the pair index's positions are scattered, shared by the threads that fill disjoint
+/// slots of it.
+struct Slots(*mut u32);
+// SAFETY: every thread writes only the slots its own bucket offsets reserve (see `index_pairs`).
 unsafe impl Sync for Slots {}
 
 impl Slots {
     /// # Safety
     /// `i` is within the destination and no other thread writes slot `i`.
     #[inline(always)]
-    unsafe fn put(&self, i: usize, item: (u64, u64)) {
+    unsafe fn put(&self, i: usize, p: u32) {
         // SAFETY: as the caller promises.
-        unsafe { *self.0.add(i) = item };
+        unsafe { *self.0.add(i) = p };
     }
 }
 
-/// Stable LSD radix sort of `(key, value)` items by key (below `1 << key_bits`). Items travel
-/// together (one write stream per bucket, not two); each pass counts and scatters consecutive
-/// parts of the input on parallel threads.
-fn radix_sort(items: &mut Vec<(u64, u64)>, key_bits: u32) {
-    let parts = if items.len() < 1 << 16 { 1 } else { rayon::current_num_threads().clamp(1, 8) };
-    radix_sort_in_parts(items, key_bits, parts);
+/// One pair's run of positions in the index while it is built: `(key, first, len, count)`.
+type Run = (u64, u32, u32, i64);
+
+/// Per-job scratch of `index_pairs`: dense per-right-symbol tables (reset after each bucket) and
+/// the largest counts this job has seen.
+struct BucketScratch {
+    count: Vec<u32>,
+    weight: Vec<i64>,
+    touched: Vec<u32>,
+    rights: Vec<u32>,
+    tmp: Vec<u32>,
+    /// The `keep` largest counts seen, smallest on top: a count below that smallest is below the
+    /// `keep`-th largest of all pairs, so its pair is cold and its run need not be kept.
+    top: std::collections::BinaryHeap<std::cmp::Reverse<i64>>,
+    keep: usize,
+    runs_seen: usize,
 }
 
-fn radix_sort_in_parts(items: &mut Vec<(u64, u64)>, key_bits: u32, parts: usize) {
-    let n = items.len();
-    let part_len = n.div_ceil(parts).max(1);
-    let mut other: Vec<(u64, u64)> = vec![(0, 0); n];
-    let mut shift = 0;
-    while shift < key_bits {
-        let digit = |key: u64| (key >> shift) as usize & (BUCKETS - 1);
-        let mut offsets: Vec<[usize; BUCKETS]> = items
-            .par_chunks(part_len)
-            .map(|part| {
-                let mut counts = [0usize; BUCKETS];
-                for &(k, _) in part {
-                    counts[digit(k)] += 1;
-                }
-                counts
-            })
-            .collect();
-        // Each part's first slot per digit: digits in order, and parts in order within a digit.
-        let mut sum = 0;
-        for d in 0..BUCKETS {
-            for part in offsets.iter_mut() {
-                (part[d], sum) = (sum, sum + part[d]);
-            }
+impl BucketScratch {
+    fn new(tokens: usize, keep: usize) -> BucketScratch {
+        BucketScratch {
+            count: vec![0; tokens],
+            weight: vec![0; tokens],
+            touched: Vec::new(),
+            rights: Vec::new(),
+            tmp: Vec::new(),
+            top: Default::default(),
+            keep,
+            runs_seen: 0,
         }
-        let out = Slots(other.as_mut_ptr());
-        items.par_chunks(part_len).zip(offsets.par_iter_mut()).for_each(|(part, offsets)| {
-            for &item in part {
-                let d = digit(item.0);
-                // SAFETY: the slot is below n and reserved for this part and digit alone.
-                unsafe { out.put(offsets[d], item) };
-                offsets[d] += 1;
-            }
-        });
-        std::mem::swap(items, &mut other);
-        shift += DIGIT;
+    }
+
+    /// Whether a run counting `count` may be warm; records it among the largest.
+    fn may_be_warm(&mut self, count: i64) -> bool {
+        self.runs_seen += 1;
+        if self.top.len() < self.keep {
+            self.top.push(std::cmp::Reverse(count));
+            return true;
+        }
+        let smallest = self.top.peek().map_or(i64::MIN, |r| r.0);
+        if count < smallest {
+            return false;
+        }
+        self.top.pop();
+        self.top.push(std::cmp::Reverse(count));
+        true
     }
 }
-
-/// The number of pairs kept warm when a state has many (see `cold_threshold`).
-pub const WARM_PAIRS: usize = 1 << 16;
-
-/// Pairs below this count start cold (see `Trainer::cold_below`): keep about the busiest
-/// `warm_pairs` warm. A merge list rarely reaches that far down, and if it does, a thaw costs one
-/// re-index of the pairs.
-fn cold_threshold(runs: &[(u64, u32, u32, i64)], warm_pairs: usize) -> i64 {
-    let warm_pairs = warm_pairs.max(1);
-    if runs.len() <= warm_pairs.saturating_mul(2) {
-        return 0;
-    }
-    let mut counts: Vec<i64> = runs.iter().map(|run| run.3).collect();
-    let k = counts.len() - warm_pairs;
-    *counts.select_nth_unstable(k).1
-}
-
-fn distinct_runs(sorted: &[(u64, u64)]) -> usize {
-    sorted.windows(2).filter(|w| w[0].0 != w[1].0).count() + usize::from(!sorted.is_empty())
-}
-
-/// How many occurrences ahead `merge` asks for the piece count (and twice that for the node).
-const PREFETCH_AHEAD: usize = 8;
 
 /// The symbol arrays and the pair table.
 pub struct Trainer {
-    /// One node per symbol, fields together so a merge touches one cache line per position.
-    nodes: Vec<Node>,
+    /// Every piece's symbols (see `symbols.rs`).
+    syms: Symbols,
+    /// Each piece's count, by piece (layout order).
     freq: Vec<i64>,
     pairs: PairMap,
     /// While a merge runs with cold pairs about, the pairs it creates gather here (a small table
     /// that stays in cache) and only the warm ones move into `pairs` (see `merge`).
     created: PairMap,
-    /// Every pair's initial positions, grouped by pair (see `PairInfo`).
+    /// The warm pairs' initial positions, grouped by pair (see `PairInfo`).
     initial: Vec<u32>,
     /// Pairs counted below this are cold: kept out of `pairs` and the heap, those of the initial
-    /// state and those a merge creates alike (most pairs of whole-line pieces are rare). A pair's
-    /// count only grows in the merge that makes the later of its two tokens, so a cold pair stays
-    /// below `cold_below`, and cannot be the best until the best count falls below that; then
-    /// `thaw` re-indexes every pair. 0 when all pairs are warm.
+    /// state and those a merge creates alike (most pairs of whole-line pieces are rare), and their
+    /// positions are not stored. A pair's count only grows in the merge that makes the later of
+    /// its two tokens, so a cold pair stays below `cold_below`, and cannot be the best until the
+    /// best count falls below that; then `thaw` re-indexes every pair. 0 when all pairs are warm.
     cold_below: i64,
     pub tokens: Vec<Vec<u8>>,
     /// The (left, right) token ids of merge i (token 256 + i).
@@ -251,6 +222,36 @@ pub struct Trainer {
     token_ids: BytesMap<u32>,
     /// Tie-break keys per token when ties go by HF ids (`Rules::tie_break_ids`), else None.
     hf_keys: Option<Vec<Vec<u8>>>,
+}
+
+/// What building a trainer reports as it goes: `(phase, done, total)`, e.g. `("replay", pieces
+/// replayed, all pieces)`; returning an error stops the build.
+pub type BuildProgress<'a> = dyn FnMut(&str, u64, u64) -> Result<(), String> + 'a;
+
+/// The counts a trainer is built from: borrowed, or handed over so the build can free them once
+/// replayed (a stage 2's table of distinct lines is as large as the symbols made from it).
+pub enum Source<'a> {
+    Borrowed(&'a Counts),
+    Owned(Counts),
+}
+
+impl Source<'_> {
+    fn get(&self) -> &Counts {
+        match self {
+            Source::Borrowed(c) => c,
+            Source::Owned(c) => c,
+        }
+    }
+}
+
+/// Give memory freed by the allocator back to the system, so what was freed (e.g. the counts)
+/// no longer counts in the peak when the next large arrays are touched.
+fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns unused memory of the allocator's arenas to the system.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 impl Trainer {
@@ -261,13 +262,18 @@ impl Trainer {
 
     /// `with_replay`, or for the official recipe's rules (`Rules::official`) the replay HF does:
     /// merge by merge on a table of every pair, leaving out absent merges when `drop_absent`.
-    pub fn with_rules(counts: &Counts, replay: &[(Vec<u8>, Vec<u8>)], rules: &Rules) -> Result<Trainer, String> {
+    pub fn with_rules(
+        counts: Source<'_>,
+        replay: &[(Vec<u8>, Vec<u8>)],
+        rules: &Rules,
+        progress: &mut BuildProgress<'_>,
+    ) -> Result<Trainer, String> {
         if !rules.official() {
-            return Trainer::with_replay(counts, replay);
+            return Trainer::build(counts, replay, WARM_PAIRS, progress);
         }
         // All pairs warm: a pair is in `pairs` from when it occurs until it is merged (as in HF's
         // queue, which `drop_absent` asks about), and a duplicate merge adds to existing pairs.
-        let mut t = Trainer::with_replay_warm(counts, &[], usize::MAX)?;
+        let mut t = Trainer::build(counts, &[], usize::MAX, progress)?;
         t.replay_one_by_one(replay, rules.drop_absent)?;
         Ok(t)
     }
@@ -299,17 +305,36 @@ impl Trainer {
     /// Python; checked again here). Replay is lowest-rank-first BPE of each piece, in parallel
     /// (see `bpe.rs` for why that equals applying the merges one after another).
     pub fn with_replay(counts: &Counts, replay: &[(Vec<u8>, Vec<u8>)]) -> Result<Trainer, String> {
-        Trainer::with_replay_warm(counts, replay, WARM_PAIRS)
+        Trainer::build(Source::Borrowed(counts), replay, WARM_PAIRS, &mut |_, _, _| Ok(()))
+    }
+
+    /// `with_replay` from borrowed or handed-over counts, reporting progress (see `BuildProgress`).
+    pub fn with_replay_progress(
+        counts: Source<'_>,
+        replay: &[(Vec<u8>, Vec<u8>)],
+        progress: &mut BuildProgress<'_>,
+    ) -> Result<Trainer, String> {
+        Trainer::build(counts, replay, WARM_PAIRS, progress)
     }
 
     /// `with_replay`, keeping about `warm_pairs` pairs warm (tests use tiny values to exercise thawing).
+    #[cfg(test)]
     pub(crate) fn with_replay_warm(
         counts: &Counts,
         replay: &[(Vec<u8>, Vec<u8>)],
         warm_pairs: usize,
     ) -> Result<Trainer, String> {
+        Trainer::build(Source::Borrowed(counts), replay, warm_pairs, &mut |_, _, _| Ok(()))
+    }
+
+    fn build(
+        source: Source<'_>,
+        replay: &[(Vec<u8>, Vec<u8>)],
+        warm_pairs: usize,
+        progress: &mut BuildProgress<'_>,
+    ) -> Result<Trainer, String> {
         let mut t = Trainer {
-            nodes: Vec::new(),
+            syms: Symbols::default(),
             freq: Vec::new(),
             pairs: PairMap::default(),
             created: PairMap::default(),
@@ -339,123 +364,155 @@ impl Trainer {
             ranks.insert(pair_key(l, r), (i as u32, new));
         }
         // Piece order only changes memory layout, never the merges (pieces are independent).
-        let entries: Vec<(&[u8], u64)> = counts.iter().filter(|(p, c)| p.len() >= 2 && *c > 0).collect();
+        let total = source.get().len() as u64;
+        progress("replay", 0, total)?;
         if ranks.is_empty() {
-            t.nodes.reserve_exact(entries.iter().map(|(p, _)| p.len()).sum());
-            for (piece, count) in &entries {
-                t.push_piece(piece.iter().map(|&b| b as u32), piece.len(), *count)?;
-            }
+            let counts = source.get();
+            let entries = || counts.iter().filter(|(p, c)| p.len() >= 2 && *c > 0);
+            t.freq = entries()
+                .map(|(_, c)| i64::try_from(c).map_err(|_| "piece count too large".to_string()))
+                .collect::<Result<_, _>>()?;
+            t.syms = Symbols::from_pieces(entries().map(|(p, _)| p.iter().map(|&b| b as u32)))?;
         } else {
-            let chunks = replay_all(&entries, &ranks, &Joins::of(replay));
-            t.push_replayed(&entries, &chunks)?;
+            let joins = Joins::of(replay);
+            let caches = segment_caches();
+            let mut chunks = Vec::new();
+            // A few shards at a time, to report progress between them.
+            let (mut shard, mut done) = (0, 0u64);
+            while shard < SHARDS {
+                let end = (shard + SHARDS.div_ceil(REPLAY_REPORTS)).min(SHARDS);
+                chunks.extend(replay_counts(source.get(), shard..end, &ranks, &joins, &caches)?);
+                done += (shard..end).map(|s| source.get().shard_iter(s).count() as u64).sum::<u64>();
+                progress("replay", done, total)?;
+                shard = end;
+            }
+            drop(caches);
+            // The counts are not needed from here on: an owned table goes before the symbols come.
+            drop(source);
+            release_free_memory();
+            t.lay_out_replayed(chunks)?;
         }
+        progress("index", 0, t.syms.len() as u64)?;
         t.index_pairs(warm_pairs);
+        progress("index", t.syms.len() as u64, t.syms.len() as u64)?;
         Ok(t)
     }
 
-    /// Lay out the replayed pieces (those of at least 2 symbols) as linked nodes, chunks in
-    /// parallel: each chunk's first node and piece follow from the sizes of the chunks before it.
-    fn push_replayed(&mut self, entries: &[(&[u8], u64)], chunks: &[ReplayChunk]) -> Result<(), String> {
-        let sizes: Vec<(usize, usize)> = chunks
-            .iter()
-            .map(|c| c.lens.iter().filter(|&&len| len >= 2).fold((0, 0), |(n, w), &len| (n + len as usize, w + 1)))
-            .collect();
-        let (total_nodes, total_pieces) = sizes.iter().fold((0, 0), |(n, w), s| (n + s.0, w + s.1));
-        if total_nodes >= NONE as usize || total_pieces >= NONE as usize {
-            return Err("corpus too large for the native trainer (more than 4G symbols)".into());
+    /// Lay out the replayed pieces (those of at least 2 symbols), chunks in parallel, each chunk
+    /// freed once it is copied.
+    fn lay_out_replayed(&mut self, chunks: Vec<ReplayChunk>) -> Result<(), String> {
+        let sizes: Vec<(usize, usize)> =
+            chunks.iter().map(|c| (c.lens.iter().map(|&len| len as usize + 1).sum(), c.lens.len())).collect();
+        if chunks.iter().any(|c| c.lens.iter().any(|&len| len as usize > MAX_PIECE)) {
+            return Err(format!("a piece of more than {MAX_PIECE} symbols is too long for the native trainer"));
         }
-        if entries.iter().any(|&(_, count)| i64::try_from(count).is_err()) {
-            return Err("piece count too large".into());
-        }
-        self.nodes = Vec::with_capacity(total_nodes);
-        self.freq = Vec::with_capacity(total_pieces);
-        let mut node_slots = &mut self.nodes.spare_capacity_mut()[..total_nodes];
-        let mut freq_slots = &mut self.freq.spare_capacity_mut()[..total_pieces];
-        let mut jobs = Vec::with_capacity(chunks.len());
-        let (mut first_node, mut first_piece) = (0usize, 0usize);
-        for (chunk, &(n, w)) in chunks.iter().zip(&sizes) {
-            let (nodes, rest) = std::mem::take(&mut node_slots).split_at_mut(n);
-            node_slots = rest;
-            let (freq, rest) = std::mem::take(&mut freq_slots).split_at_mut(w);
-            freq_slots = rest;
-            jobs.push((chunk, nodes, freq, first_node, first_piece));
-            (first_node, first_piece) = (first_node + n, first_piece + w);
-        }
-        jobs.into_par_iter().for_each(|(chunk, nodes, freq, first_node, first_piece)| {
-            let (mut at, mut node, mut piece) = (0, 0, 0);
-            for (&(_, count), &len) in entries[chunk.first..].iter().zip(&chunk.lens) {
+        self.freq = chunks.iter().flat_map(|c| c.counts.iter().copied()).collect();
+        self.syms = Symbols::from_batches(chunks, &sizes, |chunk, out| {
+            let (mut at, mut slot) = (0, 0);
+            for &len in &chunk.lens {
                 let len = len as usize;
-                if len >= 2 {
-                    freq[piece].write(count as i64);
-                    let (w, start) = ((first_piece + piece) as u32, (first_node + node) as u32);
-                    for (k, &sym) in chunk.syms[at..at + len].iter().enumerate() {
-                        nodes[node + k].write(Node::linked(sym, start, k, len, w));
-                    }
-                    (node, piece) = (node + len, piece + 1);
+                for (o, &s) in out[slot..slot + len].iter_mut().zip(&chunk.syms[at..at + len]) {
+                    o.write(s);
                 }
-                at += len;
+                out[slot + len].write(SEP);
+                (at, slot) = (at + len, slot + len + 1);
             }
-        });
-        // SAFETY: the jobs wrote every slot below the totals (each chunk exactly its own sizes).
-        unsafe {
-            self.nodes.set_len(total_nodes);
-            self.freq.set_len(total_pieces);
-        }
+        })?;
         Ok(())
     }
 
-    /// Append one piece's symbols (at least 2) as linked nodes; pairs are counted afterwards.
-    fn push_piece(&mut self, syms: impl Iterator<Item = u32>, len: usize, count: u64) -> Result<(), String> {
-        if self.nodes.len() + len >= NONE as usize || self.freq.len() >= NONE as usize {
-            return Err("corpus too large for the native trainer (more than 4G symbols)".into());
-        }
-        let w = self.freq.len() as u32;
-        let f = i64::try_from(count).map_err(|_| "piece count too large".to_string())?;
-        self.freq.push(f);
-        let start = self.nodes.len() as u32;
-        for (k, sym) in syms.enumerate() {
-            self.nodes.push(Node::linked(sym, start, k, len, w));
-        }
-        Ok(())
-    }
-
-    /// Build the pair table from the nodes (into an empty `pairs`): every adjacent pair,
-    /// radix-sorted by key so each pair's table entry is made once with its positions ascending
-    /// (inserting occurrence by occurrence into the hash map cost a cache miss each and dominated
-    /// SuperBPE's stage 2). Pairs below the threshold for `warm_pairs` stay out (cold).
+    /// Build the pair table from the symbols (into an empty `pairs`), warm pairs only. Positions
+    /// are counted per left symbol and scattered into one array (grouped by left symbol, ascending),
+    /// then each left symbol's group is ordered by right symbol with a counting sort, which also
+    /// weighs each pair. Pairs below the threshold for `warm_pairs` stay out (cold) and their
+    /// positions are dropped. (A radix sort of 16-byte (key, place) items, plus its scratch copy,
+    /// was the peak of a large stage 2.)
     fn index_pairs(&mut self, warm_pairs: usize) {
-        let bits = 64 - (self.tokens.len() as u64).leading_zeros();
-        // The piece rides along with each position, so counting needs no lookup in `nodes`.
-        let mut items: Vec<(u64, u64)> = Vec::with_capacity(self.nodes.len());
-        for (p, node) in self.nodes.iter().enumerate() {
-            if node.next != NONE && node.sym != DEAD {
-                let key = (node.sym as u64) << bits | self.nodes[node.next as usize].sym as u64;
-                items.push((key, (node.word as u64) << 32 | p as u64));
+        let v = self.tokens.len();
+        let parts = if self.syms.len() < 1 << 16 { 1 } else { rayon::current_num_threads().clamp(1, 8) };
+        let ranges = self.syms.ranges(parts);
+        let syms = &self.syms;
+        let mut offsets: Vec<Vec<u32>> = ranges
+            .par_iter()
+            .map(|range| {
+                let mut counts = vec![0u32; v];
+                syms.pairs_in(range.clone(), |_, l, _, _| counts[l as usize] += 1);
+                counts
+            })
+            .collect();
+        // Each part's first slot per left symbol: symbols in order, and parts in order within one
+        // (so each group's positions ascend). Totals stay below `MAX_SLOTS`, so u32 holds them.
+        let mut starts = Vec::with_capacity(v + 1);
+        let mut sum = 0u32;
+        for l in 0..v {
+            starts.push(sum);
+            for part in offsets.iter_mut() {
+                (part[l], sum) = (sum, sum + part[l]);
             }
         }
-        radix_sort(&mut items, 2 * bits);
-        let mut runs: Vec<(u64, u32, u32, i64)> = Vec::with_capacity(distinct_runs(&items));
-        let mut i = 0;
-        while i < items.len() {
-            let key = items[i].0;
-            let mut j = i;
-            let mut count = 0i64;
-            while j < items.len() && items[j].0 == key {
-                count += self.freq[(items[j].1 >> 32) as usize];
-                j += 1;
+        starts.push(sum);
+        let total = sum as usize;
+        let mut positions: Vec<u32> = Vec::with_capacity(total);
+        let out = Slots(positions.as_mut_ptr());
+        ranges.par_iter().zip(offsets.par_iter_mut()).for_each(|(range, offsets)| {
+            syms.pairs_in(range.clone(), |p, l, _, _| {
+                // SAFETY: the slot is below `total` and reserved for this part and left symbol alone.
+                unsafe { out.put(offsets[l as usize] as usize, p) };
+                offsets[l as usize] += 1;
+            });
+        });
+        // SAFETY: the parts wrote every slot below `total` (each exactly its own counts).
+        unsafe { positions.set_len(total) };
+        drop(offsets);
+        let mut groups: Vec<(u32, u32, &mut [u32])> = Vec::new();
+        let mut rest = positions.as_mut_slice();
+        for l in 0..v {
+            let (group, tail) = std::mem::take(&mut rest).split_at_mut((starts[l + 1] - starts[l]) as usize);
+            rest = tail;
+            if !group.is_empty() {
+                groups.push((l as u32, starts[l], group));
             }
-            let (l, r) = (key >> bits, key & ((1 << bits) - 1));
-            runs.push((pair_key(l as u32, r as u32), i as u32, (j - i) as u32, count));
-            i = j;
         }
-        self.cold_below = cold_threshold(&runs, warm_pairs);
-        self.pairs.reserve(runs.iter().filter(|run| run.3 >= self.cold_below).count());
+        let keep = warm_pairs.max(1);
+        let freq = &self.freq;
+        let found: Vec<(Vec<Run>, Vec<i64>, usize)> = groups
+            .into_par_iter()
+            .fold(
+                || (Vec::new(), BucketScratch::new(v, keep)),
+                |(mut runs, mut scratch), (l, start, group)| {
+                    sort_group(syms, freq, l, start, group, &mut scratch, &mut runs);
+                    (runs, scratch)
+                },
+            )
+            .map(|(runs, scratch)| (runs, scratch.top.into_iter().map(|r| r.0).collect(), scratch.runs_seen))
+            .collect();
+        // The `keep`-th largest count overall is among the jobs' largest (each kept its own top).
+        let all_runs: usize = found.iter().map(|f| f.2).sum();
+        self.cold_below = if all_runs > keep {
+            let mut tops: Vec<i64> = found.iter().flat_map(|f| f.1.iter().copied()).collect();
+            let k = tops.len() - keep;
+            *tops.select_nth_unstable(k).1
+        } else {
+            0
+        };
+        // Keep the warm runs' positions only, moved down in place.
+        let mut runs: Vec<Run> = found.into_iter().flat_map(|f| f.0).filter(|run| run.3 >= self.cold_below).collect();
+        runs.sort_unstable_by_key(|run| run.1);
+        self.pairs.reserve(runs.len());
+        let mut w = 0usize;
         for (key, first, len, count) in runs {
-            if count >= self.cold_below {
-                self.pairs.insert(key, PairInfo { count, first, len, positions: SmallVec::new() });
-            }
+            positions.copy_within(first as usize..(first + len) as usize, w);
+            self.pairs.insert(key, PairInfo { count, first: w as u32, len, positions: SmallVec::new() });
+            w += len as usize;
         }
-        self.initial = items.into_iter().map(|(_, place)| place as u32).collect();
+        positions.truncate(w);
+        positions.shrink_to_fit();
+        self.initial = positions;
+    }
+
+    /// Live symbols of all pieces with at least 2 (those that made a pair).
+    pub fn symbol_count(&self) -> usize {
+        self.syms.len() - 1 - self.freq.len()
     }
 
     /// Id of an existing token.
@@ -546,41 +603,35 @@ impl Trainer {
         // rather than insert each into (and then remove it from) the large table.
         let gather = self.cold_below > 0;
         for (i, &p) in positions.iter().enumerate() {
-            // Occurrences are scattered over all pieces, so each visit was a cache miss on its node
-            // and another on its piece's count; fetch both a few occurrences ahead.
+            // Occurrences are scattered over all pieces, so each visit was a cache miss on its
+            // symbols, its page and its piece's count; fetch them a few occurrences ahead.
             if let Some(&ahead) = positions.get(i + 2 * PREFETCH_AHEAD) {
-                prefetch(&self.nodes[ahead as usize]);
+                prefetch(self.syms.slot_ref(ahead));
+                prefetch(self.syms.page_ref(ahead));
             }
             if let Some(&ahead) = positions.get(i + PREFETCH_AHEAD) {
-                prefetch(&self.freq[self.nodes[ahead as usize].word as usize]);
+                prefetch(&self.freq[self.syms.piece(ahead) as usize]);
             }
-            let pu = p as usize;
-            let node = self.nodes[pu];
-            if node.sym != l || node.next == NONE {
+            if self.syms.get(p) != l {
                 continue;
             }
-            let q = node.next;
-            let qnode = self.nodes[q as usize];
-            if qnode.sym != r {
+            let q = self.syms.next(p);
+            if q == NONE || self.syms.get(q) != r {
                 continue;
             }
-            let f = self.freq[node.word as usize];
-            let b = node.prev;
+            let f = self.freq[self.syms.piece(p) as usize];
+            let b = self.syms.prev(p);
             if b != NONE {
-                let bs = self.nodes[b as usize].sym;
+                let bs = self.syms.get(b);
                 self.dec(pair_key(bs, l), f, new, gather);
                 self.inc(pair_key(bs, new), f, b, new, gather, &mut fresh);
             }
-            let a = qnode.next;
+            let a = self.syms.merge_at(p, q, new);
             if a != NONE {
-                let as_ = self.nodes[a as usize].sym;
+                let as_ = self.syms.get(a);
                 self.dec(pair_key(r, as_), f, new, gather);
                 self.inc(pair_key(new, as_), f, p, new, gather, &mut fresh);
-                self.nodes[a as usize].prev = p;
             }
-            self.nodes[pu].sym = new;
-            self.nodes[pu].next = a;
-            self.nodes[q as usize].sym = DEAD;
         }
         self.initial = all;
         self.pairs.remove(&key);
@@ -703,6 +754,67 @@ impl Trainer {
         let rest = self.parts.get(start..).unwrap_or(&[]);
         rest.iter().map(|&(l, r)| (self.tokens[l as usize].as_slice(), self.tokens[r as usize].as_slice()))
     }
+}
+
+/// Order one left symbol's positions (`group`, ascending, starting at `start` in the index) by
+/// right symbol, stably, and add each pair's run `(key, first, len, count)` to `runs` unless it is
+/// surely cold (see `BucketScratch`).
+fn sort_group(
+    syms: &Symbols,
+    freq: &[i64],
+    l: u32,
+    start: u32,
+    group: &mut [u32],
+    scratch: &mut BucketScratch,
+    runs: &mut Vec<Run>,
+) {
+    let n = group.len();
+    scratch.rights.clear();
+    scratch.tmp.clear();
+    // Right symbol and piece of each position; these reads are scattered, so fetch ahead.
+    for i in 0..n {
+        if let Some(&ahead) = group.get(i + 2 * PREFETCH_AHEAD) {
+            prefetch(syms.slot_ref(ahead));
+            prefetch(syms.page_ref(ahead));
+        }
+        let p = group[i];
+        scratch.rights.push(syms.get(syms.next(p)));
+        scratch.tmp.push(syms.piece(p));
+    }
+    for i in 0..n {
+        if let Some(&ahead) = scratch.tmp.get(i + PREFETCH_AHEAD) {
+            prefetch(&freq[ahead as usize]);
+        }
+        let r = scratch.rights[i] as usize;
+        if scratch.count[r] == 0 {
+            scratch.touched.push(r as u32);
+        }
+        scratch.count[r] += 1;
+        scratch.weight[r] += freq[scratch.tmp[i] as usize];
+    }
+    scratch.touched.sort_unstable();
+    let mut at = 0u32;
+    let touched = std::mem::take(&mut scratch.touched);
+    for &r in &touched {
+        let (len, count) = (scratch.count[r as usize], scratch.weight[r as usize]);
+        if scratch.may_be_warm(count) {
+            runs.push((pair_key(l, r), start + at, len, count));
+        }
+        scratch.count[r as usize] = at;
+        scratch.weight[r as usize] = 0;
+        at += len;
+    }
+    for (&p, &r) in group.iter().zip(&scratch.rights) {
+        let slot = &mut scratch.count[r as usize];
+        scratch.tmp[*slot as usize] = p;
+        *slot += 1;
+    }
+    group.copy_from_slice(&scratch.tmp);
+    for &r in &touched {
+        scratch.count[r as usize] = 0;
+    }
+    scratch.touched = touched;
+    scratch.touched.clear();
 }
 
 /// A heap entry: count bound and pair key.
@@ -845,7 +957,8 @@ mod tests {
             .iter()
             .map(|(l, r)| (l.as_bytes().to_vec(), r.as_bytes().to_vec()))
             .collect();
-        let mut t = Trainer::with_rules(&counts(&[("abab", 3), ("cd", 2)]), &replay, &rules).unwrap();
+        let c = counts(&[("abab", 3), ("cd", 2)]);
+        let mut t = Trainer::with_rules(Source::Borrowed(&c), &replay, &rules, &mut |_, _, _| Ok(())).unwrap();
         t.choose(3, &rules, 1000, |_| Ok::<_, ()>(false)).unwrap();
         let m: Vec<Vec<u8>> = t.merges().map(|(l, r)| [l, r].concat()).collect();
         assert_eq!(m, vec![b"ab".to_vec(), b"abab".to_vec(), b"cd".to_vec()]);
@@ -861,23 +974,6 @@ mod tests {
 #[cfg(test)]
 mod replay_tests {
     use super::*;
-
-    /// The radix sort is a stable sort by key, in one part or several (threads).
-    #[test]
-    fn radix_sort_is_a_stable_sort_by_key() {
-        let seed = &mut 0x1234_5678_9ABC_DEF1u64;
-        for (n, key_bits) in [(0, 8), (1, 1), (1000, 5), (70_000, 30), (200_000, 34)] {
-            let items: Vec<(u64, u64)> =
-                (0..n).map(|i| (crate::test_random(seed) & ((1 << key_bits) - 1), i as u64)).collect();
-            let mut expected = items.clone();
-            expected.sort_by_key(|item| item.0);
-            for parts in [1, 2, 3, 8] {
-                let mut got = items.clone();
-                radix_sort_in_parts(&mut got, key_bits, parts);
-                assert_eq!(got, expected, "n {n}, {parts} parts");
-            }
-        }
-    }
 
     fn below(seed: &mut u64, n: usize) -> usize {
         (crate::test_random(seed) % n as u64) as usize
@@ -961,5 +1057,26 @@ mod replay_tests {
             let got: Vec<(Vec<u8>, Vec<u8>)> = t.merges().map(|(l, r)| (l.to_vec(), r.to_vec())).collect();
             assert_eq!(got, all, "replaying {cut} merges");
         }
+    }
+}
+
+#[cfg(test)]
+mod source_tests {
+    use super::*;
+
+    /// Counts handed over (and freed after replay) build the same trainer as borrowed ones.
+    #[test]
+    fn owned_counts_choose_the_same_merges() {
+        let mut c = Counts::default();
+        for (p, n) in [("hello world\n", 3), ("hello there world\n", 2), ("a", 5), ("wow wow\n", 4)] {
+            c.add(p.as_bytes(), n).unwrap();
+        }
+        let replay = vec![(b"l".to_vec(), b"l".to_vec()), (b"o".to_vec(), b" ".to_vec())];
+        let mut borrowed = Trainer::with_replay(&c, &replay).unwrap();
+        borrowed.choose(30, &Rules::default(), usize::MAX, |_| Ok::<_, ()>(false)).unwrap();
+        let mut owned = Trainer::with_replay_progress(Source::Owned(c), &replay, &mut |_, _, _| Ok(())).unwrap();
+        owned.choose(30, &Rules::default(), usize::MAX, |_| Ok::<_, ()>(false)).unwrap();
+        assert!(owned.merges().eq(borrowed.merges()));
+        assert!(owned.parts.len() > replay.len());
     }
 }

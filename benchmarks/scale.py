@@ -1,0 +1,178 @@
+"""SuperBPE against BPE as the corpus grows: wall time and peak RSS per corpus size, side by side.
+
+    python benchmarks/scale.py CORPUS --sizes 120M,360M,1.2G --vocab 64000 --transition 0.8 \\
+        --rounds 2 --workdir /tmp/scale --out benchmarks/results/scale
+
+Each size is a prefix of CORPUS cut at a line break (``all`` = the whole file). In every round each size
+trains ``schedule=bpe`` and then ``schedule=superbpe`` as child processes (``scripts/train.py``, native
+engine, cache off), so the pair is measured in the same minutes (this machine's speed drifts by tens of
+percent within minutes; compare ratios, not absolute times across rounds). Peak RSS is the child's
+(``wait4`` rusage). The stage-2 sizes (distinct pieces and bytes, symbols) come from the run's
+``metrics.json``. Writes ``<out>.md`` (a table) and ``<out>.png`` (RSS and time against distinct
+stage-2 bytes), and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+print = functools.partial(print, flush=True)  # noqa: A001 - progress of a long benchmark, unbuffered
+_UNITS = {"K": 10**3, "M": 10**6, "G": 10**9}
+
+
+@dataclass
+class Measure:
+    size: str
+    corpus_bytes: int
+    schedule: str
+    round: int
+    seconds: float
+    peak_rss: int
+    stage2: dict[str, int]
+
+
+def parse_size(text: str) -> int | None:
+    """``120M`` -> 120_000_000; ``all`` -> None (the whole file)."""
+    if text == "all":
+        return None
+    unit = _UNITS.get(text[-1].upper())
+    return int(float(text[:-1]) * unit) if unit else int(text)
+
+
+def prefix(corpus: Path, size: int | None, workdir: Path) -> Path:
+    """The first ``size`` bytes of ``corpus``, ending at a line break (made once, reused)."""
+    if size is None or size >= corpus.stat().st_size:
+        return corpus
+    path = workdir / f"{corpus.stem}-{size}.txt"
+    if path.exists():
+        return path
+    with corpus.open("rb") as source, tempfile.NamedTemporaryFile(dir=workdir, delete=False) as out:
+        left = size
+        while left > 0:
+            block = source.read(min(left, 1 << 24))
+            if not block:
+                break
+            left -= len(block)
+            out.write(block)
+        out.write(source.readline())  # finish the line
+    os.replace(out.name, path)
+    return path
+
+
+def train(corpus: Path, schedule: str, vocab: int, transition: float, out: Path) -> tuple[float, int, dict]:
+    """One training run in a child process: wall seconds, child peak RSS, stage-2 sizes."""
+    args = [
+        sys.executable,
+        str(ROOT / "scripts" / "train.py"),
+        f"data.paths=[{corpus}]",
+        f"vocab_size={vocab}",
+        f"schedule={schedule}",
+        "engine=native",
+        "cache_dir=null",
+        "progress=false",
+        f"output_dir={out}",
+        f"hydra.run.dir={out}/hydra",
+    ]
+    if schedule == "superbpe":
+        args.append(f"schedule.transition={transition}")
+    start = time.monotonic()
+    with open(out.with_suffix(".log"), "w") as log:
+        child = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        _, status, usage = os.wait4(child.pid, 0)
+    seconds = time.monotonic() - start
+    if status != 0:
+        raise SystemExit(f"{schedule} on {corpus} failed; see {out.with_suffix('.log')}")
+    metrics = json.loads((out / "metrics.json").read_text())
+    stages = metrics.get("stages", [])
+    last = stages[-1] if stages else {}
+    sizes = {k: last[k] for k in ("distinct_pieces", "distinct_bytes", "estimated_symbols") if k in last}
+    return seconds, usage.ru_maxrss * 1024, sizes
+
+
+def table(rows: list[Measure]) -> str:
+    lines = [
+        "| corpus | round | bpe wall | bpe peak RSS | superbpe wall | superbpe peak RSS | wall ratio "
+        "| stage-2 distinct bytes | stage-2 symbols | RSS per distinct byte |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    bpes = {(r.size, r.round): r for r in rows if r.schedule == "bpe"}
+    for sb in (r for r in rows if r.schedule == "superbpe" and (r.size, r.round) in bpes):
+        bpe = bpes[(sb.size, sb.round)]
+        distinct = sb.stage2.get("distinct_bytes", 0)
+        lines.append(
+            f"| {sb.size} ({sb.corpus_bytes / 1e6:.0f} MB) | {sb.round} | {bpe.seconds:.1f} s "
+            f"| {bpe.peak_rss / 2**30:.2f} GiB | {sb.seconds:.1f} s | {sb.peak_rss / 2**30:.2f} GiB "
+            f"| {sb.seconds / bpe.seconds:.2f}x | {distinct / 1e6:.0f} MB "
+            f"| {sb.stage2.get('estimated_symbols', 0) / 1e6:.0f}M "
+            f"| {sb.peak_rss / distinct if distinct else float('nan'):.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def plot(rows: list[Measure], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bpe = {(r.size, r.round): r for r in rows if r.schedule == "bpe"}
+    sb = [r for r in rows if r.schedule == "superbpe" and (r.size, r.round) in bpe]
+    x = [r.stage2["distinct_bytes"] / 1e9 for r in sb]
+    fig, (ax_rss, ax_time) = plt.subplots(1, 2, figsize=(10, 4))
+    ax_rss.plot(x, [r.peak_rss / 2**30 for r in sb], "o-", label="superbpe")
+    ax_rss.plot(x, [bpe[(r.size, r.round)].peak_rss / 2**30 for r in sb], "s--", label="bpe")
+    ax_rss.set(xlabel="distinct stage-2 bytes (GB)", ylabel="peak RSS (GiB)", title="memory")
+    ax_time.plot(x, [r.seconds for r in sb], "o-", label="superbpe")
+    ax_time.plot(x, [bpe[(r.size, r.round)].seconds for r in sb], "s--", label="bpe")
+    ax_time.set(xlabel="distinct stage-2 bytes (GB)", ylabel="wall (s)", title="time")
+    for ax in (ax_rss, ax_time):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("corpus", type=Path)
+    parser.add_argument("--sizes", default="120M,360M,all", help="comma-separated prefix sizes, or 'all'")
+    parser.add_argument("--vocab", type=int, default=64000)
+    parser.add_argument("--transition", type=float, default=0.8)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--order", default="bpe,superbpe", help="schedules in the order each round runs them")
+    parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "superbpe-scale")
+    parser.add_argument("--out", type=Path, required=True, help="writes OUT.md and OUT.png")
+    args = parser.parse_args()
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    sizes = args.sizes.split(",")
+    corpora = {size: prefix(args.corpus, parse_size(size), args.workdir) for size in sizes}
+    rows: list[Measure] = []
+    for round_ in range(1, args.rounds + 1):
+        for size in sizes:
+            for schedule in args.order.split(","):
+                out = Path(tempfile.mkdtemp(dir=args.workdir, prefix=f"{schedule}-{size}-"))
+                seconds, rss, stage2 = train(corpora[size], schedule, args.vocab, args.transition, out)
+                size_bytes = corpora[size].stat().st_size
+                rows.append(Measure(size, size_bytes, schedule, round_, seconds, rss, stage2))
+                print(f"{size} #{round_} {schedule}: {seconds:.1f} s, {rss / 2**30:.2f} GiB", stage2)
+    text = table(rows)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".md").write_text(text + "\n")
+    plot(rows, args.out.with_suffix(".png"))
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

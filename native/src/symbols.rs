@@ -1,0 +1,322 @@
+//! The trainer's symbols: every piece's token ids in one flat `u32` array, about 4 bytes per symbol.
+//!
+//! A SuperBPE stage 2 holds every distinct line of the corpus (~180M symbols on a 1.2 GB corpus),
+//! so the per-symbol constant decides whether it fits. Linked nodes (symbol, previous, next,
+//! piece: 16 bytes) made a merge O(1) but cost four times the symbols themselves. Here the links
+//! are implicit:
+//!
+//! - Pieces lie one after another, each followed by a separator `SEP`; slot 0 is a `SEP` too,
+//!   so every piece has a `SEP` on both sides and walking never leaves it.
+//! - A merge kills the right symbol. Symbols that died next to each other form a *dead run*, whose
+//!   first and last slots hold `DEAD | run length` (every dead slot has the `DEAD` bit, so a stale
+//!   position never looks live). The next or previous live symbol is then one or two reads away.
+//! - The piece of a position (for its count) comes from a page table: the number of separators
+//!   before each page of `PAGE` slots, plus those between the page start and the position.
+//!
+//! Token ids must stay below `DEAD` (2^31): replay takes at most `replay::MAX_REPLAY` merges and the
+//! `train` binding at most `train::MAX_MERGES`.
+
+use rayon::prelude::*;
+
+/// No position (end of a piece).
+pub const NONE: u32 = u32::MAX;
+/// Separator between pieces (also a dead value: its `DEAD` bit is set).
+pub const SEP: u32 = u32::MAX;
+/// Marks a dead slot; the low bits of a dead run's first and last slot hold the run's length.
+pub const DEAD: u32 = 1 << 31;
+/// Longest piece, in symbols: its dead runs' lengths must stay below `SEP & !DEAD`.
+pub const MAX_PIECE: usize = (SEP & !DEAD) as usize - 1;
+/// Most slots (symbols plus one separator per piece, plus one): positions are u32 below `NONE`.
+pub const MAX_SLOTS: usize = NONE as usize;
+
+const PAGE_BITS: u32 = 5;
+const PAGE: usize = 1 << PAGE_BITS;
+
+/// See the module doc.
+#[derive(Default)]
+pub struct Symbols {
+    slots: Vec<u32>,
+    /// `pages[k]`: separators in `slots[..k * PAGE]`.
+    pages: Vec<u32>,
+}
+
+#[inline(always)]
+fn is_live(v: u32) -> bool {
+    v & DEAD == 0
+}
+
+impl Symbols {
+    /// Lay out pieces given as `(symbols, piece count)` batches, in order, in parallel: `batches[i]`
+    /// holds `sizes[i].1` pieces in `sizes[i].0` slots (symbols plus a separator each), written by
+    /// `fill(batch, slots)` (which must write exactly that, each piece followed by `SEP`). Each
+    /// batch is handed over (and so may be freed) as soon as it is written.
+    pub fn from_batches<B: Send>(
+        batches: Vec<B>,
+        sizes: &[(usize, usize)],
+        fill: impl Fn(B, &mut [std::mem::MaybeUninit<u32>]) + Sync,
+    ) -> Result<Symbols, String> {
+        let total = 1 + sizes.iter().map(|s| s.0).sum::<usize>();
+        if total >= MAX_SLOTS {
+            return Err(format!(
+                "corpus too large for the native trainer: {total} symbol slots after replay, at most {} fit \
+                 in 32-bit positions (train stage 2 on a smaller corpus)",
+                MAX_SLOTS - 1
+            ));
+        }
+        let mut slots: Vec<u32> = Vec::with_capacity(total);
+        slots.push(SEP);
+        let mut spare = &mut slots.spare_capacity_mut()[..total - 1];
+        let mut jobs = Vec::with_capacity(batches.len());
+        for (batch, &(n, _)) in batches.into_iter().zip(sizes) {
+            let (mine, rest) = std::mem::take(&mut spare).split_at_mut(n);
+            spare = rest;
+            jobs.push((batch, mine));
+        }
+        jobs.into_par_iter().for_each(|(batch, mine)| fill(batch, mine));
+        // SAFETY: `fill` wrote every slot of each batch's part (its contract), and the parts cover
+        // all `total - 1` slots after the first.
+        unsafe { slots.set_len(total) };
+        Ok(Symbols::from_slots(slots))
+    }
+
+    /// Pieces given one by one (each at least 2 symbols).
+    pub fn from_pieces<P: ExactSizeIterator<Item = u32>>(pieces: impl Iterator<Item = P>) -> Result<Symbols, String> {
+        let mut slots = vec![SEP];
+        for piece in pieces {
+            if piece.len() > MAX_PIECE {
+                return Err(format!("a piece of {} symbols is too long for the native trainer", piece.len()));
+            }
+            slots.extend(piece);
+            slots.push(SEP);
+            if slots.len() >= MAX_SLOTS {
+                return Err("corpus too large for the native trainer (more than 4G symbol slots)".into());
+            }
+        }
+        Ok(Symbols::from_slots(slots))
+    }
+
+    fn from_slots(slots: Vec<u32>) -> Symbols {
+        let per_page: Vec<u32> = slots.par_chunks(PAGE).map(|c| c.iter().filter(|&&v| v == SEP).count() as u32).collect();
+        let mut pages = Vec::with_capacity(per_page.len());
+        let mut seps = 0u32;
+        for n in per_page {
+            pages.push(seps);
+            seps += n;
+        }
+        Symbols { slots, pages }
+    }
+
+    /// Number of slots (symbols, dead or alive, and separators).
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.len() <= 1
+    }
+
+    /// Bytes held (for memory estimates and reports).
+    pub fn heap_bytes(&self) -> usize {
+        4 * (self.slots.capacity() + self.pages.capacity())
+    }
+
+    /// The token at `p`, or a value with the `DEAD` bit for a dead slot or a separator.
+    #[inline(always)]
+    pub fn get(&self, p: u32) -> u32 {
+        self.slots[p as usize]
+    }
+
+    /// The address of slot `p`, for prefetching.
+    #[inline(always)]
+    pub fn slot_ref(&self, p: u32) -> &u32 {
+        &self.slots[p as usize]
+    }
+
+    /// The live symbol after live position `p` in its piece, or `NONE`.
+    #[inline(always)]
+    pub fn next(&self, p: u32) -> u32 {
+        let q = p + 1;
+        let v = self.slots[q as usize];
+        if is_live(v) {
+            return q;
+        }
+        if v == SEP {
+            return NONE;
+        }
+        let z = q + (v & !DEAD);
+        if self.slots[z as usize] == SEP {
+            NONE
+        } else {
+            z
+        }
+    }
+
+    /// The live symbol before live position `p` in its piece, or `NONE`.
+    #[inline(always)]
+    pub fn prev(&self, p: u32) -> u32 {
+        let q = p - 1;
+        let v = self.slots[q as usize];
+        if is_live(v) {
+            return q;
+        }
+        if v == SEP {
+            return NONE;
+        }
+        let z = q - (v & !DEAD);
+        if self.slots[z as usize] == SEP {
+            NONE
+        } else {
+            z
+        }
+    }
+
+    /// The piece (0-based, in layout order) that slot `p` (not a separator) belongs to.
+    #[inline(always)]
+    pub fn piece(&self, p: u32) -> u32 {
+        let page = p as usize >> PAGE_BITS;
+        let before = self.slots[page << PAGE_BITS..p as usize].iter().filter(|&&v| v == SEP).count() as u32;
+        self.pages[page] + before - 1
+    }
+
+    /// The page-table entry `piece(p)` reads, for prefetching.
+    #[inline(always)]
+    pub fn page_ref(&self, p: u32) -> &u32 {
+        &self.pages[p as usize >> PAGE_BITS]
+    }
+
+    /// Merge live `p` with its next live symbol `q` into `new`: `q` dies, joining the dead runs on
+    /// either side of it. Returns the live symbol after `q` (now after `p`), or `NONE`.
+    #[inline(always)]
+    pub fn merge_at(&mut self, p: u32, q: u32, new: u32) -> u32 {
+        debug_assert!(is_live(new) && self.next(p) == q);
+        let after = q + 1;
+        let v = self.slots[after as usize];
+        let z = if v != SEP && !is_live(v) { after + (v & !DEAD) } else { after };
+        // The dead run is now p + 1 ..= z - 1; tag both ends, and `q`, which may lie inside it.
+        let tag = DEAD | (z - p - 1);
+        self.slots[p as usize] = new;
+        self.slots[p as usize + 1] = tag;
+        self.slots[q as usize] = tag;
+        self.slots[z as usize - 1] = tag;
+        if self.slots[z as usize] == SEP {
+            NONE
+        } else {
+            z
+        }
+    }
+
+    /// Split the slots into about `parts` consecutive ranges (for parallel passes).
+    pub fn ranges(&self, parts: usize) -> Vec<std::ops::Range<usize>> {
+        let n = self.slots.len();
+        let step = n.div_ceil(parts.max(1)).max(1);
+        (0..n).step_by(step).map(|s| s..(s + step).min(n)).collect()
+    }
+
+    /// Every adjacent live pair whose left symbol lies in `range`: `visit(p, left, right, piece)`,
+    /// in position order.
+    #[inline]
+    pub fn pairs_in(&self, range: std::ops::Range<usize>, mut visit: impl FnMut(u32, u32, u32, u32)) {
+        if range.is_empty() {
+            return;
+        }
+        // Separators before the range start, minus one: the piece of the range's first slot.
+        let mut piece = self.piece_before(range.start);
+        for p in range {
+            let v = self.slots[p];
+            if v == SEP {
+                piece = piece.wrapping_add(1);
+                continue;
+            }
+            if !is_live(v) {
+                continue;
+            }
+            let q = self.next(p as u32);
+            if q != NONE {
+                visit(p as u32, v, self.slots[q as usize], piece);
+            }
+        }
+    }
+
+    /// `piece(p)` for any slot, separators included (the piece before it; u32::MAX before the first).
+    fn piece_before(&self, p: usize) -> u32 {
+        let page = p >> PAGE_BITS;
+        let before = self.slots[page << PAGE_BITS..p].iter().filter(|&&v| v == SEP).count() as u32;
+        (self.pages[page] + before).wrapping_sub(1)
+    }
+
+    /// The live symbols of every piece, in order (for tests).
+    #[cfg(test)]
+    pub fn pieces(&self) -> Vec<Vec<u32>> {
+        let mut out = Vec::new();
+        let mut cur = Vec::new();
+        for &v in &self.slots[1..] {
+            if v == SEP {
+                out.push(std::mem::take(&mut cur));
+            } else if is_live(v) {
+                cur.push(v);
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_below as below;
+
+    /// Random merges on random pieces: next, prev and piece agree with a plain vector model.
+    #[test]
+    fn dead_runs_and_pages_match_a_vector_model() {
+        let seed = &mut 0x0DDB_A11C_AFE5_EED5u64;
+        for round in 0..200 {
+            let mut model: Vec<Vec<(u32, u32)>> = Vec::new(); // (position, symbol) of live symbols
+            let mut flat: Vec<Vec<u32>> = Vec::new();
+            let mut pos = 1u32;
+            for _ in 0..1 + below(seed, 30) {
+                let len = 2 + below(seed, if round % 2 == 0 { 8 } else { 90 });
+                let piece: Vec<u32> = (0..len).map(|_| below(seed, 5) as u32).collect();
+                model.push(piece.iter().enumerate().map(|(k, &s)| (pos + k as u32, s)).collect());
+                pos += len as u32 + 1;
+                flat.push(piece);
+            }
+            let mut s = Symbols::from_pieces(flat.iter().map(|p| p.iter().copied())).unwrap();
+            let mut new = 100;
+            for _ in 0..below(seed, 200) {
+                let w = below(seed, model.len());
+                if model[w].len() < 2 {
+                    continue;
+                }
+                let k = below(seed, model[w].len() - 1);
+                let (p, q) = (model[w][k].0, model[w][k + 1].0);
+                assert_eq!(s.next(p), q);
+                assert_eq!(s.prev(q), p);
+                let after = s.merge_at(p, q, new);
+                model[w][k].1 = new;
+                model[w].remove(k + 1);
+                assert_eq!(after, model[w].get(k + 1).map_or(NONE, |e| e.0));
+                new += 1;
+            }
+            for (w, live) in model.iter().enumerate() {
+                for (k, &(p, sym)) in live.iter().enumerate() {
+                    assert_eq!(s.get(p), sym);
+                    assert_eq!(s.piece(p), w as u32);
+                    assert_eq!(s.next(p), live.get(k + 1).map_or(NONE, |e| e.0));
+                    assert_eq!(s.prev(p), if k == 0 { NONE } else { live[k - 1].0 });
+                }
+            }
+            let expected: Vec<Vec<u32>> = model.iter().map(|l| l.iter().map(|e| e.1).collect()).collect();
+            assert_eq!(s.pieces(), expected);
+            let mut seen = Vec::new();
+            for r in s.ranges(3) {
+                s.pairs_in(r, |p, l, r, w| seen.push((p, l, r, w)));
+            }
+            let want: Vec<(u32, u32, u32, u32)> = model
+                .iter()
+                .enumerate()
+                .flat_map(|(w, l)| l.windows(2).map(move |x| (x[0].0, x[0].1, x[1].1, w as u32)))
+                .collect();
+            assert_eq!(seen, want);
+        }
+    }
+}

@@ -1,0 +1,230 @@
+"""SuperBPE stage 2 at scale: the compact native layout against the python engine, and the memory budget.
+
+The native trainer keeps whole-line pieces as flat symbol arrays with dead-run tags and indexes only
+warm pairs; lines that repeat and lines that are long and distinct stress different parts of that
+(long dead runs, pieces spanning many pages, many rare pairs). The memory budget must refuse a stage
+that would not fit in one line, before building, with the earlier stages' checkpoint left to resume.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from superbpe import native_engine
+from superbpe.checkpoints import load_checkpoint
+from superbpe.config import DataConfig, EngineConfig, PretokenizerConfig, TrainConfig, to_dataclass
+from superbpe.engine import PythonEngine
+from superbpe.errors import ConfigError, SuperBPEError
+from superbpe.memory import MemoryLimitError, parse_size
+from superbpe.pretokenize import get_pretokenizer
+from superbpe.run import run_training
+from superbpe.trainer import MergeRules
+
+pytestmark = pytest.mark.skipif(
+    not native_engine.available(), reason="superbpe._native is not built (run `pip install -e .`)"
+)
+
+EOT = "<|endoftext|>"
+WORDS = ["the", "of", "a", "to", "in", "is", "for", "with", "int", "void", "return", "if", "else", ":", "{"]
+
+
+def _line(rng: random.Random, words: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(words)) + "\n"
+
+
+def long_lines_corpus(path: Path) -> Path:
+    """Long lines that repeat (a few thousand bytes, many times) and long lines that never repeat."""
+    rng = random.Random(20261123)
+    repeated = [_line(rng, 600), "ab " * 700 + "\n", "x" * 3000 + "\n"]
+    distinct = [_line(rng, rng.randrange(100, 900)) for _ in range(60)]
+    short = [_line(rng, rng.randrange(1, 8)) for _ in range(400)]
+    lines = repeated * 25 + distinct + short * 3
+    rng.shuffle(lines)
+    path.write_text("".join(lines), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("stage2_pattern", ["superbpe", "superbpe-paper"])
+def test_stage2_on_long_repeated_and_distinct_lines_matches_python(
+    tmp_path: Path, stage2_pattern: str
+) -> None:
+    path = long_lines_corpus(tmp_path / "lines.txt")
+    native, python = native_engine.NativeEngine(), PythonEngine()
+    stage1_pre = get_pretokenizer("superbpe-stage1")
+    stage1 = python.train(python.count(path, stage1_pre, [EOT]), 250).merges
+    assert native.train(native.count(path, stage1_pre, [EOT]), 250).merges == stage1
+    rules = MergeRules(max_words_per_token=4, forbidden_substrings=(b": ",))
+    pre = get_pretokenizer(stage2_pattern)
+    for transition in (0, 120, 250):
+        expected = python.train(python.count(path, pre, [EOT]), 700, rules=rules, replay=stage1[:transition])
+        got = native.train(native.count(path, pre, [EOT]), 700, rules=rules, replay=stage1[:transition])
+        assert got.merges == expected.merges, f"transition {transition}"
+        assert len(got.merges) == 700
+
+
+def test_build_progress_reports_replay_and_index(tmp_path: Path) -> None:
+    path = long_lines_corpus(tmp_path / "lines.txt")
+    native = native_engine.NativeEngine()
+    stage1 = native.train(native.count(path, get_pretokenizer("superbpe-stage1"), [EOT]), 100).merges
+    seen: list[tuple[str, int, int]] = []
+    counts = native.count(path, get_pretokenizer("superbpe"), [EOT])
+    native.train(counts, 200, replay=stage1, build_progress=lambda *report: seen.append(report))
+    phases = [phase for phase, _, _ in seen]
+    assert phases[0] == "replay" and phases[-1] == "index"
+    assert seen[-1][1] == seen[-1][2] > 0
+    replay_done = [done for phase, done, total in seen if phase == "replay"]
+    assert replay_done == sorted(replay_done) and replay_done[-1] == len(counts)
+
+
+def test_memory_estimate_counts_the_pieces_and_grows_with_them(tmp_path: Path) -> None:
+    native = native_engine.NativeEngine()
+    small = long_lines_corpus(tmp_path / "small.txt")
+    big = tmp_path / "big.txt"
+    big.write_text(small.read_text() + "".join(_line(random.Random(i), 300) for i in range(200)))
+    pre = get_pretokenizer("superbpe")
+    estimates = []
+    for path in (small, big):
+        counts = native.count(path, pre, [EOT])
+        need = native.train_memory(counts, [(b"t", b"h"), (b"th", b"e")])
+        kept = [piece for piece, count in counts.items() if len(piece) >= 2 and count > 0]
+        assert need.pieces == len(kept)
+        assert need.piece_bytes == sum(map(len, kept))
+        assert 0 < need.symbols <= need.piece_bytes
+        estimates.append(need.build_bytes)
+    assert estimates[1] > estimates[0]
+
+
+def _superbpe_config(corpus: Path, out: Path, memory_limit: str | None) -> TrainConfig:
+    from omegaconf import OmegaConf
+
+    cfg = TrainConfig(
+        data=DataConfig(paths=[str(corpus)]),
+        pretokenizer=PretokenizerConfig("superbpe-stage1"),
+        engine=EngineConfig("native"),
+        vocab_size=900,
+        output_dir=str(out),
+        cache_dir=None,
+        memory_limit=memory_limit,
+    )
+    schedule = {
+        "name": "superbpe",
+        "stages": [
+            {"name": "stage1", "until": 400},
+            {"name": "stage2", "pretokenizer": {"name": "superbpe"}, "max_words_per_token": 4},
+        ],
+    }
+    return to_dataclass(OmegaConf.merge(OmegaConf.structured(cfg), {"schedule": schedule}), TrainConfig)
+
+
+def test_a_stage_over_memory_limit_is_refused_in_one_line_and_resumes(tmp_path: Path) -> None:
+    corpus = long_lines_corpus(tmp_path / "lines.txt")
+    reference = run_training(_superbpe_config(corpus, tmp_path / "reference", None))
+    out = tmp_path / "run"
+    # 1 MB is less than the process holds already: the first stage to build stops.
+    with pytest.raises(MemoryLimitError) as refused:
+        run_training(_superbpe_config(corpus, out, "1MB"))
+    message = str(refused.value)
+    assert "\n" not in message and "memory_limit 1.0 MB" in message and "smaller corpus" in message
+    assert not (out / "vocab.json").exists() and not (out / "merges.txt").exists()
+    resumed = run_training(to_dataclass(_resume(corpus, out, None), TrainConfig))
+    assert resumed.merges == reference.merges
+
+
+def test_stage1_checkpoint_survives_a_refused_stage2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    corpus = long_lines_corpus(tmp_path / "lines.txt")
+    reference = run_training(_superbpe_config(corpus, tmp_path / "reference", None))
+    out = tmp_path / "run"
+    import superbpe.run as run_module
+
+    real_check = run_module.check_fits
+
+    def refuse_stage2(stage: str, need, memory_limit) -> None:  # type: ignore[no-untyped-def]
+        real_check(stage, need, "1MB" if stage == "stage2" else memory_limit)
+
+    monkeypatch.setattr(run_module, "check_fits", refuse_stage2)
+    with pytest.raises(MemoryLimitError, match="stage stage2 needs about"):
+        run_training(_superbpe_config(corpus, out, None))
+    saved = load_checkpoint(out)
+    assert saved is not None and saved.stage == 1
+    assert saved.merges == reference.merges[: reference.stage_ends[0]]
+    assert not (out / "vocab.json").exists()
+    monkeypatch.setattr(run_module, "check_fits", real_check)
+    resumed = run_training(to_dataclass(_resume(corpus, out, None), TrainConfig))
+    assert resumed.merges == reference.merges
+
+
+def _resume(corpus: Path, out: Path, memory_limit: str | None) -> TrainConfig:
+    cfg = _superbpe_config(corpus, out, memory_limit)
+    cfg.output_dir = None
+    cfg.resume = str(out)
+    return cfg
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [("8GB", 8 * 10**9), ("1.5GiB", int(1.5 * 2**30)), ("512 MB", 512 * 10**6), ("800000", 800000)],
+)
+def test_memory_limit_sizes(text: str, size: int) -> None:
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["lots", "-1GB", "0", "8 parsecs", ""])
+def test_bad_memory_limit_is_a_config_error(text: str, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="memory_limit"):
+        parse_size(text)
+    corpus = long_lines_corpus(tmp_path / "lines.txt")
+    with pytest.raises(SuperBPEError, match="memory_limit"):
+        run_training(_superbpe_config(corpus, tmp_path / "out", text))
+    assert not (tmp_path / "out" / "checkpoint.json").exists()
+
+
+def test_merge_eta_is_measured_from_the_end_of_the_build(monkeypatch: pytest.MonkeyPatch, caplog) -> None:
+    """A long build before the first merge must not make the merge rate tiny and the ETA huge."""
+    import logging
+
+    from superbpe import progress
+
+    now = [1000.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
+    caplog.set_level(logging.INFO, logger="superbpe")
+    with progress.task("merging (stage2)", 2000, "merges", enabled=False, initial=1000) as update:
+        now[0] += 600.0  # the build: ten minutes, no merges
+        update.restart_clock()
+        now[0] += 10.0
+        update(500)  # 50 merges/s since the build ended
+    lines = [r.getMessage() for r in caplog.records if "merging (stage2)" in r.getMessage()]
+    assert "ETA 10.0s, 50 merges/s" in lines[0]
+
+
+def test_build_reporter_logs_phases_with_rss(caplog) -> None:
+    import logging
+
+    from superbpe.progress import build_reporter
+
+    caplog.set_level(logging.INFO, logger="superbpe")
+    done = []
+    report = build_reporter("building (stage2)", lambda: done.append(True))
+    report("replay", 0, 10)
+    report("replay", 10, 10)
+    assert not done
+    report("index", 40, 40)
+    assert done == [True]
+    lines = [r.getMessage() for r in caplog.records]
+    assert any("replay 10/10 pieces (100%), RSS" in line for line in lines)
+    assert any("index 40/40 slots (100%), RSS" in line for line in lines)
+
+
+def test_counts_handed_to_the_trainer_give_the_same_merges_and_are_spent(tmp_path: Path) -> None:
+    path = long_lines_corpus(tmp_path / "lines.txt")
+    native = native_engine.NativeEngine()
+    stage1 = native.train(native.count(path, get_pretokenizer("superbpe-stage1"), [EOT]), 150).merges
+    pre = get_pretokenizer("superbpe")
+    kept = native.train(native.count(path, pre, [EOT]), 400, replay=stage1)
+    counts = native.count(path, pre, [EOT])
+    handed = native.train(counts, 400, replay=stage1, consume_counts=True)
+    assert handed.merges == kept.merges
+    with pytest.raises(SuperBPEError, match="handed to a trainer"):
+        len(counts)
