@@ -406,7 +406,7 @@ def _train(
     if plan.rules.absent_inherited == "drop":
         # The merges may lack some of ``prior``, so they are not ``prior`` + this stage's: no cache.
         with stats.part("train_seconds"):
-            return _choose(job, plan, counts, [*prior, *partial], checkpointer)
+            return _choose(job, plan, counts, [*prior, *partial], checkpointer, stats)
     key = cache_key(
         kind="merges",
         counts=counts.meta,
