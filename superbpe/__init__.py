@@ -30,6 +30,7 @@ _EXPORTS = {
     "SuperBPEError": "superbpe.errors",
     "run_training": "superbpe.run",
     "TrainConfig": "superbpe.config",
+    "CompatConfig": "superbpe.config",
 }
 
 __all__ = sorted(_EXPORTS)

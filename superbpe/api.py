@@ -11,6 +11,15 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from superbpe.compat import (
+    alphabet_order,
+    get_compat,
+    hf_vocab,
+    seen_budget,
+    training_pretokenizer,
+    training_rules,
+)
+from superbpe.config import CompatConfig
 from superbpe.counting import PieceCounts
 from superbpe.engine import Engine, Merge, MergeCallback, get_engine
 from superbpe.errors import ConfigError
@@ -142,20 +151,29 @@ def train_bpe(
     replay: Sequence[Merge] = (),
     callback: MergeCallback | None = None,
     callback_every: int = 1000,
+    compat: str | CompatConfig | None = None,
     **options: Any,
 ) -> tuple[Vocab, list[Merge]]:
     """Train byte-level BPE on text files (or on saved piece counts) and return ``(vocab, merges)``.
 
     Options: ``min_frequency``, ``max_token_bytes``, ``max_words_per_token``,
     ``forbidden_substrings``, ``chunk_bytes``, ``errors`` ("strict" or "replace"), ``text_field``.
+    ``compat="official"`` trains as HF ``tokenizers`` does (see :mod:`superbpe.compat`): line units,
+    HF's tie-break and ids, the alphabet of the bytes seen.
     """
+    chosen_compat = get_compat(compat)
     special_tokens = list(dict.fromkeys(special_tokens))
     SpecialSplitter(special_tokens)
     check_special_tokens(special_tokens)
-    num_merges = merge_budget(vocab_size, special_tokens)
+    seen_alphabet = chosen_compat.alphabet == "seen"
+    # With the seen alphabet, the budget is known once the text is counted (see below).
+    num_merges = merge_budget(vocab_size, special_tokens) if not seen_alphabet else 0
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
+        raise ConfigError(f"vocab_size must be an integer, not {vocab_size!r}")
     read_options = {k: options.pop(k) for k in ("chunk_bytes", "errors", "text_field") if k in options}
-    rules = make_rules(**_rule_options(options))
-    splits = [] if isinstance(input_path, PieceCounts) else [get_pretokenizer(pretokenizer)]
+    rules = training_rules(make_rules(**_rule_options(options)), chosen_compat)
+    pretokenizer = training_pretokenizer(get_pretokenizer(pretokenizer), chosen_compat)
+    splits = [] if isinstance(input_path, PieceCounts) else [pretokenizer]
     chosen = get_engine(engine, splits)
     if isinstance(input_path, PieceCounts):
         counts = input_path
@@ -168,9 +186,14 @@ def train_bpe(
             workers=workers,
             **read_options,
         )
+    alphabet = alphabet_order(counts.bytes_seen()) if seen_alphabet else None
+    if alphabet is not None:  # the bytes never seen take no ids, so merges may use them
+        num_merges = seen_budget(vocab_size, alphabet, special_tokens)
     result = chosen.train(
         counts, num_merges, rules=rules, replay=replay, callback=callback, callback_every=callback_every
     )
+    if alphabet is not None:
+        return hf_vocab(alphabet, result.merges, special_tokens), result.merges
     return build_vocab(result.merges, special_tokens), result.merges
 
 

@@ -90,6 +90,40 @@ class ScheduleConfig:
 
 
 @dataclass
+class CompatConfig:
+    """Every setting in which the official SuperBPE recipe (HF ``tokenizers`` + their fork) differs from ours.
+
+    ``conf/compat/superbpe.yaml`` (the default) is our behaviour, ``conf/compat/official.yaml`` theirs;
+    ``superbpe.compat`` explains each choice. Values are checked by ``superbpe.compat.check_compat``.
+    """
+
+    name: str = "superbpe"
+    # Training units: None = each pattern's own default; True = every stage counts line by line (HF's
+    # file reader makes every line, newline included, its own sequence).
+    line_units: bool | None = None
+    # Count ties: "bytes" = the greatest (left bytes, right bytes); "ids" = the lowest (left id,
+    # right id) in HF's numbering (HF's heap order).
+    tie_break: str = "bytes"
+    # First ids: "bytes" = all 256 bytes as ids 0-255; "seen" = only the bytes the training text
+    # has, ordered by their GPT-2 byte-to-unicode character (as HF's alphabet is).
+    alphabet: str = "bytes"
+    # A chosen pair whose token already exists: "skip" it (tokens stay unique); "merge" = record it
+    # and merge it as HF does (no new id).
+    duplicates: str = "skip"
+    # An inherited (replayed) merge whose pair never occurs in this stage's text: "keep" it (ids stay
+    # as the source has them); "drop" it (the fork skips it, so later ids shift).
+    absent_inherited: str = "keep"
+    # Encoding: None = as the final stage trained (line units and all); False = the final pattern
+    # over the whole text (the official encoder).
+    encode_line_units: bool | None = None
+    # Encoding: a piece that is itself a token is that token (HF ignore_merges); off = every piece
+    # goes through the merges (HF's default, as in the official files).
+    whole_pieces: bool = True
+    # vocab.json layout: "lines" (ours, diffable) or "hf" (one line, no final newline).
+    vocab_style: str = "lines"
+
+
+@dataclass
 class CheckpointConfig:
     every_merges: int = 1000
     every_seconds: float = 60.0
@@ -122,6 +156,7 @@ class TrainConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    compat: CompatConfig = field(default_factory=CompatConfig)
     vocab_size: int = 8192
     special_tokens: list[str] = field(default_factory=lambda: list(DEFAULT_SPECIALS))
     workers: int | None = None

@@ -62,6 +62,14 @@ class PieceCounts(Mapping[bytes, int]):
         """Number of piece occurrences in the corpus."""
         return sum(self.counts.values())
 
+    def bytes_seen(self) -> bytes:
+        """The distinct byte values of the pieces that occur, ascending."""
+        seen: set[int] = set()
+        for piece, count in self.items():
+            if count > 0 and len(seen) < 256:
+                seen.update(piece)
+        return bytes(sorted(seen))
+
     def to_dict(self) -> dict[bytes, int]:
         return dict(self.counts)
 

@@ -1,8 +1,10 @@
 """The python engine's encoder: text with no special tokens in it -> token ids.
 
-Rule (the contract both engines follow): pre-tokenize; a piece whose bytes are a token is that token;
-otherwise start from single bytes and repeatedly merge the adjacent pair with the lowest merge rank, the
-leftmost one on ties. Ids come from the vocab's bytes -> id map, so foreign id layouts (GPT-2) work.
+Rule (the contract both engines follow): pre-tokenize; a piece whose bytes are a token is that token
+(unless ``whole_pieces`` is off, as in HF's ``ignore_merges: false``); otherwise start from single bytes
+and repeatedly merge the adjacent pair with the lowest merge rank, the leftmost one on ties. A vocab may
+lack single bytes; a text that needs one is an error. Ids come from the vocab's bytes -> id map, so
+foreign id layouts (GPT-2, HF) work.
 
 Speed comes almost entirely from the piece cache: natural text repeats a few thousand pieces over and over,
 so after warm-up encoding is one regex split plus a C-level ``map`` over the cache. Misses take one of two
@@ -26,7 +28,11 @@ HEAP_THRESHOLD = 400
 MAX_CACHED_PIECE = 256
 DEFAULT_CACHE_SIZE = 200_000
 _NO_RANK = 1 << 62
-_BYTES = tuple(bytes([b]) for b in range(256))
+
+
+def missing_byte_message(byte: int) -> str:
+    """The error for a text that needs a byte the vocab has no token for (both engines say this)."""
+    return f"text needs byte 0x{byte:02x}, which has no token in the vocabulary"
 
 
 class PythonEncoder:
@@ -39,11 +45,12 @@ class PythonEncoder:
         pretokenizer: Pretokenizer,
         *,
         cache_size: int = DEFAULT_CACHE_SIZE,
+        whole_pieces: bool = True,
     ) -> None:
+        # A vocab may lack single bytes (HF-trained ones keep only the bytes they saw); a text that
+        # needs one is an error (see _encode_piece), any other text encodes.
         self._ids: dict[bytes, int] = dict(vocab)
-        missing = [b for b in range(256) if _BYTES[b] not in self._ids]
-        if missing:
-            raise ConfigError(f"vocab lacks {len(missing)} single-byte token(s), e.g. byte {missing[0]}")
+        self._whole_pieces = whole_pieces
         self._ranks: dict[Merge, int] = {}
         for rank, (left, right) in enumerate(merges):
             if left + right not in self._ids:
@@ -77,12 +84,15 @@ class PythonEncoder:
         except UnicodeEncodeError as exc:
             bad = piece[exc.start]
             raise InputError(f"text has an unpaired surrogate {bad!r} (not UTF-8)") from None
-        whole = self._ids.get(data)
+        whole = self._ids.get(data) if self._whole_pieces else None
         if whole is not None:
             ids: tuple[int, ...] = (whole,)
         else:
             ids_of = self._ids
-            ids = tuple(ids_of[token] for token in self.merge_bytes(data))
+            try:
+                ids = tuple(ids_of[token] for token in self.merge_bytes(data))
+            except KeyError as exc:  # only a single byte can lack an id (merge results are checked)
+                raise InputError(missing_byte_message(exc.args[0][0])) from None
         if len(piece) <= MAX_CACHED_PIECE:
             if len(self._cache) >= self._cache_size:
                 self._cache.clear()

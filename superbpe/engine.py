@@ -65,7 +65,12 @@ class Engine(Protocol):
     ) -> TrainResult: ...
 
     def encoder(
-        self, vocab: Mapping[bytes, int], merges: Sequence[Merge], pretokenizer: Pretokenizer
+        self,
+        vocab: Mapping[bytes, int],
+        merges: Sequence[Merge],
+        pretokenizer: Pretokenizer,
+        *,
+        whole_pieces: bool = True,
     ) -> EncoderCore: ...
 
 
@@ -117,11 +122,16 @@ class PythonEngine:
         )
 
     def encoder(
-        self, vocab: Mapping[bytes, int], merges: Sequence[Merge], pretokenizer: Pretokenizer
+        self,
+        vocab: Mapping[bytes, int],
+        merges: Sequence[Merge],
+        pretokenizer: Pretokenizer,
+        *,
+        whole_pieces: bool = True,
     ) -> EncoderCore:
         from superbpe.encoder import PythonEncoder
 
-        return PythonEncoder(vocab, merges, pretokenizer)
+        return PythonEncoder(vocab, merges, pretokenizer, whole_pieces=whole_pieces)
 
 
 def native_available() -> bool:

@@ -200,9 +200,17 @@ def _check_merges(path: Path, merges: list[Merge], vocab: Mapping[int, bytes], w
 # vocab.json and merges.txt
 
 
-def vocab_to_json_text(vocab: Mapping[int, bytes]) -> str:
-    """``{token string: id}`` in id order, one entry per line-ish (compact but diffable)."""
+#: ``vocab.json`` layouts: ours (one entry per line, diffable) and HF's (one line, no final newline).
+VOCAB_STYLES = ("lines", "hf")
+
+
+def vocab_to_json_text(vocab: Mapping[int, bytes], style: str = "lines") -> str:
+    """``{token string: id}`` in id order; ``style="hf"`` writes it exactly as HF ``tokenizers`` does."""
     ordered = {bytes_to_token_str(token): token_id for token_id, token in sorted(vocab.items())}
+    if style == "hf":
+        return json.dumps(ordered, ensure_ascii=False, separators=(",", ":"))
+    if style != "lines":
+        raise ConfigError(f"vocab style must be one of {', '.join(VOCAB_STYLES)}, not {style!r}")
     return _json_text(ordered, indent=0)
 
 
@@ -212,8 +220,8 @@ def merges_to_text(merges: Sequence[Merge]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_vocab(path: str | Path, vocab: Mapping[int, bytes]) -> None:
-    atomic_write_text(Path(path), vocab_to_json_text(vocab))
+def write_vocab(path: str | Path, vocab: Mapping[int, bytes], style: str = "lines") -> None:
+    atomic_write_text(Path(path), vocab_to_json_text(vocab, style))
 
 
 def write_merges(path: str | Path, merges: Sequence[Merge]) -> None:
@@ -224,6 +232,23 @@ def read_vocab(path: str | Path, special_tokens: Sequence[str] = ()) -> dict[int
     """``vocab.json`` -> ``{id: bytes}``. Special tokens may appear verbatim rather than byte-mapped."""
     path = Path(path)
     return _vocab_from_mapping(path, _read_json(path), special_tokens)
+
+
+def unmerged_tokens(vocab: Mapping[int, bytes], merges: Sequence[Merge]) -> list[str]:
+    """Tokens of two or more bytes that no merge makes, as text, in id order (GPT-2's ``<|endoftext|>``).
+
+    BPE can never produce such a token, so in a GPT-2 style ``vocab.json`` + ``merges.txt`` they are the
+    special tokens. Ones that are not UTF-8 cannot be matched in text and are left as they are.
+    """
+    made = {left + right for left, right in merges}
+    found = []
+    for _, token in sorted(vocab.items()):
+        if len(token) > 1 and token not in made:
+            try:
+                found.append(token.decode("utf-8"))
+            except UnicodeDecodeError:
+                continue
+    return found
 
 
 def read_merges(path: str | Path, vocab: Mapping[int, bytes] | None = None) -> list[Merge]:
@@ -257,10 +282,12 @@ def hf_tokenizer_json(
     merges: Sequence[Merge],
     special_tokens: Sequence[str],
     pretokenizer: Pretokenizer,
+    whole_pieces: bool = True,
 ) -> dict[str, Any]:
     """The HF ``tokenizers`` document that encodes exactly like our :class:`~superbpe.tokenizer.Tokenizer`.
 
-    ``ignore_merges`` is on because our encoder maps a piece that is itself a token straight to its id; the
+    ``ignore_merges`` is ``whole_pieces``: on, our encoder maps a piece that is itself a token straight to
+    its id (off, as in the official SuperBPE files, every piece goes through the merges); the
     regex split is ``Isolated`` (matches and gaps are pieces, as ours); ByteLevel only maps bytes to the
     printable table (``use_regex=false``) since the split already happened.
     """
@@ -295,7 +322,7 @@ def hf_tokenizer_json(
         "end_of_word_suffix": None,
         "fuse_unk": False,
         "byte_fallback": False,
-        "ignore_merges": True,
+        "ignore_merges": whole_pieces,
         "vocab": _hf_vocab(vocab, special_tokens),
         "merges": [f"{bytes_to_token_str(left)} {bytes_to_token_str(right)}" for left, right in merges],
     }
@@ -339,8 +366,9 @@ def write_hf_tokenizer(
     merges: Sequence[Merge],
     special_tokens: Sequence[str],
     pretokenizer: Pretokenizer,
+    whole_pieces: bool = True,
 ) -> None:
-    document = hf_tokenizer_json(vocab, merges, special_tokens, pretokenizer)
+    document = hf_tokenizer_json(vocab, merges, special_tokens, pretokenizer, whole_pieces)
     atomic_write_text(Path(path), _json_text(document, indent=1))
 
 
@@ -353,6 +381,7 @@ class HFTokenizerData:
     special_tokens: list[str]
     pattern: str | None  # the Split regex, when the pre-tokenizer has one
     line_units: bool  # whether a Split on "\n" (merged with previous) comes first
+    ignore_merges: bool = False  # the model's flag (HF's default when absent is off)
 
 
 def read_hf_tokenizer(path: str | Path) -> HFTokenizerData:
@@ -365,14 +394,16 @@ def read_hf_tokenizer(path: str | Path) -> HFTokenizerData:
     added = document.get("added_tokens", [])
     if not isinstance(added, list) or not all(isinstance(a, dict) for a in added):
         raise InputError(f"{path}: added_tokens must be a list of objects")
-    special_tokens = [str(a.get("content")) for a in added if a.get("special")]
+    # HF cuts every added token out of the text before the model sees it, special or not.
+    special_tokens = [str(a.get("content")) for a in added]
     added_ids = {str(a.get("content")): a.get("id") for a in added}
     vocab = _vocab_from_mapping(path, model.get("vocab"), special_tokens, added_ids)
     _add_added_tokens(path, vocab, added)
     merges, where = _hf_merges(path, model.get("merges", []))
     _check_merges(path, merges, vocab, where)
     pattern, line_units = _hf_split(document.get("pre_tokenizer"))
-    return HFTokenizerData(vocab, merges, special_tokens, pattern, line_units)
+    ignore_merges = bool(model.get("ignore_merges", False))
+    return HFTokenizerData(vocab, merges, special_tokens, pattern, line_units, ignore_merges)
 
 
 def _add_added_tokens(path: Path, vocab: dict[int, bytes], added: list[dict[str, Any]]) -> None:
@@ -579,6 +610,7 @@ class Manifest:
     training: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     format_version: int = MANIFEST_VERSION
+    whole_pieces: bool = True  # encoding: a piece that is a token is that token (HF ignore_merges)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -587,6 +619,7 @@ class Manifest:
             "pretokenizer": self.pretokenizer,
             "special_tokens": self.special_tokens,
             "vocab_size": self.vocab_size,
+            "whole_pieces": self.whole_pieces,
             "stages": self.stages,
             "training": self.training,
             "extra": self.extra,
@@ -619,7 +652,12 @@ def read_manifest(path: str | Path) -> Manifest:
     for key, value in parts.items():
         if not isinstance(value, list if key == "stages" else dict):
             raise InputError(f"{path}: '{key}' has the wrong type")
-    return Manifest(pre, specials, vocab_size, parts["stages"], parts["training"], parts["extra"], version)
+    whole_pieces = data.get("whole_pieces", True)
+    if not isinstance(whole_pieces, bool):
+        raise InputError(f"{path}: 'whole_pieces' must be true or false")
+    return Manifest(
+        pre, specials, vocab_size, parts["stages"], parts["training"], parts["extra"], version, whole_pieces
+    )
 
 
 def manifest_pretokenizer(path: Path, manifest: Manifest) -> Pretokenizer:
@@ -644,6 +682,8 @@ def save_tokenizer_dir(
     stages: Sequence[Mapping[str, Any]] = (),
     training: Mapping[str, Any] | None = None,
     extra: Mapping[str, Any] | None = None,
+    whole_pieces: bool = True,
+    vocab_style: str = "lines",
     roles: Mapping[str, str | None] | None = None,
     tiktoken: bool = False,
 ) -> Path:
@@ -651,8 +691,9 @@ def save_tokenizer_dir(
     ``superbpe.json`` into ``directory``; with ``tiktoken``, also ``tokenizer.tiktoken`` + ``tiktoken.json``.
 
     ``roles`` maps transformers' ``bos_token`` / ``eos_token`` / ``pad_token`` / ``unk_token`` to special
-    tokens (default: ``<|endoftext|>`` as bos and eos when it is a special token). Every document is built
-    (and so validated) before the first file is written.
+    tokens (default: ``<|endoftext|>`` as bos and eos when it is a special token). ``whole_pieces`` is how
+    the tokenizer encodes (see :class:`Manifest`); ``vocab_style`` the ``vocab.json`` layout. Every
+    document is built (and so validated) before the first file is written.
     """
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
@@ -664,11 +705,13 @@ def save_tokenizer_dir(
         stages=[dict(stage) for stage in stages],
         training=dict(training or {}),
         extra=dict(extra or {}),
+        whole_pieces=whole_pieces,
     )
+    hf_document = hf_tokenizer_json(vocab, merges, special_tokens, pretokenizer, whole_pieces)
     texts = {
-        VOCAB_FILE: vocab_to_json_text(vocab),
+        VOCAB_FILE: vocab_to_json_text(vocab, vocab_style),
         MERGES_FILE: merges_to_text(merges),
-        HF_FILE: _json_text(hf_tokenizer_json(vocab, merges, special_tokens, pretokenizer), indent=1),
+        HF_FILE: _json_text(hf_document, indent=1),
         MANIFEST_FILE: _json_text(manifest.to_json(), indent=2),
     }
     hf_roles = resolve_roles(roles, special_tokens)

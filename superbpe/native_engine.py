@@ -128,6 +128,9 @@ class NativePieceCounts(PieceCounts):
     def __len__(self) -> int:
         return len(self._table())
 
+    def bytes_seen(self) -> bytes:
+        return bytes(self._native.bytes_seen())
+
     def total(self) -> int:
         return int(self._table().total())
 
@@ -231,10 +234,7 @@ class NativeEngine:
             table,
             num_merges,
             replay,
-            rules.min_frequency,
-            rules.max_token_bytes,
-            rules.max_words_per_token,
-            list(rules.forbidden_substrings),
+            rules,
             None if callback is None else (lambda merges: callback(MergesSoFar(merges))),
             callback_every,
             build_progress,
@@ -250,9 +250,14 @@ class NativeEngine:
         return StageMemory(*lib.train_memory(native_counts(counts), replay))
 
     def encoder(
-        self, vocab: Mapping[bytes, int], merges: Sequence[Merge], pretokenizer: Pretokenizer
+        self,
+        vocab: Mapping[bytes, int],
+        merges: Sequence[Merge],
+        pretokenizer: Pretokenizer,
+        *,
+        whole_pieces: bool = True,
     ) -> NativeEncoder:
-        return NativeEncoder(vocab, merges, pretokenizer)
+        return NativeEncoder(vocab, merges, pretokenizer, whole_pieces=whole_pieces)
 
 
 def _count_path(
@@ -301,18 +306,21 @@ class NativeEncoder:
         pretokenizer: Pretokenizer,
         *,
         workers: int | None = None,
+        whole_pieces: bool = True,
     ) -> None:
         lib = _require_native()
         ids = dict(vocab)
-        missing = [b for b in range(256) if bytes([b]) not in ids]
-        if missing:
-            raise ConfigError(f"vocab lacks {len(missing)} single-byte token(s), e.g. byte {missing[0]}")
         for rank, (left, right) in enumerate(merges):
             if left + right not in ids:
                 raise ConfigError(f"merge #{rank} ({left!r}, {right!r}) makes a token not in the vocab")
         _require_exact(pretokenizer)
         self._core = lib.Encoder(
-            ids, list(merges), pretokenizer.pattern, pretokenizer.line_units, _thread_count(workers)
+            ids,
+            list(merges),
+            pretokenizer.pattern,
+            pretokenizer.line_units,
+            _thread_count(workers),
+            whole_pieces,
         )
 
     def encode_ordinary(self, text: str) -> list[int]:
@@ -321,6 +329,8 @@ class NativeEncoder:
             return self._core.encode_ordinary(text)
         except UnicodeEncodeError as exc:
             raise _surrogate_error(text, exc) from None
+        except ValueError as exc:
+            raise _encode_error(exc) from None
 
     def encode_batch(self, texts: Sequence[str], dtype: str = "uint32") -> tuple[np.ndarray, np.ndarray]:
         """Encode many texts on all cores: flat ids (``dtype`` uint16/uint32) and each text's end offset."""
@@ -329,6 +339,8 @@ class NativeEncoder:
             ids, ends = self._core.encode_batch(list(texts), dtype)
         except UnicodeEncodeError as exc:
             raise _surrogate_error(str(exc.object), exc) from None
+        except ValueError as exc:
+            raise _encode_error(exc) from None
         return np.frombuffer(ids, dtype=np.dtype(dtype).newbyteorder("<")), np.frombuffer(ends, dtype="<u8")
 
     def encode_array(self, text: str, dtype: str = "uint32", chunk_bytes: int = 1 << 20) -> np.ndarray:
@@ -338,12 +350,19 @@ class NativeEncoder:
             ids = self._core.encode_array(text, dtype, chunk_bytes)
         except UnicodeEncodeError as exc:
             raise _surrogate_error(text, exc) from None
+        except ValueError as exc:
+            raise _encode_error(exc) from None
         return np.frombuffer(ids, dtype=np.dtype(dtype).newbyteorder("<"))
 
 
 def _check_dtype(dtype: str) -> None:
     if dtype not in ("uint16", "uint32"):
         raise ConfigError(f"dtype must be 'uint16' or 'uint32', not {dtype!r}")
+
+
+def _encode_error(exc: ValueError) -> InputError:
+    """A text the encoder cannot encode (it needs a byte the vocabulary lacks), as an input error."""
+    return InputError(str(exc))
 
 
 def _surrogate_error(text: str, exc: UnicodeEncodeError) -> InputError:

@@ -14,7 +14,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,9 @@ from superbpe import files
 from superbpe.api import build_vocab, check_special_tokens, merge_budget, reserved_tokens
 from superbpe.cache import RunCache, cache_key
 from superbpe.checkpoints import Checkpoint, Checkpointer, check_compatible, checkpoint_path, load_checkpoint
-from superbpe.config import TrainConfig
+from superbpe.compat import DEFAULT as DEFAULT_COMPAT
+from superbpe.compat import alphabet_order, check_compat, encoding_pretokenizer, hf_vocab, seen_budget
+from superbpe.config import CompatConfig, TrainConfig
 from superbpe.counting import PieceCounts, check_errors_mode
 from superbpe.engine import Engine, Merge, get_engine
 from superbpe.errors import ConfigError, InputError
@@ -82,10 +84,15 @@ class _Job:
     output_dir: Path
     eval_path: Path | None
     cache: RunCache
+    compat: CompatConfig = field(default_factory=CompatConfig)
+    # compat.alphabet "seen": each trained stage's alphabet (bytes in HF's order), by stage index.
+    alphabets: dict[int, bytes] = field(default_factory=dict)
 
     def compat_config(self) -> dict[str, Any]:
         """The settings that decide the merges; a resume must match them exactly."""
+        extra = {} if self.compat == DEFAULT_COMPAT else {"compat": asdict(self.compat)}
         return {
+            **extra,
             "vocab_size": self.cfg.vocab_size,
             "special_tokens": self.specials,
             "stages": [plan.spec() for plan in self.plans],
@@ -150,9 +157,10 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
     files.resolve_roles(cfg.export.roles(), specials)
     top = cfg.pretokenizer
     resolve_pretokenizer(top)
-    plans = plan_stages(cfg.schedule, top, total)
+    compat = check_compat(cfg.compat)
+    plans = plan_stages(cfg.schedule, top, total, compat)
     if cfg.export.tiktoken:
-        files.tiktoken_pattern(plans[-1].pretokenizer)
+        files.tiktoken_pattern(encoding_pretokenizer(plans[-1].pretokenizer, compat))
     source = load_source(cfg.schedule)
     source_merges: tuple[Merge, ...] = ()
     if source is not None:
@@ -180,6 +188,7 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
         output_dir=output_dir,
         eval_path=eval_path,
         cache=RunCache(cfg.cache_dir, max_gib=cfg.cache_max_gib),
+        compat=compat,
     )
 
 
@@ -318,6 +327,7 @@ def _run_stage(job: _Job, plan: StagePlan, checkpointer: Checkpointer, ahead: _C
         else:
             counts = _counts(job, plan, stats, ahead)
             ahead.start_after(plan)
+            plan = _with_alphabet(job, plan, counts)
             merges = _train(
                 job, plan, counts, state.merges[:start_len], state.merges[start_len:], checkpointer, stats
             )
@@ -326,6 +336,19 @@ def _run_stage(job: _Job, plan: StagePlan, checkpointer: Checkpointer, ahead: _C
         log.info(
             "stage %s ended early at %d merges: no pair left that the rules allow", plan.name, len(merges)
         )
+
+
+def _with_alphabet(job: _Job, plan: StagePlan, counts: PieceCounts) -> StagePlan:
+    """With ``compat.alphabet="seen"``, only the bytes the text has take ids, so a stage that runs up to
+    ``vocab_size`` has room for more merges (as many as HF's trainer makes)."""
+    if job.compat.alphabet != "seen":
+        return plan
+    alphabet = alphabet_order(counts.bytes_seen())
+    job.alphabets[plan.index] = alphabet
+    if plan.index != len(job.plans) - 1 or plan.end != job.total_merges:
+        return plan
+    previous = job.plans[plan.index - 1].end if plan.index else 0
+    return replace(plan, end=seen_budget(job.cfg.vocab_size, alphabet, job.specials, previous + 1))
 
 
 def _counts(job: _Job, plan: StagePlan, stats: StageStats, ahead: _CountAhead) -> PieceCounts:
@@ -380,6 +403,10 @@ def _train(
     stats: StageStats,
 ) -> list[Merge]:
     """Replay ``prior`` + what is known of this stage, choose the rest, keep the cache up to date."""
+    if plan.rules.absent_inherited == "drop":
+        # The merges may lack some of ``prior``, so they are not ``prior`` + this stage's: no cache.
+        with stats.part("train_seconds"):
+            return _choose(job, plan, counts, [*prior, *partial], checkpointer, stats)
     key = cache_key(
         kind="merges",
         counts=counts.meta,
@@ -457,7 +484,9 @@ def _check_memory(job: _Job, plan: StagePlan, stats: StageStats, need: StageMemo
 
 
 def _stage_metrics(plan: StagePlan, stats: StageStats, merges: int, job: _Job) -> dict[str, Any]:
+    alphabet = job.alphabets.get(plan.index)
     return {
+        **({} if alphabet is None else {"alphabet": alphabet.hex()}),
         **plan.spec(),
         "merges": merges,
         "seconds": round(stats.seconds, 3),
@@ -473,10 +502,21 @@ def _write_outputs(job: _Job, checkpoint: Checkpoint, seconds: float) -> dict[st
     from superbpe.metrics import build_metrics, write_metrics
 
     merges = checkpoint.merges
-    final = job.plans[-1].pretokenizer
-    specials = job.specials + reserved_tokens(256 + len(merges) + len(job.specials),
-                                              job.cfg.pad_vocab_to_multiple_of, job.specials)
-    vocab = build_vocab(merges, specials)
+    final = encoding_pretokenizer(job.plans[-1].pretokenizer, job.compat)
+    if job.compat.alphabet == "seen":
+        # The last stage's text (a stage taken whole from a source tokenizer has none: its merges' bytes).
+        last = checkpoint.stage_stats[-1] if checkpoint.stage_stats else {}
+        used = {byte for left, right in merges for byte in left + right}
+        alphabet = bytes.fromhex(last["alphabet"]) if "alphabet" in last else alphabet_order(used)
+        vocab = hf_vocab(alphabet, merges, job.specials)
+        # Padding tokens go last (HF numbers only its own specials first).
+        reserved = reserved_tokens(len(vocab), job.cfg.pad_vocab_to_multiple_of, job.specials)
+        vocab.update((len(vocab) + i, name.encode("utf-8")) for i, name in enumerate(reserved))
+        specials = job.specials + reserved
+    else:
+        specials = job.specials + reserved_tokens(256 + len(merges) + len(job.specials),
+                                                  job.cfg.pad_vocab_to_multiple_of, job.specials)
+        vocab = build_vocab(merges, specials)
     stages = []
     start = 0
     for plan, end in zip(job.plans, checkpoint.stage_ends, strict=False):
@@ -495,7 +535,10 @@ def _write_outputs(job: _Job, checkpoint: Checkpoint, seconds: float) -> dict[st
             "schedule": job.cfg.schedule.name,
             "vocab_size": job.cfg.vocab_size,
             "source": None if job.source is None else job.source.spec(),
+            "compat": asdict(job.compat),
         },
+        whole_pieces=job.compat.whole_pieces,
+        vocab_style=job.compat.vocab_style,
     )
     evaluation = None
     if job.eval_path is not None:

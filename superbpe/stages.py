@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from superbpe.api import make_rules
-from superbpe.config import PretokenizerConfig, ScheduleConfig, StageConfig
+from superbpe.compat import get_compat, training_pretokenizer, training_rules
+from superbpe.config import CompatConfig, PretokenizerConfig, ScheduleConfig, StageConfig
 from superbpe.engine import Merge
 from superbpe.errors import ConfigError, InputError
 from superbpe.pretokenize import Pretokenizer, get_pretokenizer
@@ -46,12 +47,20 @@ class StagePlan:
 
 
 def rules_spec(rules: MergeRules) -> dict[str, Any]:
-    return {
+    """JSON form of the rules; the compat choices only when they differ from ours (older specs stay valid)."""
+    spec: dict[str, Any] = {
         "min_frequency": rules.min_frequency,
         "max_token_bytes": rules.max_token_bytes,
         "max_words_per_token": rules.max_words_per_token,
         "forbidden_substrings": [s.decode("utf-8", "replace") for s in rules.forbidden_substrings],
     }
+    for name in ("tie_break", "duplicates", "absent_inherited"):
+        if getattr(rules, name) != getattr(_DEFAULT_RULES, name):
+            spec[name] = getattr(rules, name)
+    return spec
+
+
+_DEFAULT_RULES = MergeRules()
 
 
 def resolve_pretokenizer(cfg: PretokenizerConfig) -> Pretokenizer:
@@ -95,9 +104,16 @@ def _until_name(stage: StageConfig, schedule: ScheduleConfig) -> str:
 
 
 def plan_stages(
-    schedule: ScheduleConfig, top_pretokenizer: PretokenizerConfig, total_merges: int
+    schedule: ScheduleConfig,
+    top_pretokenizer: PretokenizerConfig,
+    total_merges: int,
+    compat: CompatConfig | None = None,
 ) -> list[StagePlan]:
-    """Validate a schedule and resolve every stage (ends strictly increasing, last one at most ``total``)."""
+    """Validate a schedule and resolve every stage (ends strictly increasing, last one at most ``total``).
+
+    ``compat`` (default: ours) sets the training units and the trainer's choices of every stage.
+    """
+    chosen = get_compat(compat)
     if not schedule.stages:
         raise ConfigError("schedule.stages is empty; a schedule needs at least one stage")
     plans: list[StagePlan] = []
@@ -109,10 +125,11 @@ def plan_stages(
             raise ConfigError(
                 f"stage {stage.name!r} ends at {end} merges, not after the previous stage's {previous_end}"
             )
-        pre = resolve_pretokenizer(stage.pretokenizer or top_pretokenizer)
+        pre = training_pretokenizer(resolve_pretokenizer(stage.pretokenizer or top_pretokenizer), chosen)
         rules = make_rules(
             stage.min_frequency, stage.max_token_bytes, stage.max_words_per_token, stage.forbidden_substrings
         )
+        rules = training_rules(rules, chosen)
         plans.append(StagePlan(index, stage.name, pre, end, rules))
         previous_end = end
     return plans

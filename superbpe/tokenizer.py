@@ -40,8 +40,11 @@ class Tokenizer:
         special_tokens: Sequence[str] | None = None,
         pretokenizer: str | Pretokenizer = "gpt2",
         engine: str | Engine = "auto",
+        *,
+        whole_pieces: bool = True,
     ) -> None:
         self._vocab: dict[int, bytes] = _checked_vocab(vocab)
+        self._whole_pieces = whole_pieces
         self._merges: list[Merge] = [(bytes(left), bytes(right)) for left, right in merges]
         self._splitter = SpecialSplitter(list(special_tokens or ()))
         self._special_ids = self._add_special_tokens()
@@ -49,7 +52,9 @@ class Tokenizer:
         self._max_special_len = max((len(s) for s in self._special_ids), default=0)
         self._pretokenizer = get_pretokenizer(pretokenizer)
         self._engine = get_engine(engine, [self._pretokenizer])
-        self._core: EncoderCore = self._engine.encoder(self._ordinary_ids(), self._merges, self._pretokenizer)
+        self._core: EncoderCore = self._engine.encoder(
+            self._ordinary_ids(), self._merges, self._pretokenizer, whole_pieces=whole_pieces
+        )
 
     # -- construction helpers ------------------------------------------------------------------------
 
@@ -105,6 +110,11 @@ class Tokenizer:
     @property
     def engine(self) -> str:
         return self._engine.name
+
+    @property
+    def whole_pieces(self) -> bool:
+        """Whether a piece that is itself a token maps straight to its id (HF ``ignore_merges``)."""
+        return self._whole_pieces
 
     def token_to_id(self, token: str | bytes) -> int:
         """Id of a token given as bytes or text (UTF-8); ``KeyError`` when it is not a token."""
@@ -242,15 +252,31 @@ class Tokenizer:
         special_tokens: Sequence[str] | None = None,
         pretokenizer: str | Pretokenizer = "gpt2",
         engine: str | Engine = "auto",
+        *,
+        whole_pieces: bool = True,
     ) -> Tokenizer:
-        """From GPT-2 style ``vocab.json`` and ``merges.txt`` (with or without the ``#version`` line)."""
+        """From GPT-2 style ``vocab.json`` and ``merges.txt`` (with or without the ``#version`` line).
+
+        Ids are kept as the files give them, and the vocab may lack single bytes. Without
+        ``special_tokens``, the tokens that no merge makes (GPT-2's ``<|endoftext|>``) are the special
+        tokens: BPE could never produce them, so that is the only way they are ever used.
+        """
         vocab = files.read_vocab(vocab_filepath, special_tokens or ())
         merges = files.read_merges(merges_filepath, vocab)
-        return cls(vocab, merges, special_tokens, pretokenizer, engine)
+        if special_tokens is None:
+            special_tokens = files.unmerged_tokens(vocab, merges)
+        return cls(vocab, merges, special_tokens, pretokenizer, engine, whole_pieces=whole_pieces)
 
     @classmethod
-    def load(cls, directory: str | os.PathLike[str], engine: str | Engine = "auto") -> Tokenizer:
-        """A saved tokenizer directory: manifest first, else ``tokenizer.json``, else GPT-2 style files."""
+    def load(
+        cls, directory: str | os.PathLike[str], engine: str | Engine = "auto", *, compat: str | None = None
+    ) -> Tokenizer:
+        """A saved tokenizer directory: manifest first, else ``tokenizer.json``, else GPT-2 style files.
+
+        ``compat="official"`` reads a bare ``vocab.json`` + ``merges.txt`` (e.g. the released SuperBPE
+        tokenizers) as the official SuperBPE encoder uses them: the stage-2 pattern over the whole text and
+        no whole-piece shortcut. A manifest or ``tokenizer.json`` says how to encode, so it wins.
+        """
         directory = Path(directory)
         manifest_path = directory / files.MANIFEST_FILE
         vocab_path, merges_path = directory / files.VOCAB_FILE, directory / files.MERGES_FILE
@@ -264,15 +290,25 @@ class Tokenizer:
             else:
                 data = files.read_hf_tokenizer(hf_path)
                 vocab, merges = data.vocab, data.merges
-            tokenizer = cls(vocab, merges, manifest.special_tokens, pre, engine)
+            tokenizer = cls(
+                vocab, merges, manifest.special_tokens, pre, engine, whole_pieces=manifest.whole_pieces
+            )
             if tokenizer.vocab_size != manifest.vocab_size:
                 found, stated = tokenizer.vocab_size, manifest.vocab_size
                 raise InputError(f"{manifest_path}: vocab_size {stated}, but the files hold {found}")
             return tokenizer
         if hf_path.exists():
             data = files.read_hf_tokenizer(hf_path)
-            return cls(data.vocab, data.merges, data.special_tokens, files.pretokenizer_from_hf(data), engine)
+            pre = files.pretokenizer_from_hf(data)
+            return cls(
+                data.vocab, data.merges, data.special_tokens, pre, engine, whole_pieces=data.ignore_merges
+            )
         if vocab_path.exists() or merges_path.exists():
+            if compat is not None:
+                from superbpe.compat import encoding_for
+
+                pre, whole_pieces = encoding_for(compat)
+                return cls.from_files(vocab_path, merges_path, None, pre, engine, whole_pieces=whole_pieces)
             return cls.from_files(vocab_path, merges_path, engine=engine)
         if not directory.is_dir():
             raise InputError(f"{directory}: tokenizer directory not found")
@@ -300,6 +336,7 @@ class Tokenizer:
             stages=stages,
             training=training,
             extra=manifest_extra,
+            whole_pieces=self._whole_pieces,
             roles=roles,
             tiktoken=tiktoken,
         )

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from operator import add
 
 from superbpe.errors import ConfigError, SuperBPEError
+from superbpe.files import byte_to_unicode
 from superbpe.types import Merge
 
 # Symbols are characters (see _PairTable), so ids stop at the largest code point.
@@ -33,6 +34,13 @@ MAX_MERGES = 0x110000 - 256
 _COMPLEMENT = bytes(range(255, -1, -1))
 # Greater than every complemented byte, so a shorter token sorts after its extensions (it is smaller).
 _END = "\u0100"
+_CHOICES = {
+    "tie_break": ("bytes", "ids"),
+    "duplicates": ("skip", "merge"),
+    "absent_inherited": ("keep", "drop"),
+}
+# HF numbers its alphabet by character; the GPT-2 byte-to-unicode characters all lie below this.
+_HF_FIRST_MERGED = 0x144
 
 
 @dataclass(frozen=True)
@@ -47,6 +55,12 @@ class MergeRules:
     max_token_bytes: int | None = None
     max_words_per_token: int | None = None  # words = maximal runs of non-0x20 bytes
     forbidden_substrings: tuple[bytes, ...] = ()
+    # How the official recipe differs (see superbpe.compat): count ties to the greatest bytes or the
+    # lowest HF ids; a pair whose token exists skipped or merged (no new id); a replayed merge whose
+    # pair never occurs kept or dropped.
+    tie_break: str = "bytes"
+    duplicates: str = "skip"
+    absent_inherited: str = "keep"
 
     def __post_init__(self) -> None:
         """The one validation of rules, whoever builds them (``api.make_rules`` only converts strings).
@@ -68,6 +82,9 @@ class MergeRules:
             raise ConfigError(f"forbidden_substrings must be non-empty bytes, got {forbidden!r}")
         # Lists from configs are accepted; store a tuple so the rules stay hashable.
         object.__setattr__(self, "forbidden_substrings", forbidden)
+        for name, choices in _CHOICES.items():
+            if getattr(self, name) not in choices:
+                raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
 
     @property
     def restricts_tokens(self) -> bool:
@@ -130,6 +147,14 @@ def count_words(token: bytes) -> int:
 def _order_key(token: bytes) -> str:
     """A string whose ascending order is the descending byte order of tokens (prefix-free, so keys concat)."""
     return token.translate(_COMPLEMENT).decode("latin-1") + _END
+
+
+def _hf_order_key(token_id: int) -> str:
+    """One character whose order is HF's id order: bytes by their byte-table character, then merged
+    tokens in the order they were made (ids are given to new tokens only)."""
+    if token_id < 256:
+        return byte_to_unicode()[token_id]
+    return chr(_HF_FIRST_MERGED + token_id - 256)
 
 
 class _PairTable:
@@ -217,8 +242,13 @@ class _PairTable:
         where = self.where
         for pair, count, pieces in created:
             if count > 0:  # zero: (new, left) in "abab", gained and taken back
-                pair_counts[pair] = count
-                where[pair] = pieces
+                # A pair exists already only when the merge made a token that was there before
+                # (duplicates="merge"); its counts add up.
+                pair_counts[pair] = pair_counts.get(pair, 0) + count
+                if pair in where:
+                    where[pair] |= pieces
+                else:
+                    where[pair] = pieces
                 live.append(pair)
         return live
 
@@ -236,8 +266,11 @@ def train_merges(
 
     ``counts`` maps a pre-tokenized piece's UTF-8 bytes to how often it occurs. Ids 0-255 are the bytes and
     merge i creates id 256 + i. ``replay`` merges are applied first, in order, unchecked against ``rules``
-    (an earlier stage chose them under its own rules), and keep their ids even where the pair never occurs.
-    Then pairs are chosen by highest count, ties to the greatest ``(left_bytes, right_bytes)``.
+    (an earlier stage chose them under its own rules), and keep their ids even where the pair never occurs
+    (``rules.absent_inherited="drop"``: such a merge, and any later one that needs its token, is left out).
+    Then pairs are chosen by highest count, ties to the greatest ``(left_bytes, right_bytes)`` (or the
+    lowest HF ids, ``rules.tie_break="ids"``). With ``rules.duplicates="merge"`` a pair whose token
+    exists is merged and recorded without a new id, and ``num_merges`` counts new tokens.
     ``callback(merges_so_far)`` runs after every ``callback_every`` chosen merges with a read-only live view
     (handing over a copy each time made long runs quadratic; copy it to keep it); returning True stops the
     run, and calling again with ``replay=result.merges`` continues it exactly.
@@ -247,7 +280,7 @@ def train_merges(
     table = _PairTable(counts)
     tokens = [bytes([i]) for i in range(256)]
     token_ids = {token: i for i, token in enumerate(tokens)}
-    merges = _replay(table, replay, tokens, token_ids)
+    merges = _replay(table, replay, tokens, token_ids, drop_absent=rules.absent_inherited == "drop")
     stopped = _choose(table, num_merges, rules, tokens, token_ids, merges, callback, callback_every)
     return TrainResult(merges=merges, stopped=stopped)
 
@@ -283,13 +316,30 @@ def check_replay(replay: Sequence[Merge]) -> None:
 
 
 def _replay(
-    table: _PairTable, replay: Iterable[Merge], tokens: list[bytes], token_ids: dict[bytes, int]
+    table: _PairTable,
+    replay: Iterable[Merge],
+    tokens: list[bytes],
+    token_ids: dict[bytes, int],
+    *,
+    drop_absent: bool = False,
 ) -> list[Merge]:
-    """Apply earlier (already checked) merges in order; each keeps id 256 + its index, occurring or not."""
+    """Apply earlier (already checked) merges in order; each keeps id 256 + its index, occurring or not.
+
+    ``drop_absent`` leaves out a merge whose pair is not in the table (it never occurred, or a part was left
+    out), as the official fork does, and ids then count only the merges kept. A pair is in the table from
+    the moment it occurs until it is merged, even when its count has fallen to zero since, which is exactly
+    when HF's queue holds it.
+    """
     merges: list[Merge] = []
     for left, right in replay:
         token = left + right
         new = len(tokens)
+        if drop_absent:
+            left_id, right_id = token_ids.get(left), token_ids.get(right)
+            if left_id is None or right_id is None:
+                continue
+            if chr(left_id) + chr(right_id) not in table.pair_counts:
+                continue
         table.merge(chr(token_ids[left]) + chr(token_ids[right]), chr(new))
         tokens.append(token)
         token_ids[token] = new
@@ -315,7 +365,8 @@ def _choose(
     training time (figures in docs/DESIGN.md, "Why a lazy heap"), so the heap stays.
     """
     pair_counts = table.pair_counts
-    order_keys = [_order_key(token) for token in tokens]
+    order_key = (lambda token: _hf_order_key(token_ids[token])) if rules.tie_break == "ids" else _order_key
+    order_keys = [order_key(token) for token in tokens]
     heap = [
         (-count, order_keys[ord(pair[0])] + order_keys[ord(pair[1])], pair)
         for pair, count in pair_counts.items()
@@ -325,8 +376,9 @@ def _choose(
     heappop, heappush, heapreplace = heapq.heappop, heapq.heappush, heapq.heapreplace
     min_frequency = rules.min_frequency
     allows = rules.allows if rules.restricts_tokens else None
+    merge_existing = rules.duplicates == "merge"
     chosen = 0
-    while len(merges) < num_merges and heap:
+    while len(tokens) - 256 < num_merges and heap:
         negated, order, pair = heap[0]
         count = pair_counts.get(pair, 0)
         if count != -negated:  # stale upper bound: put it back where it belongs now
@@ -341,12 +393,16 @@ def _choose(
         left = tokens[ord(pair[0])]
         right = tokens[ord(pair[1])]
         token = left + right
-        if token in token_ids or (allows is not None and not allows(token)):
+        if allows is not None and not allows(token):
             continue  # skipped for good: an old pair is never pushed again
-        new = len(tokens)
-        tokens.append(token)
-        token_ids[token] = new
-        order_keys.append(_order_key(token))
+        new = token_ids.get(token)
+        if new is None:
+            new = len(tokens)
+            tokens.append(token)
+            token_ids[token] = new
+            order_keys.append(order_key(token))
+        elif not merge_existing:
+            continue  # tokens stay unique: skipped for good, like a rule violation
         for fresh in table.merge(pair, chr(new)):
             order = order_keys[ord(fresh[0])] + order_keys[ord(fresh[1])]
             heappush(heap, (-pair_counts[fresh], order, fresh))

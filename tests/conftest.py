@@ -54,3 +54,12 @@ def wikitext_text() -> str:
         return fixture_texts.wiki_like(600_000)
     with gzip.open(SHARED / "wikitext103_valid_test.txt.gz", "rt", encoding="utf-8") as handle:
         return handle.read(600_000)
+
+
+@pytest.fixture(scope="session")
+def official_data(shared_data: Path) -> Path:
+    """Outputs of the official SuperBPE scripts (../shared/official, see its README)."""
+    official = shared_data.parent / "official"
+    if not official.is_dir():
+        pytest.skip("needs the official SuperBPE reference outputs in ../shared/official (present in CI)")
+    return official

@@ -1,7 +1,10 @@
 //! Encoder: pieces to ids by merge rank (docs/DESIGN.md "Encoding").
 //!
-//! Inside a piece: if the piece's bytes are a token, that id; otherwise start from single bytes
-//! and repeatedly merge the adjacent pair with the lowest merge rank, leftmost on ties. Short
+//! Inside a piece: if the piece's bytes are a token (and `whole_pieces` is on), that id; otherwise
+//! start from single bytes and repeatedly merge the adjacent pair with the lowest merge rank,
+//! leftmost on ties (HF's `ignore_merges: false` is `whole_pieces` off). A vocabulary may lack
+//! single bytes (HF-trained ones keep only the bytes they saw): that is an error only for a text
+//! that needs such a byte. Short
 //! pieces use a linear scan (fewer cache misses than a heap); long pieces a lazy min-heap over a
 //! linked list, so a whole-line SuperBPE piece costs O(n log n), not O(n²). Pieces that are not
 //! tokens are cached, since the same rare words recur.
@@ -27,12 +30,21 @@ type Cache = BytesMap<Box<[u32]>>;
 pub struct Encoder {
     splitter: Splitter,
     vocab: BytesMap<u32>,
+    /// The id of each single byte; `MISSING` where the vocabulary has none.
     byte_ids: [u32; 256],
+    /// Whether any byte is `MISSING` (only then is the output checked for it).
+    lacks_bytes: bool,
+    /// Map a piece that is itself a token straight to its id (see the module doc).
+    whole_pieces: bool,
     /// (left id, right id) -> (rank, merged id)
     ranks: HashMap<u64, (u32, u32), ahash::RandomState>,
     cache: Vec<Mutex<Cache>>,
     hasher: ahash::RandomState,
 }
+
+/// The id of a byte the vocabulary lacks: no merge has it as a part, so it survives BPE unchanged
+/// and `encode_ordinary` reports it.
+const MISSING: u32 = u32::MAX;
 
 #[inline]
 fn pair_key(l: u32, r: u32) -> u64 {
@@ -40,21 +52,22 @@ fn pair_key(l: u32, r: u32) -> u64 {
 }
 
 impl Encoder {
-    /// `vocab`: bytes -> id; `merges` in rank order. Every single byte must be a token, and
-    /// every merge's result must be in `vocab`.
+    /// `vocab`: bytes -> id; `merges` in rank order. Every merge's result must be in `vocab`.
     pub fn new(
         vocab: Vec<(Vec<u8>, u32)>,
         merges: &[(Vec<u8>, Vec<u8>)],
         splitter: Splitter,
+        whole_pieces: bool,
     ) -> Result<Encoder, String> {
         let mut map: BytesMap<u32> = BytesMap::default();
         for (bytes, id) in vocab {
             map.insert(&bytes, id);
         }
-        let mut byte_ids = [u32::MAX; 256];
+        let mut byte_ids = [MISSING; 256];
         for (b, slot) in byte_ids.iter_mut().enumerate() {
-            *slot = *map.get(&[b as u8]).ok_or_else(|| format!("byte {b} is not in the vocabulary"))?;
+            *slot = map.get(&[b as u8]).copied().unwrap_or(MISSING);
         }
+        let lacks_bytes = byte_ids.contains(&MISSING);
         let mut ranks: HashMap<u64, (u32, u32), ahash::RandomState> = HashMap::default();
         for (rank, (l, r)) in merges.iter().enumerate() {
             let lookup = |t: &[u8]| map.get(t).copied();
@@ -71,6 +84,8 @@ impl Encoder {
             splitter,
             vocab: map,
             byte_ids,
+            lacks_bytes,
+            whole_pieces,
             ranks,
             cache: (0..CACHE_SHARDS).map(|_| Mutex::new(Cache::default())).collect(),
             hasher: ahash::RandomState::with_seeds(1, 2, 3, 4),
@@ -83,7 +98,13 @@ impl Encoder {
 
     /// Ids of text with no special tokens in it.
     pub fn encode_ordinary(&self, text: &[u8], out: &mut Vec<u32>) -> Result<(), String> {
-        self.splitter.split(text, &mut |piece| self.encode_piece(piece, out))
+        let start = out.len();
+        self.splitter.split(text, &mut |piece| self.encode_piece(piece, out))?;
+        if self.lacks_bytes && out[start..].contains(&MISSING) {
+            let byte = text.iter().find(|&&b| self.byte_ids[b as usize] == MISSING).copied().unwrap_or(0);
+            return Err(missing_byte_message(byte));
+        }
+        Ok(())
     }
 
     /// Encode many texts in parallel; returns ids and the end offset of each text's ids.
@@ -110,9 +131,11 @@ impl Encoder {
             out.push(self.byte_ids[piece[0] as usize]);
             return;
         }
-        if let Some(&id) = self.vocab.get(piece) {
-            out.push(id);
-            return;
+        if self.whole_pieces {
+            if let Some(&id) = self.vocab.get(piece) {
+                out.push(id);
+                return;
+            }
         }
         if piece.len() > CACHE_MAX_PIECE {
             self.merge_heap(piece, out);
@@ -155,6 +178,11 @@ impl Encoder {
     }
 }
 
+/// The error for a text that needs a byte the vocabulary lacks (the python engine says the same).
+pub fn missing_byte_message(byte: u8) -> String {
+    format!("text needs byte 0x{byte:02x}, which has no token in the vocabulary")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,7 +195,19 @@ mod tests {
         }
         let m: Vec<(Vec<u8>, Vec<u8>)> =
             merges.iter().map(|(l, r)| (l.as_bytes().to_vec(), r.as_bytes().to_vec())).collect();
-        Encoder::new(vocab, &m, Splitter::new(&builtin_pattern(Builtin::Superbpe), false).unwrap()).unwrap()
+        Encoder::new(vocab, &m, Splitter::new(&builtin_pattern(Builtin::Superbpe), false).unwrap(), true).unwrap()
+    }
+
+    #[test]
+    fn a_missing_byte_is_an_error_only_when_needed() {
+        let vocab: Vec<(Vec<u8>, u32)> = (0..=255u8).filter(|&b| b != 0xC0).map(|b| (vec![b], b as u32)).collect();
+        let splitter = Splitter::new(&builtin_pattern(Builtin::Superbpe), false).unwrap();
+        let e = Encoder::new(vocab, &[], splitter, false).unwrap();
+        let mut out = Vec::new();
+        e.encode_ordinary(b"fine text", &mut out).unwrap();
+        assert_eq!(out.len(), 9);
+        let err = e.encode_ordinary(b"bad \xC0 byte", &mut out).unwrap_err();
+        assert!(err.contains("0xc0"), "{err}");
     }
 
     #[test]

@@ -99,6 +99,18 @@ impl NativeCounts {
         self.inner.get(piece)
     }
 
+    /// The distinct byte values of all pieces that occur, ascending (a vocabulary's "seen" alphabet).
+    fn bytes_seen<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        let mut seen = [false; 256];
+        for (piece, count) in self.inner.iter() {
+            if count > 0 {
+                piece.iter().for_each(|&b| seen[b as usize] = true);
+            }
+        }
+        let found: Vec<u8> = (0..=255u8).filter(|&b| seen[b as usize]).collect();
+        PyBytes::new(py, &found)
+    }
+
     /// `dict[bytes, int]` of all entries.
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
@@ -280,22 +292,44 @@ fn char_classes<'py>(py: Python<'py>) -> Bound<'py, PyBytes> {
     PyBytes::new(py, &v)
 }
 
+/// `superbpe.trainer.MergeRules` as Python has it (attributes read by name; validated in Python).
+#[derive(FromPyObject)]
+struct PyRules {
+    min_frequency: u64,
+    max_token_bytes: Option<usize>,
+    max_words_per_token: Option<usize>,
+    forbidden_substrings: Vec<Vec<u8>>,
+    tie_break: String,
+    duplicates: String,
+    absent_inherited: String,
+}
+
+impl From<PyRules> for Rules {
+    fn from(r: PyRules) -> Rules {
+        Rules {
+            min_frequency: r.min_frequency,
+            max_token_bytes: r.max_token_bytes,
+            max_words_per_token: r.max_words_per_token,
+            forbidden_substrings: r.forbidden_substrings,
+            tie_break_ids: r.tie_break == "ids",
+            merge_duplicates: r.duplicates == "merge",
+            drop_absent: r.absent_inherited == "drop",
+        }
+    }
+}
+
 /// Train merges; see `superbpe.trainer.train_merges` (validation happens in Python).
 /// `build_progress(phase, done, total)`, if given, hears how building the state goes (replay,
 /// index) before choosing starts.
 #[pyfunction]
-#[pyo3(signature = (counts, num_merges, replay, min_frequency, max_token_bytes, max_words_per_token,
-                    forbidden_substrings, callback, callback_every, build_progress=None, consume=false))]
+#[pyo3(signature = (counts, num_merges, replay, rules, callback, callback_every, build_progress=None, consume=false))]
 #[allow(clippy::too_many_arguments)]
 fn train<'py>(
     py: Python<'py>,
     mut counts: PyRefMut<'_, NativeCounts>,
     num_merges: usize,
     replay: Vec<(Vec<u8>, Vec<u8>)>,
-    min_frequency: u64,
-    max_token_bytes: Option<usize>,
-    max_words_per_token: Option<usize>,
-    forbidden_substrings: Vec<Vec<u8>>,
+    rules: PyRules,
     callback: Option<Py<PyAny>>,
     callback_every: usize,
     build_progress: Option<Py<PyAny>>,
@@ -304,7 +338,7 @@ fn train<'py>(
     if num_merges > MAX_MERGES {
         return Err(PyValueError::new_err(format!("{num_merges} merges; the native trainer makes at most {MAX_MERGES}")));
     }
-    let rules = Rules { min_frequency, max_token_bytes, max_words_per_token, forbidden_substrings };
+    let rules = Rules::from(rules);
     // With `consume`, the table moves into the trainer, which frees it once replayed (the caller's
     // object is left empty).
     let owned = if consume { Some(std::mem::take(&mut counts.inner)) } else { None };
@@ -326,7 +360,7 @@ fn train<'py>(
             Some(table) => Source::Owned(table),
             None => Source::Borrowed(&counts.inner),
         };
-        let built = Trainer::with_replay_progress(source, &replay, &mut report);
+        let built = Trainer::with_rules(source, &replay, &rules, &mut report);
         let mut trainer = match (built, failed) {
             (_, Some(e)) => return Err(NativeError::Py(e)),
             (built, None) => built?,
@@ -416,7 +450,7 @@ fn ids_list<'py>(py: Python<'py>, ids: &[u32], objects: &[Py<PyAny>]) -> PyResul
 #[pymethods]
 impl NativeEncoder {
     #[new]
-    #[pyo3(signature = (vocab, merges, pattern, line_units, workers))]
+    #[pyo3(signature = (vocab, merges, pattern, line_units, workers, whole_pieces = true))]
     fn new(
         py: Python<'_>,
         vocab: &Bound<'_, PyDict>,
@@ -424,6 +458,7 @@ impl NativeEncoder {
         pattern: &str,
         line_units: bool,
         workers: usize,
+        whole_pieces: bool,
     ) -> PyResult<Self> {
         let mut v: Vec<(Vec<u8>, u32)> = Vec::with_capacity(vocab.len());
         for (k, id) in vocab.iter() {
@@ -437,7 +472,7 @@ impl NativeEncoder {
             })
             .collect();
         let splitter = Splitter::new(pattern, line_units).map_err(PyValueError::new_err)?;
-        let inner = Encoder::new(v, &merges, splitter).map_err(PyValueError::new_err)?;
+        let inner = Encoder::new(v, &merges, splitter, whole_pieces).map_err(PyValueError::new_err)?;
         Ok(NativeEncoder { inner, pool: pool(workers.max(1))?, id_objects })
     }
 

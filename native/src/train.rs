@@ -20,13 +20,46 @@ use crate::symbols::{Symbols, DEAD, MAX_PIECE, NONE, SEP};
 /// Most merges a trainer makes: token ids stay below `symbols::DEAD`.
 pub const MAX_MERGES: usize = DEAD as usize - 256;
 
-/// Which merged tokens may be created (see `MergeRules` in docs/DESIGN.md).
+/// Which merged tokens may be created, and how the official recipe's choices are made (see
+/// `MergeRules` in docs/DESIGN.md and `superbpe.compat`).
 #[derive(Clone, Debug, Default)]
 pub struct Rules {
     pub min_frequency: u64,
     pub max_token_bytes: Option<usize>,
     pub max_words_per_token: Option<usize>,
     pub forbidden_substrings: Vec<Vec<u8>>,
+    /// Count ties go to the lowest (left, right) in HF's id order instead of the greatest bytes.
+    pub tie_break_ids: bool,
+    /// A chosen pair whose token exists is merged and recorded (no new id) instead of skipped.
+    pub merge_duplicates: bool,
+    /// A replayed merge whose pair never occurs (or whose part was dropped) is left out.
+    pub drop_absent: bool,
+}
+
+impl Rules {
+    /// Whether training must follow HF's bookkeeping (then every pair stays warm, see `with_rules`).
+    fn official(&self) -> bool {
+        self.tie_break_ids || self.merge_duplicates || self.drop_absent
+    }
+}
+
+/// The tie-break key of a token for `Rules::tie_break_ids`: HF numbers the bytes by their GPT-2
+/// byte-to-unicode character, then each new token in order; the key is big-endian and reversed so
+/// the heap's "greatest key wins" picks the lowest ids.
+fn hf_tie_key(id: usize) -> Vec<u8> {
+    let rank = if id < 256 { byte_table_char(id as u8) } else { 0x144 + (id as u32 - 256) };
+    (u32::MAX - rank).to_be_bytes().to_vec()
+}
+
+/// The code point GPT-2's byte-to-unicode table gives byte `b`: printable Latin-1 bytes keep
+/// theirs, the other 68 get 256, 257, ... in byte order.
+fn byte_table_char(b: u8) -> u32 {
+    let visible = |x: u8| (0x21..=0x7E).contains(&x) || (0xA1..=0xAC).contains(&x) || x >= 0xAE;
+    if visible(b) {
+        b as u32
+    } else {
+        256 + (0..b).filter(|&x| !visible(x)).count() as u32
+    }
 }
 
 impl Rules {
@@ -187,6 +220,8 @@ pub struct Trainer {
     /// The (left, right) token ids of merge i (token 256 + i).
     pub parts: Vec<(u32, u32)>,
     token_ids: BytesMap<u32>,
+    /// Tie-break keys per token when ties go by HF ids (`Rules::tie_break_ids`), else None.
+    hf_keys: Option<Vec<Vec<u8>>>,
 }
 
 /// What building a trainer reports as it goes: `(phase, done, total)`, e.g. `("replay", pieces
@@ -236,6 +271,46 @@ impl Trainer {
         Trainer::with_replay(counts, &[])
     }
 
+    /// `with_replay`, or for the official recipe's rules (`Rules::official`) the replay HF does:
+    /// merge by merge on a table of every pair, leaving out absent merges when `drop_absent`.
+    pub fn with_rules(
+        counts: Source<'_>,
+        replay: &[(Vec<u8>, Vec<u8>)],
+        rules: &Rules,
+        progress: &mut BuildProgress<'_>,
+    ) -> Result<Trainer, String> {
+        if !rules.official() {
+            return Trainer::build(counts, replay, WARM_PAIRS, progress);
+        }
+        // All pairs warm: a pair is in `pairs` from when it occurs until it is merged (as in HF's
+        // queue, which `drop_absent` asks about), and a duplicate merge adds to existing pairs.
+        let mut t = Trainer::build(counts, &[], usize::MAX, progress)?;
+        t.replay_one_by_one(replay, rules.drop_absent)?;
+        Ok(t)
+    }
+
+    /// Apply earlier merges in order through `merge`, as HF's extend step does.
+    fn replay_one_by_one(&mut self, replay: &[(Vec<u8>, Vec<u8>)], drop_absent: bool) -> Result<(), String> {
+        for (i, (lb, rb)) in replay.iter().enumerate() {
+            let (Some(l), Some(r)) = (self.token_id(lb), self.token_id(rb)) else {
+                if drop_absent {
+                    continue;
+                }
+                return Err(format!("replay merge {i}: a part is not a token yet"));
+            };
+            if drop_absent && !self.pairs.contains_key(&pair_key(l, r)) {
+                continue;
+            }
+            let token = [lb.as_slice(), rb.as_slice()].concat();
+            if self.token_ids.contains(&token) {
+                return Err(format!("replay merge {i}: token already exists"));
+            }
+            let new = self.add_token(l, r, token);
+            self.merge(l, r, new);
+        }
+        Ok(())
+    }
+
     /// Build the state with earlier merges already applied, in order; each keeps id 256 + its
     /// index whether or not its pair occurs. Parts must be tokens and results new (validated in
     /// Python; checked again here). Replay is lowest-rank-first BPE of each piece, in parallel
@@ -279,6 +354,7 @@ impl Trainer {
             tokens: (0..=255u8).map(|b| vec![b]).collect(),
             parts: Vec::new(),
             token_ids: BytesMap::default(),
+            hf_keys: None,
         };
         for (i, tok) in t.tokens.iter().enumerate() {
             t.token_ids.insert(tok, i as u32);
@@ -462,7 +538,27 @@ impl Trainer {
         self.parts.push((l, r));
         self.token_ids.insert(&token, id);
         self.tokens.push(token);
+        if let Some(keys) = &mut self.hf_keys {
+            keys.push(hf_tie_key(id as usize));
+        }
         id
+    }
+
+    /// What the heap orders equal counts by: token bytes, or HF id keys (`Rules::tie_break_ids`).
+    fn tie_keys(&self) -> &[Vec<u8>] {
+        self.hf_keys.as_deref().unwrap_or(&self.tokens)
+    }
+
+    /// The heap of every warm pair that occurs.
+    fn full_heap(&self) -> Heap {
+        let mut heap = Heap::default();
+        for (&k, info) in &self.pairs {
+            if info.count > 0 {
+                heap.v.push(Entry { count: info.count, key: k });
+            }
+        }
+        heap.heapify(self.tie_keys());
+        heap
     }
 
     /// The table a pair's count is kept in during a merge making `new`: pairs holding `new` are
@@ -584,7 +680,7 @@ impl Trainer {
             .filter(|(_, info)| info.count > 0)
             .map(|(&key, info)| Entry { count: info.count, key })
             .collect();
-        heap.heapify(&self.tokens);
+        heap.heapify(self.tie_keys());
         true
     }
 
@@ -603,13 +699,10 @@ impl Trainer {
         every: usize,
         mut callback: impl FnMut(&Trainer) -> Result<bool, E>,
     ) -> Result<bool, E> {
-        let mut heap = Heap::default();
-        for (&k, info) in &self.pairs {
-            if info.count > 0 {
-                heap.v.push(Entry { count: info.count, key: k });
-            }
+        if rules.tie_break_ids && self.hf_keys.is_none() {
+            self.hf_keys = Some((0..self.tokens.len()).map(hf_tie_key).collect());
         }
-        heap.heapify(&self.tokens);
+        let mut heap = self.full_heap();
         let mut chosen = 0usize;
         while self.tokens.len() - 256 < num_merges {
             let Some(top) = heap.peek() else {
@@ -621,9 +714,9 @@ impl Trainer {
             let actual = self.count_of(top.key);
             if actual != top.count {
                 if actual > 0 {
-                    heap.replace_top(Entry { count: actual, key: top.key }, &self.tokens);
+                    heap.replace_top(Entry { count: actual, key: top.key }, self.tie_keys());
                 } else {
-                    heap.pop(&self.tokens);
+                    heap.pop(self.tie_keys());
                 }
                 continue;
             }
@@ -634,15 +727,26 @@ impl Trainer {
             if (actual as u64) < rules.min_frequency {
                 break;
             }
-            heap.pop(&self.tokens);
+            heap.pop(self.tie_keys());
             let (l, r) = unpack(top.key);
             let token = [self.tokens[l as usize].as_slice(), &self.tokens[r as usize]].concat();
-            if self.token_ids.contains(&token) || !rules.allows(&token) {
+            if !rules.allows(&token) {
                 continue;
             }
-            let new = self.add_token(l, r, token);
-            for k in self.merge(l, r, new) {
-                heap.push(Entry { count: self.count_of(k), key: k }, &self.tokens);
+            if let Some(existing) = self.token_id(&token) {
+                if !rules.merge_duplicates {
+                    continue;
+                }
+                // HF records the merge and merges into the existing token. Pairs holding it may
+                // exist already and just grew, so their heap entries are rebuilt (this is rare).
+                self.parts.push((l, r));
+                self.merge(l, r, existing);
+                heap = self.full_heap();
+            } else {
+                let new = self.add_token(l, r, token);
+                for k in self.merge(l, r, new) {
+                    heap.push(Entry { count: self.count_of(k), key: k }, self.tie_keys());
+                }
             }
             chosen += 1;
             if chosen.is_multiple_of(every) && callback(self)? {
@@ -846,6 +950,30 @@ mod tests {
         let words = Rules { min_frequency: 1, max_words_per_token: Some(1), ..Default::default() };
         assert!(!words.allows(b"a b"));
         assert!(words.allows(b" ab "));
+    }
+
+    #[test]
+    fn hf_ids_break_ties_by_lowest_ids() {
+        // GPT-2's byte table: space is U+0120 and newline U+010A, so both rank after every letter.
+        assert_eq!((byte_table_char(b' '), byte_table_char(b'\n'), byte_table_char(b'a')), (0x120, 0x10A, 0x61));
+        let rules = Rules { min_frequency: 1, tie_break_ids: true, ..Default::default() };
+        // "ab", "cd" and " x" tie at 5: HF takes (a, b) first, then (c, d); (" ", x) comes last.
+        let m = train(&[("ab", 5), ("cd", 5), (" x", 5)], 3, &rules);
+        assert_eq!(m, vec![b"ab".to_vec(), b"cd".to_vec(), b" x".to_vec()]);
+    }
+
+    #[test]
+    fn official_replay_drops_absent_merges_and_their_dependents() {
+        let rules = Rules { drop_absent: true, ..Default::default() };
+        let replay: Vec<(Vec<u8>, Vec<u8>)> = [("x", "y"), ("a", "b"), ("xy", "z"), ("ab", "ab")]
+            .iter()
+            .map(|(l, r)| (l.as_bytes().to_vec(), r.as_bytes().to_vec()))
+            .collect();
+        let c = counts(&[("abab", 3), ("cd", 2)]);
+        let mut t = Trainer::with_rules(Source::Borrowed(&c), &replay, &rules, &mut |_, _, _| Ok(())).unwrap();
+        t.choose(3, &rules, 1000, |_| Ok::<_, ()>(false)).unwrap();
+        let m: Vec<Vec<u8>> = t.merges().map(|(l, r)| [l, r].concat()).collect();
+        assert_eq!(m, vec![b"ab".to_vec(), b"abab".to_vec(), b"cd".to_vec()]);
     }
 
     #[test]
