@@ -33,6 +33,7 @@ from superbpe.pretokenize import Pretokenizer
 from superbpe.shards import Shard, plan_shards, shard_chunks, with_true_line_numbers
 from superbpe.sources import DEFAULT_CHUNK_BYTES, Chunk, InputSpec, chunk_documents, resolve_inputs
 from superbpe.token_files import (
+    EncodeResult,
     _ChunkEncoder,
     _separator_id,
     choose_dtype,
@@ -222,17 +223,9 @@ class ShardEntry:
 
 
 @dataclass
-class ShardedEncodeResult:
-    output: str
-    dtype: str
-    tokens: int
-    documents: int
-    separator: str | None
-    separator_id: int | None
-    vocab_size: int
-    tokenizer: str
-    tokenizer_hash: str
-    inputs: list[str]
+class ShardedEncodeResult(EncodeResult):
+    """What a single-file encode reports, plus the shard files in order (this is ``index.json``)."""
+
     shards: list[ShardEntry]
     format: str = INDEX_FORMAT
     format_version: int = 1
