@@ -42,7 +42,8 @@ fn main() {
         let r = read_chunk(&mdata, &mut pos);
         merges.push((l, r));
     }
-    let enc = Encoder::new(vocab, &merges, Splitter::new(&builtin_pattern(Builtin::Gpt2), false).unwrap(), true).unwrap();
+    let enc =
+        Encoder::new(vocab, &merges, Splitter::new(&builtin_pattern(Builtin::Gpt2), false).unwrap(), true).unwrap();
     for round in 0..2 {
         let mut out = Vec::with_capacity(text.len() / 3);
         let t = cpu_seconds();

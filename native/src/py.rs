@@ -336,7 +336,9 @@ fn train<'py>(
     consume: bool,
 ) -> PyResult<(Bound<'py, PyList>, bool)> {
     if num_merges > MAX_MERGES {
-        return Err(PyValueError::new_err(format!("{num_merges} merges; the native trainer makes at most {MAX_MERGES}")));
+        return Err(PyValueError::new_err(format!(
+            "{num_merges} merges; the native trainer makes at most {MAX_MERGES}"
+        )));
     }
     let rules = Rules::from(rules);
     // With `consume`, the table moves into the trainer, which frees it once replayed (the caller's
@@ -386,7 +388,11 @@ fn train<'py>(
 /// What building a trainer on `counts` with `replay` will add to this process's memory at its peak,
 /// estimated (see `memory.rs`): `(peak_bytes, symbols, pieces, bytes)`.
 #[pyfunction]
-fn train_memory(py: Python<'_>, counts: &NativeCounts, replay: Vec<(Vec<u8>, Vec<u8>)>) -> PyResult<(u64, u64, u64, u64)> {
+fn train_memory(
+    py: Python<'_>,
+    counts: &NativeCounts,
+    replay: Vec<(Vec<u8>, Vec<u8>)>,
+) -> PyResult<(u64, u64, u64, u64)> {
     let inner = &counts.inner;
     let e = run_detached(py, || Ok(memory::estimate(inner, &replay)?))?;
     Ok((e.peak_bytes, e.symbols, e.pieces, e.bytes))

@@ -96,7 +96,8 @@ impl Symbols {
     }
 
     fn from_slots(slots: Vec<u32>) -> Symbols {
-        let per_page: Vec<u32> = slots.par_chunks(PAGE).map(|c| c.iter().filter(|&&v| v == SEP).count() as u32).collect();
+        let per_page: Vec<u32> =
+            slots.par_chunks(PAGE).map(|c| c.iter().filter(|&&v| v == SEP).count() as u32).collect();
         let mut pages = Vec::with_capacity(per_page.len());
         let mut seps = 0u32;
         for n in per_page {
