@@ -15,14 +15,30 @@ def make_corpus(directory: Path, sample_texts: Path, multilingual: str) -> list[
     """Files whose shards cut inside documents, between JSON lines and before separators."""
     directory.mkdir(parents=True, exist_ok=True)
     stories = (sample_texts / "tinystories_sample.txt").read_text(encoding="utf-8")[:400_000]
+    stories = _with_separators(stories)
     german = (sample_texts / "german.txt").read_text(encoding="utf-8")[:150_000]
-    fortunes = multilingual[:200_000]
+    fortunes = _with_separators(multilingual[:200_000])
     (directory / "a.txt").write_text(stories, encoding="utf-8")
     lines = [json.dumps({"text": german[i : i + 2500]}) for i in range(0, len(german), 2500)]
     (directory / "b.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (directory / "c.txt.gz").write_bytes(gzip.compress(fortunes.encode("utf-8")))
     (directory / "d.txt").write_text(fortunes + "\nno newline at the end", encoding="utf-8")
     return [str(directory / name) for name in ("a.txt", "b.jsonl", "c.txt.gz", "d.txt")]
+
+
+def _with_separators(text: str, every: int = 3000) -> str:
+    """``text`` as documents separated by EOT (the shared sample has them; a generated stand-in may
+    not), so that patterns without safe line cuts can still be cut into shards."""
+    if EOT in text:
+        return text
+    lines, docs, size = text.splitlines(keepends=True), [[]], 0
+    for line in lines:
+        docs[-1].append(line)
+        size += len(line)
+        if size >= every:
+            docs.append([])
+            size = 0
+    return f"{EOT}\n".join("".join(doc) for doc in docs if doc)
 
 
 def concatenated_shards(directory: Path) -> np.ndarray:
