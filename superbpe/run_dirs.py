@@ -85,9 +85,13 @@ def _quote(value: str) -> str:
 
 
 def read_run_overrides(run_dir: Path) -> list[str] | None:
-    """The overrides a Hydra run was started with (its ``.hydra/overrides.yaml``), or None without one."""
+    """The overrides a Hydra run was started with (its ``.hydra/overrides.yaml``), or None without one.
+
+    An empty file counts as none: Hydra creates the file before writing it, so a run killed in
+    between leaves it empty, and that records nothing.
+    """
     path = run_dir / ".hydra" / "overrides.yaml"
-    if not path.is_file():
+    if not path.is_file() or not path.read_text(encoding="utf-8", errors="replace").strip():
         return None
     from omegaconf import OmegaConf
 

@@ -191,6 +191,9 @@ def test_resume_args_take_the_runs_own_overrides(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="no such run directory"):
         resume_args([f"resume={tmp_path / 'nope'}"])
     assert resume_args(["vocab_size=3"]) == ["vocab_size=3"]
+    (run / ".hydra" / "overrides.yaml").write_text("")  # killed while Hydra wrote it, and no checkpoint
+    with pytest.raises(InputError, match="neither its overrides nor a checkpoint"):
+        resume_args([f"resume={run}"])
     (run / ".hydra" / "overrides.yaml").unlink()  # killed before Hydra wrote it, and no checkpoint
     with pytest.raises(InputError, match="neither its overrides nor a checkpoint"):
         resume_args([f"resume={run}"])

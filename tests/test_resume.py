@@ -112,7 +112,8 @@ def test_killed_in_stage1_then_in_stage2_resumes_to_identical_merges(wiki, refer
 def test_killed_before_the_first_checkpoint_starts_over(wiki, reference, tmp_path):
     run_dir = tmp_path / "run"
     proc = start_script("train.py", f"hydra.run.dir={run_dir}", *overrides(wiki), cwd=tmp_path)
-    kill_when(proc, run_dir, lambda state, d: state is None and (d / ".hydra" / "overrides.yaml").is_file())
+    recorded = run_dir / ".hydra" / "overrides.yaml"
+    kill_when(proc, run_dir, lambda state, _: state is None and recorded.is_file() and recorded.stat().st_size > 0)
     done = resume(tmp_path, run_dir)
     assert done.returncode == 0, done.stderr
     assert (run_dir / "merges.txt").read_bytes() == reference
@@ -239,7 +240,8 @@ def random_kill_run(tmp_path: Path, name: str, args: list[str], kills: int, rng:
     command = [f"hydra.run.dir={run_dir}", *args]
     for _ in range(kills):
         proc = start_script("train.py", *command, cwd=tmp_path)
-        while not (run_dir / ".hydra" / "overrides.yaml").is_file() and proc.poll() is None:
+        recorded = run_dir / ".hydra" / "overrides.yaml"
+        while not (recorded.is_file() and recorded.stat().st_size > 0) and proc.poll() is None:
             time.sleep(0.002)
         time.sleep(rng.uniform(0, length))
         if proc.poll() is None:
