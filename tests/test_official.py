@@ -192,6 +192,91 @@ def test_hf_tie_break_and_alphabet_match_stock_hf_on_random_text(tmp_path, engin
         assert vocab == (out / files.VOCAB_FILE).read_text(encoding="utf-8"), seed
 
 
+# Units whose repeats make runs ("aaaa", "    ", "\n\n") and overlapping pairs ("abab", "aab"): the shapes
+# where a merge meets the pair it just made, and where HF's bookkeeping (one queue entry per pair, its
+# count never reset after the merge) could differ from merging every occurrence.
+_RUN_UNITS = [["a"], ["a", "b"], ["ab", "a"], ["aa", "b", " "], ["a", " ", "\n"], ["ab", "ba", " "],
+              ["1", "a", " "], ["é", "e", " "], ["a", ":", " "], [" ", "\n", "x"]]
+
+
+def _runs_text(rng: random.Random) -> str:
+    units = rng.choice(_RUN_UNITS)
+    lines = [
+        "".join(rng.choice(units) * rng.choice([1, 1, 2, 3, 4, 7]) for _ in range(rng.randint(0, 12)))
+        for _ in range(rng.randint(1, 25))
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def test_stock_hf_makes_no_duplicate_merge_and_both_engines_match_it_on_runs(tmp_path):
+    """Runs and overlapping pairs, trained until no pair is left: HF's merges and ids exactly.
+
+    HF records a merge whose token exists, merges a pair only in the words its queue entry lists and
+    never resets a merged pair's count; none of that shows unless a token can be made twice, which
+    merging every occurrence of each pair in turn (what HF's single entry per pair amounts to) never
+    allows. The duplicate-free HF output is asserted too, since our equality rests on it.
+    """
+    pre = get_pretokenizer("superbpe-stage1", line_units=True)
+    rules = MergeRules(tie_break="ids", duplicates="merge")
+    for seed in range(60):
+        rng = random.Random(seed)
+        path = tmp_path / f"{seed}.txt"
+        path.write_text(_runs_text(rng), encoding="utf-8")
+        out = tmp_path / f"hf{seed}"
+        out.mkdir()
+        counts = get_engine("python").count([path], pre, [])
+        alphabet = alphabet_order(counts.bytes_seen())
+        vocab_size = len(alphabet) + rng.choice([rng.randint(1, 40), 1000])  # 1000: until no pair is left
+        _hf_stage1(path, vocab_size, out)
+        theirs = (out / files.MERGES_FILE).read_text(encoding="utf-8")
+        assert len(set(theirs.splitlines())) == len(theirs.splitlines()), seed
+        for engine in ENGINES:
+            merges = get_engine(engine).train(counts, vocab_size - len(alphabet), rules=rules).merges
+            assert files.merges_to_text(merges) == theirs, (seed, engine)
+            vocab = files.vocab_to_json_text(hf_vocab(alphabet, merges), "hf")
+            assert vocab == (out / files.VOCAB_FILE).read_text(encoding="utf-8"), (seed, engine)
+
+
+def _random_inherited(rng: random.Random, alphabet: bytes, size: int) -> list[tuple[bytes, bytes]]:
+    """Merges of random existing tokens, each making a new one: many never occur, and some make a token
+    that the text can only reach by another pair (a duplicate, unless the absent merge is dropped)."""
+    tokens = [bytes([b]) for b in alphabet]
+    merges: list[tuple[bytes, bytes]] = []
+    for _ in range(size):
+        left, right = rng.choice(tokens), rng.choice(tokens)
+        if left + right not in tokens:
+            tokens.append(left + right)
+            merges.append((left, right))
+    return merges
+
+
+def test_inherited_lists_make_duplicates_only_when_absent_merges_are_kept():
+    """With absent inherited merges dropped (the official recipe) no duplicate merge can arise; kept
+    (``compat.duplicates=merge`` set alone), it does, and both engines still agree merge for merge."""
+    from superbpe.counting import PieceCounts
+
+    duplicates = {"keep": 0, "drop": 0}
+    for seed in range(300):
+        rng = random.Random(seed)
+        alphabet = rng.choice([b"ab", b"abc", b"ab ", b"a"])
+        counts: dict[bytes, int] = {}
+        for _ in range(rng.randint(1, 25)):
+            piece = bytes(rng.choices(alphabet, k=rng.randint(2, 16)))
+            counts[piece] = counts.get(piece, 0) + rng.randint(1, 5)
+        replay = _random_inherited(rng, alphabet, rng.randint(0, 20))
+        absent = rng.choice(["keep", "drop"])
+        tie_break = rng.choice(["ids", "bytes"])
+        rules = MergeRules(tie_break=tie_break, duplicates="merge", absent_inherited=absent)
+        num_merges = len(replay) + rng.randint(1, 40)
+        python, native = (
+            get_engine(name).train(PieceCounts(counts, {}), num_merges, rules=rules, replay=replay).merges
+            for name in ENGINES
+        )
+        assert python == native, seed
+        duplicates[absent] += len({left + right for left, right in python}) != len(python)
+    assert duplicates["drop"] == 0 and duplicates["keep"] > 0, duplicates
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_absent_inherited_merges_are_dropped_with_their_dependents(engine):
     """A replayed merge whose pair never occurs is left out, and so is any merge that needs its token."""
