@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import random
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,7 @@ from omegaconf import OmegaConf
 from script_helpers import ROOT, run_script
 
 from superbpe import Tokenizer, files, train_bpe
-from superbpe.compat import OFFICIAL, PRESETS, alphabet_order, hf_vocab
+from superbpe.compat import OFFICIAL, PRESETS, alphabet_order, hf_vocab, training_rules
 from superbpe.config import (
     CompatConfig,
     DataConfig,
@@ -26,11 +28,13 @@ from superbpe.config import (
     StageConfig,
     TrainConfig,
 )
+from superbpe.counting import PieceCounts
 from superbpe.engine import get_engine
 from superbpe.errors import ConfigError, InputError
 from superbpe.pretokenize import PATTERNS, get_pretokenizer
 from superbpe.run import run_training
 from superbpe.trainer import MergeRules
+from superbpe.types import Merge
 
 tokenizers = pytest.importorskip("tokenizers")
 
@@ -253,8 +257,6 @@ def _random_inherited(rng: random.Random, alphabet: bytes, size: int) -> list[tu
 def test_inherited_lists_make_duplicates_only_when_absent_merges_are_kept():
     """With absent inherited merges dropped (the official recipe) no duplicate merge can arise; kept
     (``compat.duplicates=merge`` set alone), it does, and both engines still agree merge for merge."""
-    from superbpe.counting import PieceCounts
-
     duplicates = {"keep": 0, "drop": 0}
     for seed in range(300):
         rng = random.Random(seed)
@@ -277,6 +279,75 @@ def test_inherited_lists_make_duplicates_only_when_absent_merges_are_kept():
     assert duplicates["drop"] == 0 and duplicates["keep"] > 0, duplicates
 
 
+def _fork_train(
+    fork: Path, counts: PieceCounts, vocab_size: int, inherited: list[Merge] | None, work: Path
+) -> tuple[str, str]:
+    """(merges.txt, vocab.json) as the official fork writes them for these piece counts: stage 1, or
+    stage 2 extending ``inherited`` (the fork reads them from ``merges.txt`` in its working directory)."""
+    table = files.byte_to_unicode()
+    work.mkdir()
+    words = work / "words.tsv"
+    lines = (f"{count}\t{''.join(table[b] for b in piece)}\n" for piece, count in counts.items())
+    words.write_text("".join(lines), encoding="utf-8")
+    cwd, out = work / "cwd", work / "out"
+    cwd.mkdir()
+    out.mkdir()
+    if inherited is not None:
+        (cwd / files.MERGES_FILE).write_text(files.merges_to_text(inherited), encoding="utf-8")
+    command = [str(fork), str(words), str(vocab_size), str(out)]
+    subprocess.run(command, cwd=cwd, check=True, capture_output=True)
+    merges, vocab = (out / files.MERGES_FILE, out / files.VOCAB_FILE)
+    return merges.read_text(encoding="utf-8"), vocab.read_text(encoding="utf-8")
+
+
+def _official_texts(alphabet: bytes, merges: list[Merge]) -> tuple[str, str]:
+    """(merges.txt, vocab.json) as a compat=official run writes them (no special tokens)."""
+    return files.merges_to_text(merges), files.vocab_to_json_text(hf_vocab(alphabet, merges), "hf")
+
+
+def test_stage2_matches_the_official_fork(tmp_path):
+    """Both stages against the official fork itself (built from tests/official_fork), inheriting a
+    stage 1 of the same text or a random list: runs, overlapping pairs, and the skip rules at work."""
+    fork = os.environ.get("SUPERBPE_OFFICIAL_FORK")
+    if not fork:
+        pytest.skip("needs the official fork's trainer (tests/official_fork) in SUPERBPE_OFFICIAL_FORK")
+    stage1_pre = get_pretokenizer("superbpe-stage1", line_units=True)
+    stage2_pre = get_pretokenizer("superbpe", line_units=True)
+    stage1_rules = training_rules(MergeRules(), OFFICIAL)
+    stage2_rules = training_rules(MergeRules(max_words_per_token=4, forbidden_substrings=(b": ",)), OFFICIAL)
+    for seed in range(120):
+        rng = random.Random(seed)
+        path = tmp_path / f"{seed}.txt"
+        path.write_text(_runs_text(rng) if seed % 2 else _words_text(rng), encoding="utf-8")
+        for engine in ENGINES:
+            counts = get_engine(engine).count([path], stage1_pre, [])
+            alphabet = alphabet_order(counts.bytes_seen())
+            vocab_size = len(alphabet) + rng.randint(1, 80)
+            stage1 = get_engine(engine).train(counts, vocab_size - len(alphabet), rules=stage1_rules).merges
+            theirs = _fork_train(Path(fork), counts, vocab_size, None, tmp_path / f"{seed}-{engine}-1")
+            assert _official_texts(alphabet, stage1) == theirs, (seed, engine)
+            inherited = stage1[: rng.randint(0, len(stage1))]
+            if seed % 3 == 0:
+                inherited = _random_inherited(rng, alphabet, rng.randint(1, 30))
+            counts = get_engine(engine).count([path], stage2_pre, [])
+            alphabet = alphabet_order(counts.bytes_seen())
+            vocab_size = len(alphabet) + len(inherited) + rng.randint(1, 80)
+            theirs = _fork_train(Path(fork), counts, vocab_size, inherited, tmp_path / f"{seed}-{engine}-2")
+            their_merges = theirs[0].splitlines()
+            assert len(set(their_merges)) == len(their_merges), (seed, "the fork made a duplicate merge")
+            merges = get_engine(engine).train(
+                counts, vocab_size - len(alphabet), rules=stage2_rules, replay=inherited
+            ).merges
+            assert _official_texts(alphabet, merges) == theirs, (seed, engine)
+
+
+def _words_text(rng: random.Random) -> str:
+    """Lines of short words over a tiny alphabet, with the spaces and ": " the stage-2 skip rules watch."""
+    chars = rng.choice(["ab c", "a b", "ab  c: ", "a a b", "xy z:\n"])
+    lines = ["".join(rng.choices(chars, k=rng.randint(0, 40))) for _ in range(rng.randint(1, 40))]
+    return "\n".join(lines) + "\n"
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_absent_inherited_merges_are_dropped_with_their_dependents(engine):
     """A replayed merge whose pair never occurs is left out, and so is any merge that needs its token."""
@@ -284,8 +355,6 @@ def test_absent_inherited_merges_are_dropped_with_their_dependents(engine):
     replay = [(b"x", b"y"), (b"a", b"b"), (b"xy", b"z"), (b"ab", b"ab")]
     rules = MergeRules(absent_inherited="drop", tie_break="ids", duplicates="merge")
     engine_ = get_engine(engine)
-    from superbpe.counting import PieceCounts
-
     result = engine_.train(PieceCounts(counts, {}), 4, rules=rules, replay=replay)
     assert result.merges == [(b"a", b"b"), (b"ab", b"ab"), (b"c", b"d")]
     kept = engine_.train(PieceCounts(counts, {}), 5, rules=MergeRules(), replay=replay)
