@@ -305,12 +305,31 @@ def _official_texts(alphabet: bytes, merges: list[Merge]) -> tuple[str, str]:
     return files.merges_to_text(merges), files.vocab_to_json_text(hf_vocab(alphabet, merges), "hf")
 
 
-def test_stage2_matches_the_official_fork(tmp_path):
-    """Both stages against the official fork itself (built from tests/official_fork), inheriting a
-    stage 1 of the same text or a random list: runs, overlapping pairs, and the skip rules at work."""
+def _official_fork() -> Path:
+    """The official fork's trainer built from tests/official_fork (see its Cargo.toml), or skip."""
     fork = os.environ.get("SUPERBPE_OFFICIAL_FORK")
     if not fork:
         pytest.skip("needs the official fork's trainer (tests/official_fork) in SUPERBPE_OFFICIAL_FORK")
+    return Path(fork)
+
+
+def test_official_fork_harness_writes_their_reference_files(tmp_path, shared_data, official_data):
+    """The harness is the fork as their scripts ran it: it writes their corpus.en files, both stages."""
+    fork, theirs = _official_fork(), official_data / "corpus_en"
+    corpus = shared_data / "corpus.en"
+    stage1 = get_engine("native").count([corpus], get_pretokenizer("superbpe-stage1", line_units=True), [])
+    stage2 = get_engine("native").count([corpus], get_pretokenizer("superbpe", line_units=True), [])
+    inherited = files.read_merges(theirs / "bpe" / files.MERGES_FILE)[:1000]
+    for name, counts, merges in (("bpe", stage1, None), ("superbpe", stage2, inherited)):
+        merges_text, vocab_text = (theirs / name / files.MERGES_FILE, theirs / name / files.VOCAB_FILE)
+        expected = merges_text.read_text(encoding="utf-8"), vocab_text.read_text(encoding="utf-8")
+        assert _fork_train(fork, counts, 1500, merges, tmp_path / name) == expected, name
+
+
+def test_stage2_matches_the_official_fork(tmp_path):
+    """Both stages against the official fork itself (built from tests/official_fork), inheriting a
+    stage 1 of the same text or a random list: runs, overlapping pairs, and the skip rules at work."""
+    fork = _official_fork()
     stage1_pre = get_pretokenizer("superbpe-stage1", line_units=True)
     stage2_pre = get_pretokenizer("superbpe", line_units=True)
     stage1_rules = training_rules(MergeRules(), OFFICIAL)
@@ -324,7 +343,7 @@ def test_stage2_matches_the_official_fork(tmp_path):
             alphabet = alphabet_order(counts.bytes_seen())
             vocab_size = len(alphabet) + rng.randint(1, 80)
             stage1 = get_engine(engine).train(counts, vocab_size - len(alphabet), rules=stage1_rules).merges
-            theirs = _fork_train(Path(fork), counts, vocab_size, None, tmp_path / f"{seed}-{engine}-1")
+            theirs = _fork_train(fork, counts, vocab_size, None, tmp_path / f"{seed}-{engine}-1")
             assert _official_texts(alphabet, stage1) == theirs, (seed, engine)
             inherited = stage1[: rng.randint(0, len(stage1))]
             if seed % 3 == 0:
@@ -332,7 +351,7 @@ def test_stage2_matches_the_official_fork(tmp_path):
             counts = get_engine(engine).count([path], stage2_pre, [])
             alphabet = alphabet_order(counts.bytes_seen())
             vocab_size = len(alphabet) + len(inherited) + rng.randint(1, 80)
-            theirs = _fork_train(Path(fork), counts, vocab_size, inherited, tmp_path / f"{seed}-{engine}-2")
+            theirs = _fork_train(fork, counts, vocab_size, inherited, tmp_path / f"{seed}-{engine}-2")
             their_merges = theirs[0].splitlines()
             assert len(set(their_merges)) == len(their_merges), (seed, "the fork made a duplicate merge")
             merges = get_engine(engine).train(
