@@ -94,12 +94,12 @@ def train(corpus: Path, run: str, vocab: int, transition: float, out: Path) -> t
     if share:
         args.append(f"schedule.stage2_approx_sample={share}")
     start = time.monotonic()
-    with open(out.with_suffix(".log"), "w") as log:
+    with open(out.parent / f"{out.name}.log", "w") as log:  # names hold dots (superbpe@0.5)
         child = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
         _, status, usage = os.wait4(child.pid, 0)
     seconds = time.monotonic() - start
     if status != 0:
-        raise SystemExit(f"{schedule} on {corpus} failed; see {out.with_suffix('.log')}")
+        raise SystemExit(f"{run} on {corpus} failed; see {out.parent / f'{out.name}.log'}")
     metrics = json.loads((out / "metrics.json").read_text())
     stages = metrics.get("stages", [])
     last = stages[-1] if stages else {}
