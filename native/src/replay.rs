@@ -228,7 +228,7 @@ fn cut(piece: &[u8], joins: &Joins, cache: &SegmentCache, segments: &mut Vec<Seg
             continue;
         }
         let len = end - start;
-        let packed = (len >= 3 && len <= PACKED_MAX && len < piece.len()).then(|| {
+        let packed = ((3..=PACKED_MAX).contains(&len) && len < piece.len()).then(|| {
             let key = pack_segment(&piece[start..end]);
             let hash = hash_segment(key);
             cache.packed.prefetch(hash);
