@@ -43,7 +43,9 @@ def _blocks(n: int) -> list[Shard]:
         (9, 1 / 3, [0, 3, 6]),
     ],
 )
-def test_sample_evenly_keeps_an_even_share_from_the_first_block(n: int, fraction: float, kept: list[int]) -> None:
+def test_sample_evenly_keeps_an_even_share_from_the_first_block(
+    n: int, fraction: float, kept: list[int]
+) -> None:
     assert [block.start for block in sample_evenly(_blocks(n), fraction)] == kept
 
 
@@ -69,7 +71,9 @@ def _corpus(tmp_path: Path, sample_texts: Path) -> Path:
     return path
 
 
-def _kept_blocks_counted_one_by_one(path: Path, fraction: float, block_bytes: int, pattern: str) -> PieceCounts:
+def _kept_blocks_counted_one_by_one(
+    path: Path, fraction: float, block_bytes: int, pattern: str
+) -> PieceCounts:
     pre = get_pretokenizer(pattern)
     blocks = sample_evenly(plan_shards([path], [EOT], block_bytes, line_cuts=pre.safe_cuts_hold), fraction)
     total: PieceCounts | None = None
