@@ -362,9 +362,14 @@ def _counts(job: _Job, plan: StagePlan, stats: StageStats, ahead: _CountAhead) -
         return _load_or_count(job, plan, progress=job.cfg.progress, workers=job.cfg.workers)
 
 
+def _sampled(plan: StagePlan) -> dict[str, float]:
+    """The part of a cache key that tells a sampled stage's counts and merges from the exact ones (none
+    for an exact stage, so its keys stay what they were)."""
+    return {} if plan.approx_sample is None else {"approx_sample": plan.approx_sample}
+
+
 def _load_or_count(job: _Job, plan: StagePlan, *, progress: bool | None, workers: int | None) -> PieceCounts:
     """Counts from the cache, or counted (and cached) now."""
-    sampled = {} if plan.approx_sample is None else {"approx_sample": plan.approx_sample}
     key = cache_key(
         kind="counts",
         fingerprint=job.fingerprint,
@@ -372,7 +377,7 @@ def _load_or_count(job: _Job, plan: StagePlan, *, progress: bool | None, workers
         specials=job.specials,
         errors=job.cfg.data.errors,
         text_field=job.cfg.data.text_field,
-        **sampled,
+        **_sampled(plan),
     )
     with job.cache.entry("counts", key, ".counts") as path:
         counts = job.cache.load_counts(path)
@@ -423,6 +428,7 @@ def _train(
         fingerprint=job.fingerprint,
         rules=rules_spec(plan.rules),
         prior=merges_fingerprint(prior),
+        **_sampled(plan),
     )
     with job.cache.entry("merges", key, ".json") as path, stats.part("train_seconds"):
         cached = job.cache.load_merges(path)

@@ -115,13 +115,14 @@ def count_on_executor(
     pre, specials, paths = prepare_count(inputs, pretokenizer, special_tokens, errors)
     engine_name = get_engine(engine, [pre]).name  # the choice a local count makes (engine.get_engine)
     meta = counts_meta(pre, specials)
-    task = (pre, tuple(specials), engine_name, errors, text_field, chunk_bytes, spec.num_cpus_per_task)
+    threads = spec.num_cpus_per_task
+    task = (pre, tuple(specials), engine_name, errors, text_field, chunk_bytes, chunk_bytes, threads)
     runner = get_executor(spec, workers)
     try:
         size = shard_size(spec, runner, paths)
         shards = plan_shards(paths, specials, size, line_cuts=pre.safe_cuts_hold)
         total = _CountSum(engine_name, meta)
-        for number, table in runner.run(count_shard, [(shard, *task) for shard in shards]):
+        for number, table in runner.run(count_task, [((shard,), *task) for shard in shards]):
             total.add(table)
             if progress:
                 progress(shards[number].size())
@@ -169,7 +170,7 @@ def count_sample(
         groups = _grouped(kept, shard_size(spec, runner, paths))
         total = _CountSum(engine_name, counts_meta(pre, specials))
         arguments = [(group, *task, _SAMPLE_UNIT_BYTES, spec.num_cpus_per_task) for group in groups]
-        for number, table in runner.run(_count_group, arguments):
+        for number, table in runner.run(count_task, arguments):
             total.add(table)
             if progress:
                 progress(sum(block.size() for block in groups[number]))
@@ -194,9 +195,10 @@ def _grouped(blocks: Sequence[Shard], group_bytes: int) -> list[tuple[Shard, ...
     return groups
 
 
-def _count_group(blocks: tuple[Shard, ...], *task: Any) -> bytes:
-    """One task of a sampled count: its blocks' piece counts in the ``.counts`` format."""
-    return count_shards(blocks, *task).to_bytes()
+def count_task(shards: tuple[Shard, ...], *task: Any) -> bytes:
+    """One task: the piece counts of its shards (one, or a sampled count's blocks) in the ``.counts``
+    format, which both engines write alike; ``task`` is :func:`count_shards`'s other arguments."""
+    return count_shards(shards, *task).to_bytes()
 
 
 def shard_size(spec: ExecutorSpec, runner: Executor, paths: Sequence[Path]) -> int:
@@ -205,22 +207,6 @@ def shard_size(spec: ExecutorSpec, runner: Executor, paths: Sequence[Path]) -> i
     total = sum(p.stat().st_size for p in paths)
     return max(1, min(spec.shard_bytes, max(_MIN_SHARD_BYTES, total // (4 * runner.parallelism))))
 
-
-
-
-def count_shard(
-    shard: Shard,
-    pre: Pretokenizer,
-    specials: tuple[str, ...],
-    engine: str,
-    errors: str,
-    text_field: str,
-    chunk_bytes: int,
-    threads: int,
-) -> bytes:
-    """One task: the shard's piece counts in the ``.counts`` format (both engines write the same bytes)."""
-    task = (pre, specials, engine, errors, text_field, chunk_bytes, chunk_bytes, threads)
-    return count_shards((shard,), *task).to_bytes()
 
 
 def count_shards(

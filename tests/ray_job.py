@@ -75,7 +75,7 @@ def main() -> None:
         def job() -> Any:
             return count_on_executor(args["inputs"], "gpt2", args["specials"], executor=spec, engine="python")
 
-        counts, result["killed"] = _with_a_killed_worker("count_shard", job)
+        counts, result["killed"] = _with_a_killed_worker("count_task", job)
         counts.save(Path(args["out"]) / "killed.counts")
     elif kind == "kill-encode":
 

@@ -43,7 +43,9 @@ def _blocks(n: int) -> list[Shard]:
         (9, 1 / 3, [0, 3, 6]),
     ],
 )
-def test_sample_evenly_keeps_an_even_share_from_the_first_block(n: int, fraction: float, kept: list[int]) -> None:
+def test_sample_evenly_keeps_an_even_share_from_the_first_block(
+    n: int, fraction: float, kept: list[int]
+) -> None:
     assert [block.start for block in sample_evenly(_blocks(n), fraction)] == kept
 
 
@@ -69,7 +71,9 @@ def _corpus(tmp_path: Path, sample_texts: Path) -> Path:
     return path
 
 
-def _kept_blocks_counted_one_by_one(path: Path, fraction: float, block_bytes: int, pattern: str) -> PieceCounts:
+def _kept_blocks_counted_one_by_one(
+    path: Path, fraction: float, block_bytes: int, pattern: str
+) -> PieceCounts:
     pre = get_pretokenizer(pattern)
     blocks = sample_evenly(plan_shards([path], [EOT], block_bytes, line_cuts=pre.safe_cuts_hold), fraction)
     total: PieceCounts | None = None
@@ -120,7 +124,7 @@ def test_inputs_that_cannot_be_cut_are_refused_in_one_line(tmp_path: Path) -> No
     assert "\n" not in str(refused.value)
 
 
-def _config(corpus: Path, out: Path, sample: object) -> TrainConfig:
+def _config(corpus: Path, out: Path, sample: object, cache_dir: Path | None = None) -> TrainConfig:
     from omegaconf import OmegaConf
 
     cfg = TrainConfig(
@@ -129,7 +133,7 @@ def _config(corpus: Path, out: Path, sample: object) -> TrainConfig:
         engine=EngineConfig(ENGINES[-1]),
         vocab_size=900,
         output_dir=str(out),
-        cache_dir=None,
+        cache_dir=None if cache_dir is None else str(cache_dir),
     )
     schedule = {
         "name": "superbpe",
@@ -155,6 +159,17 @@ def test_a_sampled_stage_trains_on_its_share_and_says_so(tmp_path: Path, small_b
     exact_stages = json.loads((tmp_path / "exact" / "metrics.json").read_text())["stages"]
     assert "approx_sample" not in exact_stages[1]
     assert stages[1]["distinct_pieces"] < exact_stages[1]["distinct_pieces"]
+
+
+def test_the_cache_keeps_sampled_and_exact_stages_apart(tmp_path: Path, small_blocks: int) -> None:
+    corpus = long_lines_corpus(tmp_path / "lines.txt")
+    cache = tmp_path / "cache"
+    sampled = run_training(_config(corpus, tmp_path / "sampled", 0.25)).merges
+    exact = run_training(_config(corpus, tmp_path / "exact", None)).merges
+    assert run_training(_config(corpus, tmp_path / "a", None, cache)).merges == exact
+    assert run_training(_config(corpus, tmp_path / "b", 0.25, cache)).merges == sampled
+    assert run_training(_config(corpus, tmp_path / "c", 0.5, cache)).merges not in (sampled, exact)
+    assert run_training(_config(corpus, tmp_path / "d", None, cache)).merges == exact
 
 
 @pytest.mark.parametrize("bad", [0, -0.5, 1.5])

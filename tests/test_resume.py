@@ -113,7 +113,11 @@ def test_killed_before_the_first_checkpoint_starts_over(wiki, reference, tmp_pat
     run_dir = tmp_path / "run"
     proc = start_script("train.py", f"hydra.run.dir={run_dir}", *overrides(wiki), cwd=tmp_path)
     recorded = run_dir / ".hydra" / "overrides.yaml"
-    kill_when(proc, run_dir, lambda state, _: state is None and recorded.is_file() and recorded.stat().st_size > 0)
+
+    def started(state: dict | None, _run_dir: Path) -> bool:
+        return state is None and recorded.is_file() and recorded.stat().st_size > 0
+
+    kill_when(proc, run_dir, started)
     done = resume(tmp_path, run_dir)
     assert done.returncode == 0, done.stderr
     assert (run_dir / "merges.txt").read_bytes() == reference

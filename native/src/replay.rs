@@ -10,12 +10,12 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use hashbrown::HashTable;
 use rayon::prelude::*;
 
 use crate::bpe;
 use crate::bytesmap::{hash_short, pack_short, BytesMap, SHORT_MAX};
 use crate::count::Counts;
+use crate::mem::prefetch;
 
 /// `(rank, merged id)` of each replayed pair, keyed by `train::pair_key`.
 pub type Ranks = HashMap<u64, (u32, u32), std::hash::BuildHasherDefault<crate::train::PairHasher>>;
@@ -75,26 +75,99 @@ const MANY: u32 = 1 << 31;
 /// Most merges a replay can hold: every token id must stay below `MANY`.
 pub const MAX_REPLAY: usize = MANY as usize - 256;
 
+/// An empty slot of `PackedTable` (no token id is `u32::MAX`, so no result looks like it).
+const EMPTY: Syms = [u32::MAX, u32::MAX];
+
+/// Packed segments and their results: open addressing with linear probing in one flat array, at
+/// most half full. Unlike a general hash map, the slot a key will probe first is known from its
+/// hash alone, so `replay_piece` fetches the slots of a piece's segments before it probes any: the
+/// table outgrows the CPU caches, and one miss at a time was what replay waited on.
+#[derive(Default)]
+struct PackedTable {
+    slots: Vec<([u64; 2], Syms)>,
+    len: usize,
+}
+
+impl PackedTable {
+    #[inline(always)]
+    fn home(&self, hash: u64) -> usize {
+        hash as usize & (self.slots.len() - 1)
+    }
+
+    #[inline(always)]
+    fn prefetch(&self, hash: u64) {
+        if !self.slots.is_empty() {
+            prefetch(&self.slots[self.home(hash)]);
+        }
+    }
+
+    #[inline(always)]
+    fn get(&self, key: [u64; 2], hash: u64) -> Option<Syms> {
+        if self.slots.is_empty() {
+            return None;
+        }
+        let mask = self.slots.len() - 1;
+        let mut i = self.home(hash);
+        loop {
+            let (k, syms) = self.slots[i];
+            if syms == EMPTY {
+                return None;
+            }
+            if k == key {
+                return Some(syms);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Add a key that is not in the table.
+    fn insert_new(&mut self, key: [u64; 2], hash: u64, syms: Syms) {
+        if 2 * (self.len + 1) > self.slots.len() {
+            self.grow();
+        }
+        let mask = self.slots.len() - 1;
+        let mut i = self.home(hash);
+        while self.slots[i].1 != EMPTY {
+            i = (i + 1) & mask;
+        }
+        self.slots[i] = (key, syms);
+        self.len += 1;
+    }
+
+    fn grow(&mut self) {
+        let size = (2 * self.slots.len()).max(1 << 12);
+        let old = std::mem::replace(&mut self.slots, vec![([0, 0], EMPTY); size]);
+        self.len = 0;
+        for (key, syms) in old.into_iter().filter(|e| e.1 != EMPTY) {
+            self.insert_new(key, hash_segment(key), syms);
+        }
+    }
+
+    #[cfg(test)]
+    fn iter(&self) -> impl Iterator<Item = &([u64; 2], Syms)> {
+        self.slots.iter().filter(|e| e.1 != EMPTY)
+    }
+}
+
 /// Per-thread memo of replayed segments (see the module doc).
 #[derive(Default)]
 pub struct SegmentCache {
-    packed: HashTable<([u64; 2], Syms)>,
+    packed: PackedTable,
     long: BytesMap<Syms>,
     arena: Vec<u32>,
 }
 
 impl SegmentCache {
+    /// The result for `segment`, whose packed key and hash (when it has one) are `packed`.
     #[inline(always)]
-    fn get(&self, segment: &[u8]) -> Option<Syms> {
-        if segment.len() <= PACKED_MAX {
-            let key = pack_segment(segment);
-            self.packed.find(hash_segment(key), |e| e.0 == key).map(|e| e.1)
-        } else {
-            self.long.get(segment).copied()
+    fn get(&self, segment: &[u8], packed: Option<([u64; 2], u64)>) -> Option<Syms> {
+        match packed {
+            Some((key, hash)) => self.packed.get(key, hash),
+            None => self.long.get(segment).copied(),
         }
     }
 
-    fn insert(&mut self, segment: &[u8], ids: &[u32]) {
+    fn insert(&mut self, segment: &[u8], packed: Option<([u64; 2], u64)>, ids: &[u32]) {
         let syms = match *ids {
             [a] => [a, ONE],
             [a, b] => [a, b],
@@ -104,11 +177,11 @@ impl SegmentCache {
                 [start, MANY | ids.len() as u32]
             }
         };
-        if segment.len() <= PACKED_MAX {
-            let key = pack_segment(segment);
-            self.packed.insert_unique(hash_segment(key), (key, syms), |e| hash_segment(e.0));
-        } else {
-            self.long.insert_new(segment, syms);
+        match packed {
+            Some((key, hash)) => self.packed.insert_new(key, hash, syms),
+            None => {
+                self.long.insert_new(segment, syms);
+            }
         }
     }
 
@@ -125,6 +198,9 @@ impl SegmentCache {
     }
 }
 
+/// A segment of a piece: its byte range, and its packed key and hash when the cache holds it packed.
+type Segment = (u32, u32, Option<([u64; 2], u64)>);
+
 /// The symbols of `piece` after replay: BPE of each segment between positions no merge joins.
 /// Segments of three bytes or more that repeat across pieces (words inside whole-line SuperBPE
 /// pieces) are merged once per thread and then copied; a whole piece is merged on the spot.
@@ -135,13 +211,45 @@ pub fn replay_piece<F: Fn(u32, u32) -> Option<(u32, u32)>>(
     rank: &F,
     out: &mut Vec<u32>,
 ) {
+    let mut segments = Vec::new();
+    cut(piece, joins, cache, &mut segments);
+    resolve(piece, &segments, cache, rank, out);
+}
+
+/// `piece`'s segments into `segments`, each packed one's cache slot fetched so that `resolve`,
+/// called a piece later, finds it in the CPU cache (the table outgrows it; the lookups were what
+/// replay waited on).
+#[inline(always)]
+fn cut(piece: &[u8], joins: &Joins, cache: &SegmentCache, segments: &mut Vec<Segment>) {
+    segments.clear();
     let mut start = 0;
     for end in 1..=piece.len() {
         if end < piece.len() && joins.may_join(piece[end - 1], piece[end]) {
             continue;
         }
-        let segment = &piece[start..end];
+        let len = end - start;
+        let packed = ((3..=PACKED_MAX).contains(&len) && len < piece.len()).then(|| {
+            let key = pack_segment(&piece[start..end]);
+            let hash = hash_segment(key);
+            cache.packed.prefetch(hash);
+            (key, hash)
+        });
+        segments.push((start as u32, end as u32, packed));
         start = end;
+    }
+}
+
+/// The replayed symbols of `piece`, cut into `segments` by `cut`, appended to `out`.
+#[inline(always)]
+fn resolve<F: Fn(u32, u32) -> Option<(u32, u32)>>(
+    piece: &[u8],
+    segments: &[Segment],
+    cache: &mut SegmentCache,
+    rank: &F,
+    out: &mut Vec<u32>,
+) {
+    for &(start, end, packed) in segments {
+        let segment = &piece[start as usize..end as usize];
         match segment.len() {
             1 => out.push(segment[0] as u32),
             // Two bytes merge (one id) or not, whatever else was replayed.
@@ -150,12 +258,12 @@ pub fn replay_piece<F: Fn(u32, u32) -> Option<(u32, u32)>>(
                 None => out.extend([segment[0] as u32, segment[1] as u32]),
             },
             n if n == piece.len() => out.extend(bpe::merge(segment.iter().map(|&b| b as u32).collect(), rank)),
-            _ => match cache.get(segment) {
+            _ => match cache.get(segment, packed) {
                 Some(syms) => cache.copy(syms, out),
                 None => {
                     let ids = bpe::merge(segment.iter().map(|&b| b as u32).collect(), rank);
                     out.extend_from_slice(&ids);
-                    cache.insert(segment, &ids);
+                    cache.insert(segment, packed, &ids);
                 }
             },
         }
@@ -194,9 +302,19 @@ pub fn replay_counts(
             let mut chunks = Vec::new();
             let mut out = ReplayChunk { lens: Vec::new(), syms: Vec::new(), counts: Vec::new() };
             let mut sym = Vec::new();
-            for (piece, count) in counts.shard_iter(s).filter(|(p, c)| p.len() >= 2 && *c > 0) {
+            // Each piece is cut (its cache slots fetched) one piece before it is resolved.
+            let (mut next, mut current) = (Vec::new(), Vec::new());
+            let mut pieces = counts.shard_iter(s).filter(|(p, c)| p.len() >= 2 && *c > 0).peekable();
+            if let Some(&(first, _)) = pieces.peek() {
+                cut(first, joins, &cache, &mut next);
+            }
+            while let Some((piece, count)) = pieces.next() {
+                std::mem::swap(&mut next, &mut current);
+                if let Some(&(following, _)) = pieces.peek() {
+                    cut(following, joins, &cache, &mut next);
+                }
                 sym.clear();
-                replay_piece(piece, joins, &mut cache, &rank, &mut sym);
+                resolve(piece, &current, &mut cache, &rank, &mut sym);
                 if sym.len() < 2 {
                     continue;
                 }
@@ -284,6 +402,24 @@ mod tests {
             kinds[3] += cache.long.len();
         }
         assert!(kinds.iter().all(|&n| n > 0), "one symbol, two, more, long keys: {kinds:?}");
+    }
+
+    /// The flat table finds every key it was given, across its growths, and no other.
+    #[test]
+    fn packed_table_finds_what_it_holds_across_growth() {
+        let mut table = PackedTable::default();
+        let key = |i: u64| [i.wrapping_mul(0x9E37_79B9_7F4A_7C15), i];
+        for i in 0..50_000u64 {
+            let k = key(i);
+            assert_eq!(table.get(k, hash_segment(k)), None);
+            table.insert_new(k, hash_segment(k), [i as u32, ONE]);
+        }
+        assert_eq!(table.len, 50_000);
+        assert!(table.slots.len() >= 100_000 && table.slots.len().is_power_of_two());
+        for i in 0..60_000u64 {
+            let k = key(i);
+            assert_eq!(table.get(k, hash_segment(k)), (i < 50_000).then_some([i as u32, ONE]), "key {i}");
+        }
     }
 
     #[test]
