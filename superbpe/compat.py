@@ -7,8 +7,9 @@ byte. Why our defaults differ:
 
 - ``tie_break``: greatest bytes reproduces the CS336 reference and does not depend on id layout.
 - ``alphabet``: all 256 bytes as ids 0-255 means any text encodes, and ids are the same for any corpus.
-- ``duplicates``: unique tokens are what tiktoken-style encoders require; HF can record a merge whose
-  token already exists.
+- ``duplicates``: unique tokens are what tiktoken-style encoders require; HF records a merge whose
+  token already exists. (Training from scratch, or extending a list with its absent merges dropped, never
+  meets one, in HF or here: the setting matters only for kept inherited merges that never occur.)
 - ``absent_inherited``: keeping every inherited merge keeps stage-1 ids stable across stage 2.
 - ``line_units`` (stage 1) off: a document is one sequence, not each of its lines.
 - ``encode_line_units``: we encode the way the stage trained (line by line for the stage-2 patterns);

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import random
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,7 @@ from omegaconf import OmegaConf
 from script_helpers import ROOT, run_script
 
 from superbpe import Tokenizer, files, train_bpe
-from superbpe.compat import OFFICIAL, PRESETS, alphabet_order, hf_vocab
+from superbpe.compat import OFFICIAL, PRESETS, alphabet_order, hf_vocab, training_rules
 from superbpe.config import (
     CompatConfig,
     DataConfig,
@@ -26,11 +28,13 @@ from superbpe.config import (
     StageConfig,
     TrainConfig,
 )
+from superbpe.counting import PieceCounts
 from superbpe.engine import get_engine
 from superbpe.errors import ConfigError, InputError
 from superbpe.pretokenize import PATTERNS, get_pretokenizer
 from superbpe.run import run_training
 from superbpe.trainer import MergeRules
+from superbpe.types import Merge
 
 tokenizers = pytest.importorskip("tokenizers")
 
@@ -192,6 +196,177 @@ def test_hf_tie_break_and_alphabet_match_stock_hf_on_random_text(tmp_path, engin
         assert vocab == (out / files.VOCAB_FILE).read_text(encoding="utf-8"), seed
 
 
+# Units whose repeats make runs ("aaaa", "    ", "\n\n") and overlapping pairs ("abab", "aab"): the shapes
+# where a merge meets the pair it just made, and where HF's bookkeeping (one queue entry per pair, its
+# count never reset after the merge) could differ from merging every occurrence.
+_RUN_UNITS = [["a"], ["a", "b"], ["ab", "a"], ["aa", "b", " "], ["a", " ", "\n"], ["ab", "ba", " "],
+              ["1", "a", " "], ["é", "e", " "], ["a", ":", " "], [" ", "\n", "x"]]
+
+
+def _runs_text(rng: random.Random) -> str:
+    units = rng.choice(_RUN_UNITS)
+    lines = [
+        "".join(rng.choice(units) * rng.choice([1, 1, 2, 3, 4, 7]) for _ in range(rng.randint(0, 12)))
+        for _ in range(rng.randint(1, 25))
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def test_stock_hf_makes_no_duplicate_merge_and_both_engines_match_it_on_runs(tmp_path):
+    """Runs and overlapping pairs, trained until no pair is left: HF's merges and ids exactly.
+
+    HF records a merge whose token exists, merges a pair only in the words its queue entry lists and
+    never resets a merged pair's count; none of that shows unless a token can be made twice, which
+    merging every occurrence of each pair in turn (what HF's single entry per pair amounts to) never
+    allows. The duplicate-free HF output is asserted too, since our equality rests on it.
+    """
+    pre = get_pretokenizer("superbpe-stage1", line_units=True)
+    rules = MergeRules(tie_break="ids", duplicates="merge")
+    for seed in range(200):
+        rng = random.Random(seed)
+        path = tmp_path / f"{seed}.txt"
+        path.write_text(_runs_text(rng), encoding="utf-8")
+        out = tmp_path / f"hf{seed}"
+        out.mkdir()
+        counts = get_engine("python").count([path], pre, [])
+        alphabet = alphabet_order(counts.bytes_seen())
+        vocab_size = len(alphabet) + rng.choice([rng.randint(1, 40), 1000])  # 1000: until no pair is left
+        _hf_stage1(path, vocab_size, out)
+        theirs = (out / files.MERGES_FILE).read_text(encoding="utf-8")
+        assert len(set(theirs.splitlines())) == len(theirs.splitlines()), seed
+        for engine in ENGINES:
+            merges = get_engine(engine).train(counts, vocab_size - len(alphabet), rules=rules).merges
+            assert files.merges_to_text(merges) == theirs, (seed, engine)
+            vocab = files.vocab_to_json_text(hf_vocab(alphabet, merges), "hf")
+            assert vocab == (out / files.VOCAB_FILE).read_text(encoding="utf-8"), (seed, engine)
+
+
+def _random_inherited(rng: random.Random, alphabet: bytes, size: int) -> list[tuple[bytes, bytes]]:
+    """Merges of random existing tokens, each making a new one: many never occur, and some make a token
+    that the text can only reach by another pair (a duplicate, unless the absent merge is dropped)."""
+    tokens = [bytes([b]) for b in alphabet]
+    merges: list[tuple[bytes, bytes]] = []
+    for _ in range(size):
+        left, right = rng.choice(tokens), rng.choice(tokens)
+        if left + right not in tokens:
+            tokens.append(left + right)
+            merges.append((left, right))
+    return merges
+
+
+def test_inherited_lists_make_duplicates_only_when_absent_merges_are_kept():
+    """With absent inherited merges dropped (the official recipe) no duplicate merge can arise; kept
+    (``compat.duplicates=merge`` set alone), it does, and both engines still agree merge for merge."""
+    duplicates = {"keep": 0, "drop": 0}
+    for seed in range(300):
+        rng = random.Random(seed)
+        alphabet = rng.choice([b"ab", b"abc", b"ab ", b"a"])
+        counts: dict[bytes, int] = {}
+        for _ in range(rng.randint(1, 25)):
+            piece = bytes(rng.choices(alphabet, k=rng.randint(2, 16)))
+            counts[piece] = counts.get(piece, 0) + rng.randint(1, 5)
+        replay = _random_inherited(rng, alphabet, rng.randint(0, 20))
+        absent = rng.choice(["keep", "drop"])
+        tie_break = rng.choice(["ids", "bytes"])
+        rules = MergeRules(tie_break=tie_break, duplicates="merge", absent_inherited=absent)
+        num_merges = len(replay) + rng.randint(1, 40)
+        python, native = (
+            get_engine(name).train(PieceCounts(counts, {}), num_merges, rules=rules, replay=replay).merges
+            for name in ENGINES
+        )
+        assert python == native, seed
+        duplicates[absent] += len({left + right for left, right in python}) != len(python)
+    assert duplicates["drop"] == 0 and duplicates["keep"] > 0, duplicates
+
+
+def _fork_train(
+    fork: Path, counts: PieceCounts, vocab_size: int, inherited: list[Merge] | None, work: Path
+) -> tuple[str, str]:
+    """(merges.txt, vocab.json) as the official fork writes them for these piece counts: stage 1, or
+    stage 2 extending ``inherited`` (the fork reads them from ``merges.txt`` in its working directory)."""
+    table = files.byte_to_unicode()
+    work.mkdir()
+    words = work / "words.tsv"
+    lines = (f"{count}\t{''.join(table[b] for b in piece)}\n" for piece, count in counts.items())
+    words.write_text("".join(lines), encoding="utf-8")
+    cwd, out = work / "cwd", work / "out"
+    cwd.mkdir()
+    out.mkdir()
+    if inherited is not None:
+        (cwd / files.MERGES_FILE).write_text(files.merges_to_text(inherited), encoding="utf-8")
+    command = [str(fork), str(words), str(vocab_size), str(out)]
+    subprocess.run(command, cwd=cwd, check=True, capture_output=True)
+    merges, vocab = (out / files.MERGES_FILE, out / files.VOCAB_FILE)
+    return merges.read_text(encoding="utf-8"), vocab.read_text(encoding="utf-8")
+
+
+def _official_texts(alphabet: bytes, merges: list[Merge]) -> tuple[str, str]:
+    """(merges.txt, vocab.json) as a compat=official run writes them (no special tokens)."""
+    return files.merges_to_text(merges), files.vocab_to_json_text(hf_vocab(alphabet, merges), "hf")
+
+
+def _official_fork() -> Path:
+    """The official fork's trainer built from tests/official_fork (see its Cargo.toml), or skip."""
+    fork = os.environ.get("SUPERBPE_OFFICIAL_FORK")
+    if not fork:
+        pytest.skip("needs the official fork's trainer (tests/official_fork) in SUPERBPE_OFFICIAL_FORK")
+    return Path(fork)
+
+
+def test_official_fork_harness_writes_their_reference_files(tmp_path, shared_data, official_data):
+    """The harness is the fork as their scripts ran it: it writes their corpus.en files, both stages."""
+    fork, theirs = _official_fork(), official_data / "corpus_en"
+    corpus = shared_data / "corpus.en"
+    stage1 = get_engine("native").count([corpus], get_pretokenizer("superbpe-stage1", line_units=True), [])
+    stage2 = get_engine("native").count([corpus], get_pretokenizer("superbpe", line_units=True), [])
+    inherited = files.read_merges(theirs / "bpe" / files.MERGES_FILE)[:1000]
+    for name, counts, merges in (("bpe", stage1, None), ("superbpe", stage2, inherited)):
+        merges_text, vocab_text = (theirs / name / files.MERGES_FILE, theirs / name / files.VOCAB_FILE)
+        expected = merges_text.read_text(encoding="utf-8"), vocab_text.read_text(encoding="utf-8")
+        assert _fork_train(fork, counts, 1500, merges, tmp_path / name) == expected, name
+
+
+def test_stage2_matches_the_official_fork(tmp_path):
+    """Both stages against the official fork itself (built from tests/official_fork), inheriting a
+    stage 1 of the same text or a random list: runs, overlapping pairs, and the skip rules at work."""
+    fork = _official_fork()
+    stage1_pre = get_pretokenizer("superbpe-stage1", line_units=True)
+    stage2_pre = get_pretokenizer("superbpe", line_units=True)
+    stage1_rules = training_rules(MergeRules(), OFFICIAL)
+    stage2_rules = training_rules(MergeRules(max_words_per_token=4, forbidden_substrings=(b": ",)), OFFICIAL)
+    for seed in range(120):
+        rng = random.Random(seed)
+        path = tmp_path / f"{seed}.txt"
+        path.write_text(_runs_text(rng) if seed % 2 else _words_text(rng), encoding="utf-8")
+        for engine in ENGINES:
+            counts = get_engine(engine).count([path], stage1_pre, [])
+            alphabet = alphabet_order(counts.bytes_seen())
+            vocab_size = len(alphabet) + rng.randint(1, 80)
+            stage1 = get_engine(engine).train(counts, vocab_size - len(alphabet), rules=stage1_rules).merges
+            theirs = _fork_train(fork, counts, vocab_size, None, tmp_path / f"{seed}-{engine}-1")
+            assert _official_texts(alphabet, stage1) == theirs, (seed, engine)
+            inherited = stage1[: rng.randint(0, len(stage1))]
+            if seed % 3 == 0:
+                inherited = _random_inherited(rng, alphabet, rng.randint(1, 30))
+            counts = get_engine(engine).count([path], stage2_pre, [])
+            alphabet = alphabet_order(counts.bytes_seen())
+            vocab_size = len(alphabet) + len(inherited) + rng.randint(1, 80)
+            theirs = _fork_train(fork, counts, vocab_size, inherited, tmp_path / f"{seed}-{engine}-2")
+            their_merges = theirs[0].splitlines()
+            assert len(set(their_merges)) == len(their_merges), (seed, "the fork made a duplicate merge")
+            merges = get_engine(engine).train(
+                counts, vocab_size - len(alphabet), rules=stage2_rules, replay=inherited
+            ).merges
+            assert _official_texts(alphabet, merges) == theirs, (seed, engine)
+
+
+def _words_text(rng: random.Random) -> str:
+    """Lines of short words over a tiny alphabet, with the spaces and ": " the stage-2 skip rules watch."""
+    chars = rng.choice(["ab c", "a b", "ab  c: ", "a a b", "xy z:\n"])
+    lines = ["".join(rng.choices(chars, k=rng.randint(0, 40))) for _ in range(rng.randint(1, 40))]
+    return "\n".join(lines) + "\n"
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_absent_inherited_merges_are_dropped_with_their_dependents(engine):
     """A replayed merge whose pair never occurs is left out, and so is any merge that needs its token."""
@@ -199,8 +374,6 @@ def test_absent_inherited_merges_are_dropped_with_their_dependents(engine):
     replay = [(b"x", b"y"), (b"a", b"b"), (b"xy", b"z"), (b"ab", b"ab")]
     rules = MergeRules(absent_inherited="drop", tie_break="ids", duplicates="merge")
     engine_ = get_engine(engine)
-    from superbpe.counting import PieceCounts
-
     result = engine_.train(PieceCounts(counts, {}), 4, rules=rules, replay=replay)
     assert result.merges == [(b"a", b"b"), (b"ab", b"ab"), (b"c", b"d")]
     kept = engine_.train(PieceCounts(counts, {}), 5, rules=MergeRules(), replay=replay)
