@@ -19,8 +19,9 @@ byte. Why our defaults differ:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, fields, replace
+from typing import Any
 
 from superbpe.config import CompatConfig
 from superbpe.errors import ConfigError
@@ -109,6 +110,47 @@ def encoding_for(compat: str | CompatConfig) -> tuple[Pretokenizer, bool]:
     chosen = get_compat(compat)
     name = "superbpe" if chosen.name == "official" else "gpt2"
     return encoding_pretokenizer(get_pretokenizer(name), chosen), chosen.whole_pieces
+
+
+def recorded_compat(training: Mapping[str, Any]) -> CompatConfig | None:
+    """The compat a training run recorded in its manifest (``training.compat``), or None."""
+    recorded = training.get("compat")
+    if not isinstance(recorded, dict):
+        return None
+    known = {f.name for f in fields(CompatConfig)}
+    return CompatConfig(**{key: value for key, value in recorded.items() if key in known})
+
+
+def check_directory_compat(
+    where: str,
+    given: str | CompatConfig,
+    pretokenizer: Pretokenizer,
+    whole_pieces: bool,
+    recorded: CompatConfig | None = None,
+) -> None:
+    """Refuse a ``compat`` that contradicts how a tokenizer directory says it encodes.
+
+    A manifest or ``tokenizer.json`` says how to encode, and that is what is used; ``given`` is then a
+    claim about the directory, and a wrong claim is an error rather than silently ignored: the preset
+    must be the one the run recorded (``recorded``), and its encoding choices (``whole_pieces``, and
+    ``encode_line_units`` when it fixes them) must be the directory's.
+    """
+    chosen = get_compat(given)
+    if recorded is not None and recorded.name != chosen.name:
+        raise ConfigError(
+            f"{where} was trained with compat={recorded.name}, not compat={chosen.name}: "
+            "leave compat out to use the recorded one"
+        )
+    differs = []
+    if chosen.whole_pieces != whole_pieces:
+        differs.append(f"whole_pieces={str(whole_pieces).lower()}")
+    if chosen.encode_line_units is not None and chosen.encode_line_units != pretokenizer.line_units:
+        differs.append(f"line_units={str(pretokenizer.line_units).lower()}")
+    if differs:
+        raise ConfigError(
+            f"{where} encodes with {' and '.join(differs)}, which compat={chosen.name} contradicts: "
+            "leave compat out to encode as the directory says"
+        )
 
 
 def seen_alphabet(pieces: Iterable[bytes]) -> bytes:
