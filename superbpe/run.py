@@ -20,7 +20,7 @@ from typing import Any
 
 from superbpe import files
 from superbpe.api import build_vocab, check_special_tokens, merge_budget, reserved_tokens
-from superbpe.cache import RunCache, cache_key
+from superbpe.cache import RunCache, cache_key, token_prefix, tokens_made
 from superbpe.checkpoints import Checkpoint, Checkpointer, check_compatible, checkpoint_path, load_checkpoint
 from superbpe.compat import DEFAULT as DEFAULT_COMPAT
 from superbpe.compat import alphabet_order, check_compat, encoding_pretokenizer, hf_vocab, seen_budget
@@ -402,9 +402,15 @@ def _train(
     checkpointer: Checkpointer,
     stats: StageStats,
 ) -> list[Merge]:
-    """Replay ``prior`` + what is known of this stage, choose the rest, keep the cache up to date."""
-    if plan.rules.absent_inherited == "drop":
-        # The merges may lack some of ``prior``, so they are not ``prior`` + this stage's: no cache.
+    """Replay ``prior`` + what is known of this stage, choose the rest, keep the cache up to date.
+
+    The cache entry is what follows ``prior``, or the whole list for a stage that drops absent
+    inherited merges (it may lack some of ``prior``); ``plan.end`` counts tokens, not merges.
+    """
+    whole = plan.rules.absent_inherited == "drop"
+    if whole and partial:
+        # Resumed inside such a stage: its merges so far need not start with ``prior``, so the
+        # checkpoint cannot be matched against an entry; it continues without the cache.
         with stats.part("train_seconds"):
             return _choose(job, plan, counts, [*prior, *partial], checkpointer, stats)
     key = cache_key(
@@ -414,17 +420,23 @@ def _train(
         rules=rules_spec(plan.rules),
         prior=merges_fingerprint(prior),
     )
+    base = [] if whole else list(prior)
     with job.cache.entry("merges", key, ".json") as path, stats.part("train_seconds"):
         cached = job.cache.load_merges(path)
         known = list(partial)
         if cached is not None and len(cached.merges) > len(known):
             known = list(cached.merges)
-        wanted = plan.end - len(prior)
-        if len(known) >= wanted or (cached is not None and cached.exhausted and known == cached.merges):
-            log.info("stage %s: %d merges from cache", plan.name, min(len(known), wanted))
-            return [*prior, *known[:wanted]]
-        merges = _choose(job, plan, counts, [*prior, *known], checkpointer, stats)
-        job.cache.store_merges(path, merges[len(prior) :], exhausted=len(merges) < plan.end)
+        candidate = [*base, *known] if known else list(prior)
+        found = token_prefix(candidate, plan.end)
+        if found is None and cached is not None and cached.exhausted and known == cached.merges:
+            found = candidate
+        if found is not None:
+            log.info("stage %s: %d merges from cache", plan.name, len(found) - len(base))
+            return found
+        if tokens_made(candidate) < len(candidate):  # a duplicate merge cannot be replayed
+            candidate = [*prior, *partial]
+        merges = _choose(job, plan, counts, candidate, checkpointer, stats)
+        job.cache.store_merges(path, merges[len(base) :], exhausted=tokens_made(merges) < plan.end)
         return merges
 
 

@@ -1,0 +1,93 @@
+"""compat=official training runs: the stage-merges cache, small vocabularies, the memory estimate."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from superbpe import files
+from superbpe.cache import token_prefix, tokens_made
+from superbpe.compat import OFFICIAL
+from superbpe.config import (
+    DataConfig,
+    EngineConfig,
+    PretokenizerConfig,
+    ScheduleConfig,
+    StageConfig,
+    TrainConfig,
+)
+from superbpe.run import run_training
+
+ENGINES = ["python", "native"]
+
+
+def _superbpe(transition: int) -> ScheduleConfig:
+    """conf/schedule/superbpe.yaml as composed."""
+    stage2 = StageConfig(
+        name="stage2",
+        pretokenizer=PretokenizerConfig(name="superbpe"),
+        max_words_per_token=4,
+        forbidden_substrings=[": "],
+    )
+    return ScheduleConfig(
+        name="superbpe", transition=transition, stages=[StageConfig(name="stage1", until=transition), stage2]
+    )
+
+
+def _run(out: Path, corpus: Path, *, cache: Path | None, vocab_size: int = 1500, engine: str = "native",
+         schedule: ScheduleConfig | None = None, **compat: object) -> Path:  # fmt: skip
+    cfg = TrainConfig(
+        data=DataConfig(paths=[str(corpus)]),
+        pretokenizer=PretokenizerConfig(name="superbpe-stage1"),
+        engine=EngineConfig(name=engine),
+        schedule=schedule or _superbpe(1000),
+        compat=replace(OFFICIAL, **compat),
+        vocab_size=vocab_size,
+        special_tokens=[],
+        output_dir=str(out),
+        cache_dir=None if cache is None else str(cache),
+        progress=False,
+    )
+    return run_training(cfg).output_dir
+
+
+def _files(directory: Path) -> tuple[bytes, bytes]:
+    return (directory / files.MERGES_FILE).read_bytes(), (directory / files.VOCAB_FILE).read_bytes()
+
+
+def _cache_hits(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "merges from cache" in r.getMessage()]
+
+
+def test_official_stages_use_the_merges_cache(tmp_path, shared_data, official_data, caplog):
+    corpus, cache = shared_data / "corpus.en", tmp_path / "cache"
+    theirs = _files(official_data / "corpus_en" / "superbpe")
+    caplog.set_level(logging.INFO, logger="superbpe")
+    assert _files(_run(tmp_path / "first", corpus, cache=cache)) == theirs
+    assert _cache_hits(caplog) == []
+    caplog.clear()
+    assert _files(_run(tmp_path / "second", corpus, cache=cache)) == theirs
+    assert [m.split(":")[0] for m in _cache_hits(caplog)] == ["stage stage1", "stage stage2"]
+    caplog.clear()
+    # Another knob that changes merges has its own entries (stage 1's rules differ, so both stages miss).
+    other = _run(tmp_path / "bytes", corpus, cache=cache, tie_break="bytes")
+    assert _cache_hits(caplog) == []
+    assert _files(other) == _files(_run(tmp_path / "bytes-fresh", corpus, cache=None, tie_break="bytes"))
+    caplog.clear()
+    # A shorter run is a prefix of the cached one (cut in tokens): equal to training it afresh.
+    shorter = _files(_run(tmp_path / "shorter", corpus, cache=cache, vocab_size=1400))
+    assert len(_cache_hits(caplog)) == 2
+    assert shorter == _files(_run(tmp_path / "shorter-fresh", corpus, cache=None, vocab_size=1400))
+
+
+def test_token_prefix_counts_duplicate_merges_as_no_token():
+    merges = [(b"a", b"b"), (b"c", b"d"), (b"a", b"b"), (b"ab", b"c"), (b"x", b"y")]
+    assert tokens_made(merges) == 4
+    assert token_prefix(merges, 0) == []
+    assert token_prefix(merges, 2) == merges[:2]  # the duplicate after the 2nd token is not part of it
+    assert token_prefix(merges, 3) == merges[:4]
+    assert token_prefix(merges, 4) == merges
+    assert token_prefix(merges, 5) is None
