@@ -169,15 +169,33 @@ def alphabet_order(byte_values: Iterable[int]) -> bytes:
     return bytes(sorted(set(byte_values), key=lambda b: ord(table[b])))
 
 
+def most_seen_merges(vocab_size: int, special_tokens: Sequence[str]) -> int:
+    """With the seen alphabet, the most merges ``vocab_size`` can leave (a text has at least one byte).
+
+    The true number is known once the text is counted (:func:`seen_budget`); before that, stage ends
+    are checked against this bound.
+    """
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
+        raise ConfigError(f"vocab_size must be an integer, not {vocab_size!r}")
+    if vocab_size < 1:
+        raise ConfigError(f"vocab_size must be positive, not {vocab_size}")
+    return max(vocab_size - len(special_tokens) - 1, 0)
+
+
 def seen_budget(vocab_size: int, alphabet: bytes, special_tokens: Sequence[str], at_least: int = 0) -> int:
-    """Merges (new tokens) a vocabulary of ``vocab_size`` leaves beside the seen bytes and the specials."""
+    """Merges (new tokens) a vocabulary of ``vocab_size`` leaves beside the seen bytes and the specials.
+
+    As HF's trainer, a ``vocab_size`` the alphabet and specials already fill gives no merges (and a
+    vocabulary of all of them, larger than asked); ``at_least`` is what the schedule needs (its
+    fixed stage ends), an error when the budget is below it.
+    """
     budget = vocab_size - len(special_tokens) - len(alphabet)
-    if budget < max(at_least, 1):
+    if max(budget, 0) < at_least:
         raise ConfigError(
             f"vocab_size {vocab_size} leaves {budget} merges after the {len(alphabet)} bytes seen and "
-            f"{len(special_tokens)} special tokens; it needs at least {max(at_least, 1)}"
+            f"{len(special_tokens)} special tokens; the schedule needs at least {at_least}"
         )
-    return budget
+    return max(budget, 0)
 
 
 def hf_vocab(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import replace
 from pathlib import Path
@@ -19,6 +20,7 @@ from superbpe.config import (
     StageConfig,
     TrainConfig,
 )
+from superbpe.errors import ConfigError
 from superbpe.run import run_training
 
 ENGINES = ["python", "native"]
@@ -91,3 +93,29 @@ def test_token_prefix_counts_duplicate_merges_as_no_token():
     assert token_prefix(merges, 3) == merges[:4]
     assert token_prefix(merges, 4) == merges
     assert token_prefix(merges, 5) is None
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_small_official_vocab_is_what_hf_makes(tmp_path, shared_data, engine):
+    """Below 256 + specials (the alphabet is the bytes seen), and even below the alphabet, as HF does."""
+    from test_official import _hf_stage1
+
+    corpus = shared_data / "corpus.en"  # 108 bytes seen
+    for vocab_size in (60, 108, 109, 200):
+        hf = tmp_path / f"hf{vocab_size}"
+        hf.mkdir()
+        _hf_stage1(corpus, vocab_size, hf)
+        ours = _run(tmp_path / f"ours{vocab_size}", corpus, cache=None, vocab_size=vocab_size, engine=engine,
+                    schedule=ScheduleConfig())  # fmt: skip
+        assert _files(ours) == _files(hf), vocab_size
+
+
+def test_small_official_vocab_checks_the_schedule_against_the_bytes_seen(tmp_path, shared_data):
+    corpus = shared_data / "corpus.en"  # 108 bytes seen: vocab 200 leaves 92 merges
+    out = _run(tmp_path / "sb", corpus, cache=None, vocab_size=200, schedule=_superbpe(50))
+    assert len(json.loads((out / files.VOCAB_FILE).read_text())) == 200
+    with pytest.raises(ConfigError, match="leaves 92 merges after the 108 bytes seen"):
+        _run(tmp_path / "late", corpus, cache=None, vocab_size=200, schedule=_superbpe(92))
+    assert not (tmp_path / "late" / files.MERGES_FILE).exists()
+    with pytest.raises(ConfigError, match="is a fraction, but with compat.alphabet=seen"):
+        _run(tmp_path / "fraction", corpus, cache=None, vocab_size=1500, schedule=_superbpe(0.5))  # type: ignore[arg-type]
