@@ -119,3 +119,36 @@ def test_small_official_vocab_checks_the_schedule_against_the_bytes_seen(tmp_pat
     assert not (tmp_path / "late" / files.MERGES_FILE).exists()
     with pytest.raises(ConfigError, match="is a fraction, but with compat.alphabet=seen"):
         _run(tmp_path / "fraction", corpus, cache=None, vocab_size=1500, schedule=_superbpe(0.5))  # type: ignore[arg-type]
+
+
+def test_official_memory_estimate_counts_every_byte_as_a_symbol(tmp_path, shared_data):
+    """The official build keeps a symbol slot (4 bytes) and an initial pair position (4 bytes) for every
+    byte of every piece, plus 8 per piece, before any inherited merge is applied: the estimate of
+    stage 2 is at least that (ours replays first and holds far less)."""
+    out = _run(tmp_path / "sb", shared_data / "corpus.en", cache=None)
+    stages = json.loads((out / "metrics.json").read_text())["stages"]
+    stage2 = stages[-1]
+    floor = 8 * (stage2["distinct_bytes"] + stage2["distinct_pieces"])
+    assert stage2["estimated_build_bytes"] >= floor
+
+
+def test_official_memory_estimate_from_samples_is_at_least_the_build_floor():
+    """Above the sampling size (two sample trainers, pairs extrapolated), the same floor holds."""
+    import random
+
+    from superbpe.counting import PieceCounts
+    from superbpe.native_engine import NativeEngine
+    from superbpe.trainer import MergeRules
+
+    rng = random.Random(7)
+    words = ["the ", "cat ", "sat ", "on ", "a ", "mat ", "and ", "dog ", "ran ", "far "]
+    lines = ("".join(rng.choices(words, k=rng.randint(3, 12))).encode() for _ in range(90_000))
+    counts = {line: rng.randint(1, 9) for line in lines}
+    pieces = [piece for piece in counts if len(piece) >= 2]
+    replay = [(b"t", b"h"), (b"th", b"e"), (b"a", b"t"), (b" ", b"c")]
+    native = NativeEngine()
+    official = MergeRules(tie_break="ids", duplicates="merge", absent_inherited="drop")
+    need = native.train_memory(PieceCounts(counts, {}), replay, official)
+    ours = native.train_memory(PieceCounts(counts, {}), replay)
+    assert need.pieces == len(pieces) > 65_536  # sampled
+    assert need.build_bytes >= 8 * (need.piece_bytes + need.pieces) > ours.build_bytes
