@@ -209,6 +209,9 @@ pub struct CorpusHeap {
     pub pair_slots: u64,
 }
 
+/// What the allocator adds to each small allocation (glibc: a 16-byte chunk header and rounding).
+const ALLOCATION_HEADER: u64 = 16;
+
 /// Bytes of one pair-table bucket: key, `PairInfo` and the hash table's control byte.
 pub const PAIR_ENTRY_BYTES: u64 = (std::mem::size_of::<(u64, PairInfo)>() + 1) as u64;
 
@@ -546,10 +549,11 @@ impl Trainer {
     pub fn corpus_heap(&self) -> CorpusHeap {
         let (mut spilled, mut entries, mut slots) = (0u64, 0u64, 0u64);
         for pairs in [&self.pairs, &self.created] {
+            // A spilled list is an allocation of its own: its capacity plus the allocator's header.
             spilled += pairs
                 .values()
                 .filter(|info| info.positions.spilled())
-                .map(|info| info.positions.capacity() as u64 * 4)
+                .map(|info| info.positions.capacity() as u64 * 4 + ALLOCATION_HEADER)
                 .sum::<u64>();
             entries += pairs.len() as u64;
             slots += pairs.capacity() as u64;
