@@ -6,9 +6,12 @@
 Each size is a prefix of CORPUS cut at a line break (``all`` = the whole file). In every round each size
 trains ``schedule=bpe`` and then ``schedule=superbpe`` as child processes (``scripts/train.py``, native
 engine, cache off), so the pair is measured in the same minutes (this machine's speed drifts by tens of
-percent within minutes; compare ratios, not absolute times across rounds). Peak RSS is the child's
-(``wait4`` rusage). The stage-2 sizes (distinct pieces and bytes, symbols) come from the run's
-``metrics.json``. Writes ``<out>.md`` (a table) and ``<out>.png`` (RSS and time against distinct
+percent within minutes; compare ratios, not absolute times across rounds). ``--samples 0.5,0.25`` adds
+SuperBPE runs with the stage-2 approximation (``schedule.stage2_approx_sample``), named
+``superbpe@0.5``, to the same rounds; ``--eval FILE`` (held-out text) adds each tokenizer's bytes per
+token on it, the compression the approximation costs. Peak RSS is the child's (``wait4`` rusage).
+The stage-2 sizes (distinct pieces and bytes, symbols) come from the run's ``metrics.json``. Writes
+``<out>.md`` (a table) and ``<out>.png`` (RSS and time of the exact SuperBPE runs against distinct
 stage-2 bytes), and prints the table.
 """
 
@@ -39,6 +42,7 @@ class Measure:
     seconds: float
     peak_rss: int
     stage2: dict[str, int]
+    bytes_per_token: float | None = None
 
 
 def parse_size(text: str) -> int | None:
@@ -69,8 +73,10 @@ def prefix(corpus: Path, size: int | None, workdir: Path) -> Path:
     return path
 
 
-def train(corpus: Path, schedule: str, vocab: int, transition: float, out: Path) -> tuple[float, int, dict]:
-    """One training run in a child process: wall seconds, child peak RSS, stage-2 sizes."""
+def train(corpus: Path, run: str, vocab: int, transition: float, out: Path) -> tuple[float, int, dict]:
+    """One training run (``bpe``, ``superbpe`` or ``superbpe@SHARE``) in a child process: wall seconds,
+    child peak RSS, stage-2 sizes."""
+    schedule, _, share = run.partition("@")
     args = [
         sys.executable,
         str(ROOT / "scripts" / "train.py"),
@@ -85,13 +91,15 @@ def train(corpus: Path, schedule: str, vocab: int, transition: float, out: Path)
     ]
     if schedule == "superbpe":
         args.append(f"schedule.transition={transition}")
+    if share:
+        args.append(f"schedule.stage2_approx_sample={share}")
     start = time.monotonic()
-    with open(out.with_suffix(".log"), "w") as log:
+    with open(out.parent / f"{out.name}.log", "w") as log:  # names hold dots (superbpe@0.5)
         child = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
         _, status, usage = os.wait4(child.pid, 0)
     seconds = time.monotonic() - start
     if status != 0:
-        raise SystemExit(f"{schedule} on {corpus} failed; see {out.with_suffix('.log')}")
+        raise SystemExit(f"{run} on {corpus} failed; see {out.parent / f'{out.name}.log'}")
     metrics = json.loads((out / "metrics.json").read_text())
     stages = metrics.get("stages", [])
     last = stages[-1] if stages else {}
@@ -99,22 +107,35 @@ def train(corpus: Path, schedule: str, vocab: int, transition: float, out: Path)
     return seconds, usage.ru_maxrss * 1024, sizes
 
 
+def bytes_per_token(tokenizer_dir: Path, held_out: Path) -> float:
+    """The tokenizer's bytes per token on held-out text (what ``superbpe-evaluate`` reports)."""
+    from superbpe.evaluate import evaluate
+    from superbpe.tokenizer import Tokenizer
+
+    return evaluate(Tokenizer.load(tokenizer_dir), held_out).bytes_per_token
+
+
 def table(rows: list[Measure]) -> str:
+    """One line per run, each against the bpe run of its size and round."""
     lines = [
-        "| corpus | round | bpe wall | bpe peak RSS | superbpe wall | superbpe peak RSS | wall ratio "
-        "| stage-2 distinct bytes | stage-2 symbols | RSS per distinct byte |",
+        "| corpus | round | run | wall | peak RSS | wall / bpe | stage-2 distinct bytes | stage-2 symbols "
+        "| RSS per distinct stage-2 byte | bytes/token held out |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     bpes = {(r.size, r.round): r for r in rows if r.schedule == "bpe"}
-    for sb in (r for r in rows if r.schedule == "superbpe" and (r.size, r.round) in bpes):
-        bpe = bpes[(sb.size, sb.round)]
-        distinct = sb.stage2.get("distinct_bytes", 0)
+    for r in rows:
+        bpe = bpes.get((r.size, r.round))
+        distinct = r.stage2.get("distinct_bytes", 0) if r.schedule != "bpe" else 0
         lines.append(
-            f"| {sb.size} ({sb.corpus_bytes / 1e6:.0f} MB) | {sb.round} | {bpe.seconds:.1f} s "
-            f"| {bpe.peak_rss / 2**30:.2f} GiB | {sb.seconds:.1f} s | {sb.peak_rss / 2**30:.2f} GiB "
-            f"| {sb.seconds / bpe.seconds:.2f}x | {distinct / 1e6:.0f} MB "
-            f"| {sb.stage2.get('estimated_symbols', 0) / 1e6:.0f}M "
-            f"| {sb.peak_rss / distinct if distinct else float('nan'):.2f} |"
+            f"| {r.size} ({r.corpus_bytes / 1e6:.0f} MB) | {r.round} | {r.schedule} | {r.seconds:.1f} s "
+            f"| {r.peak_rss / 2**30:.2f} GiB | {r.seconds / bpe.seconds if bpe else float('nan'):.2f}x "
+            + (
+                f"| {distinct / 1e6:.0f} MB | {r.stage2.get('estimated_symbols', 0) / 1e6:.0f}M "
+                f"| {r.peak_rss / distinct:.2f} "
+                if distinct
+                else "| | | "
+            )
+            + (f"| {r.bytes_per_token:.4f} |" if r.bytes_per_token is not None else "| |")
         )
     return "\n".join(lines)
 
@@ -152,21 +173,27 @@ def main() -> None:
     parser.add_argument("--transition", type=float, default=0.8)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--order", default="bpe,superbpe", help="schedules in the order each round runs them")
+    parser.add_argument("--samples", default="", help="stage-2 shares for extra approximate superbpe runs")
+    parser.add_argument("--eval", type=Path, help="held-out text: adds each tokenizer's bytes/token")
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "superbpe-scale")
     parser.add_argument("--out", type=Path, required=True, help="writes OUT.md and OUT.png")
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
     sizes = args.sizes.split(",")
     corpora = {size: prefix(args.corpus, parse_size(size), args.workdir) for size in sizes}
+    runs = args.order.split(",") + [f"superbpe@{share}" for share in args.samples.split(",") if share]
     rows: list[Measure] = []
     for round_ in range(1, args.rounds + 1):
         for size in sizes:
-            for schedule in args.order.split(","):
-                out = Path(tempfile.mkdtemp(dir=args.workdir, prefix=f"{schedule}-{size}-"))
-                seconds, rss, stage2 = train(corpora[size], schedule, args.vocab, args.transition, out)
+            for run in runs:
+                out = Path(tempfile.mkdtemp(dir=args.workdir, prefix=f"{run}-{size}-"))
+                seconds, rss, stage2 = train(corpora[size], run, args.vocab, args.transition, out)
                 size_bytes = corpora[size].stat().st_size
-                rows.append(Measure(size, size_bytes, schedule, round_, seconds, rss, stage2))
-                print(f"{size} #{round_} {schedule}: {seconds:.1f} s, {rss / 2**30:.2f} GiB", stage2)
+                measure = Measure(size, size_bytes, run, round_, seconds, rss, stage2)
+                if args.eval is not None:
+                    measure.bytes_per_token = bytes_per_token(out, args.eval)
+                rows.append(measure)
+                print(f"{size} #{round_} {run}: {seconds:.1f} s, {rss / 2**30:.2f} GiB", stage2)
     text = table(rows)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".md").write_text(text + "\n")

@@ -61,6 +61,11 @@ class StageConfig:
     ``pretokenizer`` None means the run's top-level ``pretokenizer``. ``until`` is where the stage
     ends, counted in merges of the whole tokenizer: an int is a merge count, a float in (0, 1) a
     fraction of all merges, None means up to ``vocab_size``.
+
+    ``approx_sample`` (a fraction in (0, 1]) is an approximation, off (None) by default: the stage
+    counts an evenly spread share of the corpus instead of all of it (see
+    :func:`superbpe.shards.sample_evenly`), trading a little compression for a stage that counts,
+    holds and replays that much less text.
     """
 
     name: str = "bpe"
@@ -70,6 +75,7 @@ class StageConfig:
     max_token_bytes: int | None = None
     max_words_per_token: int | None = None
     forbidden_substrings: list[str] = field(default_factory=list)
+    approx_sample: float | None = None
 
 
 @dataclass
@@ -84,6 +90,7 @@ class ScheduleConfig:
     name: str = "bpe"
     transition: Any = None
     stage2_pattern: str = "superbpe"
+    stage2_approx_sample: float | None = None
     from_run: str | None = None
     from_tokenizer: str | None = None
     stages: list[StageConfig] = field(default_factory=lambda: [StageConfig()])

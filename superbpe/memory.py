@@ -92,7 +92,8 @@ def check_fits(stage: str, need: StageMemory, memory_limit: str | int | None) ->
     raise MemoryLimitError(
         f"stage {stage} needs about {human(held + need.build_bytes)} ({human(held)} held now + "
         f"{human(need.build_bytes)} for {need.symbols / 1e6:.1f}M symbols of {need.pieces / 1e6:.2f}M "
-        f"distinct pieces, {human(need.piece_bytes)}), more than {what}: train this stage on a smaller "
-        "corpus, raise memory_limit or use a machine with more RAM (earlier stages are checkpointed: "
-        "resume continues)"
+        f"distinct pieces, {human(need.piece_bytes)}), more than {what}: count this stage on a share of "
+        "the corpus (approx_sample, e.g. schedule.stage2_approx_sample=0.25: an approximation), train it "
+        "on a smaller corpus, raise memory_limit or use a machine with more RAM (earlier stages are "
+        "checkpointed: resume continues)"
     )

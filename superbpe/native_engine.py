@@ -80,7 +80,7 @@ def _require_exact(pre: Pretokenizer) -> None:
         raise ConfigError(f"engine 'native' splits only the built-in patterns exactly, not {pre.name}")
 
 
-def _thread_count(workers: int | None) -> int:
+def thread_count(workers: int | None) -> int:
     """Threads for Rust: an explicit count wins (validated like the python engine), else every usable core."""
     if workers is not None:
         return resolve_workers(workers, 0)
@@ -140,10 +140,13 @@ class NativePieceCounts(PieceCounts):
         self._table().update(native_counts(dict(other.counts) if other is self else other))
         self._dict = None
 
+    def to_bytes(self) -> bytes:
+        """Same bytes as :meth:`PieceCounts.to_bytes`, serialised in Rust."""
+        return bytes(self._table().serialize(json.dumps(self.meta, sort_keys=True).encode("utf-8")))
+
     def save(self, path: str | os.PathLike[str]) -> None:
         """Same bytes as :meth:`PieceCounts.save`, serialised in Rust."""
-        meta = json.dumps(self.meta, sort_keys=True).encode("utf-8")
-        data = self._table().serialize(meta)
+        data = self.to_bytes()
         with atomic_write(Path(path)) as out:
             out.write(data)
 
@@ -198,7 +201,7 @@ class NativeEngine:
         progress: ProgressFn | None = None,
     ) -> PieceCounts:
         pre, specials, paths = prepare_count(inputs, pretokenizer, special_tokens, errors)
-        threads = _thread_count(workers)
+        threads = thread_count(workers)
         lib = _require_native()
         _require_exact(pre)
         counter = lib.Counter(
@@ -325,7 +328,7 @@ class NativeEncoder:
             list(merges),
             pretokenizer.pattern,
             pretokenizer.line_units,
-            _thread_count(workers),
+            thread_count(workers),
             whole_pieces,
         )
 

@@ -292,8 +292,10 @@ class _CountAhead:
 
     Why: a SuperBPE stage 2 re-counts the whole corpus with its own pattern, which needs nothing
     from stage 1, so with the native engine (whose counting and training both release the GIL) that
-    count can use the core the single-threaded trainer leaves idle. The python engine holds the GIL,
-    so it counts in order as before. Results are the same either way; only the waiting goes.
+    count can use the core the single-threaded trainer leaves idle. It runs with all the configured
+    workers, not one: stage 1 trains for a few seconds, the count for much longer, and a count held
+    to one worker left the other core idle for the rest of it. The python engine holds the GIL, so
+    it counts in order as before. Results are the same either way; only the waiting goes.
     """
 
     def __init__(self, job: _Job) -> None:
@@ -316,9 +318,8 @@ class _CountAhead:
         following = self.job.plans[plan.index + 1]
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="superbpe-count-ahead")
-        workers = self.job.cfg.workers if self.job.cfg.workers is not None else 1
         self._pending[following.index] = self._pool.submit(
-            _load_or_count, self.job, following, progress=False, workers=workers
+            _load_or_count, self.job, following, progress=False, workers=self.job.cfg.workers
         )
 
     def take(self, plan: StagePlan) -> PieceCounts | None:
@@ -379,6 +380,7 @@ def _counts(job: _Job, plan: StagePlan, stats: StageStats, ahead: _CountAhead) -
 
 def _load_or_count(job: _Job, plan: StagePlan, *, progress: bool | None, workers: int | None) -> PieceCounts:
     """Counts from the cache, or counted (and cached) now."""
+    sampled = {} if plan.approx_sample is None else {"approx_sample": plan.approx_sample}
     key = cache_key(
         kind="counts",
         fingerprint=job.fingerprint,
@@ -386,11 +388,18 @@ def _load_or_count(job: _Job, plan: StagePlan, *, progress: bool | None, workers
         specials=job.specials,
         errors=job.cfg.data.errors,
         text_field=job.cfg.data.text_field,
+        **sampled,
     )
     with job.cache.entry("counts", key, ".counts") as path:
         counts = job.cache.load_counts(path)
         if counts is not None:
             return counts
+        if plan.approx_sample is not None:
+            log.info(
+                "stage %s: counting an evenly spread %.4g%% of the corpus (approximation: approx_sample)",
+                plan.name,
+                100 * plan.approx_sample,
+            )
         total = None if any(p.name.endswith(".gz") for p in job.paths) else corpus_size(job.paths)
         with task(f"counting ({plan.pretokenizer.name})", total, "B", enabled=progress) as update:
             counts = count_corpus(
@@ -399,6 +408,7 @@ def _load_or_count(job: _Job, plan: StagePlan, *, progress: bool | None, workers
                 job.paths,
                 plan.pretokenizer,
                 job.specials,
+                sample=plan.approx_sample,
                 workers=workers,
                 errors=job.cfg.data.errors,
                 text_field=job.cfg.data.text_field,

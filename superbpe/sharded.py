@@ -17,7 +17,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,15 @@ from superbpe.errors import ConfigError, InputError, SuperBPEError
 from superbpe.evaluate import EVAL_CHUNK_BYTES, EvalResult, _Tally, add_chunks
 from superbpe.executor import Executor, ExecutorSpec, get_executor, spec_from
 from superbpe.pretokenize import Pretokenizer
-from superbpe.shards import Shard, plan_shards, shard_chunks, with_true_line_numbers
+from superbpe.shards import (
+    Shard,
+    check_sampleable,
+    first_line_of,
+    plan_shards,
+    sample_evenly,
+    shard_chunks,
+    with_true_line_numbers,
+)
 from superbpe.sources import DEFAULT_CHUNK_BYTES, Chunk, InputSpec, chunk_documents, resolve_inputs
 from superbpe.token_files import (
     EncodeResult,
@@ -46,6 +54,10 @@ from superbpe.util import atomic_write_text
 INDEX_NAME = "index.json"
 INDEX_FORMAT = "superbpe-token-shards"
 _MIN_SHARD_BYTES = 1 << 20
+#: Blocks of a sampled count: small, so that a fraction of them spreads over the whole corpus.
+SAMPLE_BLOCK_BYTES = 1 << 20
+#: Units a sampled block is split into for the counting threads (a block is one read).
+_SAMPLE_UNIT_BYTES = 1 << 18
 
 
 # ----------------------------------------------------------------------------------------- counting
@@ -58,13 +70,20 @@ def count_corpus(
     pretokenizer: Pretokenizer,
     special_tokens: Iterable[str],
     *,
+    sample: float | None = None,
     workers: int | None = None,
     errors: str = "strict",
     text_field: str = "text",
     progress: ProgressFn | None = None,
 ) -> PieceCounts:
-    """``engine.count`` with executor ``local`` (unchanged), shard tasks with any other executor."""
+    """``engine.count`` with executor ``local`` (unchanged), shard tasks with any other executor; with
+    ``sample`` (a fraction below 1), the approximate count of :func:`count_sample`."""
     spec = spec_from(executor)
+    if sample is not None and sample < 1:
+        return count_sample(
+            inputs, pretokenizer, special_tokens, sample, executor=spec, engine=engine.name, errors=errors,
+            text_field=text_field, workers=workers, progress=progress,
+        )  # fmt: skip
     if spec.name == "local":
         return engine.count(
             inputs, pretokenizer, special_tokens, workers=workers, errors=errors, text_field=text_field,
@@ -112,6 +131,75 @@ def count_on_executor(
         runner.close()
 
 
+def count_sample(
+    inputs: InputSpec,
+    pretokenizer: str | Pretokenizer,
+    special_tokens: Iterable[str],
+    fraction: float,
+    *,
+    executor: Any = None,
+    engine: str = "auto",
+    errors: str = "strict",
+    text_field: str = "text",
+    workers: int | None = None,
+    progress: ProgressFn | None = None,
+) -> PieceCounts:
+    """Approximation: the piece counts of an evenly spread ``fraction`` of the corpus.
+
+    The corpus is cut into blocks of about :data:`SAMPLE_BLOCK_BYTES` where chunks may end (so every
+    piece counted is one the whole count has, with no piece cut in two), and
+    :func:`~superbpe.shards.sample_evenly` keeps ``fraction`` of them. Which blocks count depends on the
+    files and the fraction only, never on the executor or the number of workers; a local count and one
+    on any executor are identical.
+    """
+    spec = spec_from(executor)
+    pre, specials, paths = prepare_count(inputs, pretokenizer, special_tokens, errors)
+    check_sampleable(paths)
+    engine_name = get_engine(engine, [pre]).name
+    blocks = plan_shards(paths, specials, SAMPLE_BLOCK_BYTES, line_cuts=pre.safe_cuts_hold)
+    kept = sample_evenly(blocks, fraction)
+    if progress:
+        progress(sum(block.size() for block in blocks) - sum(block.size() for block in kept))
+    task = (pre, tuple(specials), engine_name, errors, text_field, SAMPLE_BLOCK_BYTES)
+    if spec.name == "local":
+        from superbpe.native_engine import thread_count
+
+        return count_shards(kept, *task, _SAMPLE_UNIT_BYTES, thread_count(workers), progress=progress)
+    runner = get_executor(spec, workers)
+    try:
+        groups = _grouped(kept, shard_size(spec, runner, paths))
+        total = _CountSum(engine_name, counts_meta(pre, specials))
+        arguments = [(group, *task, _SAMPLE_UNIT_BYTES, spec.num_cpus_per_task) for group in groups]
+        for number, table in runner.run(_count_group, arguments):
+            total.add(table)
+            if progress:
+                progress(sum(block.size() for block in groups[number]))
+        return total.result()
+    finally:
+        runner.close()
+
+
+def _grouped(blocks: Sequence[Shard], group_bytes: int) -> list[tuple[Shard, ...]]:
+    """Consecutive blocks in tasks of at least ``group_bytes`` (the last may be smaller)."""
+    groups: list[tuple[Shard, ...]] = []
+    current: list[Shard] = []
+    size = 0
+    for block in blocks:
+        current.append(block)
+        size += block.size()
+        if size >= group_bytes:
+            groups.append(tuple(current))
+            current, size = [], 0
+    if current:
+        groups.append(tuple(current))
+    return groups
+
+
+def _count_group(blocks: tuple[Shard, ...], *task: Any) -> bytes:
+    """One task of a sampled count: its blocks' piece counts in the ``.counts`` format."""
+    return count_shards(blocks, *task).to_bytes()
+
+
 def shard_size(spec: ExecutorSpec, runner: Executor, paths: Sequence[Path]) -> int:
     """``shard_bytes``, or smaller so that a small corpus still gives every task slot about four shards
     (a 100 MB file in 128 MB shards would be one task). Shards never change results, only balance."""
@@ -132,19 +220,51 @@ def count_shard(
     threads: int,
 ) -> bytes:
     """One task: the shard's piece counts in the ``.counts`` format (both engines write the same bytes)."""
-    meta = json.dumps(counts_meta(pre, specials), sort_keys=True).encode("utf-8")
+    task = (pre, specials, engine, errors, text_field, chunk_bytes, chunk_bytes, threads)
+    return count_shards((shard,), *task).to_bytes()
 
-    def count(first_line: int) -> bytes:
-        chunks = shard_chunks(
-            shard, specials, chunk_bytes, line_cuts=pre.safe_cuts_hold, first_line=first_line
-        )
+
+def count_shards(
+    shards: Sequence[Shard],
+    pre: Pretokenizer,
+    specials: tuple[str, ...],
+    engine: str,
+    errors: str,
+    text_field: str,
+    chunk_bytes: int,
+    unit_bytes: int,
+    threads: int,
+    *,
+    progress: ProgressFn | None = None,
+) -> PieceCounts:
+    """The piece counts of ``shards`` together (one shard, or the blocks of a sampled count): read in
+    chunks of ``chunk_bytes``, which the native counter splits into units of ``unit_bytes`` for its
+    ``threads``."""
+    meta = counts_meta(pre, specials)
+
+    def chunks_of(shards: Sequence[Shard], first_line: Callable[[Shard], int]) -> Iterator[Chunk]:
+        for shard in shards:
+            yield from shard_chunks(
+                shard, specials, chunk_bytes, line_cuts=pre.safe_cuts_hold, first_line=first_line(shard)
+            )
+            if progress:
+                progress(shard.size())
+
+    def count(first_line: Callable[[Shard], int]) -> PieceCounts:
+        chunks = chunks_of(shards, first_line)
         if engine == "native":
-            return _count_native(chunks, pre, specials, errors, text_field, chunk_bytes, threads, meta)
+            return _count_native(chunks, pre, specials, errors, text_field, unit_bytes, threads, meta)
         counter = _CountJob(pre, specials, errors, text_field).count_serial(chunks, None)
-        counts = PieceCounts({piece.encode("utf-8"): n for piece, n in counter.items()}, json.loads(meta))
-        return counts.to_bytes()
+        return PieceCounts({piece.encode("utf-8"): n for piece, n in counter.items()}, meta)
 
-    return with_true_line_numbers(shard, count)
+    try:
+        return count(lambda _: 1)
+    except InputError:
+        # Line numbers of JSON-lines shards that start inside their file are only right when counted
+        # from the file's start; that read is paid on the error path alone.
+        if not any(shard.jsonl and shard.start > 0 for shard in shards):
+            raise
+    return count(first_line_of)
 
 
 def _count_native(
@@ -155,8 +275,8 @@ def _count_native(
     text_field: str,
     chunk_bytes: int,
     threads: int,
-    meta: bytes,
-) -> bytes:
+    meta: dict[str, Any],
+) -> PieceCounts:
     from superbpe import native_engine
 
     lib = native_engine._require_native()
@@ -171,7 +291,7 @@ def _count_native(
             counter.count_bytes(chunk.data, errors == "replace")
         except lib.InvalidUtf8 as exc:
             raise InputError(f"{chunk.path}: invalid UTF-8 at byte {chunk.offset + exc.args[0]}") from None
-    return bytes(counter.take().serialize(meta))
+    return native_engine.NativePieceCounts(counter.take(), meta)
 
 
 class _CountSum:

@@ -13,13 +13,23 @@ worker must see the input files at the same path (a shared filesystem).
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from superbpe.errors import InputError
-from superbpe.sources import DEFAULT_CHUNK_BYTES, Chunk, ChunkCutter, _cut_stream, is_jsonl, open_binary
+from superbpe.sources import (
+    DEFAULT_CHUNK_BYTES,
+    Chunk,
+    ChunkCutter,
+    _cut_stream,
+    is_jsonl,
+    is_table,
+    open_binary,
+)
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _WINDOW = 1 << 16
@@ -67,6 +77,27 @@ def plan_shards(
                 shards.append(Shard(str(path), start, end, end == size))
                 start = end
     return shards
+
+
+def sample_evenly(blocks: Sequence[Shard], fraction: float) -> list[Shard]:
+    """``fraction`` of ``blocks``, spread evenly from first to last: block i is kept when the running
+    target ``ceil((i + 1) * fraction)`` steps up, so the first block is always kept and every stretch
+    of the corpus gives its share (0.25 keeps blocks 0, 4, 8, ...). Exact fractions, so no rounding
+    error moves a step; the choice depends on the blocks and the fraction alone."""
+    share = Fraction(fraction).limit_denominator(1 << 20)
+    if not 0 < share <= 1:
+        raise ValueError(f"sample fraction {fraction!r} is not in (0, 1]")
+    return [block for i, block in enumerate(blocks) if math.ceil((i + 1) * share) > math.ceil(i * share)]
+
+
+def check_sampleable(paths: Sequence[Path]) -> None:
+    """Sampling cuts files into byte ranges: gzip files and tables cannot be entered in the middle."""
+    for path in paths:
+        if is_table(path) or (path.stat().st_size and _gzipped(path)):
+            raise InputError(
+                f"{path}: a sampled count (approx_sample) cuts files into byte ranges, which this file "
+                "cannot be; give it as plain text or JSON lines, or count the whole corpus"
+            )
 
 
 def _gzipped(path: Path) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +35,20 @@ class StagePlan:
     pretokenizer: Pretokenizer
     end: int  # number of merges in the tokenizer when this stage is over
     rules: MergeRules
+    approx_sample: float | None = None  # None: the exact count of the whole corpus
 
     def spec(self) -> dict[str, Any]:
-        """JSON form for manifests, checkpoints and metrics (what must match on resume)."""
-        return {
+        """JSON form for manifests, checkpoints and metrics (what must match on resume); the sample only
+        when there is one, so the specs of exact stages stay what they were."""
+        spec = {
             "name": self.name,
             "pretokenizer": self.pretokenizer.spec(),
             "end": self.end,
             "rules": rules_spec(self.rules),
         }
+        if self.approx_sample is not None:
+            spec["approx_sample"] = self.approx_sample
+        return spec
 
 
 def rules_spec(rules: MergeRules) -> dict[str, Any]:
@@ -96,6 +101,19 @@ def resolve_until(until: Any, total: int, stage: StageConfig, last: bool, schedu
     return end
 
 
+def _approx_sample(stage: StageConfig) -> float | None:
+    """The stage's sampled fraction of the corpus, or None for all of it (a fraction of 1 is all of it)."""
+    value = stage.approx_sample
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ConfigError(
+            f"stage {stage.name!r} approx_sample {value!r}: give a fraction in (0, 1], or null to count "
+            "the whole corpus"
+        )
+    return None if value == 1 else float(value)
+
+
 def _until_name(stage: StageConfig, schedule: ScheduleConfig) -> str:
     """Name the knob the user set: ``schedule.transition`` when the stage takes it, else the stage's until."""
     if schedule.transition is not None and stage.until == schedule.transition:
@@ -135,7 +153,7 @@ def plan_stages(
             stage.min_frequency, stage.max_token_bytes, stage.max_words_per_token, stage.forbidden_substrings
         )
         rules = training_rules(rules, chosen)
-        plans.append(StagePlan(index, stage.name, pre, end, rules))
+        plans.append(StagePlan(index, stage.name, pre, end, rules, _approx_sample(stage)))
         previous_end = end
     return plans
 
@@ -219,7 +237,7 @@ def apply_source(plans: list[StagePlan], source: SourceMerges) -> tuple[list[Sta
             + (" (schedule.transition is beyond them)" if len(plans) > 1 else "")
         )
     pre = source.pretokenizer or first.pretokenizer
-    plans = [StagePlan(first.index, first.name, pre, first.end, first.rules), *plans[1:]]
+    plans = [replace(first, pretokenizer=pre), *plans[1:]]
     return plans, source.merges[: first.end]
 
 

@@ -128,6 +128,7 @@ def test_a_stage_over_memory_limit_is_refused_in_one_line_and_resumes(tmp_path: 
         run_training(_superbpe_config(corpus, out, "1MB"))
     message = str(refused.value)
     assert "\n" not in message and "memory_limit 1.0 MB" in message and "smaller corpus" in message
+    assert "approx_sample" in message
     assert not (out / "vocab.json").exists() and not (out / "merges.txt").exists()
     resumed = run_training(to_dataclass(_resume(corpus, out, None), TrainConfig))
     assert resumed.merges == reference.merges
