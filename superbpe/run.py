@@ -439,12 +439,14 @@ def _train(
         # checkpoint cannot be matched against an entry; it continues without the cache.
         with stats.part("train_seconds"):
             return _choose(job, plan, counts, [*prior, *partial], checkpointer, stats)
+    sampled = {} if plan.approx_sample is None else {"approx_sample": plan.approx_sample}
     key = cache_key(
         kind="merges",
-        counts=counts.meta,
+        counts=counts.meta,  # the pattern and specials; a sampled count says so only in the plan
         fingerprint=job.fingerprint,
         rules=rules_spec(plan.rules),
         prior=merges_fingerprint(prior),
+        **sampled,
     )
     base = [] if whole else list(prior)
     with job.cache.entry("merges", key, ".json") as path, stats.part("train_seconds"):

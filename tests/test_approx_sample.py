@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -155,6 +156,15 @@ def test_a_sampled_stage_trains_on_its_share_and_says_so(tmp_path: Path, small_b
     exact_stages = json.loads((tmp_path / "exact" / "metrics.json").read_text())["stages"]
     assert "approx_sample" not in exact_stages[1]
     assert stages[1]["distinct_pieces"] < exact_stages[1]["distinct_pieces"]
+
+
+def test_a_sampled_stage_has_its_own_merges_cache(tmp_path: Path, small_blocks: int) -> None:
+    """Sampled counts carry the exact counts' meta, so the stage-merges key must name the sample."""
+    corpus = long_lines_corpus(tmp_path / "lines.txt")
+    cached = {"cache_dir": str(tmp_path / "cache")}
+    exact = run_training(replace(_config(corpus, tmp_path / "exact", None), **cached))
+    sampled = run_training(replace(_config(corpus, tmp_path / "sampled", 0.25), **cached))
+    assert sampled.merges == run_training(_config(corpus, tmp_path / "fresh", 0.25)).merges != exact.merges
 
 
 @pytest.mark.parametrize("bad", [0, -0.5, 1.5])
