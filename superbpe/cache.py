@@ -6,7 +6,10 @@ point of a SuperBPE sweep trains the same stage 1, only to a different length. S
 * piece counts are cached by (corpus fingerprint, pre-tokenizer, special tokens, read options);
 * merges of a stage are cached by (its piece counts, its rules, the merges it starts from). BPE is
   greedy, so the first ``n`` merges of a longer run *are* the run to ``n``: a cached list serves any
-  shorter request, and a longer request replays it and trains only the rest.
+  shorter request, and a longer request replays it and trains only the rest. Lengths are counted in
+  new tokens (:func:`token_prefix`): a duplicate merge (``compat.duplicates="merge"``) makes none. A
+  stage that drops absent inherited merges (``compat.absent_inherited="drop"``) may lack some of the
+  merges it starts from, so its entry holds its whole list, not just what follows them.
 
 Concurrent sweep jobs (Hydra's joblib launcher, several shells) share the directory: each entry is
 computed under an exclusive ``flock`` on its own lock file and written atomically, so a job either
@@ -56,7 +59,7 @@ def locked(path: Path) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class CachedMerges:
-    merges: list[Merge]  # the stage's own merges (not the ones it started from)
+    merges: list[Merge]  # the stage's own merges (or, when it drops inherited ones, its whole list)
     exhausted: bool  # training ran out of pairs before the requested length: no longer list exists
 
 
@@ -132,6 +135,27 @@ class RunCache:
         ):
             return
         atomic_write_text(path, json.dumps({"merges": encode_merges(merges), "exhausted": exhausted}))
+
+
+def token_prefix(merges: Sequence[Merge], tokens: int) -> list[Merge] | None:
+    """The shortest prefix of ``merges`` that makes ``tokens`` new tokens, or None if they make fewer.
+
+    A merge whose token an earlier one made (a duplicate, HF-style) adds no token; the trainer stops
+    right after the merge that makes the last token it wants, so this prefix is the shorter run.
+    """
+    made: set[bytes] = set()
+    if tokens <= 0:
+        return []
+    for index, (left, right) in enumerate(merges):
+        made.add(left + right)
+        if len(made) == tokens:
+            return list(merges[: index + 1])
+    return None
+
+
+def tokens_made(merges: Sequence[Merge]) -> int:
+    """How many new tokens ``merges`` make (fewer than merges when some are duplicates)."""
+    return len({left + right for left, right in merges})
 
 
 def encode_merges(merges: Sequence[Merge]) -> list[list[str]]:

@@ -146,12 +146,22 @@ def _entry_point() -> list[str]:
 
 def encode() -> None:
     """``superbpe-encode``: a corpus into a flat uint16/uint32 token file (+ JSON sidecar)."""
+    _check_compat_overrides(sys.argv[1:])
     run_hydra(_encode)
 
 
 def evaluate() -> None:
     """``superbpe-evaluate``: bytes per token (and tokens per document) on held-out text."""
+    _check_compat_overrides(sys.argv[1:])
     run_hydra(_evaluate)
+
+
+def _check_compat_overrides(args: list[str]) -> None:
+    """``compat.KEY=...`` needs a preset: encode/evaluate have none by default (the directory decides),
+    and OmegaConf fails on setting a key of a group that is not selected with an assertion, not a message."""
+    keys = [arg.split("=", 1)[0].lstrip("+~") for arg in args if "=" in arg]
+    if any(key.startswith("compat.") for key in keys) and "compat" not in keys:
+        fail("compat.<key> changes a preset: choose it first (compat=official or compat=superbpe)")
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="encode")
@@ -173,6 +183,7 @@ def _encode(cfg: DictConfig) -> None:
             engine=args.engine.name,
             progress=args.progress,
             executor=args.executor,
+            compat=args.compat,
         )
     except USER_ERRORS as exc:
         fail(exc)
@@ -196,6 +207,7 @@ def _evaluate(cfg: DictConfig) -> None:
             text_field=args.text_field,
             engine=args.engine.name,
             executor=args.executor,
+            compat=args.compat,
         )
         if args.output:
             atomic_write_text(Path(args.output), json.dumps(result.to_json(), indent=2) + "\n")

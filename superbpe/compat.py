@@ -20,8 +20,9 @@ byte. Why our defaults differ:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, fields, replace
+from typing import Any
 
 from superbpe.config import CompatConfig
 from superbpe.errors import ConfigError
@@ -112,6 +113,47 @@ def encoding_for(compat: str | CompatConfig) -> tuple[Pretokenizer, bool]:
     return encoding_pretokenizer(get_pretokenizer(name), chosen), chosen.whole_pieces
 
 
+def recorded_compat(training: Mapping[str, Any]) -> CompatConfig | None:
+    """The compat a training run recorded in its manifest (``training.compat``), or None."""
+    recorded = training.get("compat")
+    if not isinstance(recorded, dict):
+        return None
+    known = {f.name for f in fields(CompatConfig)}
+    return CompatConfig(**{key: value for key, value in recorded.items() if key in known})
+
+
+def check_directory_compat(
+    where: str,
+    given: str | CompatConfig,
+    pretokenizer: Pretokenizer,
+    whole_pieces: bool,
+    recorded: CompatConfig | None = None,
+) -> None:
+    """Refuse a ``compat`` that contradicts how a tokenizer directory says it encodes.
+
+    A manifest or ``tokenizer.json`` says how to encode, and that is what is used; ``given`` is then a
+    claim about the directory, and a wrong claim is an error rather than silently ignored: the preset
+    must be the one the run recorded (``recorded``), and its encoding choices (``whole_pieces``, and
+    ``encode_line_units`` when it fixes them) must be the directory's.
+    """
+    chosen = get_compat(given)
+    if recorded is not None and recorded.name != chosen.name:
+        raise ConfigError(
+            f"{where} was trained with compat={recorded.name}, not compat={chosen.name}: "
+            "leave compat out to use the recorded one"
+        )
+    differs = []
+    if chosen.whole_pieces != whole_pieces:
+        differs.append(f"whole_pieces={str(whole_pieces).lower()}")
+    if chosen.encode_line_units is not None and chosen.encode_line_units != pretokenizer.line_units:
+        differs.append(f"line_units={str(pretokenizer.line_units).lower()}")
+    if differs:
+        raise ConfigError(
+            f"{where} encodes with {' and '.join(differs)}, which compat={chosen.name} contradicts: "
+            "leave compat out to encode as the directory says"
+        )
+
+
 def seen_alphabet(pieces: Iterable[bytes]) -> bytes:
     """The bytes that occur in ``pieces``, in HF's alphabet order (by GPT-2 byte-to-unicode character)."""
     seen: set[int] = set()
@@ -128,15 +170,33 @@ def alphabet_order(byte_values: Iterable[int]) -> bytes:
     return bytes(sorted(set(byte_values), key=lambda b: ord(table[b])))
 
 
+def most_seen_merges(vocab_size: int, special_tokens: Sequence[str]) -> int:
+    """With the seen alphabet, the most merges ``vocab_size`` can leave (a text has at least one byte).
+
+    The true number is known once the text is counted (:func:`seen_budget`); before that, stage ends
+    are checked against this bound.
+    """
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
+        raise ConfigError(f"vocab_size must be an integer, not {vocab_size!r}")
+    if vocab_size < 1:
+        raise ConfigError(f"vocab_size must be positive, not {vocab_size}")
+    return max(vocab_size - len(special_tokens) - 1, 0)
+
+
 def seen_budget(vocab_size: int, alphabet: bytes, special_tokens: Sequence[str], at_least: int = 0) -> int:
-    """Merges (new tokens) a vocabulary of ``vocab_size`` leaves beside the seen bytes and the specials."""
+    """Merges (new tokens) a vocabulary of ``vocab_size`` leaves beside the seen bytes and the specials.
+
+    As HF's trainer, a ``vocab_size`` the alphabet and specials already fill gives no merges (and a
+    vocabulary of all of them, larger than asked); ``at_least`` is what the schedule needs (its
+    fixed stage ends), an error when the budget is below it.
+    """
     budget = vocab_size - len(special_tokens) - len(alphabet)
-    if budget < max(at_least, 1):
+    if max(budget, 0) < at_least:
         raise ConfigError(
             f"vocab_size {vocab_size} leaves {budget} merges after the {len(alphabet)} bytes seen and "
-            f"{len(special_tokens)} special tokens; it needs at least {max(at_least, 1)}"
+            f"{len(special_tokens)} special tokens; the schedule needs at least {at_least}"
         )
-    return budget
+    return max(budget, 0)
 
 
 def hf_vocab(

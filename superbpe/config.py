@@ -196,6 +196,9 @@ class EncodeConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     progress: bool | None = None
+    # How the tokenizer directory is read (the ``compat`` group, as in training): None = as it says;
+    # ``compat=official`` reads bare official vocab.json + merges.txt as their encoder does.
+    compat: CompatConfig | None = None
 
 
 @dataclass
@@ -209,6 +212,7 @@ class EvaluateConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     output: str | None = None  # also write the numbers as JSON here
+    compat: CompatConfig | None = None  # as in EncodeConfig
 
 
 def stdlib_sample(max_bytes: int = 3_000_000) -> list[str]:

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from superbpe.config import CompatConfig
 from superbpe.errors import InputError
 from superbpe.sources import Chunk, chunk_documents, iter_chunks, resolve_inputs
 from superbpe.tokenizer import Tokenizer
@@ -124,9 +125,11 @@ def evaluate_dir(
     text_field: str = "text",
     engine: str = "auto",
     executor: Any = None,
+    compat: str | CompatConfig | None = None,
 ) -> EvalResult:
     """Load the tokenizer saved in ``directory`` (its manifest pattern included) and evaluate it.
 
+    ``compat`` is passed to :meth:`Tokenizer.load` (``"official"``: bare official files encode as theirs).
     An ``executor`` other than local evaluates shard by shard (:func:`superbpe.sharded.evaluate_sharded`).
     """
     from superbpe.executor import check_executor
@@ -136,7 +139,8 @@ def evaluate_dir(
         from superbpe.sharded import evaluate_sharded
 
         return evaluate_sharded(
-            directory, inputs, separator=separator, text_field=text_field, engine=engine, executor=spec
-        )
-    tokenizer = Tokenizer.load(Path(directory), engine=engine)
+            directory, inputs, separator=separator, text_field=text_field, engine=engine, executor=spec,
+            compat=compat,
+        )  # fmt: skip
+    tokenizer = Tokenizer.load(Path(directory), engine=engine, compat=compat)
     return evaluate(tokenizer, inputs, separator=separator, text_field=text_field)

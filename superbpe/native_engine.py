@@ -230,7 +230,7 @@ class NativeEngine:
         replay = list(replay)
         check_replay(replay)
         if check_memory is not None:
-            check_memory(StageMemory(*lib.train_memory(table, replay)))
+            check_memory(StageMemory(*lib.train_memory(table, replay, rules)))
         if consume_counts and isinstance(counts, NativePieceCounts):
             counts.spend()
         merges, stopped = lib.train(
@@ -245,12 +245,18 @@ class NativeEngine:
         )
         return TrainResult(merges=merges, stopped=stopped)
 
-    def train_memory(self, counts: Mapping[bytes, int], replay: Sequence[Merge]) -> StageMemory:
-        """What building the trainer will add to this process's memory at its peak (estimated)."""
+    def train_memory(
+        self,
+        counts: Mapping[bytes, int],
+        replay: Sequence[Merge],
+        rules: MergeRules = MergeRules(),  # noqa: B008 -- frozen, so a shared default is safe
+    ) -> StageMemory:
+        """What building the trainer under ``rules`` will add to this process's memory at its peak
+        (estimated; the official rules build differently, see ``native/src/memory.rs``)."""
         lib = _require_native()
         replay = list(replay)
         check_replay(replay)
-        return StageMemory(*lib.train_memory(native_counts(counts), replay))
+        return StageMemory(*lib.train_memory(native_counts(counts), replay, rules))
 
     def encoder(
         self,

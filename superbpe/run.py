@@ -20,10 +20,17 @@ from typing import Any
 
 from superbpe import files
 from superbpe.api import build_vocab, check_special_tokens, merge_budget, reserved_tokens
-from superbpe.cache import RunCache, cache_key
+from superbpe.cache import RunCache, cache_key, token_prefix, tokens_made
 from superbpe.checkpoints import Checkpoint, Checkpointer, check_compatible, checkpoint_path, load_checkpoint
 from superbpe.compat import DEFAULT as DEFAULT_COMPAT
-from superbpe.compat import alphabet_order, check_compat, encoding_pretokenizer, hf_vocab, seen_budget
+from superbpe.compat import (
+    alphabet_order,
+    check_compat,
+    encoding_pretokenizer,
+    hf_vocab,
+    most_seen_merges,
+    seen_budget,
+)
 from superbpe.config import CompatConfig, TrainConfig
 from superbpe.counting import PieceCounts, check_errors_mode
 from superbpe.engine import Engine, Merge, get_engine
@@ -145,9 +152,13 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
     specials = list(dict.fromkeys(cfg.special_tokens))
     SpecialSplitter(specials)
     check_special_tokens(specials)
-    total = merge_budget(cfg.vocab_size, specials)
-    if total < 1:
-        raise ConfigError(f"vocab_size {cfg.vocab_size} leaves no room for merges")
+    compat = check_compat(cfg.compat)
+    if compat.alphabet == "seen":  # only the bytes seen take ids: the budget is known once counted
+        total = most_seen_merges(cfg.vocab_size, specials)
+    else:
+        total = merge_budget(cfg.vocab_size, specials)
+        if total < 1:
+            raise ConfigError(f"vocab_size {cfg.vocab_size} leaves no room for merges")
     check_errors_mode(cfg.data.errors)
     if cfg.memory_limit is not None:
         parse_size(cfg.memory_limit)
@@ -157,7 +168,6 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
     files.resolve_roles(cfg.export.roles(), specials)
     top = cfg.pretokenizer
     resolve_pretokenizer(top)
-    compat = check_compat(cfg.compat)
     plans = plan_stages(cfg.schedule, top, total, compat)
     if cfg.export.tiktoken:
         files.tiktoken_pattern(encoding_pretokenizer(plans[-1].pretokenizer, compat))
@@ -340,16 +350,22 @@ def _run_stage(job: _Job, plan: StagePlan, checkpointer: Checkpointer, ahead: _C
 
 
 def _with_alphabet(job: _Job, plan: StagePlan, counts: PieceCounts) -> StagePlan:
-    """With ``compat.alphabet="seen"``, only the bytes the text has take ids, so a stage that runs up to
-    ``vocab_size`` has room for more merges (as many as HF's trainer makes)."""
+    """With ``compat.alphabet="seen"``, only the bytes the text has take ids: the merges ``vocab_size``
+    leaves are known now (every stage's text has the same bytes). The schedule's fixed ends must fit
+    in them, and a last stage that runs up to ``vocab_size`` gets them all (as many as HF's trainer
+    makes, none when the alphabet fills the vocabulary)."""
     if job.compat.alphabet != "seen":
         return plan
     alphabet = alphabet_order(counts.bytes_seen())
     job.alphabets[plan.index] = alphabet
-    if plan.index != len(job.plans) - 1 or plan.end != job.total_merges:
+    last = job.plans[-1]
+    open_end = last.end == job.total_merges  # the last stage runs up to vocab_size
+    fixed = [p.end for p in job.plans if not (p is last and open_end)]
+    at_least = max(fixed, default=0) + (1 if open_end and fixed else 0)
+    budget = seen_budget(job.cfg.vocab_size, alphabet, job.specials, at_least)
+    if plan.index != last.index or not open_end:
         return plan
-    previous = job.plans[plan.index - 1].end if plan.index else 0
-    return replace(plan, end=seen_budget(job.cfg.vocab_size, alphabet, job.specials, previous + 1))
+    return replace(plan, end=budget)
 
 
 def _counts(job: _Job, plan: StagePlan, stats: StageStats, ahead: _CountAhead) -> PieceCounts:
@@ -417,30 +433,42 @@ def _train(
     checkpointer: Checkpointer,
     stats: StageStats,
 ) -> list[Merge]:
-    """Replay ``prior`` + what is known of this stage, choose the rest, keep the cache up to date."""
-    if plan.rules.absent_inherited == "drop":
-        # The merges may lack some of ``prior``, so they are not ``prior`` + this stage's: no cache.
+    """Replay ``prior`` + what is known of this stage, choose the rest, keep the cache up to date.
+
+    The cache entry is what follows ``prior``, or the whole list for a stage that drops absent
+    inherited merges (it may lack some of ``prior``); ``plan.end`` counts tokens, not merges.
+    """
+    whole = plan.rules.absent_inherited == "drop"
+    if whole and partial:
+        # Resumed inside such a stage: its merges so far need not start with ``prior``, so the
+        # checkpoint cannot be matched against an entry; it continues without the cache.
         with stats.part("train_seconds"):
             return _choose(job, plan, counts, [*prior, *partial], checkpointer, stats)
     key = cache_key(
         kind="merges",
-        counts=counts.meta,
+        counts=counts.meta,  # the pattern and specials; a sampled count says so only in the plan
         fingerprint=job.fingerprint,
         rules=rules_spec(plan.rules),
         prior=merges_fingerprint(prior),
         **_sampled(plan),
     )
+    base = [] if whole else list(prior)
     with job.cache.entry("merges", key, ".json") as path, stats.part("train_seconds"):
         cached = job.cache.load_merges(path)
         known = list(partial)
         if cached is not None and len(cached.merges) > len(known):
             known = list(cached.merges)
-        wanted = plan.end - len(prior)
-        if len(known) >= wanted or (cached is not None and cached.exhausted and known == cached.merges):
-            log.info("stage %s: %d merges from cache", plan.name, min(len(known), wanted))
-            return [*prior, *known[:wanted]]
-        merges = _choose(job, plan, counts, [*prior, *known], checkpointer, stats)
-        job.cache.store_merges(path, merges[len(prior) :], exhausted=len(merges) < plan.end)
+        candidate = [*base, *known] if known else list(prior)
+        found = token_prefix(candidate, plan.end)
+        if found is None and cached is not None and cached.exhausted and known == cached.merges:
+            found = candidate
+        if found is not None:
+            log.info("stage %s: %d merges from cache", plan.name, len(found) - len(base))
+            return found
+        if tokens_made(candidate) < len(candidate):  # a duplicate merge cannot be replayed
+            candidate = [*prior, *partial]
+        merges = _choose(job, plan, counts, candidate, checkpointer, stats)
+        job.cache.store_merges(path, merges[len(base) :], exhausted=tokens_made(merges) < plan.end)
         return merges
 
 

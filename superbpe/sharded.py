@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from superbpe.config import CompatConfig
 from superbpe.counting import PieceCounts, ProgressFn, _CountJob, counts_meta, prepare_count
 from superbpe.engine import Engine, get_engine
 from superbpe.errors import ConfigError, InputError, SuperBPEError
@@ -337,15 +338,17 @@ class ShardedEncodeResult(EncodeResult):
     format_version: int = 1
 
 
-_TOKENIZERS: dict[tuple[str, str, str], Tokenizer] = {}
+_TOKENIZERS: dict[tuple[str, str, str, str], Tokenizer] = {}
 
 
-def _cached_tokenizer(directory: str, engine: str, fingerprint: str) -> Tokenizer:
+def _cached_tokenizer(
+    directory: str, engine: str, fingerprint: str, compat: str | CompatConfig | None
+) -> Tokenizer:
     """The tokenizer, loaded once per worker process (a worker runs many shards of one job)."""
-    key = (directory, engine, fingerprint)
+    key = (directory, engine, fingerprint, repr(compat))
     if key not in _TOKENIZERS:
         _TOKENIZERS.clear()
-        _TOKENIZERS[key] = Tokenizer.load(directory, engine=engine)
+        _TOKENIZERS[key] = Tokenizer.load(directory, engine=engine, compat=compat)
     return _TOKENIZERS[key]
 
 
@@ -366,6 +369,7 @@ def encode_sharded(
     errors: str = "strict",
     engine: str = "auto",
     progress: bool | None = None,
+    compat: str | CompatConfig | None = None,
 ) -> ShardedEncodeResult:
     """Encode ``inputs`` into one token file per shard under ``output_dir`` plus ``index.json``.
 
@@ -376,7 +380,7 @@ def encode_sharded(
 
     spec = spec_from(executor)
     directory = Path(tokenizer_dir)
-    tokenizer = Tokenizer.load(directory, engine=engine)
+    tokenizer = Tokenizer.load(directory, engine=engine, compat=compat)
     separator_id = _separator_id(tokenizer, separator)
     paths = resolve_inputs(inputs)
     dtype = choose_dtype(tokenizer)
@@ -391,6 +395,7 @@ def encode_sharded(
             str(directory),
             engine,
             fingerprint,
+            compat,
             separator_id,
             text_field,
             errors,
@@ -497,6 +502,7 @@ def encode_shard(
     tokenizer_dir: str,
     engine: str,
     fingerprint: str,
+    compat: str | CompatConfig | None,
     separator_id: int | None,
     text_field: str,
     errors: str,
@@ -508,7 +514,7 @@ def encode_shard(
 
     ``continues_document`` needs the previous shard, so the driver fills it in.
     """
-    tokenizer = _cached_tokenizer(tokenizer_dir, engine, fingerprint)
+    tokenizer = _cached_tokenizer(tokenizer_dir, engine, fingerprint, compat)
     encoder = _ChunkEncoder(tokenizer, separator_id, text_field, errors)
     dtype = np.dtype(dtype_name).newbyteorder("<")
     name = shard_file_name(number)
@@ -586,6 +592,7 @@ def evaluate_sharded(
     engine: str = "auto",
     executor: Any = None,
     workers: int | None = None,
+    compat: str | CompatConfig | None = None,
 ) -> EvalResult:
     """:func:`superbpe.evaluate.evaluate` shard by shard on ``executor``; the same numbers.
 
@@ -594,10 +601,11 @@ def evaluate_sharded(
     """
     spec = spec_from(executor)
     tokenizer_dir = Path(directory)
-    tokenizer = Tokenizer.load(tokenizer_dir, engine=engine)
+    tokenizer = Tokenizer.load(tokenizer_dir, engine=engine, compat=compat)
     paths = resolve_inputs(inputs)
     specials = [separator] if separator else []
-    common = (str(tokenizer_dir), engine, tokenizer_hash(tokenizer_dir), separator, text_field, errors)
+    fingerprint = tokenizer_hash(tokenizer_dir)
+    common = (str(tokenizer_dir), engine, fingerprint, compat, separator, text_field, errors)
     runner = get_executor(spec, workers)
     try:
         size = shard_size(spec, runner, paths)
@@ -624,13 +632,14 @@ def evaluate_shard(
     tokenizer_dir: str,
     engine: str,
     fingerprint: str,
+    compat: str | CompatConfig | None,
     separator: str | None,
     text_field: str,
     errors: str,
 ) -> tuple[int, int, int, bool, bool | None]:
     """One task: (bytes, tokens, documents ended, whether its first end closes an earlier document,
     whether a document is open at its end, None if the shard held neither text nor an end)."""
-    tokenizer = _cached_tokenizer(tokenizer_dir, engine, fingerprint)
+    tokenizer = _cached_tokenizer(tokenizer_dir, engine, fingerprint, compat)
     line_cuts = tokenizer.pretokenizer.safe_cuts_hold
     specials = [separator] if separator else []
 

@@ -138,8 +138,13 @@ def plan_stages(
     previous_end = 0
     for index, stage in enumerate(schedule.stages):
         last = index == len(schedule.stages) - 1
+        if chosen.alphabet == "seen" and isinstance(stage.until, float):
+            raise ConfigError(
+                f"{_until_name(stage, schedule)} {stage.until} is a fraction, but with compat.alphabet=seen "
+                "the number of merges is known only once the text is counted; give a merge count"
+            )
         end = resolve_until(stage.until, total_merges, stage, last, schedule)
-        if end <= previous_end:
+        if end <= previous_end and (index > 0 or end < 0):  # a lone stage of 0 merges: alphabet only
             raise ConfigError(
                 f"stage {stage.name!r} ends at {end} merges, not after the previous stage's {previous_end}"
             )

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from superbpe.config import CompatConfig
 from superbpe.errors import ConfigError, InputError
 from superbpe.progress import task
 from superbpe.sources import TABLE_SUFFIXES, Chunk, chunk_documents, corpus_size, iter_chunks, resolve_inputs
@@ -93,8 +94,15 @@ class _ChunkEncoder:
         return ids, ended
 
 
-def _init_worker(directory: str, engine: str, separator_id: int | None, text_field: str, errors: str) -> None:
-    tokenizer = Tokenizer.load(directory, engine=engine)
+def _init_worker(
+    directory: str,
+    engine: str,
+    compat: str | CompatConfig | None,
+    separator_id: int | None,
+    text_field: str,
+    errors: str,
+) -> None:
+    tokenizer = Tokenizer.load(directory, engine=engine, compat=compat)
     _worker_state["encoder"] = _ChunkEncoder(tokenizer, separator_id, text_field, errors)
 
 
@@ -115,8 +123,11 @@ def encode_corpus(
     engine: str = "auto",
     progress: bool | None = None,
     executor: Any = None,
+    compat: str | CompatConfig | None = None,
 ) -> EncodeResult | ShardedEncodeResult:
     """Write the flat token file and its sidecar; both appear only when complete.
+
+    ``compat`` is passed to :meth:`Tokenizer.load` (``"official"``: bare official files encode as theirs).
 
     With an ``executor`` other than local, or when ``output`` is a directory (existing, or named with a
     trailing ``/``), write one token file per shard plus ``index.json`` instead
@@ -131,9 +142,10 @@ def encode_corpus(
         return encode_sharded(
             tokenizer_dir, inputs, output, separator=separator, executor=spec, workers=workers,
             chunk_bytes=chunk_bytes, text_field=text_field, errors=errors, engine=engine, progress=progress,
+            compat=compat,
         )  # fmt: skip
     directory = Path(tokenizer_dir)
-    tokenizer = Tokenizer.load(directory, engine=engine)
+    tokenizer = Tokenizer.load(directory, engine=engine, compat=compat)
     separator_id = _separator_id(tokenizer, separator)
     paths = resolve_inputs(inputs)
     out = Path(output)
@@ -149,7 +161,7 @@ def encode_corpus(
             for path in paths:
                 line_cuts = tokenizer.pretokenizer.safe_cuts_hold
                 chunks = iter_chunks(path, tokenizer.special_tokens, chunk_bytes, line_cuts=line_cuts)
-                args = (str(directory), engine, separator_id, text_field, errors)
+                args = (str(directory), engine, compat, separator_id, text_field, errors)
                 open_document = False
                 for chunk, (ids, ended) in _encoded(chunks, encoder, n_workers, args):
                     if ids:
@@ -194,7 +206,8 @@ def _separator_id(tokenizer: Tokenizer, separator: str | None) -> int | None:
     if separator not in tokenizer.special_tokens:
         known = ", ".join(tokenizer.special_tokens) or "none"
         raise ConfigError(
-            f"separator {separator!r} is not a special token of the tokenizer (it has: {known})"
+            f"separator {separator!r} is not a special token of the tokenizer (it has: {known}); "
+            "separator=null writes none"
         )
     return tokenizer.token_to_id(separator)
 

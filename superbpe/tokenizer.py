@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 
 from superbpe import files
+from superbpe.compat import check_directory_compat, encoding_for, recorded_compat
+from superbpe.config import CompatConfig
 from superbpe.engine import EncoderCore, Engine, get_engine
 from superbpe.errors import ConfigError, InputError
 from superbpe.pretokenize import Pretokenizer, SpecialSplitter, get_pretokenizer
@@ -269,50 +271,66 @@ class Tokenizer:
 
     @classmethod
     def load(
-        cls, directory: str | os.PathLike[str], engine: str | Engine = "auto", *, compat: str | None = None
+        cls,
+        directory: str | os.PathLike[str],
+        engine: str | Engine = "auto",
+        *,
+        compat: str | CompatConfig | None = None,
     ) -> Tokenizer:
         """A saved tokenizer directory: manifest first, else ``tokenizer.json``, else GPT-2 style files.
 
         ``compat="official"`` reads a bare ``vocab.json`` + ``merges.txt`` (e.g. the released SuperBPE
         tokenizers) as the official SuperBPE encoder uses them: the stage-2 pattern over the whole text and
-        no whole-piece shortcut. A manifest or ``tokenizer.json`` says how to encode, so it wins.
+        no whole-piece shortcut. A manifest or ``tokenizer.json`` says how to encode, so it wins, and a
+        ``compat`` that contradicts it (another recorded preset, other encoding choices) is an error.
         """
         directory = Path(directory)
         manifest_path = directory / files.MANIFEST_FILE
         vocab_path, merges_path = directory / files.VOCAB_FILE, directory / files.MERGES_FILE
         hf_path = directory / files.HF_FILE
         if manifest_path.exists():
-            manifest = files.read_manifest(manifest_path)
-            pre = files.manifest_pretokenizer(manifest_path, manifest)
-            if vocab_path.exists() or not hf_path.exists():
-                vocab = files.read_vocab(vocab_path, manifest.special_tokens)
-                merges = files.read_merges(merges_path, vocab)
-            else:
-                data = files.read_hf_tokenizer(hf_path)
-                vocab, merges = data.vocab, data.merges
-            tokenizer = cls(
-                vocab, merges, manifest.special_tokens, pre, engine, whole_pieces=manifest.whole_pieces
-            )
-            if tokenizer.vocab_size != manifest.vocab_size:
-                found, stated = tokenizer.vocab_size, manifest.vocab_size
-                raise InputError(f"{manifest_path}: vocab_size {stated}, but the files hold {found}")
-            return tokenizer
+            return cls._from_manifest(manifest_path, engine, compat)
         if hf_path.exists():
             data = files.read_hf_tokenizer(hf_path)
             pre = files.pretokenizer_from_hf(data)
+            if compat is not None:
+                check_directory_compat(str(hf_path), compat, pre, data.ignore_merges)
             return cls(
                 data.vocab, data.merges, data.special_tokens, pre, engine, whole_pieces=data.ignore_merges
             )
         if vocab_path.exists() or merges_path.exists():
             if compat is not None:
-                from superbpe.compat import encoding_for
-
                 pre, whole_pieces = encoding_for(compat)
                 return cls.from_files(vocab_path, merges_path, None, pre, engine, whole_pieces=whole_pieces)
             return cls.from_files(vocab_path, merges_path, engine=engine)
         if not directory.is_dir():
             raise InputError(f"{directory}: tokenizer directory not found")
         raise InputError(f"{directory}: none of {files.MANIFEST_FILE}, {files.HF_FILE}, {files.VOCAB_FILE}")
+
+    @classmethod
+    def _from_manifest(
+        cls, manifest_path: Path, engine: str | Engine, compat: str | CompatConfig | None
+    ) -> Tokenizer:
+        """A directory with our manifest: it says how to encode (and, from a run, under which compat)."""
+        directory = manifest_path.parent
+        manifest = files.read_manifest(manifest_path)
+        pre = files.manifest_pretokenizer(manifest_path, manifest)
+        if compat is not None:
+            recorded = recorded_compat(manifest.training)
+            check_directory_compat(str(directory), compat, pre, manifest.whole_pieces, recorded)
+        vocab_path, hf_path = directory / files.VOCAB_FILE, directory / files.HF_FILE
+        if vocab_path.exists() or not hf_path.exists():
+            vocab = files.read_vocab(vocab_path, manifest.special_tokens)
+            merges = files.read_merges(directory / files.MERGES_FILE, vocab)
+        else:
+            data = files.read_hf_tokenizer(hf_path)
+            vocab, merges = data.vocab, data.merges
+        specials, whole_pieces = manifest.special_tokens, manifest.whole_pieces
+        tokenizer = cls(vocab, merges, specials, pre, engine, whole_pieces=whole_pieces)
+        if tokenizer.vocab_size != manifest.vocab_size:
+            found, stated = tokenizer.vocab_size, manifest.vocab_size
+            raise InputError(f"{manifest_path}: vocab_size {stated}, but the files hold {found}")
+        return tokenizer
 
     def save(
         self,

@@ -4,9 +4,17 @@
 //! by an OOM kill loses the run. The estimate replays a sample of the pieces (every `SAMPLE`-th,
 //! so it costs a small part of the real replay) to learn symbols per byte, then adds up what the
 //! build holds at its peak (`symbols.rs`, `Trainer::index_pairs`).
+//!
+//! The official recipe's build (`Rules::official`) is another: every byte of every piece is a
+//! symbol while the inherited merges are applied one by one on a table of every pair, which keeps
+//! the positions and an entry of each pair they create. No formula of the counts gives that, so
+//! official trainers are built on the sample and on half of it: symbols and positions scale with
+//! the bytes, and the number of distinct pairs with the power of the bytes that the two samples
+//! show. Distinct pairs grow ever slower as text is added (as words do), so the exponent seen on
+//! small samples errs high on the whole corpus, not low.
 
 use crate::count::Counts;
-use crate::train::Trainer;
+use crate::train::{CorpusHeap, Rules, Source, Trainer, PAIR_ENTRY_BYTES};
 
 /// Every this many pieces, one is replayed for the estimate (all of them below `EXACT_BELOW`).
 const SAMPLE: usize = 64;
@@ -35,7 +43,7 @@ const PER_PIECE: u64 = 13;
 /// phases hold less.)
 const PER_SYMBOL_X8: u64 = 8 * 9 + 1;
 
-pub fn estimate(counts: &Counts, replay: &[(Vec<u8>, Vec<u8>)]) -> Result<Estimate, String> {
+pub fn estimate(counts: &Counts, replay: &[(Vec<u8>, Vec<u8>)], rules: &Rules) -> Result<Estimate, String> {
     let (mut pieces, mut bytes) = (0u64, 0u64);
     let mut sample = Counts::default();
     let mut sample_bytes = 0u64;
@@ -57,15 +65,60 @@ pub fn estimate(counts: &Counts, replay: &[(Vec<u8>, Vec<u8>)]) -> Result<Estima
         sample_bytes += piece.len() as u64;
     }
     drop(sampled);
-    let t = Trainer::with_replay(&sample, replay)?;
-    let sample_symbols = t.symbol_count() as u64;
-    let symbols = if sample_bytes == 0 {
-        0
-    } else {
-        (sample_symbols as u128 * bytes as u128).div_ceil(sample_bytes as u128) as u64
+    let scale = |sampled: u64| {
+        if sample_bytes == 0 { 0 } else { (sampled as u128 * bytes as u128).div_ceil(sample_bytes as u128) as u64 }
     };
+    if rules.official() {
+        return official(&sample, sample_bytes, bytes, pieces, step == 1, replay, rules);
+    }
+    let t = Trainer::with_replay(&sample, replay)?;
+    let symbols = scale(t.symbol_count() as u64);
     let peak_bytes = PER_PIECE * pieces + (PER_SYMBOL_X8 * symbols).div_ceil(8);
     Ok(Estimate { pieces, bytes, symbols, peak_bytes })
+}
+
+/// The official build's estimate from official trainers on the sample (and on every other piece
+/// of it, unless the sample is the whole corpus).
+fn official(
+    sample: &Counts,
+    sample_bytes: u64,
+    bytes: u64,
+    pieces: u64,
+    exact: bool,
+    replay: &[(Vec<u8>, Vec<u8>)],
+    rules: &Rules,
+) -> Result<Estimate, String> {
+    let build = |counts: &Counts| -> Result<(CorpusHeap, u64), String> {
+        let t = Trainer::with_rules(Source::Borrowed(counts), replay, rules, &mut |_, _, _| Ok(()))?;
+        Ok((t.corpus_heap(), t.symbol_count() as u64))
+    };
+    let (heap, sample_symbols) = build(sample)?;
+    let table_bytes = |slots: u64| (slots * 8).div_ceil(7) * PAIR_ENTRY_BYTES;
+    if exact || sample_bytes == 0 {
+        let peak_bytes = heap.linear + table_bytes(heap.pair_slots);
+        return Ok(Estimate { pieces, bytes, symbols: sample_symbols, peak_bytes });
+    }
+    let mut half = Counts::default();
+    let mut half_bytes = 0u64;
+    for (piece, count) in sample.iter().step_by(2) {
+        half.add(piece, count)?;
+        half_bytes += piece.len() as u64;
+    }
+    let (half_heap, _) = build(&half)?;
+    let ratio = bytes as f64 / sample_bytes as f64;
+    // Pairs grow as bytes^power; the two samples give the power (at most 1: never faster than text).
+    let power = if half_heap.pair_entries > 0 && heap.pair_entries > half_heap.pair_entries && sample_bytes > half_bytes {
+        ((heap.pair_entries as f64 / half_heap.pair_entries as f64).ln() / (sample_bytes as f64 / half_bytes as f64).ln())
+            .clamp(0.0, 1.0)
+    } else {
+        1.0
+    };
+    let slots = (heap.pair_slots.max(heap.pair_entries) as f64 * ratio.powf(power)).ceil() as u64;
+    let linear = (heap.linear as f64 * ratio).ceil() as u64;
+    let symbols = (sample_symbols as f64 * ratio).ceil() as u64;
+    // A hash table's room is a power of two buckets: the next one up from what the pairs need.
+    let buckets = (slots * 8).div_ceil(7).next_power_of_two();
+    Ok(Estimate { pieces, bytes, symbols, peak_bytes: linear + buckets * PAIR_ENTRY_BYTES })
 }
 
 #[cfg(test)]
@@ -80,11 +133,29 @@ mod tests {
             c.add(p.as_bytes(), n).unwrap();
         }
         let replay = vec![(b"h".to_vec(), b"e".to_vec()), (b"l".to_vec(), b"l".to_vec())];
-        let e = estimate(&c, &replay).unwrap();
+        let e = estimate(&c, &replay, &Rules::default()).unwrap();
         let t = Trainer::with_replay(&c, &replay).unwrap();
         assert_eq!(e.pieces, 3);
         assert_eq!(e.bytes, 12 + 12 + 3);
         assert_eq!(e.symbols, t.symbol_count() as u64);
         assert!(e.peak_bytes >= 9 * e.symbols + 13 * e.pieces);
+    }
+
+    /// The official build keeps every byte as a symbol and every pair the replay creates: below
+    /// the sampling size its estimate is that trainer's own memory.
+    #[test]
+    fn official_rules_are_estimated_from_their_own_build() {
+        let mut c = Counts::default();
+        for (p, n) in [("hello world\n", 3), ("hello there\n", 1), ("a", 5), ("hi\n", 2)] {
+            c.add(p.as_bytes(), n).unwrap();
+        }
+        let replay = vec![(b"h".to_vec(), b"e".to_vec()), (b"l".to_vec(), b"l".to_vec())];
+        let rules = Rules { tie_break_ids: true, merge_duplicates: true, drop_absent: true, ..Default::default() };
+        let e = estimate(&c, &replay, &rules).unwrap();
+        let t = Trainer::with_rules(Source::Borrowed(&c), &replay, &rules, &mut |_, _, _| Ok(())).unwrap();
+        assert_eq!(e.symbols, t.symbol_count() as u64);
+        let heap = t.corpus_heap();
+        assert_eq!(e.peak_bytes, heap.linear + (heap.pair_slots * 8).div_ceil(7) * PAIR_ENTRY_BYTES);
+        assert!(e.peak_bytes > estimate(&c, &replay, &Rules::default()).unwrap().peak_bytes);
     }
 }

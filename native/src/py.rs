@@ -385,16 +385,18 @@ fn train<'py>(
     Ok((list, stopped))
 }
 
-/// What building a trainer on `counts` with `replay` will add to this process's memory at its peak,
-/// estimated (see `memory.rs`): `(peak_bytes, symbols, pieces, bytes)`.
+/// What building a trainer on `counts` with `replay` under `rules` will add to this process's memory
+/// at its peak, estimated (see `memory.rs`): `(peak_bytes, symbols, pieces, bytes)`.
 #[pyfunction]
 fn train_memory(
     py: Python<'_>,
     counts: &NativeCounts,
     replay: Vec<(Vec<u8>, Vec<u8>)>,
+    rules: PyRules,
 ) -> PyResult<(u64, u64, u64, u64)> {
     let inner = &counts.inner;
-    let e = run_detached(py, || Ok(memory::estimate(inner, &replay)?))?;
+    let rules = Rules::from(rules);
+    let e = run_detached(py, || Ok(memory::estimate(inner, &replay, &rules)?))?;
     Ok((e.peak_bytes, e.symbols, e.pieces, e.bytes))
 }
 

@@ -38,7 +38,7 @@ pub struct Rules {
 
 impl Rules {
     /// Whether training must follow HF's bookkeeping (then every pair stays warm, see `with_rules`).
-    fn official(&self) -> bool {
+    pub(crate) fn official(&self) -> bool {
         self.tie_break_ids || self.merge_duplicates || self.drop_absent
     }
 }
@@ -197,6 +197,23 @@ impl BucketScratch {
         true
     }
 }
+
+/// Memory of a trainer's corpus-sized structures (see `Trainer::corpus_heap`).
+#[derive(Debug, Clone, Copy)]
+pub struct CorpusHeap {
+    /// Bytes that grow in proportion to the text: symbols, piece counts, positions.
+    pub linear: u64,
+    /// Pairs in the pair tables, and the entries they have room for (a hash table's room grows in
+    /// steps; each entry takes `PAIR_ENTRY_BYTES` and about 8/7 of a bucket).
+    pub pair_entries: u64,
+    pub pair_slots: u64,
+}
+
+/// What the allocator adds to each small allocation (glibc: a 16-byte chunk header and rounding).
+const ALLOCATION_HEADER: u64 = 16;
+
+/// Bytes of one pair-table bucket: key, `PairInfo` and the hash table's control byte.
+pub const PAIR_ENTRY_BYTES: u64 = (std::mem::size_of::<(u64, PairInfo)>() + 1) as u64;
 
 /// The symbol arrays and the pair table.
 pub struct Trainer {
@@ -525,6 +542,30 @@ impl Trainer {
     /// Live symbols of all pieces with at least 2 (those that made a pair).
     pub fn symbol_count(&self) -> usize {
         self.syms.len() - 1 - self.freq.len()
+    }
+
+    /// What the structures that grow with the corpus hold (`memory.rs` measures sample trainers
+    /// with it where no formula of the counts is known).
+    pub fn corpus_heap(&self) -> CorpusHeap {
+        let (mut spilled, mut entries, mut slots) = (0u64, 0u64, 0u64);
+        for pairs in [&self.pairs, &self.created] {
+            // A spilled list is an allocation of its own: its capacity plus the allocator's header.
+            spilled += pairs
+                .values()
+                .filter(|info| info.positions.spilled())
+                .map(|info| info.positions.capacity() as u64 * 4 + ALLOCATION_HEADER)
+                .sum::<u64>();
+            entries += pairs.len() as u64;
+            slots += pairs.capacity() as u64;
+        }
+        CorpusHeap {
+            linear: self.syms.heap_bytes() as u64
+                + self.freq.capacity() as u64 * 8
+                + self.initial.capacity() as u64 * 4
+                + spilled,
+            pair_entries: entries,
+            pair_slots: slots,
+        }
     }
 
     /// Id of an existing token.
