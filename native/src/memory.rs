@@ -66,7 +66,11 @@ pub fn estimate(counts: &Counts, replay: &[(Vec<u8>, Vec<u8>)], rules: &Rules) -
     }
     drop(sampled);
     let scale = |sampled: u64| {
-        if sample_bytes == 0 { 0 } else { (sampled as u128 * bytes as u128).div_ceil(sample_bytes as u128) as u64 }
+        if sample_bytes == 0 {
+            0
+        } else {
+            (sampled as u128 * bytes as u128).div_ceil(sample_bytes as u128) as u64
+        }
     };
     if rules.official() {
         return official(&sample, sample_bytes, bytes, pieces, step == 1, replay, rules);
@@ -107,9 +111,11 @@ fn official(
     let (half_heap, _) = build(&half)?;
     let ratio = bytes as f64 / sample_bytes as f64;
     // Pairs grow as bytes^power; the two samples give the power (at most 1: never faster than text).
-    let power = if half_heap.pair_entries > 0 && heap.pair_entries > half_heap.pair_entries && sample_bytes > half_bytes {
-        ((heap.pair_entries as f64 / half_heap.pair_entries as f64).ln() / (sample_bytes as f64 / half_bytes as f64).ln())
-            .clamp(0.0, 1.0)
+    let power = if half_heap.pair_entries > 0 && heap.pair_entries > half_heap.pair_entries && sample_bytes > half_bytes
+    {
+        ((heap.pair_entries as f64 / half_heap.pair_entries as f64).ln()
+            / (sample_bytes as f64 / half_bytes as f64).ln())
+        .clamp(0.0, 1.0)
     } else {
         1.0
     };
