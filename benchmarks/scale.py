@@ -9,7 +9,9 @@ engine, cache off), so the pair is measured in the same minutes (this machine's 
 percent within minutes; compare ratios, not absolute times across rounds). ``--samples 0.5,0.25`` adds
 SuperBPE runs with the stage-2 approximation (``schedule.stage2_approx_sample``), named
 ``superbpe@0.5``, to the same rounds; ``--eval FILE`` (held-out text) adds each tokenizer's bytes per
-token on it, the compression the approximation costs. Peak RSS is the child's (``wait4`` rusage).
+token on it, the compression the approximation costs. ``--include A.json`` adds the rows an earlier run
+wrote (e.g. another corpus at another vocab) to the table and plot. Peak RSS is the child's
+(``wait4`` rusage).
 The stage-2 sizes (distinct pieces and bytes, symbols) come from the run's ``metrics.json``. Writes
 ``<out>.md`` (a table) and ``<out>.png`` (RSS and time of the exact SuperBPE runs against distinct
 stage-2 bytes), and prints the table.
@@ -25,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -147,7 +149,10 @@ def plot(rows: list[Measure], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     bpe = {(r.size, r.round): r for r in rows if r.schedule == "bpe"}
-    sb = [r for r in rows if r.schedule == "superbpe" and (r.size, r.round) in bpe]
+    sb = sorted(
+        (r for r in rows if r.schedule == "superbpe" and (r.size, r.round) in bpe),
+        key=lambda r: r.stage2["distinct_bytes"],
+    )
     x = [r.stage2["distinct_bytes"] / 1e9 for r in sb]
     fig, (ax_rss, ax_time) = plt.subplots(1, 2, figsize=(10, 4))
     ax_rss.plot(x, [r.peak_rss / 2**30 for r in sb], "o-", label="superbpe")
@@ -176,7 +181,10 @@ def main() -> None:
     parser.add_argument("--samples", default="", help="stage-2 shares for extra approximate superbpe runs")
     parser.add_argument("--eval", type=Path, help="held-out text: adds each tokenizer's bytes/token")
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "superbpe-scale")
-    parser.add_argument("--out", type=Path, required=True, help="writes OUT.md and OUT.png")
+    parser.add_argument("--out", type=Path, required=True, help="writes OUT.md, OUT.json and OUT.png")
+    parser.add_argument(
+        "--include", default="", help="OUT.json of earlier runs (another corpus) to add to the table and plot"
+    )
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
     sizes = args.sizes.split(",")
@@ -189,13 +197,17 @@ def main() -> None:
                 out = Path(tempfile.mkdtemp(dir=args.workdir, prefix=f"{run}-{size}-"))
                 seconds, rss, stage2 = train(corpora[size], run, args.vocab, args.transition, out)
                 size_bytes = corpora[size].stat().st_size
-                measure = Measure(size, size_bytes, run, round_, seconds, rss, stage2)
+                label = f"{args.corpus.stem} {size}, {args.vocab // 1000}K"
+                measure = Measure(label, size_bytes, run, round_, seconds, rss, stage2)
                 if args.eval is not None:
                     measure.bytes_per_token = bytes_per_token(out, args.eval)
                 rows.append(measure)
                 print(f"{size} #{round_} {run}: {seconds:.1f} s, {rss / 2**30:.2f} GiB", stage2)
-    text = table(rows)
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps([asdict(row) for row in rows], indent=1) + "\n")
+    for earlier in filter(None, args.include.split(",")):
+        rows += [Measure(**row) for row in json.loads(Path(earlier).read_text())]
+    text = table(rows)
     args.out.with_suffix(".md").write_text(text + "\n")
     plot(rows, args.out.with_suffix(".png"))
     print(text)
