@@ -50,9 +50,20 @@ class Task:
 
 @contextlib.contextmanager
 def task(
-    desc: str, total: int | None, unit: str, *, enabled: bool | None = None, initial: int = 0
+    desc: str,
+    total: int | None,
+    unit: str,
+    *,
+    enabled: bool | None = None,
+    initial: int = 0,
+    eta_after: float = 0.0,
 ) -> Iterator[Task]:
-    """Yield a :class:`Task` for one long step; a bar or periodic log lines, then a summary line."""
+    """Yield a :class:`Task` for one long step; a bar or periodic log lines, then a summary line.
+
+    ``eta_after``: log lines give an ETA only once this share of the work is done. Choosing merges
+    speeds up as it goes (each merge touches fewer places than the one before), so its first rate
+    says little about the rest; a bar's smoothed rate adapts by itself.
+    """
     if want_bars(enabled):
         from tqdm import tqdm
 
@@ -72,47 +83,55 @@ def task(
 
             yield Task(bar.update, restart)
         return
-    reporter = _LogReporter(desc, total, unit, initial)
+    reporter = _LogReporter(desc, total, unit, initial, eta_after)
     yield Task(reporter.update, reporter.restart_clock)
     reporter.finish()
 
 
 class _LogReporter:
-    """Log lines with rate and ETA at most every few seconds."""
+    """Log lines with rate and ETA at most every few seconds.
 
-    def __init__(self, desc: str, total: int | None, unit: str, initial: int) -> None:
+    A line's rate is the one since the previous line (the first: since the clock started), so the
+    ETA follows a rate that changes; the summary line gives the average.
+    """
+
+    def __init__(self, desc: str, total: int | None, unit: str, initial: int, eta_after: float) -> None:
         self.desc, self.total, self.unit = desc, total, unit
         self.done = initial
         self.initial = initial
+        self.eta_after = eta_after
         self.start = time.monotonic()
         self.begun = self.start
         self.last = self.start
+        self.last_done = initial
 
     def update(self, increment: int) -> None:
         self.done += increment
         now = time.monotonic()
         if now - self.last >= _LOG_EVERY_SECONDS:
-            self.last = now
-            log.info("%s", self.line(now))
+            rate = (self.done - self.last_done) / (now - self.last)
+            self.last, self.last_done = now, self.done
+            log.info("%s", self.line(rate))
 
     def restart_clock(self) -> None:
         self.begun = self.last = time.monotonic()
-        self.initial = self.done
+        self.initial = self.last_done = self.done
 
-    def line(self, now: float) -> str:
-        elapsed = max(now - self.begun, 1e-9)
-        rate = (self.done - self.initial) / elapsed
+    def line(self, rate: float, eta: bool = True) -> str:
         text = f"{self.desc}: {_human(self.done)}"
         if self.total:
             text += f"/{_human(self.total)} {self.unit} ({100 * self.done / self.total:.1f}%)"
-            if rate > 0 and self.done < self.total:
+            share = (self.done - self.initial) / max(self.total - self.initial, 1)
+            if eta and rate > 0 and self.done < self.total and share >= self.eta_after:
                 text += f", ETA {_seconds((self.total - self.done) / rate)}"
         else:
             text += f" {self.unit}"
         return text + f", {_human(rate)} {self.unit}/s"
 
     def finish(self) -> None:
-        log.info("%s in %s", self.line(time.monotonic()), _seconds(time.monotonic() - self.start))
+        now = time.monotonic()
+        rate = (self.done - self.initial) / max(now - self.begun, 1e-9)
+        log.info("%s in %s", self.line(rate, eta=False), _seconds(now - self.start))
 
 
 def build_reporter(desc: str, on_done: Callable[[], None]) -> BuildProgress:

@@ -378,6 +378,10 @@ def _counts(job: _Job, plan: StagePlan, stats: StageStats, ahead: _CountAhead) -
         return _load_or_count(job, plan, progress=job.cfg.progress, workers=job.cfg.workers)
 
 
+#: Share of a stage's merges chosen before its progress lines give an ETA (see ``progress.task``).
+_MERGES_BEFORE_ETA = 0.1
+
+
 def _sampled(plan: StagePlan) -> dict[str, float]:
     """The part of a cache key that tells a sampled stage's counts and merges from the exact ones (none
     for an exact stage, so its keys stay what they were)."""
@@ -482,7 +486,12 @@ def _choose(
 ) -> list[Merge]:
     every = max(1, min(100, job.cfg.checkpoint.every_merges))
     with task(
-        f"merging ({plan.name})", plan.end, "merges", enabled=job.cfg.progress, initial=len(replay)
+        f"merging ({plan.name})",
+        plan.end,
+        "merges",
+        enabled=job.cfg.progress,
+        initial=len(replay),
+        eta_after=_MERGES_BEFORE_ETA,
     ) as update:
         seen = [len(replay)]
 

@@ -200,6 +200,29 @@ def test_merge_eta_is_measured_from_the_end_of_the_build(monkeypatch: pytest.Mon
     assert "ETA 10.0s, 50 merges/s" in lines[0]
 
 
+def test_merge_eta_waits_for_a_share_of_the_stage_and_follows_the_latest_rate(
+    monkeypatch: pytest.MonkeyPatch, caplog
+) -> None:
+    """Merges speed up as a stage goes: the slow first ones must not set the ETA for the rest."""
+    import logging
+
+    from superbpe import progress
+
+    now = [1000.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
+    caplog.set_level(logging.INFO, logger="superbpe")
+    stage = progress.task("merging (stage2)", 11000, "merges", enabled=False, initial=1000, eta_after=0.1)
+    with stage as update:
+        for seconds, merges in ((5.0, 500), (5.0, 2000), (5.0, 4000)):
+            now[0] += seconds
+            update(merges)
+    lines = [r.getMessage() for r in caplog.records if "merging (stage2)" in r.getMessage()]
+    assert "ETA" not in lines[0] and "100 merges/s" in lines[0]  # 5% of the stage: no ETA yet
+    assert "ETA 18.8s, 400 merges/s" in lines[1]  # 7500 left at the rate of the last 5 s
+    assert "ETA 4.4s, 800 merges/s" in lines[2]
+    assert "in 15.0s" in lines[3] and "ETA" not in lines[3]
+
+
 def test_build_reporter_logs_phases_with_rss(caplog) -> None:
     import logging
 
