@@ -209,7 +209,6 @@ def shard_size(spec: ExecutorSpec, runner: Executor, paths: Sequence[Path]) -> i
     return max(1, min(spec.shard_bytes, max(_MIN_SHARD_BYTES, total // (4 * runner.parallelism))))
 
 
-
 def count_shards(
     shards: Sequence[Shard],
     pre: Pretokenizer,
