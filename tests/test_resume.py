@@ -219,7 +219,14 @@ def start_captured(
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=own_group,
+        preexec_fn=_default_sigint,
     )
+
+
+def _default_sigint() -> None:
+    """In the child: Ctrl-C as a terminal delivers it. A launcher that ignores SIGINT (any background job
+    of a non-interactive shell) passes that on, and Python never installs its handler for an ignored one."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def in_stage2(state: dict | None) -> bool:
