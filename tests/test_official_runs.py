@@ -17,26 +17,13 @@ from superbpe.config import (
     EngineConfig,
     PretokenizerConfig,
     ScheduleConfig,
-    StageConfig,
     TrainConfig,
 )
 from superbpe.errors import ConfigError
 from superbpe.run import run_training
+from tests.test_official import _superbpe_schedule
 
 ENGINES = ["python", "native"]
-
-
-def _superbpe(transition: int) -> ScheduleConfig:
-    """conf/schedule/superbpe.yaml as composed."""
-    stage2 = StageConfig(
-        name="stage2",
-        pretokenizer=PretokenizerConfig(name="superbpe"),
-        max_words_per_token=4,
-        forbidden_substrings=[": "],
-    )
-    return ScheduleConfig(
-        name="superbpe", transition=transition, stages=[StageConfig(name="stage1", until=transition), stage2]
-    )
 
 
 def _run(out: Path, corpus: Path, *, cache: Path | None, vocab_size: int = 1500, engine: str = "native",
@@ -45,7 +32,7 @@ def _run(out: Path, corpus: Path, *, cache: Path | None, vocab_size: int = 1500,
         data=DataConfig(paths=[str(corpus)]),
         pretokenizer=PretokenizerConfig(name="superbpe-stage1"),
         engine=EngineConfig(name=engine),
-        schedule=schedule or _superbpe(1000),
+        schedule=schedule or _superbpe_schedule(1000),
         compat=replace(OFFICIAL, **compat),
         vocab_size=vocab_size,
         special_tokens=[],
@@ -112,13 +99,13 @@ def test_small_official_vocab_is_what_hf_makes(tmp_path, shared_data, engine):
 
 def test_small_official_vocab_checks_the_schedule_against_the_bytes_seen(tmp_path, shared_data):
     corpus = shared_data / "corpus.en"  # 108 bytes seen: vocab 200 leaves 92 merges
-    out = _run(tmp_path / "sb", corpus, cache=None, vocab_size=200, schedule=_superbpe(50))
+    out = _run(tmp_path / "sb", corpus, cache=None, vocab_size=200, schedule=_superbpe_schedule(50))
     assert len(json.loads((out / files.VOCAB_FILE).read_text())) == 200
     with pytest.raises(ConfigError, match="leaves 92 merges after the 108 bytes seen"):
-        _run(tmp_path / "late", corpus, cache=None, vocab_size=200, schedule=_superbpe(92))
+        _run(tmp_path / "late", corpus, cache=None, vocab_size=200, schedule=_superbpe_schedule(92))
     assert not (tmp_path / "late" / files.MERGES_FILE).exists()
     with pytest.raises(ConfigError, match="is a fraction, but with compat.alphabet=seen"):
-        _run(tmp_path / "fraction", corpus, cache=None, vocab_size=1500, schedule=_superbpe(0.5))  # type: ignore[arg-type]
+        _run(tmp_path / "fraction", corpus, cache=None, vocab_size=1500, schedule=_superbpe_schedule(0.5))  # type: ignore[arg-type]
 
 
 def test_official_memory_estimate_counts_every_byte_as_a_symbol(tmp_path, shared_data):
