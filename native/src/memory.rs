@@ -1,8 +1,8 @@
 //! How much memory building a trainer will take, estimated from the counts before it is built.
 //!
 //! A SuperBPE stage 2 on gigabytes of text can need more memory than the machine has; finding out
-//! by an OOM kill loses the run. The estimate replays a sample of the pieces (every `SAMPLE`-th,
-//! so it costs a small part of the real replay) to learn symbols per byte, then adds up what the
+//! by an OOM kill loses the run. The estimate replays a sample of the pieces (every `SAMPLE`-th of
+//! each count shard, so it costs a small part of the real replay) to learn symbols per byte, then adds up what the
 //! build holds at its peak (`symbols.rs`, `Trainer::index_pairs`).
 //!
 //! The official recipe's build (`Rules::official`) is another: every byte of every piece is a
@@ -13,7 +13,9 @@
 //! show. Distinct pairs grow ever slower as text is added (as words do), so the exponent seen on
 //! small samples errs high on the whole corpus, not low.
 
-use crate::count::Counts;
+use rayon::prelude::*;
+
+use crate::count::{Counts, SHARDS};
 use crate::train::{CorpusHeap, Rules, Source, Trainer, PAIR_ENTRY_BYTES};
 
 /// Every this many pieces, one is replayed for the estimate (all of them below `EXACT_BELOW`).
@@ -43,28 +45,46 @@ const PER_PIECE: u64 = 13;
 /// phases hold less.)
 const PER_SYMBOL_X8: u64 = 8 * 9 + 1;
 
+/// A count shard's pieces (of at least 2 bytes), their bytes, and its sampled pieces with counts.
+type ShardSample<'a> = (u64, u64, Vec<(&'a [u8], u64)>);
+
 pub fn estimate(counts: &Counts, replay: &[(Vec<u8>, Vec<u8>)], rules: &Rules) -> Result<Estimate, String> {
-    let (mut pieces, mut bytes) = (0u64, 0u64);
+    // One pass over the shards in parallel (reading each key is a cache miss, and a stage 2 has tens
+    // of millions): their pieces and bytes, and every `SAMPLE`-th piece of each.
+    let per_shard: Vec<ShardSample> = (0..SHARDS)
+        .into_par_iter()
+        .map(|s| {
+            let (mut pieces, mut bytes, mut picked) = (0u64, 0u64, Vec::new());
+            for (piece, count) in counts.shard_iter(s).filter(|(p, c)| p.len() >= 2 && *c > 0) {
+                if pieces.is_multiple_of(SAMPLE as u64) {
+                    picked.push((piece, count));
+                }
+                pieces += 1;
+                bytes += piece.len() as u64;
+            }
+            (pieces, bytes, picked)
+        })
+        .collect();
+    let pieces: u64 = per_shard.iter().map(|s| s.0).sum();
+    let bytes: u64 = per_shard.iter().map(|s| s.1).sum();
+    let step = if pieces <= EXACT_BELOW as u64 { 1 } else { SAMPLE };
     let mut sample = Counts::default();
     let mut sample_bytes = 0u64;
-    let mut sampled = Vec::new();
-    for (piece, count) in counts.iter().filter(|(p, c)| p.len() >= 2 && *c > 0) {
-        // Every `SAMPLE`-th piece; the first `EXACT_BELOW` are all kept until it is clear there are more.
-        if pieces < EXACT_BELOW as u64 {
-            sampled.push((piece, count));
-        } else if pieces.is_multiple_of(SAMPLE as u64) {
-            sample.add(piece, count)?;
-            sample_bytes += piece.len() as u64;
-        }
-        pieces += 1;
-        bytes += piece.len() as u64;
-    }
-    let step = if pieces <= EXACT_BELOW as u64 { 1 } else { SAMPLE };
-    for &(piece, count) in sampled.iter().step_by(step) {
-        sample.add(piece, count)?;
+    let mut add = |piece: &[u8], count: u64| {
         sample_bytes += piece.len() as u64;
+        sample.add(piece, count)
+    };
+    if step == 1 {
+        // Few pieces: all of them, so the estimate of a small stage is exact.
+        for (piece, count) in counts.iter().filter(|(p, c)| p.len() >= 2 && *c > 0) {
+            add(piece, count)?;
+        }
+    } else {
+        for &(piece, count) in per_shard.iter().flat_map(|s| &s.2) {
+            add(piece, count)?;
+        }
     }
-    drop(sampled);
+    drop(per_shard);
     let scale = |sampled: u64| {
         if sample_bytes == 0 {
             0
