@@ -37,6 +37,20 @@ def _timed(fn):  # noqa: ANN001, ANN202 - tiny helper
     return time.perf_counter() - start, value
 
 
+def _report(
+    job: str, number: int, local_s: float, ray_s: float, same: bool, size: str
+) -> tuple[float, float]:
+    """Print one round; different results stop the benchmark (its timings would not count)."""
+    print(
+        f"{job} round {number + 1}: local {local_s:6.2f} s  ray {ray_s:6.2f} s  "
+        f"ratio {ray_s / local_s:.3f}  identical={same}  {size}",
+        flush=True,
+    )
+    if not same:
+        raise SystemExit("ray and local results differ: the timings above do not count")
+    return local_s, ray_s
+
+
 def bench_count(corpus: str, spec: ExecutorSpec, rounds: int, work: Path) -> list[tuple[float, float]]:
     pre = get_pretokenizer("gpt2")
     results = []
@@ -46,14 +60,7 @@ def bench_count(corpus: str, spec: ExecutorSpec, rounds: int, work: Path) -> lis
         local.save(work / "local.counts")
         ray.save(work / "ray.counts")
         same = filecmp.cmp(work / "local.counts", work / "ray.counts", shallow=False)
-        print(
-            f"count  round {number + 1}: local {local_s:6.2f} s  ray {ray_s:6.2f} s  "
-            f"ratio {ray_s / local_s:.3f}  identical={same}  pieces={len(local)}",
-            flush=True,
-        )
-        if not same:
-            raise SystemExit("ray and local results differ: the timings above do not count")
-        results.append((local_s, ray_s))
+        results.append(_report("count ", number, local_s, ray_s, same, f"pieces={len(local)}"))
         del local, ray
     return results
 
@@ -69,14 +76,7 @@ def bench_encode(
         ray_s, _ = _timed(lambda: encode_corpus(tokenizer, [corpus], out, executor=spec))
         ids = np.fromfile(flat, dtype=local.dtype)
         same = bool(np.array_equal(np.concatenate(open_shards(out)), ids))
-        print(
-            f"encode round {number + 1}: local {local_s:6.2f} s  ray {ray_s:6.2f} s  "
-            f"ratio {ray_s / local_s:.3f}  identical={same}  tokens={local.tokens}",
-            flush=True,
-        )
-        if not same:
-            raise SystemExit("ray and local results differ: the timings above do not count")
-        results.append((local_s, ray_s))
+        results.append(_report("encode", number, local_s, ray_s, same, f"tokens={local.tokens}"))
     return results
 
 

@@ -258,7 +258,7 @@ def _count_native(
     specials: tuple[str, ...],
     errors: str,
     text_field: str,
-    chunk_bytes: int,
+    unit_bytes: int,
     threads: int,
     meta: dict[str, Any],
 ) -> PieceCounts:
@@ -266,7 +266,7 @@ def _count_native(
 
     lib = native_engine._require_native()
     counter = lib.Counter(
-        pre.pattern, pre.line_units, [s.encode("utf-8") for s in specials], chunk_bytes, threads
+        pre.pattern, pre.line_units, [s.encode("utf-8") for s in specials], unit_bytes, threads
     )
     for chunk in chunks:
         if chunk.jsonl:
