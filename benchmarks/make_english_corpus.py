@@ -9,6 +9,9 @@ the easy case; sampling words independently would not be English. So lines are s
 text with an order-2 word chain: copy a run of 2–7 consecutive words of the source, then jump to a random
 place in the source where the same two words stand and go on copying from there. Every splice point reads
 as English locally, and a long run of words between two punctuation marks is almost never copied whole.
+Web text also has a long tail of words seen once or twice (typos, names); so the last word of 10% of the
+runs is misspelt (two letters swapped, one dropped or doubled), which gives the BPE stage its millions of
+rare words.
 
 Source: WikiText-103 (valid + test, ``../shared/data/wikitext103_valid_test.txt.gz``, CC BY-SA, not
 vendored), with its tokenisation undone (``" @-@ "`` -> ``"-"``, spaces before punctuation dropped) and
@@ -42,6 +45,7 @@ BLOCK_LINES = 20_000
 DOC_END_RATE = 0.15
 RUN_WORDS = (2, 7)
 HELDOUT_EVERY = 10
+TYPO_RATE = 0.1
 _UNITS = {"K": 10**3, "M": 10**6, "G": 10**9}
 
 # WikiText's tokenisation, undone: (pattern, replacement), applied in order.
@@ -133,6 +137,28 @@ def _sentence_cut(line: bytes, target: int) -> bytes:
     return line[: cut + 1] if cut > 0 else line
 
 
+def typo(word: bytes, u: float) -> bytes:
+    """``word`` misspelt as people do (letters swapped, dropped or doubled), chosen by ``u`` in [0, 1).
+
+    Trailing punctuation stays; a long word may get two slips, so the misspellings rarely repeat.
+    """
+    core = word.rstrip(b".,;:!?\")'")
+    tail = word[len(core) :]
+    if len(core) < 4 or not core.isalpha():
+        return word
+    for slip in range(1 + (len(core) >= 7)):
+        digits = int(u * 10**9) // 1000**slip
+        k = 1 + digits % (len(core) - 2)
+        kind = digits // 7 % 3
+        if kind == 0:
+            core = core[:k] + core[k + 1 : k + 2] + core[k : k + 1] + core[k + 2 :]
+        elif kind == 1:
+            core = core[:k] + core[k + 1 :]
+        else:
+            core = core[:k] + core[k : k + 1] + core[k:]
+    return core + tail
+
+
 def make_block(args: tuple[int, int]) -> bytes:
     """Block ``index`` of the corpus with ``seed``: ``BLOCK_LINES`` lines (and document ends)."""
     seed, index = args
@@ -145,6 +171,7 @@ def make_block(args: tuple[int, int]) -> bytes:
     # Plenty of draws for the runs; refilled if a block needs more.
     runs = rng.integers(RUN_WORDS[0], RUN_WORDS[1] + 1, 1 << 16).tolist()
     jumps = rng.random(1 << 16).tolist()
+    typos = rng.random(1 << 16).tolist()
     text, start, end = chain.text, chain.start.tolist(), chain.end.tolist()
     group, group_start, order = chain.group.tolist(), chain.group_start.tolist(), chain.order.tolist()
     last = chain.words - 1
@@ -157,9 +184,12 @@ def make_block(args: tuple[int, int]) -> bytes:
             if j == len(runs):
                 runs = rng.integers(RUN_WORDS[0], RUN_WORDS[1] + 1, 1 << 16).tolist()
                 jumps = rng.random(1 << 16).tolist()
+                typos = rng.random(1 << 16).tolist()
                 j = 0
             e = min(p + runs[j] - 1, last)
             piece = text[start[p] : end[e]]
+            if typos[j] < TYPO_RATE:
+                piece = text[start[p] : start[e]] + typo(text[start[e] : end[e]], typos[j] / TYPO_RATE)
             parts.append(piece)
             size += len(piece) + 1
             g = group[e]
