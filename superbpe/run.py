@@ -38,7 +38,7 @@ from superbpe.errors import ConfigError, InputError
 from superbpe.executor import check_executor
 from superbpe.memory import StageMemory, check_fits, parse_size
 from superbpe.pretokenize import SpecialSplitter
-from superbpe.progress import StageStats, build_reporter, measure, task
+from superbpe.progress import StageStats, build_reporter, current_rss_bytes, measure, task
 from superbpe.sharded import count_corpus
 from superbpe.sources import check_not_empty, corpus_size, input_fingerprint, resolve_inputs
 from superbpe.stages import (
@@ -524,6 +524,8 @@ def _check_memory(job: _Job, plan: StagePlan, stats: StageStats, need: StageMemo
         distinct_bytes=need.piece_bytes,
         estimated_symbols=need.symbols,
         estimated_build_bytes=need.build_bytes,
+        # What the process will hold at the build's peak: what it holds now plus the build.
+        estimated_peak_bytes=current_rss_bytes() + need.build_bytes,
     )
     log.info(
         "stage %s: building needs about %.0f MB for %.1fM symbols (%.2fM pieces, %.0f MB)",
