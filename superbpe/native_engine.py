@@ -230,7 +230,7 @@ class NativeEngine:
         replay = list(replay)
         check_replay(replay)
         if check_memory is not None:
-            check_memory(StageMemory(*lib.train_memory(table, replay, rules)))
+            check_memory(StageMemory(*lib.train_memory(table, replay, rules, consume_counts)))
         if consume_counts and isinstance(counts, NativePieceCounts):
             counts.spend()
         merges, stopped = lib.train(
@@ -250,13 +250,16 @@ class NativeEngine:
         counts: Mapping[bytes, int],
         replay: Sequence[Merge],
         rules: MergeRules = MergeRules(),  # noqa: B008 -- frozen, so a shared default is safe
+        consume_counts: bool = False,
     ) -> StageMemory:
         """What building the trainer under ``rules`` will add to this process's memory at its peak
-        (estimated; the official rules build differently, see ``native/src/memory.rs``)."""
+        (estimated; the official rules build differently, see ``native/src/memory.rs``). Counts
+        handed to the trainer (``consume_counts``, as ``train`` takes it) are freed during the
+        build, which lowers its peak."""
         lib = _require_native()
         replay = list(replay)
         check_replay(replay)
-        return StageMemory(*lib.train_memory(native_counts(counts), replay, rules))
+        return StageMemory(*lib.train_memory(native_counts(counts), replay, rules, consume_counts))
 
     def encoder(
         self,

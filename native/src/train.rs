@@ -420,9 +420,14 @@ impl Trainer {
             drop(source);
             release_free_memory();
             t.lay_out_replayed(chunks)?;
+            // The replayed chunks were freed in pieces; give their pages back before the index
+            // is built on top (else they count in the peak).
+            release_free_memory();
         }
         progress("index", 0, t.syms.len() as u64)?;
         t.index_pairs(warm_pairs);
+        // The index's scratch and the cold pairs' positions are gone: their pages go back too.
+        release_free_memory();
         progress("index", t.syms.len() as u64, t.syms.len() as u64)?;
         Ok(t)
     }
@@ -440,9 +445,7 @@ impl Trainer {
             let (mut at, mut slot) = (0, 0);
             for &len in &chunk.lens {
                 let len = len as usize;
-                for (o, &s) in out[slot..slot + len].iter_mut().zip(&chunk.syms[at..at + len]) {
-                    o.write(s);
-                }
+                chunk.syms.copy_to(at, &mut out[slot..slot + len]);
                 out[slot + len].write(SEP);
                 (at, slot) = (at + len, slot + len + 1);
             }
