@@ -95,11 +95,18 @@ class RunCache:
         with locked(directory / f"{key}.lock"):
             yield directory / f"{key}{suffix}"
 
-    def load_counts(self, path: Path | None) -> PieceCounts | None:
+    def load_counts(self, path: Path | None, *, native: bool = False) -> PieceCounts | None:
+        """The cached counts, read straight into a Rust table when ``native`` (the native engine trains
+        on that table; a Python mapping would be parsed and then converted to one, entry by entry)."""
         if path is None or not path.is_file():
             return None
         try:
-            counts = PieceCounts.load(path)
+            if native:
+                from superbpe.native_engine import load_counts
+
+                counts: PieceCounts = load_counts(path)
+            else:
+                counts = PieceCounts.load(path)
         except ValueError as exc:  # corrupt entry: recompute rather than fail the run
             log.warning("ignoring unreadable cache entry %s: %s", path, exc)
             return None

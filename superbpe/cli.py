@@ -135,7 +135,7 @@ def _train(cfg: DictConfig) -> None:
             remove_if_only_logs(run_dir)
         print("interrupted before training started")
         raise SystemExit(130) from None
-    print(f"tokenizer: {result.output_dir}")
+    print(f"tokenizer: {Path(result.output_dir).absolute()}")
 
 
 def _entry_point() -> list[str]:
