@@ -46,15 +46,45 @@ def cache_key(**parts: Any) -> str:
 
 @contextlib.contextmanager
 def locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``path`` (created if needed) for the block."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
+    """Hold an exclusive lock on ``path`` (created if needed) for the block.
+
+    A lock file may be removed while others wait on it (an entry whose computation failed leaves
+    none, see ``RunCache.entry``), so the lock counts only if ``path`` is still the file locked;
+    otherwise the lock is taken again on the file now at ``path``.
+    """
+    while True:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:  # the directory went away between the two calls: again
+            continue
         fcntl.flock(fd, fcntl.LOCK_EX)
+        if _same_file(fd, path):
+            break
+        os.close(fd)
+    try:
         yield
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        now = path.stat()
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)
+
+
+def _missing_dirs(directory: Path) -> list[Path]:
+    """``directory`` and its parents that do not exist yet, innermost first."""
+    missing = []
+    while not directory.exists() and directory != directory.parent:
+        missing.append(directory)
+        directory = directory.parent
+    return missing
 
 
 @dataclass(frozen=True)
@@ -87,13 +117,29 @@ class RunCache:
 
     @contextlib.contextmanager
     def entry(self, kind: str, key: str, suffix: str) -> Iterator[Path | None]:
-        """Lock one entry and yield its path (None when the cache is off)."""
+        """Lock one entry and yield its path (None when the cache is off).
+
+        When the block leaves no entry (its computation failed), its lock file goes too, and so do the
+        directories made for it that are still empty: a failed run leaves nothing in the cache.
+        """
         if self.root is None:
             yield None
             return
         directory = self.root / kind
-        with locked(directory / f"{key}.lock"):
-            yield directory / f"{key}{suffix}"
+        made = _missing_dirs(directory)
+        lock, path = directory / f"{key}.lock", directory / f"{key}{suffix}"
+        try:
+            with locked(lock):
+                try:
+                    yield path
+                finally:
+                    if not path.exists():
+                        lock.unlink(missing_ok=True)
+        finally:
+            if not path.exists():
+                for created in made:
+                    with contextlib.suppress(OSError):  # not empty: another job uses it
+                        created.rmdir()
 
     def load_counts(self, path: Path | None, *, native: bool = False) -> PieceCounts | None:
         """The cached counts, read straight into a Rust table when ``native`` (the native engine trains

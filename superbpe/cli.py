@@ -10,6 +10,7 @@ composed config into arguments of a plain library function and reports user erro
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
 import shutil
@@ -80,16 +81,20 @@ def _hydra_message(exc: BaseException) -> str:
 
 
 def remove_if_only_logs(run_dir: Path) -> None:
-    """Delete a Hydra run directory that holds nothing but Hydra's own files (a job that failed early)."""
+    """Delete a Hydra run directory that holds nothing but Hydra's own files (a job that failed early),
+    and the directories made to hold it (``outputs/DATE``) once they are empty."""
+    from superbpe.run_dirs import made_parents
+
     if not run_dir.is_dir():
         return
     for item in run_dir.iterdir():
         if item.name != ".hydra" and not item.name.endswith(".log"):
             return
     shutil.rmtree(run_dir, ignore_errors=True)
-    parent = run_dir.parent
-    if parent.is_dir() and not any(parent.iterdir()):
-        parent.rmdir()
+    for parent in made_parents(run_dir) or [run_dir.parent]:
+        if parent.is_dir() and not any(parent.iterdir()):
+            with contextlib.suppress(OSError):  # another run just put something there
+                parent.rmdir()
 
 
 def setup_logging() -> None:
@@ -126,7 +131,7 @@ def _train(cfg: DictConfig) -> None:
     except USER_ERRORS as exc:
         if not cfg.get("resume"):
             remove_if_only_logs(run_dir)
-        fail(exc)
+        fail(_with_resume_hint(exc, Path(cfg.get("resume") or cfg.get("output_dir") or run_dir)))
     except TrainingInterrupted as stop:
         print(f"interrupted: {stop}; continue with: {resume_command(stop.output_dir, _entry_point())}")
         raise SystemExit(130) from None
@@ -136,6 +141,18 @@ def _train(cfg: DictConfig) -> None:
         print("interrupted before training started")
         raise SystemExit(130) from None
     print(f"tokenizer: {Path(result.output_dir).absolute()}")
+
+
+def _with_resume_hint(exc: BaseException, output_dir: Path) -> str:
+    """The error, and how to continue when the failed run left a checkpoint (its merges are kept)."""
+    from superbpe.checkpoints import checkpoint_path
+    from superbpe.run_dirs import resume_command
+
+    message = " ".join(str(exc).split()) or type(exc).__name__
+    if not checkpoint_path(output_dir.expanduser()).is_file():
+        return message
+    command = resume_command(output_dir, _entry_point())
+    return f"{message} (the merges so far are kept; continue with: {command})"
 
 
 def _entry_point() -> list[str]:

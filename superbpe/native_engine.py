@@ -36,6 +36,7 @@ from superbpe.sources import (
     DEFAULT_CHUNK_BYTES,
     InputSpec,
     chunk_documents,
+    invalid_utf8,
     is_jsonl,
     is_table,
     iter_chunks,
@@ -300,7 +301,7 @@ def _count_path(
         else:
             counter.count_file(str(path), replace)
     except _native.InvalidUtf8 as exc:
-        raise InputError(f"{path}: invalid UTF-8 at byte {exc.args[0]}") from None
+        raise invalid_utf8(path, exc.args[0]) from None
     if progress:
         progress(path.stat().st_size)
 

@@ -8,6 +8,7 @@ checkpointing as it goes; the tokenizer files and ``metrics.json`` are written l
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -115,8 +116,23 @@ class _Job:
 
 
 def run_training(cfg: TrainConfig, *, run_dir: str | os.PathLike[str] | None = None) -> RunResult:
-    """Train the configured schedule into ``cfg.output_dir`` (or ``run_dir``); resume when ``cfg.resume``."""
+    """Train the configured schedule into ``cfg.output_dir`` (or ``run_dir``); resume when ``cfg.resume``.
+
+    A run that fails before its first checkpoint removes the output directory it created; one that
+    fails later keeps its checkpoint, to resume from.
+    """
     job = prepare(cfg, run_dir)
+    try:
+        return _run(job)
+    except BaseException:
+        _remove_if_unused(job.output_dir)
+        raise
+    finally:
+        _made_dirs.pop(job.output_dir, None)
+
+
+def _run(job: _Job) -> RunResult:
+    cfg = job.cfg
     log.info(
         "training %d merges (vocab %d) on %d file(s): %s",
         job.total_merges,
@@ -242,12 +258,25 @@ def _output_dir(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None) -> Pat
 def _check_writable(directory: Path) -> None:
     """Create the directory if needed and prove a file can be written there (then remove the proof)."""
     try:
+        _made_dirs[directory] = [path for path in (directory, *directory.parents) if not path.exists()]
         directory.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=directory)
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
         raise InputError(f"output directory {directory} is not writable ({exc.strerror or exc})") from None
+
+
+#: The directories ``_check_writable`` created for an output directory, innermost first.
+_made_dirs: dict[Path, list[Path]] = {}
+
+
+def _remove_if_unused(directory: Path) -> None:
+    """After a failed run: remove the output directory and the parents made for it while they are empty
+    (a run that failed before its first checkpoint leaves nothing behind)."""
+    for path in _made_dirs.pop(directory, []):
+        with contextlib.suppress(OSError):  # not empty (a checkpoint, another run's files): kept
+            path.rmdir()
 
 
 def _initial_checkpoint(job: _Job) -> Checkpoint:

@@ -40,7 +40,14 @@ from superbpe.shards import (
     shard_chunks,
     with_true_line_numbers,
 )
-from superbpe.sources import DEFAULT_CHUNK_BYTES, Chunk, InputSpec, chunk_documents, resolve_inputs
+from superbpe.sources import (
+    DEFAULT_CHUNK_BYTES,
+    Chunk,
+    InputSpec,
+    chunk_documents,
+    invalid_utf8,
+    resolve_inputs,
+)
 from superbpe.token_files import (
     EncodeResult,
     _ChunkEncoder,
@@ -275,7 +282,7 @@ def _count_native(
         try:
             counter.count_bytes(chunk.data, errors == "replace")
         except lib.InvalidUtf8 as exc:
-            raise InputError(f"{chunk.path}: invalid UTF-8 at byte {chunk.offset + exc.args[0]}") from None
+            raise invalid_utf8(chunk.path, chunk.offset + exc.args[0]) from None
     return native_engine.NativePieceCounts(counter.take(), meta)
 
 

@@ -273,7 +273,19 @@ def decode_chunk(chunk: Chunk, errors: str = "strict") -> str:
     try:
         return chunk.data.decode("utf-8", errors)
     except UnicodeDecodeError as exc:
-        raise InputError(f"{chunk.path}: invalid UTF-8 at byte {chunk.offset + exc.start}") from None
+        raise invalid_utf8(chunk.path, chunk.offset + exc.start) from None
+
+
+#: How to read text with invalid UTF-8 anyway, in each place that reads a corpus.
+REPLACE_HINT = (
+    "data.errors=replace (superbpe-train), errors=replace (superbpe-encode) or errors='replace' (library) "
+    "reads such bytes as U+FFFD"
+)
+
+
+def invalid_utf8(path: str | os.PathLike[str], offset: int) -> InputError:
+    """The error for a corpus byte that is not UTF-8: where it is, and the option that accepts it."""
+    return InputError(f"{path}: invalid UTF-8 at byte {offset}; {REPLACE_HINT}")
 
 
 def chunk_documents(chunk: Chunk, errors: str = "strict", text_field: str = "text") -> Iterator[str]:
