@@ -241,16 +241,19 @@ def resolve_cache_dir(directory: str | None) -> Path:
 
 
 def parse_age(text: str) -> float:
-    """``"90s"``, ``"30m"``, ``"12h"``, ``"7d"``, ``"2w"`` (or plain seconds) as seconds."""
-    value, unit = (text[:-1], text[-1]) if text[-1:] in AGE_UNITS else (text, "s")
-    try:
-        seconds = float(value) * AGE_UNITS[unit]
-    except ValueError:
-        seconds = -1.0
+    """``"90s"``, ``"30m"``, ``"12h"``, ``"7d"``, ``"2w"`` as seconds.
+
+    The unit is required: a bare ``7`` meant seven days to the user who typed it and seven seconds to
+    the parser, and ``clear`` then removed every entry.
+    """
+    seconds = -1.0
+    if text[-1:] in AGE_UNITS:
+        with contextlib.suppress(ValueError):
+            seconds = float(text[:-1]) * AGE_UNITS[text[-1]]
     if not seconds >= 0:
         from superbpe.errors import ConfigError
 
-        raise ConfigError(f"bad age {text!r}: a number with s, m, h, d or w (e.g. 7d)")
+        raise ConfigError(f"bad age {text!r}: a number with its unit s, m, h, d or w (e.g. 7d, 12h, 30m)")
     return seconds
 
 

@@ -163,14 +163,53 @@ def _entry_point() -> list[str]:
 
 def encode() -> None:
     """``superbpe-encode``: a corpus into a flat uint16/uint32 token file (+ JSON sidecar)."""
+    if _wants_help(sys.argv[1:]):
+        print_help("encode", EncodeConfig, encode.__doc__ or "", sys.argv[1:])
+        return
     _check_compat_overrides(sys.argv[1:])
     run_hydra(_encode)
 
 
 def evaluate() -> None:
     """``superbpe-evaluate``: bytes per token (and tokens per document) on held-out text."""
+    if _wants_help(sys.argv[1:]):
+        print_help("evaluate", EvaluateConfig, evaluate.__doc__ or "", sys.argv[1:])
+        return
     _check_compat_overrides(sys.argv[1:])
     run_hydra(_evaluate)
+
+
+def _wants_help(args: list[str]) -> bool:
+    return "--help" in args or "-h" in args
+
+
+def print_help(config_name: str, schema: type, summary: str, args: list[str]) -> None:
+    """``--help``: the config groups this command reads (with their options) and its composed config.
+
+    Why not Hydra's own help: it lists every group in the shared config directory, so the encode and
+    evaluate commands offered the training groups (schedule, pretokenizer, data) that they never read.
+    The groups shown here are the command's schema fields that have a directory in ``conf/``.
+    """
+    import dataclasses
+
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    overrides = [arg for arg in args if arg not in ("--help", "-h")]
+    try:
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            cfg = compose(config_name, overrides=overrides)
+    except Exception as exc:  # a bad override: say so, as a run would
+        fail(_hydra_message(exc))
+    groups = [f.name for f in dataclasses.fields(schema) if (CONFIG_DIR / f.name).is_dir()]
+    lines = [summary.strip().replace("``", ""), "", "== Configuration groups ==",
+             "Compose your configuration from those groups (group=option)", ""]
+    for group in groups:
+        options = sorted(path.stem for path in (CONFIG_DIR / group).glob("*.yaml"))
+        lines.append(f"{group}: {', '.join(options)}")
+    lines += ["", "== Config ==", "Override anything in the config (foo.bar=value)", "",
+              OmegaConf.to_yaml(cfg, resolve=False).rstrip()]
+    print("\n".join(lines))
 
 
 def _check_compat_overrides(args: list[str]) -> None:
@@ -250,10 +289,21 @@ def summarize(argv: list[str] | None = None) -> None:
         print(table(rows))
         if args.no_plot:
             return
+        if not _has_matplotlib():  # the table is the result; the plot is an extra
+            print('plot: none (needs matplotlib: pip install "superbpe[plot]"; --no-plot skips it)')
+            return
         written = plot(rows, args.plot or args.sweep_dir / "summary.png")
     except USER_ERRORS as exc:
         fail(exc)
     print(f"plot: {written}" if written else "plot: none (no run has eval results; set eval=<file>)")
+
+
+def _has_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def cache(argv: list[str] | None = None) -> None:

@@ -243,7 +243,7 @@ class _CountJob:
         for chunk in chunks:
             self.count_chunk(counter, chunk, splitter)
             if progress:
-                progress(len(chunk.data))
+                progress(chunk.read_bytes)
         return counter
 
 
@@ -258,7 +258,7 @@ def _worker(job: _CountJob, tasks: Any, results: Any) -> None:
             continue
         try:
             job.count_chunk(counter, chunk, splitter)
-            results.put(("progress", len(chunk.data)))
+            results.put(("progress", chunk.read_bytes))
         except SuperBPEError as exc:
             failed = True
             results.put(("error", str(exc)))

@@ -286,7 +286,7 @@ def _count_path(
         for chunk in iter_chunks(path, specials, chunk_bytes, line_cuts=False):
             counter.count_docs(list(chunk_documents(chunk, errors, text_field)))
             if progress:
-                progress(len(chunk.data))
+                progress(chunk.read_bytes)
         return
     with open(path, "rb") as probe:
         gzipped = probe.read(2) == _GZIP_MAGIC

@@ -165,7 +165,20 @@ def _run(job: _Job) -> RunResult:
     if not checkpoint.done:
         checkpointer.finish_run()
     log.info("tokenizer written to %s", job.output_dir)
+    _log_eval(metrics.get("eval"))
     return RunResult(job.output_dir, merges, list(checkpoint.stage_ends), metrics)
+
+
+def _log_eval(evaluation: dict[str, Any] | None) -> None:
+    """The run's result on held-out text, last in the log (where a user looks when the run ends)."""
+    if evaluation:
+        log.info(
+            "eval: %.4f bytes/token (%d bytes, %d tokens, %d documents)",
+            evaluation["bytes_per_token"],
+            evaluation["bytes"],
+            evaluation["tokens"],
+            evaluation["documents"],
+        )
 
 
 def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> _Job:
@@ -470,7 +483,7 @@ def _load_or_count(job: _Job, plan: StagePlan, *, progress: bool | None, workers
                 plan.name,
                 100 * plan.approx_sample,
             )
-        total = None if any(p.name.endswith(".gz") for p in job.paths) else corpus_size(job.paths)
+        total = corpus_size(job.paths)  # on disk: a gzip file's progress counts its compressed bytes
         with task(f"counting ({plan.pretokenizer.name})", total, "B", enabled=progress) as update:
             counts = count_corpus(
                 job.engine,

@@ -495,9 +495,9 @@ def _index(
         separator,
         separator_id,
         tokenizer.vocab_size,
-        str(directory),
+        str(directory.resolve()),  # the sidecar is read from elsewhere: no path relative to here
         fingerprint,
-        [str(p) for p in paths],
+        [str(p.resolve()) for p in paths],
         done,
     )
 

@@ -137,6 +137,13 @@ class Chunk:
     jsonl: bool
     first_line: int = 1
     table_parts: tuple[int, int] | None = None
+    compressed_bytes: int | None = None  # gzip: the file's bytes read for this chunk
+
+    @property
+    def read_bytes(self) -> int:
+        """The bytes of the file on disk this chunk stands for: what progress counts, so that it ends at
+        the file's size (a gzip file's chunks hold several times more bytes than it has)."""
+        return len(self.data) if self.compressed_bytes is None else self.compressed_bytes
 
 
 class ChunkCutter:
@@ -231,6 +238,8 @@ def _cut_stream(
 ) -> Iterator[Chunk]:
     """Chunks of ``stream``, whose first byte is byte ``offset`` (on line ``line``) of file ``name``."""
     buf, eof = b"", False
+    raw = stream.fileobj if isinstance(stream, gzip.GzipFile) else None  # where a gzip file's reads are
+    read_before = raw.tell() if raw is not None else 0
     while True:
         cut, searched = -1, size
         while True:
@@ -247,7 +256,10 @@ def _cut_stream(
         if cut == 0:
             return
         data, buf = buf[:cut], buf[cut:]
-        yield Chunk(name, offset, data, jsonl, line)
+        compressed = None
+        if raw is not None:
+            compressed, read_before = raw.tell() - read_before, raw.tell()
+        yield Chunk(name, offset, data, jsonl, line, compressed_bytes=compressed)
         offset += len(data)
         if jsonl:
             line += data.count(b"\n")
