@@ -98,3 +98,17 @@ def test_summarize_without_matplotlib_prints_the_table_and_how_to_get_the_plot(t
     summarize([str(tmp_path / "sweep")])  # returns: exit status 0
     out = capsys.readouterr().out
     assert "3.5" in out and 'pip install "superbpe[plot]"' in out and "--no-plot" in out
+
+
+def test_no_test_module_imports_another_so_plain_pytest_collects():
+    """``from tests.test_x import ...`` works only under ``python -m pytest`` (the root on sys.path);
+    plain ``pytest`` puts only ``tests/`` there. Shared helpers live in helper modules instead."""
+    import ast
+
+    tests = Path(__file__).parent
+    for path in sorted(tests.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            for name in names:
+                assert not name.startswith(("tests", "test_")), f"{path.name} imports {name}"
