@@ -246,7 +246,7 @@ def count_shards(
         chunks = chunks_of(shards, first_line)
         if engine == "native":
             return _count_native(chunks, pre, specials, errors, text_field, unit_bytes, threads, meta)
-        counter = _CountJob(pre, specials, errors, text_field).count_serial(chunks, None)
+        (counter,) = _CountJob((pre,), specials, errors, text_field).count_serial(chunks, None)
         return PieceCounts({piece.encode("utf-8"): n for piece, n in counter.items()}, meta)
 
     try:

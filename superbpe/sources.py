@@ -22,7 +22,7 @@ import io
 import itertools
 import json
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -38,6 +38,66 @@ _ASCII_SPACE = frozenset(b"\t\n\x0b\x0c\r ")
 _NON_SPACE = regex.compile(r"\S")
 
 InputSpec = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+#: A corpus given as documents: any iterable of strings (or of mappings holding the text under
+#: ``text_field``, as rows of a ``datasets`` stream are) that is not a list or tuple of paths.
+DocumentStream = Iterable[str] | Iterable[Mapping[str, Any]]
+
+
+def is_document_stream(inputs: Any) -> bool:
+    """Whether ``inputs`` are documents rather than paths: any iterable but a string, a path, or a list or
+    tuple (of paths, as always). Generators, iterators, ``map`` objects and ``datasets`` streams qualify."""
+    if isinstance(inputs, (str, bytes, os.PathLike, list, tuple)):
+        return False
+    return isinstance(inputs, Iterable) and not isinstance(inputs, Mapping)
+
+
+def document_blocks(
+    documents: DocumentStream, block_chars: int, errors: str = "strict", text_field: str = "text"
+) -> Iterator[list[str]]:
+    """The stream's documents in lists of about ``block_chars`` characters, read lazily (the stream is
+    never held whole). Each is checked: a string, or a mapping with a string under ``text_field``; a
+    lone surrogate (not UTF-8) is an error, or U+FFFD with ``errors="replace"`` (as in a file)."""
+    block: list[str] = []
+    size = 0
+    for number, item in enumerate(documents):
+        text = _document_text(item, number, text_field)
+        if not text.isascii():
+            text = _checked_unicode(text, number, errors)
+        block.append(text)
+        size += len(text)
+        if size >= block_chars:
+            yield block
+            block, size = [], 0
+    if block:
+        yield block
+
+
+def _document_text(item: Any, number: int, text_field: str) -> str:
+    if isinstance(item, str):
+        return item
+    if isinstance(item, Mapping):
+        text = item.get(text_field)
+        if isinstance(text, str):
+            return text
+        raise InputError(f"document {number}: no string field {text_field!r} (set text_field)")
+    raise InputError(
+        f"document {number} is a {type(item).__name__}, not a string (give texts, or rows with a "
+        f"{text_field!r} field)"
+    )
+
+
+def _checked_unicode(text: str, number: int, errors: str) -> str:
+    """``text`` if it is valid Unicode; a lone surrogate is an error, or U+FFFD per byte under "replace"."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        if errors == "replace":
+            return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+        raise InputError(
+            f"document {number}: unpaired surrogate {text[exc.start]!r} at character {exc.start} (not "
+            "UTF-8); errors='replace' (library) or data.errors=replace (superbpe-train) reads it as U+FFFD"
+        ) from None
+    return text
 
 
 def resolve_inputs(inputs: InputSpec) -> list[Path]:
@@ -72,6 +132,12 @@ def _expand(item: str) -> list[Path]:
         if not matched:
             raise InputError(f"{item}: glob matches no files")
         return matched
+    if " " in item:  # a text, most likely
+        shown = item if len(item) <= 80 else f"{item[:60]}..."
+        raise InputError(
+            f"{shown!r}: no such file or directory (a list is read as paths: pass texts as an iterator, "
+            "e.g. iter(texts))"
+        )
     raise InputError(f"{path}: no such file or directory")
 
 
@@ -138,6 +204,7 @@ class Chunk:
     first_line: int = 1
     table_parts: tuple[int, int] | None = None
     compressed_bytes: int | None = None  # gzip: the file's bytes read for this chunk
+    documents: tuple[str, ...] | None = None  # a block of a document stream: its texts, no bytes
 
     @property
     def read_bytes(self) -> int:
@@ -301,7 +368,10 @@ def invalid_utf8(path: str | os.PathLike[str], offset: int) -> InputError:
 
 
 def chunk_documents(chunk: Chunk, errors: str = "strict", text_field: str = "text") -> Iterator[str]:
-    """The independent texts in a chunk: the chunk itself, or one per JSON line."""
+    """The independent texts in a chunk: the chunk itself, or one per JSON line (or stream document)."""
+    if chunk.documents is not None:
+        yield from chunk.documents
+        return
     if chunk.table_parts is not None:
         yield from _table_documents(chunk, text_field)
         return
