@@ -129,9 +129,10 @@ def _train(cfg: DictConfig) -> None:
     try:
         result = run_training(to_dataclass(cfg, TrainConfig), run_dir=run_dir)
     except USER_ERRORS as exc:
-        if not cfg.get("resume"):
-            remove_if_only_logs(run_dir)
-        fail(_with_resume_hint(exc, Path(cfg.get("resume") or cfg.get("output_dir") or run_dir)))
+        if cfg.get("resume"):  # the user has the resume command; what failed may be the resume itself
+            fail(exc)
+        remove_if_only_logs(run_dir)
+        fail(_with_resume_hint(exc, Path(cfg.get("output_dir") or run_dir)))
     except TrainingInterrupted as stop:
         print(f"interrupted: {stop}; continue with: {resume_command(stop.output_dir, _entry_point())}")
         raise SystemExit(130) from None

@@ -112,3 +112,16 @@ def test_no_test_module_imports_another_so_plain_pytest_collects():
             names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
             for name in names:
                 assert not name.startswith(("tests", "test_")), f"{path.name} imports {name}"
+
+
+def test_a_failure_after_the_first_checkpoint_ends_with_the_resume_command(tmp_path):
+    from superbpe.checkpoints import CHECKPOINT_FILE
+    from superbpe.cli import _with_resume_hint
+    from superbpe.memory import MemoryLimitError
+
+    error = MemoryLimitError("stage stage2 needs about 9 GB")
+    assert _with_resume_hint(error, tmp_path) == "stage stage2 needs about 9 GB"  # nothing kept
+    (tmp_path / CHECKPOINT_FILE).write_text("{}")
+    hinted = _with_resume_hint(error, tmp_path)
+    assert hinted.startswith("stage stage2 needs about 9 GB (the merges so far are kept; continue with: ")
+    assert hinted.endswith(f"resume={tmp_path})")
