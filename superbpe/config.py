@@ -334,18 +334,36 @@ def unused_options(values: Any, schema: type) -> list[str]:
 
 
 def _unused_schedule_knobs(schedule: Any) -> list[str]:
-    """Knobs set on a schedule whose stages do not refer to them (``schedule=bpe`` has no transition)."""
+    """Knobs set on a schedule whose stages do not refer to them (``schedule=bpe`` has no transition).
+
+    A stage refers to a knob through an interpolation (``until: ${schedule.transition}``), or holds its
+    value itself (a schedule written out by hand, which still records its transition in the metrics).
+    """
     if not isinstance(schedule, dict):
         return []
-    referred = set(_INTERPOLATED.findall(repr(schedule.get("stages"))))
+    stages = schedule.get("stages")
+    referred = set(_INTERPOLATED.findall(repr(stages)))
+    held = _scalars(stages)
     defaults = ScheduleConfig()
     name = schedule.get("name", "?")
     return [
         f"schedule.{knob}={schedule[knob]} is not used by schedule={name} (its stages do not refer to it); "
         "it is a knob of schedule=superbpe"
         for knob in SCHEDULE_KNOBS
-        if knob in schedule and knob not in referred and schedule[knob] != getattr(defaults, knob)
+        if knob in schedule
+        and knob not in referred
+        and schedule[knob] != getattr(defaults, knob)
+        and not (isinstance(schedule[knob], (str, int, float)) and schedule[knob] in held)
     ]
+
+
+def _scalars(value: Any) -> set[Any]:
+    """Every string and number in a nested structure of dicts and lists."""
+    if isinstance(value, dict):
+        return set().union(*(_scalars(item) for item in value.values()))
+    if isinstance(value, list):
+        return set().union(*(_scalars(item) for item in value))
+    return {value} if isinstance(value, (str, int, float)) and not isinstance(value, bool) else set()
 
 
 def _unused_executor_keys(executor: Any) -> list[str]:
