@@ -59,7 +59,9 @@ def document_blocks(
     lone surrogate (not UTF-8) is an error, or U+FFFD with ``errors="replace"`` (as in a file)."""
     block: list[str] = []
     size = 0
+    empty = True
     for number, item in enumerate(documents):
+        empty = False
         text = _document_text(item, number, text_field)
         if not text.isascii():
             text = _checked_unicode(text, number, errors)
@@ -68,6 +70,8 @@ def document_blocks(
         if size >= block_chars:
             yield block
             block, size = [], 0
+    if empty:
+        raise InputError("the document stream is empty: no documents to count")
     if block:
         yield block
 

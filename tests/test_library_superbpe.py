@@ -121,6 +121,8 @@ def test_bad_documents_are_one_line_errors_naming_the_document(engine):
     replaced = superbpe.count(iter(["bad \ud800 text"]), engine=engine, errors="replace")
     written = superbpe.count(iter(["bad \ufffd\ufffd\ufffd text"]), engine=engine)  # as a file reads it
     assert replaced.to_dict() == written.to_dict()
+    with pytest.raises(InputError, match=r"the document stream is empty"):
+        superbpe.train_bpe(iter([]), 300, engine=engine)
     with pytest.raises(InputError, match=r"a list is read as paths: pass texts as an iterator"):
         superbpe.count(["a text, not a path"], engine=engine)
 

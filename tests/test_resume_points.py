@@ -7,16 +7,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from run_helpers import superbpe_schedule
 
 from superbpe.checkpoints import Checkpoint, load_checkpoint, save_checkpoint
-from superbpe.config import (
-    DataConfig,
-    EngineConfig,
-    PretokenizerConfig,
-    ScheduleConfig,
-    StageConfig,
-    TrainConfig,
-)
+from superbpe.config import DataConfig, EngineConfig, PretokenizerConfig, TrainConfig
 from superbpe.engine import native_available
 from superbpe.files import MERGES_FILE
 from superbpe.run import run_training
@@ -25,20 +19,11 @@ OUTPUTS = ("vocab.json", MERGES_FILE, "tokenizer.json", "superbpe.json", "metric
 
 
 def superbpe_config(corpus: Path, out: Path, engine: str) -> TrainConfig:
-    stages = [
-        StageConfig(name="stage1", until=300),
-        StageConfig(
-            name="stage2",
-            pretokenizer=PretokenizerConfig(name="superbpe"),
-            max_words_per_token=4,
-            forbidden_substrings=[": "],
-        ),
-    ]
     return TrainConfig(
         data=DataConfig(paths=[str(corpus)]),
         pretokenizer=PretokenizerConfig(name="superbpe-stage1"),
         engine=EngineConfig(engine),
-        schedule=ScheduleConfig(name="superbpe", transition=300, stages=stages),
+        schedule=superbpe_schedule(300),
         vocab_size=900,
         output_dir=str(out),
         cache_dir=None,
