@@ -324,6 +324,8 @@ def unused_options(values: Any, schema: type) -> list[str]:
                 f"pretokenizer.pattern is used only by pretokenizer=custom (this run has "
                 f"pretokenizer={pretokenizer.get('name')}, a built-in pattern)"
             )
+        if values.get("cache_max_gib") is not None and values.get("cache_dir") is None:
+            found.append(f"cache_max_gib={values['cache_max_gib']} caps cache_dir, which is null (no cache)")
         engine = (values.get("engine") or {}).get("name")
         if engine == "python" and values.get("memory_limit") is not None:
             found.append(

@@ -141,6 +141,7 @@ UNUSED = [
     ("train", ["pretokenizer.pattern='\\w+'"], ["pretokenizer.pattern", "pretokenizer=custom"]),
     ("train", ["engine=python", "memory_limit=8GB"], ["memory_limit=8GB", "engine=native"]),
     ("train", ["executor.address=auto"], ["executor.address=auto", "executor=ray"]),
+    ("train", ["cache_dir=null", "cache_max_gib=20"], ["cache_max_gib=20", "cache_dir, which is null"]),
     ("encode", ["executor.address=auto"], ["executor.address=auto", "executor=ray"]),
     ("evaluate", ["executor.address=auto"], ["executor.address=auto", "executor=ray"]),
 ]
@@ -169,6 +170,7 @@ def test_an_option_the_chosen_group_does_not_use_is_an_error_naming_the_group(co
         ["pretokenizer=custom", "pretokenizer.pattern='\\w+'"],
         ["engine=auto", "memory_limit=8GB"],
         ["executor=ray", "executor.address=auto"],
+        ["cache_max_gib=20"],
     ],
 )
 def test_the_same_options_are_fine_where_they_are_used(overrides):
