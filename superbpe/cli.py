@@ -318,7 +318,7 @@ def cache(argv: list[str] | None = None) -> None:
     commands.add_parser("list", help="entries with size and age, newest first, and the total")
     clear = commands.add_parser("clear", help="remove entries (all, or those not used for a while)")
     clear.add_argument("--older-than", default=None, metavar="AGE",
-                       help="only entries unused for longer than AGE: e.g. 30m, 12h, 7d")
+                       help="only entries unused for longer than AGE, unit required: e.g. 30m, 12h, 7d")
     args = parser.parse_args(argv)
     try:
         directory = resolve_cache_dir(args.cache_dir)
