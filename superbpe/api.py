@@ -268,17 +268,10 @@ def train_superbpe(
         total = merge_budget(vocab_size, special_tokens)
     stage1_end = _transition_end(transition, total, seen_alphabet)
     read_options = {k: options.pop(k) for k in ("chunk_bytes", "errors", "text_field") if k in options}
-    shared = _rule_options(options)
-    for name in ("max_words_per_token", "forbidden_substrings"):
-        if name in shared:
-            raise ConfigError(f"train_superbpe: {name} applies to stage 2 and is a parameter of its own")
+    shared = _rule_options(options, "train_superbpe")  # both stages: min_frequency, max_token_bytes
     rules1 = training_rules(make_rules(**shared), chosen_compat)
-    rules2 = training_rules(
-        make_rules(
-            **shared, max_words_per_token=max_words_per_token, forbidden_substrings=forbidden_substrings
-        ),
-        chosen_compat,
-    )
+    words = {"max_words_per_token": max_words_per_token, "forbidden_substrings": forbidden_substrings}
+    rules2 = training_rules(make_rules(**shared, **words), chosen_compat)
     pre1 = training_pretokenizer(get_pretokenizer(pretokenizer), chosen_compat)
     pre2 = training_pretokenizer(get_pretokenizer(stage2_pretokenizer), chosen_compat)
     chosen = get_engine(engine, [pre1, pre2])
@@ -340,9 +333,9 @@ def _count_stages(
     return [engine.count(inputs, p, special_tokens, workers=workers, **read_options) for p in pretokenizers]
 
 
-def _rule_options(options: dict[str, Any]) -> dict[str, Any]:
+def _rule_options(options: dict[str, Any], caller: str = "train_bpe") -> dict[str, Any]:
     known = {"min_frequency", "max_token_bytes", "max_words_per_token", "forbidden_substrings"}
     unknown = sorted(set(options) - known)
     if unknown:
-        raise ConfigError(f"unknown train_bpe option(s): {', '.join(unknown)}")
+        raise ConfigError(f"unknown {caller} option(s): {', '.join(unknown)}")
     return options

@@ -137,10 +137,12 @@ def test_train_bpe_warns_when_the_corpus_runs_out_of_pairs(engine, caplog):
     assert message in caplog.text and len(vocab) == 257 + made
 
 
-def test_train_superbpe_checks_its_transition():
+def test_train_superbpe_checks_its_transition_and_options():
     with pytest.raises(superbpe.SuperBPEError, match="transition 1.5 is a fraction"):
         superbpe.train_superbpe(iter(["x y"]), 400, 1.5)
     with pytest.raises(superbpe.SuperBPEError, match="transition 144 must be at least 1 and below the 144"):
         superbpe.train_superbpe(iter(["x y"]), 400, 144)
     with pytest.raises(superbpe.SuperBPEError, match="with the seen alphabet"):
         superbpe.train_superbpe(iter(["x y"]), 400, 0.5, compat="official")
+    with pytest.raises(superbpe.SuperBPEError, match="unknown train_superbpe option"):
+        superbpe.train_superbpe(iter(["x y"]), 400, 10, min_frequncy=2)
