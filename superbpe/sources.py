@@ -22,6 +22,7 @@ import io
 import itertools
 import json
 import os
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,8 @@ def document_blocks(
     for number, item in enumerate(documents):
         empty = False
         text = _document_text(item, number, text_field)
+        if number == 0:
+            _warn_if_a_path(text)
         if not text.isascii():
             text = _checked_unicode(text, number, errors)
         block.append(text)
@@ -76,9 +79,30 @@ def document_blocks(
         yield block
 
 
+def _warn_if_a_path(text: str) -> None:
+    """A stream whose first document names a file was most likely meant as paths (a generator of paths
+    is a stream of texts; paths go in a list or tuple)."""
+    try:
+        names_a_file = len(text) < 4096 and "\n" not in text and Path(text).expanduser().is_file()
+    except (OSError, ValueError):  # not a possible path (a NUL byte, a name too long)
+        names_a_file = False
+    if names_a_file:
+        warnings.warn(
+            f"the first document {text!r} is the name of a file, but an iterator is read as texts: pass "
+            "paths as a list or tuple",
+            UserWarning,
+            stacklevel=5,
+        )
+
+
 def _document_text(item: Any, number: int, text_field: str) -> str:
     if isinstance(item, str):
         return item
+    if isinstance(item, os.PathLike):
+        raise InputError(
+            f"document {number} is a path ({item}); an iterator is read as texts: pass paths as a list, "
+            "e.g. list(Path('corpus').glob('*.txt'))"
+        )
     if isinstance(item, Mapping):
         text = item.get(text_field)
         if isinstance(text, str):

@@ -121,6 +121,10 @@ def test_bad_documents_are_one_line_errors_naming_the_document(engine):
     replaced = superbpe.count(iter(["bad \ud800 text"]), engine=engine, errors="replace")
     written = superbpe.count(iter(["bad \ufffd\ufffd\ufffd text"]), engine=engine)  # as a file reads it
     assert replaced.to_dict() == written.to_dict()
+    with pytest.raises(InputError, match=r"document 0 is a path .*pass paths as a list"):
+        superbpe.count(iter([Path(__file__)]), engine=engine)
+    with pytest.warns(UserWarning, match="is the name of a file, but an iterator is read as texts"):
+        superbpe.count((str(path) for path in [Path(__file__)]), engine=engine)
     with pytest.raises(InputError, match=r"the document stream is empty"):
         superbpe.train_bpe(iter([]), 300, engine=engine)
     with pytest.raises(InputError, match=r"a list is read as paths: pass texts as an iterator"):
