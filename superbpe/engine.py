@@ -11,12 +11,12 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
-from superbpe.counting import PieceCounts, ProgressFn, count_pieces
+from superbpe.counting import PieceCounts, ProgressFn, count_documents, count_pieces
 from superbpe.errors import ConfigError
 from superbpe.memory import StageMemory
 from superbpe.pretokenize import Pretokenizer
 from superbpe.progress import BuildProgress
-from superbpe.sources import DEFAULT_CHUNK_BYTES, InputSpec
+from superbpe.sources import DEFAULT_CHUNK_BYTES, DocumentStream, InputSpec
 from superbpe.trainer import MergeRules, TrainResult, train_merges
 from superbpe.types import Merge
 
@@ -49,6 +49,18 @@ class Engine(Protocol):
         text_field: str = "text",
         progress: ProgressFn | None = None,
     ) -> PieceCounts: ...
+
+    def count_documents(
+        self,
+        documents: DocumentStream,
+        pretokenizers: Sequence[Pretokenizer],
+        special_tokens: Iterable[str] = (),
+        *,
+        workers: int | None = None,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        errors: str = "strict",
+        text_field: str = "text",
+    ) -> Sequence[PieceCounts]: ...
 
     def train(
         self,
@@ -101,6 +113,22 @@ class PythonEngine:
             text_field=text_field,
             progress=progress,
         )
+
+    def count_documents(
+        self,
+        documents: DocumentStream,
+        pretokenizers: Sequence[Pretokenizer],
+        special_tokens: Iterable[str] = (),
+        *,
+        workers: int | None = None,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        errors: str = "strict",
+        text_field: str = "text",
+    ) -> list[PieceCounts]:
+        return count_documents(
+            documents, pretokenizers, special_tokens, workers=workers, chunk_bytes=chunk_bytes, errors=errors,
+            text_field=text_field,
+        )  # fmt: skip
 
     def train(
         self,

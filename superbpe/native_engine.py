@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -26,16 +27,21 @@ from superbpe.counting import (
     ProgressFn,
     counts_meta,
     prepare_count,
+    prepare_stream,
     resolve_workers,
 )
 from superbpe.errors import ConfigError, InputError, SuperBPEError
 from superbpe.memory import StageMemory
-from superbpe.pretokenize import Pretokenizer
+from superbpe.pretokenize import Pretokenizer, get_pretokenizer
 from superbpe.progress import BuildProgress
 from superbpe.sources import (
     DEFAULT_CHUNK_BYTES,
+    DocumentStream,
     InputSpec,
     chunk_documents,
+    document_blocks,
+    invalid_utf8,
+    is_document_stream,
     is_jsonl,
     is_table,
     iter_chunks,
@@ -200,6 +206,12 @@ class NativeEngine:
         text_field: str = "text",
         progress: ProgressFn | None = None,
     ) -> PieceCounts:
+        if is_document_stream(inputs):
+            pre = get_pretokenizer(pretokenizer)
+            return self.count_documents(
+                inputs, [pre], special_tokens, workers=workers, chunk_bytes=chunk_bytes, errors=errors,
+                text_field=text_field,
+            )[0]  # fmt: skip
         pre, specials, paths = prepare_count(inputs, pretokenizer, special_tokens, errors)
         threads = thread_count(workers)
         lib = _require_native()
@@ -210,6 +222,48 @@ class NativeEngine:
         for path in paths:
             _count_path(counter, path, specials, chunk_bytes, errors, text_field, progress)
         return NativePieceCounts(counter.take(), counts_meta(pre, specials))
+
+    def count_documents(
+        self,
+        documents: DocumentStream,
+        pretokenizers: Sequence[Pretokenizer],
+        special_tokens: Iterable[str] = (),
+        *,
+        workers: int | None = None,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        errors: str = "strict",
+        text_field: str = "text",
+    ) -> list[NativePieceCounts]:
+        """Count a stream of documents with each of ``pretokenizers`` in one pass (a stream is read once).
+
+        Blocks of about ``chunk_bytes`` characters are counted in Rust on all threads while Python reads
+        the next block from the stream (the count releases the GIL), so at most two blocks are held.
+        """
+        specials = prepare_stream(pretokenizers, special_tokens, errors)
+        lib = _require_native()
+        for pre in pretokenizers:
+            _require_exact(pre)
+        threads = thread_count(workers)
+        encoded = [s.encode("utf-8") for s in specials]
+        unit = max(1, chunk_bytes)
+        counters = [lib.Counter(pre.pattern, pre.line_units, encoded, unit, threads) for pre in pretokenizers]
+
+        def count(block: list[str]) -> None:
+            for counter in counters:
+                counter.count_docs(block)
+
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="superbpe-count-documents") as pool:
+            pending: Future[None] | None = None
+            for block in document_blocks(documents, max(1, chunk_bytes), errors, text_field):
+                if pending is not None:
+                    pending.result()
+                pending = pool.submit(count, block)
+            if pending is not None:
+                pending.result()
+        return [
+            NativePieceCounts(counter.take(), counts_meta(pre, specials))
+            for counter, pre in zip(counters, pretokenizers, strict=True)
+        ]
 
     def train(
         self,
@@ -288,7 +342,7 @@ def _count_path(
         for chunk in iter_chunks(path, specials, chunk_bytes, line_cuts=False):
             counter.count_docs(list(chunk_documents(chunk, errors, text_field)))
             if progress:
-                progress(len(chunk.data))
+                progress(chunk.read_bytes)
         return
     with open(path, "rb") as probe:
         gzipped = probe.read(2) == _GZIP_MAGIC
@@ -303,7 +357,7 @@ def _count_path(
         else:
             counter.count_file(str(path), replace)
     except _native.InvalidUtf8 as exc:
-        raise InputError(f"{path}: invalid UTF-8 at byte {exc.args[0]}") from None
+        raise invalid_utf8(path, exc.args[0]) from None
     if progress:
         progress(path.stat().st_size)
 

@@ -40,7 +40,14 @@ from superbpe.shards import (
     shard_chunks,
     with_true_line_numbers,
 )
-from superbpe.sources import DEFAULT_CHUNK_BYTES, Chunk, InputSpec, chunk_documents, resolve_inputs
+from superbpe.sources import (
+    DEFAULT_CHUNK_BYTES,
+    Chunk,
+    InputSpec,
+    chunk_documents,
+    invalid_utf8,
+    resolve_inputs,
+)
 from superbpe.token_files import (
     EncodeResult,
     _ChunkEncoder,
@@ -239,7 +246,7 @@ def count_shards(
         chunks = chunks_of(shards, first_line)
         if engine == "native":
             return _count_native(chunks, pre, specials, errors, text_field, unit_bytes, threads, meta)
-        counter = _CountJob(pre, specials, errors, text_field).count_serial(chunks, None)
+        (counter,) = _CountJob((pre,), specials, errors, text_field).count_serial(chunks, None)
         return PieceCounts({piece.encode("utf-8"): n for piece, n in counter.items()}, meta)
 
     try:
@@ -275,7 +282,7 @@ def _count_native(
         try:
             counter.count_bytes(chunk.data, errors == "replace")
         except lib.InvalidUtf8 as exc:
-            raise InputError(f"{chunk.path}: invalid UTF-8 at byte {chunk.offset + exc.args[0]}") from None
+            raise invalid_utf8(chunk.path, chunk.offset + exc.args[0]) from None
     return native_engine.NativePieceCounts(counter.take(), meta)
 
 
@@ -488,9 +495,9 @@ def _index(
         separator,
         separator_id,
         tokenizer.vocab_size,
-        str(directory),
+        str(directory.resolve()),  # the sidecar is read from elsewhere: no path relative to here
         fingerprint,
-        [str(p) for p in paths],
+        [str(p.resolve()) for p in paths],
         done,
     )
 

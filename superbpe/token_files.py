@@ -168,7 +168,7 @@ def encode_corpus(
                         open_document = ids[-1] != separator_id
                     tokens += _write(handle, ids, dtype)
                     documents += ended
-                    update(len(chunk.data))
+                    update(chunk.read_bytes)
                 if not path_is_jsonl(path) and open_document:  # a text file ends its last document
                     documents += 1
                     if separator_id is not None:
@@ -183,9 +183,9 @@ def encode_corpus(
         separator,
         separator_id,
         tokenizer.vocab_size,
-        str(directory),
+        str(directory.resolve()),  # the sidecar is read from elsewhere: no path relative to here
         tokenizer_hash(directory),
-        [str(p) for p in paths],
+        [str(p.resolve()) for p in paths],
     )
     atomic_write_text(sidecar_path(out), json.dumps(asdict(result), indent=2, ensure_ascii=False) + "\n")
     return result

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
+from fixture_texts import long_lines_corpus
 
 from superbpe import sharded
 from superbpe.config import DataConfig, EngineConfig, PretokenizerConfig, TrainConfig, to_dataclass
@@ -23,7 +24,6 @@ from superbpe.native_engine import available as native_available
 from superbpe.pretokenize import get_pretokenizer
 from superbpe.run import run_training
 from superbpe.shards import Shard, plan_shards, sample_evenly
-from tests.test_stage2_scale import long_lines_corpus
 
 EOT = "<|endoftext|>"
 ENGINES = ["python", *(["native"] if native_available() else [])]

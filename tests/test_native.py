@@ -24,6 +24,7 @@ from superbpe.engine import PythonEngine, get_engine
 from superbpe.errors import ConfigError, InputError, SuperBPEError
 from superbpe.files import read_merges, read_vocab
 from superbpe.pretokenize import PATTERNS, get_pretokenizer
+from superbpe.sources import REPLACE_HINT
 from superbpe.trainer import MergeRules
 
 pytestmark = pytest.mark.skipif(
@@ -249,7 +250,7 @@ def test_invalid_utf8_is_reported_like_the_python_engine(
         python.count(path, pre, [])
     with pytest.raises(InputError) as ours:
         native.count(path, pre, [])
-    assert str(ours.value) == str(theirs.value) == f"{path}: invalid UTF-8 at byte 503"
+    assert str(ours.value) == str(theirs.value) == f"{path}: invalid UTF-8 at byte 503; {REPLACE_HINT}"
     replaced = native.count(path, pre, [], errors="replace")
     assert_same_counts(replaced, python.count(path, pre, [], errors="replace"))
     assert "\ufffd".encode() in replaced and " \ufffd\ufffd".encode() in replaced
