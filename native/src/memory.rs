@@ -104,8 +104,8 @@ pub fn estimate(
     if rules.official() {
         return official(&sample, sample_bytes, bytes, pieces, step == 1, replay, rules);
     }
-    let t = Trainer::with_replay(&sample, replay)?;
-    let symbols = scale(t.symbol_count() as u64);
+    // Only the symbol count is needed: replay the sample without building a trainer on it.
+    let symbols = scale(Trainer::replayed_symbols(&sample, replay)?);
     let index = PER_PIECE * pieces + (PER_SYMBOL_X8 * symbols).div_ceil(8);
     // Without merges to replay the symbols are the pieces' bytes, built while the counts stand.
     let peak_bytes = if replay.is_empty() {
