@@ -179,6 +179,13 @@ impl Symbols {
         self.pages[page] + before - 1
     }
 
+    /// The first slot of `p`'s page, for prefetching: `piece(p)` scans the slots from there to `p`,
+    /// and with 32 slots a page that is often another cache line than `p`'s own.
+    #[inline(always)]
+    pub fn page_start_ref(&self, p: u32) -> &u32 {
+        &self.slots[p as usize & !(PAGE - 1)]
+    }
+
     /// The page-table entry `piece(p)` reads, for prefetching.
     #[inline(always)]
     pub fn page_ref(&self, p: u32) -> &u32 {

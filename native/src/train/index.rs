@@ -186,6 +186,7 @@ fn sort_group(
     for i in 0..n {
         if let Some(&ahead) = group.get(i + 2 * PREFETCH_AHEAD) {
             prefetch(syms.slot_ref(ahead));
+            prefetch(syms.page_start_ref(ahead));
             prefetch(syms.page_ref(ahead));
         }
         let p = group[i];

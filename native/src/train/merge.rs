@@ -65,6 +65,7 @@ impl Trainer {
             // symbols, its page and its piece's count; fetch them a few occurrences ahead.
             if let Some(&ahead) = positions.get(i + 2 * PREFETCH_AHEAD) {
                 prefetch(self.syms.slot_ref(ahead));
+                prefetch(self.syms.page_start_ref(ahead));
                 prefetch(self.syms.page_ref(ahead));
             }
             if let Some(&ahead) = positions.get(i + PREFETCH_AHEAD) {
