@@ -193,8 +193,9 @@ fn sort_group(
         scratch.rights.push(syms.get(syms.next(p)));
         scratch.tmp.push(syms.piece(p));
     }
+    // This loop's steps are a few cycles each, so its piece counts are fetched much further ahead.
     for i in 0..n {
-        if let Some(&ahead) = scratch.tmp.get(i + PREFETCH_AHEAD) {
+        if let Some(&ahead) = scratch.tmp.get(i + 8 * PREFETCH_AHEAD) {
             prefetch(&freq[ahead as usize]);
         }
         let r = scratch.rights[i] as usize;
