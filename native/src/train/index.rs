@@ -7,7 +7,7 @@ use smallvec::SmallVec;
 
 use super::{PairInfo, Trainer, PREFETCH_AHEAD};
 use crate::bpe::pair_key;
-use crate::memory::prefetch;
+use crate::memory::{advise_huge, prefetch};
 use crate::symbols::Symbols;
 
 /// Where the pair index's positions are scattered, shared by the threads that fill disjoint
@@ -109,6 +109,8 @@ impl Trainer {
         starts.push(sum);
         let total = sum as usize;
         let mut positions: Vec<u32> = Vec::with_capacity(total);
+        // Scattered into at random: huge pages spare each write a TLB miss.
+        advise_huge(positions.as_ptr() as usize, total * 4);
         let out = Slots(positions.as_mut_ptr());
         ranges.par_iter().zip(offsets.par_iter_mut()).for_each(|(range, offsets)| {
             syms.pairs_in(range.clone(), |p, l, _, _| {
