@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
+import logging
 import os
 import shutil
 import sys
@@ -18,11 +20,20 @@ from collections.abc import Callable
 from pathlib import Path
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from superbpe.config import EncodeConfig, EvaluateConfig, TrainConfig, register_configs, to_dataclass
-from superbpe.errors import SuperBPEError
+from superbpe.core.errors import SuperBPEError
+from superbpe.core.util import atomic_write_text, human_size
+from superbpe.jobs.encode import encode_corpus
+from superbpe.jobs.evaluate import evaluate_dir
+from superbpe.training.cache import clear_cache, describe_cache, parse_age, resolve_cache_dir
+from superbpe.training.config import EncodeConfig, EvaluateConfig, TrainConfig, register_configs, to_dataclass
+from superbpe.training.directories import resume_args, resume_command
+from superbpe.training.run import TrainingInterrupted, run_training
+from superbpe.training.summary import collect, plot, table
 
 #: Errors a user can cause: reported as one line on stderr, exit code 1, no traceback.
 USER_ERRORS = (SuperBPEError, OmegaConfBaseException, OSError)
@@ -50,8 +61,6 @@ def run_hydra(main: Callable[[], None]) -> None:
     misspelt key (``+key=...``) is itself refused here. With HYDRA_FULL_ERROR=1 set by the user,
     the full traceback is shown as Hydra would.
     """
-    from hydra.errors import HydraException
-
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         main()
         return
@@ -94,8 +103,6 @@ def remove_if_only_logs(run_dir: Path) -> None:
 
 def setup_logging() -> None:
     """Log lines on stderr (the encode/evaluate configs turn Hydra's logging off)."""
-    import logging
-
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s", stream=sys.stderr)
 
 
@@ -104,8 +111,6 @@ def train() -> None:
 
     ``resume=<run dir>`` alone continues a run: its own overrides are read back first.
     """
-    from superbpe.run_dirs import resume_args
-
     try:
         sys.argv[1:] = resume_args(sys.argv[1:])
     except USER_ERRORS as exc:
@@ -115,11 +120,6 @@ def train() -> None:
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
 def _train(cfg: DictConfig) -> None:
-    from hydra.core.hydra_config import HydraConfig
-
-    from superbpe.run import TrainingInterrupted, run_training
-    from superbpe.run_dirs import resume_command
-
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
         result = run_training(to_dataclass(cfg, TrainConfig), run_dir=run_dir)
@@ -166,8 +166,6 @@ def _check_compat_overrides(args: list[str]) -> None:
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="encode")
 def _encode(cfg: DictConfig) -> None:
-    from superbpe.token_files import encode_corpus
-
     setup_logging()
     try:
         args = to_dataclass(cfg, EncodeConfig)
@@ -192,11 +190,6 @@ def _encode(cfg: DictConfig) -> None:
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="evaluate")
 def _evaluate(cfg: DictConfig) -> None:
-    import json
-
-    from superbpe.evaluate import evaluate_dir
-    from superbpe.util import atomic_write_text
-
     setup_logging()
     try:
         args = to_dataclass(cfg, EvaluateConfig)
@@ -221,8 +214,6 @@ def _evaluate(cfg: DictConfig) -> None:
 
 def summarize(argv: list[str] | None = None) -> None:
     """``superbpe-summarize SWEEP_DIR``: a table of a sweep's runs and a bytes/token plot (PNG)."""
-    from superbpe.summary import collect, plot, table
-
     parser = argparse.ArgumentParser(prog="superbpe-summarize", description=summarize.__doc__)
     parser.add_argument("sweep_dir", type=Path, help="a multirun directory (or any directory of runs)")
     parser.add_argument("--plot", type=Path, default=None, help="PNG path (default: <sweep_dir>/summary.png)")
@@ -241,8 +232,6 @@ def summarize(argv: list[str] | None = None) -> None:
 
 def cache(argv: list[str] | None = None) -> None:
     """``superbpe-cache list|clear``: what the run cache holds, and removing (old) entries."""
-    from superbpe.cache import clear_cache, describe_cache, parse_age, resolve_cache_dir
-
     parser = argparse.ArgumentParser(prog="superbpe-cache", description=cache.__doc__)
     parser.add_argument("--cache-dir", default=None,
                         help="the cache directory (default: $SUPERBPE_CACHE_DIR, else ~/.cache/superbpe)")
@@ -259,11 +248,6 @@ def cache(argv: list[str] | None = None) -> None:
         else:
             older = parse_age(args.older_than) if args.older_than else None
             removed, freed = clear_cache(directory, older_than_seconds=older)
-            print(f"removed {removed} entries ({_mib(freed)}) from {directory}")
+            print(f"removed {removed} entries ({human_size(freed, 'B')}) from {directory}")
     except USER_ERRORS as exc:
         fail(exc)
-
-
-def _mib(size: int) -> str:
-    return f"{size / (1 << 20):.1f} MiB"
-

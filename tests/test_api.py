@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 import superbpe
-from superbpe.errors import ConfigError, InputError, SuperBPEError
-from superbpe.files import token_str_to_bytes
+from superbpe.core.byte_table import token_str_to_bytes
+from superbpe.core.errors import ConfigError, InputError, SuperBPEError
 
 EOT = "<|endoftext|>"
 

@@ -7,7 +7,7 @@ import json
 import pytest
 from script_helpers import SCRIPTS, script_env
 
-from superbpe.cache import RunCache, cache_key
+from superbpe.training.cache import RunCache, cache_key
 
 MERGES = [(b"a", b"b"), (b"ab", b"c"), (b" ", b"t")]
 

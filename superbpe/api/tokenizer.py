@@ -17,14 +17,18 @@ from typing import Any
 
 import numpy as np
 
-from superbpe import files
-from superbpe.compat import check_directory_compat, encoding_for, recorded_compat
-from superbpe.config import CompatConfig
-from superbpe.engine import EncoderCore, Engine, get_engine
-from superbpe.errors import ConfigError, InputError
-from superbpe.pretokenize import Pretokenizer, SpecialSplitter, get_pretokenizer
-from superbpe.sources import open_binary
-from superbpe.types import Merge
+from superbpe.core.compat import CompatConfig, check_directory_compat, encoding_for, recorded_compat
+from superbpe.core.errors import ConfigError, InputError
+from superbpe.core.pretokenize import Pretokenizer, SpecialSplitter, get_pretokenizer
+from superbpe.core.sources import open_binary
+from superbpe.core.types import Merge
+from superbpe.core.util import import_optional
+from superbpe.engines.interface import EncoderCore, Engine, get_engine
+from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE, read_merges, read_vocab, unmerged_tokens
+from superbpe.formats.hf import HF_FILE, pretokenizer_from_hf, read_hf_tokenizer
+from superbpe.formats.manifest import MANIFEST_FILE, manifest_pretokenizer, read_manifest
+from superbpe.formats.tiktoken_files import check_ranks_follow_merges, tiktoken_pattern, tiktoken_ranks
+from superbpe.formats.tokenizer_dir import save_tokenizer_dir
 
 #: encode_iterable encodes once this much new text has been buffered (and a cut point exists).
 STREAM_FLUSH_CHARS = 1 << 16
@@ -263,10 +267,10 @@ class Tokenizer:
         ``special_tokens``, the tokens that no merge makes (GPT-2's ``<|endoftext|>``) are the special
         tokens: BPE could never produce them, so that is the only way they are ever used.
         """
-        vocab = files.read_vocab(vocab_filepath, special_tokens or ())
-        merges = files.read_merges(merges_filepath, vocab)
+        vocab = read_vocab(vocab_filepath, special_tokens or ())
+        merges = read_merges(merges_filepath, vocab)
         if special_tokens is None:
-            special_tokens = files.unmerged_tokens(vocab, merges)
+            special_tokens = unmerged_tokens(vocab, merges)
         return cls(vocab, merges, special_tokens, pretokenizer, engine, whole_pieces=whole_pieces)
 
     @classmethod
@@ -285,14 +289,14 @@ class Tokenizer:
         ``compat`` that contradicts it (another recorded preset, other encoding choices) is an error.
         """
         directory = Path(directory)
-        manifest_path = directory / files.MANIFEST_FILE
-        vocab_path, merges_path = directory / files.VOCAB_FILE, directory / files.MERGES_FILE
-        hf_path = directory / files.HF_FILE
+        manifest_path = directory / MANIFEST_FILE
+        vocab_path, merges_path = directory / VOCAB_FILE, directory / MERGES_FILE
+        hf_path = directory / HF_FILE
         if manifest_path.exists():
             return cls._from_manifest(manifest_path, engine, compat)
         if hf_path.exists():
-            data = files.read_hf_tokenizer(hf_path)
-            pre = files.pretokenizer_from_hf(data)
+            data = read_hf_tokenizer(hf_path)
+            pre = pretokenizer_from_hf(data)
             if compat is not None:
                 check_directory_compat(str(hf_path), compat, pre, data.ignore_merges)
             return cls(
@@ -305,7 +309,7 @@ class Tokenizer:
             return cls.from_files(vocab_path, merges_path, engine=engine)
         if not directory.is_dir():
             raise InputError(f"{directory}: tokenizer directory not found")
-        raise InputError(f"{directory}: none of {files.MANIFEST_FILE}, {files.HF_FILE}, {files.VOCAB_FILE}")
+        raise InputError(f"{directory}: none of {MANIFEST_FILE}, {HF_FILE}, {VOCAB_FILE}")
 
     @classmethod
     def _from_manifest(
@@ -313,17 +317,17 @@ class Tokenizer:
     ) -> Tokenizer:
         """A directory with our manifest: it says how to encode (and, from a run, under which compat)."""
         directory = manifest_path.parent
-        manifest = files.read_manifest(manifest_path)
-        pre = files.manifest_pretokenizer(manifest_path, manifest)
+        manifest = read_manifest(manifest_path)
+        pre = manifest_pretokenizer(manifest_path, manifest)
         if compat is not None:
             recorded = recorded_compat(manifest.training)
             check_directory_compat(str(directory), compat, pre, manifest.whole_pieces, recorded)
-        vocab_path, hf_path = directory / files.VOCAB_FILE, directory / files.HF_FILE
+        vocab_path, hf_path = directory / VOCAB_FILE, directory / HF_FILE
         if vocab_path.exists() or not hf_path.exists():
-            vocab = files.read_vocab(vocab_path, manifest.special_tokens)
-            merges = files.read_merges(directory / files.MERGES_FILE, vocab)
+            vocab = read_vocab(vocab_path, manifest.special_tokens)
+            merges = read_merges(directory / MERGES_FILE, vocab)
         else:
-            data = files.read_hf_tokenizer(hf_path)
+            data = read_hf_tokenizer(hf_path)
             vocab, merges = data.vocab, data.merges
         specials, whole_pieces = manifest.special_tokens, manifest.whole_pieces
         tokenizer = cls(vocab, merges, specials, pre, engine, whole_pieces=whole_pieces)
@@ -345,7 +349,7 @@ class Tokenizer:
         """Write vocab.json, merges.txt, tokenizer.json (+ tokenizer_config.json, special_tokens_map.json for
         transformers, with ``roles``: bos/eos/pad/unk) and superbpe.json, each atomically; ``tiktoken=True``
         adds tokenizer.tiktoken + tiktoken.json."""
-        return files.save_tokenizer_dir(
+        return save_tokenizer_dir(
             directory,
             self._vocab,
             self._merges,
@@ -362,14 +366,12 @@ class Tokenizer:
     def to_tiktoken(self, name: str | None = None) -> Any:
         """This tokenizer as a ``tiktoken.Encoding`` that gives the same ids (``allowed_special="all"`` for
         specials in text). Needs ``tiktoken`` (``pip install "superbpe[tiktoken]"``)."""
-        from superbpe.util import import_optional
-
         tiktoken = import_optional("tiktoken", "tiktoken", "to_tiktoken()")
-        ranks = files.tiktoken_ranks(self._vocab, self.special_tokens)
-        files.check_ranks_follow_merges(ranks, self._merges)
+        ranks = tiktoken_ranks(self._vocab, self.special_tokens)
+        check_ranks_follow_merges(ranks, self._merges)
         return tiktoken.Encoding(
             name=name or self._pretokenizer.name,
-            pat_str=files.tiktoken_pattern(self._pretokenizer),
+            pat_str=tiktoken_pattern(self._pretokenizer),
             mergeable_ranks=ranks,
             special_tokens={special: self.token_to_id(special) for special in self.special_tokens},
         )

@@ -1,7 +1,7 @@
 """The ``compat`` presets: our behaviour (``superbpe``) and the official SuperBPE recipe's (``official``).
 
 The official scripts train with HF ``tokenizers`` (stage 1) and a fork of it (stage 2, "extend"). Where
-they differ from us, the difference is one field of :class:`~superbpe.config.CompatConfig`; the
+they differ from us, the difference is one field of :class:`CompatConfig`; the
 ``official`` preset sets them all so that a run writes their ``merges.txt`` and ``vocab.json`` byte for
 byte. Why our defaults differ:
 
@@ -20,17 +20,49 @@ byte. Why our defaults differ:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, fields, replace
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from superbpe.config import CompatConfig
-from superbpe.errors import ConfigError
-from superbpe.files import byte_to_unicode
-from superbpe.pretokenize import Pretokenizer, get_pretokenizer
-from superbpe.trainer import MergeRules
+from superbpe.core.errors import ConfigError
+from superbpe.core.pretokenize import Pretokenizer, get_pretokenizer
+from superbpe.core.rules import RULE_CHOICES, MergeRules
 
-Merge = tuple[bytes, bytes]
+
+@dataclass
+class CompatConfig:
+    """Every setting in which the official SuperBPE recipe (HF ``tokenizers`` + their fork) differs from ours.
+
+    ``conf/compat/superbpe.yaml`` (the default) is our behaviour, ``conf/compat/official.yaml`` theirs;
+    this module explains each choice, and :func:`check_compat` checks the values. A plain dataclass: the
+    library takes it as it is, and the run's config schema holds it as its ``compat`` group.
+    """
+
+    name: str = "superbpe"
+    # Training units: None = each pattern's own default; True = every stage counts line by line (HF's
+    # file reader makes every line, newline included, its own sequence).
+    line_units: bool | None = None
+    # Count ties: "bytes" = the greatest (left bytes, right bytes); "ids" = the lowest (left id,
+    # right id) in HF's numbering (HF's heap order).
+    tie_break: str = "bytes"
+    # First ids: "bytes" = all 256 bytes as ids 0-255; "seen" = only the bytes the training text
+    # has, ordered by their GPT-2 byte-to-unicode character (as HF's alphabet is).
+    alphabet: str = "bytes"
+    # A chosen pair whose token already exists: "skip" it (tokens stay unique); "merge" = record it
+    # and merge it as HF does (no new id).
+    duplicates: str = "skip"
+    # An inherited (replayed) merge whose pair never occurs in this stage's text: "keep" it (ids stay
+    # as the source has them); "drop" it (the fork skips it, so later ids shift).
+    absent_inherited: str = "keep"
+    # Encoding: None = as the final stage trained (line units and all); False = the final pattern
+    # over the whole text (the official encoder).
+    encode_line_units: bool | None = None
+    # Encoding: a piece that is itself a token is that token (HF ignore_merges); off = every piece
+    # goes through the merges (HF's default, as in the official files).
+    whole_pieces: bool = True
+    # vocab.json layout: "lines" (ours, diffable) or "hf" (one line, no final newline).
+    vocab_style: str = "lines"
+
 
 DEFAULT = CompatConfig()
 OFFICIAL = CompatConfig(
@@ -46,13 +78,7 @@ OFFICIAL = CompatConfig(
 )
 PRESETS = {"superbpe": DEFAULT, "official": OFFICIAL}
 
-_CHOICES = {
-    "tie_break": ("bytes", "ids"),
-    "alphabet": ("bytes", "seen"),
-    "duplicates": ("skip", "merge"),
-    "absent_inherited": ("keep", "drop"),
-    "vocab_style": ("lines", "hf"),
-}
+_CHOICES = {**RULE_CHOICES, "alphabet": ("bytes", "seen"), "vocab_style": ("lines", "hf")}
 
 
 def get_compat(compat: str | CompatConfig | None) -> CompatConfig:
@@ -106,7 +132,7 @@ def encoding_for(compat: str | CompatConfig) -> tuple[Pretokenizer, bool]:
     """(pre-tokenizer, whole_pieces) for bare ``vocab.json`` + ``merges.txt`` made under ``compat``.
 
     Such files do not say how they encode. Official SuperBPE files encode with the stage-2 pattern;
-    ours default to GPT-2's, as :meth:`~superbpe.tokenizer.Tokenizer.from_files` always did.
+    ours default to GPT-2's, as :meth:`~superbpe.api.tokenizer.Tokenizer.from_files` always did.
     """
     chosen = get_compat(compat)
     name = "superbpe" if chosen.name == "official" else "gpt2"
@@ -152,63 +178,3 @@ def check_directory_compat(
             f"{where} encodes with {' and '.join(differs)}, which compat={chosen.name} contradicts: "
             "leave compat out to encode as the directory says"
         )
-
-
-def seen_alphabet(pieces: Iterable[bytes]) -> bytes:
-    """The bytes that occur in ``pieces``, in HF's alphabet order (by GPT-2 byte-to-unicode character)."""
-    seen: set[int] = set()
-    for piece in pieces:
-        seen.update(piece)
-        if len(seen) == 256:
-            break
-    return alphabet_order(seen)
-
-
-def alphabet_order(byte_values: Iterable[int]) -> bytes:
-    """Byte values sorted as HF numbers its alphabet: by the code point of their byte-table character."""
-    table = byte_to_unicode()
-    return bytes(sorted(set(byte_values), key=lambda b: ord(table[b])))
-
-
-def most_seen_merges(vocab_size: int, special_tokens: Sequence[str]) -> int:
-    """With the seen alphabet, the most merges ``vocab_size`` can leave (a text has at least one byte).
-
-    The true number is known once the text is counted (:func:`seen_budget`); before that, stage ends
-    are checked against this bound.
-    """
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
-        raise ConfigError(f"vocab_size must be an integer, not {vocab_size!r}")
-    if vocab_size < 1:
-        raise ConfigError(f"vocab_size must be positive, not {vocab_size}")
-    return max(vocab_size - len(special_tokens) - 1, 0)
-
-
-def seen_budget(vocab_size: int, alphabet: bytes, special_tokens: Sequence[str], at_least: int = 0) -> int:
-    """Merges (new tokens) a vocabulary of ``vocab_size`` leaves beside the seen bytes and the specials.
-
-    As HF's trainer, a ``vocab_size`` the alphabet and specials already fill gives no merges (and a
-    vocabulary of all of them, larger than asked); ``at_least`` is what the schedule needs (its
-    fixed stage ends), an error when the budget is below it.
-    """
-    budget = vocab_size - len(special_tokens) - len(alphabet)
-    if max(budget, 0) < at_least:
-        raise ConfigError(
-            f"vocab_size {vocab_size} leaves {budget} merges after the {len(alphabet)} bytes seen and "
-            f"{len(special_tokens)} special tokens; the schedule needs at least {at_least}"
-        )
-    return max(budget, 0)
-
-
-def hf_vocab(
-    alphabet: bytes, merges: Sequence[Merge], special_tokens: Iterable[str] = ()
-) -> dict[int, bytes]:
-    """HF's ids: the special tokens, the alphabet, then each new merged token in order (one a merge
-    makes again gets no id)."""
-    vocab: dict[int, bytes] = {}
-    known: set[bytes] = set()
-    specials = [special.encode("utf-8") for special in dict.fromkeys(special_tokens)]
-    for token in [*specials, *(bytes([b]) for b in alphabet), *(left + right for left, right in merges)]:
-        if token not in known:
-            known.add(token)
-            vocab[len(vocab)] = token
-    return vocab

@@ -14,8 +14,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from superbpe.errors import ConfigError, SuperBPEError
-from superbpe.progress import current_rss_bytes
+from superbpe.core.errors import ConfigError, SuperBPEError
+from superbpe.core.progress import current_rss_bytes
+from superbpe.core.util import human_size
 
 _MEMINFO = Path("/proc/meminfo")
 _UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
@@ -54,14 +55,6 @@ def available_bytes() -> int | None:
     return None
 
 
-def human(size: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1000:
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1000
-    return f"{size:.1f} TB"
-
-
 @dataclass(frozen=True)
 class StageMemory:
     """What building a stage's trainer adds at its peak, and what it is made of."""
@@ -83,17 +76,21 @@ def check_fits(stage: str, need: StageMemory, memory_limit: str | int | None) ->
         available = available_bytes()
         if available is None:
             return
-        room, what = available, f"the {human(available)} of RAM available"
+        room, what = available, f"the {_size(available)} of RAM available"
     else:
         limit = parse_size(memory_limit)
-        room, what = limit - held, f"memory_limit {human(limit)}"
+        room, what = limit - held, f"memory_limit {_size(limit)}"
     if need.build_bytes <= room:
         return
     raise MemoryLimitError(
-        f"stage {stage} needs about {human(held + need.build_bytes)} ({human(held)} held now + "
-        f"{human(need.build_bytes)} for {need.symbols / 1e6:.1f}M symbols of {need.pieces / 1e6:.2f}M "
-        f"distinct pieces, {human(need.piece_bytes)}), more than {what}: count this stage on a share of "
+        f"stage {stage} needs about {_size(held + need.build_bytes)} ({_size(held)} held now + "
+        f"{_size(need.build_bytes)} for {need.symbols / 1e6:.1f}M symbols of {need.pieces / 1e6:.2f}M "
+        f"distinct pieces, {_size(need.piece_bytes)}), more than {what}: count this stage on a share of "
         "the corpus (approx_sample, e.g. schedule.stage2_approx_sample=0.25: an approximation), train it "
         "on a smaller corpus, raise memory_limit or use a machine with more RAM (earlier stages are "
         "checkpointed: resume continues)"
     )
+
+
+def _size(size: float) -> str:
+    return human_size(size, "B")

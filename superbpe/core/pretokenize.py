@@ -15,7 +15,7 @@ from functools import cached_property
 
 import regex
 
-from superbpe.errors import ConfigError
+from superbpe.core.errors import ConfigError
 
 _O200K_CONTRACTIONS = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
 _O200K_WORD_A = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"

@@ -15,7 +15,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from superbpe.util import peak_rss_bytes
+from tqdm import tqdm
+
+from superbpe.core.util import human_size, peak_rss_bytes
 
 log = logging.getLogger("superbpe")
 
@@ -65,8 +67,6 @@ def task(
     says little about the rest; a bar's smoothed rate adapts by itself.
     """
     if want_bars(enabled):
-        from tqdm import tqdm
-
         with tqdm(
             total=total,
             initial=initial,
@@ -118,15 +118,15 @@ class _LogReporter:
         self.initial = self.last_done = self.done
 
     def line(self, rate: float, eta: bool = True) -> str:
-        text = f"{self.desc}: {_human(self.done)}"
+        text = f"{self.desc}: {human_size(self.done)}"
         if self.total:
-            text += f"/{_human(self.total)} {self.unit} ({100 * self.done / self.total:.1f}%)"
+            text += f"/{human_size(self.total)} {self.unit} ({100 * self.done / self.total:.1f}%)"
             share = (self.done - self.initial) / max(self.total - self.initial, 1)
             if eta and rate > 0 and self.done < self.total and share >= self.eta_after:
                 text += f", ETA {_seconds((self.total - self.done) / rate)}"
         else:
             text += f" {self.unit}"
-        return text + f", {_human(rate)} {self.unit}/s"
+        return text + f", {human_size(rate)} {self.unit}/s"
 
     def finish(self) -> None:
         now = time.monotonic()
@@ -150,8 +150,8 @@ def build_reporter(desc: str, on_done: Callable[[], None]) -> BuildProgress:
                 "%s: %s %s/%s %s%s, RSS %.0f MB",
                 desc,
                 phase,
-                _human(done),
-                _human(total),
+                human_size(done),
+                human_size(total),
                 unit,
                 share,
                 current_rss_bytes() / 2**20,
@@ -169,14 +169,6 @@ def current_rss_bytes() -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     return 0
-
-
-def _human(value: float) -> str:
-    for suffix in ("", "K", "M", "G"):
-        if abs(value) < 1000:
-            return f"{value:.0f}{suffix}" if suffix == "" else f"{value:.1f}{suffix}"
-        value /= 1000
-    return f"{value:.1f}T"
 
 
 def _seconds(value: float) -> str:

@@ -3,7 +3,7 @@
 Counting runs on chunks so that memory is bounded by the chunk size and chunks can go to worker
 processes. A chunk boundary must never change the pieces, so chunks are only cut right before a
 special token (text is split there anyway) or at a *safe cut* (after a newline that is followed by
-a non-space character; see :mod:`superbpe.pretokenize`).
+a non-space character; see :mod:`superbpe.core.pretokenize`).
 
 Tables (``.parquet`` files, and the ``.arrow`` files of an HF ``datasets`` directory saved with
 ``save_to_disk``) hold one document per row in the ``text_field`` column, like JSON lines. Their
@@ -29,7 +29,8 @@ from typing import Any, BinaryIO
 
 import regex
 
-from superbpe.errors import InputError
+from superbpe.core.errors import InputError
+from superbpe.core.util import import_optional
 
 TEXT_SUFFIXES = (".txt", ".jsonl", ".txt.gz", ".jsonl.gz", ".parquet")
 TABLE_SUFFIXES = (".parquet", ".arrow")
@@ -111,13 +112,25 @@ def is_jsonl(path: Path) -> bool:
     return path.name.endswith((".jsonl", ".jsonl.gz"))
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def is_gzipped(path: Path) -> bool:
+    """Whether ``path`` holds gzip data (by magic number, not by name, as :func:`open_binary` reads it)."""
+    try:
+        with open(path, "rb") as probe:
+            return probe.read(2) == GZIP_MAGIC
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+
+
 def open_binary(path: Path) -> BinaryIO:
     """Open raw or gzip-compressed bytes (by magic number, not by name)."""
     try:
         raw = open(path, "rb")  # noqa: SIM115 - returned to the caller
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from None
-    if raw.peek(2)[:2] == b"\x1f\x8b":
+    if raw.peek(2)[:2] == GZIP_MAGIC:
         return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
     return raw
 
@@ -217,10 +230,10 @@ def iter_chunks(
     jsonl = is_jsonl(path)
     cutter = None if jsonl else ChunkCutter(special_tokens, line_cuts)
     with open_binary(path) as stream:
-        yield from _cut_stream(stream, str(path), jsonl, cutter, max(1, chunk_bytes))
+        yield from cut_stream(stream, str(path), jsonl, cutter, max(1, chunk_bytes))
 
 
-def _cut_stream(
+def cut_stream(
     stream: BinaryIO,
     name: str,
     jsonl: bool,
@@ -301,8 +314,6 @@ def _json_text(line: str, path: str, number: int, field: str) -> str:
 
 
 def _pyarrow() -> Any:
-    from superbpe.util import import_optional
-
     return import_optional("pyarrow", "parquet", "reading .parquet / datasets (.arrow) input")
 
 
@@ -340,7 +351,7 @@ def _table_errors(path: Path) -> Iterator[None]:
 
 def _parquet_file(path: Path) -> Any:
     _pyarrow()
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # an optional extra, checked just above
 
     return pq.ParquetFile(path)
 
@@ -349,7 +360,7 @@ def _arrow_batches(path: Path) -> Iterator[Any]:
     """Record batches of an Arrow IPC file, memory-mapped (zero-copy): stream format (what ``datasets``
     writes) or file format."""
     pa = _pyarrow()
-    import pyarrow.ipc as ipc
+    import pyarrow.ipc as ipc  # an optional extra, checked just above
 
     source = pa.memory_map(str(path))
     try:

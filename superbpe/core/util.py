@@ -1,8 +1,9 @@
-"""Small shared helpers: atomic file writes and peak memory."""
+"""Small shared helpers: atomic file writes, peak memory, CPUs, sizes for people, optional imports."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import resource
 import sys
@@ -11,6 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import BinaryIO
+
+from superbpe.core.errors import ConfigError
 
 
 @contextlib.contextmanager
@@ -112,13 +115,20 @@ def usable_cpus() -> int:
     return os.cpu_count() or 1
 
 
+def human_size(value: float, unit: str = "") -> str:
+    """``value`` with a decimal prefix, for log lines and messages: ``512 B``, ``1.5 GB`` (with a unit),
+    ``512``, ``1.5M`` (a plain count)."""
+    space = " " if unit else ""
+    for prefix in ("", "K", "M", "G"):
+        if abs(value) < 1000:
+            return f"{value:.0f}{space}{unit}" if not prefix else f"{value:.1f}{space}{prefix}{unit}"
+        value /= 1000
+    return f"{value:.1f}{space}T{unit}"
+
+
 def import_optional(module: str, extra: str, purpose: str) -> ModuleType:
     """Import a dependency of an optional feature, or say in one line which extra provides it."""
-    import importlib
-
     try:
         return importlib.import_module(module)
     except ImportError:
-        from superbpe.errors import ConfigError
-
         raise ConfigError(f'{purpose} needs {module}: pip install "superbpe[{extra}]"') from None

@@ -11,16 +11,17 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
-from superbpe.counting import PieceCounts, ProgressFn, count_pieces
-from superbpe.errors import ConfigError
-from superbpe.memory import StageMemory
-from superbpe.pretokenize import Pretokenizer
-from superbpe.progress import BuildProgress
-from superbpe.sources import DEFAULT_CHUNK_BYTES, InputSpec
-from superbpe.trainer import MergeRules, TrainResult, train_merges
-from superbpe.types import Merge
+from superbpe.core.counts import PieceCounts, ProgressFn
+from superbpe.core.errors import ConfigError
+from superbpe.core.memory import StageMemory
+from superbpe.core.pretokenize import Pretokenizer
+from superbpe.core.progress import BuildProgress
+from superbpe.core.rules import MergeCallback, MergeRules, TrainResult
+from superbpe.core.sources import DEFAULT_CHUNK_BYTES, Chunk, InputSpec
+from superbpe.core.types import Merge
+from superbpe.engines import native
+from superbpe.engines.python import PythonEngine
 
-MergeCallback = Callable[[Sequence[Merge]], "bool | None"]
 ENGINE_NAMES = ("python", "native", "auto")
 log = logging.getLogger("superbpe")
 
@@ -50,6 +51,20 @@ class Engine(Protocol):
         progress: ProgressFn | None = None,
     ) -> PieceCounts: ...
 
+    def count_chunks(
+        self,
+        chunks: Iterable[Chunk],
+        pretokenizer: Pretokenizer,
+        special_tokens: Sequence[str],
+        *,
+        errors: str = "strict",
+        text_field: str = "text",
+        unit_bytes: int = DEFAULT_CHUNK_BYTES,
+        threads: int = 1,
+    ) -> PieceCounts: ...
+
+    def counts_from_bytes(self, data: bytes) -> PieceCounts: ...
+
     def train(
         self,
         counts: PieceCounts,
@@ -74,73 +89,9 @@ class Engine(Protocol):
     ) -> EncoderCore: ...
 
 
-class PythonEngine:
-    """The pure-Python reference engine: `regex` pre-tokenization, process-parallel counting."""
-
-    name = "python"
-
-    def count(
-        self,
-        inputs: InputSpec,
-        pretokenizer: Pretokenizer,
-        special_tokens: Iterable[str],
-        *,
-        workers: int | None = None,
-        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-        errors: str = "strict",
-        text_field: str = "text",
-        progress: ProgressFn | None = None,
-    ) -> PieceCounts:
-        return count_pieces(
-            inputs,
-            pretokenizer,
-            special_tokens,
-            workers=workers,
-            chunk_bytes=chunk_bytes,
-            errors=errors,
-            text_field=text_field,
-            progress=progress,
-        )
-
-    def train(
-        self,
-        counts: PieceCounts,
-        num_merges: int,
-        *,
-        rules: MergeRules = MergeRules(),
-        replay: Sequence[Merge] = (),
-        callback: MergeCallback | None = None,
-        callback_every: int = 1000,
-        build_progress: BuildProgress | None = None,
-        check_memory: Callable[[StageMemory], None] | None = None,
-        consume_counts: bool = False,
-    ) -> TrainResult:
-        """``build_progress`` and ``check_memory`` are not called and ``consume_counts`` is ignored: this
-        engine is the reference for small corpora, not for scale (its memory is not estimated)."""
-        return train_merges(
-            counts, num_merges, rules=rules, replay=replay, callback=callback, callback_every=callback_every
-        )
-
-    def encoder(
-        self,
-        vocab: Mapping[bytes, int],
-        merges: Sequence[Merge],
-        pretokenizer: Pretokenizer,
-        *,
-        whole_pieces: bool = True,
-    ) -> EncoderCore:
-        from superbpe.encoder import PythonEncoder
-
-        return PythonEncoder(vocab, merges, pretokenizer, whole_pieces=whole_pieces)
-
-
 def native_available() -> bool:
     """True when the Rust extension was built and imports."""
-    try:
-        from superbpe import native_engine
-    except ImportError:
-        return False
-    return native_engine.available()
+    return native.available()
 
 
 def get_engine(name: str | Engine = "auto", pretokenizers: Iterable[Pretokenizer] = ()) -> Engine:
@@ -161,9 +112,7 @@ def get_engine(name: str | Engine = "auto", pretokenizers: Iterable[Pretokenizer
         raise ConfigError(
             "engine 'native' is not built; reinstall with `pip install -e .` and a Rust toolchain"
         )
-    from superbpe.native_engine import NativeEngine, splits_exactly
-
-    inexact = [pre.name for pre in pretokenizers if not splits_exactly(pre)]
+    inexact = [pre.name for pre in pretokenizers if not native.splits_exactly(pre)]
     if inexact and name == "native":
         raise ConfigError(
             f"engine 'native' splits only the built-in patterns exactly, not {inexact[0]}; "
@@ -172,4 +121,4 @@ def get_engine(name: str | Engine = "auto", pretokenizers: Iterable[Pretokenizer
     if inexact:
         log.info("engine auto: python, since the native engine has no exact splitter for %s", inexact[0])
         return PythonEngine()
-    return NativeEngine()
+    return native.NativeEngine()

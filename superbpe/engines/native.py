@@ -2,7 +2,7 @@
 
 This adapter owns everything that must match the python engine *exactly* but is not speed-critical:
 argument validation and its error messages, input resolution, JSON-lines parsing and gzip decoding (done
-with the very same :mod:`superbpe.sources` helpers, so errors and documents are identical), and the
+with the very same :mod:`superbpe.core.sources` helpers, so errors and documents are identical), and the
 ``.counts`` meta. Rust gets only validated data and does the per-byte work with the GIL released.
 
 Counts made here stay in Rust (:class:`NativePieceCounts` keeps the Rust table, and builds a read-only
@@ -21,29 +21,37 @@ from typing import Any
 
 import numpy as np
 
-from superbpe.counting import (
+from superbpe.core.counts import (
     PieceCounts,
     ProgressFn,
     counts_meta,
     prepare_count,
     resolve_workers,
 )
-from superbpe.errors import ConfigError, InputError, SuperBPEError
-from superbpe.memory import StageMemory
-from superbpe.pretokenize import Pretokenizer
-from superbpe.progress import BuildProgress
-from superbpe.sources import (
+from superbpe.core.errors import ConfigError, InputError, SuperBPEError
+from superbpe.core.memory import StageMemory
+from superbpe.core.pretokenize import Pretokenizer
+from superbpe.core.progress import BuildProgress
+from superbpe.core.rules import (
+    MergeRules,
+    MergesSoFar,
+    TrainResult,
+    check_replay,
+    check_train_args,
+)
+from superbpe.core.sources import (
     DEFAULT_CHUNK_BYTES,
+    Chunk,
     InputSpec,
     chunk_documents,
+    is_gzipped,
     is_jsonl,
     is_table,
     iter_chunks,
     open_binary,
 )
-from superbpe.trainer import MergeRules, MergesSoFar, TrainResult, check_replay, check_train_args
-from superbpe.types import Merge
-from superbpe.util import atomic_write, usable_cpus
+from superbpe.core.types import Merge
+from superbpe.core.util import atomic_write, usable_cpus
 
 try:
     from superbpe import _native
@@ -51,7 +59,6 @@ except ImportError:  # not built: get_engine("auto") falls back to the python en
     _native = None  # type: ignore[assignment]
 
 _U64_MAX = (1 << 64) - 1
-_GZIP_MAGIC = b"\x1f\x8b"
 
 
 def available() -> bool:
@@ -171,16 +178,20 @@ def native_counts(counts: Mapping[bytes, int]) -> Any:
 
 def load_counts(path: str | os.PathLike[str]) -> NativePieceCounts:
     """Read a ``.counts`` file straight into Rust (same format as :meth:`PieceCounts.load`)."""
-    lib = _require_native()
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise InputError(f"{path}: cannot read piece counts ({exc.strerror})") from None
     try:
-        meta, table = lib.NativeCounts.parse(data)
-        return NativePieceCounts(table, json.loads(meta))
+        return parse_counts(data)
     except ValueError as exc:
         raise InputError(f"{path}: not a valid piece-counts file ({exc})") from None
+
+
+def parse_counts(data: bytes) -> NativePieceCounts:
+    """The ``.counts`` format in memory, parsed in Rust (``ValueError`` when it is not one)."""
+    meta, table = _require_native().NativeCounts.parse(data)
+    return NativePieceCounts(table, json.loads(meta))
 
 
 class NativeEngine:
@@ -210,6 +221,36 @@ class NativeEngine:
         for path in paths:
             _count_path(counter, path, specials, chunk_bytes, errors, text_field, progress)
         return NativePieceCounts(counter.take(), counts_meta(pre, specials))
+
+    def count_chunks(
+        self,
+        chunks: Iterable[Chunk],
+        pretokenizer: Pretokenizer,
+        special_tokens: Sequence[str],
+        *,
+        errors: str = "strict",
+        text_field: str = "text",
+        unit_bytes: int = DEFAULT_CHUNK_BYTES,
+        threads: int = 1,
+    ) -> PieceCounts:
+        """Counts of chunks read elsewhere (a shard's); the counter splits them into units of
+        ``unit_bytes`` for its ``threads``."""
+        lib = _require_native()
+        _require_exact(pretokenizer)
+        specials = list(special_tokens)
+        counter = lib.Counter(
+            pretokenizer.pattern, pretokenizer.line_units, [s.encode("utf-8") for s in specials], unit_bytes,
+            threads,
+        )  # fmt: skip
+        _count_chunks(counter, chunks, errors, text_field, None)
+        return NativePieceCounts(counter.take(), counts_meta(pretokenizer, specials))
+
+    def counts_from_bytes(self, data: bytes) -> PieceCounts:
+        """A table in the ``.counts`` format (what a shard task sends back), kept in Rust."""
+        try:
+            return parse_counts(data)
+        except ValueError as exc:
+            raise InputError(f"not a valid piece-counts table ({exc})") from None
 
     def train(
         self,
@@ -279,18 +320,14 @@ def _count_path(
     progress: ProgressFn | None,
 ) -> None:
     """One input file: JSON lines via the shared Python reader, gzip decoded here, plain text mmapped."""
-    replace = errors == "replace"
     if is_jsonl(path) or is_table(path):
         # JSON lines and tables are cut between documents; line_cuts only matters for plain text.
-        for chunk in iter_chunks(path, specials, chunk_bytes, line_cuts=False):
-            counter.count_docs(list(chunk_documents(chunk, errors, text_field)))
-            if progress:
-                progress(len(chunk.data))
+        _count_chunks(counter, iter_chunks(path, specials, chunk_bytes, line_cuts=False), errors, text_field,
+                      progress)
         return
-    with open(path, "rb") as probe:
-        gzipped = probe.read(2) == _GZIP_MAGIC
+    replace = errors == "replace"
     try:
-        if gzipped:
+        if is_gzipped(path):
             with open_binary(path) as stream:
                 try:
                     data = stream.read()
@@ -303,6 +340,24 @@ def _count_path(
         raise InputError(f"{path}: invalid UTF-8 at byte {exc.args[0]}") from None
     if progress:
         progress(path.stat().st_size)
+
+
+def _count_chunks(
+    counter: Any, chunks: Iterable[Chunk], errors: str, text_field: str, progress: ProgressFn | None
+) -> None:
+    """Feed chunks to a Rust counter: documents of JSON lines and tables, bytes of text (an error names
+    the byte's offset in its file)."""
+    for chunk in chunks:
+        if chunk.jsonl:
+            counter.count_docs(list(chunk_documents(chunk, errors, text_field)))
+        else:
+            try:
+                counter.count_bytes(chunk.data, errors == "replace")
+            except _native.InvalidUtf8 as exc:
+                offset = chunk.offset + exc.args[0]
+                raise InputError(f"{chunk.path}: invalid UTF-8 at byte {offset}") from None
+        if progress:
+            progress(len(chunk.data))
 
 
 class NativeEncoder:

@@ -18,9 +18,9 @@ import heapq
 from collections.abc import Mapping, Sequence
 from itertools import chain
 
-from superbpe.errors import ConfigError, InputError
-from superbpe.pretokenize import Pretokenizer
-from superbpe.types import Merge
+from superbpe.core.errors import ConfigError, InputError
+from superbpe.core.pretokenize import Pretokenizer
+from superbpe.core.types import Merge
 
 #: Pieces longer than this (in bytes) use the heap loop; below it the plain scan is faster.
 HEAP_THRESHOLD = 400

@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from superbpe.engine import Merge
-from superbpe.errors import ConfigError, InputError
-from superbpe.util import atomic_write_text, naming_file
+from superbpe.core.errors import ConfigError, InputError
+from superbpe.core.types import Merge
+from superbpe.core.util import atomic_write_text, naming_file
 
 log = logging.getLogger("superbpe")
 CHECKPOINT_FILE = "checkpoint.json"

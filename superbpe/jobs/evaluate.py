@@ -15,10 +15,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from superbpe.config import CompatConfig
-from superbpe.errors import InputError
-from superbpe.sources import Chunk, chunk_documents, iter_chunks, resolve_inputs
-from superbpe.tokenizer import Tokenizer
+from superbpe.api.tokenizer import Tokenizer
+from superbpe.core.compat import CompatConfig
+from superbpe.core.errors import InputError
+from superbpe.core.sources import Chunk, InputSpec, chunk_documents, iter_chunks, resolve_inputs
+from superbpe.formats.token_files import tokenizer_hash
+from superbpe.jobs.executors import ExecutorSpec, check_executor, get_executor, spec_from
+from superbpe.jobs.shards import Shard, plan_shards, shard_chunks, shard_size, with_true_line_numbers
+from superbpe.jobs.tokenizer_cache import load_tokenizer
 
 EVAL_CHUNK_BYTES = 1 << 20
 
@@ -46,7 +50,7 @@ class EvalResult:
         }
 
 
-class _Tally:
+class Tally:
     """Running totals for one evaluation; a document is counted when its separator or file end is seen."""
 
     def __init__(self, tokenizer: Tokenizer, open_document: bool | None = False) -> None:
@@ -81,7 +85,7 @@ def evaluate(
 ) -> EvalResult:
     """Bytes per token and tokens per document of ``tokenizer`` on ``inputs``."""
     paths = resolve_inputs(inputs)
-    tally = _Tally(tokenizer)
+    tally = Tally(tokenizer)
     for path in paths:
         specials = [separator] if separator else []
         line_cuts = tokenizer.pretokenizer.safe_cuts_hold
@@ -100,7 +104,7 @@ def evaluate(
 
 
 def add_chunks(
-    tally: _Tally, chunks: Iterable[Chunk], separator: str | None, errors: str, text_field: str
+    tally: Tally, chunks: Iterable[Chunk], separator: str | None, errors: str, text_field: str
 ) -> None:
     for chunk in chunks:
         for document in chunk_documents(chunk, errors, text_field):
@@ -109,7 +113,7 @@ def add_chunks(
                 tally.end_document()
 
 
-def _add_chunk_text(tally: _Tally, text: str, separator: str | None) -> None:
+def _add_chunk_text(tally: Tally, text: str, separator: str | None) -> None:
     segments = text.split(separator) if separator else [text]
     for index, segment in enumerate(segments):
         if index:
@@ -124,23 +128,92 @@ def evaluate_dir(
     separator: str | None = "<|endoftext|>",
     text_field: str = "text",
     engine: str = "auto",
-    executor: Any = None,
+    executor: ExecutorSpec | str | None = None,
     compat: str | CompatConfig | None = None,
 ) -> EvalResult:
     """Load the tokenizer saved in ``directory`` (its manifest pattern included) and evaluate it.
 
     ``compat`` is passed to :meth:`Tokenizer.load` (``"official"``: bare official files encode as theirs).
-    An ``executor`` other than local evaluates shard by shard (:func:`superbpe.sharded.evaluate_sharded`).
+    An ``executor`` other than local evaluates shard by shard (:func:`evaluate_sharded`).
     """
-    from superbpe.executor import check_executor
-
     spec = check_executor(executor)
     if spec.name != "local":
-        from superbpe.sharded import evaluate_sharded
-
         return evaluate_sharded(
             directory, inputs, separator=separator, text_field=text_field, engine=engine, executor=spec,
             compat=compat,
         )  # fmt: skip
     tokenizer = Tokenizer.load(Path(directory), engine=engine, compat=compat)
     return evaluate(tokenizer, inputs, separator=separator, text_field=text_field)
+
+
+def evaluate_sharded(
+    directory: str | os.PathLike[str],
+    inputs: InputSpec,
+    *,
+    separator: str | None = "<|endoftext|>",
+    text_field: str = "text",
+    errors: str = "strict",
+    engine: str = "auto",
+    executor: Any = None,
+    workers: int | None = None,
+    compat: str | CompatConfig | None = None,
+) -> EvalResult:
+    """:func:`superbpe.jobs.evaluate.evaluate` shard by shard on ``executor``; the same numbers.
+
+    Bytes and tokens add up; a document that spans shards is counted once, by the shard where it ends
+    (a shard reports whether its first document end closes a document begun before it).
+    """
+    spec = spec_from(executor)
+    tokenizer_dir = Path(directory)
+    tokenizer = Tokenizer.load(tokenizer_dir, engine=engine, compat=compat)
+    paths = resolve_inputs(inputs)
+    specials = [separator] if separator else []
+    fingerprint = tokenizer_hash(tokenizer_dir)
+    common = (str(tokenizer_dir), engine, fingerprint, compat, separator, text_field, errors)
+    runner = get_executor(spec, workers)
+    try:
+        size = shard_size(spec.shard_bytes, runner.parallelism, paths)
+        shards = plan_shards(paths, specials, size, line_cuts=tokenizer.pretokenizer.safe_cuts_hold)
+        parts: list[tuple[int, int, int, bool, bool | None] | None] = [None] * len(shards)
+        for number, part in runner.run(evaluate_shard, [(shard, *common) for shard in shards]):
+            parts[number] = part
+    finally:
+        runner.close()
+    total_bytes = total_tokens = documents = 0
+    open_document = False
+    for part in parts:
+        assert part is not None
+        size, tokens, ended, ends_unknown, open_at_end = part
+        total_bytes += size
+        total_tokens += tokens
+        documents += ended + (ends_unknown and open_document)
+        open_document = open_document if open_at_end is None else open_at_end
+    return EvalResult([str(p) for p in paths], total_bytes, total_tokens, documents)
+
+
+def evaluate_shard(
+    shard: Shard,
+    tokenizer_dir: str,
+    engine: str,
+    fingerprint: str,
+    compat: str | CompatConfig | None,
+    separator: str | None,
+    text_field: str,
+    errors: str,
+) -> tuple[int, int, int, bool, bool | None]:
+    """One task: (bytes, tokens, documents ended, whether its first end closes an earlier document,
+    whether a document is open at its end, None if the shard held neither text nor an end)."""
+    tokenizer = load_tokenizer(tokenizer_dir, engine, fingerprint, compat)
+    line_cuts = tokenizer.pretokenizer.safe_cuts_hold
+    specials = [separator] if separator else []
+
+    def tally(first_line: int) -> Tally:
+        result = Tally(tokenizer, open_document=None)
+        chunks = shard_chunks(shard, specials, EVAL_CHUNK_BYTES, line_cuts=line_cuts, first_line=first_line)
+        add_chunks(result, chunks, separator, errors, text_field)
+        if shard.last_of_file:
+            result.end_document()
+        return result
+
+    done = with_true_line_numbers(shard, tally)
+    return done.bytes, done.tokens, done.documents, done.ends_unknown_document, done.open_document

@@ -1,9 +1,9 @@
 """Where shard tasks run: in local worker processes, or as tasks on a Ray cluster.
 
 Counting and encoding a large corpus are map-reduce shaped: the corpus is cut into shards
-(:mod:`superbpe.shards`), each shard is one task, and the driver consumes the results as they finish
+(:mod:`superbpe.jobs.shards`), each shard is one task, and the driver consumes the results as they finish
 (streaming add for counts, an index for token files). An executor only runs tasks; what a task does
-and how results are combined lives with the data (:mod:`superbpe.sharded`), so the same code runs on
+and how results are combined lives with the data (:mod:`superbpe.jobs.count`), so the same code runs on
 one machine or many.
 
 Ray is an optional dependency (``pip install -e ".[ray]"``). It is imported only when
@@ -19,17 +19,18 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from superbpe.errors import ConfigError
-from superbpe.util import usable_cpus
+from superbpe.core.errors import ConfigError
+from superbpe.core.util import usable_cpus
 
 EXECUTOR_NAMES = ("local", "ray")
 DEFAULT_SHARD_BYTES = 128 << 20
 RAY_MISSING = 'executor=ray needs Ray: install it with `pip install -e ".[ray]"` (or `pip install ray`)'
 
 
-@dataclass(frozen=True)
+@dataclass
 class ExecutorSpec:
-    """Which executor, plus its knobs (the plain-library twin of ``conf/executor/*.yaml``).
+    """Which executor, plus its knobs: what ``conf/executor/*.yaml`` holds (the run's config schema
+    takes this plain dataclass as its ``executor`` group, so there is one definition of the fields).
 
     ``address`` (Ray only): ``local`` starts a Ray runtime in this process, ``auto`` joins the cluster
     this machine belongs to, ``ray://host:port`` (or ``host:port``) joins that cluster.
@@ -69,19 +70,16 @@ class Executor(Protocol):
     def close(self) -> None: ...
 
 
-def spec_from(config: Any) -> ExecutorSpec:
-    """An :class:`ExecutorSpec` from a spec, ``None`` (local), a name, or any object with the same fields."""
+def spec_from(config: ExecutorSpec | str | None) -> ExecutorSpec:
+    """A checked :class:`ExecutorSpec` from a spec, ``None`` (local) or a name."""
     if config is None:
         return ExecutorSpec()
-    if isinstance(config, ExecutorSpec):
-        return config.check()
     if isinstance(config, str):
         return ExecutorSpec(name=config).check()
-    fields = ("name", "address", "num_cpus_per_task", "shard_bytes")
-    return ExecutorSpec(**{f: getattr(config, f) for f in fields if hasattr(config, f)}).check()
+    return config.check()
 
 
-def check_executor(config: Any) -> ExecutorSpec:
+def check_executor(config: ExecutorSpec | str | None) -> ExecutorSpec:
     """Validate an executor config before any work starts (for Ray: that Ray is installed)."""
     spec = spec_from(config)
     if spec.name == "ray":
@@ -89,7 +87,7 @@ def check_executor(config: Any) -> ExecutorSpec:
     return spec
 
 
-def get_executor(config: Any, workers: int | None = None) -> Executor:
+def get_executor(config: ExecutorSpec | str | None, workers: int | None = None) -> Executor:
     """The executor a config names; ``workers`` caps local processes (None: one per usable core)."""
     spec = spec_from(config)
     if spec.name == "ray":
@@ -223,7 +221,7 @@ def _ray_result(ray: Any, ref: Any) -> Any:
 def import_ray() -> Any:
     """The ``ray`` module, or the one-line error that says how to install it."""
     try:
-        import ray
+        import ray  # an optional extra: only executor=ray needs it
     except ImportError:
         raise ConfigError(RAY_MISSING) from None
     return ray

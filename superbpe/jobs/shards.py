@@ -1,6 +1,6 @@
 """Shards: a corpus cut into byte ranges of files, each one task of a distributed job.
 
-A shard ends where a chunk may end (:class:`superbpe.sources.ChunkCutter`: before a special token or
+A shard ends where a chunk may end (:class:`superbpe.core.sources.ChunkCutter`: before a special token or
 at a safe line break; between lines in JSON lines), so counting or encoding shards separately gives
 exactly what one pass over the whole corpus gives. The driver finds each cut by reading a small
 window around the target offset, never the whole file; gzip files cannot be entered in the middle
@@ -20,19 +20,21 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from superbpe.errors import InputError
-from superbpe.sources import (
+from superbpe.core.errors import InputError
+from superbpe.core.sources import (
     DEFAULT_CHUNK_BYTES,
     Chunk,
     ChunkCutter,
-    _cut_stream,
+    cut_stream,
+    is_gzipped,
     is_jsonl,
     is_table,
     open_binary,
 )
 
-_GZIP_MAGIC = b"\x1f\x8b"
 _WINDOW = 1 << 16
+#: The smallest shard :func:`shard_size` makes of a small corpus.
+_MIN_SHARD_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,7 @@ def plan_shards(
         size = path.stat().st_size
         if size == 0:
             continue
-        if _gzipped(path):
+        if is_gzipped(path):
             shards.append(Shard(str(path), 0, None, True))
             continue
         cutter = None if is_jsonl(path) else ChunkCutter(special_tokens, line_cuts)
@@ -93,16 +95,11 @@ def sample_evenly(blocks: Sequence[Shard], fraction: float) -> list[Shard]:
 def check_sampleable(paths: Sequence[Path]) -> None:
     """Sampling cuts files into byte ranges: gzip files and tables cannot be entered in the middle."""
     for path in paths:
-        if is_table(path) or (path.stat().st_size and _gzipped(path)):
+        if is_table(path) or (path.stat().st_size and is_gzipped(path)):
             raise InputError(
                 f"{path}: a sampled count (approx_sample) cuts files into byte ranges, which this file "
                 "cannot be; give it as plain text or JSON lines, or count the whole corpus"
             )
-
-
-def _gzipped(path: Path) -> bool:
-    with open(path, "rb") as probe:
-        return probe.read(2) == _GZIP_MAGIC
 
 
 def _find_cut(stream: BinaryIO, target: int, size: int, cutter: ChunkCutter | None, back: int) -> int:
@@ -169,7 +166,7 @@ def shard_chunks(
         if shard.end is not None:
             stream.seek(shard.start)
             source = _Limited(stream, shard.end - shard.start)  # type: ignore[assignment]
-        yield from _cut_stream(
+        yield from cut_stream(
             source, shard.path, jsonl, cutter, max(1, chunk_bytes), shard.start, first_line
         )
 
@@ -197,3 +194,26 @@ def with_true_line_numbers(shard: Shard, run: Callable[[int], Any]) -> Any:
         if not shard.jsonl or shard.start == 0:
             raise
     return run(first_line_of(shard))
+
+
+def shard_size(shard_bytes: int, parallelism: int, paths: Sequence[Path]) -> int:
+    """``shard_bytes``, or smaller so that a small corpus still gives every task slot about four shards
+    (a 100 MB file in 128 MB shards would be one task). Shards never change results, only balance."""
+    total = sum(p.stat().st_size for p in paths)
+    return max(1, min(shard_bytes, max(_MIN_SHARD_BYTES, total // (4 * parallelism))))
+
+
+def group_shards(blocks: Sequence[Shard], group_bytes: int) -> list[tuple[Shard, ...]]:
+    """Consecutive blocks in tasks of at least ``group_bytes`` (the last may be smaller)."""
+    groups: list[tuple[Shard, ...]] = []
+    current: list[Shard] = []
+    size = 0
+    for block in blocks:
+        current.append(block)
+        size += block.size()
+        if size >= group_bytes:
+            groups.append(tuple(current))
+            current, size = [], 0
+    if current:
+        groups.append(tuple(current))
+    return groups

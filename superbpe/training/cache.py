@@ -25,14 +25,16 @@ import hashlib
 import json
 import logging
 import os
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from superbpe.counting import PieceCounts
-from superbpe.engine import Merge
-from superbpe.util import atomic_write_text
+from superbpe.core.counts import PieceCounts
+from superbpe.core.errors import ConfigError
+from superbpe.core.types import Merge
+from superbpe.core.util import atomic_write_text, human_size
 
 log = logging.getLogger("superbpe")
 CACHE_FORMAT = 1
@@ -69,8 +71,6 @@ class RunCache:
     def __init__(self, root: str | os.PathLike[str] | None, max_gib: float | None = None) -> None:
         self.root = Path(root).expanduser() if root else None
         if max_gib is not None and not max_gib > 0:
-            from superbpe.errors import ConfigError
-
             raise ConfigError(f"cache_max_gib must be positive (or null for no cap), not {max_gib}")
         self.max_bytes = None if max_gib is None else int(max_gib * (1 << 30))
 
@@ -195,8 +195,6 @@ def parse_age(text: str) -> float:
     except ValueError:
         seconds = -1.0
     if not seconds >= 0:
-        from superbpe.errors import ConfigError
-
         raise ConfigError(f"bad age {text!r}: a number with s, m, h, d or w (e.g. 7d)")
     return seconds
 
@@ -243,8 +241,6 @@ def remove_entry(entry: CacheEntry) -> bool:
 
 def clear_cache(root: Path, older_than_seconds: float | None = None) -> tuple[int, int]:
     """Remove every entry (or those unused for ``older_than_seconds``); returns (entries, bytes) removed."""
-    import time
-
     cutoff = None if older_than_seconds is None else time.time() - older_than_seconds
     removed = freed = 0
     for entry in cache_entries(root):
@@ -268,15 +264,13 @@ def enforce_size_cap(root: Path, max_bytes: int) -> tuple[int, int]:
 
 def describe_cache(root: Path) -> str:
     """A listing for ``superbpe-cache list``: one line per entry, then the total."""
-    import time
-
     entries = cache_entries(root)
     now = time.time()
     lines = [f"{root}"]
     for entry in entries:
         age_hours = (now - entry.last_used) / 3600
-        lines.append(f"  {entry.kind:<7} {entry.size / (1 << 20):>10.2f} MiB  used {age_hours:8.1f} h ago  "
-                     f"{entry.path.name}")
+        size = human_size(entry.size, "B")
+        lines.append(f"  {entry.kind:<7} {size:>10}  used {age_hours:8.1f} h ago  {entry.path.name}")
     total = sum(entry.size for entry in entries)
-    lines.append(f"{len(entries)} entries, {total / (1 << 20):.2f} MiB")
+    lines.append(f"{len(entries)} entries, {human_size(total, 'B')}")
     return "\n".join(lines)

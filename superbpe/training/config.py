@@ -1,10 +1,11 @@
-"""Typed configuration for training runs: plain dataclasses, also used as Hydra schemas.
+"""Typed configuration of the commands: plain dataclasses, also used as Hydra schemas.
 
 The same dataclasses serve two callers. Library users build a :class:`TrainConfig` by hand and call
-:func:`superbpe.run.run_training`; the Hydra scripts register them in the ConfigStore so every key and
-value in ``conf/`` and on the command line is type-checked (a typo such as ``vocab_sise=...`` is an
-error, not silently ignored). Nothing here imports Hydra at module level, so the library keeps working
-without it.
+:func:`superbpe.training.run.run_training`; the Hydra commands register them in the ConfigStore so every
+key and value in ``conf/`` and on the command line is type-checked (a typo such as ``vocab_sise=...`` is
+an error, not silently ignored). The groups the library takes as well (``compat``, ``executor``) are the
+library's own plain dataclasses, held here as they are. Nothing here imports Hydra at module level, so
+the library keeps working without it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from superbpe.errors import ConfigError
+from superbpe.core.compat import CompatConfig
+from superbpe.core.errors import ConfigError
+from superbpe.jobs.executors import ExecutorSpec
+from superbpe.training.directories import claim_unique_dir
 
 DEFAULT_SPECIALS = ("<|endoftext|>",)
 
@@ -45,16 +49,6 @@ class EngineConfig:
 
 
 @dataclass
-class ExecutorConfig:
-    """Where counting, encoding and evaluation run (``conf/executor/``; see :mod:`superbpe.executor`)."""
-
-    name: str = "local"  # local | ray
-    address: str = "local"  # ray: local (start in-process) | auto | ray://host:port
-    num_cpus_per_task: int = 1
-    shard_bytes: int = 128 << 20
-
-
-@dataclass
 class StageConfig:
     """One training stage: its own pre-tokenizer and rules, trained on top of the previous stages.
 
@@ -64,7 +58,7 @@ class StageConfig:
 
     ``approx_sample`` (a fraction in (0, 1]) is an approximation, off (None) by default: the stage
     counts an evenly spread share of the corpus instead of all of it (see
-    :func:`superbpe.shards.sample_evenly`), trading a little compression for a stage that counts,
+    :func:`superbpe.jobs.shards.sample_evenly`), trading a little compression for a stage that counts,
     holds and replays that much less text.
     """
 
@@ -94,40 +88,6 @@ class ScheduleConfig:
     from_run: str | None = None
     from_tokenizer: str | None = None
     stages: list[StageConfig] = field(default_factory=lambda: [StageConfig()])
-
-
-@dataclass
-class CompatConfig:
-    """Every setting in which the official SuperBPE recipe (HF ``tokenizers`` + their fork) differs from ours.
-
-    ``conf/compat/superbpe.yaml`` (the default) is our behaviour, ``conf/compat/official.yaml`` theirs;
-    ``superbpe.compat`` explains each choice. Values are checked by ``superbpe.compat.check_compat``.
-    """
-
-    name: str = "superbpe"
-    # Training units: None = each pattern's own default; True = every stage counts line by line (HF's
-    # file reader makes every line, newline included, its own sequence).
-    line_units: bool | None = None
-    # Count ties: "bytes" = the greatest (left bytes, right bytes); "ids" = the lowest (left id,
-    # right id) in HF's numbering (HF's heap order).
-    tie_break: str = "bytes"
-    # First ids: "bytes" = all 256 bytes as ids 0-255; "seen" = only the bytes the training text
-    # has, ordered by their GPT-2 byte-to-unicode character (as HF's alphabet is).
-    alphabet: str = "bytes"
-    # A chosen pair whose token already exists: "skip" it (tokens stay unique); "merge" = record it
-    # and merge it as HF does (no new id).
-    duplicates: str = "skip"
-    # An inherited (replayed) merge whose pair never occurs in this stage's text: "keep" it (ids stay
-    # as the source has them); "drop" it (the fork skips it, so later ids shift).
-    absent_inherited: str = "keep"
-    # Encoding: None = as the final stage trained (line units and all); False = the final pattern
-    # over the whole text (the official encoder).
-    encode_line_units: bool | None = None
-    # Encoding: a piece that is itself a token is that token (HF ignore_merges); off = every piece
-    # goes through the merges (HF's default, as in the official files).
-    whole_pieces: bool = True
-    # vocab.json layout: "lines" (ours, diffable) or "hf" (one line, no final newline).
-    vocab_style: str = "lines"
 
 
 @dataclass
@@ -161,7 +121,7 @@ class TrainConfig:
     data: DataConfig = field(default_factory=DataConfig)
     pretokenizer: PretokenizerConfig = field(default_factory=PretokenizerConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
-    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
+    executor: ExecutorSpec = field(default_factory=ExecutorSpec)
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     compat: CompatConfig = field(default_factory=CompatConfig)
     vocab_size: int = 8192
@@ -194,7 +154,7 @@ class EncodeConfig:
     text_field: str = "text"
     errors: str = "strict"
     engine: EngineConfig = field(default_factory=EngineConfig)
-    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
+    executor: ExecutorSpec = field(default_factory=ExecutorSpec)
     progress: bool | None = None
     # How the tokenizer directory is read (the ``compat`` group, as in training): None = as it says;
     # ``compat=official`` reads bare official vocab.json + merges.txt as their encoder does.
@@ -210,7 +170,7 @@ class EvaluateConfig:
     separator: str | None = "<|endoftext|>"  # documents are split at this special token
     text_field: str = "text"
     engine: EngineConfig = field(default_factory=EngineConfig)
-    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
+    executor: ExecutorSpec = field(default_factory=ExecutorSpec)
     output: str | None = None  # also write the numbers as JSON here
     compat: CompatConfig | None = None  # as in EncodeConfig
 
@@ -234,19 +194,17 @@ def stdlib_sample(max_bytes: int = 3_000_000) -> list[str]:
 
 def register_resolvers() -> None:
     """``${stdlib_sample:BYTES}`` for ``conf/data/default.yaml``; safe to call more than once."""
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf  # loaded by the commands only: library runs never need it
 
     if not OmegaConf.has_resolver("stdlib_sample"):
         OmegaConf.register_new_resolver("stdlib_sample", lambda n=3_000_000: stdlib_sample(int(n)))
     if not OmegaConf.has_resolver("unique_dir"):
-        from superbpe.run_dirs import claim_unique_dir
-
         OmegaConf.register_new_resolver("unique_dir", claim_unique_dir)
 
 
 def register_configs() -> None:
     """Put the schemas in Hydra's ConfigStore (the YAML files extend them by name)."""
-    from hydra.core.config_store import ConfigStore
+    from hydra.core.config_store import ConfigStore  # loaded by the commands only (~0.3 s to import)
 
     register_resolvers()
     store = ConfigStore.instance()
@@ -257,7 +215,7 @@ def register_configs() -> None:
 
 def to_dataclass(cfg: Any, schema: type) -> Any:
     """A composed DictConfig as the plain dataclass (interpolations resolved, types checked)."""
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf  # loaded by the commands only: library runs never need it
 
     if isinstance(cfg, schema):
         return cfg

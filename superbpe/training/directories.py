@@ -12,8 +12,8 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-from superbpe.checkpoints import checkpoint_path
-from superbpe.errors import ConfigError, InputError
+from superbpe.core.errors import ConfigError, InputError
+from superbpe.formats.checkpoints import checkpoint_path
 
 #: Settings a resume may change: they decide how fast and how visibly a run goes, never its merges
 #: (the engines agree byte for byte).
@@ -93,7 +93,7 @@ def read_run_overrides(run_dir: Path) -> list[str] | None:
     path = run_dir / ".hydra" / "overrides.yaml"
     if not path.is_file() or not path.read_text(encoding="utf-8", errors="replace").strip():
         return None
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf  # loaded by the commands only: library runs never need it
 
     try:
         loaded = OmegaConf.to_container(OmegaConf.load(path))

@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from superbpe.checkpoints import Checkpoint
-from superbpe.config import TrainConfig
-from superbpe.util import atomic_write_text
+from superbpe.core.util import atomic_write_text
+from superbpe.formats.checkpoints import Checkpoint
+from superbpe.training.config import TrainConfig
 
 METRICS_FORMAT = 1
 

@@ -1,4 +1,4 @@
-"""``run_training``: one training run from a :class:`~superbpe.config.TrainConfig`, no Hydra needed.
+"""``run_training``: one training run from a :class:`~superbpe.training.config.TrainConfig`, no Hydra needed.
 
 Order matters for the "nothing partial left behind" promise: everything that can be checked (config,
 schedule, source tokenizer, corpus paths, output directory) is checked before the first byte is
@@ -18,30 +18,43 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from superbpe import files
-from superbpe.api import build_vocab, check_special_tokens, merge_budget, reserved_tokens
-from superbpe.cache import RunCache, cache_key, token_prefix, tokens_made
-from superbpe.checkpoints import Checkpoint, Checkpointer, check_compatible, checkpoint_path, load_checkpoint
-from superbpe.compat import DEFAULT as DEFAULT_COMPAT
-from superbpe.compat import (
+from superbpe.core.compat import DEFAULT as DEFAULT_COMPAT
+from superbpe.core.compat import CompatConfig, check_compat, encoding_pretokenizer
+from superbpe.core.counts import PieceCounts, check_errors_mode
+from superbpe.core.errors import ConfigError, InputError
+from superbpe.core.memory import StageMemory, check_fits, parse_size
+from superbpe.core.pretokenize import SpecialSplitter
+from superbpe.core.progress import StageStats, build_reporter, measure, task
+from superbpe.core.sources import check_not_empty, corpus_size, input_fingerprint, is_gzipped, resolve_inputs
+from superbpe.core.types import Merge
+from superbpe.core.util import remove_stale_temps
+from superbpe.core.vocab import (
     alphabet_order,
-    check_compat,
-    encoding_pretokenizer,
+    build_vocab,
+    check_special_tokens,
     hf_vocab,
+    merge_budget,
     most_seen_merges,
-    seen_budget,
+    reserved_tokens,
 )
-from superbpe.config import CompatConfig, TrainConfig
-from superbpe.counting import PieceCounts, check_errors_mode
-from superbpe.engine import Engine, Merge, get_engine
-from superbpe.errors import ConfigError, InputError
-from superbpe.executor import check_executor
-from superbpe.memory import StageMemory, check_fits, parse_size
-from superbpe.pretokenize import SpecialSplitter
-from superbpe.progress import StageStats, build_reporter, measure, task
-from superbpe.sharded import count_corpus
-from superbpe.sources import check_not_empty, corpus_size, input_fingerprint, resolve_inputs
-from superbpe.stages import (
+from superbpe.engines.interface import Engine, get_engine
+from superbpe.formats.checkpoints import (
+    Checkpoint,
+    Checkpointer,
+    check_compatible,
+    checkpoint_path,
+    load_checkpoint,
+)
+from superbpe.formats.hf import resolve_roles
+from superbpe.formats.tiktoken_files import tiktoken_pattern
+from superbpe.formats.tokenizer_dir import save_tokenizer_dir
+from superbpe.jobs.count import count_corpus
+from superbpe.jobs.evaluate import evaluate_dir
+from superbpe.jobs.executors import check_executor
+from superbpe.training.cache import RunCache, cache_key, token_prefix, tokens_made
+from superbpe.training.config import TrainConfig
+from superbpe.training.metrics import build_metrics, write_metrics
+from superbpe.training.stages import (
     SourceMerges,
     StagePlan,
     apply_source,
@@ -52,7 +65,6 @@ from superbpe.stages import (
     resolve_pretokenizer,
     rules_spec,
 )
-from superbpe.util import remove_stale_temps
 
 log = logging.getLogger("superbpe")
 METRICS_FILE = "metrics.json"
@@ -165,12 +177,12 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
     if cfg.workers is not None and cfg.workers < 1:
         raise ConfigError(f"workers must be >= 1, not {cfg.workers}")
     reserved_tokens(0, cfg.pad_vocab_to_multiple_of)  # a bad multiple or role fails before any output
-    files.resolve_roles(cfg.export.roles(), specials)
+    resolve_roles(cfg.export.roles(), specials)
     top = cfg.pretokenizer
     resolve_pretokenizer(top)
     plans = plan_stages(cfg.schedule, top, total, compat)
     if cfg.export.tiktoken:
-        files.tiktoken_pattern(encoding_pretokenizer(plans[-1].pretokenizer, compat))
+        tiktoken_pattern(encoding_pretokenizer(plans[-1].pretokenizer, compat))
     source = load_source(cfg.schedule)
     source_merges: tuple[Merge, ...] = ()
     if source is not None:
@@ -362,7 +374,7 @@ def _with_alphabet(job: _Job, plan: StagePlan, counts: PieceCounts) -> StagePlan
     open_end = last.end == job.total_merges  # the last stage runs up to vocab_size
     fixed = [p.end for p in job.plans if not (p is last and open_end)]
     at_least = max(fixed, default=0) + (1 if open_end and fixed else 0)
-    budget = seen_budget(job.cfg.vocab_size, alphabet, job.specials, at_least)
+    budget = merge_budget(job.cfg.vocab_size, job.specials, alphabet, at_least)
     if plan.index != last.index or not open_end:
         return plan
     return replace(plan, end=budget)
@@ -409,7 +421,7 @@ def _load_or_count(job: _Job, plan: StagePlan, *, progress: bool | None, workers
                 plan.name,
                 100 * plan.approx_sample,
             )
-        total = None if any(p.name.endswith(".gz") for p in job.paths) else corpus_size(job.paths)
+        total = None if any(is_gzipped(p) for p in job.paths) else corpus_size(job.paths)
         with task(f"counting ({plan.pretokenizer.name})", total, "B", enabled=progress) as update:
             counts = count_corpus(
                 job.engine,
@@ -552,8 +564,6 @@ def _stage_metrics(plan: StagePlan, stats: StageStats, merges: int, job: _Job) -
 
 def _write_outputs(job: _Job, checkpoint: Checkpoint, seconds: float) -> dict[str, Any]:
     """Tokenizer files, then metrics.json (with bytes/token on the eval file)."""
-    from superbpe.metrics import build_metrics, write_metrics
-
     merges = checkpoint.merges
     final = encoding_pretokenizer(job.plans[-1].pretokenizer, job.compat)
     if job.compat.alphabet == "seen":
@@ -575,7 +585,7 @@ def _write_outputs(job: _Job, checkpoint: Checkpoint, seconds: float) -> dict[st
     for plan, end in zip(job.plans, checkpoint.stage_ends, strict=False):
         stages.append({**plan.spec(), "num_merges": end - start, "end": end})
         start = end
-    files.save_tokenizer_dir(
+    save_tokenizer_dir(
         job.output_dir,
         vocab,
         merges,
@@ -595,8 +605,6 @@ def _write_outputs(job: _Job, checkpoint: Checkpoint, seconds: float) -> dict[st
     )
     evaluation = None
     if job.eval_path is not None:
-        from superbpe.evaluate import evaluate_dir
-
         evaluation = evaluate_dir(job.output_dir, [job.eval_path], engine=job.engine.name).to_json()
     metrics = build_metrics(
         job.cfg, job.compat_config(), checkpoint, seconds, evaluation, len(vocab), engine=job.engine.name

@@ -17,13 +17,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from superbpe.api import make_rules
-from superbpe.compat import get_compat, training_pretokenizer, training_rules
-from superbpe.config import CompatConfig, PretokenizerConfig, ScheduleConfig, StageConfig
-from superbpe.engine import Merge
-from superbpe.errors import ConfigError, InputError
-from superbpe.pretokenize import Pretokenizer, get_pretokenizer
-from superbpe.trainer import MergeRules
+from superbpe.core.compat import CompatConfig, get_compat, training_pretokenizer, training_rules
+from superbpe.core.errors import ConfigError, InputError
+from superbpe.core.pretokenize import Pretokenizer, get_pretokenizer
+from superbpe.core.rules import MergeRules, make_rules
+from superbpe.core.types import Merge
+from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE, read_merges, read_vocab
+from superbpe.formats.hf import HF_FILE, pretokenizer_from_hf, read_hf_tokenizer
+from superbpe.formats.manifest import MANIFEST_FILE, read_manifest
+from superbpe.training.config import PretokenizerConfig, ScheduleConfig, StageConfig
 
 
 @dataclass(frozen=True)
@@ -191,15 +193,13 @@ def load_source(schedule: ScheduleConfig) -> SourceMerges | None:
 
 def _load_run(run_dir: Path) -> SourceMerges:
     """A finished run: its merges, cut to its first stage (later stages used other patterns)."""
-    from superbpe import files
-
-    manifest_path = run_dir / files.MANIFEST_FILE
+    manifest_path = run_dir / MANIFEST_FILE
     if not manifest_path.is_file():
         raise InputError(
-            f"schedule.from_run {run_dir}: no {files.MANIFEST_FILE} (not a finished training run)"
+            f"schedule.from_run {run_dir}: no {MANIFEST_FILE} (not a finished training run)"
         )
-    manifest = files.read_manifest(manifest_path)
-    merges = files.read_merges(run_dir / files.MERGES_FILE)
+    manifest = read_manifest(manifest_path)
+    merges = read_merges(run_dir / MERGES_FILE)
     first = manifest.stages[0] if manifest.stages else {}
     pre_spec = first.get("pretokenizer", manifest.pretokenizer)
     try:
@@ -212,20 +212,18 @@ def _load_run(run_dir: Path) -> SourceMerges:
 
 def _load_tokenizer_files(path: Path) -> SourceMerges:
     """GPT-2 ``vocab.json`` + ``merges.txt`` (a directory), or an HF ``tokenizer.json`` (file or dir)."""
-    from superbpe import files
-
-    if path.is_dir() and (path / files.MANIFEST_FILE).is_file():
+    if path.is_dir() and (path / MANIFEST_FILE).is_file():
         return _load_run(path)
-    if path.is_dir() and (path / files.MERGES_FILE).is_file():
-        vocab_path = path / files.VOCAB_FILE
-        vocab = files.read_vocab(vocab_path) if vocab_path.is_file() else None
-        merges = files.read_merges(path / files.MERGES_FILE, vocab)
-        return SourceMerges(f"merges {path / files.MERGES_FILE}", tuple(merges), None)
-    hf_path = path / files.HF_FILE if path.is_dir() else path
+    if path.is_dir() and (path / MERGES_FILE).is_file():
+        vocab_path = path / VOCAB_FILE
+        vocab = read_vocab(vocab_path) if vocab_path.is_file() else None
+        merges = read_merges(path / MERGES_FILE, vocab)
+        return SourceMerges(f"merges {path / MERGES_FILE}", tuple(merges), None)
+    hf_path = path / HF_FILE if path.is_dir() else path
     if not hf_path.is_file():
         raise InputError(f"schedule.from_tokenizer {path}: no merges.txt or tokenizer.json there")
-    data = files.read_hf_tokenizer(hf_path)
-    return SourceMerges(f"tokenizer.json {hf_path}", tuple(data.merges), files.pretokenizer_from_hf(data))
+    data = read_hf_tokenizer(hf_path)
+    return SourceMerges(f"tokenizer.json {hf_path}", tuple(data.merges), pretokenizer_from_hf(data))
 
 
 def apply_source(plans: list[StagePlan], source: SourceMerges) -> tuple[list[StagePlan], tuple[Merge, ...]]:

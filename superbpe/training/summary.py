@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from superbpe.errors import InputError
+from superbpe.core.errors import InputError
+from superbpe.core.util import import_optional
 
 COLUMNS = (
     "run", "schedule", "patterns", "vocab", "transition", "merges/stage", "seconds", "peak MB", "bytes/token"
@@ -95,11 +96,9 @@ def plot(rows: list[Row], output: Path) -> Path | None:
             series[key].append((1.0 if row.transition is None else row.transition, row.bytes_per_token))
     if not series:
         return None
-    from superbpe.util import import_optional
-
     matplotlib = import_optional("matplotlib", "plot", "the bytes/token plot (or pass --no-plot)")
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # an optional extra, checked just above
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     several_patterns = len({pattern for _, pattern in series}) > 1
