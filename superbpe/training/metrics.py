@@ -64,7 +64,3 @@ def build_metrics(
 
 def write_metrics(path: Path, metrics: dict[str, Any]) -> None:
     atomic_write_text(path, json.dumps(metrics, indent=2, ensure_ascii=False) + "\n")
-
-
-def read_metrics(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8"))

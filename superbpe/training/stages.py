@@ -11,6 +11,7 @@ The first stage may also come from an existing tokenizer (a finished run, GPT-2 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -241,8 +242,6 @@ def apply_source(plans: list[StagePlan], source: SourceMerges) -> tuple[list[Sta
 
 def merges_fingerprint(merges: Sequence[Merge]) -> str:
     """A short digest of a merge list (for cache keys and resume checks)."""
-    import hashlib
-
     digest = hashlib.sha256()
     for left, right in merges:
         digest.update(len(left).to_bytes(4, "little") + left + len(right).to_bytes(4, "little") + right)
