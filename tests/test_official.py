@@ -19,12 +19,13 @@ from script_helpers import ROOT, run_script
 
 from superbpe import Tokenizer, train_bpe
 from superbpe.core.byte_table import byte_to_unicode
-from superbpe.core.compat import OFFICIAL, PRESETS, CompatConfig, alphabet_order, hf_vocab, training_rules
+from superbpe.core.compat import OFFICIAL, PRESETS, CompatConfig, training_rules
 from superbpe.core.counts import PieceCounts
 from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.pretokenize import PATTERNS, get_pretokenizer
 from superbpe.core.rules import MergeRules
 from superbpe.core.types import Merge
+from superbpe.core.vocab import alphabet_order, hf_vocab
 from superbpe.engines.interface import get_engine
 from superbpe.formats.gpt2 import (
     MERGES_FILE,

@@ -125,6 +125,14 @@ def unmerged_tokens(vocab: Mapping[int, bytes], merges: Sequence[Merge]) -> list
     return found
 
 
+def parse_merge(path: Path, place: str, left: str, right: str) -> Merge:
+    """A merge from its two tokens in byte-table spelling; an error names the file and ``place``."""
+    try:
+        return token_str_to_bytes(left), token_str_to_bytes(right)
+    except KeyError as exc:
+        raise InputError(f"{path}: {place}: {exc.args[0]!r} is outside the byte table") from None
+
+
 def read_merges(path: str | Path, vocab: Mapping[int, bytes] | None = None) -> list[Merge]:
     """``merges.txt`` with or without the ``#version`` header; checked against ``vocab`` when given."""
     path = Path(path)
@@ -137,11 +145,9 @@ def read_merges(path: str | Path, vocab: Mapping[int, bytes] | None = None) -> l
         parts = line.split(" ")
         if len(parts) != 2 or not parts[0] or not parts[1]:
             raise InputError(f"{path}: line {number}: expected two tokens and one space, got {line!r}")
-        try:
-            merges.append((token_str_to_bytes(parts[0]), token_str_to_bytes(parts[1])))
-        except KeyError as exc:
-            raise InputError(f"{path}: line {number}: {exc.args[0]!r} is outside the byte table") from None
-        where.append(f"line {number}")
+        place = f"line {number}"
+        merges.append(parse_merge(path, place, *parts))
+        where.append(place)
     if vocab is not None:
         check_merges(path, merges, vocab, where)
     return merges

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from superbpe.core.byte_table import bytes_to_token_str, token_str_to_bytes
+from superbpe.core.byte_table import bytes_to_token_str
 from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.pretokenize import PATTERNS, Pretokenizer, get_pretokenizer
 from superbpe.core.types import Merge
-from superbpe.formats.gpt2 import check_merges, vocab_from_mapping
+from superbpe.formats.gpt2 import check_merges, parse_merge, vocab_from_mapping
 from superbpe.formats.json_files import read_json
 
 HF_FILE = "tokenizer.json"
@@ -168,11 +168,9 @@ def _hf_merges(path: Path, raw: Any) -> tuple[list[Merge], list[str]]:
         parts = item.split(" ") if isinstance(item, str) else item
         if not isinstance(parts, list) or len(parts) != 2 or not all(isinstance(p, str) and p for p in parts):
             raise InputError(f"{path}: merge #{index} is not two tokens: {item!r}")
-        try:
-            merges.append((token_str_to_bytes(parts[0]), token_str_to_bytes(parts[1])))
-        except KeyError as exc:
-            raise InputError(f"{path}: merge #{index}: {exc.args[0]!r} is outside the byte table") from None
-        where.append(f"merge #{index}")
+        place = f"merge #{index}"
+        merges.append(parse_merge(path, place, *parts))
+        where.append(place)
     return merges, where
 
 
