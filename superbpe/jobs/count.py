@@ -81,13 +81,13 @@ def count_on_executor(
     workers: int | None = None,
     progress: ProgressFn | None = None,
 ) -> PieceCounts:
-    """Piece counts of a corpus, counted shard by shard on ``executor`` (a config, spec or name).
+    """Piece counts of a corpus, counted shard by shard on ``executor`` (a spec or a name).
 
     Identical to ``get_engine(engine).count(...)`` on the same inputs.
     """
     spec = spec_from(executor)
     pre, specials, paths = prepare_count(inputs, pretokenizer, special_tokens, errors)
-    engine_name = get_engine(engine, [pre]).name  # the choice a local count makes (engine.get_engine)
+    engine_name = get_engine(engine, [pre]).name  # the choice a local count makes
     meta = counts_meta(pre, specials)
     threads = spec.num_cpus_per_task
     task = (pre, tuple(specials), engine_name, errors, text_field, chunk_bytes, chunk_bytes, threads)

@@ -180,6 +180,8 @@ def encode_corpus(
 
 
 def separator_id_of(tokenizer: Tokenizer, separator: str | None) -> int | None:
+    """The id written after every document; the separator must be one of the tokenizer's specials, so a
+    typo fails before any output rather than writing text ids where a boundary was meant."""
     if separator is None:
         return None
     if separator not in tokenizer.special_tokens:

@@ -204,7 +204,7 @@ def register_resolvers() -> None:
 
 def register_configs() -> None:
     """Put the schemas in Hydra's ConfigStore (the YAML files extend them by name)."""
-    from hydra.core.config_store import ConfigStore  # loaded by the commands only (~0.3 s to import)
+    from hydra.core.config_store import ConfigStore  # loaded by the commands only: library runs never need it
 
     register_resolvers()
     store = ConfigStore.instance()
