@@ -1,4 +1,4 @@
-"""The package's architecture as a contract (docs/DESIGN.md, "Layers").
+"""The package's architecture as a contract (docs/DESIGN.md, "Layers"), and DESIGN.md naming every module.
 
 import-linter checks the layers (each imports only the ones below it) and that no modules or packages
 import each other in a circle; its contracts live in pyproject.toml. What it cannot express is checked
@@ -117,3 +117,11 @@ def test_the_checks_see_what_they_forbid() -> None:
     assert taken == ["superbpe.jobs.encode._workers", "native._require_native"]
     local = "def f():\n    import json\n\n    # optional\n    import ray\n    import numpy  # cheap\n"
     assert unexplained_local_imports(local) == [2]
+
+
+def test_design_names_every_module() -> None:
+    """docs/DESIGN.md is the contract between the modules, so a module it does not name is a gap in it."""
+    design = (ROOT / "docs" / "DESIGN.md").read_text(encoding="utf-8")
+    python = [str(p.relative_to(PACKAGE)) for p in package_files() if p.name != "__init__.py"]
+    rust = [p.name for p in sorted((ROOT / "native" / "src").glob("*.rs"))]
+    assert [name for name in python + rust if f"`{name}`" not in design] == []
