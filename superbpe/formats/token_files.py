@@ -31,6 +31,8 @@ _TOKENIZER_FILES = frozenset({VOCAB_FILE, MERGES_FILE, HF_FILE, MANIFEST_FILE})
 
 @dataclass
 class EncodeResult:
+    """What a flat encoding wrote: the fields of its sidecar."""
+
     output: str
     dtype: str
     tokens: int
