@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from superbpe.core.counts import PieceCounts, ProgressFn, counts_meta
+from superbpe.core.counts import PieceCounts, counts_meta
 from superbpe.core.memory import StageMemory
 from superbpe.core.pretokenize import Pretokenizer
 from superbpe.core.progress import BuildProgress
 from superbpe.core.rules import MergeCallback, MergeRules, TrainResult
-from superbpe.core.sources import DEFAULT_CHUNK_BYTES, Chunk, InputSpec
+from superbpe.core.sources import DEFAULT_CHUNK_BYTES, Chunk
 from superbpe.core.types import Merge
 from superbpe.engines.python_count import CountJob, count_pieces
 from superbpe.engines.python_encoder import PythonEncoder
@@ -21,28 +21,8 @@ class PythonEngine:
 
     name = "python"
 
-    def count(
-        self,
-        inputs: InputSpec,
-        pretokenizer: Pretokenizer,
-        special_tokens: Iterable[str],
-        *,
-        workers: int | None = None,
-        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-        errors: str = "strict",
-        text_field: str = "text",
-        progress: ProgressFn | None = None,
-    ) -> PieceCounts:
-        return count_pieces(
-            inputs,
-            pretokenizer,
-            special_tokens,
-            workers=workers,
-            chunk_bytes=chunk_bytes,
-            errors=errors,
-            text_field=text_field,
-            progress=progress,
-        )
+    #: The python counter already has the interface's signature (files in, ``PieceCounts`` out).
+    count = staticmethod(count_pieces)
 
     def train(
         self,
