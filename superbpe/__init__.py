@@ -4,6 +4,7 @@ The library works without Hydra::
 
     import superbpe
     vocab, merges = superbpe.train_bpe("corpus.txt", 32000, ["<|endoftext|>"])
+    vocab, merges = superbpe.train_superbpe(texts, 32000, transition=0.8)  # texts: any iterable of str
     tok = superbpe.Tokenizer(vocab, merges, ["<|endoftext|>"])
 
 Heavy submodules are imported on first use so ``import superbpe`` stays cheap in worker processes.
@@ -18,6 +19,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "train_bpe": "superbpe.api.train",
+    "train_superbpe": "superbpe.api.train",
     "count": "superbpe.api.train",
     "build_vocab": "superbpe.core.vocab",
     "Tokenizer": "superbpe.api.tokenizer",

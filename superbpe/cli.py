@@ -10,6 +10,8 @@ composed config into arguments of a plain library function and reports user erro
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import itertools
 import json
 import logging
@@ -20,18 +22,20 @@ from collections.abc import Callable
 from pathlib import Path
 
 import hydra
+from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from superbpe.core.errors import SuperBPEError
 from superbpe.core.util import atomic_write_text, human_size
+from superbpe.formats.checkpoints import checkpoint_path
 from superbpe.jobs.encode import encode_corpus
 from superbpe.jobs.evaluate import evaluate_dir
 from superbpe.training.cache import clear_cache, describe_cache, parse_age, resolve_cache_dir
 from superbpe.training.config import EncodeConfig, EvaluateConfig, TrainConfig, register_configs, to_dataclass
-from superbpe.training.directories import resume_args, resume_command
+from superbpe.training.directories import made_parents, resume_args, resume_command
 from superbpe.training.run import TrainingInterrupted, run_training
 from superbpe.training.summary import collect, plot, table
 
@@ -89,16 +93,18 @@ def _hydra_message(exc: BaseException) -> str:
 
 
 def remove_if_only_logs(run_dir: Path) -> None:
-    """Delete a Hydra run directory that holds nothing but Hydra's own files (a job that failed early)."""
+    """Delete a Hydra run directory that holds nothing but Hydra's own files (a job that failed early),
+    and the directories made to hold it (``outputs/DATE``) once they are empty."""
     if not run_dir.is_dir():
         return
     for item in run_dir.iterdir():
         if item.name != ".hydra" and not item.name.endswith(".log"):
             return
     shutil.rmtree(run_dir, ignore_errors=True)
-    parent = run_dir.parent
-    if parent.is_dir() and not any(parent.iterdir()):
-        parent.rmdir()
+    for parent in made_parents(run_dir) or [run_dir.parent]:
+        if parent.is_dir() and not any(parent.iterdir()):
+            with contextlib.suppress(OSError):  # another run just put something there
+                parent.rmdir()
 
 
 def setup_logging() -> None:
@@ -124,9 +130,10 @@ def _train(cfg: DictConfig) -> None:
     try:
         result = run_training(to_dataclass(cfg, TrainConfig), run_dir=run_dir)
     except USER_ERRORS as exc:
-        if not cfg.get("resume"):
-            remove_if_only_logs(run_dir)
-        fail(exc)
+        if cfg.get("resume"):  # the user has the resume command; what failed may be the resume itself
+            fail(exc)
+        remove_if_only_logs(run_dir)
+        fail(_with_resume_hint(exc, Path(cfg.get("output_dir") or run_dir)))
     except TrainingInterrupted as stop:
         print(f"interrupted: {stop}; continue with: {resume_command(stop.output_dir, _entry_point())}")
         raise SystemExit(130) from None
@@ -135,7 +142,16 @@ def _train(cfg: DictConfig) -> None:
             remove_if_only_logs(run_dir)
         print("interrupted before training started")
         raise SystemExit(130) from None
-    print(f"tokenizer: {result.output_dir}")
+    print(f"tokenizer: {Path(result.output_dir).absolute()}")
+
+
+def _with_resume_hint(exc: BaseException, output_dir: Path) -> str:
+    """The error, and how to continue when the failed run left a checkpoint (its merges are kept)."""
+    message = " ".join(str(exc).split()) or type(exc).__name__
+    if not checkpoint_path(output_dir.expanduser()).is_file():
+        return message
+    command = resume_command(output_dir, _entry_point())
+    return f"{message} (the merges so far are kept; continue with: {command})"
 
 
 def _entry_point() -> list[str]:
@@ -146,14 +162,48 @@ def _entry_point() -> list[str]:
 
 def encode() -> None:
     """``superbpe-encode``: a corpus into a flat uint16/uint32 token file (+ JSON sidecar)."""
+    if _wants_help(sys.argv[1:]):
+        print_help("encode", EncodeConfig, encode.__doc__ or "", sys.argv[1:])
+        return
     _check_compat_overrides(sys.argv[1:])
     run_hydra(_encode)
 
 
 def evaluate() -> None:
     """``superbpe-evaluate``: bytes per token (and tokens per document) on held-out text."""
+    if _wants_help(sys.argv[1:]):
+        print_help("evaluate", EvaluateConfig, evaluate.__doc__ or "", sys.argv[1:])
+        return
     _check_compat_overrides(sys.argv[1:])
     run_hydra(_evaluate)
+
+
+def _wants_help(args: list[str]) -> bool:
+    return "--help" in args or "-h" in args
+
+
+def print_help(config_name: str, schema: type, summary: str, args: list[str]) -> None:
+    """``--help``: the config groups this command reads (with their options) and its composed config.
+
+    Why not Hydra's own help: it lists every group in the shared config directory, so the encode and
+    evaluate commands offered the training groups (schedule, pretokenizer, data) that they never read.
+    The groups shown here are the command's schema fields that have a directory in ``conf/``.
+    """
+    overrides = [arg for arg in args if arg not in ("--help", "-h")]
+    try:
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            cfg = compose(config_name, overrides=overrides)
+    except Exception as exc:  # a bad override: say so, as a run would
+        fail(_hydra_message(exc))
+    groups = [f.name for f in dataclasses.fields(schema) if (CONFIG_DIR / f.name).is_dir()]
+    lines = [summary.strip().replace("``", ""), "", "== Configuration groups ==",
+             "Compose your configuration from those groups (group=option)", ""]
+    for group in groups:
+        options = sorted(path.stem for path in (CONFIG_DIR / group).glob("*.yaml"))
+        lines.append(f"{group}: {', '.join(options)}")
+    lines += ["", "== Config ==", "Override anything in the config (foo.bar=value)", "",
+              OmegaConf.to_yaml(cfg, resolve=False).rstrip()]
+    print("\n".join(lines))
 
 
 def _check_compat_overrides(args: list[str]) -> None:
@@ -224,10 +274,21 @@ def summarize(argv: list[str] | None = None) -> None:
         print(table(rows))
         if args.no_plot:
             return
+        if not _has_matplotlib():  # the table is the result; the plot is an extra
+            print('plot: none (needs matplotlib: pip install "superbpe[plot]"; --no-plot skips it)')
+            return
         written = plot(rows, args.plot or args.sweep_dir / "summary.png")
     except USER_ERRORS as exc:
         fail(exc)
     print(f"plot: {written}" if written else "plot: none (no run has eval results; set eval=<file>)")
+
+
+def _has_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def cache(argv: list[str] | None = None) -> None:
@@ -239,7 +300,7 @@ def cache(argv: list[str] | None = None) -> None:
     commands.add_parser("list", help="entries with size and age, newest first, and the total")
     clear = commands.add_parser("clear", help="remove entries (all, or those not used for a while)")
     clear.add_argument("--older-than", default=None, metavar="AGE",
-                       help="only entries unused for longer than AGE: e.g. 30m, 12h, 7d")
+                       help="only entries unused for longer than AGE, unit required: e.g. 30m, 12h, 7d")
     args = parser.parse_args(argv)
     try:
         directory = resolve_cache_dir(args.cache_dir)

@@ -134,3 +134,26 @@ def write_small_texts(directory: Path) -> Path:
     (directory / "german.txt").write_text(german(), encoding="utf-8")
     (directory / "address.txt").write_text(addresses(), encoding="utf-8")
     return directory
+
+
+CODE_WORDS = [
+    *("the", "of", "a", "to", "in", "is", "for", "with"),
+    *("int", "void", "return", "if", "else", ":", "{"),
+]
+
+
+def code_line(rng: random.Random, words: int) -> str:
+    """A line of ``words`` words drawn from a few English and C keywords."""
+    return " ".join(rng.choice(CODE_WORDS) for _ in range(words)) + "\n"
+
+
+def long_lines_corpus(path: Path) -> Path:
+    """Long lines that repeat (a few thousand bytes, many times) and long lines that never repeat."""
+    rng = random.Random(20261123)
+    repeated = [code_line(rng, 600), "ab " * 700 + "\n", "x" * 3000 + "\n"]
+    distinct = [code_line(rng, rng.randrange(100, 900)) for _ in range(60)]
+    short = [code_line(rng, rng.randrange(1, 8)) for _ in range(400)]
+    lines = repeated * 25 + distinct + short * 3
+    rng.shuffle(lines)
+    path.write_text("".join(lines), encoding="utf-8")
+    return path

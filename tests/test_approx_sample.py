@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
+from fixture_texts import long_lines_corpus
 
 from superbpe.core.counts import PieceCounts
 from superbpe.core.errors import ConfigError, InputError
@@ -23,7 +24,6 @@ from superbpe.jobs.executors import ExecutorSpec, LocalExecutor
 from superbpe.jobs.shards import Shard, plan_shards, sample_evenly
 from superbpe.training.config import DataConfig, EngineConfig, PretokenizerConfig, TrainConfig, to_dataclass
 from superbpe.training.run import run_training
-from tests.test_stage2_scale import long_lines_corpus
 
 EOT = "<|endoftext|>"
 ENGINES = ["python", *(["native"] if native_available() else [])]

@@ -47,6 +47,42 @@ def test_key_depends_on_every_part():
 
 
 @pytest.mark.slow
+def test_an_entry_whose_computation_fails_leaves_no_lock_and_no_directory(tmp_path):
+    cache = RunCache(tmp_path / "cache")
+    with pytest.raises(RuntimeError), cache.entry("counts", "k", ".counts"):
+        raise RuntimeError("counting failed")
+    assert not (tmp_path / "cache").exists()
+    with cache.entry("counts", "k", ".counts") as path:
+        path.write_bytes(b"done")
+    assert sorted(p.name for p in (tmp_path / "cache" / "counts").iterdir()) == ["k.counts", "k.lock"]
+
+
+def test_a_lock_file_removed_while_waited_on_is_taken_again(tmp_path):
+    """A job waiting on a failed entry's lock must not hold a lock on the removed file while another
+    job locks the new one: it takes the lock again on the file now at the path."""
+    import threading
+
+    from superbpe.training.cache import locked
+
+    lock = tmp_path / "k.lock"
+    inside = threading.Event()
+    order: list[str] = []
+
+    def waiter() -> None:
+        inside.wait()
+        with locked(lock):
+            order.append("waiter")
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    with locked(lock):
+        inside.set()
+        order.append("first")
+        lock.unlink()  # as a failed entry does, while the waiter is blocked on the old file
+    thread.join(timeout=10)
+    assert order == ["first", "waiter"] and lock.exists()
+
+
 def test_concurrent_jobs_share_the_cache_safely(tmp_path, sample_texts):
     import subprocess
     import sys

@@ -45,10 +45,13 @@ def test_size_cap_removes_least_recently_used_first(tmp_path: Path) -> None:
 
 
 def test_bad_age_and_bad_cap_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert parse_age("12h") == 43200 and parse_age("90") == 90
-    with pytest.raises(SystemExit) as info:
-        cache_command(["--cache-dir", str(tmp_path), "clear", "--older-than", "soon"])
-    assert info.value.code == 1
-    assert capsys.readouterr().err.strip() == "error: bad age 'soon': a number with s, m, h, d or w (e.g. 7d)"
+    assert parse_age("12h") == 43200 and parse_age("90s") == 90 and parse_age("1.5d") == 1.5 * 86400
+    for bad in ("soon", "7", "3x", "d"):  # a bare number is refused: 7 days or 7 seconds?
+        with pytest.raises(SystemExit) as info:
+            cache_command(["--cache-dir", str(tmp_path), "clear", "--older-than", bad])
+        assert info.value.code == 1
+        assert capsys.readouterr().err.strip() == (
+            f"error: bad age '{bad}': a number with its unit s, m, h, d or w (e.g. 7d, 12h, 30m)"
+        )
     with pytest.raises(ConfigError, match="cache_max_gib must be positive"):
         RunCache(tmp_path, max_gib=0)

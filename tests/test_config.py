@@ -131,6 +131,52 @@ def test_unknown_key_is_an_error_naming_it():
         train_config("schedule=superbpe", "schedule.transitoin=0.5")
 
 
+#: (command, overrides, what the error names): an option the chosen group option does not use, for
+#: every group with such options. The groups data, engine (beyond memory_limit) and compat have
+#: none: each of their keys is read by every option of the group.
+UNUSED = [
+    ("train", ["schedule.transition=0.5"], ["schedule.transition=0.5", "schedule=bpe", "schedule=superbpe"]),
+    ("train", ["schedule.stage2_pattern=superbpe-paper"], ["schedule.stage2_pattern", "schedule=superbpe"]),
+    ("train", ["schedule.stage2_approx_sample=0.25"], ["schedule.stage2_approx_sample", "schedule=superbpe"]),
+    ("train", ["pretokenizer.pattern='\\w+'"], ["pretokenizer.pattern", "pretokenizer=custom"]),
+    ("train", ["engine=python", "memory_limit=8GB"], ["memory_limit=8GB", "engine=native"]),
+    ("train", ["executor.address=auto"], ["executor.address=auto", "executor=ray"]),
+    ("train", ["cache_dir=null", "cache_max_gib=20"], ["cache_max_gib=20", "cache_dir, which is null"]),
+    ("encode", ["executor.address=auto"], ["executor.address=auto", "executor=ray"]),
+    ("evaluate", ["executor.address=auto"], ["executor.address=auto", "executor=ray"]),
+]
+REQUIRED = {
+    "train": [],
+    "encode": ["tokenizer=t", "input=a", "output=o"],
+    "evaluate": ["tokenizer=t", "input=a"],
+}
+SCHEMAS = {"train": TrainConfig, "encode": EncodeConfig, "evaluate": EvaluateConfig}
+
+
+@pytest.mark.parametrize(("command", "overrides", "named"), UNUSED)
+def test_an_option_the_chosen_group_does_not_use_is_an_error_naming_the_group(command, overrides, named):
+    with pytest.raises(ConfigError) as info:
+        to_dataclass(compose(command, overrides=[*REQUIRED[command], *overrides]), SCHEMAS[command])
+    for fragment in named:
+        assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["schedule=superbpe", "schedule.transition=0.5", "schedule.stage2_approx_sample=0.25"],
+        ["schedule=superbpe", "schedule.stage2_pattern=superbpe-paper"],
+        ["schedule.stages=[{name: a, until: '${schedule.transition}'},{name: b}]", "schedule.transition=100"],
+        ["pretokenizer=custom", "pretokenizer.pattern='\\w+'"],
+        ["engine=auto", "memory_limit=8GB"],
+        ["executor=ray", "executor.address=auto"],
+        ["cache_max_gib=20"],
+    ],
+)
+def test_the_same_options_are_fine_where_they_are_used(overrides):
+    train_config(*overrides)
+
+
 def test_typo_in_a_yaml_like_stage_key_is_an_error():
     with pytest.raises(ConfigCompositionException):
         train_config("schedule.stages=[{name: a, untill: 100}]")

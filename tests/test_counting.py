@@ -91,7 +91,7 @@ def test_invalid_json_line_names_file_and_line(tmp_path: Path) -> None:
 def test_invalid_utf8_names_file_and_byte_offset(tmp_path: Path, workers: int) -> None:
     path = tmp_path / "bad.txt"
     path.write_bytes(b"fine text\nmore text\n" * 50 + b"bad \xff byte\n")
-    with pytest.raises(InputError, match=r"bad.txt: invalid UTF-8 at byte 1004$"):
+    with pytest.raises(InputError, match=r"bad.txt: invalid UTF-8 at byte 1004; data.errors=replace"):
         count_pieces(path, "gpt2", workers=workers, chunk_bytes=64)
     replaced = count_pieces(path, "gpt2", errors="replace")
     assert replaced[" \ufffd".encode()] == 1

@@ -21,6 +21,7 @@ from superbpe.core.counts import PieceCounts
 from superbpe.core.errors import ConfigError, InputError, SuperBPEError
 from superbpe.core.pretokenize import PATTERNS, get_pretokenizer
 from superbpe.core.rules import MergeRules
+from superbpe.core.sources import REPLACE_HINT
 from superbpe.core.vocab import build_vocab
 from superbpe.engines import native as native_engine
 from superbpe.engines.interface import get_engine
@@ -250,7 +251,7 @@ def test_invalid_utf8_is_reported_like_the_python_engine(
         python.count(path, pre, [])
     with pytest.raises(InputError) as ours:
         native.count(path, pre, [])
-    assert str(ours.value) == str(theirs.value) == f"{path}: invalid UTF-8 at byte 503"
+    assert str(ours.value) == str(theirs.value) == f"{path}: invalid UTF-8 at byte 503; {REPLACE_HINT}"
     replaced = native.count(path, pre, [], errors="replace")
     assert_same_counts(replaced, python.count(path, pre, [], errors="replace"))
     assert "\ufffd".encode() in replaced and " \ufffd\ufffd".encode() in replaced

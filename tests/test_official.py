@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
+from run_helpers import hf_stage1, official_run, superbpe_schedule
 from script_helpers import ROOT, run_script
 
 from superbpe import Tokenizer, train_bpe
@@ -36,50 +37,11 @@ from superbpe.formats.gpt2 import (
     vocab_to_json_text,
 )
 from superbpe.formats.hf import HF_FILE
-from superbpe.training.config import (
-    DataConfig,
-    EngineConfig,
-    PretokenizerConfig,
-    ScheduleConfig,
-    StageConfig,
-    TrainConfig,
-)
-from superbpe.training.run import run_training
+from superbpe.training.config import ScheduleConfig
 
 tokenizers = pytest.importorskip("tokenizers")
 
 ENGINES = ["python", "native"]
-
-
-def _superbpe_schedule(transition: int, **source: str) -> ScheduleConfig:
-    """The built-in superbpe schedule as conf/schedule/superbpe.yaml composes it."""
-    stage2 = StageConfig(
-        name="stage2",
-        pretokenizer=PretokenizerConfig(name="superbpe"),
-        max_words_per_token=4,
-        forbidden_substrings=[": "],
-    )
-    return ScheduleConfig(
-        name="superbpe",
-        transition=transition,
-        stages=[StageConfig(name="stage1", until=transition), stage2],
-        **source,
-    )
-
-
-def _official_run(tmp_path: Path, corpus: Path, engine: str, schedule: ScheduleConfig, name: str) -> Path:
-    cfg = TrainConfig(
-        data=DataConfig(paths=[str(corpus)]),
-        pretokenizer=PretokenizerConfig(name="superbpe-stage1"),
-        engine=EngineConfig(name=engine),
-        schedule=schedule,
-        compat=OFFICIAL,
-        vocab_size=1500,
-        special_tokens=[],
-        output_dir=str(tmp_path / name),
-        progress=False,
-    )
-    return run_training(cfg).output_dir
 
 
 def _assert_same_files(ours: Path, theirs: Path) -> None:
@@ -89,7 +51,7 @@ def _assert_same_files(ours: Path, theirs: Path) -> None:
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_official_bpe_writes_their_files(tmp_path, shared_data, official_data, engine):
-    out = _official_run(tmp_path, shared_data / "corpus.en", engine, ScheduleConfig(), "bpe")
+    out = official_run(tmp_path, shared_data / "corpus.en", engine, ScheduleConfig(), "bpe")
     _assert_same_files(out, official_data / "corpus_en" / "bpe")
 
 
@@ -97,20 +59,20 @@ def test_official_bpe_writes_their_files(tmp_path, shared_data, official_data, e
 def test_official_superbpe_writes_their_files(tmp_path, shared_data, official_data, engine):
     corpus = shared_data / "corpus.en"
     theirs = official_data / "corpus_en"
-    both = _official_run(tmp_path, corpus, engine, _superbpe_schedule(1000), "both")
+    both = official_run(tmp_path, corpus, engine, superbpe_schedule(1000), "both")
     _assert_same_files(both, theirs / "superbpe")
-    extended = _superbpe_schedule(1000, from_tokenizer=str(theirs / "bpe"))
-    from_tokenizer = _official_run(tmp_path, corpus, engine, extended, "from-tokenizer")
+    extended = superbpe_schedule(1000, from_tokenizer=str(theirs / "bpe"))
+    from_tokenizer = official_run(tmp_path, corpus, engine, extended, "from-tokenizer")
     _assert_same_files(from_tokenizer, theirs / "superbpe")
-    stage1 = _official_run(tmp_path, corpus, engine, ScheduleConfig(), "stage1")
-    from_run = _superbpe_schedule(1000, from_run=str(stage1))
-    _assert_same_files(_official_run(tmp_path, corpus, engine, from_run, "from-run"), theirs / "superbpe")
+    stage1 = official_run(tmp_path, corpus, engine, ScheduleConfig(), "stage1")
+    from_run = superbpe_schedule(1000, from_run=str(stage1))
+    _assert_same_files(official_run(tmp_path, corpus, engine, from_run, "from-run"), theirs / "superbpe")
 
 
 def test_official_tokenizer_encodes_like_theirs(tmp_path, shared_data, official_data):
     """Ours (trained, reloaded, and its tokenizer.json in HF) and theirs loaded give HF's ids for theirs."""
     theirs_dir = official_data / "corpus_en" / "superbpe"
-    ours_dir = _official_run(tmp_path, shared_data / "corpus.en", "native", _superbpe_schedule(1000), "sb")
+    ours_dir = official_run(tmp_path, shared_data / "corpus.en", "native", superbpe_schedule(1000), "sb")
     text = (shared_data / "corpus.en").read_text(encoding="utf-8")
     expected = tokenizers.Tokenizer.from_file(str(theirs_dir / HF_FILE)).encode(text).ids
     assert tokenizers.Tokenizer.from_file(str(ours_dir / HF_FILE)).encode(text).ids == expected
@@ -170,19 +132,6 @@ def test_bad_compat_value_is_one_line_error():
         MergeRules(duplicates="maybe")
 
 
-def _hf_stage1(path: Path, vocab_size: int, out: Path) -> None:
-    """Stock HF BpeTrainer as the official train_tokenizer.py sets it up (stage 1)."""
-    hf = tokenizers.Tokenizer(tokenizers.models.BPE())
-    hf.pre_tokenizer = tokenizers.pre_tokenizers.Sequence(
-        [
-            tokenizers.pre_tokenizers.Split(tokenizers.Regex(PATTERNS["superbpe-stage1"]), "isolated"),
-            tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
-    hf.train([str(path)], tokenizers.trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False))
-    hf.model.save(str(out))
-
-
 @pytest.mark.parametrize("engine", ENGINES)
 def test_hf_tie_break_and_alphabet_match_stock_hf_on_random_text(tmp_path, engine):
     """Small random texts are full of count ties: every merge and id must still be HF's."""
@@ -199,7 +148,7 @@ def test_hf_tie_break_and_alphabet_match_stock_hf_on_random_text(tmp_path, engin
         vocab_size = len(alphabet) + rng.randint(1, 60)
         out = tmp_path / f"hf{seed}"
         out.mkdir()
-        _hf_stage1(path, vocab_size, out)
+        hf_stage1(path, vocab_size, out)
         merges = get_engine(engine).train(counts, vocab_size - len(alphabet), rules=rules).merges
         assert merges_to_text(merges) == (out / MERGES_FILE).read_text(encoding="utf-8"), seed
         vocab = vocab_to_json_text(hf_vocab(alphabet, merges), "hf")
@@ -241,7 +190,7 @@ def test_stock_hf_makes_no_duplicate_merge_and_both_engines_match_it_on_runs(tmp
         counts = get_engine("python").count([path], pre, [])
         alphabet = alphabet_order(counts.bytes_seen())
         vocab_size = len(alphabet) + rng.choice([rng.randint(1, 40), 1000])  # 1000: until no pair is left
-        _hf_stage1(path, vocab_size, out)
+        hf_stage1(path, vocab_size, out)
         theirs = (out / MERGES_FILE).read_text(encoding="utf-8")
         assert len(set(theirs.splitlines())) == len(theirs.splitlines()), seed
         for engine in ENGINES:

@@ -155,10 +155,10 @@ def test_compat_contradicting_a_directory_is_a_one_line_error(tmp_path, official
 
 def test_recorded_compat_is_used_and_an_explicit_equal_one_is_accepted(tmp_path, shared_data):
     """A directory we trained records its compat: loading it with or without the same compat is equal."""
-    from test_official import _official_run, _superbpe_schedule
+    from run_helpers import official_run, superbpe_schedule
 
     ours = train_small_tokenizer(tmp_path / "ours", shared_data / "corpus.en", vocab_size=300)
-    official = _official_run(tmp_path, shared_data / "corpus.en", "native", _superbpe_schedule(1000), "sb")
+    official = official_run(tmp_path, shared_data / "corpus.en", "native", superbpe_schedule(1000), "sb")
     text = "the cat sat on the mat\n\nand more"
     assert Tokenizer.load(ours, compat="superbpe").encode(text) == Tokenizer.load(ours).encode(text)
     assert Tokenizer.load(official, compat=OFFICIAL).encode(text) == Tokenizer.load(official).encode(text)

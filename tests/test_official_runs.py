@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from run_helpers import hf_stage1, superbpe_schedule
 
 from superbpe.core.compat import OFFICIAL
 from superbpe.core.errors import ConfigError
@@ -15,7 +16,6 @@ from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE
 from superbpe.training.cache import token_prefix, tokens_made
 from superbpe.training.config import DataConfig, EngineConfig, PretokenizerConfig, ScheduleConfig, TrainConfig
 from superbpe.training.run import run_training
-from tests.test_official import _superbpe_schedule
 
 ENGINES = ["python", "native"]
 
@@ -26,7 +26,7 @@ def _run(out: Path, corpus: Path, *, cache: Path | None, vocab_size: int = 1500,
         data=DataConfig(paths=[str(corpus)]),
         pretokenizer=PretokenizerConfig(name="superbpe-stage1"),
         engine=EngineConfig(name=engine),
-        schedule=schedule or _superbpe_schedule(1000),
+        schedule=schedule or superbpe_schedule(1000),
         compat=replace(OFFICIAL, **compat),
         vocab_size=vocab_size,
         special_tokens=[],
@@ -79,13 +79,11 @@ def test_token_prefix_counts_duplicate_merges_as_no_token():
 @pytest.mark.parametrize("engine", ENGINES)
 def test_small_official_vocab_is_what_hf_makes(tmp_path, shared_data, engine):
     """Below 256 + specials (the alphabet is the bytes seen), and even below the alphabet, as HF does."""
-    from test_official import _hf_stage1
-
     corpus = shared_data / "corpus.en"  # 108 bytes seen
     for vocab_size in (60, 108, 109, 200):
         hf = tmp_path / f"hf{vocab_size}"
         hf.mkdir()
-        _hf_stage1(corpus, vocab_size, hf)
+        hf_stage1(corpus, vocab_size, hf)
         ours = _run(tmp_path / f"ours{vocab_size}", corpus, cache=None, vocab_size=vocab_size, engine=engine,
                     schedule=ScheduleConfig())  # fmt: skip
         assert _files(ours) == _files(hf), vocab_size
@@ -93,13 +91,13 @@ def test_small_official_vocab_is_what_hf_makes(tmp_path, shared_data, engine):
 
 def test_small_official_vocab_checks_the_schedule_against_the_bytes_seen(tmp_path, shared_data):
     corpus = shared_data / "corpus.en"  # 108 bytes seen: vocab 200 leaves 92 merges
-    out = _run(tmp_path / "sb", corpus, cache=None, vocab_size=200, schedule=_superbpe_schedule(50))
+    out = _run(tmp_path / "sb", corpus, cache=None, vocab_size=200, schedule=superbpe_schedule(50))
     assert len(json.loads((out / VOCAB_FILE).read_text())) == 200
     with pytest.raises(ConfigError, match="leaves 92 merges after the 108 bytes seen"):
-        _run(tmp_path / "late", corpus, cache=None, vocab_size=200, schedule=_superbpe_schedule(92))
+        _run(tmp_path / "late", corpus, cache=None, vocab_size=200, schedule=superbpe_schedule(92))
     assert not (tmp_path / "late" / MERGES_FILE).exists()
     with pytest.raises(ConfigError, match="is a fraction, but with compat.alphabet=seen"):
-        _run(tmp_path / "fraction", corpus, cache=None, vocab_size=1500, schedule=_superbpe_schedule(0.5))  # type: ignore[arg-type]
+        _run(tmp_path / "fraction", corpus, cache=None, vocab_size=1500, schedule=superbpe_schedule(0.5))  # type: ignore[arg-type]
 
 
 def test_official_memory_estimate_counts_every_byte_as_a_symbol(tmp_path, shared_data):

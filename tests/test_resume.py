@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import fixture_texts
 import pytest
 from script_helpers import SCRIPTS, assert_one_line_error, run_script, script_env, start_script
 
@@ -300,3 +301,37 @@ def test_ctrl_c_while_worker_processes_count_exits_promptly_and_quietly(wiki, tm
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "continue with:" in out
+
+
+@pytest.fixture(scope="module")
+def english_lines(tmp_path_factory) -> Path:
+    """Lines that almost never repeat (``benchmarks/make_english_corpus.py`` over stdlib docstrings)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from make_english_corpus import Chain, write_corpus  # benchmarks/ holds scripts, not a package
+
+    paragraphs = [" ".join(doc.split()) for doc in fixture_texts.stdlib_docstrings(400_000)]
+    path = tmp_path_factory.mktemp("english") / "lines.txt"
+    write_corpus(Chain(paragraphs), path, 600_000, seed=5, workers=1)
+    return path
+
+
+@pytest.mark.parametrize("engine", ["python", "native"])
+def test_killed_mid_stage2_on_distinct_english_lines_resumes_identically(english_lines, tmp_path, engine):
+    if engine == "native" and not native_available():
+        pytest.skip("superbpe._native is not built")
+    args = [*overrides(english_lines), f"engine={engine}", "vocab_size=3000"]
+    reference = tmp_path / "reference"
+    done = run_script("train.py", f"hydra.run.dir={reference}", *args, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    run_dir = tmp_path / "run"
+    proc = start_script("train.py", f"hydra.run.dir={run_dir}", *args, cwd=tmp_path)
+    seen = kill_when(
+        proc,
+        run_dir,
+        lambda s, _: s is not None and s["stage_ends"] and s["merges_count"] >= s["stage_ends"][0] + 40,
+    )
+    assert len(seen["stage_ends"]) == 1 and not seen["done"]
+    done = resume(tmp_path, run_dir)
+    assert done.returncode == 0, done.stderr
+    for name in OUTPUT_FILES:
+        assert (run_dir / name).read_bytes() == (reference / name).read_bytes(), name

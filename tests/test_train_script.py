@@ -20,11 +20,13 @@ def corpus(sample_texts: Path) -> Path:
     return sample_texts / "corpus.en"
 
 
-def train(tmp_path: Path, *overrides: str, run_dir: Path | None = None):
+def train(tmp_path: Path, *overrides: str, run_dir: Path | None = None, default_dir: bool = False):
+    """``train.py`` in ``tmp_path`` with its cache in ``tmp_path/cache``; the run in ``run_dir`` (default
+    ``tmp_path/run``), or with ``default_dir`` where a user's run goes: ``outputs/DATE/TIME``."""
     run_dir = run_dir or tmp_path / "run"
     return run_script(
         "train.py",
-        f"hydra.run.dir={run_dir}",
+        *([] if default_dir else [f"hydra.run.dir={run_dir}"]),
         "engine=python",
         *overrides,
         cwd=tmp_path,
@@ -102,12 +104,15 @@ def test_summarize_without_runs_is_a_one_line_error(tmp_path):
 
 
 def assert_nothing_left(tmp_path: Path) -> None:
+    """No run directory (named or ``outputs/...``), no output directory, nothing in the cache."""
     assert not (tmp_path / "run").exists()
+    assert not (tmp_path / "outputs").exists() and not (tmp_path / "out").exists()
+    assert not (tmp_path / "cache").exists() or not list((tmp_path / "cache").rglob("*"))
     assert not list(tmp_path.rglob(MERGES_FILE)) or all("from" in str(p) for p in tmp_path.rglob(MERGES_FILE))
 
 
 def test_missing_corpus(tmp_path):
-    proc = train(tmp_path, f"data.paths=[{tmp_path / 'nope.txt'}]")
+    proc = train(tmp_path, f"data.paths=[{tmp_path / 'nope.txt'}]", default_dir=True)
     assert_one_line_error(proc, "nope.txt", "no such file")
     assert_nothing_left(tmp_path)
 
@@ -120,16 +125,33 @@ def test_empty_corpus(tmp_path):
     assert_nothing_left(tmp_path)
 
 
+@pytest.mark.parametrize("where", ["outputs", "output_dir"])
+def test_invalid_utf8_names_the_option_and_leaves_no_directory_or_lock(tmp_path, where):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"fine text\nthen \xff here\n")
+    extra = [f"output_dir={tmp_path / 'out' / 'deeper'}"] if where == "output_dir" else []
+    proc = train(tmp_path, f"data.paths=[{bad}]", *extra, default_dir=where == "outputs")
+    assert_one_line_error(proc, "bad.txt: invalid UTF-8 at byte 15", "data.errors=replace")
+    assert_nothing_left(tmp_path)
+
+
 def test_transition_at_or_beyond_vocab(tmp_path, corpus):
     proc = train(
-        tmp_path, f"data.paths=[{corpus}]", "vocab_size=500", "schedule=superbpe", "schedule.transition=243"
+        tmp_path,
+        f"data.paths=[{corpus}]",
+        "vocab_size=500",
+        "schedule=superbpe",
+        "schedule.transition=243",
+        default_dir=True,
     )
     assert_one_line_error(proc, "schedule.transition 243", "243 merges")
     assert_nothing_left(tmp_path)
 
 
 def test_transition_beyond_the_merges_of_from_run(tmp_path, corpus):
-    first = train(tmp_path, f"data.paths=[{corpus}]", "vocab_size=300", run_dir=tmp_path / "from")
+    first = train(
+        tmp_path, f"data.paths=[{corpus}]", "vocab_size=300", "cache_dir=null", run_dir=tmp_path / "from"
+    )
     assert first.returncode == 0, first.stderr
     before = (tmp_path / "from" / MERGES_FILE).read_bytes()
     proc = train(
@@ -155,7 +177,7 @@ def test_unwritable_output_dir(tmp_path, corpus):
 
 
 def test_bad_override_is_reported_by_hydra_without_a_run(tmp_path):
-    proc = train(tmp_path, "vocab_sise=300")
+    proc = train(tmp_path, "vocab_sise=300", default_dir=True)
     assert proc.returncode == 1
     assert "vocab_sise" in proc.stderr and "Traceback" not in proc.stderr
     assert_nothing_left(tmp_path)

@@ -16,6 +16,7 @@
 use rayon::prelude::*;
 
 use crate::count::{Counts, SHARDS};
+use crate::replay::ChunkSyms;
 use crate::train::{CorpusHeap, Rules, Source, Trainer, PAIR_ENTRY_BYTES};
 
 /// Every this many pieces, one is replayed for the estimate (all of them below `EXACT_BELOW`).
@@ -39,16 +40,24 @@ pub struct Estimate {
 /// and its share of the page table (1/8, rounded up with the symbols').
 const PER_PIECE: u64 = 13;
 /// Bytes per symbol at that peak: the symbol (4), its index position (4), its share of the page
-/// table (1/8) and of the index's per-thread scratch (about 1). (Replay's output, 4 bytes per
-/// symbol and 12 per piece, is freed as the symbols are laid out, and counts handed over to the
-/// trainer are freed before that: with the several symbols per piece of real text, the earlier
-/// phases hold less.)
+/// table (1/8) and of the index's per-thread scratch (about 1).
 const PER_SYMBOL_X8: u64 = 8 * 9 + 1;
+/// Bytes per piece of replay's output besides its symbols: its length (4) and count (8).
+const REPLAYED_PER_PIECE: u64 = 12;
 
 /// A count shard's pieces (of at least 2 bytes), their bytes, and its sampled pieces with counts.
 type ShardSample<'a> = (u64, u64, Vec<(&'a [u8], u64)>);
 
-pub fn estimate(counts: &Counts, replay: &[(Vec<u8>, Vec<u8>)], rules: &Rules) -> Result<Estimate, String> {
+/// The build has two peaks. At the end of replay the replayed chunks (2 or 4 bytes per symbol, see
+/// `ChunkSyms`) stand beside the counts; at the pair index the trainer's arrays stand, and counts
+/// handed over to the trainer (`consume`) were freed before they were laid out. Which is higher
+/// depends on how much the counts hold against the symbols they replay to.
+pub fn estimate(
+    counts: &Counts,
+    replay: &[(Vec<u8>, Vec<u8>)],
+    rules: &Rules,
+    consume: bool,
+) -> Result<Estimate, String> {
     // One pass over the shards in parallel (reading each key is a cache miss, and a stage 2 has tens
     // of millions): their pieces and bytes, and every `SAMPLE`-th piece of each.
     let per_shard: Vec<ShardSample> = (0..SHARDS)
@@ -95,9 +104,18 @@ pub fn estimate(counts: &Counts, replay: &[(Vec<u8>, Vec<u8>)], rules: &Rules) -
     if rules.official() {
         return official(&sample, sample_bytes, bytes, pieces, step == 1, replay, rules);
     }
-    let t = Trainer::with_replay(&sample, replay)?;
-    let symbols = scale(t.symbol_count() as u64);
-    let peak_bytes = PER_PIECE * pieces + (PER_SYMBOL_X8 * symbols).div_ceil(8);
+    // Only the symbol count is needed: replay the sample without building a trainer on it.
+    let symbols = scale(Trainer::replayed_symbols(&sample, replay)?);
+    let index = PER_PIECE * pieces + (PER_SYMBOL_X8 * symbols).div_ceil(8);
+    // Without merges to replay the symbols are the pieces' bytes, built while the counts stand.
+    let peak_bytes = if replay.is_empty() {
+        index
+    } else {
+        let width = if ChunkSyms::fits_narrow(256 + replay.len()) { 2 } else { 4 };
+        let replayed = width * symbols + REPLAYED_PER_PIECE * pieces;
+        let freed = if consume { counts.heap_bytes() } else { 0 };
+        replayed.max(index.saturating_sub(freed))
+    };
     Ok(Estimate { pieces, bytes, symbols, peak_bytes })
 }
 
@@ -159,12 +177,32 @@ mod tests {
             c.add(p.as_bytes(), n).unwrap();
         }
         let replay = vec![(b"h".to_vec(), b"e".to_vec()), (b"l".to_vec(), b"l".to_vec())];
-        let e = estimate(&c, &replay, &Rules::default()).unwrap();
+        let e = estimate(&c, &replay, &Rules::default(), false).unwrap();
         let t = Trainer::with_replay(&c, &replay).unwrap();
         assert_eq!(e.pieces, 3);
         assert_eq!(e.bytes, 12 + 12 + 3);
         assert_eq!(e.symbols, t.symbol_count() as u64);
         assert!(e.peak_bytes >= 9 * e.symbols + 13 * e.pieces);
+    }
+
+    /// Counts handed over are freed before the index is built: the build then adds what the index
+    /// needs beyond them, but never less than the replayed chunks that stand beside them.
+    #[test]
+    fn handed_over_counts_lower_the_estimate_to_the_larger_peak() {
+        let mut c = Counts::default();
+        for i in 0..5000u32 {
+            c.add(format!("line {i} of some text that never repeats\n").as_bytes(), 1).unwrap();
+        }
+        let replay = vec![(b"e".to_vec(), b" ".to_vec()), (b"t".to_vec(), b"e".to_vec())];
+        let kept = estimate(&c, &replay, &Rules::default(), false).unwrap();
+        let handed = estimate(&c, &replay, &Rules::default(), true).unwrap();
+        let replayed = 2 * kept.symbols + 12 * kept.pieces;
+        assert_eq!(handed.peak_bytes, replayed.max(kept.peak_bytes.saturating_sub(c.heap_bytes())));
+        assert!(handed.peak_bytes < kept.peak_bytes && handed.peak_bytes >= replayed);
+        assert_eq!(
+            estimate(&c, &[], &Rules::default(), true).unwrap().peak_bytes,
+            estimate(&c, &[], &Rules::default(), false).unwrap().peak_bytes
+        );
     }
 
     /// The official build keeps every byte as a symbol and every pair the replay creates: below
@@ -177,11 +215,11 @@ mod tests {
         }
         let replay = vec![(b"h".to_vec(), b"e".to_vec()), (b"l".to_vec(), b"l".to_vec())];
         let rules = Rules { tie_break_ids: true, merge_duplicates: true, drop_absent: true, ..Default::default() };
-        let e = estimate(&c, &replay, &rules).unwrap();
+        let e = estimate(&c, &replay, &rules, false).unwrap();
         let t = Trainer::with_rules(Source::Borrowed(&c), &replay, &rules, &mut |_, _, _| Ok(())).unwrap();
         assert_eq!(e.symbols, t.symbol_count() as u64);
         let heap = t.corpus_heap();
         assert_eq!(e.peak_bytes, heap.linear + (heap.pair_slots * 8).div_ceil(7) * PAIR_ENTRY_BYTES);
-        assert!(e.peak_bytes > estimate(&c, &replay, &Rules::default()).unwrap().peak_bytes);
+        assert!(e.peak_bytes > estimate(&c, &replay, &Rules::default(), false).unwrap().peak_bytes);
     }
 }

@@ -386,17 +386,19 @@ fn train<'py>(
 }
 
 /// What building a trainer on `counts` with `replay` under `rules` will add to this process's memory
-/// at its peak, estimated (see `memory.rs`): `(peak_bytes, symbols, pieces, bytes)`.
+/// at its peak, estimated (see `memory.rs`; `consume`: the counts are handed to the trainer):
+/// `(peak_bytes, symbols, pieces, bytes)`.
 #[pyfunction]
 fn train_memory(
     py: Python<'_>,
     counts: &NativeCounts,
     replay: Vec<(Vec<u8>, Vec<u8>)>,
     rules: PyRules,
+    consume: bool,
 ) -> PyResult<(u64, u64, u64, u64)> {
     let inner = &counts.inner;
     let rules = Rules::from(rules);
-    let e = run_detached(py, || Ok(memory::estimate(inner, &replay, &rules)?))?;
+    let e = run_detached(py, || Ok(memory::estimate(inner, &replay, &rules, consume)?))?;
     Ok((e.peak_bytes, e.symbols, e.pieces, e.bytes))
 }
 

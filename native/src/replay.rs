@@ -273,8 +273,62 @@ fn resolve<F: Fn(u32, u32) -> Option<(u32, u32)>>(
 /// Replayed pieces of at least 2 symbols: `lens[i]` symbols each, in `syms`, counted `counts[i]`.
 pub struct ReplayChunk {
     pub lens: Vec<u32>,
-    pub syms: Vec<u32>,
+    pub syms: ChunkSyms,
     pub counts: Vec<i64>,
+}
+
+impl ReplayChunk {
+    fn new(narrow: bool) -> ReplayChunk {
+        let syms = if narrow { ChunkSyms::Narrow(Vec::new()) } else { ChunkSyms::Wide(Vec::new()) };
+        ReplayChunk { lens: Vec::new(), syms, counts: Vec::new() }
+    }
+}
+
+/// A chunk's symbols, two bytes each when every replayed id fits (`fits_narrow`): the replayed
+/// chunks and the counts they come from are held together at the end of replay, which is a stage
+/// 2's peak, so halving the chunks lowers it.
+pub enum ChunkSyms {
+    Narrow(Vec<u16>),
+    Wide(Vec<u32>),
+}
+
+impl ChunkSyms {
+    /// Whether ids below `tokens` fit in two bytes.
+    pub fn fits_narrow(tokens: usize) -> bool {
+        tokens <= 1 << 16
+    }
+
+    fn extend(&mut self, syms: &[u32]) {
+        match self {
+            // Every id is below the token count `fits_narrow` was asked about.
+            ChunkSyms::Narrow(v) => v.extend(syms.iter().map(|&s| s as u16)),
+            ChunkSyms::Wide(v) => v.extend_from_slice(syms),
+        }
+    }
+
+    fn shrink_to_fit(&mut self) {
+        match self {
+            ChunkSyms::Narrow(v) => v.shrink_to_fit(),
+            ChunkSyms::Wide(v) => v.shrink_to_fit(),
+        }
+    }
+
+    /// Symbols `at..at + out.len()`, widened, into `out`.
+    pub fn copy_to(&self, at: usize, out: &mut [std::mem::MaybeUninit<u32>]) {
+        let end = at + out.len();
+        match self {
+            ChunkSyms::Narrow(v) => {
+                for (o, &s) in out.iter_mut().zip(&v[at..end]) {
+                    o.write(s as u32);
+                }
+            }
+            ChunkSyms::Wide(v) => {
+                for (o, &s) in out.iter_mut().zip(&v[at..end]) {
+                    o.write(s);
+                }
+            }
+        }
+    }
 }
 
 /// One segment cache per thread, for `replay_counts` (kept across the shards of one corpus).
@@ -293,6 +347,8 @@ pub fn replay_counts(
     caches: &[Mutex<SegmentCache>],
 ) -> Result<Vec<ReplayChunk>, String> {
     const CHUNK: usize = 4096;
+    // Replayed ids are below 256 plus the number of merges replayed.
+    let narrow = ChunkSyms::fits_narrow(256 + ranks.len());
     let rank = |l: u32, r: u32| ranks.get(&crate::train::pair_key(l, r)).copied();
     let per_shard: Vec<Result<Vec<ReplayChunk>, String>> = shards
         .into_par_iter()
@@ -300,7 +356,7 @@ pub fn replay_counts(
             let slot = rayon::current_thread_index().unwrap_or(0) % caches.len();
             let mut cache = caches[slot].lock().unwrap_or_else(|e| e.into_inner());
             let mut chunks = Vec::new();
-            let mut out = ReplayChunk { lens: Vec::new(), syms: Vec::new(), counts: Vec::new() };
+            let mut out = ReplayChunk::new(narrow);
             let mut sym = Vec::new();
             // Each piece is cut (its cache slots fetched) one piece before it is resolved.
             let (mut next, mut current) = (Vec::new(), Vec::new());
@@ -320,13 +376,10 @@ pub fn replay_counts(
                 }
                 out.counts.push(i64::try_from(count).map_err(|_| "piece count too large".to_string())?);
                 out.lens.push(u32::try_from(sym.len()).map_err(|_| "piece too long".to_string())?);
-                out.syms.extend_from_slice(&sym);
+                out.syms.extend(&sym);
                 if out.lens.len() == CHUNK {
                     out.syms.shrink_to_fit();
-                    chunks.push(std::mem::replace(
-                        &mut out,
-                        ReplayChunk { lens: Vec::new(), syms: Vec::new(), counts: Vec::new() },
-                    ));
+                    chunks.push(std::mem::replace(&mut out, ReplayChunk::new(narrow)));
                 }
             }
             if !out.lens.is_empty() {

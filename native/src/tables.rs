@@ -83,6 +83,11 @@ pub struct Arena {
 }
 
 impl Arena {
+    /// Bytes its chunks hold.
+    fn heap_bytes(&self) -> u64 {
+        self.chunks.iter().map(|c| c.capacity() as u64).sum()
+    }
+
     /// Store a new record; returns its location.
     #[inline]
     fn push(&mut self, h: u64, key: &[u8], count: u64) -> u64 {
@@ -539,6 +544,13 @@ impl Counts {
     /// Empty the shards in `range`, freeing their tables and own arenas (keys in adopted arenas stay
     /// until the whole table goes). For a consumer that is done with those shards, so the memory
     /// can serve what it builds from them before the rest is freed.
+    /// Bytes the table holds: its shards' slots and every arena (what dropping it gives back).
+    pub fn heap_bytes(&self) -> u64 {
+        let entry = std::mem::size_of::<Entry>() as u64 + 1;
+        let shards: u64 = self.shards.iter().map(|s| s.table.capacity() as u64 * entry + s.arena.heap_bytes()).sum();
+        shards + self.adopted.iter().map(Arena::heap_bytes).sum::<u64>()
+    }
+
     pub fn release_shards(&mut self, range: std::ops::Range<usize>) {
         for shard in &mut self.shards[range] {
             *shard = Shard::default();

@@ -355,12 +355,8 @@ impl Trainer {
         Trainer::build(Source::Borrowed(counts), replay, warm_pairs, &mut |_, _, _| Ok(()))
     }
 
-    fn build(
-        mut source: Source<'_>,
-        replay: &[(Vec<u8>, Vec<u8>)],
-        warm_pairs: usize,
-        progress: &mut BuildProgress<'_>,
-    ) -> Result<Trainer, String> {
+    /// A trainer with the 256 byte tokens and nothing else.
+    fn bare() -> Trainer {
         let mut t = Trainer {
             syms: Symbols::default(),
             freq: Vec::new(),
@@ -376,21 +372,49 @@ impl Trainer {
         for (i, tok) in t.tokens.iter().enumerate() {
             t.token_ids.insert(tok, i as u32);
         }
+        t
+    }
+
+    /// Add the tokens of the merges to replay, in order (each keeps id 256 + its index), and return
+    /// their ranks.
+    fn add_replayed(&mut self, replay: &[(Vec<u8>, Vec<u8>)]) -> Result<Ranks, String> {
         if replay.len() > MAX_REPLAY {
             return Err(format!("{} merges to replay; the native trainer takes at most {MAX_REPLAY}", replay.len()));
         }
         let mut ranks = Ranks::default();
         for (i, (lb, rb)) in replay.iter().enumerate() {
-            let (Some(l), Some(r)) = (t.token_id(lb), t.token_id(rb)) else {
+            let (Some(l), Some(r)) = (self.token_id(lb), self.token_id(rb)) else {
                 return Err(format!("replay merge {i}: a part is not a token yet"));
             };
             let token = [lb.as_slice(), rb.as_slice()].concat();
-            if t.token_ids.contains(&token) {
+            if self.token_ids.contains(&token) {
                 return Err(format!("replay merge {i}: token already exists"));
             }
-            let new = t.add_token(l, r, token);
+            let new = self.add_token(l, r, token);
             ranks.insert(pair_key(l, r), (i as u32, new));
         }
+        Ok(ranks)
+    }
+
+    /// The symbols a build on `counts` would replay to (`symbol_count` of the built trainer),
+    /// without laying them out or indexing their pairs.
+    pub fn replayed_symbols(counts: &Counts, replay: &[(Vec<u8>, Vec<u8>)]) -> Result<u64, String> {
+        let ranks = Trainer::bare().add_replayed(replay)?;
+        if ranks.is_empty() {
+            return Ok(counts.iter().filter(|(p, c)| p.len() >= 2 && *c > 0).map(|(p, _)| p.len() as u64).sum());
+        }
+        let chunks = replay_counts(counts, 0..SHARDS, &ranks, &Joins::of(replay), &segment_caches())?;
+        Ok(chunks.iter().flat_map(|c| c.lens.iter()).map(|&len| len as u64).sum())
+    }
+
+    fn build(
+        mut source: Source<'_>,
+        replay: &[(Vec<u8>, Vec<u8>)],
+        warm_pairs: usize,
+        progress: &mut BuildProgress<'_>,
+    ) -> Result<Trainer, String> {
+        let mut t = Trainer::bare();
+        let ranks = t.add_replayed(replay)?;
         // Piece order only changes memory layout, never the merges (pieces are independent).
         let total = source.get().len() as u64;
         progress("replay", 0, total)?;
@@ -420,9 +444,14 @@ impl Trainer {
             drop(source);
             release_free_memory();
             t.lay_out_replayed(chunks)?;
+            // The replayed chunks were freed in pieces; give their pages back before the index
+            // is built on top (else they count in the peak).
+            release_free_memory();
         }
         progress("index", 0, t.syms.len() as u64)?;
         t.index_pairs(warm_pairs);
+        // The index's scratch and the cold pairs' positions are gone: their pages go back too.
+        release_free_memory();
         progress("index", t.syms.len() as u64, t.syms.len() as u64)?;
         Ok(t)
     }
@@ -440,9 +469,7 @@ impl Trainer {
             let (mut at, mut slot) = (0, 0);
             for &len in &chunk.lens {
                 let len = len as usize;
-                for (o, &s) in out[slot..slot + len].iter_mut().zip(&chunk.syms[at..at + len]) {
-                    o.write(s);
-                }
+                chunk.syms.copy_to(at, &mut out[slot..slot + len]);
                 out[slot + len].write(SEP);
                 (at, slot) = (at + len, slot + len + 1);
             }

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import struct
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,8 @@ from superbpe.core.util import atomic_write, usable_cpus
 
 COUNTS_MAGIC = b"SBPC\x01\n"
 ProgressFn = Callable[[int], None]
-_PARALLEL_MIN_BYTES = 8 << 20
+#: Below this many bytes a corpus is counted in this process (workers would cost more than they save).
+PARALLEL_MIN_BYTES = 8 << 20
 
 
 class PieceCounts(Mapping[bytes, int]):
@@ -162,6 +163,18 @@ def prepare_count(
     return pre, specials, paths
 
 
+def prepare_stream(
+    pretokenizers: Sequence[Pretokenizer], special_tokens: Iterable[str], errors: str
+) -> list[str]:
+    """The checks a stream count runs before reading a document (both engines)."""
+    if not pretokenizers:
+        raise SuperBPEError("count_documents needs at least one pre-tokenizer")
+    specials = list(dict.fromkeys(special_tokens))
+    SpecialSplitter(specials)
+    check_errors_mode(errors)
+    return specials
+
+
 def check_errors_mode(errors: str) -> None:
     if errors not in ("strict", "replace"):
         raise SuperBPEError(f"errors must be 'strict' or 'replace', not {errors!r}")
@@ -177,7 +190,7 @@ def resolve_workers(workers: int | None, corpus_bytes: int) -> int:
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise SuperBPEError(f"workers must be an integer >= 1, not {workers!r}")
         return workers
-    if corpus_bytes < _PARALLEL_MIN_BYTES:
+    if corpus_bytes < PARALLEL_MIN_BYTES:
         return 1
     cores = usable_cpus()
     return max(1, cores - 1)

@@ -22,7 +22,8 @@ import io
 import itertools
 import json
 import os
-from collections.abc import Iterable, Iterator, Sequence
+import warnings
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -39,6 +40,93 @@ _ASCII_SPACE = frozenset(b"\t\n\x0b\x0c\r ")
 _NON_SPACE = regex.compile(r"\S")
 
 InputSpec = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+#: A corpus given as documents: any iterable of strings (or of mappings holding the text under
+#: ``text_field``, as rows of a ``datasets`` stream are) that is not a list or tuple of paths.
+DocumentStream = Iterable[str] | Iterable[Mapping[str, Any]]
+
+
+def is_document_stream(inputs: Any) -> bool:
+    """Whether ``inputs`` are documents rather than paths: any iterable but a string, a path, or a list or
+    tuple (of paths, as always). Generators, iterators, ``map`` objects and ``datasets`` streams qualify."""
+    if isinstance(inputs, (str, bytes, os.PathLike, list, tuple)):
+        return False
+    return isinstance(inputs, Iterable) and not isinstance(inputs, Mapping)
+
+
+def document_blocks(
+    documents: DocumentStream, block_chars: int, errors: str = "strict", text_field: str = "text"
+) -> Iterator[list[str]]:
+    """The stream's documents in lists of about ``block_chars`` characters, read lazily (the stream is
+    never held whole). Each is checked: a string, or a mapping with a string under ``text_field``; a
+    lone surrogate (not UTF-8) is an error, or U+FFFD with ``errors="replace"`` (as in a file)."""
+    block: list[str] = []
+    size = 0
+    empty = True
+    for number, item in enumerate(documents):
+        empty = False
+        text = _document_text(item, number, text_field)
+        if number == 0:
+            _warn_if_a_path(text)
+        if not text.isascii():
+            text = _checked_unicode(text, number, errors)
+        block.append(text)
+        size += len(text)
+        if size >= block_chars:
+            yield block
+            block, size = [], 0
+    if empty:
+        raise InputError("the document stream is empty: no documents to count")
+    if block:
+        yield block
+
+
+def _warn_if_a_path(text: str) -> None:
+    """A stream whose first document names a file was most likely meant as paths (a generator of paths
+    is a stream of texts; paths go in a list or tuple)."""
+    try:
+        names_a_file = len(text) < 4096 and "\n" not in text and Path(text).expanduser().is_file()
+    except (OSError, ValueError):  # not a possible path (a NUL byte, a name too long)
+        names_a_file = False
+    if names_a_file:
+        warnings.warn(
+            f"the first document {text!r} is the name of a file, but an iterator is read as texts: pass "
+            "paths as a list or tuple",
+            UserWarning,
+            stacklevel=5,
+        )
+
+
+def _document_text(item: Any, number: int, text_field: str) -> str:
+    if isinstance(item, str):
+        return item
+    if isinstance(item, os.PathLike):
+        raise InputError(
+            f"document {number} is a path ({item}); an iterator is read as texts: pass paths as a list, "
+            "e.g. list(Path('corpus').glob('*.txt'))"
+        )
+    if isinstance(item, Mapping):
+        text = item.get(text_field)
+        if isinstance(text, str):
+            return text
+        raise InputError(f"document {number}: no string field {text_field!r} (set text_field)")
+    raise InputError(
+        f"document {number} is a {type(item).__name__}, not a string (give texts, or rows with a "
+        f"{text_field!r} field)"
+    )
+
+
+def _checked_unicode(text: str, number: int, errors: str) -> str:
+    """``text`` if it is valid Unicode; a lone surrogate is an error, or U+FFFD per byte under "replace"."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        if errors == "replace":
+            return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+        raise InputError(
+            f"document {number}: unpaired surrogate {text[exc.start]!r} at character {exc.start} (not "
+            "UTF-8); errors='replace' (library) or data.errors=replace (superbpe-train) reads it as U+FFFD"
+        ) from None
+    return text
 
 
 def resolve_inputs(inputs: InputSpec) -> list[Path]:
@@ -73,6 +161,12 @@ def _expand(item: str) -> list[Path]:
         if not matched:
             raise InputError(f"{item}: glob matches no files")
         return matched
+    if " " in item:  # a text, most likely
+        shown = item if len(item) <= 80 else f"{item[:60]}..."
+        raise InputError(
+            f"{shown!r}: no such file or directory (a list is read as paths: pass texts as an iterator, "
+            "e.g. iter(texts))"
+        )
     raise InputError(f"{path}: no such file or directory")
 
 
@@ -150,6 +244,14 @@ class Chunk:
     jsonl: bool
     first_line: int = 1
     table_parts: tuple[int, int] | None = None
+    compressed_bytes: int | None = None  # gzip: the file's bytes read for this chunk
+    documents: tuple[str, ...] | None = None  # a block of a document stream: its texts, no bytes
+
+    @property
+    def read_bytes(self) -> int:
+        """The bytes of the file on disk this chunk stands for: what progress counts, so that it ends at
+        the file's size (a gzip file's chunks hold several times more bytes than it has)."""
+        return len(self.data) if self.compressed_bytes is None else self.compressed_bytes
 
 
 class ChunkCutter:
@@ -244,6 +346,8 @@ def cut_stream(
 ) -> Iterator[Chunk]:
     """Chunks of ``stream``, whose first byte is byte ``offset`` (on line ``line``) of file ``name``."""
     buf, eof = b"", False
+    raw = stream.fileobj if isinstance(stream, gzip.GzipFile) else None  # where a gzip file's reads are
+    read_before = raw.tell() if raw is not None else 0
     while True:
         cut, searched = -1, size
         while True:
@@ -260,7 +364,10 @@ def cut_stream(
         if cut == 0:
             return
         data, buf = buf[:cut], buf[cut:]
-        yield Chunk(name, offset, data, jsonl, line)
+        compressed = None
+        if raw is not None:
+            compressed, read_before = raw.tell() - read_before, raw.tell()
+        yield Chunk(name, offset, data, jsonl, line, compressed_bytes=compressed)
         offset += len(data)
         if jsonl:
             line += data.count(b"\n")
@@ -286,11 +393,26 @@ def decode_chunk(chunk: Chunk, errors: str = "strict") -> str:
     try:
         return chunk.data.decode("utf-8", errors)
     except UnicodeDecodeError as exc:
-        raise InputError(f"{chunk.path}: invalid UTF-8 at byte {chunk.offset + exc.start}") from None
+        raise invalid_utf8(chunk.path, chunk.offset + exc.start) from None
+
+
+#: How to read text with invalid UTF-8 anyway, in each place that reads a corpus.
+REPLACE_HINT = (
+    "data.errors=replace (superbpe-train), errors=replace (superbpe-encode) or errors='replace' (library) "
+    "reads such bytes as U+FFFD"
+)
+
+
+def invalid_utf8(path: str | os.PathLike[str], offset: int) -> InputError:
+    """The error for a corpus byte that is not UTF-8: where it is, and the option that accepts it."""
+    return InputError(f"{path}: invalid UTF-8 at byte {offset}; {REPLACE_HINT}")
 
 
 def chunk_documents(chunk: Chunk, errors: str = "strict", text_field: str = "text") -> Iterator[str]:
-    """The independent texts in a chunk: the chunk itself, or one per JSON line."""
+    """The independent texts in a chunk: the chunk itself, or one per JSON line (or stream document)."""
+    if chunk.documents is not None:
+        yield from chunk.documents
+        return
     if chunk.table_parts is not None:
         yield from _table_documents(chunk, text_field)
         return

@@ -17,7 +17,7 @@ from superbpe.core.memory import StageMemory
 from superbpe.core.pretokenize import Pretokenizer
 from superbpe.core.progress import BuildProgress
 from superbpe.core.rules import MergeCallback, MergeRules, TrainResult
-from superbpe.core.sources import DEFAULT_CHUNK_BYTES, Chunk, InputSpec
+from superbpe.core.sources import DEFAULT_CHUNK_BYTES, Chunk, DocumentStream, InputSpec
 from superbpe.core.types import Merge
 from superbpe.engines import native
 from superbpe.engines.python import PythonEngine
@@ -50,6 +50,18 @@ class Engine(Protocol):
         text_field: str = "text",
         progress: ProgressFn | None = None,
     ) -> PieceCounts: ...
+
+    def count_documents(
+        self,
+        documents: DocumentStream,
+        pretokenizers: Sequence[Pretokenizer],
+        special_tokens: Iterable[str] = (),
+        *,
+        workers: int | None = None,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        errors: str = "strict",
+        text_field: str = "text",
+    ) -> Sequence[PieceCounts]: ...
 
     def count_chunks(
         self,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -26,11 +27,12 @@ from superbpe.core.counts import (
     ProgressFn,
     counts_meta,
     prepare_count,
+    prepare_stream,
     resolve_workers,
 )
 from superbpe.core.errors import ConfigError, InputError, SuperBPEError
 from superbpe.core.memory import StageMemory
-from superbpe.core.pretokenize import Pretokenizer
+from superbpe.core.pretokenize import Pretokenizer, get_pretokenizer
 from superbpe.core.progress import BuildProgress
 from superbpe.core.rules import (
     MergeRules,
@@ -42,8 +44,12 @@ from superbpe.core.rules import (
 from superbpe.core.sources import (
     DEFAULT_CHUNK_BYTES,
     Chunk,
+    DocumentStream,
     InputSpec,
     chunk_documents,
+    document_blocks,
+    invalid_utf8,
+    is_document_stream,
     is_gzipped,
     is_jsonl,
     is_table,
@@ -211,6 +217,12 @@ class NativeEngine:
         text_field: str = "text",
         progress: ProgressFn | None = None,
     ) -> PieceCounts:
+        if is_document_stream(inputs):
+            pre = get_pretokenizer(pretokenizer)
+            return self.count_documents(
+                inputs, [pre], special_tokens, workers=workers, chunk_bytes=chunk_bytes, errors=errors,
+                text_field=text_field,
+            )[0]  # fmt: skip
         pre, specials, paths = prepare_count(inputs, pretokenizer, special_tokens, errors)
         threads = thread_count(workers)
         lib = _require_native()
@@ -252,6 +264,48 @@ class NativeEngine:
         except ValueError as exc:
             raise InputError(f"not a valid piece-counts table ({exc})") from None
 
+    def count_documents(
+        self,
+        documents: DocumentStream,
+        pretokenizers: Sequence[Pretokenizer],
+        special_tokens: Iterable[str] = (),
+        *,
+        workers: int | None = None,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        errors: str = "strict",
+        text_field: str = "text",
+    ) -> list[NativePieceCounts]:
+        """Count a stream of documents with each of ``pretokenizers`` in one pass (a stream is read once).
+
+        Blocks of about ``chunk_bytes`` characters are counted in Rust on all threads while Python reads
+        the next block from the stream (the count releases the GIL), so at most two blocks are held.
+        """
+        specials = prepare_stream(pretokenizers, special_tokens, errors)
+        lib = _require_native()
+        for pre in pretokenizers:
+            _require_exact(pre)
+        threads = thread_count(workers)
+        encoded = [s.encode("utf-8") for s in specials]
+        unit = max(1, chunk_bytes)
+        counters = [lib.Counter(pre.pattern, pre.line_units, encoded, unit, threads) for pre in pretokenizers]
+
+        def count(block: list[str]) -> None:
+            for counter in counters:
+                counter.count_docs(block)
+
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="superbpe-count-documents") as pool:
+            pending: Future[None] | None = None
+            for block in document_blocks(documents, max(1, chunk_bytes), errors, text_field):
+                if pending is not None:
+                    pending.result()
+                pending = pool.submit(count, block)
+            if pending is not None:
+                pending.result()
+        return [
+            NativePieceCounts(counter.take(), counts_meta(pre, specials))
+            for counter, pre in zip(counters, pretokenizers, strict=True)
+        ]
+
     def train(
         self,
         counts: Mapping[bytes, int],
@@ -271,7 +325,7 @@ class NativeEngine:
         replay = list(replay)
         check_replay(replay)
         if check_memory is not None:
-            check_memory(StageMemory(*lib.train_memory(table, replay, rules)))
+            check_memory(StageMemory(*lib.train_memory(table, replay, rules, consume_counts)))
         if consume_counts and isinstance(counts, NativePieceCounts):
             counts.spend()
         merges, stopped = lib.train(
@@ -291,13 +345,16 @@ class NativeEngine:
         counts: Mapping[bytes, int],
         replay: Sequence[Merge],
         rules: MergeRules = MergeRules(),  # noqa: B008 -- frozen, so a shared default is safe
+        consume_counts: bool = False,
     ) -> StageMemory:
         """What building the trainer under ``rules`` will add to this process's memory at its peak
-        (estimated; the official rules build differently, see ``native/src/memory.rs``)."""
+        (estimated; the official rules build differently, see ``native/src/memory.rs``). Counts
+        handed to the trainer (``consume_counts``, as ``train`` takes it) are freed during the
+        build, which lowers its peak."""
         lib = _require_native()
         replay = list(replay)
         check_replay(replay)
-        return StageMemory(*lib.train_memory(native_counts(counts), replay, rules))
+        return StageMemory(*lib.train_memory(native_counts(counts), replay, rules, consume_counts))
 
     def encoder(
         self,
@@ -337,7 +394,7 @@ def _count_path(
         else:
             counter.count_file(str(path), replace)
     except _native.InvalidUtf8 as exc:
-        raise InputError(f"{path}: invalid UTF-8 at byte {exc.args[0]}") from None
+        raise invalid_utf8(path, exc.args[0]) from None
     if progress:
         progress(path.stat().st_size)
 
@@ -354,10 +411,9 @@ def _count_chunks(
             try:
                 counter.count_bytes(chunk.data, errors == "replace")
             except _native.InvalidUtf8 as exc:
-                offset = chunk.offset + exc.args[0]
-                raise InputError(f"{chunk.path}: invalid UTF-8 at byte {offset}") from None
+                raise invalid_utf8(chunk.path, chunk.offset + exc.args[0]) from None
         if progress:
-            progress(len(chunk.data))
+            progress(chunk.read_bytes)
 
 
 class NativeEncoder:

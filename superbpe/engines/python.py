@@ -11,7 +11,7 @@ from superbpe.core.progress import BuildProgress
 from superbpe.core.rules import MergeCallback, MergeRules, TrainResult
 from superbpe.core.sources import DEFAULT_CHUNK_BYTES, Chunk
 from superbpe.core.types import Merge
-from superbpe.engines.python_count import CountJob, count_pieces
+from superbpe.engines.python_count import CountJob, count_documents, count_pieces
 from superbpe.engines.python_encoder import PythonEncoder
 from superbpe.engines.python_trainer import train_merges
 
@@ -43,6 +43,9 @@ class PythonEngine:
             counts, num_merges, rules=rules, replay=replay, callback=callback, callback_every=callback_every
         )
 
+    #: The same for a stream of documents, counted with every pattern in one pass.
+    count_documents = staticmethod(count_documents)
+
     def count_chunks(
         self,
         chunks: Iterable[Chunk],
@@ -56,7 +59,8 @@ class PythonEngine:
     ) -> PieceCounts:
         """Counts of chunks read elsewhere (a shard's), in this process: ``unit_bytes`` and ``threads``
         are the native counter's and change nothing here."""
-        counter = CountJob(pretokenizer, tuple(special_tokens), errors, text_field).count_serial(chunks, None)
+        job = CountJob((pretokenizer,), tuple(special_tokens), errors, text_field)
+        (counter,) = job.count_serial(chunks, None)
         meta = counts_meta(pretokenizer, special_tokens)
         return PieceCounts({piece.encode("utf-8"): n for piece, n in counter.items()}, meta)
 

@@ -155,7 +155,7 @@ def encode_corpus(
                         open_document = ids[-1] != separator_id
                     tokens += write_ids(handle, ids, dtype)
                     documents += ended
-                    update(len(chunk.data))
+                    update(chunk.read_bytes)
                 one_per_record = is_jsonl(path) or is_table(path)
                 if not one_per_record and open_document:  # a text file ends its last document
                     documents += 1
@@ -171,9 +171,9 @@ def encode_corpus(
         separator,
         separator_id,
         tokenizer.vocab_size,
-        str(directory),
+        str(directory.resolve()),  # the sidecar is read from elsewhere: no path relative to here
         tokenizer_hash(directory),
-        [str(p) for p in paths],
+        [str(p.resolve()) for p in paths],
     )
     atomic_write_text(sidecar_path(out), json.dumps(asdict(result), indent=2, ensure_ascii=False) + "\n")
     return result
@@ -358,9 +358,9 @@ def _index(
         separator,
         separator_id,
         tokenizer.vocab_size,
-        str(directory),
+        str(directory.resolve()),  # the sidecar is read from elsewhere: no path relative to here
         fingerprint,
-        [str(p) for p in paths],
+        [str(p.resolve()) for p in paths],
         done,
     )
 

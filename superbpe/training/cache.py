@@ -35,6 +35,7 @@ from superbpe.core.counts import PieceCounts
 from superbpe.core.errors import ConfigError
 from superbpe.core.types import Merge
 from superbpe.core.util import atomic_write_text, human_size
+from superbpe.engines import native as native_engine
 
 log = logging.getLogger("superbpe")
 CACHE_FORMAT = 1
@@ -48,15 +49,45 @@ def cache_key(**parts: Any) -> str:
 
 @contextlib.contextmanager
 def locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``path`` (created if needed) for the block."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
+    """Hold an exclusive lock on ``path`` (created if needed) for the block.
+
+    A lock file may be removed while others wait on it (an entry whose computation failed leaves
+    none, see ``RunCache.entry``), so the lock counts only if ``path`` is still the file locked;
+    otherwise the lock is taken again on the file now at ``path``.
+    """
+    while True:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:  # the directory went away between the two calls: again
+            continue
         fcntl.flock(fd, fcntl.LOCK_EX)
+        if _same_file(fd, path):
+            break
+        os.close(fd)
+    try:
         yield
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        now = path.stat()
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)
+
+
+def _missing_dirs(directory: Path) -> list[Path]:
+    """``directory`` and its parents that do not exist yet, innermost first."""
+    missing = []
+    while not directory.exists() and directory != directory.parent:
+        missing.append(directory)
+        directory = directory.parent
+    return missing
 
 
 @dataclass(frozen=True)
@@ -87,19 +118,40 @@ class RunCache:
 
     @contextlib.contextmanager
     def entry(self, kind: str, key: str, suffix: str) -> Iterator[Path | None]:
-        """Lock one entry and yield its path (None when the cache is off)."""
+        """Lock one entry and yield its path (None when the cache is off).
+
+        When the block leaves no entry (its computation failed), its lock file goes too, and so do the
+        directories made for it that are still empty: a failed run leaves nothing in the cache.
+        """
         if self.root is None:
             yield None
             return
         directory = self.root / kind
-        with locked(directory / f"{key}.lock"):
-            yield directory / f"{key}{suffix}"
+        made = _missing_dirs(directory)
+        lock, path = directory / f"{key}.lock", directory / f"{key}{suffix}"
+        try:
+            with locked(lock):
+                try:
+                    yield path
+                finally:
+                    if not path.exists():
+                        lock.unlink(missing_ok=True)
+        finally:
+            if not path.exists():
+                for created in made:
+                    with contextlib.suppress(OSError):  # not empty: another job uses it
+                        created.rmdir()
 
-    def load_counts(self, path: Path | None) -> PieceCounts | None:
+    def load_counts(self, path: Path | None, *, native: bool = False) -> PieceCounts | None:
+        """The cached counts, read straight into a Rust table when ``native`` (the native engine trains
+        on that table; a Python mapping would be parsed and then converted to one, entry by entry)."""
         if path is None or not path.is_file():
             return None
         try:
-            counts = PieceCounts.load(path)
+            if native:
+                counts: PieceCounts = native_engine.load_counts(path)
+            else:
+                counts = PieceCounts.load(path)
         except ValueError as exc:  # corrupt entry: recompute rather than fail the run
             log.warning("ignoring unreadable cache entry %s: %s", path, exc)
             return None
@@ -188,14 +240,17 @@ def resolve_cache_dir(directory: str | None) -> Path:
 
 
 def parse_age(text: str) -> float:
-    """``"90s"``, ``"30m"``, ``"12h"``, ``"7d"``, ``"2w"`` (or plain seconds) as seconds."""
-    value, unit = (text[:-1], text[-1]) if text[-1:] in AGE_UNITS else (text, "s")
-    try:
-        seconds = float(value) * AGE_UNITS[unit]
-    except ValueError:
-        seconds = -1.0
+    """``"90s"``, ``"30m"``, ``"12h"``, ``"7d"``, ``"2w"`` as seconds.
+
+    The unit is required: a bare ``7`` meant seven days to the user who typed it and seven seconds to
+    the parser, and ``clear`` then removed every entry.
+    """
+    seconds = -1.0
+    if text[-1:] in AGE_UNITS:
+        with contextlib.suppress(ValueError):
+            seconds = float(text[:-1]) * AGE_UNITS[text[-1]]
     if not seconds >= 0:
-        raise ConfigError(f"bad age {text!r}: a number with s, m, h, d or w (e.g. 7d)")
+        raise ConfigError(f"bad age {text!r}: a number with its unit s, m, h, d or w (e.g. 7d, 12h, 30m)")
     return seconds
 
 

@@ -11,6 +11,7 @@ the library keeps working without it.
 from __future__ import annotations
 
 import dataclasses
+import re
 import sysconfig
 import typing
 from dataclasses import dataclass, field
@@ -219,9 +220,13 @@ def to_dataclass(cfg: Any, schema: type) -> Any:
 
     if isinstance(cfg, schema):
         return cfg
-    unknown = unknown_keys(OmegaConf.to_container(cfg, resolve=False), schema)
+    values = OmegaConf.to_container(cfg, resolve=False)
+    unknown = unknown_keys(values, schema)
     if unknown:
         raise ConfigError(f"unknown config key(s): {', '.join(unknown)} (misspelt? '+' does not add keys)")
+    unused = unused_options(values, schema)
+    if unused:
+        raise ConfigError("; ".join(unused))
     if OmegaConf.get_type(cfg) is not schema:  # untyped input: type it first (merging keeps ??? values)
         cfg = OmegaConf.merge(OmegaConf.structured(schema), cfg)
     return OmegaConf.to_object(cfg)
@@ -251,6 +256,84 @@ def unknown_keys(values: Any, schema: type, prefix: str = "") -> list[str]:
             where = f"{name}[{index}]." if isinstance(value, list) else f"{name}."
             found.extend(unknown_keys(item, inner, where))
     return found
+
+
+#: Schedule keys that only the stages use, through interpolations such as ``${schedule.transition}``.
+SCHEDULE_KNOBS = ("transition", "stage2_pattern", "stage2_approx_sample")
+_INTERPOLATED = re.compile(r"\$\{\s*schedule\.(\w+)")
+
+
+def unused_options(values: Any, schema: type) -> list[str]:
+    """Messages for options set to something other than their default that the chosen config groups
+    never read, each naming the group option that would use it.
+
+    Why: ``schedule.transition=0.5`` under the default ``schedule=bpe`` trained plain BPE without a
+    word; a setting that does nothing must be an error, not a surprise in ``metrics.json``. ``values`` is
+    the composed config, unresolved (interpolations still visible), as a plain dict.
+    """
+    if not isinstance(values, dict):
+        return []
+    found = _unused_executor_keys(values.get("executor"))
+    if schema is TrainConfig:
+        found += _unused_schedule_knobs(values.get("schedule"))
+        pretokenizer = values.get("pretokenizer") or {}
+        if pretokenizer.get("pattern") is not None and pretokenizer.get("name") != "custom":
+            found.append(
+                f"pretokenizer.pattern is used only by pretokenizer=custom (this run has "
+                f"pretokenizer={pretokenizer.get('name')}, a built-in pattern)"
+            )
+        if values.get("cache_max_gib") is not None and values.get("cache_dir") is None:
+            found.append(f"cache_max_gib={values['cache_max_gib']} caps cache_dir, which is null (no cache)")
+        engine = (values.get("engine") or {}).get("name")
+        if engine == "python" and values.get("memory_limit") is not None:
+            found.append(
+                f"memory_limit={values['memory_limit']} is used only by the native engine (engine=native or "
+                "engine=auto): engine=python does not estimate memory"
+            )
+    return found
+
+
+def _unused_schedule_knobs(schedule: Any) -> list[str]:
+    """Knobs set on a schedule whose stages do not refer to them (``schedule=bpe`` has no transition).
+
+    A stage refers to a knob through an interpolation (``until: ${schedule.transition}``), or holds its
+    value itself (a schedule written out by hand, which still records its transition in the metrics).
+    """
+    if not isinstance(schedule, dict):
+        return []
+    stages = schedule.get("stages")
+    referred = set(_INTERPOLATED.findall(repr(stages)))
+    held = _scalars(stages)
+    defaults = ScheduleConfig()
+    name = schedule.get("name", "?")
+    return [
+        f"schedule.{knob}={schedule[knob]} is not used by schedule={name} (its stages do not refer to it); "
+        "it is a knob of schedule=superbpe"
+        for knob in SCHEDULE_KNOBS
+        if knob in schedule
+        and knob not in referred
+        and schedule[knob] != getattr(defaults, knob)
+        and not (isinstance(schedule[knob], (str, int, float)) and schedule[knob] in held)
+    ]
+
+
+def _scalars(value: Any) -> set[Any]:
+    """Every string and number in a nested structure of dicts and lists."""
+    if isinstance(value, dict):
+        return set().union(*(_scalars(item) for item in value.values()))
+    if isinstance(value, list):
+        return set().union(*(_scalars(item) for item in value))
+    return {value} if isinstance(value, (str, int, float)) and not isinstance(value, bool) else set()
+
+
+def _unused_executor_keys(executor: Any) -> list[str]:
+    """``executor.address`` says where a Ray cluster is; the local executor has none."""
+    if not isinstance(executor, dict) or executor.get("name") == "ray":
+        return []
+    address = executor.get("address", ExecutorSpec.address)
+    if address == ExecutorSpec.address:
+        return []
+    return [f"executor.address={address} is used only by executor=ray (this command runs executor=local)"]
 
 
 def _dataclass_in(hint: Any) -> type | None:

@@ -32,6 +32,7 @@ RESUME_MAY_CHANGE = frozenset(
 _RESUME_HYDRA = ("hydra.run.dir", "hydra.output_subdir")
 
 _claimed: dict[str, str] = {}
+_made_parents: dict[Path, list[Path]] = {}
 
 
 def claim_unique_dir(base: str) -> str:
@@ -44,17 +45,32 @@ def claim_unique_dir(base: str) -> str:
     """
     if base in _claimed:
         return _claimed[base]
-    Path(base).parent.mkdir(parents=True, exist_ok=True)
+    parents = _missing_parents(Path(base).absolute())
     suffix = 1
     while True:
         candidate = base if suffix == 1 else f"{base}-{suffix}"
         try:
+            Path(base).parent.mkdir(parents=True, exist_ok=True)
             os.mkdir(candidate)
         except FileExistsError:
             suffix += 1
             continue
+        except FileNotFoundError:  # a parent went away meanwhile (another run's clean-up): again
+            continue
         _claimed[base] = candidate
+        _made_parents[Path(candidate).absolute()] = parents
         return candidate
+
+
+def _missing_parents(path: Path) -> list[Path]:
+    """The parents of ``path`` that do not exist yet, innermost first."""
+    return [parent for parent in path.parents if not parent.exists()]
+
+
+def made_parents(run_dir: Path) -> list[Path]:
+    """The directories this process created to hold ``run_dir`` (``outputs/``, ``outputs/DATE``), innermost
+    first, so that a run that fails can leave the tree as it found it."""
+    return list(_made_parents.get(Path(run_dir).absolute(), []))
 
 
 def _key(override: str) -> str:

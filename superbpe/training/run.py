@@ -8,6 +8,8 @@ checkpointing as it goes; the tokenizer files and ``metrics.json`` are written l
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
 import tempfile
@@ -24,8 +26,9 @@ from superbpe.core.counts import PieceCounts, check_errors_mode
 from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.memory import StageMemory, check_fits, parse_size
 from superbpe.core.pretokenize import SpecialSplitter
-from superbpe.core.progress import StageStats, build_reporter, measure, task
-from superbpe.core.sources import check_not_empty, corpus_size, input_fingerprint, is_gzipped, resolve_inputs
+from superbpe.core.progress import StageStats, build_reporter, current_rss_bytes, measure, task
+from superbpe.core.rules import MergeRules
+from superbpe.core.sources import check_not_empty, corpus_size, input_fingerprint, resolve_inputs
 from superbpe.core.types import Merge
 from superbpe.core.util import remove_stale_temps
 from superbpe.core.vocab import (
@@ -45,7 +48,9 @@ from superbpe.formats.checkpoints import (
     checkpoint_path,
     load_checkpoint,
 )
-from superbpe.formats.hf import resolve_roles
+from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE
+from superbpe.formats.hf import HF_FILE, resolve_roles
+from superbpe.formats.manifest import MANIFEST_FILE
 from superbpe.formats.tiktoken_files import tiktoken_pattern
 from superbpe.formats.tokenizer_dir import save_tokenizer_dir
 from superbpe.jobs.count import count_corpus
@@ -125,8 +130,23 @@ class _Job:
 
 
 def run_training(cfg: TrainConfig, *, run_dir: str | os.PathLike[str] | None = None) -> RunResult:
-    """Train the configured schedule into ``cfg.output_dir`` (or ``run_dir``); resume when ``cfg.resume``."""
+    """Train the configured schedule into ``cfg.output_dir`` (or ``run_dir``); resume when ``cfg.resume``.
+
+    A run that fails before its first checkpoint removes the output directory it created; one that
+    fails later keeps its checkpoint, to resume from.
+    """
     job = prepare(cfg, run_dir)
+    try:
+        return _run(job)
+    except BaseException:
+        _remove_if_unused(job.output_dir)
+        raise
+    finally:
+        _made_dirs.pop(job.output_dir, None)
+
+
+def _run(job: _Job) -> RunResult:
+    cfg = job.cfg
     log.info(
         "training %d merges (vocab %d) on %d file(s): %s",
         job.total_merges,
@@ -135,6 +155,9 @@ def run_training(cfg: TrainConfig, *, run_dir: str | os.PathLike[str] | None = N
         describe(job.plans),
     )
     checkpoint = _initial_checkpoint(job)
+    finished = _finished_result(job, checkpoint)
+    if finished is not None:
+        return finished
     checkpointer = Checkpointer(
         job.output_dir, checkpoint, cfg.checkpoint.every_merges, cfg.checkpoint.every_seconds
     )
@@ -156,7 +179,20 @@ def run_training(cfg: TrainConfig, *, run_dir: str | os.PathLike[str] | None = N
     if not checkpoint.done:
         checkpointer.finish_run()
     log.info("tokenizer written to %s", job.output_dir)
+    _log_eval(metrics.get("eval"))
     return RunResult(job.output_dir, merges, list(checkpoint.stage_ends), metrics)
+
+
+def _log_eval(evaluation: dict[str, Any] | None) -> None:
+    """The run's result on held-out text, last in the log (where a user looks when the run ends)."""
+    if evaluation:
+        log.info(
+            "eval: %.4f bytes/token (%d bytes, %d tokens, %d documents)",
+            evaluation["bytes_per_token"],
+            evaluation["bytes"],
+            evaluation["tokens"],
+            evaluation["documents"],
+        )
 
 
 def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> _Job:
@@ -249,12 +285,25 @@ def _output_dir(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None) -> Pat
 def _check_writable(directory: Path) -> None:
     """Create the directory if needed and prove a file can be written there (then remove the proof)."""
     try:
+        _made_dirs[directory] = [path for path in (directory, *directory.parents) if not path.exists()]
         directory.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=directory)
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
         raise InputError(f"output directory {directory} is not writable ({exc.strerror or exc})") from None
+
+
+#: The directories ``_check_writable`` created for an output directory, innermost first.
+_made_dirs: dict[Path, list[Path]] = {}
+
+
+def _remove_if_unused(directory: Path) -> None:
+    """After a failed run: remove the output directory and the parents made for it while they are empty
+    (a run that failed before its first checkpoint leaves nothing behind)."""
+    for path in _made_dirs.pop(directory, []):
+        with contextlib.suppress(OSError):  # not empty (a checkpoint, another run's files): kept
+            path.rmdir()
 
 
 def _initial_checkpoint(job: _Job) -> Checkpoint:
@@ -264,11 +313,38 @@ def _initial_checkpoint(job: _Job) -> Checkpoint:
         if found is not None:
             check_compatible(found, config, job.fingerprint, job.output_dir)
             _check_done(found, job)
-            where = "finished" if found.done else f"stage {found.stage + 1} of {len(job.plans)}"
-            log.info("resuming %s: %s, %d merges so far", job.output_dir, where, len(found.merges))
+            merges = len(found.merges)
+            log.info("resuming %s: %s, %d merges so far", job.output_dir, _where(found, job), merges)
             return found
         log.info("resume %s: no checkpoint yet, starting from the beginning", job.output_dir)
     return Checkpoint(config=config, fingerprint=job.fingerprint)
+
+
+def _where(checkpoint: Checkpoint, job: _Job) -> str:
+    """How far a resumed run got, in words (a run whose stages are all trained only lacks its files)."""
+    if checkpoint.done:
+        return "already finished"
+    if checkpoint.stage >= len(job.plans):
+        return f"all {len(job.plans)} stage(s) trained, writing the tokenizer"
+    return f"stage {checkpoint.stage + 1} of {len(job.plans)}"
+
+
+def _finished_result(job: _Job, checkpoint: Checkpoint) -> RunResult | None:
+    """The result of a run that is already finished with its files in place (a resume has nothing to
+    do and rewrites nothing), else None."""
+    if not checkpoint.done:
+        return None
+    metrics_path = job.output_dir / METRICS_FILE
+    names = (VOCAB_FILE, MERGES_FILE, HF_FILE, MANIFEST_FILE)
+    present = all((job.output_dir / name).is_file() for name in names)
+    if not present or not metrics_path.is_file():
+        return None
+    try:
+        metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
+    except ValueError:
+        return None
+    log.info("nothing to do: the tokenizer and metrics of %s are in place", job.output_dir)
+    return RunResult(job.output_dir, list(checkpoint.merges), list(checkpoint.stage_ends), metrics)
 
 
 def _check_done(checkpoint: Checkpoint, job: _Job) -> None:
@@ -412,7 +488,7 @@ def _load_or_count(job: _Job, plan: StagePlan, *, progress: bool | None, workers
         **_sampled(plan),
     )
     with job.cache.entry("counts", key, ".counts") as path:
-        counts = job.cache.load_counts(path)
+        counts = job.cache.load_counts(path, native=job.engine.name == "native")
         if counts is not None:
             return counts
         if plan.approx_sample is not None:
@@ -421,7 +497,7 @@ def _load_or_count(job: _Job, plan: StagePlan, *, progress: bool | None, workers
                 plan.name,
                 100 * plan.approx_sample,
             )
-        total = None if any(is_gzipped(p) for p in job.paths) else corpus_size(job.paths)
+        total = corpus_size(job.paths)  # on disk: a gzip file's progress counts its compressed bytes
         with task(f"counting ({plan.pretokenizer.name})", total, "B", enabled=progress) as update:
             counts = count_corpus(
                 job.engine,
@@ -483,19 +559,50 @@ def _train(
             return found
         if tokens_made(candidate) < len(candidate):  # a duplicate merge cannot be replayed
             candidate = [*prior, *partial]
-        merges = _choose(job, plan, counts, candidate, checkpointer, stats)
+        merges = _choose(
+            job, plan, counts, candidate, checkpointer, stats, replay=_replayed(job, plan, prior, candidate)
+        )
         job.cache.store_merges(path, merges[len(base) :], exhausted=tokens_made(merges) < plan.end)
         return merges
+
+
+def _replayed(job: _Job, plan: StagePlan, prior: Sequence[Merge], known: Sequence[Merge]) -> list[Merge]:
+    """What the trainer replays of ``known`` (the merges so far, ``prior`` + this stage's own): all of them,
+    or only ``prior`` when choosing this stage's own merges again is cheaper than replaying them.
+
+    Why: the native engine replays per piece, cutting each piece where no replayed merge can join two
+    bytes. A later stage's own merges join across the word boundaries the earlier stages never join,
+    so replaying even a few of them leaves its long pieces uncut, and the replay took about four times
+    as long (kernel_docs: 2.0-2.5 s against 0.54 s), more than choosing the whole stage takes. Choosing
+    them again gives the same merges (training is deterministic; ``_choose`` checks). The official
+    rules replay merge by merge anyway, and the python engine does not cut pieces.
+    """
+    own = len(known) - len(prior)
+    if own <= 0 or not prior or job.engine.name != "native" or _replays_one_by_one(plan.rules):
+        return list(known)
+    log.info("stage %s: choosing its %d merges so far again (faster than replaying them)", plan.name, own)
+    return list(prior)
+
+
+def _replays_one_by_one(rules: MergeRules) -> bool:
+    """Whether the native trainer replays merge by merge (the official rules: HF's bookkeeping)."""
+    return rules.tie_break != "bytes" or rules.duplicates != "skip" or rules.absent_inherited != "keep"
 
 
 def _choose(
     job: _Job,
     plan: StagePlan,
     counts: PieceCounts,
-    replay: list[Merge],
+    known: list[Merge],
     checkpointer: Checkpointer,
     stats: StageStats,
+    *,
+    replay: list[Merge] | None = None,
 ) -> list[Merge]:
+    """Train the stage to ``plan.end`` from ``known`` (the merges so far), replaying ``replay`` (a prefix
+    of ``known``; all of it by default) and choosing the rest; merges chosen again are not checkpointed
+    until they go beyond ``known``, so a kill meanwhile loses nothing that was saved."""
+    replay = list(known) if replay is None else replay
     every = max(1, min(100, job.cfg.checkpoint.every_merges))
     with task(
         f"merging ({plan.name})",
@@ -510,7 +617,8 @@ def _choose(
         def callback(merges: Sequence[Merge]) -> None:
             update(len(merges) - seen[0])
             seen[0] = len(merges)
-            checkpointer.progress(merges)
+            if len(merges) > len(known):
+                checkpointer.progress(merges)
 
         result = job.engine.train(
             counts,
@@ -526,7 +634,25 @@ def _choose(
             consume_counts=True,
         )
         update(len(result.merges) - seen[0])
-    return list(result.merges)
+    merges = list(result.merges)
+    _check_chosen_again(plan, known, merges)
+    return merges
+
+
+def _check_chosen_again(plan: StagePlan, known: Sequence[Merge], merges: Sequence[Merge]) -> None:
+    """Merges chosen again must be the ones known; say so loudly if not (the new ones are kept: they
+    are what this engine and corpus give now)."""
+    again = list(merges[: len(known)])
+    if again == list(known):
+        return
+    first = next(i for i in range(len(known)) if i >= len(again) or again[i] != known[i])
+    log.warning(
+        "stage %s: merge %d chosen again is %s, not the checkpoint's %s; continuing with the new merges",
+        plan.name,
+        first,
+        again[first] if first < len(again) else "none",
+        known[first],
+    )
 
 
 def _check_memory(job: _Job, plan: StagePlan, stats: StageStats, need: StageMemory) -> None:
@@ -536,6 +662,8 @@ def _check_memory(job: _Job, plan: StagePlan, stats: StageStats, need: StageMemo
         distinct_bytes=need.piece_bytes,
         estimated_symbols=need.symbols,
         estimated_build_bytes=need.build_bytes,
+        # What the process will hold at the build's peak: what it holds now plus the build.
+        estimated_peak_bytes=current_rss_bytes() + need.build_bytes,
     )
     log.info(
         "stage %s: building needs about %.0f MB for %.1fM symbols (%.2fM pieces, %.0f MB)",

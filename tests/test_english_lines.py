@@ -1,0 +1,98 @@
+"""SuperBPE on English-like lines that almost never repeat, as in deduplicated web text.
+
+Stage 2's pieces are whole lines cut at numbers, punctuation and space runs, so on such text nearly
+every piece is distinct and counted once, pairs are many and rare, and a line's words repeat while the
+line does not. The corpus comes from ``benchmarks/make_english_corpus.py`` (the generator the benchmarks
+use), spliced from the standard library's docstrings so the tests need no shared data. Both engines must
+choose the same merges on it, and a stage 2 stopped half way and continued must equal one run through.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import fixture_texts
+import pytest
+
+from superbpe.core.pretokenize import get_pretokenizer
+from superbpe.core.rules import MergeRules
+from superbpe.engines import native as native_engine
+from superbpe.engines.python import PythonEngine
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from make_english_corpus import Chain, write_corpus  # noqa: E402  (benchmarks/ holds scripts, not a package)
+
+EOT = "<|endoftext|>"
+RULES = MergeRules(max_words_per_token=4, forbidden_substrings=(b": ",))
+STAGE1_MERGES = 300
+TOTAL_MERGES = 800
+
+
+@pytest.fixture(scope="module")
+def english_lines(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    paragraphs = [" ".join(doc.split()) for doc in fixture_texts.stdlib_docstrings(300_000)]
+    path = tmp_path_factory.mktemp("english") / "lines.txt"
+    write_corpus(Chain(paragraphs), path, 250_000, seed=11, workers=1)
+    return path
+
+
+def engines() -> list:
+    found = [PythonEngine()]
+    if native_engine.available():
+        found.append(native_engine.NativeEngine())
+    return found
+
+
+def test_the_generated_lines_are_english_and_almost_all_distinct(english_lines: Path) -> None:
+    lines = [line for line in english_lines.read_text(encoding="utf-8").splitlines() if line != EOT]
+    assert len(lines) > 300
+    assert len(set(lines)) >= 0.98 * len(lines)
+    words = " ".join(lines).split()
+    assert sum(w.lower() in ("the", "of", "a", "to", "is") for w in words) > 0.05 * len(words)
+
+
+def test_the_generator_is_deterministic(tmp_path: Path) -> None:
+    paragraphs = [" ".join(doc.split()) for doc in fixture_texts.stdlib_docstrings(100_000)]
+    chain = Chain(paragraphs)
+    a, b, c = tmp_path / "a.txt", tmp_path / "b.txt", tmp_path / "c.txt"
+    write_corpus(chain, a, 50_000, seed=3, workers=1)
+    write_corpus(chain, b, 50_000, seed=3, workers=2)
+    write_corpus(chain, c, 50_000, seed=4, workers=1)
+    assert a.read_bytes() == b.read_bytes() != c.read_bytes()
+    assert 49_000 < len(a.read_bytes()) <= 50_000 and a.read_bytes().endswith(b"\n")
+
+
+@pytest.mark.skipif(not native_engine.available(), reason="superbpe._native is not built")
+@pytest.mark.parametrize("stage2_pattern", ["superbpe", "superbpe-paper"])
+def test_native_stage2_equals_python_on_distinct_english_lines(
+    english_lines: Path, stage2_pattern: str
+) -> None:
+    python, native = PythonEngine(), native_engine.NativeEngine()
+    stage1_pre = get_pretokenizer("superbpe-stage1")
+    stage1 = python.train(python.count(english_lines, stage1_pre, [EOT]), STAGE1_MERGES).merges
+    assert native.train(native.count(english_lines, stage1_pre, [EOT]), STAGE1_MERGES).merges == stage1
+    pre = get_pretokenizer(stage2_pattern)
+    python_counts = python.count(english_lines, pre, [EOT])
+    assert python_counts.to_dict() == native.count(english_lines, pre, [EOT]).to_dict()
+    for transition in (0, 180, STAGE1_MERGES):
+        expected = python.train(python_counts, TOTAL_MERGES, rules=RULES, replay=stage1[:transition])
+        got = native.train(
+            native.count(english_lines, pre, [EOT]), TOTAL_MERGES, rules=RULES, replay=stage1[:transition]
+        )
+        assert got.merges == expected.merges, f"transition {transition}"
+        assert len(got.merges) == TOTAL_MERGES
+
+
+@pytest.mark.parametrize("engine", engines(), ids=lambda e: e.name)
+def test_stage2_continued_half_way_equals_one_run(english_lines: Path, engine) -> None:
+    stage1 = engine.train(engine.count(english_lines, get_pretokenizer("superbpe-stage1"), [EOT]), 240).merges
+    pre = get_pretokenizer("superbpe")
+    whole = engine.train(engine.count(english_lines, pre, [EOT]), TOTAL_MERGES, rules=RULES, replay=stage1)
+    for stop in (241, 500):
+        part = engine.train(engine.count(english_lines, pre, [EOT]), stop, rules=RULES, replay=stage1)
+        assert part.merges == whole.merges[:stop]
+        rest = engine.train(
+            engine.count(english_lines, pre, [EOT]), TOTAL_MERGES, rules=RULES, replay=part.merges
+        )
+        assert rest.merges == whole.merges, f"continued after {stop}"

@@ -1,0 +1,127 @@
+"""What a new user meets first: the last log lines, help, progress, sidecars and summaries."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from script_helpers import run_script, train_small_tokenizer
+
+from superbpe.cli import summarize
+from superbpe.core.sources import iter_chunks
+from superbpe.jobs.encode import encode_corpus
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory, sample_texts) -> Path:
+    return train_small_tokenizer(tmp_path_factory.mktemp("tok"), sample_texts / "corpus.en", vocab_size=400)
+
+
+@pytest.fixture
+def gz_corpus(tmp_path: Path) -> Path:
+    import gzip
+
+    path = tmp_path / "lines.txt.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as handle:
+        handle.writelines(f"Line {i} says {i * 7919 % 1000} things.\n" for i in range(40_000))
+    return path
+
+
+def test_the_last_log_lines_of_a_run_with_eval_give_bytes_per_token(tmp_path, sample_texts):
+    corpus, heldout = sample_texts / "corpus.en", sample_texts / "tinystories_sample.txt"
+    proc = run_script(
+        "train.py",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        "engine=python",
+        "cache_dir=null",
+        f"data.paths=[{corpus}]",
+        "vocab_size=300",
+        f"eval={heldout}",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    last = (tmp_path / "run" / "train.log").read_text().splitlines()[-2:]
+    assert any(f"{metrics['eval']['bytes_per_token']:.4f} bytes/token" in line for line in last), last
+
+
+@pytest.mark.parametrize("command", ["encode.py", "evaluate.py"])
+def test_encode_and_evaluate_help_list_only_their_own_groups(tmp_path, command):
+    proc = run_script(command, "--help", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    listed = proc.stdout.split("== Configuration groups ==")[1].split("== Config ==")[0].splitlines()
+    groups = {line.split(":")[0] for line in listed if ": " in line}
+    assert groups == {"engine", "executor", "compat"}
+    assert "tokenizer: ???" in proc.stdout
+
+
+def test_progress_on_gzip_input_counts_compressed_bytes_and_ends_at_100_percent(
+    gz_corpus, tokenizer_dir, tmp_path, caplog
+):
+    size = gz_corpus.stat().st_size
+    read = [chunk.read_bytes for chunk in iter_chunks(gz_corpus, [], 1 << 16, line_cuts=True)]
+    assert len(read) > 3 and sum(read) == size
+    with caplog.at_level(logging.INFO, logger="superbpe"):
+        encode_corpus(tokenizer_dir, gz_corpus, tmp_path / "out.bin", chunk_bytes=1 << 16, progress=False)
+    shares = [float(share) for share in re.findall(r"encoding: .*?\(([\d.]+)%\)", caplog.text)]
+    assert shares and max(shares) <= 100.0 and shares[-1] == 100.0
+
+
+def test_the_encode_sidecar_names_the_tokenizer_and_inputs_by_absolute_paths(
+    tokenizer_dir, sample_texts, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tokenizer_dir.parent)
+    (tmp_path / "in.txt").write_text((sample_texts / "german.txt").read_text(encoding="utf-8"))
+    encode_corpus(Path(tokenizer_dir.name), tmp_path / "in.txt", tmp_path / "out.bin")
+    sidecar = json.loads((tmp_path / "out.bin.json").read_text())
+    assert sidecar["tokenizer"] == str(tokenizer_dir.resolve())
+    assert sidecar["inputs"] == [str((tmp_path / "in.txt").resolve())]
+
+
+def test_summarize_without_matplotlib_prints_the_table_and_how_to_get_the_plot(tmp_path, monkeypatch, capsys):
+    run = tmp_path / "sweep" / "0"
+    run.mkdir(parents=True)
+    metrics = {
+        "config": {"schedule": "bpe"},
+        "stages": [{"pretokenizer": {"name": "gpt2"}, "merges": 43}],
+        "vocab_size": 300,
+        "seconds": 1.0,
+        "peak_rss_bytes": 1 << 26,
+        "eval": {"bytes_per_token": 3.5},
+    }
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
+    summarize([str(tmp_path / "sweep")])  # returns: exit status 0
+    out = capsys.readouterr().out
+    assert "3.5" in out and 'pip install "superbpe[plot]"' in out and "--no-plot" in out
+
+
+def test_no_test_module_imports_another_so_plain_pytest_collects():
+    """``from tests.test_x import ...`` works only under ``python -m pytest`` (the root on sys.path);
+    plain ``pytest`` puts only ``tests/`` there. Shared helpers live in helper modules instead."""
+    import ast
+
+    tests = Path(__file__).parent
+    for path in sorted(tests.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            for name in names:
+                assert not name.startswith(("tests", "test_")), f"{path.name} imports {name}"
+
+
+def test_a_failure_after_the_first_checkpoint_ends_with_the_resume_command(tmp_path):
+    from superbpe.cli import _with_resume_hint
+    from superbpe.core.memory import MemoryLimitError
+    from superbpe.formats.checkpoints import CHECKPOINT_FILE
+
+    error = MemoryLimitError("stage stage2 needs about 9 GB")
+    assert _with_resume_hint(error, tmp_path) == "stage stage2 needs about 9 GB"  # nothing kept
+    (tmp_path / CHECKPOINT_FILE).write_text("{}")
+    hinted = _with_resume_hint(error, tmp_path)
+    assert hinted.startswith("stage stage2 needs about 9 GB (the merges so far are kept; continue with: ")
+    assert hinted.endswith(f"resume={tmp_path})")

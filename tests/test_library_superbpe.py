@@ -1,0 +1,152 @@
+"""The library without Hydra: SuperBPE as one call, documents from any iterable, and short vocabularies."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+import superbpe
+from superbpe.core.errors import InputError
+from superbpe.core.sources import document_blocks
+from superbpe.engines.interface import native_available
+from superbpe.training.config import TrainConfig, register_configs, to_dataclass
+from superbpe.training.run import run_training
+
+ENGINES = ["python", *(["native"] if native_available() else [])]
+CONF = Path(__file__).resolve().parents[1] / "conf"
+EOT = "<|endoftext|>"
+
+
+@pytest.fixture(scope="module")
+def documents(sample_texts: Path) -> list[str]:
+    """Paragraphs of the English sample, with a special token inside one and a non-ASCII one."""
+    text = (sample_texts / "corpus.en").read_text(encoding="utf-8")
+    docs = [d for d in text.split("\n\n") if d.strip()]
+    return [*docs, f"one{EOT}two", (sample_texts / "german.txt").read_text(encoding="utf-8")]
+
+
+@pytest.fixture(scope="module")
+def jsonl(documents: list[str], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same documents written one per line to a JSON-lines file."""
+    path = tmp_path_factory.mktemp("docs") / "docs.jsonl"
+    path.write_text("".join(json.dumps({"text": d}) + "\n" for d in documents), encoding="utf-8")
+    return path
+
+
+def hydra_run(tmp_path: Path, corpus: Path, engine: str, *overrides: str) -> TrainConfig:
+    """The config ``superbpe-train schedule=superbpe ...`` composes (no cache, into ``tmp_path``)."""
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(
+            "train",
+            overrides=[
+                "schedule=superbpe",
+                f"data.paths=[{corpus}]",
+                "vocab_size=900",
+                "cache_dir=null",
+                f"output_dir={tmp_path / 'run'}",
+                f"engine={engine}",
+                *overrides,
+            ],
+        )
+    return to_dataclass(cfg, TrainConfig)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize(
+    ("overrides", "options"),
+    [([], {}), (["compat=official", "schedule.transition=300"], {"compat": "official", "transition": 300})],
+    ids=["ours", "official"],
+)
+def test_train_superbpe_makes_the_merges_of_the_hydra_run(tmp_path, jsonl, engine, overrides, options):
+    cfg = hydra_run(tmp_path, jsonl, engine, *overrides)
+    expected = run_training(cfg).merges
+    transition, compat = options.get("transition", 0.8), options.get("compat")
+    specials = cfg.special_tokens
+    vocab, merges = superbpe.train_superbpe(jsonl, 900, transition, specials, engine=engine, compat=compat)
+    assert merges == expected
+    assert len(vocab) == 900 and len(set(vocab.values())) == len(vocab)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("workers", [1, 2])
+def test_an_iterable_of_documents_counts_and_trains_as_the_same_documents_in_a_file(
+    jsonl, documents, engine, workers
+):
+    stream = dict(engine=engine, workers=workers, chunk_bytes=3000)  # many blocks
+    assert superbpe.count(iter(documents), [EOT], **stream).to_dict() == superbpe.count(
+        jsonl, [EOT], engine=engine
+    ).to_dict()
+    assert superbpe.train_bpe((d for d in documents), 600, [EOT], **stream) == superbpe.train_bpe(
+        jsonl, 600, [EOT], engine=engine
+    )
+    assert superbpe.train_superbpe(iter(documents), 800, 200, [EOT], **stream) == superbpe.train_superbpe(
+        jsonl, 800, 200, [EOT], engine=engine
+    )
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_rows_of_a_dataset_stream_give_their_text_field(jsonl, documents, engine):
+    rows = ({"id": i, "body": d} for i, d in enumerate(documents))
+    _, merges = superbpe.train_bpe(rows, 500, [EOT], engine=engine, text_field="body")
+    assert merges == superbpe.train_bpe(jsonl, 500, [EOT], engine=engine)[1]
+
+
+def test_a_stream_is_read_lazily_one_block_at_a_time():
+    produced: list[int] = []
+
+    def texts() -> Iterator[str]:
+        for number in range(10_000):
+            produced.append(number)
+            yield f"document {number} has some words in it"
+
+    blocks = document_blocks(texts(), block_chars=1000)
+    first = next(blocks)
+    assert len(produced) == len(first) < 40  # about 1000 characters read, not the whole stream
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_bad_documents_are_one_line_errors_naming_the_document(engine):
+    with pytest.raises(InputError, match=r"document 1 is a int, not a string"):
+        superbpe.count(iter(["fine", 3]), engine=engine)
+    with pytest.raises(InputError, match=r"document 0: no string field 'text'"):
+        superbpe.count(iter([{"body": "x"}]), engine=engine)
+    with pytest.raises(InputError, match=r"document 1: unpaired surrogate '\\ud800' .*errors='replace'"):
+        superbpe.count(iter(["ok", "bad \ud800 text"]), engine=engine)
+    replaced = superbpe.count(iter(["bad \ud800 text"]), engine=engine, errors="replace")
+    written = superbpe.count(iter(["bad \ufffd\ufffd\ufffd text"]), engine=engine)  # as a file reads it
+    assert replaced.to_dict() == written.to_dict()
+    with pytest.raises(InputError, match=r"document 0 is a path .*pass paths as a list"):
+        superbpe.count(iter([Path(__file__)]), engine=engine)
+    with pytest.warns(UserWarning, match="is the name of a file, but an iterator is read as texts"):
+        superbpe.count((str(path) for path in [Path(__file__)]), engine=engine)
+    with pytest.raises(InputError, match=r"the document stream is empty"):
+        superbpe.train_bpe(iter([]), 300, engine=engine)
+    with pytest.raises(InputError, match=r"a list is read as paths: pass texts as an iterator"):
+        superbpe.count(["a text, not a path"], engine=engine)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_train_bpe_warns_when_the_corpus_runs_out_of_pairs(engine, caplog):
+    with caplog.at_level(logging.WARNING, logger="superbpe"), pytest.warns(UserWarning) as warned:
+        vocab, merges = superbpe.train_bpe(iter(["abcabc", "abd"]), 300, [EOT], engine=engine)
+    message = str(warned[0].message)
+    made = len(merges)
+    assert f"made {made} of the 43 merges" in message and "no pair of adjacent tokens is left" in message
+    assert message in caplog.text and len(vocab) == 257 + made
+
+
+def test_train_superbpe_checks_its_transition_and_options():
+    with pytest.raises(superbpe.SuperBPEError, match="transition 1.5 is a fraction"):
+        superbpe.train_superbpe(iter(["x y"]), 400, 1.5)
+    with pytest.raises(superbpe.SuperBPEError, match="transition 144 must be at least 1 and below the 144"):
+        superbpe.train_superbpe(iter(["x y"]), 400, 144)
+    with pytest.raises(superbpe.SuperBPEError, match="with the seen alphabet"):
+        superbpe.train_superbpe(iter(["x y"]), 400, 0.5, compat="official")
+    with pytest.raises(superbpe.SuperBPEError, match="unknown train_superbpe option"):
+        superbpe.train_superbpe(iter(["x y"]), 400, 10, min_frequncy=2)

@@ -1,0 +1,108 @@
+"""Resuming at each point a run can stop: mid stage 2, after the last stage, and after the run finished."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from run_helpers import superbpe_schedule
+
+from superbpe.engines.interface import native_available
+from superbpe.formats.checkpoints import Checkpoint, load_checkpoint, save_checkpoint
+from superbpe.formats.gpt2 import MERGES_FILE
+from superbpe.training.config import DataConfig, EngineConfig, PretokenizerConfig, TrainConfig
+from superbpe.training.run import run_training
+
+OUTPUTS = ("vocab.json", MERGES_FILE, "tokenizer.json", "superbpe.json", "metrics.json")
+
+
+def superbpe_config(corpus: Path, out: Path, engine: str) -> TrainConfig:
+    return TrainConfig(
+        data=DataConfig(paths=[str(corpus)]),
+        pretokenizer=PretokenizerConfig(name="superbpe-stage1"),
+        engine=EngineConfig(engine),
+        schedule=superbpe_schedule(300),
+        vocab_size=900,
+        output_dir=str(out),
+        cache_dir=None,
+    )
+
+
+@pytest.fixture
+def corpus(tmp_path: Path, wikitext_text: str) -> Path:
+    path = tmp_path / "wiki.txt"
+    path.write_text(wikitext_text[:200_000], encoding="utf-8")
+    return path
+
+
+def cut_checkpoint(run_dir: Path, merges: int, stages: int) -> None:
+    """Leave ``run_dir`` as a run stopped after ``merges`` merges with ``stages`` finished stages."""
+    full = load_checkpoint(run_dir)
+    assert full is not None
+    for name in OUTPUTS:
+        (run_dir / name).unlink()
+    (run_dir / "checkpoint.json").unlink()
+    cut = Checkpoint(
+        config=full.config,
+        fingerprint=full.fingerprint,
+        merges=full.merges[:merges],
+        stage_ends=full.stage_ends[:stages],
+        stage_stats=full.stage_stats[:stages],
+    )
+    save_checkpoint(run_dir, cut)
+
+
+def resume(cfg: TrainConfig) -> TrainConfig:
+    return replace(cfg, resume=cfg.output_dir, output_dir=None)
+
+
+def test_resuming_a_finished_run_says_so_and_rewrites_nothing(corpus, tmp_path, caplog):
+    cfg = superbpe_config(corpus, tmp_path / "run", "python")
+    first = run_training(cfg)
+    stamps = {name: (tmp_path / "run" / name).stat().st_mtime_ns for name in OUTPUTS}
+    with caplog.at_level(logging.INFO, logger="superbpe"):
+        again = run_training(resume(cfg))
+    assert again.merges == first.merges and again.output_dir == first.output_dir
+    assert again.metrics["vocab_size"] == first.metrics["vocab_size"]
+    assert {name: (tmp_path / "run" / name).stat().st_mtime_ns for name in OUTPUTS} == stamps
+    assert "already finished" in caplog.text and "nothing to do" in caplog.text
+    assert "stage 3" not in caplog.text
+
+
+def test_a_run_stopped_after_its_last_stage_writes_its_files_without_a_stage_3_of_2(corpus, tmp_path, caplog):
+    cfg = superbpe_config(corpus, tmp_path / "run", "python")
+    first = run_training(cfg)
+    reference = (tmp_path / "run" / MERGES_FILE).read_bytes()
+    cut_checkpoint(tmp_path / "run", len(first.merges), 2)
+    with caplog.at_level(logging.INFO, logger="superbpe"):
+        run_training(resume(cfg))
+    assert "all 2 stage(s) trained" in caplog.text and "stage 3 of 2" not in caplog.text
+    assert (tmp_path / "run" / MERGES_FILE).read_bytes() == reference
+
+
+@pytest.mark.skipif(not native_available(), reason="the native engine is not built")
+def test_mid_stage_2_the_native_engine_chooses_the_stage_merges_again_rather_than_replay_them(
+    corpus, tmp_path, monkeypatch
+):
+    """Replaying stage-2 merges stops the native replay from cutting pieces at word boundaries (about 4x
+    slower than the whole stage's choice); choosing them again gives the same merges."""
+    from superbpe.engines.native import NativeEngine
+
+    cfg = superbpe_config(corpus, tmp_path / "run", "native")
+    first = run_training(cfg)
+    reference = (tmp_path / "run" / MERGES_FILE).read_bytes()
+    cut_checkpoint(tmp_path / "run", 300 + (len(first.merges) - 300) // 2, 1)
+    replays: list[int] = []
+    train = NativeEngine.train
+
+    def spy(self, counts, num_merges, **options):  # type: ignore[no-untyped-def]
+        replays.append(len(options["replay"]))
+        return train(self, counts, num_merges, **options)
+
+    monkeypatch.setattr(NativeEngine, "train", spy)
+    again = run_training(resume(cfg))
+    assert replays == [300]  # stage 1's merges only
+    assert again.merges == first.merges
+    assert (tmp_path / "run" / MERGES_FILE).read_bytes() == reference
