@@ -11,8 +11,9 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "superbpe"
@@ -88,22 +89,18 @@ def test_import_linter_contracts_are_kept() -> None:
     assert "2 kept, 0 broken" in done.stdout
 
 
+def offenders(check: Callable[[str], list[Any]]) -> dict[str, list[Any]]:
+    """What ``check`` finds in each module of the package, by path (clean modules left out)."""
+    found = {str(path.relative_to(ROOT)): check(path.read_text(encoding="utf-8")) for path in package_files()}
+    return {path: items for path, items in found.items() if items}
+
+
 def test_no_module_takes_private_names_of_another() -> None:
-    offenders = {
-        str(path.relative_to(ROOT)): taken
-        for path in package_files()
-        if (taken := private_names_taken(path.read_text(encoding="utf-8")))
-    }
-    assert offenders == {}
+    assert offenders(private_names_taken) == {}
 
 
 def test_imports_inside_functions_give_their_reason() -> None:
-    offenders = {
-        str(path.relative_to(ROOT)): lines
-        for path in package_files()
-        if (lines := unexplained_local_imports(path.read_text(encoding="utf-8")))
-    }
-    assert offenders == {}
+    assert offenders(unexplained_local_imports) == {}
 
 
 def test_the_checks_see_what_they_forbid() -> None:
