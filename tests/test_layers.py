@@ -120,5 +120,6 @@ def test_design_names_every_module() -> None:
     """docs/DESIGN.md is the contract between the modules, so a module it does not name is a gap in it."""
     design = (ROOT / "docs" / "DESIGN.md").read_text(encoding="utf-8")
     python = [str(p.relative_to(PACKAGE)) for p in package_files() if p.name != "__init__.py"]
-    rust = [p.name for p in sorted((ROOT / "native" / "src").glob("*.rs"))]
+    crate = ROOT / "native" / "src"
+    rust = [str(p.relative_to(crate)) for p in sorted(crate.rglob("*.rs"))]
     assert [name for name in python + rust if f"`{name}`" not in design] == []

@@ -9,9 +9,10 @@ fn cpu_seconds() -> f64 {
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
-use _native::count::{CountSpec, Counts};
+use _native::count::CountSpec;
 use _native::scan::{builtin_pattern, Splitter, ALL_BUILTINS};
 use _native::specials::Specials;
+use _native::tables::Counts;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();

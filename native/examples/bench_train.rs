@@ -3,9 +3,10 @@
 //! With a stage-2 pattern it also times a SuperBPE stage 2: re-count with that pattern, replay the
 //! first TRANSITION merges (`with_replay`), then choose up to NUM_MERGES.
 
-use _native::count::{CountSpec, Counts};
+use _native::count::CountSpec;
 use _native::scan::{builtin_pattern, Splitter, ALL_BUILTINS};
 use _native::specials::Specials;
+use _native::tables::Counts;
 use _native::train::{Rules, Trainer};
 
 fn cpu_seconds() -> f64 {

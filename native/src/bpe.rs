@@ -9,9 +9,47 @@
 //! replay a per-piece job that runs in parallel instead of n passes over the whole table.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
+
+use crate::bytesmap::hash_short;
 
 const NONE: u32 = u32::MAX;
+
+/// A pair of token ids as one key: left in the high half, right in the low half.
+#[inline]
+pub fn pair_key(l: u32, r: u32) -> u64 {
+    ((l as u64) << 32) | r as u64
+}
+
+/// The (left, right) ids of a pair key.
+#[inline]
+pub fn unpack(key: u64) -> (u32, u32) {
+    ((key >> 32) as u32, key as u32)
+}
+
+/// Hasher for pair keys: one multiply-mix of the u64 (ahash's general path cost more than the
+/// lookups it serves).
+#[derive(Default, Clone, Copy)]
+pub struct PairHasher(u64);
+
+impl std::hash::Hasher for PairHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = hash_short(self.0 ^ b as u64);
+        }
+    }
+
+    fn write_u64(&mut self, key: u64) {
+        self.0 = hash_short(key);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// `(rank, merged id)` of each merged pair, keyed by `pair_key`.
+pub type Ranks = HashMap<u64, (u32, u32), std::hash::BuildHasherDefault<PairHasher>>;
 
 /// Scan all pairs each round: best for short sequences (no allocation beyond two vectors).
 pub fn merge_linear<F: Fn(u32, u32) -> Option<(u32, u32)>>(mut ids: Vec<u32>, rank: F) -> Vec<u32> {

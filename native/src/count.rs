@@ -14,10 +14,7 @@ use rayon::prelude::*;
 use crate::cuts::{next_cut, prev_cut};
 use crate::scan::Splitter;
 use crate::specials::Specials;
-// The table types and the prefetch hint lived here before the split; these paths keep working.
-pub use crate::cuts::safe_chunks;
-pub(crate) use crate::mem::prefetch;
-pub use crate::tables::{piece_hash, Counts, LocalCounts, Tally, SHARDS};
+use crate::tables::{Counts, Tally};
 
 /// Default size of the blocks [`CountSpec::count_stream`] reads.
 pub const DEFAULT_BLOCK_BYTES: usize = 256 << 20;

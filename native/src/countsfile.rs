@@ -2,7 +2,7 @@
 //! magic `SBPC\x01\n`, u32-LE meta length + JSON meta, u64-LE entry count, then entries
 //! `u32-LE len, bytes, u64-LE count` sorted by bytes.
 
-use crate::count::Counts;
+use crate::tables::Counts;
 
 pub const MAGIC: &[u8] = b"SBPC\x01\n";
 

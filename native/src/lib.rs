@@ -9,7 +9,6 @@ pub mod count;
 pub mod countsfile;
 pub mod cuts;
 pub mod encode;
-pub mod mem;
 pub mod memory;
 pub mod replay;
 pub mod scan;

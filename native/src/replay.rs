@@ -7,18 +7,14 @@
 //! make one a single probe of a flat table: keys up to 15 bytes packed into two words, results of
 //! up to two symbols stored in the entry itself.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 
 use rayon::prelude::*;
 
-use crate::bpe;
+use crate::bpe::{self, Ranks};
 use crate::bytesmap::{hash_short, pack_short, BytesMap, SHORT_MAX};
-use crate::count::Counts;
-use crate::mem::prefetch;
-
-/// `(rank, merged id)` of each replayed pair, keyed by `train::pair_key`.
-pub type Ranks = HashMap<u64, (u32, u32), std::hash::BuildHasherDefault<crate::train::PairHasher>>;
+use crate::memory::prefetch;
+use crate::tables::Counts;
 
 /// Byte pairs that some merge may join: bit (a, b) is set when a merge's left part ends with
 /// byte a and its right part starts with byte b. Whatever tokens stand on either side of a
@@ -349,7 +345,7 @@ pub fn replay_counts(
     const CHUNK: usize = 4096;
     // Replayed ids are below 256 plus the number of merges replayed.
     let narrow = ChunkSyms::fits_narrow(256 + ranks.len());
-    let rank = |l: u32, r: u32| ranks.get(&crate::train::pair_key(l, r)).copied();
+    let rank = |l: u32, r: u32| ranks.get(&crate::bpe::pair_key(l, r)).copied();
     let per_shard: Vec<Result<Vec<ReplayChunk>, String>> = shards
         .into_par_iter()
         .map(|s| {
@@ -399,8 +395,11 @@ pub fn replay_counts(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::count::Counts;
-    use crate::train::{pair_key, Rules, Trainer};
+    use std::collections::HashMap;
+
+    use crate::bpe::pair_key;
+    use crate::tables::Counts;
+    use crate::train::{Rules, Trainer};
 
     fn below(seed: &mut u64, n: usize) -> usize {
         (crate::test_random(seed) % n as u64) as usize

@@ -10,7 +10,7 @@ use hashbrown::HashTable;
 use rayon::prelude::*;
 
 use crate::bytesmap::{bytes_eq, hash_short, pack_short, unpack_short, SHORT_MAX};
-use crate::mem::{advise_huge, prefetch};
+use crate::memory::{advise_huge, prefetch};
 use crate::scan::Splitter;
 
 /// Number of hash shards (a power of two); the top bits of a key's hash pick its shard.

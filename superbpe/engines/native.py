@@ -348,7 +348,7 @@ class NativeEngine:
         consume_counts: bool = False,
     ) -> StageMemory:
         """What building the trainer under ``rules`` will add to this process's memory at its peak
-        (estimated; the official rules build differently, see ``native/src/memory.rs``). Counts
+        (estimated; the official rules build differently, see ``native/src/memory/estimate.rs``). Counts
         handed to the trainer (``consume_counts``, as ``train`` takes it) are freed during the
         build, which lowers its peak."""
         lib = _require_native()

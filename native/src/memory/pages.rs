@@ -5,7 +5,7 @@ use std::marker::PhantomData;
 
 /// Ask for transparent huge pages on the 2 MiB-aligned part of `[addr, addr + len)`, before
 /// it is first touched (the memory of a fresh large allocation is not mapped yet).
-pub(crate) fn advise_huge(addr: usize, len: usize) {
+pub fn advise_huge(addr: usize, len: usize) {
     #[cfg(target_os = "linux")]
     {
         const HUGE: usize = 2 << 20;
@@ -23,7 +23,7 @@ pub(crate) fn advise_huge(addr: usize, len: usize) {
 
 /// Hint the CPU to load the cache line of `r` (a no-op where there is no prefetch instruction).
 #[inline(always)]
-pub(crate) fn prefetch<T>(r: &T) {
+pub fn prefetch<T>(r: &T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is only a hint; it never faults, even on a bad address.
     unsafe {

@@ -15,8 +15,8 @@
 
 use rayon::prelude::*;
 
-use crate::count::{Counts, SHARDS};
 use crate::replay::ChunkSyms;
+use crate::tables::{Counts, SHARDS};
 use crate::train::{CorpusHeap, Rules, Source, Trainer, PAIR_ENTRY_BYTES};
 
 /// Every this many pieces, one is replayed for the estimate (all of them below `EXACT_BELOW`).

@@ -1,0 +1,187 @@
+//! Piece counts held in Rust (`NativeCounts`) and the streaming `Counter` that fills them.
+
+use super::*;
+
+/// Piece counts held in Rust, so millions of pieces need not become Python objects.
+#[pyclass(module = "superbpe._native", name = "NativeCounts")]
+#[derive(Default)]
+pub struct NativeCounts {
+    pub(super) inner: Counts,
+}
+
+#[pymethods]
+impl NativeCounts {
+    #[new]
+    fn new() -> Self {
+        NativeCounts::default()
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// Number of piece occurrences.
+    fn total(&self) -> u128 {
+        self.inner.total()
+    }
+
+    fn get(&self, piece: &[u8]) -> u64 {
+        self.inner.get(piece)
+    }
+
+    /// The distinct byte values of all pieces that occur, ascending (a vocabulary's "seen" alphabet).
+    fn bytes_seen<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        let mut seen = [false; 256];
+        for (piece, count) in self.inner.iter() {
+            if count > 0 {
+                piece.iter().for_each(|&b| seen[b as usize] = true);
+            }
+        }
+        let found: Vec<u8> = (0..=255u8).filter(|&b| seen[b as usize]).collect();
+        PyBytes::new(py, &found)
+    }
+
+    /// `dict[bytes, int]` of all entries.
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for (k, v) in self.inner.iter() {
+            d.set_item(PyBytes::new(py, k), v)?;
+        }
+        Ok(d)
+    }
+
+    /// Counts from a `Mapping[bytes, int]` (keys bytes, values 0..2**64, checked in Python).
+    #[staticmethod]
+    fn from_dict(d: &Bound<'_, PyDict>) -> PyResult<NativeCounts> {
+        let mut inner = Counts::default();
+        for (k, v) in d.iter() {
+            let k = k.cast::<PyBytes>()?;
+            let v: u64 = v.extract()?;
+            inner.add(k.as_bytes(), v).map_err(PyValueError::new_err)?;
+        }
+        Ok(NativeCounts { inner })
+    }
+
+    /// Add `other` into these counts.
+    fn update(&mut self, py: Python<'_>, other: &NativeCounts) -> PyResult<()> {
+        let inner = &mut self.inner;
+        let theirs = &other.inner;
+        run_detached(py, || inner.merge(theirs).map_err(NativeError::from))
+    }
+
+    /// The `.counts` file bytes with the given JSON meta (docs/DESIGN.md).
+    fn serialize<'py>(&self, py: Python<'py>, meta: &[u8]) -> PyResult<Bound<'py, PyBytes>> {
+        let inner = &self.inner;
+        let data = run_detached(py, || Ok(countsfile::serialize(inner, meta)))?;
+        Ok(PyBytes::new(py, &data))
+    }
+
+    /// Parse `.counts` file bytes: `(meta_json_bytes, NativeCounts)`.
+    #[staticmethod]
+    fn parse<'py>(py: Python<'py>, data: &[u8]) -> PyResult<(Bound<'py, PyBytes>, NativeCounts)> {
+        let (meta, inner) = run_detached(py, || countsfile::parse(data).map_err(NativeError::from))?;
+        Ok((PyBytes::new(py, &meta), NativeCounts { inner }))
+    }
+}
+
+impl From<CountError> for NativeError {
+    fn from(e: CountError) -> Self {
+        match e {
+            CountError::Msg(m) => NativeError::Msg(m),
+            CountError::Utf8(offset) => NativeError::Utf8(offset as usize),
+            CountError::Io(e) => NativeError::Msg(format!("cannot read ({e})")),
+        }
+    }
+}
+
+/// Streams inputs into one set of counts with a fixed pre-tokenizer and special tokens.
+#[pyclass(module = "superbpe._native", name = "Counter")]
+pub struct Counter {
+    spec: CountSpec,
+    /// Counts in progress (one table per worker); merged into `counts` by `take`.
+    tally: Tally,
+    counts: Counts,
+    pool: rayon::ThreadPool,
+}
+
+impl Counter {
+    fn count_text(&mut self, py: Python<'_>, data: &[u8], replace: bool) -> PyResult<()> {
+        let (spec, tally, pool) = (&self.spec, &self.tally, &self.pool);
+        run_detached(py, || {
+            let text = match std::str::from_utf8(data) {
+                Ok(_) => std::borrow::Cow::Borrowed(data),
+                Err(e) if !replace => return Err(NativeError::Utf8(e.valid_up_to())),
+                Err(_) => std::borrow::Cow::Owned(String::from_utf8_lossy(data).into_owned().into_bytes()),
+            };
+            pool.install(|| spec.count_into(&[&text], tally)).map_err(NativeError::from)
+        })
+    }
+}
+
+#[pymethods]
+impl Counter {
+    #[new]
+    fn new(
+        pattern: &str,
+        line_units: bool,
+        specials: Vec<Vec<u8>>,
+        chunk_bytes: usize,
+        workers: usize,
+    ) -> PyResult<Self> {
+        let splitter = Splitter::new(pattern, line_units).map_err(PyValueError::new_err)?;
+        let spec = CountSpec { splitter, specials: Specials::new(&specials), chunk_bytes };
+        let workers = workers.max(1);
+        Ok(Counter { spec, tally: Tally::new(workers), counts: Counts::default(), pool: pool(workers)? })
+    }
+
+    /// Count a plain UTF-8 file block by block of about `block_bytes` (the counts never depend
+    /// on the block size). Strict UTF-8: the file is memory-mapped and the pages of each block
+    /// are dropped from the mapping once it is counted, so the process never holds more than
+    /// about a block of the file. With `replace` it is read in blocks instead (invalid bytes are
+    /// decoded into new text). The file must not change meanwhile.
+    #[pyo3(signature = (path, replace, block_bytes = DEFAULT_BLOCK_BYTES))]
+    fn count_file(&mut self, py: Python<'_>, path: &str, replace: bool, block_bytes: usize) -> PyResult<()> {
+        let file = File::open(path).map_err(|e| PyValueError::new_err(format!("{path}: cannot read ({e})")))?;
+        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let (spec, tally, pool) = (&self.spec, &self.tally, &self.pool);
+        let read_error = |e: CountError| match e {
+            CountError::Io(e) => NativeError::Msg(format!("{path}: cannot read ({e})")),
+            e => NativeError::from(e),
+        };
+        if replace || len == 0 {
+            return run_detached(py, || {
+                pool.install(|| spec.count_stream(file, tally, replace, block_bytes)).map_err(read_error)
+            });
+        }
+        // SAFETY: inputs are not modified while a count runs (documented requirement, as for any
+        // reader); the map is dropped before returning.
+        let map = unsafe { MappedFile::open(&file) }
+            .map_err(|e| PyValueError::new_err(format!("{path}: cannot map ({e})")))?;
+        run_detached(py, || {
+            let mut pages = map.pages();
+            pool.install(|| spec.count_windows(map.bytes(), tally, block_bytes, |upto| pages.release_below(upto)))
+                .map_err(read_error)
+        })
+    }
+
+    /// Count one whole text given as bytes (e.g. a decompressed file).
+    fn count_bytes(&mut self, py: Python<'_>, data: &[u8], replace: bool) -> PyResult<()> {
+        self.count_text(py, data, replace)
+    }
+
+    /// Count independent documents (e.g. JSON lines).
+    fn count_docs(&mut self, py: Python<'_>, docs: Vec<PyBackedStr>) -> PyResult<()> {
+        let (spec, tally, pool) = (&self.spec, &self.tally, &self.pool);
+        run_detached(py, || {
+            let slices: Vec<&[u8]> = docs.iter().map(|d| d.as_bytes()).collect();
+            pool.install(|| spec.count_into(&slices, tally)).map_err(NativeError::from)
+        })
+    }
+
+    /// Hand over the counts so far (the counter starts again from empty).
+    fn take(&mut self, py: Python<'_>) -> PyResult<NativeCounts> {
+        let (tally, counts, pool) = (&mut self.tally, &mut self.counts, &self.pool);
+        run_detached(py, || pool.install(|| tally.drain_into(counts)).map_err(NativeError::from))?;
+        Ok(NativeCounts { inner: std::mem::take(&mut self.counts) })
+    }
+}

@@ -1,0 +1,135 @@
+//! PyO3 bindings: the `superbpe._native` module, one file per exposed concern (`counts.rs`: the
+//! count table and the streaming counter; `train.rs`: training and its memory estimate;
+//! `encode.rs`: the encoder). They convert types and release the GIL; the work is the core's.
+//!
+//! Arguments are validated in Python (`superbpe/native_engine.py`) before they get here. Heavy
+//! work runs with the GIL released, and every entry point catches Rust panics so a bug surfaces
+//! as a Python `RuntimeError` with a message instead of killing the interpreter.
+
+use std::fs::File;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use pyo3::create_exception;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedStr;
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
+
+use crate::count::{CountError, CountSpec, DEFAULT_BLOCK_BYTES};
+use crate::cuts::safe_chunks;
+use crate::encode::Encoder;
+use crate::memory::MappedFile;
+use crate::scan::Splitter;
+use crate::specials::Specials;
+use crate::tables::{Counts, Tally};
+use crate::train::{Rules, Source, Trainer, MAX_MERGES};
+use crate::{countsfile, memory, unicode};
+
+mod counts;
+mod encode;
+mod train;
+
+use counts::{Counter, NativeCounts};
+use encode::NativeEncoder;
+
+create_exception!(_native, InvalidUtf8, PyValueError, "Invalid UTF-8; args[0] is the byte offset.");
+
+/// Errors from the Rust core, before conversion to Python exceptions.
+pub(crate) enum NativeError {
+    Msg(String),
+    Utf8(usize),
+    Py(PyErr),
+}
+
+impl From<String> for NativeError {
+    fn from(s: String) -> Self {
+        NativeError::Msg(s)
+    }
+}
+
+impl From<NativeError> for PyErr {
+    fn from(e: NativeError) -> PyErr {
+        match e {
+            NativeError::Msg(m) => PyValueError::new_err(m),
+            NativeError::Utf8(offset) => InvalidUtf8::new_err(offset),
+            NativeError::Py(e) => e,
+        }
+    }
+}
+
+/// Run `f` with the GIL released, turning a panic into a `RuntimeError`.
+pub(crate) fn run_detached<T: Send, F>(py: Python<'_>, f: F) -> PyResult<T>
+where
+    F: FnOnce() -> Result<T, NativeError> + Send,
+{
+    let result = py.detach(|| catch_unwind(AssertUnwindSafe(f)));
+    match result {
+        Ok(r) => r.map_err(PyErr::from),
+        Err(panic) => {
+            let msg = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "unknown panic".into());
+            Err(PyRuntimeError::new_err(format!("native engine panicked: {msg}")))
+        }
+    }
+}
+
+pub(crate) fn pool(workers: usize) -> PyResult<rayon::ThreadPool> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(workers)
+        .build()
+        .map_err(|e| PyRuntimeError::new_err(format!("cannot start worker threads: {e}")))
+}
+
+/// Pieces of `text` (for tests and the python side's differential checks).
+#[pyfunction]
+fn pretokenize(py: Python<'_>, pattern: &str, line_units: bool, text: &str) -> PyResult<Vec<String>> {
+    let splitter = Splitter::new(pattern, line_units).map_err(PyValueError::new_err)?;
+    let bytes = text.as_bytes();
+    let spans: Vec<(usize, usize)> = run_detached(py, || {
+        let mut spans = Vec::new();
+        let base = bytes.as_ptr() as usize;
+        splitter.split(bytes, &mut |p: &[u8]| {
+            let start = p.as_ptr() as usize - base;
+            spans.push((start, start + p.len()));
+        })?;
+        Ok(spans)
+    })?;
+    Ok(spans.into_iter().map(|(a, b)| text[a..b].to_string()).collect())
+}
+
+/// Whether `pattern` gets a hand-written scanner (else fancy-regex).
+#[pyfunction]
+fn has_scanner(pattern: &str) -> bool {
+    crate::scan::builtin_for(pattern).is_some()
+}
+
+/// The scanners' class code of every code point (0..0x110000), for checking the tables.
+#[pyfunction]
+fn char_classes<'py>(py: Python<'py>) -> Bound<'py, PyBytes> {
+    let v: Vec<u8> = (0..0x110000u32).map(unicode::class_of).collect();
+    PyBytes::new(py, &v)
+}
+
+/// Panic on purpose (tests check that it becomes a Python exception).
+#[pyfunction]
+fn _panic_for_test(py: Python<'_>) -> PyResult<()> {
+    run_detached(py, || -> Result<(), NativeError> { panic!("deliberate test panic") })
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("InvalidUtf8", m.py().get_type::<InvalidUtf8>())?;
+    m.add_class::<NativeCounts>()?;
+    m.add_class::<Counter>()?;
+    m.add_class::<NativeEncoder>()?;
+    m.add_function(wrap_pyfunction!(pretokenize, m)?)?;
+    m.add_function(wrap_pyfunction!(has_scanner, m)?)?;
+    m.add_function(wrap_pyfunction!(char_classes, m)?)?;
+    m.add_function(wrap_pyfunction!(train::train, m)?)?;
+    m.add_function(wrap_pyfunction!(train::train_memory, m)?)?;
+    m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;
+    Ok(())
+}
