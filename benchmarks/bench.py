@@ -12,9 +12,9 @@ Three comparisons, each contender in its own fresh Python process:
   or ``$SUPERBPE_GPT2_DIR``) loaded into tiktoken, HF and ``superbpe.Tokenizer``; each encodes the corpus
   single-threaded and the ids must agree.
 * **runs** — whole training runs as ``superbpe-train`` makes them (the shipped configs composed with
-  Hydra's compose API, then ``superbpe.run.run_training``; cache off, checkpoints on): ``schedule=bpe``
-  against ``schedule=superbpe`` at ``--transition``, per engine, and the SuperBPE/BPE time ratio. HF has
-  no SuperBPE trainer, so this one is ours against ourselves.
+  Hydra's compose API, then ``superbpe.training.run.run_training``; cache off, checkpoints on):
+  ``schedule=bpe`` against ``schedule=superbpe`` at ``--transition``, per engine, and the SuperBPE/BPE time
+  ratio. HF has no SuperBPE trainer, so this one is ours against ourselves.
 
 Why one process per contender: peak RSS is a per-process high-water mark, so a contender measured in
 a process that already ran another one would inherit its peak. The driver samples the RSS of the
@@ -61,10 +61,10 @@ class BenchError(Exception):
 
 def load_gpt2(gpt2_dir: Path) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
     """GPT-2's vocabulary (id -> bytes, ``<|endoftext|>`` included) and merges, via the package's readers."""
-    from superbpe import files
+    from superbpe.formats.gpt2 import read_merges, read_vocab
 
-    vocab = files.read_vocab(gpt2_dir / "gpt2_vocab.json", [SPECIAL])
-    return vocab, files.read_merges(gpt2_dir / "gpt2_merges.txt", vocab)
+    vocab = read_vocab(gpt2_dir / "gpt2_vocab.json", [SPECIAL])
+    return vocab, read_merges(gpt2_dir / "gpt2_merges.txt", vocab)
 
 
 def iter_documents(path: Path, block_chars: int = BLOCK_CHARS) -> Iterator[str]:
@@ -75,7 +75,7 @@ def iter_documents(path: Path, block_chars: int = BLOCK_CHARS) -> Iterator[str]:
     ``<|endoftext|>``). A document longer than a block is cut at a safe cut, which by the design
     contract leaves every piece, and therefore every id, unchanged; memory stays bounded.
     """
-    from superbpe.pretokenize import last_safe_cut
+    from superbpe.core.pretokenize import last_safe_cut
 
     with open(path, encoding="utf-8", newline="") as stream:
         buf = ""
@@ -155,7 +155,7 @@ def _cpu_seconds() -> float:
 
 
 def _hf_pretokenizer(pattern: str, line_units: bool) -> Any:
-    """The HF pre-tokenizer equivalent to our isolated split (as ``files.py`` writes it)."""
+    """The HF pre-tokenizer equivalent to our isolated split (as ``superbpe.formats.hf`` writes it)."""
     from tokenizers import Regex, pre_tokenizers
 
     steps = [
@@ -168,8 +168,8 @@ def _hf_pretokenizer(pattern: str, line_units: bool) -> Any:
 
 
 def _train_superbpe(spec: WorkerSpec) -> dict[str, Any]:
-    from superbpe import api
-    from superbpe.engine import get_engine
+    from superbpe.api import train as api
+    from superbpe.engines.interface import get_engine
 
     engine = get_engine(spec.engine or "python")
     clock = _Clock()
@@ -188,8 +188,8 @@ def _run_schedule(spec: WorkerSpec) -> dict[str, Any]:
     from hydra import compose, initialize_config_dir
 
     from superbpe.cli import config_dir
-    from superbpe.config import TrainConfig, register_configs, to_dataclass
-    from superbpe.run import run_training
+    from superbpe.training.config import TrainConfig, register_configs, to_dataclass
+    from superbpe.training.run import run_training
 
     conf = config_dir()
     run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=Path(spec.out).parent))
@@ -216,7 +216,7 @@ def _run_schedule(spec: WorkerSpec) -> dict[str, Any]:
 def _train_hf(spec: WorkerSpec) -> dict[str, Any]:
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-    from superbpe.pretokenize import get_pretokenizer
+    from superbpe.core.pretokenize import get_pretokenizer
 
     pre = get_pretokenizer(spec.pattern)
     tokenizer = Tokenizer(models.BPE())
@@ -230,7 +230,7 @@ def _train_hf(spec: WorkerSpec) -> dict[str, Any]:
     clock = _Clock()
     tokenizer.train_from_iterator(iter_documents(Path(spec.corpus)), trainer)
     wall, cpu = clock.stop()
-    from superbpe.files import token_str_to_bytes
+    from superbpe.core.byte_table import token_str_to_bytes
 
     merges = json.loads(tokenizer.to_str())["model"]["merges"]
     pairs = [m.split(" ") if isinstance(m, str) else m for m in merges]
@@ -240,7 +240,7 @@ def _train_hf(spec: WorkerSpec) -> dict[str, Any]:
 
 def _gpt2_encoder(spec: WorkerSpec) -> Any:
     """A function ``str -> list[int]`` for the contender, built from the GPT-2 files."""
-    from superbpe.pretokenize import PATTERNS
+    from superbpe.core.pretokenize import PATTERNS
 
     gpt2_dir = Path(spec.gpt2_dir)
     if spec.kind == "tiktoken":
@@ -260,7 +260,7 @@ def _gpt2_encoder(spec: WorkerSpec) -> Any:
         tokenizer.pre_tokenizer = _hf_pretokenizer(PATTERNS["gpt2"], False)
         tokenizer.decoder = decoders.ByteLevel()
         return lambda text: tokenizer.encode(text, add_special_tokens=False).ids
-    from superbpe.tokenizer import Tokenizer as OurTokenizer
+    from superbpe.api.tokenizer import Tokenizer as OurTokenizer
 
     vocab, merges = load_gpt2(gpt2_dir)
     ours = OurTokenizer(vocab, merges, [SPECIAL], pretokenizer="gpt2", engine=spec.engine or "python")
@@ -286,21 +286,21 @@ def _encode(spec: WorkerSpec) -> dict[str, Any]:
 def _preload(spec: WorkerSpec) -> None:
     """Import what the contender needs before the clock starts: start-up is not what we measure."""
     if spec.kind == "superbpe":
-        import superbpe.api  # noqa: F401
-        from superbpe.engine import get_engine
+        import superbpe.api.train  # noqa: F401
+        from superbpe.engines.interface import get_engine
 
         get_engine(spec.engine or "python")
         if spec.task == "encode":
-            import superbpe.tokenizer  # noqa: F401
+            import superbpe.api.tokenizer  # noqa: F401
         if spec.task == "runs":
             import hydra  # noqa: F401
 
-            import superbpe.run  # noqa: F401
+            import superbpe.training.run  # noqa: F401
     elif spec.kind == "hf":
         import tokenizers  # noqa: F401
     else:
         import tiktoken  # noqa: F401
-    import superbpe.pretokenize  # noqa: F401
+    import superbpe.core.pretokenize  # noqa: F401
 
 
 def run_worker(spec_json: str) -> int:
@@ -322,7 +322,7 @@ def run_worker(spec_json: str) -> int:
 
 
 def _self_peak_rss() -> int:
-    from superbpe.util import peak_rss_bytes  # VmHWM: ru_maxrss would include the driver's peak
+    from superbpe.core.util import peak_rss_bytes  # VmHWM: ru_maxrss would include the driver's peak
 
     return peak_rss_bytes()
 
@@ -707,7 +707,7 @@ def machine_info() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    from superbpe.util import usable_cpus
+    from superbpe.core.util import usable_cpus
 
     cpus = usable_cpus()
     mem = psutil.virtual_memory().total / (1 << 30)
@@ -771,7 +771,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def resolve_engines(spec: str | None) -> list[str]:
-    from superbpe.engine import native_available
+    from superbpe.engines.interface import native_available
 
     if spec is None:
         return ["python", "native"] if native_available() else ["python"]
@@ -812,8 +812,8 @@ def validate(args: argparse.Namespace) -> None:
             if not (args.gpt2_dir / name).is_file():
                 raise BenchError(f"{args.gpt2_dir / name} not found (needed for encoding; see --gpt2-dir)")
     if args.only != "encode":
-        from superbpe.errors import SuperBPEError
-        from superbpe.pretokenize import get_pretokenizer
+        from superbpe.core.errors import SuperBPEError
+        from superbpe.core.pretokenize import get_pretokenizer
 
         try:
             get_pretokenizer(args.pattern)

@@ -22,11 +22,12 @@ from pathlib import Path
 import numpy as np
 
 import superbpe
-from superbpe.engine import get_engine
-from superbpe.executor import ExecutorSpec, RayExecutor
-from superbpe.pretokenize import get_pretokenizer
-from superbpe.sharded import count_on_executor, open_shards
-from superbpe.token_files import encode_corpus
+from superbpe.core.pretokenize import get_pretokenizer
+from superbpe.engines.interface import get_engine
+from superbpe.formats.token_files import open_shards
+from superbpe.jobs.count import count_on_executor
+from superbpe.jobs.encode import encode_corpus
+from superbpe.jobs.executors import ExecutorSpec, RayExecutor
 
 EOT = "<|endoftext|>"
 

@@ -16,12 +16,12 @@ import argparse
 import json
 import resource
 
-from superbpe.compat import OFFICIAL, training_rules
-from superbpe.memory import StageMemory
-from superbpe.native_engine import NativeEngine
-from superbpe.pretokenize import get_pretokenizer
-from superbpe.progress import current_rss_bytes
-from superbpe.trainer import MergeRules
+from superbpe.core.compat import OFFICIAL, training_rules
+from superbpe.core.memory import StageMemory
+from superbpe.core.pretokenize import get_pretokenizer
+from superbpe.core.progress import current_rss_bytes
+from superbpe.core.rules import MergeRules
+from superbpe.engines.native import NativeEngine
 
 
 def main() -> None:

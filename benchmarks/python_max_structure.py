@@ -3,11 +3,11 @@
     python benchmarks/python_max_structure.py CORPUS [--vocab 32000] [--rounds 1]
 
 Counts the corpus once (native engine when built: the counts are the same by contract), then trains
-with ``superbpe.trainer.train_merges`` (lazy heap: stale entries re-pushed when they surface) and with
-an exact ``sortedcontainers.SortedList`` of ``(-count, order key, pair)`` that re-keys every pair whose
-count a merge changes (no stale entries). The two alternate round by round, so both are measured in the
-same minutes of a machine whose speed drifts; CPU seconds of the training alone are printed, and the
-merges must be identical.
+with ``superbpe.engines.python_trainer.train_merges`` (lazy heap: stale entries re-pushed when they
+surface) and with an exact ``sortedcontainers.SortedList`` of ``(-count, order key, pair)`` that re-keys
+every pair whose count a merge changes (no stale entries). The two alternate round by round, so both are
+measured in the same minutes of a machine whose speed drifts; CPU seconds of the training alone are
+printed, and the merges must be identical.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from sortedcontainers import SortedList
 
 import superbpe
-from superbpe.trainer import _order_key, _PairTable, train_merges
-from superbpe.types import Merge
+from superbpe.core.types import Merge
+from superbpe.engines.python_trainer import _order_key, _PairTable, train_merges
 
 
 class _TrackedCounts(dict):

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from superbpe.checkpoints import Checkpoint, load_checkpoint, save_checkpoint
+from superbpe.formats.checkpoints import Checkpoint, load_checkpoint, save_checkpoint
 
 
 def train(*overrides: str) -> float:

@@ -112,8 +112,8 @@ def train(corpus: Path, run: str, vocab: int, transition: float, out: Path) -> t
 
 def bytes_per_token(tokenizer_dir: Path, held_out: Path) -> float:
     """The tokenizer's bytes per token on held-out text (what ``superbpe-evaluate`` reports)."""
-    from superbpe.evaluate import evaluate
-    from superbpe.tokenizer import Tokenizer
+    from superbpe.api.tokenizer import Tokenizer
+    from superbpe.jobs.evaluate import evaluate
 
     return evaluate(Tokenizer.load(tokenizer_dir), held_out).bytes_per_token
 

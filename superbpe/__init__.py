@@ -18,27 +18,31 @@ from typing import Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "train_bpe": "superbpe.api",
-    "train_superbpe": "superbpe.api",
-    "count": "superbpe.api",
-    "build_vocab": "superbpe.api",
-    "Tokenizer": "superbpe.tokenizer",
-    "PieceCounts": "superbpe.counting",
-    "MergeRules": "superbpe.trainer",
-    "Pretokenizer": "superbpe.pretokenize",
-    "get_pretokenizer": "superbpe.pretokenize",
-    "PATTERNS": "superbpe.pretokenize",
-    "get_engine": "superbpe.engine",
-    "SuperBPEError": "superbpe.errors",
-    "run_training": "superbpe.run",
-    "TrainConfig": "superbpe.config",
-    "CompatConfig": "superbpe.config",
+    "train_bpe": "superbpe.api.train",
+    "train_superbpe": "superbpe.api.train",
+    "count": "superbpe.api.train",
+    "build_vocab": "superbpe.core.vocab",
+    "Tokenizer": "superbpe.api.tokenizer",
+    "PieceCounts": "superbpe.core.counts",
+    "MergeRules": "superbpe.core.rules",
+    "Pretokenizer": "superbpe.core.pretokenize",
+    "get_pretokenizer": "superbpe.core.pretokenize",
+    "PATTERNS": "superbpe.core.pretokenize",
+    "get_engine": "superbpe.engines.interface",
+    "SuperBPEError": "superbpe.core.errors",
+    "run_training": "superbpe.training.run",
+    "TrainConfig": "superbpe.training.config",
+    "CompatConfig": "superbpe.core.compat",
 }
+#: Modules handed out whole: ``superbpe.compat.OFFICIAL`` names a preset.
+_MODULES = {"compat": "superbpe.core.compat"}
 
 __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
+    if name in _MODULES:
+        return import_module(_MODULES[name])
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'superbpe' has no attribute {name!r}")

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import itertools
+import json
+import logging
 import os
 import shutil
 import sys
@@ -19,11 +22,22 @@ from collections.abc import Callable
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from superbpe.config import EncodeConfig, EvaluateConfig, TrainConfig, register_configs, to_dataclass
-from superbpe.errors import SuperBPEError
+from superbpe.core.errors import SuperBPEError
+from superbpe.core.util import atomic_write_text, human_size
+from superbpe.formats.checkpoints import checkpoint_path
+from superbpe.jobs.encode import encode_corpus
+from superbpe.jobs.evaluate import evaluate_dir
+from superbpe.training.cache import clear_cache, describe_cache, parse_age, resolve_cache_dir
+from superbpe.training.config import EncodeConfig, EvaluateConfig, TrainConfig, register_configs, to_dataclass
+from superbpe.training.directories import made_parents, resume_args, resume_command
+from superbpe.training.run import TrainingInterrupted, run_training
+from superbpe.training.summary import collect, plot, table
 
 #: Errors a user can cause: reported as one line on stderr, exit code 1, no traceback.
 USER_ERRORS = (SuperBPEError, OmegaConfBaseException, OSError)
@@ -51,8 +65,6 @@ def run_hydra(main: Callable[[], None]) -> None:
     misspelt key (``+key=...``) is itself refused here. With HYDRA_FULL_ERROR=1 set by the user,
     the full traceback is shown as Hydra would.
     """
-    from hydra.errors import HydraException
-
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         main()
         return
@@ -83,8 +95,6 @@ def _hydra_message(exc: BaseException) -> str:
 def remove_if_only_logs(run_dir: Path) -> None:
     """Delete a Hydra run directory that holds nothing but Hydra's own files (a job that failed early),
     and the directories made to hold it (``outputs/DATE``) once they are empty."""
-    from superbpe.run_dirs import made_parents
-
     if not run_dir.is_dir():
         return
     for item in run_dir.iterdir():
@@ -99,8 +109,6 @@ def remove_if_only_logs(run_dir: Path) -> None:
 
 def setup_logging() -> None:
     """Log lines on stderr (the encode/evaluate configs turn Hydra's logging off)."""
-    import logging
-
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s", stream=sys.stderr)
 
 
@@ -109,8 +117,6 @@ def train() -> None:
 
     ``resume=<run dir>`` alone continues a run: its own overrides are read back first.
     """
-    from superbpe.run_dirs import resume_args
-
     try:
         sys.argv[1:] = resume_args(sys.argv[1:])
     except USER_ERRORS as exc:
@@ -120,11 +126,6 @@ def train() -> None:
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
 def _train(cfg: DictConfig) -> None:
-    from hydra.core.hydra_config import HydraConfig
-
-    from superbpe.run import TrainingInterrupted, run_training
-    from superbpe.run_dirs import resume_command
-
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
         result = run_training(to_dataclass(cfg, TrainConfig), run_dir=run_dir)
@@ -146,9 +147,6 @@ def _train(cfg: DictConfig) -> None:
 
 def _with_resume_hint(exc: BaseException, output_dir: Path) -> str:
     """The error, and how to continue when the failed run left a checkpoint (its merges are kept)."""
-    from superbpe.checkpoints import checkpoint_path
-    from superbpe.run_dirs import resume_command
-
     message = " ".join(str(exc).split()) or type(exc).__name__
     if not checkpoint_path(output_dir.expanduser()).is_file():
         return message
@@ -191,11 +189,6 @@ def print_help(config_name: str, schema: type, summary: str, args: list[str]) ->
     evaluate commands offered the training groups (schedule, pretokenizer, data) that they never read.
     The groups shown here are the command's schema fields that have a directory in ``conf/``.
     """
-    import dataclasses
-
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
     overrides = [arg for arg in args if arg not in ("--help", "-h")]
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
@@ -223,8 +216,6 @@ def _check_compat_overrides(args: list[str]) -> None:
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="encode")
 def _encode(cfg: DictConfig) -> None:
-    from superbpe.token_files import encode_corpus
-
     setup_logging()
     try:
         args = to_dataclass(cfg, EncodeConfig)
@@ -249,11 +240,6 @@ def _encode(cfg: DictConfig) -> None:
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="evaluate")
 def _evaluate(cfg: DictConfig) -> None:
-    import json
-
-    from superbpe.evaluate import evaluate_dir
-    from superbpe.util import atomic_write_text
-
     setup_logging()
     try:
         args = to_dataclass(cfg, EvaluateConfig)
@@ -278,8 +264,6 @@ def _evaluate(cfg: DictConfig) -> None:
 
 def summarize(argv: list[str] | None = None) -> None:
     """``superbpe-summarize SWEEP_DIR``: a table of a sweep's runs and a bytes/token plot (PNG)."""
-    from superbpe.summary import collect, plot, table
-
     parser = argparse.ArgumentParser(prog="superbpe-summarize", description=summarize.__doc__)
     parser.add_argument("sweep_dir", type=Path, help="a multirun directory (or any directory of runs)")
     parser.add_argument("--plot", type=Path, default=None, help="PNG path (default: <sweep_dir>/summary.png)")
@@ -309,8 +293,6 @@ def _has_matplotlib() -> bool:
 
 def cache(argv: list[str] | None = None) -> None:
     """``superbpe-cache list|clear``: what the run cache holds, and removing (old) entries."""
-    from superbpe.cache import clear_cache, describe_cache, parse_age, resolve_cache_dir
-
     parser = argparse.ArgumentParser(prog="superbpe-cache", description=cache.__doc__)
     parser.add_argument("--cache-dir", default=None,
                         help="the cache directory (default: $SUPERBPE_CACHE_DIR, else ~/.cache/superbpe)")
@@ -327,11 +309,6 @@ def cache(argv: list[str] | None = None) -> None:
         else:
             older = parse_age(args.older_than) if args.older_than else None
             removed, freed = clear_cache(directory, older_than_seconds=older)
-            print(f"removed {removed} entries ({_mib(freed)}) from {directory}")
+            print(f"removed {removed} entries ({human_size(freed, 'B')}) from {directory}")
     except USER_ERRORS as exc:
         fail(exc)
-
-
-def _mib(size: int) -> str:
-    return f"{size / (1 << 20):.1f} MiB"
-

@@ -42,7 +42,7 @@ def _with_separators(text: str, every: int = 3000) -> str:
 
 
 def concatenated_shards(directory: Path) -> np.ndarray:
-    from superbpe.sharded import open_shards
+    from superbpe.formats.token_files import open_shards
 
     arrays = open_shards(directory)
     return np.concatenate(arrays) if arrays else np.zeros(0, np.uint16)

@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from superbpe.executor import ExecutorSpec
-from superbpe.sharded import count_on_executor, encode_sharded
+from superbpe.jobs.count import count_on_executor
+from superbpe.jobs.encode import encode_sharded
+from superbpe.jobs.executors import ExecutorSpec
 
 
 def _same_netns_workers(title: str) -> list[int]:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from superbpe.compat import OFFICIAL
-from superbpe.config import (
+from superbpe.core.compat import OFFICIAL
+from superbpe.core.pretokenize import PATTERNS
+from superbpe.training.config import (
     DataConfig,
     EngineConfig,
     PretokenizerConfig,
@@ -13,8 +14,7 @@ from superbpe.config import (
     StageConfig,
     TrainConfig,
 )
-from superbpe.pretokenize import PATTERNS
-from superbpe.run import run_training
+from superbpe.training.run import run_training
 
 
 def superbpe_schedule(transition: int, **source: str) -> ScheduleConfig:

@@ -62,8 +62,8 @@ def assert_one_line_error(proc: subprocess.CompletedProcess[str], *fragments: st
 
 def train_small_tokenizer(out: Path, corpus: Path, vocab_size: int = 700) -> Path:
     """A small BPE tokenizer (python engine, no cache) trained on ``corpus`` into ``out``."""
-    from superbpe.config import DataConfig, EngineConfig, TrainConfig
-    from superbpe.run import run_training
+    from superbpe.training.config import DataConfig, EngineConfig, TrainConfig
+    from superbpe.training.run import run_training
 
     cfg = TrainConfig(
         data=DataConfig(paths=[str(corpus)]),

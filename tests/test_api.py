@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 import superbpe
-from superbpe.errors import ConfigError, InputError, SuperBPEError
-from superbpe.files import token_str_to_bytes
+from superbpe.core.byte_table import token_str_to_bytes
+from superbpe.core.errors import ConfigError, InputError, SuperBPEError
 
 EOT = "<|endoftext|>"
 
@@ -81,3 +81,13 @@ def test_bad_corpus_paths_are_one_line_errors(tmp_path: Path) -> None:
         superbpe.train_bpe(tmp_path / "bad.txt", 300, [EOT])
     _, merges = superbpe.train_bpe(tmp_path / "bad.txt", 260, [EOT], errors="replace")
     assert merges
+
+
+def test_the_public_names_and_the_compat_presets_are_handed_out_by_the_package() -> None:
+    """``superbpe.X`` for every exported name, and ``superbpe.compat.OFFICIAL`` as the README writes it."""
+    for name in superbpe.__all__:
+        assert getattr(superbpe, name) is not None
+    assert superbpe.compat.OFFICIAL.name == "official"
+    assert isinstance(superbpe.compat.OFFICIAL, superbpe.CompatConfig)
+    with pytest.raises(AttributeError):
+        superbpe.no_such_name  # noqa: B018

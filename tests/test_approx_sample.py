@@ -14,16 +14,16 @@ from pathlib import Path
 import pytest
 from fixture_texts import long_lines_corpus
 
-from superbpe import sharded
-from superbpe.config import DataConfig, EngineConfig, PretokenizerConfig, TrainConfig, to_dataclass
-from superbpe.counting import PieceCounts
-from superbpe.engine import PythonEngine
-from superbpe.errors import ConfigError, InputError
-from superbpe.executor import ExecutorSpec, LocalExecutor
-from superbpe.native_engine import available as native_available
-from superbpe.pretokenize import get_pretokenizer
-from superbpe.run import run_training
-from superbpe.shards import Shard, plan_shards, sample_evenly
+from superbpe.core.counts import PieceCounts
+from superbpe.core.errors import ConfigError, InputError
+from superbpe.core.pretokenize import get_pretokenizer
+from superbpe.engines.native import available as native_available
+from superbpe.engines.python import PythonEngine
+from superbpe.jobs import count as sharded
+from superbpe.jobs.executors import ExecutorSpec, LocalExecutor
+from superbpe.jobs.shards import Shard, plan_shards, sample_evenly
+from superbpe.training.config import DataConfig, EngineConfig, PretokenizerConfig, TrainConfig, to_dataclass
+from superbpe.training.run import run_training
 
 EOT = "<|endoftext|>"
 ENGINES = ["python", *(["native"] if native_available() else [])]

@@ -175,7 +175,7 @@ def test_leading_agreement() -> None:
 
 
 def _native_available() -> bool:
-    from superbpe.engine import native_available
+    from superbpe.engines.interface import native_available
 
     return native_available()
 
@@ -202,11 +202,11 @@ def test_native_and_python_agree_in_the_bench(tmp_path: Path, shared_data: Path)
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="VmHWM is Linux's")
 def test_peak_rss_is_the_childs_own_not_the_parents() -> None:
     """ru_maxrss survives fork+exec; a bench worker must not report the driver's peak as its own."""
-    from superbpe.util import peak_rss_bytes
+    from superbpe.core.util import peak_rss_bytes
 
     big = bytearray(600 << 20)  # touched: bytearray zero-fills, so the pages become resident
     del big
     assert peak_rss_bytes() >= 600 << 20
-    code = "from superbpe.util import peak_rss_bytes; print(peak_rss_bytes())"
+    code = "from superbpe.core.util import peak_rss_bytes; print(peak_rss_bytes())"
     child = int(subprocess.run([sys.executable, "-c", code], capture_output=True, check=True).stdout)
     assert 1 << 20 < child < 300 << 20

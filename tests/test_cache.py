@@ -7,7 +7,7 @@ import json
 import pytest
 from script_helpers import SCRIPTS, script_env
 
-from superbpe.cache import RunCache, cache_key
+from superbpe.training.cache import RunCache, cache_key
 
 MERGES = [(b"a", b"b"), (b"ab", b"c"), (b" ", b"t")]
 
@@ -62,7 +62,7 @@ def test_a_lock_file_removed_while_waited_on_is_taken_again(tmp_path):
     job locks the new one: it takes the lock again on the file now at the path."""
     import threading
 
-    from superbpe.cache import locked
+    from superbpe.training.cache import locked
 
     lock = tmp_path / "k.lock"
     inside = threading.Event()

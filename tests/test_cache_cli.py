@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from superbpe.cache import RunCache, cache_entries, clear_cache, enforce_size_cap, parse_age
 from superbpe.cli import cache as cache_command
-from superbpe.errors import ConfigError
+from superbpe.core.errors import ConfigError
+from superbpe.training.cache import RunCache, cache_entries, clear_cache, enforce_size_cap, parse_age
 
 
 def make_entry(root: Path, kind: str, name: str, size: int, age_seconds: float) -> Path:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from superbpe.checkpoints import (
+from superbpe.core.errors import InputError
+from superbpe.formats.checkpoints import (
     CHECKPOINT_FILE,
     MERGES_LOGS,
     Checkpoint,
@@ -15,7 +16,6 @@ from superbpe.checkpoints import (
     load_checkpoint,
     save_checkpoint,
 )
-from superbpe.errors import InputError
 
 MERGES = [(b"a", b"b"), (b"\xff", b" \x00"), (b"ab", b"\n"), (b"c", b"d")]
 

@@ -8,11 +8,11 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException, MissingConfigException
 
-from superbpe.config import EncodeConfig, EvaluateConfig, TrainConfig, register_configs, to_dataclass
-from superbpe.errors import ConfigError, InputError
-from superbpe.pretokenize import PATTERNS
-from superbpe.run import prepare
-from superbpe.stages import plan_stages, resolve_pretokenizer
+from superbpe.core.errors import ConfigError, InputError
+from superbpe.core.pretokenize import PATTERNS
+from superbpe.training.config import EncodeConfig, EvaluateConfig, TrainConfig, register_configs, to_dataclass
+from superbpe.training.run import prepare
+from superbpe.training.stages import plan_stages, resolve_pretokenizer
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 GROUPS = {

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from superbpe.counting import PieceCounts, count_pieces
-from superbpe.errors import InputError, SuperBPEError
-from superbpe.pretokenize import Pretokenizer, get_pretokenizer
-from superbpe.sources import iter_chunks, resolve_inputs
+from superbpe.core.counts import PieceCounts
+from superbpe.core.errors import InputError, SuperBPEError
+from superbpe.core.pretokenize import Pretokenizer, get_pretokenizer
+from superbpe.core.sources import iter_chunks, resolve_inputs
+from superbpe.engines.python_count import count_pieces
 
 EOT = "<|endoftext|>"
 

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from script_helpers import assert_one_line_error, run_script, train_small_tokenizer
 
-from superbpe.config import DataConfig, EngineConfig, TrainConfig
-from superbpe.evaluate import evaluate
-from superbpe.run import run_training
-from superbpe.token_files import encode_corpus
-from superbpe.tokenizer import Tokenizer
+from superbpe.api.tokenizer import Tokenizer
+from superbpe.jobs.encode import encode_corpus
+from superbpe.jobs.evaluate import evaluate
+from superbpe.training.config import DataConfig, EngineConfig, TrainConfig
+from superbpe.training.run import run_training
 
 EOT = "<|endoftext|>"
 
@@ -87,7 +87,7 @@ def test_superbpe_tokenizer_encodes_with_its_stage2_pattern(tmp_path, sample_tex
     )
     cfg.schedule.name = "superbpe"
     cfg.schedule.stages[0].until = 200
-    from superbpe.config import PretokenizerConfig, StageConfig
+    from superbpe.training.config import PretokenizerConfig, StageConfig
 
     cfg.schedule.stages.append(
         StageConfig(

@@ -15,10 +15,10 @@ from pathlib import Path
 import fixture_texts
 import pytest
 
-from superbpe import native_engine
-from superbpe.engine import PythonEngine
-from superbpe.pretokenize import get_pretokenizer
-from superbpe.trainer import MergeRules
+from superbpe.core.pretokenize import get_pretokenizer
+from superbpe.core.rules import MergeRules
+from superbpe.engines import native as native_engine
+from superbpe.engines.python import PythonEngine
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from make_english_corpus import Chain, write_corpus  # noqa: E402  (benchmarks/ holds scripts, not a package)

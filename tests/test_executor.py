@@ -14,15 +14,16 @@ import pytest
 from executor_helpers import EOT, concatenated_shards, make_corpus
 from script_helpers import assert_one_line_error, run_script, train_small_tokenizer
 
-from superbpe.engine import get_engine, native_available
-from superbpe.errors import ConfigError, InputError
-from superbpe.evaluate import evaluate_dir
-from superbpe.executor import RAY_MISSING, ExecutorSpec, check_executor
-from superbpe.pretokenize import get_pretokenizer
-from superbpe.sharded import count_on_executor, encode_sharded, evaluate_sharded, read_index
-from superbpe.shards import plan_shards, shard_chunks
-from superbpe.sources import ChunkCutter, iter_chunks, resolve_inputs
-from superbpe.token_files import encode_corpus
+from superbpe.core.errors import ConfigError, InputError
+from superbpe.core.pretokenize import get_pretokenizer
+from superbpe.core.sources import ChunkCutter, iter_chunks, resolve_inputs
+from superbpe.engines.interface import get_engine, native_available
+from superbpe.formats.token_files import read_index
+from superbpe.jobs.count import count_on_executor
+from superbpe.jobs.encode import encode_corpus, encode_sharded
+from superbpe.jobs.evaluate import evaluate_dir, evaluate_sharded
+from superbpe.jobs.executors import RAY_MISSING, ExecutorSpec, check_executor
+from superbpe.jobs.shards import plan_shards, shard_chunks
 
 ENGINES = ["python", "native"] if native_available() else ["python"]
 
@@ -207,7 +208,7 @@ def test_executor_keeps_at_most_a_window_of_results_waiting() -> None:
     """The driver consumes results one by one; tasks beyond the window start only as results are taken."""
     from concurrent.futures import Future
 
-    from superbpe.executor import _bounded
+    from superbpe.jobs.executors import _bounded
 
     submitted: list[int] = []
 

@@ -13,11 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import superbpe
-from superbpe import files
-from superbpe.api import reserved_tokens
-from superbpe.errors import ConfigError
-from superbpe.pretokenize import get_pretokenizer
-from superbpe.tokenizer import Tokenizer
+from superbpe.api.tokenizer import Tokenizer
+from superbpe.core.errors import ConfigError
+from superbpe.core.pretokenize import get_pretokenizer
+from superbpe.core.vocab import reserved_tokens
+from superbpe.formats.hf import HF_CONFIG_FILE
+from superbpe.formats.tiktoken_files import TIKTOKEN_META_FILE, tiktoken_pattern
 
 EOT = "<|endoftext|>"
 PATTERNS = ["gpt2", "cl100k", "o200k", "superbpe-stage1", "superbpe", "superbpe-paper"]
@@ -57,7 +58,7 @@ def test_tiktoken_files_rebuild_the_same_encoding(
     trained: Tokenizer, texts: list[str], tmp_path: Path
 ) -> None:
     trained.save(tmp_path, tiktoken=True)
-    meta = json.loads((tmp_path / files.TIKTOKEN_META_FILE).read_text(encoding="utf-8"))
+    meta = json.loads((tmp_path / TIKTOKEN_META_FILE).read_text(encoding="utf-8"))
     ranks = {}
     for line in (tmp_path / meta["ranks_file"]).read_text(encoding="ascii").splitlines():
         token, rank = line.split(" ")
@@ -105,8 +106,8 @@ def test_reserved_tokens_round_up_and_skip_taken_names() -> None:
 
 
 def test_padded_run_agrees_across_every_export(tmp_path: Path, sample_texts: Path) -> None:
-    from superbpe.config import DataConfig, ExportConfig, TrainConfig
-    from superbpe.run import run_training
+    from superbpe.training.config import DataConfig, ExportConfig, TrainConfig
+    from superbpe.training.run import run_training
 
     out = tmp_path / "run"
     cfg = TrainConfig(data=DataConfig(paths=[str(sample_texts / "corpus.en")]), vocab_size=1000,
@@ -119,8 +120,8 @@ def test_padded_run_agrees_across_every_export(tmp_path: Path, sample_texts: Pat
     assert sorted(ids.values()) == list(range(999, 1024))  # <|endoftext|>, then 24 reserved
     vocab_json = json.loads((out / "vocab.json").read_text(encoding="utf-8"))
     hf_json = json.loads((out / "tokenizer.json").read_text(encoding="utf-8"))
-    config = json.loads((out / files.HF_CONFIG_FILE).read_text(encoding="utf-8"))
-    meta = json.loads((out / files.TIKTOKEN_META_FILE).read_text(encoding="utf-8"))
+    config = json.loads((out / HF_CONFIG_FILE).read_text(encoding="utf-8"))
+    meta = json.loads((out / TIKTOKEN_META_FILE).read_text(encoding="utf-8"))
     for special, token_id in ids.items():
         assert vocab_json[special] == token_id
         assert {"id": token_id, "content": special}.items() <= hf_json["added_tokens"][token_id - 999].items()
@@ -136,7 +137,7 @@ def test_padded_run_agrees_across_every_export(tmp_path: Path, sample_texts: Pat
 def test_covering_pattern_matches_are_the_isolated_split(text: str) -> None:
     for name in PATTERNS:
         pre = get_pretokenizer(name)
-        covering = regex.compile(files.tiktoken_pattern(pre))
+        covering = regex.compile(tiktoken_pattern(pre))
         assert [m.group() for m in covering.finditer(text)] == pre.split(text), name
 
 
@@ -153,4 +154,4 @@ def test_gpt2_files_as_tiktoken_equal_the_reference(shared_data: Path, texts: li
 def test_line_units_on_a_custom_pattern_have_no_tiktoken_form() -> None:
     pre = get_pretokenizer("custom:[a-z]+", line_units=True)
     with pytest.raises(ConfigError, match="no tiktoken pattern for pre-tokenizer"):
-        files.tiktoken_pattern(pre)
+        tiktoken_pattern(pre)

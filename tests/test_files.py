@@ -11,10 +11,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import superbpe
-from superbpe import files
-from superbpe.errors import ConfigError, InputError
-from superbpe.pretokenize import PATTERNS, get_pretokenizer
-from superbpe.tokenizer import Tokenizer
+from superbpe.api.tokenizer import Tokenizer
+from superbpe.core.byte_table import byte_to_unicode, bytes_to_token_str, token_str_to_bytes
+from superbpe.core.errors import ConfigError, InputError
+from superbpe.core.pretokenize import PATTERNS, get_pretokenizer
+from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE, read_merges, read_vocab, write_merges, write_vocab
+from superbpe.formats.hf import (
+    HF_CONFIG_FILE,
+    HF_FILE,
+    HF_SPECIAL_MAP_FILE,
+    pretokenizer_from_hf,
+    read_hf_tokenizer,
+)
+from superbpe.formats.manifest import MANIFEST_FILE, read_manifest
+from superbpe.formats.tokenizer_dir import save_tokenizer_dir
 
 EOT = "<|endoftext|>"
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -50,7 +60,7 @@ def corpus_samples(sample_texts: Path, multilingual_text: str, wikitext_text: st
 
 
 def test_byte_table_matches_gpt2_layout(shared_data: Path) -> None:
-    table = files.byte_to_unicode()
+    table = byte_to_unicode()
     assert len(set(table)) == 256
     assert all(char.isprintable() and not char.isspace() for char in table)
     assert [table[byte] for byte in b" \na\x00"] == ["\u0120", "\u010a", "a", "\u0100"]
@@ -63,31 +73,31 @@ def test_byte_table_matches_gpt2_layout(shared_data: Path) -> None:
 
 @given(st.binary(max_size=40))
 def test_token_strings_round_trip(data: bytes) -> None:
-    text = files.bytes_to_token_str(data)
+    text = bytes_to_token_str(data)
     assert len(text) == len(data)
-    assert files.token_str_to_bytes(text) == data
+    assert token_str_to_bytes(text) == data
 
 
 @pytest.mark.parametrize("text", ["a b", "\u4e2d", "tab\there"])
 def test_characters_outside_the_table_are_rejected(text: str) -> None:
     with pytest.raises(KeyError):
-        files.token_str_to_bytes(text)
+        token_str_to_bytes(text)
 
 
 # -- vocab.json and merges.txt -----------------------------------------------------------------------------
 
 
 def test_gpt2_files_round_trip_byte_for_byte(shared_data: Path, tmp_path: Path) -> None:
-    vocab = files.read_vocab(shared_data / "gpt2_vocab.json")
-    merges = files.read_merges(shared_data / "gpt2_merges.txt", vocab)
+    vocab = read_vocab(shared_data / "gpt2_vocab.json")
+    merges = read_merges(shared_data / "gpt2_merges.txt", vocab)
     assert len(vocab) == 50257 and len(merges) == 50000
     assert merges[0] == (b" ", b"t")
-    files.write_merges(tmp_path / "merges.txt", merges)
+    write_merges(tmp_path / "merges.txt", merges)
     written = (tmp_path / "merges.txt").read_text(encoding="utf-8")
     assert written.startswith("#version: 0.2\n")
     original = (shared_data / "gpt2_merges.txt").read_text(encoding="utf-8")
     assert written.splitlines()[1:] == original.splitlines()
-    files.write_vocab(tmp_path / "vocab.json", vocab)
+    write_vocab(tmp_path / "vocab.json", vocab)
     assert json.loads((tmp_path / "vocab.json").read_text(encoding="utf-8")) == json.loads(
         (shared_data / "gpt2_vocab.json").read_text(encoding="utf-8"))
 
@@ -96,13 +106,13 @@ def test_gpt2_files_round_trip_byte_for_byte(shared_data: Path, tmp_path: Path) 
 def test_merges_read_with_or_without_header(tmp_path: Path, header: bool) -> None:
     vocab = {i: bytes([i]) for i in range(256)} | {256: b" \n", 257: b"\xff\xfe", 258: b" \n\xff\xfe"}
     merges = [(b" ", b"\n"), (b"\xff", b"\xfe"), (b" \n", b"\xff\xfe")]
-    files.write_vocab(tmp_path / "vocab.json", vocab)
-    files.write_merges(tmp_path / "merges.txt", merges)
+    write_vocab(tmp_path / "vocab.json", vocab)
+    write_merges(tmp_path / "merges.txt", merges)
     if not header:
         lines = (tmp_path / "merges.txt").read_text(encoding="utf-8").splitlines()
         (tmp_path / "merges.txt").write_text("\n".join(lines[1:]), encoding="utf-8")  # no trailing newline
-    assert files.read_vocab(tmp_path / "vocab.json") == vocab
-    assert files.read_merges(tmp_path / "merges.txt", vocab) == merges
+    assert read_vocab(tmp_path / "vocab.json") == vocab
+    assert read_merges(tmp_path / "merges.txt", vocab) == merges
 
 
 @pytest.mark.parametrize(
@@ -121,7 +131,7 @@ def test_malformed_merges(tmp_path: Path, content: str, message: str) -> None:
     path.write_text(content, encoding="utf-8")
     vocab = {0: b"a", 1: b"b", 2: b"c"}
     with pytest.raises(InputError, match=message) as caught:
-        files.read_merges(path, vocab)
+        read_merges(path, vocab)
     assert str(path) in str(caught.value) and "\n" not in str(caught.value)
 
 
@@ -141,7 +151,7 @@ def test_malformed_vocab(tmp_path: Path, content: str, message: str) -> None:
     path = tmp_path / "vocab.json"
     path.write_text(content, encoding="utf-8")
     with pytest.raises(InputError, match=message) as caught:
-        files.read_vocab(path)
+        read_vocab(path)
     assert str(path) in str(caught.value)
 
 
@@ -149,19 +159,19 @@ def test_duplicate_token_via_verbatim_special(tmp_path: Path) -> None:
     path = tmp_path / "vocab.json"
     path.write_text(json.dumps({"<s>": 0, "<s> ": 1, "<s>\u0120": 2}), encoding="utf-8")
     with pytest.raises(InputError, match="duplicate token"):
-        files.read_vocab(path, special_tokens=["<s> "])
+        read_vocab(path, special_tokens=["<s> "])
 
 
 def test_missing_and_unreadable_files(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="file not found"):
-        files.read_vocab(tmp_path / "nope.json")
+        read_vocab(tmp_path / "nope.json")
     with pytest.raises(InputError, match="file not found"):
-        files.read_merges(tmp_path / "nope.txt")
+        read_merges(tmp_path / "nope.txt")
     with pytest.raises(InputError, match="is a directory"):
-        files.read_hf_tokenizer(tmp_path)
+        read_hf_tokenizer(tmp_path)
     (tmp_path / "latin1.txt").write_bytes(b"a \xe9\n")
     with pytest.raises(InputError, match="invalid UTF-8"):
-        files.read_merges(tmp_path / "latin1.txt")
+        read_merges(tmp_path / "latin1.txt")
     with pytest.raises(InputError, match="file not found"):
         Tokenizer.from_files(tmp_path / "vocab.json", tmp_path / "merges.txt")
 
@@ -232,12 +242,12 @@ def test_hf_matches_every_builtin_pattern(tmp_path: Path, pattern: str) -> None:
 def test_read_hf_tokenizer_round_trip(tmp_path: Path) -> None:
     tok = _hand_made("superbpe")
     tok.save(tmp_path)
-    data = files.read_hf_tokenizer(tmp_path / "tokenizer.json")
+    data = read_hf_tokenizer(tmp_path / "tokenizer.json")
     assert data.vocab == tok.vocab
     assert data.merges == tok.merges
     assert data.special_tokens == ["<s>", "<pad token>"]
     assert (data.pattern, data.line_units) == (PATTERNS["superbpe"], True)
-    assert files.pretokenizer_from_hf(data) == tok.pretokenizer
+    assert pretokenizer_from_hf(data) == tok.pretokenizer
 
 
 def test_read_tokenizer_json_saved_by_hf(tmp_path: Path) -> None:
@@ -245,11 +255,11 @@ def test_read_tokenizer_json_saved_by_hf(tmp_path: Path) -> None:
     tok = _hand_made("gpt2")
     hf = hf_from(tok, tmp_path / "ours")
     hf.save(str(tmp_path / "hf.json"))
-    data = files.read_hf_tokenizer(tmp_path / "hf.json")
+    data = read_hf_tokenizer(tmp_path / "hf.json")
     assert data.vocab == tok.vocab
     assert data.merges == tok.merges
     assert data.special_tokens == tok.special_tokens
-    assert files.pretokenizer_from_hf(data).name == "gpt2"
+    assert pretokenizer_from_hf(data).name == "gpt2"
 
 
 def test_custom_pattern_survives_tokenizer_json(tmp_path: Path) -> None:
@@ -278,7 +288,7 @@ def test_malformed_tokenizer_json(tmp_path: Path, edit, message: str) -> None:  
     edit(document)
     path.write_text(json.dumps(document), encoding="utf-8")
     with pytest.raises(InputError, match=message) as caught:
-        files.read_hf_tokenizer(path)
+        read_hf_tokenizer(path)
     assert str(path) in str(caught.value)
 
 
@@ -290,9 +300,9 @@ def test_save_writes_six_files_and_manifest(tmp_path: Path) -> None:
     stages = [{"num_merges": 12}]
     tok.save(tmp_path / "out", manifest_extra={"run": 7}, stages=stages, training={"vocab_size": 268})
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
-        [files.VOCAB_FILE, files.MERGES_FILE, files.HF_FILE, files.MANIFEST_FILE, files.HF_CONFIG_FILE,
-         files.HF_SPECIAL_MAP_FILE])
-    manifest = files.read_manifest(tmp_path / "out" / files.MANIFEST_FILE)
+        [VOCAB_FILE, MERGES_FILE, HF_FILE, MANIFEST_FILE, HF_CONFIG_FILE,
+         HF_SPECIAL_MAP_FILE])
+    manifest = read_manifest(tmp_path / "out" / MANIFEST_FILE)
     assert manifest.pretokenizer == tok.pretokenizer.spec()
     assert manifest.special_tokens == ["<s>", "<pad token>"]
     assert (manifest.vocab_size, manifest.stages, manifest.training, manifest.extra) == (
@@ -303,7 +313,7 @@ def test_save_writes_six_files_and_manifest(tmp_path: Path) -> None:
 def test_nothing_is_written_when_the_export_is_invalid(tmp_path: Path) -> None:
     vocab = {i: bytes([i]) for i in range(256)}
     with pytest.raises(ConfigError, match="special token"):
-        files.save_tokenizer_dir(tmp_path / "out", vocab, [], ["<missing>"], get_pretokenizer("gpt2"))
+        save_tokenizer_dir(tmp_path / "out", vocab, [], ["<missing>"], get_pretokenizer("gpt2"))
     assert not (tmp_path / "out").exists()
 
 
@@ -322,15 +332,15 @@ def test_nothing_is_written_when_the_export_is_invalid(tmp_path: Path) -> None:
     ],
 )
 def test_malformed_manifest(tmp_path: Path, document: dict, message: str) -> None:
-    path = tmp_path / files.MANIFEST_FILE
+    path = tmp_path / MANIFEST_FILE
     path.write_text(json.dumps(document), encoding="utf-8")
     with pytest.raises(InputError, match=message):
-        files.read_manifest(path)
+        read_manifest(path)
 
 
 def test_manifest_with_bad_pattern_fails_on_load(tmp_path: Path) -> None:
     _hand_made("gpt2").save(tmp_path)
-    path = tmp_path / files.MANIFEST_FILE
+    path = tmp_path / MANIFEST_FILE
     document = json.loads(path.read_text(encoding="utf-8"))
     document["pretokenizer"]["pattern"] = "(unclosed"
     path.write_text(json.dumps(document), encoding="utf-8")

@@ -12,8 +12,8 @@ import pytest
 from script_helpers import run_script, train_small_tokenizer
 
 from superbpe.cli import summarize
-from superbpe.sources import iter_chunks
-from superbpe.token_files import encode_corpus
+from superbpe.core.sources import iter_chunks
+from superbpe.jobs.encode import encode_corpus
 
 
 @pytest.fixture(scope="module")
@@ -115,9 +115,9 @@ def test_no_test_module_imports_another_so_plain_pytest_collects():
 
 
 def test_a_failure_after_the_first_checkpoint_ends_with_the_resume_command(tmp_path):
-    from superbpe.checkpoints import CHECKPOINT_FILE
     from superbpe.cli import _with_resume_hint
-    from superbpe.memory import MemoryLimitError
+    from superbpe.core.memory import MemoryLimitError
+    from superbpe.formats.checkpoints import CHECKPOINT_FILE
 
     error = MemoryLimitError("stage stage2 needs about 9 GB")
     assert _with_resume_hint(error, tmp_path) == "stage stage2 needs about 9 GB"  # nothing kept

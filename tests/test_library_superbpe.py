@@ -11,11 +11,11 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 import superbpe
-from superbpe.config import TrainConfig, register_configs, to_dataclass
-from superbpe.engine import native_available
-from superbpe.errors import InputError
-from superbpe.run import run_training
-from superbpe.sources import document_blocks
+from superbpe.core.errors import InputError
+from superbpe.core.sources import document_blocks
+from superbpe.engines.interface import native_available
+from superbpe.training.config import TrainConfig, register_configs, to_dataclass
+from superbpe.training.run import run_training
 
 ENGINES = ["python", *(["native"] if native_available() else [])]
 CONF = Path(__file__).resolve().parents[1] / "conf"

@@ -17,15 +17,16 @@ import pytest
 import regex
 import tiktoken
 
-from superbpe import native_engine
-from superbpe.api import build_vocab
-from superbpe.counting import PieceCounts
-from superbpe.engine import PythonEngine, get_engine
-from superbpe.errors import ConfigError, InputError, SuperBPEError
-from superbpe.files import read_merges, read_vocab
-from superbpe.pretokenize import PATTERNS, get_pretokenizer
-from superbpe.sources import REPLACE_HINT
-from superbpe.trainer import MergeRules
+from superbpe.core.counts import PieceCounts
+from superbpe.core.errors import ConfigError, InputError, SuperBPEError
+from superbpe.core.pretokenize import PATTERNS, get_pretokenizer
+from superbpe.core.rules import MergeRules
+from superbpe.core.sources import REPLACE_HINT
+from superbpe.core.vocab import build_vocab
+from superbpe.engines import native as native_engine
+from superbpe.engines.interface import get_engine
+from superbpe.engines.python import PythonEngine
+from superbpe.formats.gpt2 import read_merges, read_vocab
 
 pytestmark = pytest.mark.skipif(
     not native_engine.available(), reason="superbpe._native is not built (run `pip install -e .`)"

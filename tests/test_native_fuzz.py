@@ -14,12 +14,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from superbpe import native_engine
-from superbpe.api import build_vocab
-from superbpe.counting import PieceCounts
-from superbpe.engine import PythonEngine
-from superbpe.pretokenize import PATTERNS, get_pretokenizer
-from superbpe.trainer import MergeRules
+from superbpe.core.counts import PieceCounts
+from superbpe.core.pretokenize import PATTERNS, get_pretokenizer
+from superbpe.core.rules import MergeRules
+from superbpe.core.vocab import build_vocab
+from superbpe.engines import native as native_engine
+from superbpe.engines.python import PythonEngine
 
 pytestmark = pytest.mark.skipif(
     not native_engine.available(), reason="superbpe._native is not built (run `pip install -e .`)"

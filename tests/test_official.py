@@ -18,18 +18,26 @@ from omegaconf import OmegaConf
 from run_helpers import hf_stage1, official_run, superbpe_schedule
 from script_helpers import ROOT, run_script
 
-from superbpe import Tokenizer, files, train_bpe
-from superbpe.compat import OFFICIAL, PRESETS, alphabet_order, hf_vocab, training_rules
-from superbpe.config import (
-    CompatConfig,
-    ScheduleConfig,
+from superbpe import Tokenizer, train_bpe
+from superbpe.core.byte_table import byte_to_unicode
+from superbpe.core.compat import OFFICIAL, PRESETS, CompatConfig, training_rules
+from superbpe.core.counts import PieceCounts
+from superbpe.core.errors import ConfigError, InputError
+from superbpe.core.pretokenize import PATTERNS, get_pretokenizer
+from superbpe.core.rules import MergeRules
+from superbpe.core.types import Merge
+from superbpe.core.vocab import alphabet_order, hf_vocab
+from superbpe.engines.interface import get_engine
+from superbpe.formats.gpt2 import (
+    MERGES_FILE,
+    VOCAB_FILE,
+    merges_to_text,
+    read_merges,
+    read_vocab,
+    vocab_to_json_text,
 )
-from superbpe.counting import PieceCounts
-from superbpe.engine import get_engine
-from superbpe.errors import ConfigError, InputError
-from superbpe.pretokenize import PATTERNS, get_pretokenizer
-from superbpe.trainer import MergeRules
-from superbpe.types import Merge
+from superbpe.formats.hf import HF_FILE
+from superbpe.training.config import ScheduleConfig
 
 tokenizers = pytest.importorskip("tokenizers")
 
@@ -37,7 +45,7 @@ ENGINES = ["python", "native"]
 
 
 def _assert_same_files(ours: Path, theirs: Path) -> None:
-    for name in (files.MERGES_FILE, files.VOCAB_FILE):
+    for name in (MERGES_FILE, VOCAB_FILE):
         assert (ours / name).read_bytes() == (theirs / name).read_bytes(), name
 
 
@@ -66,8 +74,8 @@ def test_official_tokenizer_encodes_like_theirs(tmp_path, shared_data, official_
     theirs_dir = official_data / "corpus_en" / "superbpe"
     ours_dir = official_run(tmp_path, shared_data / "corpus.en", "native", superbpe_schedule(1000), "sb")
     text = (shared_data / "corpus.en").read_text(encoding="utf-8")
-    expected = tokenizers.Tokenizer.from_file(str(theirs_dir / files.HF_FILE)).encode(text).ids
-    assert tokenizers.Tokenizer.from_file(str(ours_dir / files.HF_FILE)).encode(text).ids == expected
+    expected = tokenizers.Tokenizer.from_file(str(theirs_dir / HF_FILE)).encode(text).ids
+    assert tokenizers.Tokenizer.from_file(str(ours_dir / HF_FILE)).encode(text).ids == expected
     for engine in ENGINES:
         assert Tokenizer.load(ours_dir, engine=engine).encode(text) == expected
         loaded = Tokenizer.load(theirs_dir, engine=engine)
@@ -81,8 +89,8 @@ def test_train_bpe_compat_official_gives_their_vocab_and_merges(shared_data, off
         shared_data / "corpus.en", 1500, pretokenizer="superbpe-stage1", engine=engine, compat="official"
     )
     theirs = official_data / "corpus_en" / "bpe"
-    assert vocab == files.read_vocab(theirs / files.VOCAB_FILE)
-    assert merges == files.read_merges(theirs / files.MERGES_FILE)
+    assert vocab == read_vocab(theirs / VOCAB_FILE)
+    assert merges == read_merges(theirs / MERGES_FILE)
 
 
 def test_script_compat_official_writes_their_files(tmp_path, shared_data, official_data):
@@ -117,7 +125,7 @@ def test_vocab_below_the_seen_alphabet_gives_the_alphabet_as_hf_does(shared_data
 
 def test_bad_compat_value_is_one_line_error():
     with pytest.raises(ConfigError, match="compat.tie_break"):
-        from superbpe.compat import check_compat
+        from superbpe.core.compat import check_compat
 
         check_compat(CompatConfig(tie_break="random"))
     with pytest.raises(ConfigError, match="duplicates"):
@@ -142,9 +150,9 @@ def test_hf_tie_break_and_alphabet_match_stock_hf_on_random_text(tmp_path, engin
         out.mkdir()
         hf_stage1(path, vocab_size, out)
         merges = get_engine(engine).train(counts, vocab_size - len(alphabet), rules=rules).merges
-        assert files.merges_to_text(merges) == (out / files.MERGES_FILE).read_text(encoding="utf-8"), seed
-        vocab = files.vocab_to_json_text(hf_vocab(alphabet, merges), "hf")
-        assert vocab == (out / files.VOCAB_FILE).read_text(encoding="utf-8"), seed
+        assert merges_to_text(merges) == (out / MERGES_FILE).read_text(encoding="utf-8"), seed
+        vocab = vocab_to_json_text(hf_vocab(alphabet, merges), "hf")
+        assert vocab == (out / VOCAB_FILE).read_text(encoding="utf-8"), seed
 
 
 # Units whose repeats make runs ("aaaa", "    ", "\n\n") and overlapping pairs ("abab", "aab"): the shapes
@@ -183,13 +191,13 @@ def test_stock_hf_makes_no_duplicate_merge_and_both_engines_match_it_on_runs(tmp
         alphabet = alphabet_order(counts.bytes_seen())
         vocab_size = len(alphabet) + rng.choice([rng.randint(1, 40), 1000])  # 1000: until no pair is left
         hf_stage1(path, vocab_size, out)
-        theirs = (out / files.MERGES_FILE).read_text(encoding="utf-8")
+        theirs = (out / MERGES_FILE).read_text(encoding="utf-8")
         assert len(set(theirs.splitlines())) == len(theirs.splitlines()), seed
         for engine in ENGINES:
             merges = get_engine(engine).train(counts, vocab_size - len(alphabet), rules=rules).merges
-            assert files.merges_to_text(merges) == theirs, (seed, engine)
-            vocab = files.vocab_to_json_text(hf_vocab(alphabet, merges), "hf")
-            assert vocab == (out / files.VOCAB_FILE).read_text(encoding="utf-8"), (seed, engine)
+            assert merges_to_text(merges) == theirs, (seed, engine)
+            vocab = vocab_to_json_text(hf_vocab(alphabet, merges), "hf")
+            assert vocab == (out / VOCAB_FILE).read_text(encoding="utf-8"), (seed, engine)
 
 
 def _random_inherited(rng: random.Random, alphabet: bytes, size: int) -> list[tuple[bytes, bytes]]:
@@ -235,7 +243,7 @@ def _fork_train(
 ) -> tuple[str, str]:
     """(merges.txt, vocab.json) as the official fork writes them for these piece counts: stage 1, or
     stage 2 extending ``inherited`` (the fork reads them from ``merges.txt`` in its working directory)."""
-    table = files.byte_to_unicode()
+    table = byte_to_unicode()
     work.mkdir()
     words = work / "words.tsv"
     lines = (f"{count}\t{''.join(table[b] for b in piece)}\n" for piece, count in counts.items())
@@ -244,16 +252,16 @@ def _fork_train(
     cwd.mkdir()
     out.mkdir()
     if inherited is not None:
-        (cwd / files.MERGES_FILE).write_text(files.merges_to_text(inherited), encoding="utf-8")
+        (cwd / MERGES_FILE).write_text(merges_to_text(inherited), encoding="utf-8")
     command = [str(fork), str(words), str(vocab_size), str(out)]
     subprocess.run(command, cwd=cwd, check=True, capture_output=True)
-    merges, vocab = (out / files.MERGES_FILE, out / files.VOCAB_FILE)
+    merges, vocab = (out / MERGES_FILE, out / VOCAB_FILE)
     return merges.read_text(encoding="utf-8"), vocab.read_text(encoding="utf-8")
 
 
 def _official_texts(alphabet: bytes, merges: list[Merge]) -> tuple[str, str]:
     """(merges.txt, vocab.json) as a compat=official run writes them (no special tokens)."""
-    return files.merges_to_text(merges), files.vocab_to_json_text(hf_vocab(alphabet, merges), "hf")
+    return merges_to_text(merges), vocab_to_json_text(hf_vocab(alphabet, merges), "hf")
 
 
 def _official_fork() -> Path:
@@ -270,9 +278,9 @@ def test_official_fork_harness_writes_their_reference_files(tmp_path, shared_dat
     corpus = shared_data / "corpus.en"
     stage1 = get_engine("native").count([corpus], get_pretokenizer("superbpe-stage1", line_units=True), [])
     stage2 = get_engine("native").count([corpus], get_pretokenizer("superbpe", line_units=True), [])
-    inherited = files.read_merges(theirs / "bpe" / files.MERGES_FILE)[:1000]
+    inherited = read_merges(theirs / "bpe" / MERGES_FILE)[:1000]
     for name, counts, merges in (("bpe", stage1, None), ("superbpe", stage2, inherited)):
-        merges_text, vocab_text = (theirs / name / files.MERGES_FILE, theirs / name / files.VOCAB_FILE)
+        merges_text, vocab_text = (theirs / name / MERGES_FILE, theirs / name / VOCAB_FILE)
         expected = merges_text.read_text(encoding="utf-8"), vocab_text.read_text(encoding="utf-8")
         assert _fork_train(fork, counts, 1500, merges, tmp_path / name) == expected, name
 
@@ -354,7 +362,7 @@ def test_hf_added_tokens_load_as_special(tmp_path, shared_data):
     trainer = tokenizers.trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>", "<pad>"],
                                              show_progress=False)
     hf.train([str(shared_data / "corpus.en")], trainer)
-    hf.save(str(tmp_path / files.HF_FILE))
+    hf.save(str(tmp_path / HF_FILE))
     tok = Tokenizer.load(tmp_path)
     assert tok.special_tokens == ["<|endoftext|>", "<pad>"]
     assert tok.vocab_size == hf.get_vocab_size()
@@ -378,7 +386,7 @@ def test_released_200k_tokenizer_loads_unpadded_and_encodes_like_hf(shared_data,
     """Their released 180K->200K tokenizer (13 bytes missing), read the way their code reads it."""
     released = official_data / "released_180K_200K"
     hf = tokenizers.Tokenizer(
-        tokenizers.models.BPE.from_file(str(released / files.VOCAB_FILE), str(released / files.MERGES_FILE))
+        tokenizers.models.BPE.from_file(str(released / VOCAB_FILE), str(released / MERGES_FILE))
     )
     hf.pre_tokenizer = tokenizers.pre_tokenizers.Sequence(
         [
@@ -390,10 +398,10 @@ def test_released_200k_tokenizer_loads_unpadded_and_encodes_like_hf(shared_data,
     for engine in ENGINES:
         tok = Tokenizer.load(released, engine=engine, compat="official")
         assert tok.vocab_size == 200_000 and tok.special_tokens == []
-        assert tok.vocab == {i: t for i, t in files.read_vocab(released / files.VOCAB_FILE).items()}
+        assert tok.vocab == {i: t for i, t in read_vocab(released / VOCAB_FILE).items()}
         for name, text in texts.items():
             if engine == "python":
                 text = text[:100_000]  # the python engine is the slow reference
             assert tok.encode(text) == hf.encode(text).ids, (engine, name)
-    ids = json.loads((released / files.VOCAB_FILE).read_text(encoding="utf-8"))
+    ids = json.loads((released / VOCAB_FILE).read_text(encoding="utf-8"))
     assert ids["Ġthe"] == tok.token_to_id(" the")

@@ -17,12 +17,14 @@ import numpy as np
 import pytest
 from script_helpers import assert_one_line_error, script_env, train_small_tokenizer
 
-from superbpe import Tokenizer, files
-from superbpe.compat import OFFICIAL
-from superbpe.errors import ConfigError
-from superbpe.executor import ExecutorSpec
-from superbpe.pretokenize import PATTERNS
-from superbpe.sharded import evaluate_sharded, open_shards
+from superbpe import Tokenizer
+from superbpe.core.compat import OFFICIAL
+from superbpe.core.errors import ConfigError
+from superbpe.core.pretokenize import PATTERNS
+from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE
+from superbpe.formats.token_files import open_shards
+from superbpe.jobs.evaluate import evaluate_sharded
+from superbpe.jobs.executors import ExecutorSpec
 
 tokenizers = pytest.importorskip("tokenizers")
 
@@ -40,7 +42,7 @@ def _command(name: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[st
 def _their_encoder(directory: Path) -> tokenizers.Tokenizer:
     """Their encoder: HF BPE over vocab.json + merges.txt, the stage-2 regex over the whole text."""
     hf = tokenizers.Tokenizer(
-        tokenizers.models.BPE.from_file(str(directory / files.VOCAB_FILE), str(directory / files.MERGES_FILE))
+        tokenizers.models.BPE.from_file(str(directory / VOCAB_FILE), str(directory / MERGES_FILE))
     )
     hf.pre_tokenizer = tokenizers.pre_tokenizers.Sequence(
         [
@@ -57,7 +59,7 @@ def official_dirs(tmp_path, official_data) -> dict[str, Path]:
     theirs = official_data / "corpus_en" / "superbpe"
     bare = tmp_path / "bare"
     bare.mkdir()
-    for name in (files.VOCAB_FILE, files.MERGES_FILE):
+    for name in (VOCAB_FILE, MERGES_FILE):
         shutil.copy(theirs / name, bare / name)
     return {"theirs": theirs, "bare": bare}
 

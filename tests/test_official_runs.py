@@ -10,18 +10,12 @@ from pathlib import Path
 import pytest
 from run_helpers import hf_stage1, superbpe_schedule
 
-from superbpe import files
-from superbpe.cache import token_prefix, tokens_made
-from superbpe.compat import OFFICIAL
-from superbpe.config import (
-    DataConfig,
-    EngineConfig,
-    PretokenizerConfig,
-    ScheduleConfig,
-    TrainConfig,
-)
-from superbpe.errors import ConfigError
-from superbpe.run import run_training
+from superbpe.core.compat import OFFICIAL
+from superbpe.core.errors import ConfigError
+from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE
+from superbpe.training.cache import token_prefix, tokens_made
+from superbpe.training.config import DataConfig, EngineConfig, PretokenizerConfig, ScheduleConfig, TrainConfig
+from superbpe.training.run import run_training
 
 ENGINES = ["python", "native"]
 
@@ -44,7 +38,7 @@ def _run(out: Path, corpus: Path, *, cache: Path | None, vocab_size: int = 1500,
 
 
 def _files(directory: Path) -> tuple[bytes, bytes]:
-    return (directory / files.MERGES_FILE).read_bytes(), (directory / files.VOCAB_FILE).read_bytes()
+    return (directory / MERGES_FILE).read_bytes(), (directory / VOCAB_FILE).read_bytes()
 
 
 def _cache_hits(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -98,10 +92,10 @@ def test_small_official_vocab_is_what_hf_makes(tmp_path, shared_data, engine):
 def test_small_official_vocab_checks_the_schedule_against_the_bytes_seen(tmp_path, shared_data):
     corpus = shared_data / "corpus.en"  # 108 bytes seen: vocab 200 leaves 92 merges
     out = _run(tmp_path / "sb", corpus, cache=None, vocab_size=200, schedule=superbpe_schedule(50))
-    assert len(json.loads((out / files.VOCAB_FILE).read_text())) == 200
+    assert len(json.loads((out / VOCAB_FILE).read_text())) == 200
     with pytest.raises(ConfigError, match="leaves 92 merges after the 108 bytes seen"):
         _run(tmp_path / "late", corpus, cache=None, vocab_size=200, schedule=superbpe_schedule(92))
-    assert not (tmp_path / "late" / files.MERGES_FILE).exists()
+    assert not (tmp_path / "late" / MERGES_FILE).exists()
     with pytest.raises(ConfigError, match="is a fraction, but with compat.alphabet=seen"):
         _run(tmp_path / "fraction", corpus, cache=None, vocab_size=1500, schedule=superbpe_schedule(0.5))  # type: ignore[arg-type]
 
@@ -121,9 +115,9 @@ def test_official_memory_estimate_from_samples_is_at_least_the_build_floor():
     """Above the sampling size (two sample trainers, pairs extrapolated), the same floor holds."""
     import random
 
-    from superbpe.counting import PieceCounts
-    from superbpe.native_engine import NativeEngine
-    from superbpe.trainer import MergeRules
+    from superbpe.core.counts import PieceCounts
+    from superbpe.core.rules import MergeRules
+    from superbpe.engines.native import NativeEngine
 
     rng = random.Random(7)
     words = ["the ", "cat ", "sat ", "on ", "a ", "mat ", "and ", "dog ", "ran ", "far "]

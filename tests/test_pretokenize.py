@@ -7,8 +7,8 @@ import regex
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from superbpe.errors import ConfigError
-from superbpe.pretokenize import (
+from superbpe.core.errors import ConfigError
+from superbpe.core.pretokenize import (
     PATTERNS,
     Pretokenizer,
     SpecialSplitter,

@@ -27,10 +27,10 @@ import pytest
 from executor_helpers import EOT, concatenated_shards, make_corpus
 from script_helpers import ROOT, SCRIPTS, assert_one_line_error, script_env, train_small_tokenizer
 
-from superbpe.engine import get_engine, native_available
-from superbpe.evaluate import evaluate_dir
-from superbpe.pretokenize import get_pretokenizer
-from superbpe.token_files import encode_corpus
+from superbpe.core.pretokenize import get_pretokenizer
+from superbpe.engines.interface import get_engine, native_available
+from superbpe.jobs.encode import encode_corpus
+from superbpe.jobs.evaluate import evaluate_dir
 
 pytest.importorskip("ray", reason="Ray not installed (pip install -e '.[ray]')")
 

@@ -15,16 +15,16 @@ from omegaconf import OmegaConf
 from script_helpers import assert_one_line_error, run_script, start_script
 
 import superbpe
-from superbpe import native_engine
-from superbpe.api import build_vocab
-from superbpe.cache import RunCache
-from superbpe.checkpoints import CHECKPOINT_FILE, Checkpoint, save_checkpoint
-from superbpe.config import DataConfig, TrainConfig, register_configs, to_dataclass
-from superbpe.errors import ConfigError, InputError, SuperBPEError
-from superbpe.evaluate import evaluate
-from superbpe.files import MERGES_FILE
-from superbpe.run_dirs import claim_unique_dir, resume_args
-from superbpe.util import atomic_write, remove_stale_temps
+from superbpe.core.errors import ConfigError, InputError, SuperBPEError
+from superbpe.core.util import atomic_write, remove_stale_temps
+from superbpe.core.vocab import build_vocab
+from superbpe.engines import native as native_engine
+from superbpe.formats.checkpoints import CHECKPOINT_FILE, Checkpoint, save_checkpoint
+from superbpe.formats.gpt2 import MERGES_FILE
+from superbpe.jobs.evaluate import evaluate
+from superbpe.training.cache import RunCache
+from superbpe.training.config import DataConfig, TrainConfig, register_configs, to_dataclass
+from superbpe.training.directories import claim_unique_dir, resume_args
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 EOT = "<|endoftext|>"
@@ -59,7 +59,7 @@ def test_default_run_dirs_are_claimed_so_runs_in_the_same_second_differ(tmp_path
     first = claim_unique_dir(base)
     assert claim_unique_dir(base) == first  # the same config value resolves to the same dir
     (tmp_path / "outputs" / "12-00-00-2").mkdir()  # claimed by another process meanwhile
-    del superbpe.run_dirs._claimed[base]
+    del superbpe.training.directories._claimed[base]
     assert claim_unique_dir(base) == base + "-3"
 
 

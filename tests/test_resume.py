@@ -15,8 +15,8 @@ import fixture_texts
 import pytest
 from script_helpers import SCRIPTS, assert_one_line_error, run_script, script_env, start_script
 
-from superbpe.checkpoints import CHECKPOINT_FILE
-from superbpe.engine import native_available
+from superbpe.engines.interface import native_available
+from superbpe.formats.checkpoints import CHECKPOINT_FILE
 
 pytestmark = pytest.mark.slow
 

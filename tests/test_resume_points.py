@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from run_helpers import superbpe_schedule
 
-from superbpe.checkpoints import Checkpoint, load_checkpoint, save_checkpoint
-from superbpe.config import DataConfig, EngineConfig, PretokenizerConfig, TrainConfig
-from superbpe.engine import native_available
-from superbpe.files import MERGES_FILE
-from superbpe.run import run_training
+from superbpe.engines.interface import native_available
+from superbpe.formats.checkpoints import Checkpoint, load_checkpoint, save_checkpoint
+from superbpe.formats.gpt2 import MERGES_FILE
+from superbpe.training.config import DataConfig, EngineConfig, PretokenizerConfig, TrainConfig
+from superbpe.training.run import run_training
 
 OUTPUTS = ("vocab.json", MERGES_FILE, "tokenizer.json", "superbpe.json", "metrics.json")
 
@@ -88,7 +88,7 @@ def test_mid_stage_2_the_native_engine_chooses_the_stage_merges_again_rather_tha
 ):
     """Replaying stage-2 merges stops the native replay from cutting pieces at word boundaries (about 4x
     slower than the whole stage's choice); choosing them again gives the same merges."""
-    from superbpe.native_engine import NativeEngine
+    from superbpe.engines.native import NativeEngine
 
     cfg = superbpe_config(corpus, tmp_path / "run", "native")
     first = run_training(cfg)

@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 from fixture_texts import code_line, long_lines_corpus
 
-from superbpe import native_engine
-from superbpe.checkpoints import load_checkpoint
-from superbpe.config import DataConfig, EngineConfig, PretokenizerConfig, TrainConfig, to_dataclass
-from superbpe.engine import PythonEngine
-from superbpe.errors import ConfigError, SuperBPEError
-from superbpe.memory import MemoryLimitError, parse_size
-from superbpe.pretokenize import get_pretokenizer
-from superbpe.run import run_training
-from superbpe.trainer import MergeRules
+from superbpe.core.errors import ConfigError, SuperBPEError
+from superbpe.core.memory import MemoryLimitError, parse_size
+from superbpe.core.pretokenize import get_pretokenizer
+from superbpe.core.rules import MergeRules
+from superbpe.engines import native as native_engine
+from superbpe.engines.python import PythonEngine
+from superbpe.formats.checkpoints import load_checkpoint
+from superbpe.training.config import DataConfig, EngineConfig, PretokenizerConfig, TrainConfig, to_dataclass
+from superbpe.training.run import run_training
 
 pytestmark = pytest.mark.skipif(
     not native_engine.available(), reason="superbpe._native is not built (run `pip install -e .`)"
@@ -120,7 +120,7 @@ def test_stage1_checkpoint_survives_a_refused_stage2(tmp_path: Path, monkeypatch
     corpus = long_lines_corpus(tmp_path / "lines.txt")
     reference = run_training(_superbpe_config(corpus, tmp_path / "reference", None))
     out = tmp_path / "run"
-    import superbpe.run as run_module
+    import superbpe.training.run as run_module
 
     real_check = run_module.check_fits
 
@@ -168,7 +168,7 @@ def test_merge_eta_is_measured_from_the_end_of_the_build(monkeypatch: pytest.Mon
     """A long build before the first merge must not make the merge rate tiny and the ETA huge."""
     import logging
 
-    from superbpe import progress
+    from superbpe.core import progress
 
     now = [1000.0]
     monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
@@ -188,7 +188,7 @@ def test_merge_eta_waits_for_a_share_of_the_stage_and_follows_the_latest_rate(
     """Merges speed up as a stage goes: the slow first ones must not set the ETA for the rest."""
     import logging
 
-    from superbpe import progress
+    from superbpe.core import progress
 
     now = [1000.0]
     monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
@@ -208,7 +208,7 @@ def test_merge_eta_waits_for_a_share_of_the_stage_and_follows_the_latest_rate(
 def test_build_reporter_logs_phases_with_rss(caplog) -> None:
     import logging
 
-    from superbpe.progress import build_reporter
+    from superbpe.core.progress import build_reporter
 
     caplog.set_level(logging.INFO, logger="superbpe")
     done = []

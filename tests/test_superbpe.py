@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from superbpe.config import DataConfig, EngineConfig, PretokenizerConfig, TrainConfig, to_dataclass
-from superbpe.errors import ConfigError
-from superbpe.files import read_merges
-from superbpe.pretokenize import get_pretokenizer
-from superbpe.run import run_training
-from superbpe.trainer import count_words
+from superbpe.core.errors import ConfigError
+from superbpe.core.pretokenize import get_pretokenizer
+from superbpe.core.rules import count_words
+from superbpe.formats.gpt2 import read_merges
+from superbpe.training.config import DataConfig, EngineConfig, PretokenizerConfig, TrainConfig, to_dataclass
+from superbpe.training.run import run_training
 
 VOCAB = 1200
 TRANSITION = 500
@@ -173,7 +173,7 @@ def test_extend_a_tokenizer_json(superbpe_run, bpe_run, wiki, tmp_path):
 
 
 def test_native_run_counts_stage2_ahead_with_the_same_merges(superbpe_run, wiki, tmp_path, caplog):
-    from superbpe import native_engine
+    from superbpe.engines import native as native_engine
 
     if not native_engine.available():
         pytest.skip("superbpe._native is not built")

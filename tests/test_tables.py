@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from superbpe.errors import InputError
-from superbpe.native_engine import available as native_available
-from superbpe.sources import iter_chunks, resolve_inputs
-from superbpe.token_files import encode_corpus
+from superbpe.core.errors import InputError
+from superbpe.core.sources import iter_chunks, resolve_inputs
+from superbpe.engines.native import available as native_available
+from superbpe.jobs.encode import encode_corpus
 
 pa = pytest.importorskip("pyarrow", reason='needs the parquet extra: pip install ".[parquet]"')
 pq = pytest.importorskip("pyarrow.parquet")
@@ -46,7 +46,7 @@ def as_parquet(documents: list[str], tmp_path_factory: pytest.TempPathFactory) -
 @pytest.mark.parametrize(("workers", "chunk_bytes"), [(1, 1 << 20), (2, 5000)])
 def test_parquet_counts_equal_jsonl(engine: str, workers: int, chunk_bytes: int, as_jsonl: Path,
                                     as_parquet: Path) -> None:
-    from superbpe.engine import get_engine
+    from superbpe.engines.interface import get_engine
 
     parts = [chunk.table_parts for chunk in iter_chunks(as_parquet, [EOT], chunk_bytes, line_cuts=True)]
     bounds = [0] + [stop for _, stop in parts]
@@ -63,7 +63,7 @@ def test_parquet_counts_equal_jsonl(engine: str, workers: int, chunk_bytes: int,
 def test_saved_dataset_counts_equal_jsonl(engine: str, documents: list[str], as_jsonl: Path,
                                           tmp_path: Path) -> None:
     datasets = pytest.importorskip("datasets")
-    from superbpe.engine import get_engine
+    from superbpe.engines.interface import get_engine
 
     saved = tmp_path / "ds"
     datasets.Dataset.from_dict({"body": documents}).save_to_disk(str(saved), max_shard_size="20KB")
@@ -92,7 +92,7 @@ def test_encode_parquet_equals_encode_jsonl(as_jsonl: Path, as_parquet: Path, tm
 
 
 def test_bad_tables_are_one_line_errors(tmp_path: Path) -> None:
-    from superbpe.counting import count_pieces
+    from superbpe.engines.python_count import count_pieces
 
     numbers = tmp_path / "numbers.parquet"
     pq.write_table(pa.table({"text": [1, 2]}), numbers)
@@ -114,7 +114,7 @@ def test_bad_tables_are_one_line_errors(tmp_path: Path) -> None:
 @pytest.mark.parametrize("stream", [True, False])
 def test_arrow_file_with_many_batches_counts_equal_jsonl(engine: str, stream: bool, documents: list[str],
                                                           as_jsonl: Path, tmp_path: Path) -> None:
-    from superbpe.engine import get_engine
+    from superbpe.engines.interface import get_engine
 
     path = tmp_path / "docs.arrow"
     table = pa.table({"text": documents})

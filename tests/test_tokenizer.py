@@ -14,12 +14,12 @@ import tiktoken
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import superbpe.tokenizer as tokenizer_module
-from superbpe.encoder import HEAP_THRESHOLD, PythonEncoder
-from superbpe.errors import ConfigError, InputError, SuperBPEError
-from superbpe.files import read_merges, read_vocab
-from superbpe.pretokenize import PATTERNS, get_pretokenizer
-from superbpe.tokenizer import Tokenizer
+import superbpe.api.tokenizer as tokenizer_module
+from superbpe.api.tokenizer import Tokenizer
+from superbpe.core.errors import ConfigError, InputError, SuperBPEError
+from superbpe.core.pretokenize import PATTERNS, get_pretokenizer
+from superbpe.engines.python_encoder import HEAP_THRESHOLD, PythonEncoder
+from superbpe.formats.gpt2 import read_merges, read_vocab
 
 EOT = "<|endoftext|>"
 SMALL_TEXTS = ["tinystories_sample.txt", "address.txt", "german.txt", "corpus.en"]

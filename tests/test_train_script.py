@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from script_helpers import assert_one_line_error, run_script
 
-from superbpe.files import MANIFEST_FILE, MERGES_FILE, read_merges
-from superbpe.tokenizer import Tokenizer
+from superbpe.api.tokenizer import Tokenizer
+from superbpe.formats.gpt2 import MERGES_FILE, read_merges
+from superbpe.formats.manifest import MANIFEST_FILE
 
 OUTPUT_FILES = {"vocab.json", "merges.txt", "tokenizer.json", "superbpe.json", "metrics.json"}
 

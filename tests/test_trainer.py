@@ -15,9 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from superbpe.counting import PieceCounts, count_pieces
-from superbpe.errors import SuperBPEError
-from superbpe.trainer import MAX_MERGES, MergeRules, TrainResult, count_words, train_merges
+from superbpe.core.counts import PieceCounts
+from superbpe.core.errors import SuperBPEError
+from superbpe.core.rules import MergeRules, TrainResult, count_words
+from superbpe.engines.python_count import count_pieces
+from superbpe.engines.python_trainer import MAX_MERGES, train_merges
 
 EOT = "<|endoftext|>"
 
@@ -343,7 +345,7 @@ def test_bad_arguments_are_errors() -> None:
 
 
 def test_merges_so_far_is_a_read_only_view_that_iterates_like_the_list() -> None:
-    from superbpe.trainer import MergesSoFar
+    from superbpe.core.rules import MergesSoFar
 
     merges = [(b"a", b"b"), (b"ab", b"c")]
     view = MergesSoFar(merges)

@@ -1,0 +1,422 @@
+"""``Tokenizer``: encode and decode with a trained (or loaded) byte-level BPE vocabulary.
+
+The constructor keeps the CS336 signature ``Tokenizer(vocab, merges, special_tokens)`` so course code and
+tests work unchanged; the pre-tokenizer and the engine are extra keyword arguments. Special tokens are cut
+out first (longest match first) and mapped straight to their ids; everything between them goes through
+the engine's encoder, which is the only part whose speed matters.
+"""
+
+from __future__ import annotations
+
+import array
+import io
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from superbpe.core.compat import CompatConfig, check_directory_compat, encoding_for, recorded_compat
+from superbpe.core.errors import ConfigError, InputError
+from superbpe.core.pretokenize import Pretokenizer, SpecialSplitter, get_pretokenizer
+from superbpe.core.sources import open_binary
+from superbpe.core.types import Merge
+from superbpe.core.util import import_optional
+from superbpe.engines.interface import EncoderCore, Engine, get_engine
+from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE, read_merges, read_vocab, unmerged_tokens
+from superbpe.formats.hf import HF_FILE, pretokenizer_from_hf, read_hf_tokenizer
+from superbpe.formats.manifest import MANIFEST_FILE, manifest_pretokenizer, read_manifest
+from superbpe.formats.tiktoken_files import check_ranks_follow_merges, tiktoken_pattern, tiktoken_ranks
+from superbpe.formats.tokenizer_dir import save_tokenizer_dir
+
+#: encode_iterable encodes once this much new text has been buffered (and a cut point exists).
+STREAM_FLUSH_CHARS = 1 << 16
+#: encode_file reads the file in pieces of this many characters.
+FILE_READ_CHARS = 1 << 20
+
+
+class Tokenizer:
+    """Byte-level BPE encode/decode with special tokens; see the module docstring for the contract."""
+
+    def __init__(
+        self,
+        vocab: Mapping[int, bytes],
+        merges: Sequence[Merge],
+        special_tokens: Sequence[str] | None = None,
+        pretokenizer: str | Pretokenizer = "gpt2",
+        engine: str | Engine = "auto",
+        *,
+        whole_pieces: bool = True,
+    ) -> None:
+        self._vocab: dict[int, bytes] = _checked_vocab(vocab)
+        self._whole_pieces = whole_pieces
+        self._merges: list[Merge] = [(bytes(left), bytes(right)) for left, right in merges]
+        self._splitter = SpecialSplitter(list(special_tokens or ()))
+        self._special_ids = self._add_special_tokens()
+        self._id_of = {token: token_id for token_id, token in self._vocab.items()}
+        self._max_special_len = max((len(s) for s in self._special_ids), default=0)
+        self._pretokenizer = get_pretokenizer(pretokenizer)
+        self._engine = get_engine(engine, [self._pretokenizer])
+        self._core: EncoderCore = self._engine.encoder(
+            self._ordinary_ids(), self._merges, self._pretokenizer, whole_pieces=whole_pieces
+        )
+
+    # -- construction helpers ------------------------------------------------------------------------
+
+    def _add_special_tokens(self) -> dict[str, int]:
+        """Ids of the special tokens; one not yet in the vocab gets the next free id (as CS336 does)."""
+        ids = {token: token_id for token_id, token in self._vocab.items()}
+        special_ids: dict[str, int] = {}
+        for special in self._splitter.special_tokens:
+            token = special.encode("utf-8")
+            if token not in ids:
+                ids[token] = max(self._vocab, default=-1) + 1
+                self._vocab[ids[token]] = token
+            special_ids[special] = ids[token]
+        return special_ids
+
+    def _ordinary_ids(self) -> dict[bytes, int]:
+        """bytes -> id for the encoder, minus tokens that exist only as special tokens.
+
+        A special token's bytes must never come out of ordinary text (``encode_ordinary`` treats
+        ``<|endoftext|>`` as plain text, as tiktoken does), unless BPE could also make them.
+        """
+        produced = {left + right for left, right in self._merges}
+        special_only = {
+            token_id
+            for token_id in self._special_ids.values()
+            if len(self._vocab[token_id]) > 1 and self._vocab[token_id] not in produced
+        }
+        return {token: token_id for token_id, token in self._vocab.items() if token_id not in special_only}
+
+    # -- properties -----------------------------------------------------------------------------------
+
+    @property
+    def vocab(self) -> dict[int, bytes]:
+        """A copy of ``{id: token bytes}``, special tokens included."""
+        return dict(self._vocab)
+
+    @property
+    def merges(self) -> list[Merge]:
+        return list(self._merges)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self._vocab)
+
+    @property
+    def special_tokens(self) -> list[str]:
+        return list(self._special_ids)
+
+    @property
+    def pretokenizer(self) -> Pretokenizer:
+        return self._pretokenizer
+
+    @property
+    def engine(self) -> str:
+        return self._engine.name
+
+    @property
+    def whole_pieces(self) -> bool:
+        """Whether a piece that is itself a token maps straight to its id (HF ``ignore_merges``)."""
+        return self._whole_pieces
+
+    def token_to_id(self, token: str | bytes) -> int:
+        """Id of a token given as bytes or text (UTF-8); ``KeyError`` when it is not a token."""
+        if isinstance(token, str) and token in self._special_ids:
+            return self._special_ids[token]
+        wanted = token.encode("utf-8") if isinstance(token, str) else bytes(token)
+        return self._id_of[wanted]
+
+    def id_to_token(self, token_id: int) -> bytes:
+        try:
+            return self._vocab[token_id]
+        except (KeyError, TypeError):
+            raise InputError(f"unknown token id {token_id!r} (vocab size {self.vocab_size})") from None
+
+    # -- encoding -------------------------------------------------------------------------------------
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        """Ids of ``text`` with special tokens treated as plain text."""
+        _check_text(text)
+        return self._core.encode_ordinary(text)
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of ``text``; special tokens in it become their own ids (longest match first)."""
+        _check_text(text)
+        if not self._splitter:
+            return self._core.encode_ordinary(text)
+        ids: list[int] = []
+        encode_ordinary = self._core.encode_ordinary
+        special_ids = self._special_ids
+        for segment, is_special in self._splitter.split(text):
+            if is_special:
+                ids.append(special_ids[segment])
+            else:
+                ids.extend(encode_ordinary(segment))
+        return ids
+
+    def encode_iterable(self, iterable: Iterable[str]) -> Iterator[int]:
+        """Stream ids for a stream of strings (e.g. an open file), identical to ``encode`` of the whole.
+
+        Text is buffered and encoded only up to a position no later text can affect: a safe cut (see
+        ``pretokenize.safe_cuts``) or a special-token boundary. Memory therefore stays bounded as long as
+        such positions keep coming (any text with ordinary line breaks).
+        """
+        for ids in self._encode_batches(iterable):
+            yield from ids
+
+    def _encode_batches(self, iterable: Iterable[str]) -> Iterator[list[int]]:
+        """``encode_iterable`` in lists of ids, one per encoded stretch of the buffer."""
+        parts: list[str] = []
+        pending = 0  # characters received since the last attempt to cut
+        wait_for = STREAM_FLUSH_CHARS
+        for text in iterable:
+            parts.append(text)
+            pending += len(text)
+            if pending < wait_for:
+                continue
+            buffer = "".join(parts)
+            cut = self._stream_cut(buffer)
+            if cut:
+                yield self.encode(buffer[:cut])
+                buffer = buffer[cut:]
+            parts = [buffer]
+            pending = 0
+            # A long stretch without a cut point is rescanned only after it doubles: linear time overall.
+            wait_for = max(STREAM_FLUSH_CHARS, len(buffer))
+        buffer = "".join(parts)
+        if buffer:
+            yield self.encode(buffer)
+
+    def _stream_cut(self, buffer: str) -> int:
+        """The last position in ``buffer`` where encoding may stop without knowing what comes next.
+
+        Every special token that starts before ``horizon`` fits in the buffer whatever its length, so the
+        buffer's special-token split agrees with the final one up to there; a cut is then the end of a
+        special token or a safe cut inside an ordinary segment, never inside a special token.
+        """
+        last_safe_cut = self._pretokenizer.last_safe_cut
+        if not self._splitter:
+            return last_safe_cut(buffer)
+        horizon = len(buffer) - self._max_special_len + 1
+        best = 0
+        start = 0
+        for segment, is_special in self._splitter.split(buffer):
+            if start >= horizon:
+                break
+            end = start + len(segment)
+            if is_special:  # it starts before the horizon, so it is complete and final
+                best = end
+            else:
+                cut = last_safe_cut(segment[: horizon - start])
+                if cut:
+                    best = start + cut
+            start = end
+        return best
+
+    def encode_file(self, path: str | os.PathLike[str], dtype: Any = None) -> np.ndarray:
+        """All ids of a UTF-8 (or gzip) text file, streamed; uint16 when every id fits, else uint32."""
+        path = Path(path)
+        chosen = np.dtype(dtype) if dtype is not None else self._smallest_dtype()
+        if np.iinfo(chosen).max < max(self._vocab):
+            raise ConfigError(f"dtype {chosen} cannot hold ids up to {max(self._vocab)}")
+        out = array.array("H" if chosen.itemsize == 2 else "I" if chosen.itemsize == 4 else "Q")
+        with open_binary(path) as raw, io.TextIOWrapper(raw, encoding="utf-8", newline="") as reader:
+            chunks = iter(lambda: reader.read(FILE_READ_CHARS), "")
+            for ids in self._encode_batches(_decode_errors_named(chunks, path)):
+                out.extend(ids)
+        return np.frombuffer(out, dtype=out.typecode).astype(chosen, copy=False)
+
+    def _smallest_dtype(self) -> np.dtype:
+        return np.dtype(np.uint16) if max(self._vocab) < 1 << 16 else np.dtype(np.uint32)
+
+    # -- decoding -------------------------------------------------------------------------------------
+
+    def decode_bytes(self, ids: Iterable[int]) -> bytes:
+        """The raw bytes of ``ids`` (no UTF-8 decoding)."""
+        if not isinstance(ids, (list, tuple)):
+            ids = list(ids)
+        try:
+            return b"".join(map(self._vocab.__getitem__, ids))
+        except (KeyError, TypeError):
+            bad = next(i for i in ids if _unknown(i, self._vocab))
+            raise InputError(f"unknown token id {bad!r} (vocab size {self.vocab_size})") from None
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of ``ids``; byte sequences that are not valid UTF-8 become U+FFFD."""
+        return self.decode_bytes(ids).decode("utf-8", errors="replace")
+
+    # -- files ----------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_files(
+        cls,
+        vocab_filepath: str | os.PathLike[str],
+        merges_filepath: str | os.PathLike[str],
+        special_tokens: Sequence[str] | None = None,
+        pretokenizer: str | Pretokenizer = "gpt2",
+        engine: str | Engine = "auto",
+        *,
+        whole_pieces: bool = True,
+    ) -> Tokenizer:
+        """From GPT-2 style ``vocab.json`` and ``merges.txt`` (with or without the ``#version`` line).
+
+        Ids are kept as the files give them, and the vocab may lack single bytes. Without
+        ``special_tokens``, the tokens that no merge makes (GPT-2's ``<|endoftext|>``) are the special
+        tokens: BPE could never produce them, so that is the only way they are ever used.
+        """
+        vocab = read_vocab(vocab_filepath, special_tokens or ())
+        merges = read_merges(merges_filepath, vocab)
+        if special_tokens is None:
+            special_tokens = unmerged_tokens(vocab, merges)
+        return cls(vocab, merges, special_tokens, pretokenizer, engine, whole_pieces=whole_pieces)
+
+    @classmethod
+    def load(
+        cls,
+        directory: str | os.PathLike[str],
+        engine: str | Engine = "auto",
+        *,
+        compat: str | CompatConfig | None = None,
+    ) -> Tokenizer:
+        """A saved tokenizer directory: manifest first, else ``tokenizer.json``, else GPT-2 style files.
+
+        ``compat="official"`` reads a bare ``vocab.json`` + ``merges.txt`` (e.g. the released SuperBPE
+        tokenizers) as the official SuperBPE encoder uses them: the stage-2 pattern over the whole text and
+        no whole-piece shortcut. A manifest or ``tokenizer.json`` says how to encode, so it wins, and a
+        ``compat`` that contradicts it (another recorded preset, other encoding choices) is an error.
+        """
+        directory = Path(directory)
+        manifest_path = directory / MANIFEST_FILE
+        vocab_path, merges_path = directory / VOCAB_FILE, directory / MERGES_FILE
+        hf_path = directory / HF_FILE
+        if manifest_path.exists():
+            return cls._from_manifest(manifest_path, engine, compat)
+        if hf_path.exists():
+            data = read_hf_tokenizer(hf_path)
+            pre = pretokenizer_from_hf(data)
+            if compat is not None:
+                check_directory_compat(str(hf_path), compat, pre, data.ignore_merges)
+            return cls(
+                data.vocab, data.merges, data.special_tokens, pre, engine, whole_pieces=data.ignore_merges
+            )
+        if vocab_path.exists() or merges_path.exists():
+            if compat is not None:
+                pre, whole_pieces = encoding_for(compat)
+                return cls.from_files(vocab_path, merges_path, None, pre, engine, whole_pieces=whole_pieces)
+            return cls.from_files(vocab_path, merges_path, engine=engine)
+        if not directory.is_dir():
+            raise InputError(f"{directory}: tokenizer directory not found")
+        raise InputError(f"{directory}: none of {MANIFEST_FILE}, {HF_FILE}, {VOCAB_FILE}")
+
+    @classmethod
+    def _from_manifest(
+        cls, manifest_path: Path, engine: str | Engine, compat: str | CompatConfig | None
+    ) -> Tokenizer:
+        """A directory with our manifest: it says how to encode (and, from a run, under which compat)."""
+        directory = manifest_path.parent
+        manifest = read_manifest(manifest_path)
+        pre = manifest_pretokenizer(manifest_path, manifest)
+        if compat is not None:
+            recorded = recorded_compat(manifest.training)
+            check_directory_compat(str(directory), compat, pre, manifest.whole_pieces, recorded)
+        vocab_path, hf_path = directory / VOCAB_FILE, directory / HF_FILE
+        if vocab_path.exists() or not hf_path.exists():
+            vocab = read_vocab(vocab_path, manifest.special_tokens)
+            merges = read_merges(directory / MERGES_FILE, vocab)
+        else:
+            data = read_hf_tokenizer(hf_path)
+            vocab, merges = data.vocab, data.merges
+        specials, whole_pieces = manifest.special_tokens, manifest.whole_pieces
+        tokenizer = cls(vocab, merges, specials, pre, engine, whole_pieces=whole_pieces)
+        if tokenizer.vocab_size != manifest.vocab_size:
+            found, stated = tokenizer.vocab_size, manifest.vocab_size
+            raise InputError(f"{manifest_path}: vocab_size {stated}, but the files hold {found}")
+        return tokenizer
+
+    def save(
+        self,
+        directory: str | os.PathLike[str],
+        manifest_extra: Mapping[str, Any] | None = None,
+        *,
+        stages: Sequence[Mapping[str, Any]] = (),
+        training: Mapping[str, Any] | None = None,
+        roles: Mapping[str, str | None] | None = None,
+        tiktoken: bool = False,
+    ) -> Path:
+        """Write vocab.json, merges.txt, tokenizer.json (+ tokenizer_config.json, special_tokens_map.json for
+        transformers, with ``roles``: bos/eos/pad/unk) and superbpe.json, each atomically; ``tiktoken=True``
+        adds tokenizer.tiktoken + tiktoken.json."""
+        return save_tokenizer_dir(
+            directory,
+            self._vocab,
+            self._merges,
+            self.special_tokens,
+            self._pretokenizer,
+            stages=stages,
+            training=training,
+            extra=manifest_extra,
+            whole_pieces=self._whole_pieces,
+            roles=roles,
+            tiktoken=tiktoken,
+        )
+
+    def to_tiktoken(self, name: str | None = None) -> Any:
+        """This tokenizer as a ``tiktoken.Encoding`` that gives the same ids (``allowed_special="all"`` for
+        specials in text). Needs ``tiktoken`` (``pip install "superbpe[tiktoken]"``)."""
+        tiktoken = import_optional("tiktoken", "tiktoken", "to_tiktoken()")
+        ranks = tiktoken_ranks(self._vocab, self.special_tokens)
+        check_ranks_follow_merges(ranks, self._merges)
+        return tiktoken.Encoding(
+            name=name or self._pretokenizer.name,
+            pat_str=tiktoken_pattern(self._pretokenizer),
+            mergeable_ranks=ranks,
+            special_tokens={special: self.token_to_id(special) for special in self.special_tokens},
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"Tokenizer(vocab_size={self.vocab_size}, merges={len(self._merges)}, "
+            f"special_tokens={self.special_tokens!r}, pretokenizer={self._pretokenizer.name!r}, "
+            f"engine={self.engine!r})"
+        )
+
+
+def _check_text(text: object) -> None:
+    if not isinstance(text, str):
+        hint = " (decode bytes to str first)" if isinstance(text, (bytes, bytearray)) else ""
+        raise InputError(f"encode takes a str, not {type(text).__name__}{hint}")
+
+
+def _checked_vocab(vocab: Mapping[int, bytes]) -> dict[int, bytes]:
+    """Ids must be non-negative ints and tokens unique bytes (holes in the ids are fine, clashes are not)."""
+    checked: dict[int, bytes] = {}
+    seen: dict[bytes, int] = {}
+    for token_id, token in vocab.items():
+        if isinstance(token_id, bool) or not isinstance(token_id, int) or token_id < 0:
+            raise ConfigError(f"vocab ids must be non-negative integers, got {token_id!r}")
+        if not isinstance(token, (bytes, bytearray)) or not token:
+            raise ConfigError(f"vocab id {token_id} must map to non-empty bytes, got {token!r}")
+        token = bytes(token)
+        if token in seen:
+            raise ConfigError(f"token {token!r} is in the vocab twice (ids {seen[token]} and {token_id})")
+        seen[token] = token_id
+        checked[token_id] = token
+    return checked
+
+
+def _unknown(token_id: Any, vocab: Mapping[int, bytes]) -> bool:
+    try:
+        return token_id not in vocab
+    except TypeError:  # unhashable
+        return True
+
+
+def _decode_errors_named(chunks: Iterable[str], path: Path) -> Iterator[str]:
+    """Re-raise a decoding failure as a one-line error that names the file."""
+    try:
+        yield from chunks
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: invalid UTF-8") from None

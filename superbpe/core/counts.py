@@ -1,0 +1,196 @@
+"""Piece counts: how often each pre-tokenized piece occurs in a corpus.
+
+Counting is the only pass over the raw corpus, so counts are a first-class, saveable object:
+count once and train many times, or count shards on many machines and add the results.
+Memory grows with the number of distinct pieces, never with corpus size.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from superbpe.core.errors import InputError, SuperBPEError
+from superbpe.core.pretokenize import Pretokenizer, SpecialSplitter, get_pretokenizer
+from superbpe.core.sources import (
+    InputSpec,
+    check_not_empty,
+    resolve_inputs,
+)
+from superbpe.core.util import atomic_write, usable_cpus
+
+COUNTS_MAGIC = b"SBPC\x01\n"
+ProgressFn = Callable[[int], None]
+#: Below this many bytes a corpus is counted in this process (workers would cost more than they save).
+PARALLEL_MIN_BYTES = 8 << 20
+
+
+class PieceCounts(Mapping[bytes, int]):
+    """A mapping from piece bytes to count, tagged with how the pieces were made.
+
+    The tag (``meta``: pre-tokenizer spec and special tokens) makes adding counts made with
+    different patterns an error instead of a silently wrong tokenizer.
+    """
+
+    def __init__(
+        self, counts: Mapping[bytes, int] | None = None, meta: Mapping[str, Any] | None = None
+    ) -> None:
+        self.counts: dict[bytes, int] = dict(counts or {})
+        self.meta: dict[str, Any] = dict(meta or {})
+
+    def __getitem__(self, piece: bytes) -> int:
+        return self.counts[piece]
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self.counts)
+
+    def __len__(self) -> int:
+        return len(self.counts)
+
+    def total(self) -> int:
+        """Number of piece occurrences in the corpus."""
+        return sum(self.counts.values())
+
+    def bytes_seen(self) -> bytes:
+        """The distinct byte values of the pieces that occur, ascending."""
+        seen: set[int] = set()
+        for piece, count in self.items():
+            if count > 0 and len(seen) < 256:
+                seen.update(piece)
+        return bytes(sorted(seen))
+
+    def to_dict(self) -> dict[bytes, int]:
+        return dict(self.counts)
+
+    def update(self, other: PieceCounts) -> None:
+        """Add ``other`` in place; both must come from the same pre-tokenization."""
+        self.check_addable(other)
+        mine = self.counts
+        for piece, count in other.counts.items():
+            mine[piece] = mine.get(piece, 0) + count
+
+    def check_addable(self, other: PieceCounts) -> None:
+        """Refuse counts made with another pre-tokenization; take ``other``'s tag when this has none."""
+        if self.meta and other.meta and self.meta != other.meta:
+            raise SuperBPEError(f"cannot add piece counts made differently: {self.meta} vs {other.meta}")
+        self.meta = self.meta or dict(other.meta)
+
+    def __add__(self, other: PieceCounts) -> PieceCounts:
+        result = PieceCounts(self.counts, self.meta)
+        result.update(other)
+        return result
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the ``.counts`` binary format (see docs/DESIGN.md) atomically."""
+        with atomic_write(Path(path)) as out:
+            out.writelines(self._serialized())
+
+    def to_bytes(self) -> bytes:
+        """The ``.counts`` format in memory (what a shard task sends back)."""
+        return b"".join(self._serialized())
+
+    def _serialized(self) -> Iterator[bytes]:
+        meta = json.dumps(self.meta, sort_keys=True).encode("utf-8")
+        yield COUNTS_MAGIC + struct.pack("<I", len(meta)) + meta
+        yield struct.pack("<Q", len(self.counts))
+        pack = struct.Struct("<I").pack
+        pack_count = struct.Struct("<Q").pack
+        for piece in sorted(self.counts):
+            yield pack(len(piece)) + piece + pack_count(self.counts[piece])
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> PieceCounts:
+        """Inverse of :meth:`to_bytes`."""
+        try:
+            return cls._parse(data)
+        except (struct.error, ValueError, IndexError) as exc:
+            raise InputError(f"not a valid piece-counts table ({exc})") from None
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> PieceCounts:
+        """Read a ``.counts`` file written by either engine."""
+        try:
+            data = Path(path).read_bytes()
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read piece counts ({exc.strerror})") from None
+        try:
+            return cls._parse(data)
+        except (struct.error, ValueError, IndexError) as exc:
+            raise InputError(f"{path}: not a valid piece-counts file ({exc})") from None
+
+    @classmethod
+    def _parse(cls, data: bytes) -> PieceCounts:
+        if not data.startswith(COUNTS_MAGIC):
+            raise ValueError("bad magic")
+        pos = len(COUNTS_MAGIC)
+        (meta_len,) = struct.unpack_from("<I", data, pos)
+        meta = json.loads(data[pos + 4 : pos + 4 + meta_len])
+        pos += 4 + meta_len
+        (entries,) = struct.unpack_from("<Q", data, pos)
+        pos += 8
+        counts: dict[bytes, int] = {}
+        unpack_len = struct.Struct("<I").unpack_from
+        unpack_count = struct.Struct("<Q").unpack_from
+        for _ in range(entries):
+            (size,) = unpack_len(data, pos)
+            piece = data[pos + 4 : pos + 4 + size]
+            (counts[piece],) = unpack_count(data, pos + 4 + size)
+            pos += 12 + size
+        if pos != len(data):
+            raise ValueError("trailing bytes")
+        return cls(counts, meta)
+
+
+def counts_meta(pretokenizer: Pretokenizer, special_tokens: Iterable[str]) -> dict[str, Any]:
+    """The tag that says how pieces were made: equal tags mean addable counts."""
+    return {"pretokenizer": pretokenizer.spec(), "special_tokens": list(dict.fromkeys(special_tokens))}
+
+
+def prepare_count(
+    inputs: InputSpec, pretokenizer: str | Pretokenizer, special_tokens: Iterable[str], errors: str
+) -> tuple[Pretokenizer, list[str], list[Path]]:
+    """The checks every engine runs before reading a byte: options first, then the inputs."""
+    pre = get_pretokenizer(pretokenizer)
+    specials = list(dict.fromkeys(special_tokens))
+    SpecialSplitter(specials)
+    check_errors_mode(errors)
+    paths = resolve_inputs(inputs)
+    check_not_empty(paths)
+    return pre, specials, paths
+
+
+def prepare_stream(
+    pretokenizers: Sequence[Pretokenizer], special_tokens: Iterable[str], errors: str
+) -> list[str]:
+    """The checks a stream count runs before reading a document (both engines)."""
+    if not pretokenizers:
+        raise SuperBPEError("count_documents needs at least one pre-tokenizer")
+    specials = list(dict.fromkeys(special_tokens))
+    SpecialSplitter(specials)
+    check_errors_mode(errors)
+    return specials
+
+
+def check_errors_mode(errors: str) -> None:
+    if errors not in ("strict", "replace"):
+        raise SuperBPEError(f"errors must be 'strict' or 'replace', not {errors!r}")
+
+
+def resolve_workers(workers: int | None, corpus_bytes: int) -> int:
+    """An explicit count wins; otherwise one per usable core but one, and none for small inputs.
+
+    The parent process reads and hands out chunks, so it needs a core of its own: on a
+    two-core machine counting in-process is faster than one worker plus the feeder.
+    """
+    if workers is not None:
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise SuperBPEError(f"workers must be an integer >= 1, not {workers!r}")
+        return workers
+    if corpus_bytes < PARALLEL_MIN_BYTES:
+        return 1
+    cores = usable_cpus()
+    return max(1, cores - 1)

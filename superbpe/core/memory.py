@@ -1,0 +1,96 @@
+"""Memory budget of a training stage: estimate before building, refuse in one line instead of an OOM kill.
+
+A SuperBPE stage 2 holds every distinct line of the corpus as symbols; on gigabytes of text that can
+exceed the machine. The kernel's OOM killer would end the run with nothing said, so before the native
+trainer builds its state the run estimates what the build adds (``_native.train_memory``: a sample of
+the pieces is replayed to learn symbols per byte) and compares it with ``memory_limit``. The checkpoints
+of earlier stages are already on disk then, so a refused run resumes once it fits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from superbpe.core.errors import ConfigError, SuperBPEError
+from superbpe.core.progress import current_rss_bytes
+from superbpe.core.util import human_size
+
+_MEMINFO = Path("/proc/meminfo")
+_UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)b?\s*$", re.IGNORECASE)
+
+
+class MemoryLimitError(SuperBPEError):
+    """A stage would need more memory than ``memory_limit`` allows."""
+
+
+def parse_size(value: str | int | float) -> int:
+    """Bytes from ``8GB``, ``1.5GiB``, ``512M``, ``800000000`` (decimal units; ``i`` for binary ones)."""
+    if isinstance(value, bool):
+        raise ConfigError(f"memory_limit {value!r}: give a size such as 8GB")
+    if isinstance(value, int | float):
+        size = int(value)
+    else:
+        match = _SIZE.match(str(value))
+        if match is None:
+            raise ConfigError(f"memory_limit {value!r}: give a size such as 8GB, 1.5GiB or 512MB")
+        number, unit, binary = match.groups()
+        unit = unit.lower()
+        scale = 1024 ** "kmgt".index(unit) * 1024 if binary and unit else _UNITS[unit]
+        size = int(float(number) * scale)
+    if size <= 0:
+        raise ConfigError(f"memory_limit {value!r} must be positive")
+    return size
+
+
+def available_bytes() -> int | None:
+    """Memory the kernel can still give (MemAvailable), or None where /proc is missing."""
+    with contextlib.suppress(OSError):
+        for line in _MEMINFO.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """What building a stage's trainer adds at its peak, and what it is made of."""
+
+    build_bytes: int
+    symbols: int
+    pieces: int
+    piece_bytes: int
+
+
+def check_fits(stage: str, need: StageMemory, memory_limit: str | int | None) -> None:
+    """Raise :class:`MemoryLimitError` when the build would not fit; ``memory_limit`` None = available RAM.
+
+    With a limit, the process's memory now plus the build must fit in it; without one, the build must
+    fit in what the kernel reports available.
+    """
+    held = current_rss_bytes()
+    if memory_limit is None:
+        available = available_bytes()
+        if available is None:
+            return
+        room, what = available, f"the {_size(available)} of RAM available"
+    else:
+        limit = parse_size(memory_limit)
+        room, what = limit - held, f"memory_limit {_size(limit)}"
+    if need.build_bytes <= room:
+        return
+    raise MemoryLimitError(
+        f"stage {stage} needs about {_size(held + need.build_bytes)} ({_size(held)} held now + "
+        f"{_size(need.build_bytes)} for {need.symbols / 1e6:.1f}M symbols of {need.pieces / 1e6:.2f}M "
+        f"distinct pieces, {_size(need.piece_bytes)}), more than {what}: count this stage on a share of "
+        "the corpus (approx_sample, e.g. schedule.stage2_approx_sample=0.25: an approximation), train it "
+        "on a smaller corpus, raise memory_limit or use a machine with more RAM (earlier stages are "
+        "checkpointed: resume continues)"
+    )
+
+
+def _size(size: float) -> str:
+    return human_size(size, "B")

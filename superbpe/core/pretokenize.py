@@ -1,0 +1,238 @@
+"""Pre-tokenization: cut text into the pieces that BPE merges may never cross.
+
+Every named pattern is applied with *isolated-split* semantics: each regex match and each
+non-empty gap between matches becomes a piece, so no byte of the text is ever dropped (for
+gpt2/cl100k/o200k this equals ``findall`` because those patterns match everything). The
+stage-2 SuperBPE patterns only carve out digits and punctuation runs; everything in the gaps
+stays together, which is what lets superword tokens form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+import regex
+
+from superbpe.core.errors import ConfigError
+
+_O200K_CONTRACTIONS = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+_O200K_WORD_A = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+_O200K_WORD_B = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+_O200K_REST = r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+
+#: The built-in patterns, by the names configs and manifests use.
+PATTERNS: dict[str, str] = {
+    "gpt2": r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
+    "cl100k": (
+        r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"""
+        r"""| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+    ),
+    "o200k": "|".join(
+        [_O200K_WORD_A + _O200K_CONTRACTIONS, _O200K_WORD_B + _O200K_CONTRACTIONS, _O200K_REST]
+    ),
+    # o200k without contractions: the word-bounded stage 1 of the official SuperBPE code.
+    "superbpe-stage1": "|".join([_O200K_WORD_A, _O200K_WORD_B, _O200K_REST]),
+    # Stage 2 as the official SuperBPE code has it today: digits and punctuation runs are cut out.
+    "superbpe": r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]{2,}[\r\n/]*| +(?!\S)",
+    # Stage 2 as in the paper's tokenizers: only digit runs, in groups of <= 3 aligned from the right.
+    "superbpe-paper": r"\p{N}{1,3}(?=(?:\p{N}{3})*(?!\p{N}))",
+}
+
+#: Patterns whose alternatives match every character, so ``findall`` already is the isolated split.
+COVERING_PATTERNS = frozenset({"gpt2", "cl100k", "o200k", "superbpe-stage1"})
+
+#: Patterns that cut text into lines first unless told otherwise (as the official trainer does).
+LINE_UNIT_PATTERNS = frozenset({"superbpe", "superbpe-paper"})
+
+_NAME_SHAPE = regex.compile(r"[a-z0-9][a-z0-9_\-]*")
+_SAFE_CUT = regex.compile(r"(?<=\S\n)(?=[^\s/])")
+_LINE = regex.compile(r"[^\n]*\n|[^\n]+")
+
+
+def _compile(pattern: str) -> regex.Pattern[str]:
+    try:
+        return regex.compile(pattern)
+    except regex.error as exc:
+        raise ConfigError(f"invalid pre-tokenizer pattern {pattern!r}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Pretokenizer:
+    """A named regex plus the line-unit switch: everything needed to reproduce the pieces."""
+
+    name: str
+    pattern: str
+    line_units: bool = False
+
+    @cached_property
+    def compiled(self) -> regex.Pattern[str]:
+        return _compile(self.pattern)
+
+    @cached_property
+    def _split_line(self) -> Callable[[str], list[str]]:
+        """The fastest exact isolated split for this pattern (a C-level regex call when possible)."""
+        if self.name in COVERING_PATTERNS and self.pattern == PATTERNS[self.name]:
+            return self.compiled.findall
+        if self.compiled.groups == 0:
+            splitter = _compile(f"({self.pattern})").split
+            return lambda text: [piece for piece in splitter(text) if piece]
+        compiled = self.compiled
+        return lambda text: isolated_split(compiled, text)
+
+    def split(self, text: str) -> list[str]:
+        """The pieces of ``text``, in order; concatenated they give ``text`` back."""
+        split_line = self._split_line
+        if not self.line_units:
+            return split_line(text)
+        pieces: list[str] = []
+        for line in _LINE.findall(text):
+            pieces.extend(split_line(line))
+        return pieces
+
+    def __getstate__(self) -> dict[str, object]:
+        """Pickle only the fields (worker processes recompile), not cached regex objects."""
+        return {"name": self.name, "pattern": self.pattern, "line_units": self.line_units}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        for key, value in state.items():
+            object.__setattr__(self, key, value)
+
+    @property
+    def safe_cuts_hold(self) -> bool:
+        """Whether cutting at safe cuts leaves the pieces unchanged.
+
+        True for the built-in patterns whose alternatives cover every character, and whenever lines are
+        split alone. Gap pieces of the stage-2 patterns (without line units) and custom patterns may
+        span a newline, so those are cut only at special tokens.
+        """
+        return self.line_units or (self.name in COVERING_PATTERNS and self.pattern == PATTERNS[self.name])
+
+    def last_safe_cut(self, text: str) -> int:
+        """The last position where ``text`` may be cut for this pre-tokenizer, or 0 when there is none."""
+        return last_safe_cut(text) if self.safe_cuts_hold else 0
+
+    def spec(self) -> dict[str, object]:
+        """The JSON form stored in manifests, checkpoints and count files."""
+        return {"name": self.name, "pattern": self.pattern, "line_units": self.line_units}
+
+    @classmethod
+    def from_spec(cls, spec: dict[str, object]) -> Pretokenizer:
+        pre = cls(str(spec["name"]), str(spec["pattern"]), bool(spec.get("line_units", False)))
+        pre.compiled  # noqa: B018 - validate the pattern now, not at first use
+        return pre
+
+
+def isolated_split(compiled: regex.Pattern[str], text: str) -> list[str]:
+    """Matches and the gaps between them, empty ones dropped (a zero-width match is a cut)."""
+    pieces: list[str] = []
+    pos = 0
+    for match in compiled.finditer(text):
+        start, end = match.span()
+        if start > pos:
+            pieces.append(text[pos:start])
+        if end > start:
+            pieces.append(text[start:end])
+        pos = end
+    if pos < len(text):
+        pieces.append(text[pos:])
+    return pieces
+
+
+def get_pretokenizer(
+    name_or_pattern: str | Pretokenizer, *, line_units: bool | None = None, pattern: str | None = None
+) -> Pretokenizer:
+    """Resolve a built-in name, ``"custom"`` with ``pattern=``, ``"custom:<regex>"`` or a raw regex.
+
+    A string shaped like a name that is not one is an error rather than a literal regex, so a
+    typo such as ``gtp2`` is caught instead of silently training on a nonsense pattern.
+    """
+    if isinstance(name_or_pattern, Pretokenizer):
+        pre = name_or_pattern
+        return pre if line_units is None else Pretokenizer(pre.name, pre.pattern, line_units)
+    name = name_or_pattern
+    if name in PATTERNS:
+        if pattern is not None and pattern != PATTERNS[name]:
+            raise ConfigError(f"pre-tokenizer {name!r} is built in; use name 'custom' to give a pattern")
+        units = name in LINE_UNIT_PATTERNS if line_units is None else line_units
+        return Pretokenizer(name, PATTERNS[name], units)
+    if name == "custom" or name.startswith("custom:"):
+        pattern = pattern if name == "custom" else name[len("custom:") :]
+        if not pattern:
+            raise ConfigError("custom pre-tokenizer needs a non-empty pattern")
+        return _custom(pattern, line_units)
+    if _NAME_SHAPE.fullmatch(name):
+        known = ", ".join(sorted(PATTERNS))
+        raise ConfigError(f"unknown pre-tokenizer {name!r}; known: {known}, or custom:<regex>")
+    return _custom(name, line_units)
+
+
+def _custom(pattern: str, line_units: bool | None) -> Pretokenizer:
+    pre = Pretokenizer("custom", pattern, bool(line_units))
+    pre.compiled  # noqa: B018 - fail on a bad pattern now
+    return pre
+
+
+def safe_cuts(text: str) -> Iterator[int]:
+    """Positions where text may be cut without changing any piece: ``p`` with ``text[p-2:p+1]``
+    being non-space, newline, non-space other than ``/``.
+
+    No built-in pattern makes a piece that holds a newline followed by a non-space character other
+    than ``/`` (o200k's punctuation runs may end in ``[\\r\\n/]*``), and
+    with a non-space before the newline no whitespace-run lookahead (``\\s+(?!\\S)``) can read
+    past the cut, so counting and streaming encode may process the two sides separately.
+    """
+    for match in _SAFE_CUT.finditer(text):
+        yield match.start()
+
+
+def last_safe_cut(text: str) -> int:
+    """The last safe cut in ``text``, or 0 when there is none."""
+    pos = text.rfind("\n")
+    while pos >= 0:
+        if _SAFE_CUT.match(text, pos + 1):
+            return pos + 1
+        pos = text.rfind("\n", 0, pos)
+    return 0
+
+
+class SpecialSplitter:
+    """Splits text at special tokens, longest first, so specials are never counted or merged."""
+
+    def __init__(self, special_tokens: Sequence[str]) -> None:
+        specials = list(dict.fromkeys(special_tokens))
+        for token in specials:
+            if not isinstance(token, str) or not token:
+                raise ConfigError("special tokens must be non-empty strings")
+        self.special_tokens: tuple[str, ...] = tuple(specials)
+        ordered = sorted(specials, key=len, reverse=True)
+        self._pattern = regex.compile("|".join(regex.escape(t) for t in ordered)) if ordered else None
+
+    def split(self, text: str) -> list[tuple[str, bool]]:
+        """``(segment, is_special)`` pairs covering ``text``; empty segments are dropped."""
+        if self._pattern is None:
+            return [(text, False)] if text else []
+        parts: list[tuple[str, bool]] = []
+        pos = 0
+        for match in self._pattern.finditer(text):
+            if match.start() > pos:
+                parts.append((text[pos : match.start()], False))
+            parts.append((match.group(), True))
+            pos = match.end()
+        if pos < len(text):
+            parts.append((text[pos:], False))
+        return parts
+
+    def ordinary_segments(self, text: str) -> Iterator[str]:
+        """Just the text between specials: what gets pre-tokenized and counted."""
+        if self._pattern is None:
+            if text:
+                yield text
+            return
+        for segment in self._pattern.split(text):
+            if segment:
+                yield segment
+
+    def __bool__(self) -> bool:
+        return bool(self.special_tokens)

@@ -1,0 +1,534 @@
+"""Corpus inputs: which files, how to read them, and where they may be cut into chunks.
+
+Counting runs on chunks so that memory is bounded by the chunk size and chunks can go to worker
+processes. A chunk boundary must never change the pieces, so chunks are only cut right before a
+special token (text is split there anyway) or at a *safe cut* (after a newline that is followed by
+a non-space character; see :mod:`superbpe.core.pretokenize`).
+
+Tables (``.parquet`` files, and the ``.arrow`` files of an HF ``datasets`` directory saved with
+``save_to_disk``) hold one document per row in the ``text_field`` column, like JSON lines. Their
+chunks are row groups / record batches that name their part instead of carrying bytes, and the
+documents are read where the chunk is counted (a worker reads its own part). Reading them needs
+``pyarrow`` (the ``parquet`` extra).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import gzip
+import hashlib
+import io
+import itertools
+import json
+import os
+import warnings
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import regex
+
+from superbpe.core.errors import InputError
+from superbpe.core.util import import_optional
+
+TEXT_SUFFIXES = (".txt", ".jsonl", ".txt.gz", ".jsonl.gz", ".parquet")
+TABLE_SUFFIXES = (".parquet", ".arrow")
+DEFAULT_CHUNK_BYTES = 4 << 20
+_ASCII_SPACE = frozenset(b"\t\n\x0b\x0c\r ")
+_NON_SPACE = regex.compile(r"\S")
+
+InputSpec = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+#: A corpus given as documents: any iterable of strings (or of mappings holding the text under
+#: ``text_field``, as rows of a ``datasets`` stream are) that is not a list or tuple of paths.
+DocumentStream = Iterable[str] | Iterable[Mapping[str, Any]]
+
+
+def is_document_stream(inputs: Any) -> bool:
+    """Whether ``inputs`` are documents rather than paths: any iterable but a string, a path, or a list or
+    tuple (of paths, as always). Generators, iterators, ``map`` objects and ``datasets`` streams qualify."""
+    if isinstance(inputs, (str, bytes, os.PathLike, list, tuple)):
+        return False
+    return isinstance(inputs, Iterable) and not isinstance(inputs, Mapping)
+
+
+def document_blocks(
+    documents: DocumentStream, block_chars: int, errors: str = "strict", text_field: str = "text"
+) -> Iterator[list[str]]:
+    """The stream's documents in lists of about ``block_chars`` characters, read lazily (the stream is
+    never held whole). Each is checked: a string, or a mapping with a string under ``text_field``; a
+    lone surrogate (not UTF-8) is an error, or U+FFFD with ``errors="replace"`` (as in a file)."""
+    block: list[str] = []
+    size = 0
+    empty = True
+    for number, item in enumerate(documents):
+        empty = False
+        text = _document_text(item, number, text_field)
+        if number == 0:
+            _warn_if_a_path(text)
+        if not text.isascii():
+            text = _checked_unicode(text, number, errors)
+        block.append(text)
+        size += len(text)
+        if size >= block_chars:
+            yield block
+            block, size = [], 0
+    if empty:
+        raise InputError("the document stream is empty: no documents to count")
+    if block:
+        yield block
+
+
+def _warn_if_a_path(text: str) -> None:
+    """A stream whose first document names a file was most likely meant as paths (a generator of paths
+    is a stream of texts; paths go in a list or tuple)."""
+    try:
+        names_a_file = len(text) < 4096 and "\n" not in text and Path(text).expanduser().is_file()
+    except (OSError, ValueError):  # not a possible path (a NUL byte, a name too long)
+        names_a_file = False
+    if names_a_file:
+        warnings.warn(
+            f"the first document {text!r} is the name of a file, but an iterator is read as texts: pass "
+            "paths as a list or tuple",
+            UserWarning,
+            stacklevel=5,
+        )
+
+
+def _document_text(item: Any, number: int, text_field: str) -> str:
+    if isinstance(item, str):
+        return item
+    if isinstance(item, os.PathLike):
+        raise InputError(
+            f"document {number} is a path ({item}); an iterator is read as texts: pass paths as a list, "
+            "e.g. list(Path('corpus').glob('*.txt'))"
+        )
+    if isinstance(item, Mapping):
+        text = item.get(text_field)
+        if isinstance(text, str):
+            return text
+        raise InputError(f"document {number}: no string field {text_field!r} (set text_field)")
+    raise InputError(
+        f"document {number} is a {type(item).__name__}, not a string (give texts, or rows with a "
+        f"{text_field!r} field)"
+    )
+
+
+def _checked_unicode(text: str, number: int, errors: str) -> str:
+    """``text`` if it is valid Unicode; a lone surrogate is an error, or U+FFFD per byte under "replace"."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        if errors == "replace":
+            return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+        raise InputError(
+            f"document {number}: unpaired surrogate {text[exc.start]!r} at character {exc.start} (not "
+            "UTF-8); errors='replace' (library) or data.errors=replace (superbpe-train) reads it as U+FFFD"
+        ) from None
+    return text
+
+
+def resolve_inputs(inputs: InputSpec) -> list[Path]:
+    """Expand files, directories (recursively, sorted) and globs into a list of existing files."""
+    items = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
+    if not items:
+        raise InputError("no input paths given")
+    files: list[Path] = []
+    for item in items:
+        files.extend(_expand(str(item)))
+    unique = list(dict.fromkeys(files))
+    if not unique:
+        raise InputError(f"no corpus files found in {', '.join(map(str, items))}")
+    return unique
+
+
+def _expand(item: str) -> list[Path]:
+    path = Path(item).expanduser()
+    if path.is_file():
+        return [path]
+    dataset = _saved_dataset_files(path) if path.is_dir() else None
+    if dataset is not None:
+        return dataset
+    if path.is_dir():
+        found = sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(TEXT_SUFFIXES))
+        if not found:
+            raise InputError(f"{path}: directory holds no {'/'.join(TEXT_SUFFIXES)} files")
+        return found
+    if glob.has_magic(item):
+        matched = sorted(Path(p) for p in glob.glob(os.path.expanduser(item), recursive=True))
+        matched = [p for p in matched if p.is_file()]
+        if not matched:
+            raise InputError(f"{item}: glob matches no files")
+        return matched
+    if " " in item:  # a text, most likely
+        shown = item if len(item) <= 80 else f"{item[:60]}..."
+        raise InputError(
+            f"{shown!r}: no such file or directory (a list is read as paths: pass texts as an iterator, "
+            "e.g. iter(texts))"
+        )
+    raise InputError(f"{path}: no such file or directory")
+
+
+def _saved_dataset_files(path: Path) -> list[Path] | None:
+    """The Arrow files of an HF ``datasets`` directory (``save_to_disk``) in order; None if it is not one.
+
+    A ``Dataset`` directory lists its files in ``state.json``; a ``DatasetDict`` directory lists its
+    splits (subdirectories) in ``dataset_dict.json``, taken in that order.
+    """
+    state, splits = path / "state.json", path / "dataset_dict.json"
+    try:
+        if state.is_file() and (path / "dataset_info.json").is_file():
+            entries = json.loads(state.read_text(encoding="utf-8"))["_data_files"]
+            return [path / entry["filename"] for entry in entries]
+        if splits.is_file():
+            found = [_saved_dataset_files(path / split) for split in json.loads(splits.read_text())["splits"]]
+            return [file for files in found for file in files or []]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"{path}: unreadable datasets directory ({exc})") from None
+    return None
+
+
+def is_table(path: Path) -> bool:
+    return path.name.endswith(TABLE_SUFFIXES)
+
+
+def input_fingerprint(paths: Iterable[Path]) -> str:
+    """A cheap identity of the corpus (path, size, mtime) for caches and resume checks."""
+    digest = hashlib.sha256()
+    for path in paths:
+        stat = path.stat()
+        digest.update(f"{path.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:32]
+
+
+def is_jsonl(path: Path) -> bool:
+    return path.name.endswith((".jsonl", ".jsonl.gz"))
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def is_gzipped(path: Path) -> bool:
+    """Whether ``path`` holds gzip data (by magic number, not by name, as :func:`open_binary` reads it)."""
+    try:
+        with open(path, "rb") as probe:
+            return probe.read(2) == GZIP_MAGIC
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+
+
+def open_binary(path: Path) -> BinaryIO:
+    """Open raw or gzip-compressed bytes (by magic number, not by name)."""
+    try:
+        raw = open(path, "rb")  # noqa: SIM115 - returned to the caller
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    if raw.peek(2)[:2] == GZIP_MAGIC:
+        return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
+    return raw
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A slice of one file's (decompressed) bytes, cut where pieces cannot cross; or one part of a table.
+
+    ``jsonl`` means one document per record (JSON lines and tables). A table chunk has no bytes and names
+    its parts (row groups or record batches ``start <= i < stop``) in ``table_parts``; ``first_line`` is its
+    first row (from 1).
+    """
+
+    path: str
+    offset: int
+    data: bytes
+    jsonl: bool
+    first_line: int = 1
+    table_parts: tuple[int, int] | None = None
+    compressed_bytes: int | None = None  # gzip: the file's bytes read for this chunk
+    documents: tuple[str, ...] | None = None  # a block of a document stream: its texts, no bytes
+
+    @property
+    def read_bytes(self) -> int:
+        """The bytes of the file on disk this chunk stands for: what progress counts, so that it ends at
+        the file's size (a gzip file's chunks hold several times more bytes than it has)."""
+        return len(self.data) if self.compressed_bytes is None else self.compressed_bytes
+
+
+class ChunkCutter:
+    """Finds chunk boundaries that leave the pieces unchanged.
+
+    ``line_cuts`` says whether safe cuts may be used (``Pretokenizer.safe_cuts_hold``); without them
+    text is cut only before special tokens.
+    """
+
+    def __init__(self, special_tokens: Sequence[str], line_cuts: bool = True) -> None:
+        self.specials = [t.encode("utf-8") for t in dict.fromkeys(special_tokens) if t]
+        self.line_cuts = line_cuts
+
+    def find(self, buf: bytes, start: int) -> int:
+        """The first safe boundary at or after ``start`` (not at 0), or -1 when none is known yet."""
+        best = -1
+        for special in self.specials:
+            pos = buf.find(special, max(start, 1))
+            while pos != -1 and not self._outside_specials(buf, pos):
+                pos = buf.find(special, pos + 1)
+            if pos != -1 and (best == -1 or pos < best):
+                best = pos
+        if not self.line_cuts:
+            return best
+        limit = len(buf) if best == -1 else best
+        pos = buf.find(b"\n", max(start - 1, 0), limit)
+        while pos != -1:
+            cut = pos + 1
+            if (
+                buf[cut : cut + 1] != b"/"
+                and _ends_non_space(buf, pos)
+                and _starts_non_space(buf, cut)
+                and self._outside_specials(buf, cut)
+            ):
+                return cut
+            pos = buf.find(b"\n", cut, limit)
+        return best
+
+    def _outside_specials(self, buf: bytes, pos: int) -> bool:
+        """True when no special-token occurrence straddles ``pos``."""
+        for special in self.specials:
+            lo = max(0, pos - len(special) + 1)
+            found = buf.find(special, lo, pos + len(special) - 1)
+            if found != -1 and found < pos:
+                return False
+        return True
+
+
+def _ends_non_space(buf: bytes, end: int) -> bool:
+    """Whether the character that ends right before ``end`` is a non-space."""
+    start = end - 1
+    while start > max(end - 4, 0) and 0x80 <= buf[start] < 0xC0:
+        start -= 1
+    return start >= 0 and _starts_non_space(buf[start:end], 0)
+
+
+def _starts_non_space(buf: bytes, pos: int) -> bool:
+    if pos >= len(buf):
+        return False
+    byte = buf[pos]
+    if byte < 0x80:
+        return byte not in _ASCII_SPACE
+    char = buf[pos : pos + 4].decode("utf-8", "ignore")[:1]
+    return bool(char) and _NON_SPACE.match(char) is not None
+
+
+def iter_chunks(
+    path: Path, special_tokens: Sequence[str], chunk_bytes: int = DEFAULT_CHUNK_BYTES, *, line_cuts: bool
+) -> Iterator[Chunk]:
+    """Yield a file's bytes in chunks of about ``chunk_bytes`` cut at safe boundaries.
+
+    ``line_cuts`` must come from the pre-tokenizer (``Pretokenizer.safe_cuts_hold``): only then may a
+    text be cut at a safe line break; JSON lines are always cut between documents.
+    """
+    if is_table(path):
+        yield from _table_chunks(path, max(1, chunk_bytes))
+        return
+    jsonl = is_jsonl(path)
+    cutter = None if jsonl else ChunkCutter(special_tokens, line_cuts)
+    with open_binary(path) as stream:
+        yield from cut_stream(stream, str(path), jsonl, cutter, max(1, chunk_bytes))
+
+
+def cut_stream(
+    stream: BinaryIO,
+    name: str,
+    jsonl: bool,
+    cutter: ChunkCutter | None,
+    size: int,
+    offset: int = 0,
+    line: int = 1,
+) -> Iterator[Chunk]:
+    """Chunks of ``stream``, whose first byte is byte ``offset`` (on line ``line``) of file ``name``."""
+    buf, eof = b"", False
+    raw = stream.fileobj if isinstance(stream, gzip.GzipFile) else None  # where a gzip file's reads are
+    read_before = raw.tell() if raw is not None else 0
+    while True:
+        cut, searched = -1, size
+        while True:
+            if len(buf) > searched:
+                cut = _next_cut(buf, jsonl, cutter, searched)
+                searched = max(size, len(buf) - 64)
+            if cut != -1 or eof:
+                break
+            block = _read(stream, name, size)
+            eof = not block
+            buf += block
+        if cut == -1:
+            cut = len(buf)
+        if cut == 0:
+            return
+        data, buf = buf[:cut], buf[cut:]
+        compressed = None
+        if raw is not None:
+            compressed, read_before = raw.tell() - read_before, raw.tell()
+        yield Chunk(name, offset, data, jsonl, line, compressed_bytes=compressed)
+        offset += len(data)
+        if jsonl:
+            line += data.count(b"\n")
+
+
+def _next_cut(buf: bytes, jsonl: bool, cutter: ChunkCutter | None, start: int) -> int:
+    if jsonl:
+        pos = buf.find(b"\n", max(start - 1, 0))
+        return -1 if pos == -1 else pos + 1
+    assert cutter is not None
+    return cutter.find(buf, start)
+
+
+def _read(stream: BinaryIO, name: str, size: int) -> bytes:
+    try:
+        return stream.read(size)
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        raise InputError(f"{name}: cannot read ({exc})") from None
+
+
+def decode_chunk(chunk: Chunk, errors: str = "strict") -> str:
+    """UTF-8 text of a chunk; an invalid byte is reported with its file and byte offset."""
+    try:
+        return chunk.data.decode("utf-8", errors)
+    except UnicodeDecodeError as exc:
+        raise invalid_utf8(chunk.path, chunk.offset + exc.start) from None
+
+
+#: How to read text with invalid UTF-8 anyway, in each place that reads a corpus.
+REPLACE_HINT = (
+    "data.errors=replace (superbpe-train), errors=replace (superbpe-encode) or errors='replace' (library) "
+    "reads such bytes as U+FFFD"
+)
+
+
+def invalid_utf8(path: str | os.PathLike[str], offset: int) -> InputError:
+    """The error for a corpus byte that is not UTF-8: where it is, and the option that accepts it."""
+    return InputError(f"{path}: invalid UTF-8 at byte {offset}; {REPLACE_HINT}")
+
+
+def chunk_documents(chunk: Chunk, errors: str = "strict", text_field: str = "text") -> Iterator[str]:
+    """The independent texts in a chunk: the chunk itself, or one per JSON line (or stream document)."""
+    if chunk.documents is not None:
+        yield from chunk.documents
+        return
+    if chunk.table_parts is not None:
+        yield from _table_documents(chunk, text_field)
+        return
+    text = decode_chunk(chunk, errors)
+    if not chunk.jsonl:
+        yield text
+        return
+    for number, line in enumerate(io.StringIO(text), start=chunk.first_line):
+        if line.strip():
+            yield _json_text(line, chunk.path, number, text_field)
+
+
+def _json_text(line: str, path: str, number: int, field: str) -> str:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: line {number}: invalid JSON ({exc.msg})") from None
+    if not isinstance(record, dict) or not isinstance(record.get(field), str):
+        raise InputError(f"{path}: line {number}: no string field {field!r}")
+    return record[field]
+
+
+def _pyarrow() -> Any:
+    return import_optional("pyarrow", "parquet", "reading .parquet / datasets (.arrow) input")
+
+
+def _table_sizes(path: Path) -> list[tuple[int, int]]:
+    """(rows, bytes) per part: Parquet row groups (from the file's footer) or Arrow record batches."""
+    with _table_errors(path):
+        if path.name.endswith(".parquet"):
+            metadata = _parquet_file(path).metadata
+            groups = [metadata.row_group(group) for group in range(metadata.num_row_groups)]
+            return [(group.num_rows, group.total_byte_size) for group in groups]
+        return [(batch.num_rows, batch.nbytes) for batch in _arrow_batches(path)]
+
+
+def _table_slice(path: Path, parts: tuple[int, int], field: str) -> Any:
+    """Parts ``start <= i < stop`` as one table (only the ``field`` column, where the format allows)."""
+    pa = _pyarrow()
+    start, stop = parts
+    with _table_errors(path):
+        if path.name.endswith(".parquet"):
+            table = _parquet_file(path)
+            columns = [field] if field in table.schema_arrow.names else None
+            return table.read_row_groups(list(range(start, stop)), columns=columns)
+        # Earlier batches are skipped, not copied: the file is memory-mapped and batches are views of it.
+        return pa.Table.from_batches(list(itertools.islice(_arrow_batches(path), start, stop)))
+
+
+@contextlib.contextmanager
+def _table_errors(path: Path) -> Iterator[None]:
+    pa = _pyarrow()
+    try:
+        yield
+    except (OSError, pa.ArrowException) as exc:
+        raise InputError(f"{path}: cannot read table ({' '.join(str(exc).split())})") from None
+
+
+def _parquet_file(path: Path) -> Any:
+    _pyarrow()
+    import pyarrow.parquet as pq  # an optional extra, checked just above
+
+    return pq.ParquetFile(path)
+
+
+def _arrow_batches(path: Path) -> Iterator[Any]:
+    """Record batches of an Arrow IPC file, memory-mapped (zero-copy): stream format (what ``datasets``
+    writes) or file format."""
+    pa = _pyarrow()
+    import pyarrow.ipc as ipc  # an optional extra, checked just above
+
+    source = pa.memory_map(str(path))
+    try:
+        yield from ipc.open_stream(source)
+    except pa.ArrowInvalid:
+        source.seek(0)
+        reader = ipc.open_file(source)
+        for batch in range(reader.num_record_batches):
+            yield reader.get_batch(batch)
+
+
+def _table_chunks(path: Path, chunk_bytes: int) -> Iterator[Chunk]:
+    """Runs of whole parts of about ``chunk_bytes`` (of column data) each."""
+    row = start = size = rows = 0
+    sizes = _table_sizes(path)
+    for number, (part_rows, part_bytes) in enumerate(sizes):
+        rows, size = rows + part_rows, size + part_bytes
+        if size >= chunk_bytes or number == len(sizes) - 1:
+            yield Chunk(str(path), row, b"", True, row + 1, (start, number + 1))
+            row, start, size, rows = row + rows, number + 1, 0, 0
+
+
+def _table_documents(chunk: Chunk, field: str) -> Iterator[str]:
+    """The ``field`` strings of one table part; a missing column, other type or null is an error."""
+    assert chunk.table_parts is not None
+    part = _table_slice(Path(chunk.path), chunk.table_parts, field)
+    names = part.schema.names
+    if field not in names:
+        raise InputError(f"{chunk.path}: no column {field!r} (columns: {', '.join(names)})")
+    column = part.column(names.index(field))
+    pa = _pyarrow()
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        raise InputError(f"{chunk.path}: column {field!r} holds {column.type}, not strings")
+    for offset, text in enumerate(column.to_pylist()):
+        if text is None:
+            raise InputError(f"{chunk.path}: row {chunk.first_line + offset}: {field!r} is null")
+        yield text
+
+
+def corpus_size(paths: Iterable[Path]) -> int:
+    """Bytes on disk (compressed for .gz): the denominator for progress bars."""
+    return sum(p.stat().st_size for p in paths)
+
+
+def check_not_empty(paths: Sequence[Path]) -> None:
+    """Refuse a corpus with no bytes at all before any work or output starts."""
+    if all(p.stat().st_size == 0 for p in paths):
+        what = str(paths[0]) if len(paths) == 1 else f"all {len(paths)} input files"
+        raise InputError(f"{what}: corpus is empty")

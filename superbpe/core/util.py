@@ -1,0 +1,134 @@
+"""Small shared helpers: atomic file writes, peak memory, CPUs, sizes for people, optional imports."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import resource
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import BinaryIO
+
+from superbpe.core.errors import ConfigError
+
+
+@contextlib.contextmanager
+def atomic_write(path: Path) -> Iterator[BinaryIO]:
+    """Write to a temp file beside ``path`` and rename it into place only on success.
+
+    A reader (or a resumed run after SIGKILL) therefore sees either the old file or the
+    complete new one, never a torn write.
+    """
+    with naming_file(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle, naming_file(path):
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; outputs should read like any other file
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+TEMP_SUFFIX = ".tmp"
+
+
+@contextlib.contextmanager
+def naming_file(path: Path) -> Iterator[None]:
+    """Give an ``OSError`` raised inside without a file name (a full disk: ENOSPC on write) ``path``.
+
+    Why: "No space left on device" alone does not say which of a run's files failed.
+    """
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None or exc.errno is None:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
+
+
+def remove_stale_temps(directory: Path) -> list[Path]:
+    """Delete the temp files :func:`atomic_write` leaves when killed mid-write (``.<name>.XXXX.tmp``).
+
+    Only for a directory no other process writes to (a run directory being resumed).
+    """
+    removed = []
+    for item in directory.glob(f".*{TEMP_SUFFIX}"):
+        if item.is_file():
+            with contextlib.suppress(FileNotFoundError):
+                item.unlink()
+            removed.append(item)
+    return removed
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    with atomic_write(path) as handle:
+        handle.write(text.encode("utf-8"))
+
+
+def peak_rss_bytes(*, include_children: bool = False) -> int:
+    """Peak resident memory of this process, in bytes: the one definition the package uses.
+
+    Linux's ``VmHWM`` first, which is the peak since the process started or since the window was last
+    reset (``progress.reset_peak_rss``); ``ru_maxrss`` is inherited from the parent across fork and
+    exec, so a child of a big process would report the parent's peak as its own. ``ru_maxrss``
+    elsewhere. With ``include_children``, the larger of that and the peak of the biggest finished child
+    (counting worker processes), since a stage's memory is the larger of the two.
+    """
+    own = 0
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    own = int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    if not own:
+        own = _maxrss(resource.RUSAGE_SELF)
+    return max(own, _maxrss(resource.RUSAGE_CHILDREN)) if include_children else own
+
+
+def _maxrss(who: int) -> int:
+    peak = resource.getrusage(who).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # macOS reports bytes, Linux KiB
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one), at least 1."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
+def human_size(value: float, unit: str = "") -> str:
+    """``value`` with a decimal prefix, for log lines and messages: ``512 B``, ``1.5 GB`` (with a unit),
+    ``512``, ``1.5M`` (a plain count)."""
+    space = " " if unit else ""
+    for prefix in ("", "K", "M", "G"):
+        if abs(value) < 1000:
+            return f"{value:.0f}{space}{unit}" if not prefix else f"{value:.1f}{space}{prefix}{unit}"
+        value /= 1000
+    return f"{value:.1f}{space}T{unit}"
+
+
+def import_optional(module: str, extra: str, purpose: str) -> ModuleType:
+    """Import a dependency of an optional feature, or say in one line which extra provides it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ConfigError(f'{purpose} needs {module}: pip install "superbpe[{extra}]"') from None

@@ -1,0 +1,140 @@
+"""The vocabulary's layout: which ids the bytes, the merges and the special tokens get, and how many merges
+a ``vocab_size`` leaves room for. One place, so training, runs and exports count alike."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Sequence
+
+from superbpe.core.byte_table import byte_to_unicode, unicode_to_byte
+from superbpe.core.errors import ConfigError
+from superbpe.core.types import Merge
+
+Vocab = dict[int, bytes]
+log = logging.getLogger("superbpe")
+_PLAIN_WORD = re.compile(r"\w+")
+
+
+def build_vocab(merges: Sequence[Merge], special_tokens: Iterable[str] = ()) -> Vocab:
+    """Ids 0-255 are the bytes, then one id per merge in order, then the special tokens."""
+    vocab: Vocab = {i: bytes([i]) for i in range(256)}
+    for left, right in merges:
+        vocab[len(vocab)] = left + right
+    tokens = set(vocab.values())
+    for token in dict.fromkeys(special_tokens):
+        if token.encode("utf-8") in tokens:
+            raise ConfigError(f"special token {token!r} has the bytes of a learned token; choose another")
+        vocab[len(vocab)] = token.encode("utf-8")
+    return vocab
+
+
+def check_special_tokens(special_tokens: Sequence[str]) -> None:
+    """Refuse special tokens that would share a spelling with a byte token; warn about plain words.
+
+    A one-byte special ("x") has the bytes of byte token 120, so ``vocab.json`` would hold two ids
+    under one key; a one-character special in the GPT-2 byte table ("é", "Ġ") is written verbatim in
+    ``tokenizer.json`` under the key of a byte token. Both make files that do not load or that encode
+    differently, so they are errors before any training. A special that is a plain word is allowed
+    but worth a warning: text is cut at every occurrence, inside longer words too.
+    """
+    for token in special_tokens:
+        if len(token.encode("utf-8")) == 1 or token in unicode_to_byte():
+            raise ConfigError(
+                f"special token {token!r} is spelled like a byte token; use a longer text, say '<|{token}|>'"
+            )
+        if _PLAIN_WORD.fullmatch(token):
+            log.warning(
+                "special token %r is a plain word: every %r in the text becomes this token, inside longer "
+                "words too; markup such as '<|%s|>' avoids that",
+                token,
+                token,
+                token,
+            )
+
+
+RESERVED_FORMAT = "<|reserved_{}|>"
+
+
+def reserved_tokens(size: int, multiple: int | None, taken: Iterable[str] = ()) -> list[str]:
+    """Special tokens ``<|reserved_0|>``, ... that round a vocab of ``size`` up to a multiple of ``multiple``
+    (GPU-friendly embedding sizes). Names already in ``taken`` are skipped, so they never collide."""
+    if multiple is None:
+        return []
+    if isinstance(multiple, bool) or not isinstance(multiple, int) or multiple < 1:
+        raise ConfigError(f"pad_vocab_to_multiple_of must be a positive integer, not {multiple!r}")
+    taken = set(taken)
+    names: list[str] = []
+    number = 0
+    while (size + len(names)) % multiple:
+        name = RESERVED_FORMAT.format(number)
+        number += 1
+        if name not in taken:
+            names.append(name)
+    return names
+
+
+def check_vocab_size(vocab_size: int) -> int:
+    """``vocab_size`` if it is an integer (a float or a bool from a config is an error)."""
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
+        raise ConfigError(f"vocab_size must be an integer, not {vocab_size!r}")
+    return vocab_size
+
+
+def merge_budget(
+    vocab_size: int, special_tokens: Sequence[str], alphabet: bytes | None = None, at_least: int = 0
+) -> int:
+    """Merges (new tokens) a vocabulary of ``vocab_size`` leaves beside its first ids and the specials.
+
+    ``alphabet`` None: all 256 bytes are ids, and a ``vocab_size`` below them and the specials is an
+    error. Else only ``alphabet``'s bytes are (the seen alphabet): as HF's trainer, a ``vocab_size`` they
+    and the specials already fill gives no merges (and a vocabulary larger than asked); ``at_least`` is
+    what the schedule needs (its fixed stage ends), an error when the budget is below it.
+    """
+    check_vocab_size(vocab_size)
+    if alphabet is None:
+        floor = 256 + len(special_tokens)
+        if vocab_size < floor:
+            raise ConfigError(
+                f"vocab_size {vocab_size} is below 256 bytes + {len(special_tokens)} special tokens = {floor}"
+            )
+        return vocab_size - floor
+    budget = vocab_size - len(special_tokens) - len(alphabet)
+    if max(budget, 0) < at_least:
+        raise ConfigError(
+            f"vocab_size {vocab_size} leaves {budget} merges after the {len(alphabet)} bytes seen and "
+            f"{len(special_tokens)} special tokens; the schedule needs at least {at_least}"
+        )
+    return max(budget, 0)
+
+
+def most_seen_merges(vocab_size: int, special_tokens: Sequence[str]) -> int:
+    """With the seen alphabet, the most merges ``vocab_size`` can leave (a text has at least one byte).
+
+    The true number is known once the text is counted (:func:`merge_budget` with its alphabet); before
+    that, stage ends are checked against this bound.
+    """
+    if check_vocab_size(vocab_size) < 1:
+        raise ConfigError(f"vocab_size must be positive, not {vocab_size}")
+    return merge_budget(vocab_size, special_tokens, alphabet=b"\0")
+
+
+def alphabet_order(byte_values: Iterable[int]) -> bytes:
+    """Byte values sorted as HF numbers its alphabet: by the code point of their byte-table character."""
+    table = byte_to_unicode()
+    return bytes(sorted(set(byte_values), key=lambda b: ord(table[b])))
+
+
+def hf_vocab(
+    alphabet: bytes, merges: Sequence[Merge], special_tokens: Iterable[str] = ()
+) -> dict[int, bytes]:
+    """HF's ids: the special tokens, the alphabet, then each new merged token in order (one a merge
+    makes again gets no id)."""
+    vocab: dict[int, bytes] = {}
+    known: set[bytes] = set()
+    specials = [special.encode("utf-8") for special in dict.fromkeys(special_tokens)]
+    for token in [*specials, *(bytes([b]) for b in alphabet), *(left + right for left, right in merges)]:
+        if token not in known:
+            known.add(token)
+            vocab[len(vocab)] = token
+    return vocab

@@ -1,0 +1,136 @@
+"""One engine interface, two engines behind it.
+
+The ``python`` engine is the readable reference; the ``native`` engine (Rust, ``superbpe._native``)
+is the fast one. Both must give byte-identical pieces, counts, merges and ids, so callers choose
+by speed only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Protocol, runtime_checkable
+
+from superbpe.core.counts import PieceCounts, ProgressFn
+from superbpe.core.errors import ConfigError
+from superbpe.core.memory import StageMemory
+from superbpe.core.pretokenize import Pretokenizer
+from superbpe.core.progress import BuildProgress
+from superbpe.core.rules import MergeCallback, MergeRules, TrainResult
+from superbpe.core.sources import DEFAULT_CHUNK_BYTES, Chunk, DocumentStream, InputSpec
+from superbpe.core.types import Merge
+from superbpe.engines import native
+from superbpe.engines.python import PythonEngine
+
+ENGINE_NAMES = ("python", "native", "auto")
+log = logging.getLogger("superbpe")
+
+
+@runtime_checkable
+class EncoderCore(Protocol):
+    """Turns text with no special tokens in it into ids."""
+
+    def encode_ordinary(self, text: str) -> list[int]: ...
+
+
+class Engine(Protocol):
+    """Counting, training and encoding: the three places where speed matters."""
+
+    name: str
+
+    def count(
+        self,
+        inputs: InputSpec,
+        pretokenizer: Pretokenizer,
+        special_tokens: Iterable[str],
+        *,
+        workers: int | None = None,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        errors: str = "strict",
+        text_field: str = "text",
+        progress: ProgressFn | None = None,
+    ) -> PieceCounts: ...
+
+    def count_documents(
+        self,
+        documents: DocumentStream,
+        pretokenizers: Sequence[Pretokenizer],
+        special_tokens: Iterable[str] = (),
+        *,
+        workers: int | None = None,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        errors: str = "strict",
+        text_field: str = "text",
+    ) -> Sequence[PieceCounts]: ...
+
+    def count_chunks(
+        self,
+        chunks: Iterable[Chunk],
+        pretokenizer: Pretokenizer,
+        special_tokens: Sequence[str],
+        *,
+        errors: str = "strict",
+        text_field: str = "text",
+        unit_bytes: int = DEFAULT_CHUNK_BYTES,
+        threads: int = 1,
+    ) -> PieceCounts: ...
+
+    def counts_from_bytes(self, data: bytes) -> PieceCounts: ...
+
+    def train(
+        self,
+        counts: PieceCounts,
+        num_merges: int,
+        *,
+        rules: MergeRules = MergeRules(),
+        replay: Sequence[Merge] = (),
+        callback: MergeCallback | None = None,
+        callback_every: int = 1000,
+        build_progress: BuildProgress | None = None,
+        check_memory: Callable[[StageMemory], None] | None = None,
+        consume_counts: bool = False,
+    ) -> TrainResult: ...
+
+    def encoder(
+        self,
+        vocab: Mapping[bytes, int],
+        merges: Sequence[Merge],
+        pretokenizer: Pretokenizer,
+        *,
+        whole_pieces: bool = True,
+    ) -> EncoderCore: ...
+
+
+def native_available() -> bool:
+    """True when the Rust extension was built and imports."""
+    return native.available()
+
+
+def get_engine(name: str | Engine = "auto", pretokenizers: Iterable[Pretokenizer] = ()) -> Engine:
+    """``python``, ``native`` or ``auto``, for work that splits text with ``pretokenizers``.
+
+    The choice is made once, here, for counting and encoding alike, and never changes behind the
+    caller's back: ``native`` splits only with its exact scanners (the built-in patterns), so a
+    pattern without one is an error for ``native``, and makes ``auto`` choose ``python`` (logged).
+    ``auto`` is ``native`` when the extension is built and every pattern has an exact scanner.
+    """
+    if not isinstance(name, str):
+        return name
+    if name not in ENGINE_NAMES:
+        raise ConfigError(f"unknown engine {name!r}; choose one of {', '.join(ENGINE_NAMES)}")
+    if name == "python" or (name == "auto" and not native_available()):
+        return PythonEngine()
+    if not native_available():
+        raise ConfigError(
+            "engine 'native' is not built; reinstall with `pip install -e .` and a Rust toolchain"
+        )
+    inexact = [pre.name for pre in pretokenizers if not native.splits_exactly(pre)]
+    if inexact and name == "native":
+        raise ConfigError(
+            f"engine 'native' splits only the built-in patterns exactly, not {inexact[0]}; "
+            "use engine=python (or engine=auto, which then picks it)"
+        )
+    if inexact:
+        log.info("engine auto: python, since the native engine has no exact splitter for %s", inexact[0])
+        return PythonEngine()
+    return native.NativeEngine()

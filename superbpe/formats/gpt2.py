@@ -1,0 +1,153 @@
+"""GPT-2's tokenizer files: ``vocab.json`` and ``merges.txt``, tokens in byte-table spelling.
+
+Every reader raises :class:`~superbpe.core.errors.InputError` with one line naming the file; every writer goes
+through :func:`~superbpe.core.util.atomic_write` so a crash never leaves a half-written file behind.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from superbpe.core.byte_table import bytes_to_token_str, token_str_to_bytes
+from superbpe.core.errors import ConfigError, InputError
+from superbpe.core.types import Merge
+from superbpe.core.util import atomic_write_text
+from superbpe.formats.json_files import json_text, read_json, read_text
+
+VOCAB_FILE = "vocab.json"
+MERGES_FILE = "merges.txt"
+MERGES_HEADER = "#version: 0.2"
+
+
+def token_bytes(path: Path, text: str, special_tokens: Iterable[str]) -> bytes:
+    """Bytes of a token string from a file; special tokens may also be stored verbatim (as HF does)."""
+    try:
+        return token_str_to_bytes(text)
+    except KeyError as exc:
+        if text in special_tokens:
+            return text.encode("utf-8")
+        raise InputError(f"{path}: token {text!r} has char {exc.args[0]!r} outside the byte table") from None
+
+
+def vocab_from_mapping(
+    path: Path, mapping: Any, special_tokens: Sequence[str], special_ids: Mapping[str, int] | None = None
+) -> dict[int, bytes]:
+    """Validate a ``{token string: id}`` object and turn it into ``{id: bytes}``.
+
+    ``special_ids`` (from a tokenizer.json's added tokens) marks entries that are special tokens written
+    verbatim: those are UTF-8 text, not byte-table strings, whatever characters they use.
+    """
+    if not isinstance(mapping, dict):
+        raise InputError(f"{path}: expected a JSON object mapping token strings to ids")
+    specials = set(special_tokens)
+    verbatim = special_ids or {}
+    vocab: dict[int, bytes] = {}
+    seen: dict[bytes, str] = {}
+    for text, token_id in mapping.items():
+        if isinstance(token_id, bool) or not isinstance(token_id, int) or token_id < 0:
+            raise InputError(f"{path}: id of token {text!r} must be a non-negative integer, not {token_id!r}")
+        is_verbatim = verbatim.get(text) == token_id
+        token = text.encode("utf-8") if is_verbatim else token_bytes(path, text, specials)
+        if token in seen:
+            raise InputError(f"{path}: duplicate token {token!r} ({seen[token]!r} and {text!r})")
+        if token_id in vocab:
+            raise InputError(f"{path}: duplicate id {token_id}")
+        seen[token] = text
+        vocab[token_id] = token
+    return vocab
+
+
+def check_merges(path: Path, merges: list[Merge], vocab: Mapping[int, bytes], where: list[str]) -> None:
+    """Every merge must join two tokens into a token, all in the vocab (else ids cannot be given)."""
+    tokens = set(vocab.values())
+    for (left, right), place in zip(merges, where, strict=True):
+        for part in (left, right):
+            if part not in tokens:
+                shown = bytes_to_token_str(part)
+                raise InputError(f"{path}: {place}: merge part {shown!r} is not in the vocab")
+        if left + right not in tokens:
+            raise InputError(
+                f"{path}: {place}: merged token {bytes_to_token_str(left + right)!r} is not in the vocab"
+            )
+
+
+#: ``vocab.json`` layouts: ours (one entry per line, diffable) and HF's (one line, no final newline).
+VOCAB_STYLES = ("lines", "hf")
+
+
+def vocab_to_json_text(vocab: Mapping[int, bytes], style: str = "lines") -> str:
+    """``{token string: id}`` in id order; ``style="hf"`` writes it exactly as HF ``tokenizers`` does."""
+    ordered = {bytes_to_token_str(token): token_id for token_id, token in sorted(vocab.items())}
+    if style == "hf":
+        return json.dumps(ordered, ensure_ascii=False, separators=(",", ":"))
+    if style != "lines":
+        raise ConfigError(f"vocab style must be one of {', '.join(VOCAB_STYLES)}, not {style!r}")
+    return json_text(ordered, indent=0)
+
+
+def merges_to_text(merges: Sequence[Merge]) -> str:
+    lines = [MERGES_HEADER]
+    lines.extend(f"{bytes_to_token_str(left)} {bytes_to_token_str(right)}" for left, right in merges)
+    return "\n".join(lines) + "\n"
+
+
+def write_vocab(path: str | Path, vocab: Mapping[int, bytes], style: str = "lines") -> None:
+    atomic_write_text(Path(path), vocab_to_json_text(vocab, style))
+
+
+def write_merges(path: str | Path, merges: Sequence[Merge]) -> None:
+    atomic_write_text(Path(path), merges_to_text(merges))
+
+
+def read_vocab(path: str | Path, special_tokens: Sequence[str] = ()) -> dict[int, bytes]:
+    """``vocab.json`` -> ``{id: bytes}``. Special tokens may appear verbatim rather than byte-mapped."""
+    path = Path(path)
+    return vocab_from_mapping(path, read_json(path), special_tokens)
+
+
+def unmerged_tokens(vocab: Mapping[int, bytes], merges: Sequence[Merge]) -> list[str]:
+    """Tokens of two or more bytes that no merge makes, as text, in id order (GPT-2's ``<|endoftext|>``).
+
+    BPE can never produce such a token, so in a GPT-2 style ``vocab.json`` + ``merges.txt`` they are the
+    special tokens. Ones that are not UTF-8 cannot be matched in text and are left as they are.
+    """
+    made = {left + right for left, right in merges}
+    found = []
+    for _, token in sorted(vocab.items()):
+        if len(token) > 1 and token not in made:
+            try:
+                found.append(token.decode("utf-8"))
+            except UnicodeDecodeError:
+                continue
+    return found
+
+
+def parse_merge(path: Path, place: str, left: str, right: str) -> Merge:
+    """A merge from its two tokens in byte-table spelling; an error names the file and ``place``."""
+    try:
+        return token_str_to_bytes(left), token_str_to_bytes(right)
+    except KeyError as exc:
+        raise InputError(f"{path}: {place}: {exc.args[0]!r} is outside the byte table") from None
+
+
+def read_merges(path: str | Path, vocab: Mapping[int, bytes] | None = None) -> list[Merge]:
+    """``merges.txt`` with or without the ``#version`` header; checked against ``vocab`` when given."""
+    path = Path(path)
+    merges: list[Merge] = []
+    where: list[str] = []
+    for number, line in enumerate(read_text(path).split("\n"), start=1):
+        line = line.rstrip("\r")
+        if not line or (number == 1 and line.startswith("#version")):
+            continue
+        parts = line.split(" ")
+        if len(parts) != 2 or not parts[0] or not parts[1]:
+            raise InputError(f"{path}: line {number}: expected two tokens and one space, got {line!r}")
+        place = f"line {number}"
+        merges.append(parse_merge(path, place, *parts))
+        where.append(place)
+    if vocab is not None:
+        check_merges(path, merges, vocab, where)
+    return merges

@@ -1,0 +1,251 @@
+"""HF's files: ``tokenizer.json`` (read and written) and transformers' ``tokenizer_config.json`` +
+``special_tokens_map.json`` beside it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from superbpe.core.byte_table import bytes_to_token_str
+from superbpe.core.errors import ConfigError, InputError
+from superbpe.core.pretokenize import PATTERNS, Pretokenizer, get_pretokenizer
+from superbpe.core.types import Merge
+from superbpe.formats.gpt2 import check_merges, parse_merge, vocab_from_mapping
+from superbpe.formats.json_files import read_json
+
+HF_FILE = "tokenizer.json"
+HF_CONFIG_FILE = "tokenizer_config.json"
+HF_SPECIAL_MAP_FILE = "special_tokens_map.json"
+#: The roles transformers gives special tokens; "auto" picks ``<|endoftext|>`` when it is a special token.
+TOKEN_ROLES = ("bos_token", "eos_token", "pad_token", "unk_token")
+DEFAULT_ROLES = {"bos_token": "auto", "eos_token": "auto", "pad_token": None, "unk_token": None}
+AUTO_SPECIAL = "<|endoftext|>"
+
+
+def hf_tokenizer_json(
+    vocab: Mapping[int, bytes],
+    merges: Sequence[Merge],
+    special_tokens: Sequence[str],
+    pretokenizer: Pretokenizer,
+    whole_pieces: bool = True,
+) -> dict[str, Any]:
+    """The HF ``tokenizers`` document that encodes exactly like our
+    :class:`~superbpe.api.tokenizer.Tokenizer`.
+
+    ``ignore_merges`` is ``whole_pieces``: on, our encoder maps a piece that is itself a token straight to
+    its id (off, as in the official SuperBPE files, every piece goes through the merges); the
+    regex split is ``Isolated`` (matches and gaps are pieces, as ours); ByteLevel only maps bytes to the
+    printable table (``use_regex=false``) since the split already happened.
+    """
+    by_bytes = {token: token_id for token_id, token in vocab.items()}
+    missing = [special for special in special_tokens if special.encode("utf-8") not in by_bytes]
+    if missing:
+        raise ConfigError(f"special token {missing[0]!r} is not in the vocab")
+    added = [
+        {
+            "id": by_bytes[special.encode("utf-8")],
+            "content": special,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+        for special in special_tokens
+    ]
+    splits: list[dict[str, Any]] = []
+    if pretokenizer.line_units:
+        splits.append({"type": "Split", "pattern": {"String": "\n"}, "behavior": "MergedWithPrevious",
+                       "invert": False})
+    splits.append({"type": "Split", "pattern": {"Regex": pretokenizer.pattern}, "behavior": "Isolated",
+                   "invert": False})
+    splits.append({"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False})
+    model = {
+        "type": "BPE",
+        "dropout": None,
+        "unk_token": None,
+        "continuing_subword_prefix": None,
+        "end_of_word_suffix": None,
+        "fuse_unk": False,
+        "byte_fallback": False,
+        "ignore_merges": whole_pieces,
+        "vocab": _hf_vocab(vocab, special_tokens),
+        "merges": [f"{bytes_to_token_str(left)} {bytes_to_token_str(right)}" for left, right in merges],
+    }
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": splits},
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
+        "model": model,
+    }
+
+
+def _hf_vocab(vocab: Mapping[int, bytes], special_tokens: Sequence[str]) -> dict[str, int]:
+    """Model vocab in byte-table spelling, except special tokens, which HF looks up verbatim.
+
+    HF gives an added token the model's id for its *content* (and appends a new id when the content is
+    missing), so each special is listed under its own text. A special whose text is the byte-table
+    spelling of another token (say "é", which also spells byte 0xE9) would get that token's id in HF:
+    such a tokenizer cannot be exported, which is an error rather than a file that encodes differently.
+    """
+    result = {bytes_to_token_str(token): token_id for token_id, token in sorted(vocab.items())}
+    by_bytes = {token: token_id for token_id, token in vocab.items()}
+    for special in special_tokens:
+        token_id = by_bytes[special.encode("utf-8")]
+        if result.get(special, token_id) != token_id:
+            raise ConfigError(
+                f"special token {special!r} is spelled like token id {result[special]} in tokenizer.json"
+            )
+        result.pop(bytes_to_token_str(special.encode("utf-8")))
+        result[special] = token_id
+    return dict(sorted(result.items(), key=lambda item: item[1]))
+
+
+
+@dataclass
+class HFTokenizerData:
+    """What we take from a ``tokenizer.json``: enough to encode the same way or to extend it."""
+
+    vocab: dict[int, bytes]
+    merges: list[Merge]
+    special_tokens: list[str]
+    pattern: str | None  # the Split regex, when the pre-tokenizer has one
+    line_units: bool  # whether a Split on "\n" (merged with previous) comes first
+    ignore_merges: bool = False  # the model's flag (HF's default when absent is off)
+
+
+def read_hf_tokenizer(path: str | Path) -> HFTokenizerData:
+    """Read a byte-level BPE ``tokenizer.json`` (ours or HF's), e.g. to extend an existing tokenizer."""
+    path = Path(path)
+    document = read_json(path)
+    model = document.get("model") if isinstance(document, dict) else None
+    if not isinstance(model, dict) or model.get("type", "BPE") != "BPE":
+        raise InputError(f"{path}: not a BPE tokenizer.json (no model of type BPE)")
+    added = document.get("added_tokens", [])
+    if not isinstance(added, list) or not all(isinstance(a, dict) for a in added):
+        raise InputError(f"{path}: added_tokens must be a list of objects")
+    # HF cuts every added token out of the text before the model sees it, special or not.
+    special_tokens = [str(a.get("content")) for a in added]
+    added_ids = {str(a.get("content")): a.get("id") for a in added}
+    vocab = vocab_from_mapping(path, model.get("vocab"), special_tokens, added_ids)
+    _add_added_tokens(path, vocab, added)
+    merges, where = _hf_merges(path, model.get("merges", []))
+    check_merges(path, merges, vocab, where)
+    pattern, line_units = _hf_split(document.get("pre_tokenizer"))
+    ignore_merges = bool(model.get("ignore_merges", False))
+    return HFTokenizerData(vocab, merges, special_tokens, pattern, line_units, ignore_merges)
+
+
+def _add_added_tokens(path: Path, vocab: dict[int, bytes], added: list[dict[str, Any]]) -> None:
+    """Added tokens missing from the model vocab still own their ids."""
+    by_bytes = {token: token_id for token_id, token in vocab.items()}
+    for entry in added:
+        content, token_id = entry.get("content"), entry.get("id")
+        bad_id = isinstance(token_id, bool) or not isinstance(token_id, int)
+        if not isinstance(content, str) or not content or bad_id:
+            raise InputError(f"{path}: added token needs non-empty 'content' and integer 'id': {entry!r}")
+        token = content.encode("utf-8")
+        if by_bytes.get(token, token_id) != token_id or vocab.get(token_id, token) != token:
+            raise InputError(f"{path}: added token {content!r} (id {token_id}) clashes with the model vocab")
+        vocab[token_id] = token
+        by_bytes[token] = token_id
+
+
+def _hf_merges(path: Path, raw: Any) -> tuple[list[Merge], list[str]]:
+    """Merges as ``"a b"`` strings (older files) or ``["a", "b"]`` pairs (tokenizers >= 0.20)."""
+    if not isinstance(raw, list):
+        raise InputError(f"{path}: model.merges must be a list")
+    merges: list[Merge] = []
+    where: list[str] = []
+    for index, item in enumerate(raw):
+        parts = item.split(" ") if isinstance(item, str) else item
+        if not isinstance(parts, list) or len(parts) != 2 or not all(isinstance(p, str) and p for p in parts):
+            raise InputError(f"{path}: merge #{index} is not two tokens: {item!r}")
+        place = f"merge #{index}"
+        merges.append(parse_merge(path, place, *parts))
+        where.append(place)
+    return merges, where
+
+
+def _hf_split(pre: Any) -> tuple[str | None, bool]:
+    """The first regex Split and whether a newline Split precedes it (our line-units encoding)."""
+    steps = pre.get("pretokenizers", []) if isinstance(pre, dict) and pre.get("type") == "Sequence" else [pre]
+    pattern: str | None = None
+    line_units = False
+    for step in steps:
+        if not isinstance(step, dict) or step.get("type") != "Split":
+            continue
+        target = step.get("pattern") or {}
+        if target.get("String") == "\n" and step.get("behavior") == "MergedWithPrevious" and pattern is None:
+            line_units = True
+        elif "Regex" in target and pattern is None:
+            pattern = str(target["Regex"])
+    return pattern, line_units
+
+
+def pretokenizer_from_hf(data: HFTokenizerData) -> Pretokenizer:
+    """Name a known pattern by its name (so manifests say ``gpt2``), else a custom one; default gpt2."""
+    if data.pattern is None:
+        return get_pretokenizer("gpt2", line_units=data.line_units)
+
+    for name, pattern in PATTERNS.items():
+        if pattern == data.pattern:
+            return get_pretokenizer(name, line_units=data.line_units)
+    return get_pretokenizer("custom", pattern=data.pattern, line_units=data.line_units)
+
+
+
+def resolve_roles(roles: Mapping[str, str | None] | None, special_tokens: Sequence[str]) -> dict[str, str]:
+    """Role -> special token (``auto``: ``<|endoftext|>`` if it is one, else no token for that role)."""
+    given = {**DEFAULT_ROLES, **(roles or {})}
+    unknown = sorted(set(given) - set(TOKEN_ROLES))
+    if unknown:
+        raise ConfigError(f"unknown token role {unknown[0]!r}; roles are {', '.join(TOKEN_ROLES)}")
+    resolved = {}
+    for role, token in given.items():
+        if token == "auto":
+            token = AUTO_SPECIAL if AUTO_SPECIAL in special_tokens else None
+        if token is None:
+            continue
+        if token not in special_tokens:
+            raise ConfigError(f"{role} {token!r} is not one of the special tokens {list(special_tokens)}")
+        resolved[role] = token
+    return resolved
+
+
+def transformers_documents(
+    vocab: Mapping[int, bytes], special_tokens: Sequence[str], roles: Mapping[str, str]
+) -> dict[str, dict[str, Any]]:
+    """``tokenizer_config.json`` and ``special_tokens_map.json`` for ``AutoTokenizer.from_pretrained``.
+
+    The class is the generic ``PreTrainedTokenizerFast`` over our ``tokenizer.json``, so encoding is exactly
+    the HF ``tokenizers`` one (no BOS/EOS added: ``tokenizer.json`` has no post-processor), and
+    ``clean_up_tokenization_spaces`` is off because it would rewrite " ." to "." on decode.
+    """
+    by_bytes = {token: token_id for token_id, token in vocab.items()}
+    added = {
+        str(by_bytes[special.encode("utf-8")]): {
+            "content": special, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
+            "special": True,
+        }
+        for special in special_tokens
+    }
+    others = [special for special in special_tokens if special not in roles.values()]
+    special_map: dict[str, Any] = dict(roles)
+    if others:
+        special_map["additional_special_tokens"] = others
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "clean_up_tokenization_spaces": False,
+        "added_tokens_decoder": added,
+        **{role: roles.get(role) for role in TOKEN_ROLES},
+        "additional_special_tokens": others,
+    }
+    return {HF_CONFIG_FILE: config, HF_SPECIAL_MAP_FILE: special_map}

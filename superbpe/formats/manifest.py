@@ -1,0 +1,81 @@
+"""The ``superbpe.json`` manifest: how a tokenizer was made, enough to reload it exactly."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from superbpe.core.errors import InputError
+from superbpe.core.pretokenize import Pretokenizer
+from superbpe.formats.json_files import read_json
+
+MANIFEST_FILE = "superbpe.json"
+MANIFEST_FORMAT = "superbpe-tokenizer"
+MANIFEST_VERSION = 1
+
+
+@dataclass
+class Manifest:
+    """How a tokenizer was made: enough to reload it exactly and to explain it later."""
+
+    pretokenizer: dict[str, Any]
+    special_tokens: list[str]
+    vocab_size: int
+    stages: list[dict[str, Any]] = field(default_factory=list)
+    training: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+    format_version: int = MANIFEST_VERSION
+    whole_pieces: bool = True  # encoding: a piece that is a token is that token (HF ignore_merges)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": MANIFEST_FORMAT,
+            "format_version": self.format_version,
+            "pretokenizer": self.pretokenizer,
+            "special_tokens": self.special_tokens,
+            "vocab_size": self.vocab_size,
+            "whole_pieces": self.whole_pieces,
+            "stages": self.stages,
+            "training": self.training,
+            "extra": self.extra,
+        }
+
+
+
+def read_manifest(path: str | Path) -> Manifest:
+    path = Path(path)
+    data = read_json(path)
+    if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
+        raise InputError(f"{path}: not a superbpe manifest (missing \"format\": \"{MANIFEST_FORMAT}\")")
+    version = data.get("format_version")
+    if version != MANIFEST_VERSION:
+        raise InputError(f"{path}: unsupported manifest format_version {version!r} (this version reads 1)")
+    pre = data.get("pretokenizer")
+    if not isinstance(pre, dict) or not all(isinstance(pre.get(key), str) for key in ("name", "pattern")):
+        raise InputError(f"{path}: 'pretokenizer' must be an object with 'name' and 'pattern'")
+    specials = data.get("special_tokens", [])
+    if not isinstance(specials, list) or not all(isinstance(s, str) and s for s in specials):
+        raise InputError(f"{path}: 'special_tokens' must be a list of non-empty strings")
+    vocab_size = data.get("vocab_size")
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
+        raise InputError(f"{path}: 'vocab_size' must be an integer")
+    defaults: dict[str, Any] = {"stages": [], "training": {}, "extra": {}}
+    parts = {key: data.get(key, default) for key, default in defaults.items()}
+    for key, value in parts.items():
+        if not isinstance(value, list if key == "stages" else dict):
+            raise InputError(f"{path}: '{key}' has the wrong type")
+    whole_pieces = data.get("whole_pieces", True)
+    if not isinstance(whole_pieces, bool):
+        raise InputError(f"{path}: 'whole_pieces' must be true or false")
+    return Manifest(
+        pre, specials, vocab_size, parts["stages"], parts["training"], parts["extra"], version, whole_pieces
+    )
+
+
+def manifest_pretokenizer(path: Path, manifest: Manifest) -> Pretokenizer:
+    """The manifest's pre-tokenizer, with a bad pattern reported against the manifest file."""
+    try:
+        return Pretokenizer.from_spec(manifest.pretokenizer)
+    except Exception as exc:  # any failure here means a bad manifest
+        raise InputError(f"{path}: bad pretokenizer: {exc}") from None

@@ -1,0 +1,84 @@
+"""tiktoken's files: ``tokenizer.tiktoken`` (base64 token + rank lines) and ``tiktoken.json`` (name,
+pattern, special tokens)."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping, Sequence
+
+from superbpe.core.errors import ConfigError
+from superbpe.core.pretokenize import Pretokenizer, get_pretokenizer
+from superbpe.core.types import Merge
+from superbpe.formats.json_files import json_text
+
+TIKTOKEN_FILE = "tokenizer.tiktoken"
+TIKTOKEN_META_FILE = "tiktoken.json"
+
+#: Line-confined forms of the built-in line-unit patterns. Under line units each line is split alone, so no
+#: piece crosses a line end; the only part of these patterns that could run past a "\n" in whole text is the
+#: trailing ``[\r\n/]*`` of a punctuation run, which within one line is ``[\r/]*\n?`` (the "\n" is last).
+#: Their lookaheads see only digits or the next character of the same line, so they agree too.
+_LINE_CONFINED = {
+    "superbpe": r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]{2,}[\r/]*\n?| +(?!\S)",
+    "superbpe-paper": r"\p{N}{1,3}(?=(?:\p{N}{3})*(?!\p{N}))",
+}
+
+
+def tiktoken_pattern(pretokenizer: Pretokenizer) -> str:
+    """A pattern whose plain matches (all tiktoken keeps) are exactly our isolated-split pieces.
+
+    tiktoken drops the text between matches, so the gaps become an alternative of their own: the longest
+    run of characters at none of which the pattern matches. With line units, matches use the line-confined
+    form of the pattern and gaps stop after a "\n" (which no built-in stage-2 pattern starts a match at).
+    """
+    if not pretokenizer.line_units:
+        match = f"(?:{pretokenizer.pattern})"
+        return f"{match}|(?:(?!{match})[\\s\\S])+"
+    confined = _LINE_CONFINED.get(pretokenizer.name)
+    if confined is None or pretokenizer.pattern != get_pretokenizer(pretokenizer.name).pattern:
+        raise ConfigError(
+            f"no tiktoken pattern for pre-tokenizer {pretokenizer.name!r} with line units "
+            f"(only {', '.join(_LINE_CONFINED)} have one)"
+        )
+    match = f"(?:{confined})"
+    return f"{match}|(?:(?!{match})[^\\n])+\\n?|\\n"
+
+
+def tiktoken_ranks(vocab: Mapping[int, bytes], special_tokens: Sequence[str]) -> dict[bytes, int]:
+    """Ordinary tokens -> id. tiktoken merges the pair whose joined bytes have the lowest rank, so the ids
+    must grow in merge order (they do for trained and GPT-2 vocabs); specials are passed separately."""
+    specials = {special.encode("utf-8") for special in special_tokens}
+    return {token: token_id for token_id, token in vocab.items() if token not in specials}
+
+
+def check_ranks_follow_merges(ranks: Mapping[bytes, int], merges: Sequence[Merge]) -> None:
+    last = 255
+    for left, right in merges:
+        rank = ranks.get(left + right)
+        if rank is None or rank <= last:
+            raise ConfigError("token ids do not grow in merge order: tiktoken ranks would encode differently")
+        last = rank
+
+
+def tiktoken_texts(
+    vocab: Mapping[int, bytes],
+    merges: Sequence[Merge],
+    special_tokens: Sequence[str],
+    pretokenizer: Pretokenizer,
+) -> dict[str, str]:
+    """``tokenizer.tiktoken`` (``base64 rank`` lines, tiktoken's own format) and ``tiktoken.json`` (name,
+    pattern, special tokens): ``tiktoken.Encoding(pat_str=..., mergeable_ranks=load_tiktoken_bpe(...),
+    special_tokens=...)`` rebuilds the encoding."""
+
+    by_bytes = {token: token_id for token_id, token in vocab.items()}
+    ranks = tiktoken_ranks(vocab, special_tokens)
+    check_ranks_follow_merges(ranks, merges)
+    lines = "".join(f"{base64.b64encode(token).decode('ascii')} {rank}\n"
+                    for token, rank in sorted(ranks.items(), key=lambda item: item[1]))
+    meta = {
+        "name": pretokenizer.name,
+        "pat_str": tiktoken_pattern(pretokenizer),
+        "special_tokens": {special: by_bytes[special.encode("utf-8")] for special in special_tokens},
+        "ranks_file": TIKTOKEN_FILE,
+    }
+    return {TIKTOKEN_FILE: lines, TIKTOKEN_META_FILE: json_text(meta, indent=2)}

@@ -1,0 +1,121 @@
+"""Token files for language-model training: what an encoding job writes, and how to read it back.
+
+A flat encoding is raw little-endian ``uint16`` ids when every id of the tokenizer fits, else ``uint32``,
+so it loads with ``np.memmap(path, dtype=...)``, plus a JSON sidecar (``<output>.json``) recording dtype,
+token and document counts and a hash of the tokenizer files, so a training job can check it reads what it
+thinks it reads. A sharded encoding is a directory of such files (``shard-NNNNNN.bin``) and an
+``index.json`` written last: a directory without it is not a finished encoding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from superbpe.core.errors import InputError
+from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE
+from superbpe.formats.hf import HF_FILE
+from superbpe.formats.manifest import MANIFEST_FILE
+
+INDEX_NAME = "index.json"
+INDEX_FORMAT = "superbpe-token-shards"
+_TOKENIZER_FILES = frozenset({VOCAB_FILE, MERGES_FILE, HF_FILE, MANIFEST_FILE})
+
+
+@dataclass
+class EncodeResult:
+    """What a flat encoding wrote: the fields of its sidecar."""
+
+    output: str
+    dtype: str
+    tokens: int
+    documents: int
+    separator: str | None
+    separator_id: int | None
+    vocab_size: int
+    tokenizer: str
+    tokenizer_hash: str
+    inputs: list[str]
+
+
+@dataclass
+class ShardEntry:
+    """One token file of a sharded encoding, as listed in ``index.json``."""
+
+    file: str
+    tokens: int
+    documents: int  # documents that end in this shard
+    continues_document: bool  # its first token belongs to a document begun in the previous shard
+    ends_inside_document: bool  # its last document goes on in the next shard
+    source: str
+    start: int
+    end: int | None
+
+
+@dataclass
+class ShardedEncodeResult(EncodeResult):
+    """What a single-file encode reports, plus the shard files in order (this is ``index.json``)."""
+
+    shards: list[ShardEntry]
+    format: str = INDEX_FORMAT
+    format_version: int = 1
+
+
+def token_dtype(vocab: Mapping[int, bytes]) -> np.dtype:
+    """uint16 when every id fits in 16 bits, else uint32."""
+    return np.dtype(np.uint16) if max(vocab) < 1 << 16 else np.dtype(np.uint32)
+
+
+def write_ids(handle: Any, ids: list[int], dtype: np.dtype) -> int:
+    """Append ``ids`` little-endian; the number written."""
+    if ids:
+        handle.write(np.asarray(ids, dtype=dtype.newbyteorder("<")).tobytes())
+    return len(ids)
+
+
+def tokenizer_hash(directory: Path) -> str:
+    """sha256 over the tokenizer's files (names and contents), to tie a token file to its tokenizer."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in directory.iterdir() if p.name in _TOKENIZER_FILES):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def sidecar_path(output: Path) -> Path:
+    return output.with_name(output.name + ".json")
+
+
+def shard_file_name(number: int) -> str:
+    return f"shard-{number:06d}.bin"
+
+
+def read_index(directory: str | os.PathLike[str]) -> dict[str, Any]:
+    """``index.json`` of a sharded encoding (an error when the directory holds no finished encoding)."""
+    path = Path(directory) / INDEX_NAME
+    try:
+        index = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{directory}: no {INDEX_NAME} (not a finished sharded encoding)") from None
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: cannot read ({exc})") from None
+    if index.get("format") != INDEX_FORMAT:
+        raise InputError(f"{path}: not a superbpe token-shard index")
+    return index
+
+
+def open_shards(directory: str | os.PathLike[str]) -> list[np.ndarray]:
+    """The shard token files as read-only memory maps, in order (what a data loader reads)."""
+    index = read_index(directory)
+    dtype = np.dtype(index["dtype"]).newbyteorder("<")
+    arrays: list[np.ndarray] = []
+    for entry in index["shards"]:
+        path = Path(directory) / entry["file"]
+        arrays.append(np.memmap(path, dtype=dtype, mode="r") if entry["tokens"] else np.zeros(0, dtype))
+    return arrays

@@ -1,0 +1,69 @@
+"""A whole tokenizer directory: every file a trained tokenizer is saved as, written together."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from superbpe.core.errors import InputError
+from superbpe.core.pretokenize import Pretokenizer
+from superbpe.core.types import Merge
+from superbpe.core.util import atomic_write_text
+from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE, merges_to_text, vocab_to_json_text
+from superbpe.formats.hf import HF_FILE, hf_tokenizer_json, resolve_roles, transformers_documents
+from superbpe.formats.json_files import json_text
+from superbpe.formats.manifest import MANIFEST_FILE, Manifest
+from superbpe.formats.tiktoken_files import tiktoken_texts
+
+
+def save_tokenizer_dir(
+    directory: str | Path,
+    vocab: Mapping[int, bytes],
+    merges: Sequence[Merge],
+    special_tokens: Sequence[str],
+    pretokenizer: Pretokenizer,
+    *,
+    stages: Sequence[Mapping[str, Any]] = (),
+    training: Mapping[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
+    whole_pieces: bool = True,
+    vocab_style: str = "lines",
+    roles: Mapping[str, str | None] | None = None,
+    tiktoken: bool = False,
+) -> Path:
+    """Write ``vocab.json``, ``merges.txt``, ``tokenizer.json`` (+ the two transformers files) and
+    ``superbpe.json`` into ``directory``; with ``tiktoken``, also ``tokenizer.tiktoken`` + ``tiktoken.json``.
+
+    ``roles`` maps transformers' ``bos_token`` / ``eos_token`` / ``pad_token`` / ``unk_token`` to special
+    tokens (default: ``<|endoftext|>`` as bos and eos when it is a special token). ``whole_pieces`` is how
+    the tokenizer encodes (see :class:`Manifest`); ``vocab_style`` the ``vocab.json`` layout. Every
+    document is built (and so validated) before the first file is written.
+    """
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise InputError(f"{directory}: exists and is not a directory; the tokenizer needs a directory")
+    manifest = Manifest(
+        pretokenizer=pretokenizer.spec(),
+        special_tokens=list(special_tokens),
+        vocab_size=len(vocab),
+        stages=[dict(stage) for stage in stages],
+        training=dict(training or {}),
+        extra=dict(extra or {}),
+        whole_pieces=whole_pieces,
+    )
+    hf_document = hf_tokenizer_json(vocab, merges, special_tokens, pretokenizer, whole_pieces)
+    texts = {
+        VOCAB_FILE: vocab_to_json_text(vocab, vocab_style),
+        MERGES_FILE: merges_to_text(merges),
+        HF_FILE: json_text(hf_document, indent=1),
+        MANIFEST_FILE: json_text(manifest.to_json(), indent=2),
+    }
+    hf_roles = resolve_roles(roles, special_tokens)
+    for name, document in transformers_documents(vocab, special_tokens, hf_roles).items():
+        texts[name] = json_text(document, indent=2)
+    if tiktoken:
+        texts.update(tiktoken_texts(vocab, merges, special_tokens, pretokenizer))
+    for name, text in texts.items():
+        atomic_write_text(directory / name, text)
+    return directory

@@ -1,0 +1,423 @@
+"""Encode a corpus into token files for language-model training (:mod:`superbpe.formats.token_files`):
+one flat file, or one file per shard on an executor.
+
+Documents: one per ``.jsonl`` line; in text files, documents are separated by the separator special
+token where it appears, and every file ends a document. The separator id is written after every
+document. Files are cut into chunks only before a special token or at a safe cut, so the ids of a
+chunked document equal ``Tokenizer.encode`` of the whole document; chunks go to worker processes
+with a bounded number in flight, and results are written in order, so memory stays bounded.
+
+Sharded: each task encodes one shard into its own token file (written under a temporary name and
+renamed when complete, so a retried task just rewrites it); the driver writes ``index.json`` last. The
+shard files concatenated in index order are exactly the single flat file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from collections import deque
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from superbpe.api.tokenizer import Tokenizer
+from superbpe.core.compat import CompatConfig
+from superbpe.core.errors import ConfigError, InputError, SuperBPEError
+from superbpe.core.progress import task
+from superbpe.core.sources import (
+    Chunk,
+    InputSpec,
+    chunk_documents,
+    corpus_size,
+    is_jsonl,
+    is_table,
+    iter_chunks,
+    resolve_inputs,
+)
+from superbpe.core.util import atomic_write, atomic_write_text, usable_cpus
+from superbpe.formats.token_files import (
+    INDEX_NAME,
+    EncodeResult,
+    ShardedEncodeResult,
+    ShardEntry,
+    shard_file_name,
+    sidecar_path,
+    token_dtype,
+    tokenizer_hash,
+    write_ids,
+)
+from superbpe.jobs.executors import ExecutorSpec, check_executor, get_executor, spec_from
+from superbpe.jobs.shards import Shard, plan_shards, shard_chunks, shard_size, with_true_line_numbers
+from superbpe.jobs.tokenizer_cache import load_tokenizer
+
+_PARALLEL_MIN_BYTES = 4 << 20
+_worker_state: dict[str, Any] = {}
+
+
+class ChunkEncoder:
+    """Turns one chunk into ids: what runs in each worker (or in-process for small inputs)."""
+
+    def __init__(self, tokenizer: Tokenizer, separator_id: int | None, text_field: str, errors: str) -> None:
+        self.tokenizer = tokenizer
+        self.separator_id = separator_id
+        self.text_field = text_field
+        self.errors = errors
+
+    def encode(self, chunk: Chunk) -> tuple[list[int], int]:
+        """Ids of the chunk and the number of documents it ends."""
+        ids: list[int] = []
+        ended = 0
+        for document in chunk_documents(chunk, self.errors, self.text_field):
+            ids.extend(self.tokenizer.encode(document))
+            if chunk.jsonl:
+                ended += 1
+                if self.separator_id is not None:
+                    ids.append(self.separator_id)
+        if not chunk.jsonl and self.separator_id is not None:
+            ended = ids.count(self.separator_id)
+        return ids, ended
+
+
+def _init_worker(
+    directory: str,
+    engine: str,
+    compat: str | CompatConfig | None,
+    separator_id: int | None,
+    text_field: str,
+    errors: str,
+) -> None:
+    tokenizer = Tokenizer.load(directory, engine=engine, compat=compat)
+    _worker_state["encoder"] = ChunkEncoder(tokenizer, separator_id, text_field, errors)
+
+
+def _encode_in_worker(chunk: Chunk) -> tuple[list[int], int]:
+    return _worker_state["encoder"].encode(chunk)
+
+
+def encode_corpus(
+    tokenizer_dir: str | os.PathLike[str],
+    inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    output: str | os.PathLike[str],
+    *,
+    separator: str | None = "<|endoftext|>",
+    workers: int | None = None,
+    chunk_bytes: int = 1 << 20,
+    text_field: str = "text",
+    errors: str = "strict",
+    engine: str = "auto",
+    progress: bool | None = None,
+    executor: ExecutorSpec | str | None = None,
+    compat: str | CompatConfig | None = None,
+) -> EncodeResult | ShardedEncodeResult:
+    """Write the flat token file and its sidecar; both appear only when complete.
+
+    ``compat`` is passed to :meth:`Tokenizer.load` (``"official"``: bare official files encode as theirs).
+
+    With an ``executor`` other than local, or when ``output`` is a directory (existing, or named with a
+    trailing ``/``), write one token file per shard plus ``index.json`` instead
+    (:func:`encode_sharded`); the shards concatenated equal the flat file.
+    """
+    spec = check_executor(executor)
+    if spec.name != "local" or Path(output).is_dir() or str(output).endswith(("/", os.sep)):
+        return encode_sharded(
+            tokenizer_dir, inputs, output, separator=separator, executor=spec, workers=workers,
+            chunk_bytes=chunk_bytes, text_field=text_field, errors=errors, engine=engine, progress=progress,
+            compat=compat,
+        )  # fmt: skip
+    directory = Path(tokenizer_dir)
+    tokenizer = Tokenizer.load(directory, engine=engine, compat=compat)
+    separator_id = separator_id_of(tokenizer, separator)
+    paths = resolve_inputs(inputs)
+    out = Path(output)
+    dtype = token_dtype(tokenizer.vocab)
+    encoder = ChunkEncoder(tokenizer, separator_id, text_field, errors)
+    n_workers = _workers(workers, paths)
+    tokens = documents = 0
+    try:
+        with (
+            atomic_write(out) as handle,
+            task("encoding", corpus_size(paths), "B", enabled=progress) as update,
+        ):
+            for path in paths:
+                line_cuts = tokenizer.pretokenizer.safe_cuts_hold
+                chunks = iter_chunks(path, tokenizer.special_tokens, chunk_bytes, line_cuts=line_cuts)
+                args = (str(directory), engine, compat, separator_id, text_field, errors)
+                open_document = False
+                for chunk, (ids, ended) in _encoded(chunks, encoder, n_workers, args):
+                    if ids:
+                        open_document = ids[-1] != separator_id
+                    tokens += write_ids(handle, ids, dtype)
+                    documents += ended
+                    update(chunk.read_bytes)
+                one_per_record = is_jsonl(path) or is_table(path)
+                if not one_per_record and open_document:  # a text file ends its last document
+                    documents += 1
+                    if separator_id is not None:
+                        tokens += write_ids(handle, [separator_id], dtype)
+    except OSError as exc:
+        raise InputError(f"cannot write {out}: {exc.strerror or exc}") from None
+    result = EncodeResult(
+        str(out),
+        dtype.name,
+        tokens,
+        documents,
+        separator,
+        separator_id,
+        tokenizer.vocab_size,
+        str(directory.resolve()),  # the sidecar is read from elsewhere: no path relative to here
+        tokenizer_hash(directory),
+        [str(p.resolve()) for p in paths],
+    )
+    atomic_write_text(sidecar_path(out), json.dumps(asdict(result), indent=2, ensure_ascii=False) + "\n")
+    return result
+
+
+def separator_id_of(tokenizer: Tokenizer, separator: str | None) -> int | None:
+    """The id written after every document; the separator must be one of the tokenizer's specials, so a
+    typo fails before any output rather than writing text ids where a boundary was meant."""
+    if separator is None:
+        return None
+    if separator not in tokenizer.special_tokens:
+        known = ", ".join(tokenizer.special_tokens) or "none"
+        raise ConfigError(
+            f"separator {separator!r} is not a special token of the tokenizer (it has: {known}); "
+            "separator=null writes none"
+        )
+    return tokenizer.token_to_id(separator)
+
+
+def _workers(workers: int | None, paths: Sequence[Path]) -> int:
+    if workers is not None:
+        if workers < 1:
+            raise ConfigError(f"workers must be >= 1, not {workers}")
+        return workers
+    if corpus_size(paths) < _PARALLEL_MIN_BYTES:
+        return 1
+    cores = usable_cpus()
+    return max(1, cores)
+
+
+def _encoded(
+    chunks: Iterator[Chunk], encoder: ChunkEncoder, n_workers: int, args: tuple[Any, ...]
+) -> Iterator[tuple[Chunk, tuple[list[int], int]]]:
+    """(chunk, ids) in input order; with workers, at most 2 x workers chunks are in flight."""
+    if n_workers <= 1:
+        for chunk in chunks:
+            yield chunk, encoder.encode(chunk)
+        return
+    with ProcessPoolExecutor(n_workers, initializer=_init_worker, initargs=args) as pool:
+        pending: deque[tuple[Chunk, Future[tuple[list[int], int]]]] = deque()
+        for chunk in chunks:
+            pending.append((chunk, pool.submit(_encode_in_worker, chunk)))
+            if len(pending) >= 2 * n_workers:
+                done, future = pending.popleft()
+                yield done, future.result()
+        while pending:
+            done, future = pending.popleft()
+            yield done, future.result()
+
+
+# ------------------------------------------------------------------------------ one file per shard
+
+
+def encode_sharded(
+    tokenizer_dir: str | os.PathLike[str],
+    inputs: InputSpec,
+    output_dir: str | os.PathLike[str],
+    *,
+    separator: str | None = "<|endoftext|>",
+    executor: ExecutorSpec | str | None = None,
+    workers: int | None = None,
+    chunk_bytes: int = 1 << 20,
+    text_field: str = "text",
+    errors: str = "strict",
+    engine: str = "auto",
+    progress: bool | None = None,
+    compat: str | CompatConfig | None = None,
+) -> ShardedEncodeResult:
+    """Encode ``inputs`` into one token file per shard under ``output_dir`` plus ``index.json``.
+
+    ``output_dir`` must be new or empty. On any error the files written so far are removed and the
+    error is raised; ``index.json`` is written only after every shard is complete.
+    """
+    spec = spec_from(executor)
+    directory = Path(tokenizer_dir)
+    tokenizer = Tokenizer.load(directory, engine=engine, compat=compat)
+    separator_id = separator_id_of(tokenizer, separator)
+    paths = resolve_inputs(inputs)
+    dtype = token_dtype(tokenizer.vocab)
+    fingerprint = tokenizer_hash(directory)
+    runner = get_executor(spec, workers)
+    try:
+        size = shard_size(spec.shard_bytes, runner.parallelism, paths)
+        line_cuts = tokenizer.pretokenizer.safe_cuts_hold
+        shards = plan_shards(paths, tokenizer.special_tokens, size, line_cuts=line_cuts)
+        out, created = _prepare_output_dir(Path(output_dir))
+        common = (
+            str(directory),
+            engine,
+            fingerprint,
+            compat,
+            separator_id,
+            text_field,
+            errors,
+            chunk_bytes,
+            str(out),
+        )
+        tasks = [(shard, number, *common, dtype.name) for number, shard in enumerate(shards)]
+        entries: list[ShardEntry | None] = [None] * len(shards)
+        try:
+            with task("encoding", sum(s.size() for s in shards), "B", enabled=progress) as update:
+                for number, entry in runner.run(encode_shard, tasks):
+                    entries[number] = entry
+                    update(shards[number].size())
+            _remove_attempts(out)
+            result = _index(
+                out,
+                entries,
+                shards,
+                dtype.name,
+                separator,
+                separator_id,
+                tokenizer,
+                directory,
+                fingerprint,
+                paths,
+            )
+            atomic_write_text(
+                out / INDEX_NAME, json.dumps(asdict(result), indent=2, ensure_ascii=False) + "\n"
+            )
+        except BaseException:
+            _remove_output(out, created)
+            raise
+    finally:
+        runner.close()
+    return result
+
+
+def _prepare_output_dir(out: Path) -> tuple[Path, bool]:
+    """The output directory, made if missing (True) or existing and empty (False)."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"output {out} is a file; a sharded encoding needs a new or empty directory")
+    if out.is_dir():
+        if any(out.iterdir()):
+            raise ConfigError(f"output directory {out} is not empty; give a new or empty directory")
+        return out, False
+    try:
+        out.mkdir(parents=True)
+    except OSError as exc:
+        raise InputError(f"cannot create {out}: {exc.strerror or exc}") from None
+    return out, True
+
+
+def _remove_attempts(out: Path) -> None:
+    """Temporary files of task attempts that died (their retries wrote the shard again)."""
+    for item in out.glob(".shard-*.tmp"):
+        item.unlink(missing_ok=True)
+
+
+def _remove_output(out: Path, created: bool) -> None:
+    """Leave nothing of a failed encoding behind (the directory was new or empty when it began)."""
+    if created:
+        shutil.rmtree(out, ignore_errors=True)
+        return
+    for item in out.iterdir():
+        if item.is_file():
+            item.unlink(missing_ok=True)
+
+
+def _index(
+    out: Path,
+    entries: Sequence[ShardEntry | None],
+    shards: Sequence[Shard],
+    dtype: str,
+    separator: str | None,
+    separator_id: int | None,
+    tokenizer: Tokenizer,
+    directory: Path,
+    fingerprint: str,
+    paths: Sequence[Path],
+) -> ShardedEncodeResult:
+    done = [e for e in entries if e is not None]
+    if len(done) != len(shards):
+        raise SuperBPEError(f"{len(shards) - len(done)} shard(s) of {out} were not encoded")
+    for previous, entry in zip(done, done[1:], strict=False):
+        entry.continues_document = previous.ends_inside_document
+    return ShardedEncodeResult(
+        str(out),
+        dtype,
+        sum(e.tokens for e in done),
+        sum(e.documents for e in done),
+        separator,
+        separator_id,
+        tokenizer.vocab_size,
+        str(directory.resolve()),  # the sidecar is read from elsewhere: no path relative to here
+        fingerprint,
+        [str(p.resolve()) for p in paths],
+        done,
+    )
+
+
+def encode_shard(
+    shard: Shard,
+    number: int,
+    tokenizer_dir: str,
+    engine: str,
+    fingerprint: str,
+    compat: str | CompatConfig | None,
+    separator_id: int | None,
+    text_field: str,
+    errors: str,
+    chunk_bytes: int,
+    out_dir: str,
+    dtype_name: str,
+) -> ShardEntry:
+    """One task: the shard's ids into ``out_dir/shard-NNNNNN.bin``, renamed into place only when complete.
+
+    ``continues_document`` needs the previous shard, so the driver fills it in.
+    """
+    tokenizer = load_tokenizer(tokenizer_dir, engine, fingerprint, compat)
+    encoder = ChunkEncoder(tokenizer, separator_id, text_field, errors)
+    dtype = np.dtype(dtype_name).newbyteorder("<")
+    name = shard_file_name(number)
+    final = Path(out_dir) / name
+    temp = Path(out_dir) / f".{name}.{uuid.uuid4().hex}.tmp"
+    line_cuts = tokenizer.pretokenizer.safe_cuts_hold
+    specials = tokenizer.special_tokens
+
+    def encode(first_line: int) -> tuple[int, int, bool]:
+        tokens = documents = 0
+        last: int | None = None
+        with open(temp, "wb") as handle:
+            for chunk in shard_chunks(
+                shard, specials, chunk_bytes, line_cuts=line_cuts, first_line=first_line
+            ):
+                ids, ended = encoder.encode(chunk)
+                if ids:
+                    last = ids[-1]
+                    handle.write(np.asarray(ids, dtype=dtype).tobytes())
+                tokens += len(ids)
+                documents += ended
+            open_end = not shard.jsonl and last is not None and last != separator_id
+            if shard.last_of_file and open_end:  # a text file ends its last document
+                documents += 1
+                open_end = False
+                if separator_id is not None:
+                    handle.write(np.asarray([separator_id], dtype=dtype).tobytes())
+                    tokens += 1
+        return tokens, documents, open_end
+
+    try:
+        tokens, documents, open_end = with_true_line_numbers(shard, encode)
+        os.replace(temp, final)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    return ShardEntry(name, tokens, documents, False, open_end, shard.path, shard.start, shard.end)

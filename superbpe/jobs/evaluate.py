@@ -1,0 +1,219 @@
+"""Compression of a tokenizer on held-out text: bytes per token and tokens per document.
+
+Bytes per token (UTF-8 bytes of the text / number of tokens) is the SuperBPE paper's measure of
+encoding efficiency; higher is better. Documents are separated by a special token (``<|endoftext|>``
+by default) in text files and are one per line in ``.jsonl`` files; separators themselves count as
+neither bytes nor tokens. Files are read in chunks cut at safe positions, so memory stays bounded
+and the counts equal those of encoding each document whole.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from superbpe.api.tokenizer import Tokenizer
+from superbpe.core.compat import CompatConfig
+from superbpe.core.errors import InputError
+from superbpe.core.sources import Chunk, InputSpec, chunk_documents, iter_chunks, resolve_inputs
+from superbpe.formats.token_files import tokenizer_hash
+from superbpe.jobs.executors import ExecutorSpec, check_executor, get_executor, spec_from
+from superbpe.jobs.shards import Shard, plan_shards, shard_chunks, shard_size, with_true_line_numbers
+from superbpe.jobs.tokenizer_cache import load_tokenizer
+
+EVAL_CHUNK_BYTES = 1 << 20
+
+
+@dataclass
+class EvalResult:
+    files: list[str]
+    bytes: int
+    tokens: int
+    documents: int
+
+    @property
+    def bytes_per_token(self) -> float:
+        return self.bytes / self.tokens if self.tokens else 0.0
+
+    @property
+    def tokens_per_document(self) -> float:
+        return self.tokens / self.documents if self.documents else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **asdict(self),
+            "bytes_per_token": round(self.bytes_per_token, 4),
+            "tokens_per_document": round(self.tokens_per_document, 2),
+        }
+
+
+class Tally:
+    """Running totals for one evaluation; a document is counted when its separator or file end is seen."""
+
+    def __init__(self, tokenizer: Tokenizer, open_document: bool | None = False) -> None:
+        self.encode = tokenizer.encode
+        self.bytes = self.tokens = self.documents = 0
+        # None: a shard that starts where the previous one left off, unknown here; its first
+        # document end is then counted by whoever knows (``ends_unknown_document``).
+        self.open_document = open_document
+        self.ends_unknown_document = False
+
+    def add_text(self, text: str) -> None:
+        if text:
+            self.bytes += len(text.encode("utf-8"))
+            self.tokens += len(self.encode(text))
+            self.open_document = True
+
+    def end_document(self) -> None:
+        if self.open_document is None:
+            self.ends_unknown_document = True
+        elif self.open_document:
+            self.documents += 1
+        self.open_document = False
+
+
+def evaluate(
+    tokenizer: Tokenizer,
+    inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    *,
+    separator: str | None = "<|endoftext|>",
+    text_field: str = "text",
+    errors: str = "strict",
+) -> EvalResult:
+    """Bytes per token and tokens per document of ``tokenizer`` on ``inputs``."""
+    paths = resolve_inputs(inputs)
+    tally = Tally(tokenizer)
+    for path in paths:
+        specials = [separator] if separator else []
+        line_cuts = tokenizer.pretokenizer.safe_cuts_hold
+        add_chunks(
+            tally,
+            iter_chunks(path, specials, EVAL_CHUNK_BYTES, line_cuts=line_cuts),
+            separator,
+            errors,
+            text_field,
+        )
+        tally.end_document()
+    if not tally.bytes:  # bytes/token of nothing is no measurement
+        what = str(paths[0]) if len(paths) == 1 else f"all {len(paths)} input files"
+        raise InputError(f"{what}: no text to evaluate")
+    return EvalResult([str(p) for p in paths], tally.bytes, tally.tokens, tally.documents)
+
+
+def add_chunks(
+    tally: Tally, chunks: Iterable[Chunk], separator: str | None, errors: str, text_field: str
+) -> None:
+    for chunk in chunks:
+        for document in chunk_documents(chunk, errors, text_field):
+            _add_chunk_text(tally, document, separator)
+            if chunk.jsonl:
+                tally.end_document()
+
+
+def _add_chunk_text(tally: Tally, text: str, separator: str | None) -> None:
+    segments = text.split(separator) if separator else [text]
+    for index, segment in enumerate(segments):
+        if index:
+            tally.end_document()
+        tally.add_text(segment)
+
+
+def evaluate_dir(
+    directory: str | os.PathLike[str],
+    inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    *,
+    separator: str | None = "<|endoftext|>",
+    text_field: str = "text",
+    engine: str = "auto",
+    executor: ExecutorSpec | str | None = None,
+    compat: str | CompatConfig | None = None,
+) -> EvalResult:
+    """Load the tokenizer saved in ``directory`` (its manifest pattern included) and evaluate it.
+
+    ``compat`` is passed to :meth:`Tokenizer.load` (``"official"``: bare official files encode as theirs).
+    An ``executor`` other than local evaluates shard by shard (:func:`evaluate_sharded`).
+    """
+    spec = check_executor(executor)
+    if spec.name != "local":
+        return evaluate_sharded(
+            directory, inputs, separator=separator, text_field=text_field, engine=engine, executor=spec,
+            compat=compat,
+        )  # fmt: skip
+    tokenizer = Tokenizer.load(Path(directory), engine=engine, compat=compat)
+    return evaluate(tokenizer, inputs, separator=separator, text_field=text_field)
+
+
+def evaluate_sharded(
+    directory: str | os.PathLike[str],
+    inputs: InputSpec,
+    *,
+    separator: str | None = "<|endoftext|>",
+    text_field: str = "text",
+    errors: str = "strict",
+    engine: str = "auto",
+    executor: Any = None,
+    workers: int | None = None,
+    compat: str | CompatConfig | None = None,
+) -> EvalResult:
+    """:func:`superbpe.jobs.evaluate.evaluate` shard by shard on ``executor``; the same numbers.
+
+    Bytes and tokens add up; a document that spans shards is counted once, by the shard where it ends
+    (a shard reports whether its first document end closes a document begun before it).
+    """
+    spec = spec_from(executor)
+    tokenizer_dir = Path(directory)
+    tokenizer = Tokenizer.load(tokenizer_dir, engine=engine, compat=compat)
+    paths = resolve_inputs(inputs)
+    specials = [separator] if separator else []
+    fingerprint = tokenizer_hash(tokenizer_dir)
+    common = (str(tokenizer_dir), engine, fingerprint, compat, separator, text_field, errors)
+    runner = get_executor(spec, workers)
+    try:
+        size = shard_size(spec.shard_bytes, runner.parallelism, paths)
+        shards = plan_shards(paths, specials, size, line_cuts=tokenizer.pretokenizer.safe_cuts_hold)
+        parts: list[tuple[int, int, int, bool, bool | None] | None] = [None] * len(shards)
+        for number, part in runner.run(evaluate_shard, [(shard, *common) for shard in shards]):
+            parts[number] = part
+    finally:
+        runner.close()
+    total_bytes = total_tokens = documents = 0
+    open_document = False
+    for part in parts:
+        assert part is not None
+        size, tokens, ended, ends_unknown, open_at_end = part
+        total_bytes += size
+        total_tokens += tokens
+        documents += ended + (ends_unknown and open_document)
+        open_document = open_document if open_at_end is None else open_at_end
+    return EvalResult([str(p) for p in paths], total_bytes, total_tokens, documents)
+
+
+def evaluate_shard(
+    shard: Shard,
+    tokenizer_dir: str,
+    engine: str,
+    fingerprint: str,
+    compat: str | CompatConfig | None,
+    separator: str | None,
+    text_field: str,
+    errors: str,
+) -> tuple[int, int, int, bool, bool | None]:
+    """One task: (bytes, tokens, documents ended, whether its first end closes an earlier document,
+    whether a document is open at its end, None if the shard held neither text nor an end)."""
+    tokenizer = load_tokenizer(tokenizer_dir, engine, fingerprint, compat)
+    line_cuts = tokenizer.pretokenizer.safe_cuts_hold
+    specials = [separator] if separator else []
+
+    def tally(first_line: int) -> Tally:
+        result = Tally(tokenizer, open_document=None)
+        chunks = shard_chunks(shard, specials, EVAL_CHUNK_BYTES, line_cuts=line_cuts, first_line=first_line)
+        add_chunks(result, chunks, separator, errors, text_field)
+        if shard.last_of_file:
+            result.end_document()
+        return result
+
+    done = with_true_line_numbers(shard, tally)
+    return done.bytes, done.tokens, done.documents, done.ends_unknown_document, done.open_document

@@ -1,0 +1,331 @@
+"""A cache shared by runs: piece counts and per-stage merge lists.
+
+Sweeps repeat work: every point counts the same corpus with the same pattern, and every transition
+point of a SuperBPE sweep trains the same stage 1, only to a different length. So:
+
+* piece counts are cached by (corpus fingerprint, pre-tokenizer, special tokens, read options);
+* merges of a stage are cached by (its piece counts, its rules, the merges it starts from). BPE is
+  greedy, so the first ``n`` merges of a longer run *are* the run to ``n``: a cached list serves any
+  shorter request, and a longer request replays it and trains only the rest. Lengths are counted in
+  new tokens (:func:`token_prefix`): a duplicate merge (``compat.duplicates="merge"``) makes none. A
+  stage that drops absent inherited merges (``compat.absent_inherited="drop"``) may lack some of the
+  merges it starts from, so its entry holds its whole list, not just what follows them.
+
+Concurrent sweep jobs (Hydra's joblib launcher, several shells) share the directory: each entry is
+computed under an exclusive ``flock`` on its own lock file and written atomically, so a job either
+waits and reuses a finished entry or computes it itself; a killed job releases its lock with its
+process and never leaves a torn file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from superbpe.core.counts import PieceCounts
+from superbpe.core.errors import ConfigError
+from superbpe.core.types import Merge
+from superbpe.core.util import atomic_write_text, human_size
+from superbpe.engines import native as native_engine
+
+log = logging.getLogger("superbpe")
+CACHE_FORMAT = 1
+
+
+def cache_key(**parts: Any) -> str:
+    """A stable digest of JSON-able parts."""
+    text = json.dumps({"format": CACHE_FORMAT, **parts}, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:40]
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (created if needed) for the block.
+
+    A lock file may be removed while others wait on it (an entry whose computation failed leaves
+    none, see ``RunCache.entry``), so the lock counts only if ``path`` is still the file locked;
+    otherwise the lock is taken again on the file now at ``path``.
+    """
+    while True:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:  # the directory went away between the two calls: again
+            continue
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if _same_file(fd, path):
+            break
+        os.close(fd)
+    try:
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        now = path.stat()
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)
+
+
+def _missing_dirs(directory: Path) -> list[Path]:
+    """``directory`` and its parents that do not exist yet, innermost first."""
+    missing = []
+    while not directory.exists() and directory != directory.parent:
+        missing.append(directory)
+        directory = directory.parent
+    return missing
+
+
+@dataclass(frozen=True)
+class CachedMerges:
+    merges: list[Merge]  # the stage's own merges (or, when it drops inherited ones, its whole list)
+    exhausted: bool  # training ran out of pairs before the requested length: no longer list exists
+
+
+class RunCache:
+    """The cache directory; ``RunCache(None)`` is a cache that never hits and never writes."""
+
+    def __init__(self, root: str | os.PathLike[str] | None, max_gib: float | None = None) -> None:
+        self.root = Path(root).expanduser() if root else None
+        if max_gib is not None and not max_gib > 0:
+            raise ConfigError(f"cache_max_gib must be positive (or null for no cap), not {max_gib}")
+        self.max_bytes = None if max_gib is None else int(max_gib * (1 << 30))
+
+    def trim(self) -> None:
+        """Apply the size cap: drop least recently used entries until the cache fits (after a run)."""
+        if self.root is not None and self.max_bytes is not None:
+            removed, freed = enforce_size_cap(self.root, self.max_bytes)
+            if removed:
+                log.info("cache over its cap: removed %d old entries (%d bytes)", removed, freed)
+
+    @property
+    def enabled(self) -> bool:
+        return self.root is not None
+
+    @contextlib.contextmanager
+    def entry(self, kind: str, key: str, suffix: str) -> Iterator[Path | None]:
+        """Lock one entry and yield its path (None when the cache is off).
+
+        When the block leaves no entry (its computation failed), its lock file goes too, and so do the
+        directories made for it that are still empty: a failed run leaves nothing in the cache.
+        """
+        if self.root is None:
+            yield None
+            return
+        directory = self.root / kind
+        made = _missing_dirs(directory)
+        lock, path = directory / f"{key}.lock", directory / f"{key}{suffix}"
+        try:
+            with locked(lock):
+                try:
+                    yield path
+                finally:
+                    if not path.exists():
+                        lock.unlink(missing_ok=True)
+        finally:
+            if not path.exists():
+                for created in made:
+                    with contextlib.suppress(OSError):  # not empty: another job uses it
+                        created.rmdir()
+
+    def load_counts(self, path: Path | None, *, native: bool = False) -> PieceCounts | None:
+        """The cached counts, read straight into a Rust table when ``native`` (the native engine trains
+        on that table; a Python mapping would be parsed and then converted to one, entry by entry)."""
+        if path is None or not path.is_file():
+            return None
+        try:
+            if native:
+                counts: PieceCounts = native_engine.load_counts(path)
+            else:
+                counts = PieceCounts.load(path)
+        except ValueError as exc:  # corrupt entry: recompute rather than fail the run
+            log.warning("ignoring unreadable cache entry %s: %s", path, exc)
+            return None
+        log.info("piece counts from cache %s", path)
+        mark_used(path)
+        return counts
+
+    @staticmethod
+    def load_merges(path: Path | None, *, warn: bool = True) -> CachedMerges | None:
+        """The entry, or None when absent or unreadable (said once: ``store_merges`` re-reads quietly)."""
+        if path is None or not path.is_file():
+            return None
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            cached = CachedMerges(decode_merges(data["merges"]), bool(data["exhausted"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            if warn:
+                log.warning("ignoring unreadable cache entry %s: %s", path, exc)
+            return None
+        mark_used(path)
+        return cached
+
+    @staticmethod
+    def store_merges(path: Path | None, merges: Sequence[Merge], exhausted: bool) -> None:
+        """Keep the longest list seen for this entry (all are prefixes of the same greedy run)."""
+        if path is None:
+            return
+        current = RunCache.load_merges(path, warn=False)
+        if (
+            current is not None
+            and (current.exhausted or len(current.merges) >= len(merges))
+            and not exhausted
+        ):
+            return
+        atomic_write_text(path, json.dumps({"merges": encode_merges(merges), "exhausted": exhausted}))
+
+
+def token_prefix(merges: Sequence[Merge], tokens: int) -> list[Merge] | None:
+    """The shortest prefix of ``merges`` that makes ``tokens`` new tokens, or None if they make fewer.
+
+    A merge whose token an earlier one made (a duplicate, HF-style) adds no token; the trainer stops
+    right after the merge that makes the last token it wants, so this prefix is the shorter run.
+    """
+    made: set[bytes] = set()
+    if tokens <= 0:
+        return []
+    for index, (left, right) in enumerate(merges):
+        made.add(left + right)
+        if len(made) == tokens:
+            return list(merges[: index + 1])
+    return None
+
+
+def tokens_made(merges: Sequence[Merge]) -> int:
+    """How many new tokens ``merges`` make (fewer than merges when some are duplicates)."""
+    return len({left + right for left, right in merges})
+
+
+def encode_merges(merges: Sequence[Merge]) -> list[list[str]]:
+    """Merges as hex pairs: exact for any bytes, still JSON."""
+    return [[left.hex(), right.hex()] for left, right in merges]
+
+
+def decode_merges(rows: Sequence[Sequence[str]]) -> list[Merge]:
+    return [(bytes.fromhex(left), bytes.fromhex(right)) for left, right in rows]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Managing the cache directory (``superbpe-cache``, the ``cache_max_gib`` cap)
+
+DEFAULT_CACHE_DIR = "~/.cache/superbpe"
+AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    path: Path
+    kind: str  # "counts" | "merges"
+    size: int
+    last_used: float  # mtime: set when written and again whenever a run reuses the entry
+
+
+def resolve_cache_dir(directory: str | None) -> Path:
+    """``directory``, else ``$SUPERBPE_CACHE_DIR``, else ``~/.cache/superbpe`` (as ``conf/train.yaml``)."""
+    return Path(directory or os.environ.get("SUPERBPE_CACHE_DIR") or DEFAULT_CACHE_DIR).expanduser()
+
+
+def parse_age(text: str) -> float:
+    """``"90s"``, ``"30m"``, ``"12h"``, ``"7d"``, ``"2w"`` as seconds.
+
+    The unit is required: a bare ``7`` meant seven days to the user who typed it and seven seconds to
+    the parser, and ``clear`` then removed every entry.
+    """
+    seconds = -1.0
+    if text[-1:] in AGE_UNITS:
+        with contextlib.suppress(ValueError):
+            seconds = float(text[:-1]) * AGE_UNITS[text[-1]]
+    if not seconds >= 0:
+        raise ConfigError(f"bad age {text!r}: a number with its unit s, m, h, d or w (e.g. 7d, 12h, 30m)")
+    return seconds
+
+
+def cache_entries(root: Path) -> list[CacheEntry]:
+    """Every finished entry, newest use first (lock files and temp files of writes in flight excluded)."""
+    entries = []
+    for kind in ("counts", "merges"):
+        directory = root / kind
+        if not directory.is_dir():
+            continue
+        for path in directory.iterdir():
+            if path.suffix == ".lock" or path.name.startswith(".") or not path.is_file():
+                continue
+            with contextlib.suppress(FileNotFoundError):  # removed by a concurrent clear
+                stat = path.stat()
+                entries.append(CacheEntry(path, kind, stat.st_size, stat.st_mtime))
+    return sorted(entries, key=lambda entry: entry.last_used, reverse=True)
+
+
+def mark_used(path: Path | None) -> None:
+    """Bump an entry's mtime when a run reuses it, so size-capped eviction removes the least used."""
+    if path is not None:
+        with contextlib.suppress(OSError):
+            os.utime(path)
+
+
+def remove_entry(entry: CacheEntry) -> bool:
+    """Delete one entry under its lock; False (kept) when a job holds the lock right now."""
+    lock_path = entry.path.with_suffix(".lock")
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        # The lock file stays: a job waiting on it must find the same file when it gets the lock.
+        with contextlib.suppress(FileNotFoundError):
+            entry.path.unlink()
+        return True
+    finally:
+        os.close(fd)
+
+
+def clear_cache(root: Path, older_than_seconds: float | None = None) -> tuple[int, int]:
+    """Remove every entry (or those unused for ``older_than_seconds``); returns (entries, bytes) removed."""
+    cutoff = None if older_than_seconds is None else time.time() - older_than_seconds
+    removed = freed = 0
+    for entry in cache_entries(root):
+        if (cutoff is None or entry.last_used < cutoff) and remove_entry(entry):
+            removed, freed = removed + 1, freed + entry.size
+    return removed, freed
+
+
+def enforce_size_cap(root: Path, max_bytes: int) -> tuple[int, int]:
+    """Remove least recently used entries until the cache holds at most ``max_bytes``."""
+    entries = cache_entries(root)
+    total = sum(entry.size for entry in entries)
+    removed = freed = 0
+    for entry in reversed(entries):  # oldest use first
+        if total - freed <= max_bytes:
+            break
+        if remove_entry(entry):
+            removed, freed = removed + 1, freed + entry.size
+    return removed, freed
+
+
+def describe_cache(root: Path) -> str:
+    """A listing for ``superbpe-cache list``: one line per entry, then the total."""
+    entries = cache_entries(root)
+    now = time.time()
+    lines = [f"{root}"]
+    for entry in entries:
+        age_hours = (now - entry.last_used) / 3600
+        size = human_size(entry.size, "B")
+        lines.append(f"  {entry.kind:<7} {size:>10}  used {age_hours:8.1f} h ago  {entry.path.name}")
+    total = sum(entry.size for entry in entries)
+    lines.append(f"{len(entries)} entries, {human_size(total, 'B')}")
+    return "\n".join(lines)

@@ -1,0 +1,171 @@
+"""Run directories of the Hydra training entry point: unique per run, and resumable by name alone.
+
+Why a module of its own: these are decisions about *where* a run lives and *how it is continued*,
+which the entry point (a thin Hydra wrapper) only calls. Nothing here imports Hydra; the run's
+``.hydra/overrides.yaml`` is read with OmegaConf, which Hydra brings along.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+
+from superbpe.core.errors import ConfigError, InputError
+from superbpe.formats.checkpoints import checkpoint_path
+
+#: Settings a resume may change: they decide how fast and how visibly a run goes, never its merges
+#: (the engines agree byte for byte).
+RESUME_MAY_CHANGE = frozenset(
+    {
+        "engine",
+        "workers",
+        "progress",
+        "cache_dir",
+        "eval",
+        "checkpoint.every_merges",
+        "checkpoint.every_seconds",
+    }
+)
+#: The Hydra settings a resume sets itself: write into the resumed directory, keep its own .hydra files.
+_RESUME_HYDRA = ("hydra.run.dir", "hydra.output_subdir")
+
+_claimed: dict[str, str] = {}
+_made_parents: dict[Path, list[Path]] = {}
+
+
+def claim_unique_dir(base: str) -> str:
+    """``base``, or ``base-2``, ``base-3``, ... : the first that did not exist, created here.
+
+    Why: the default run directory is named by the second a run starts, so two runs started in the
+    same second would share it (one result silently overwritten, one log interleaved). ``mkdir`` is
+    atomic, so of two racing processes exactly one gets each name. The answer is remembered, so
+    resolving the same config value again in this process names the same directory.
+    """
+    if base in _claimed:
+        return _claimed[base]
+    parents = _missing_parents(Path(base).absolute())
+    suffix = 1
+    while True:
+        candidate = base if suffix == 1 else f"{base}-{suffix}"
+        try:
+            Path(base).parent.mkdir(parents=True, exist_ok=True)
+            os.mkdir(candidate)
+        except FileExistsError:
+            suffix += 1
+            continue
+        except FileNotFoundError:  # a parent went away meanwhile (another run's clean-up): again
+            continue
+        _claimed[base] = candidate
+        _made_parents[Path(candidate).absolute()] = parents
+        return candidate
+
+
+def _missing_parents(path: Path) -> list[Path]:
+    """The parents of ``path`` that do not exist yet, innermost first."""
+    return [parent for parent in path.parents if not parent.exists()]
+
+
+def made_parents(run_dir: Path) -> list[Path]:
+    """The directories this process created to hold ``run_dir`` (``outputs/``, ``outputs/DATE``), innermost
+    first, so that a run that fails can leave the tree as it found it."""
+    return list(_made_parents.get(Path(run_dir).absolute(), []))
+
+
+def _key(override: str) -> str:
+    """The config key an override sets: ``+a.b=1`` -> ``a.b``."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def _may_change(key: str) -> bool:
+    """Whether a resume may give ``key`` another value (the executor, like the engine, only changes speed)."""
+    return key in RESUME_MAY_CHANGE or key == "executor" or key.startswith("executor.")
+
+
+def _is_override(arg: str) -> bool:
+    return "=" in arg and not arg.startswith("-")
+
+
+def _resume_value(args: Sequence[str]) -> str | None:
+    for arg in args:
+        if _is_override(arg) and _key(arg) == "resume":
+            value = arg.split("=", 1)[1].strip().strip("'\"")
+            return None if value in ("", "null") else value
+    return None
+
+
+def _quote(value: str) -> str:
+    """A path as a Hydra override value (quoted, since paths may hold characters the grammar reserves)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def read_run_overrides(run_dir: Path) -> list[str] | None:
+    """The overrides a Hydra run was started with (its ``.hydra/overrides.yaml``), or None without one.
+
+    An empty file counts as none: Hydra creates the file before writing it, so a run killed in
+    between leaves it empty, and that records nothing.
+    """
+    path = run_dir / ".hydra" / "overrides.yaml"
+    if not path.is_file() or not path.read_text(encoding="utf-8", errors="replace").strip():
+        return None
+    from omegaconf import OmegaConf  # loaded by the commands only: library runs never need it
+
+    try:
+        loaded = OmegaConf.to_container(OmegaConf.load(path))
+    except Exception as exc:  # noqa: BLE001 - any parse failure means the same thing to the user
+        raise InputError(f"{path}: cannot read the run's overrides ({' '.join(str(exc).split())})") from None
+    if not isinstance(loaded, list) or not all(isinstance(item, str) for item in loaded):
+        raise InputError(f"{path}: not a list of overrides")
+    latest = {_key(item): item for item in loaded}  # a key given twice: the last one counts, as in Hydra
+    return [item for key, item in latest.items() if key != "resume"]
+
+
+def resume_args(args: Sequence[str]) -> list[str]:
+    """The command-line overrides with a ``resume=<run dir>`` completed from that run's own overrides.
+
+    A resume then needs nothing repeated: the run's overrides come first, the ones given now after
+    them. Giving a key again with the same value is fine; a different value is refused, naming the
+    keys, unless the key only changes speed or reporting (:data:`RESUME_MAY_CHANGE`). The resumed
+    directory becomes the Hydra run directory, with ``.hydra`` left as the original run wrote it, so
+    no new ``outputs/...`` directory is made and the resume's log goes to the run's own ``train.log``.
+    Arguments are returned unchanged when they do not resume.
+    """
+    value = _resume_value(args)
+    if value is None:
+        return list(args)
+    run_dir = Path(value).expanduser()
+    if not run_dir.is_dir():
+        raise InputError(f"resume {run_dir}: no such run directory")
+    given = [arg for arg in args if _is_override(arg)]
+    set_by_hydra = [_key(arg) for arg in given if _key(arg) in _RESUME_HYDRA]
+    if set_by_hydra:
+        raise ConfigError(
+            f"resume writes into {run_dir} itself; drop {', '.join(set_by_hydra)} from the command line"
+        )
+    original = read_run_overrides(run_dir)
+    if original is None and not checkpoint_path(run_dir).is_file():
+        raise InputError(
+            f"resume {run_dir}: the run recorded neither its overrides nor a checkpoint (killed as it "
+            "started?), so nothing says what it was; start it again"
+        )
+    original = original or []
+    given_by_key = {_key(arg): arg for arg in given}
+    conflicts = [
+        f"{arg} conflicts with the run's {old}"
+        for old in original
+        if (arg := given_by_key.get(_key(old))) is not None
+        and arg != old
+        and not _may_change(_key(old))
+    ]
+    if conflicts:
+        raise ConfigError(
+            f"cannot resume {run_dir}: {'; '.join(conflicts)} (resume=<dir> alone repeats its overrides)"
+        )
+    kept = [old for old in original if _key(old) not in given_by_key]
+    return [*kept, *args, f"hydra.run.dir={_quote(str(run_dir))}", "hydra.output_subdir=null"]
+
+
+def resume_command(run_dir: Path, entry_point: Sequence[str]) -> str:
+    """The shell command that continues ``run_dir`` (the rest comes from its own overrides)."""
+    return shlex.join([*entry_point, f"resume={run_dir}"])

@@ -1,0 +1,741 @@
+"""``run_training``: one training run from a :class:`~superbpe.training.config.TrainConfig`, no Hydra needed.
+
+Order matters for the "nothing partial left behind" promise: everything that can be checked (config,
+schedule, source tokenizer, corpus paths, output directory) is checked before the first byte is
+written. Then each stage counts (or reuses cached counts), replays the merges so far and trains,
+checkpointing as it goes; the tokenizer files and ``metrics.json`` are written last, each atomically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from superbpe.core.compat import DEFAULT as DEFAULT_COMPAT
+from superbpe.core.compat import CompatConfig, check_compat, encoding_pretokenizer
+from superbpe.core.counts import PieceCounts, check_errors_mode
+from superbpe.core.errors import ConfigError, InputError
+from superbpe.core.memory import StageMemory, check_fits, parse_size
+from superbpe.core.pretokenize import SpecialSplitter
+from superbpe.core.progress import StageStats, build_reporter, current_rss_bytes, measure, task
+from superbpe.core.rules import MergeRules
+from superbpe.core.sources import check_not_empty, corpus_size, input_fingerprint, resolve_inputs
+from superbpe.core.types import Merge
+from superbpe.core.util import remove_stale_temps
+from superbpe.core.vocab import (
+    alphabet_order,
+    build_vocab,
+    check_special_tokens,
+    hf_vocab,
+    merge_budget,
+    most_seen_merges,
+    reserved_tokens,
+)
+from superbpe.engines.interface import Engine, get_engine
+from superbpe.formats.checkpoints import (
+    Checkpoint,
+    Checkpointer,
+    check_compatible,
+    checkpoint_path,
+    load_checkpoint,
+)
+from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE
+from superbpe.formats.hf import HF_FILE, resolve_roles
+from superbpe.formats.manifest import MANIFEST_FILE
+from superbpe.formats.tiktoken_files import tiktoken_pattern
+from superbpe.formats.tokenizer_dir import save_tokenizer_dir
+from superbpe.jobs.count import count_corpus
+from superbpe.jobs.evaluate import evaluate_dir
+from superbpe.jobs.executors import check_executor
+from superbpe.training.cache import RunCache, cache_key, token_prefix, tokens_made
+from superbpe.training.config import TrainConfig
+from superbpe.training.metrics import build_metrics, write_metrics
+from superbpe.training.stages import (
+    SourceMerges,
+    StagePlan,
+    apply_source,
+    describe,
+    load_source,
+    merges_fingerprint,
+    plan_stages,
+    resolve_pretokenizer,
+    rules_spec,
+)
+
+log = logging.getLogger("superbpe")
+METRICS_FILE = "metrics.json"
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a run, after its merges so far were checkpointed; ``output_dir`` resumes it."""
+
+    def __init__(self, output_dir: Path, merges: int) -> None:
+        super().__init__(f"checkpoint of {merges} merges saved in {output_dir}")
+        self.output_dir = output_dir
+        self.merges = merges
+
+
+@dataclass
+class RunResult:
+    output_dir: Path
+    merges: list[Merge]
+    stage_ends: list[int]
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
+class _Job:
+    """A validated run: everything resolved, nothing written yet."""
+
+    cfg: TrainConfig
+    specials: list[str]
+    total_merges: int
+    plans: list[StagePlan]
+    source: SourceMerges | None
+    source_merges: tuple[Merge, ...]
+    paths: list[Path]
+    fingerprint: str
+    engine: Engine
+    output_dir: Path
+    eval_path: Path | None
+    cache: RunCache
+    compat: CompatConfig = field(default_factory=CompatConfig)
+    # compat.alphabet "seen": each trained stage's alphabet (bytes in HF's order), by stage index.
+    alphabets: dict[int, bytes] = field(default_factory=dict)
+
+    def compat_config(self) -> dict[str, Any]:
+        """The settings that decide the merges; a resume must match them exactly."""
+        extra = {} if self.compat == DEFAULT_COMPAT else {"compat": asdict(self.compat)}
+        return {
+            **extra,
+            "vocab_size": self.cfg.vocab_size,
+            "special_tokens": self.specials,
+            "stages": [plan.spec() for plan in self.plans],
+            "source": None if self.source is None else merges_fingerprint(self.source_merges),
+            "data": {
+                "paths": [str(p.resolve()) for p in self.paths],
+                "text_field": self.cfg.data.text_field,
+                "errors": self.cfg.data.errors,
+            },
+        }
+
+
+def run_training(cfg: TrainConfig, *, run_dir: str | os.PathLike[str] | None = None) -> RunResult:
+    """Train the configured schedule into ``cfg.output_dir`` (or ``run_dir``); resume when ``cfg.resume``.
+
+    A run that fails before its first checkpoint removes the output directory it created; one that
+    fails later keeps its checkpoint, to resume from.
+    """
+    job = prepare(cfg, run_dir)
+    try:
+        return _run(job)
+    except BaseException:
+        _remove_if_unused(job.output_dir)
+        raise
+    finally:
+        _made_dirs.pop(job.output_dir, None)
+
+
+def _run(job: _Job) -> RunResult:
+    cfg = job.cfg
+    log.info(
+        "training %d merges (vocab %d) on %d file(s): %s",
+        job.total_merges,
+        cfg.vocab_size,
+        len(job.paths),
+        describe(job.plans),
+    )
+    checkpoint = _initial_checkpoint(job)
+    finished = _finished_result(job, checkpoint)
+    if finished is not None:
+        return finished
+    checkpointer = Checkpointer(
+        job.output_dir, checkpoint, cfg.checkpoint.every_merges, cfg.checkpoint.every_seconds
+    )
+    start = time.monotonic()
+    try:
+        with _CountAhead(job) as ahead:
+            try:
+                for plan in job.plans[checkpoint.stage :] if not checkpoint.done else []:
+                    _run_stage(job, plan, checkpointer, ahead)
+            except KeyboardInterrupt:  # saved before waiting for a count running ahead
+                raise TrainingInterrupted(job.output_dir, checkpointer.save_latest()) from None
+        merges = list(checkpoint.merges)
+        metrics = _write_outputs(job, checkpoint, time.monotonic() - start)
+        job.cache.trim()
+    except TrainingInterrupted:
+        raise
+    except KeyboardInterrupt:  # all merges are checkpointed already; the outputs are rewritten on resume
+        raise TrainingInterrupted(job.output_dir, len(checkpoint.merges)) from None
+    if not checkpoint.done:
+        checkpointer.finish_run()
+    log.info("tokenizer written to %s", job.output_dir)
+    _log_eval(metrics.get("eval"))
+    return RunResult(job.output_dir, merges, list(checkpoint.stage_ends), metrics)
+
+
+def _log_eval(evaluation: dict[str, Any] | None) -> None:
+    """The run's result on held-out text, last in the log (where a user looks when the run ends)."""
+    if evaluation:
+        log.info(
+            "eval: %.4f bytes/token (%d bytes, %d tokens, %d documents)",
+            evaluation["bytes_per_token"],
+            evaluation["bytes"],
+            evaluation["tokens"],
+            evaluation["documents"],
+        )
+
+
+def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> _Job:
+    """Check everything that can be checked before any output exists."""
+    specials = list(dict.fromkeys(cfg.special_tokens))
+    SpecialSplitter(specials)
+    check_special_tokens(specials)
+    compat = check_compat(cfg.compat)
+    if compat.alphabet == "seen":  # only the bytes seen take ids: the budget is known once counted
+        total = most_seen_merges(cfg.vocab_size, specials)
+    else:
+        total = merge_budget(cfg.vocab_size, specials)
+        if total < 1:
+            raise ConfigError(f"vocab_size {cfg.vocab_size} leaves no room for merges")
+    check_errors_mode(cfg.data.errors)
+    if cfg.memory_limit is not None:
+        parse_size(cfg.memory_limit)
+    if cfg.workers is not None and cfg.workers < 1:
+        raise ConfigError(f"workers must be >= 1, not {cfg.workers}")
+    reserved_tokens(0, cfg.pad_vocab_to_multiple_of)  # a bad multiple or role fails before any output
+    resolve_roles(cfg.export.roles(), specials)
+    top = cfg.pretokenizer
+    resolve_pretokenizer(top)
+    plans = plan_stages(cfg.schedule, top, total, compat)
+    if cfg.export.tiktoken:
+        tiktoken_pattern(encoding_pretokenizer(plans[-1].pretokenizer, compat))
+    source = load_source(cfg.schedule)
+    source_merges: tuple[Merge, ...] = ()
+    if source is not None:
+        plans, source_merges = apply_source(plans, source)
+        build_vocab(source_merges, specials)  # a special with the bytes of a source token is refused now
+    if not cfg.data.paths:
+        raise InputError("no corpus given: set data.paths")
+    paths = resolve_inputs(list(cfg.data.paths))
+    check_not_empty(paths)
+    eval_path = _check_eval(cfg.eval)
+    counted = plans[1:] if source is not None else plans
+    engine = get_engine(cfg.engine.name, [plan.pretokenizer for plan in counted])
+    check_executor(cfg.executor)
+    output_dir = _output_dir(cfg, run_dir)
+    return _Job(
+        cfg=cfg,
+        specials=specials,
+        total_merges=total,
+        plans=plans,
+        source=source,
+        source_merges=source_merges,
+        paths=paths,
+        fingerprint=input_fingerprint(paths),
+        engine=engine,
+        output_dir=output_dir,
+        eval_path=eval_path,
+        cache=RunCache(cfg.cache_dir, max_gib=cfg.cache_max_gib),
+        compat=compat,
+    )
+
+
+def _check_eval(eval_file: str | None) -> Path | None:
+    if not eval_file:
+        return None
+    path = Path(eval_file).expanduser()
+    if not path.is_file():
+        raise InputError(f"eval file {path}: no such file")
+    if path.stat().st_size == 0:
+        raise InputError(f"eval file {path}: empty, so no bytes/token to measure")
+    return path
+
+
+def _output_dir(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None) -> Path:
+    """Where the tokenizer goes: the resumed run, ``output_dir`` or the Hydra run dir; must be writable."""
+    if cfg.resume:
+        resumed = Path(cfg.resume).expanduser()
+        if not resumed.is_dir():
+            raise InputError(f"resume {resumed}: no such run directory")
+        if cfg.output_dir and Path(cfg.output_dir).expanduser().resolve() != resumed.resolve():
+            raise ConfigError("resume and output_dir name different directories; give only resume")
+        target = resumed
+        for stale in remove_stale_temps(target):
+            log.info("removed %s, left by a run killed while writing", stale.name)
+    elif cfg.output_dir or run_dir is not None:
+        target = Path(cfg.output_dir or run_dir).expanduser()  # type: ignore[arg-type]
+        if checkpoint_path(target).is_file():
+            raise ConfigError(f"{target} already holds a run; continue it with resume={target}")
+    else:
+        raise ConfigError("no output directory: set output_dir")
+    _check_writable(target)
+    return target
+
+
+def _check_writable(directory: Path) -> None:
+    """Create the directory if needed and prove a file can be written there (then remove the proof)."""
+    try:
+        _made_dirs[directory] = [path for path in (directory, *directory.parents) if not path.exists()]
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=directory)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise InputError(f"output directory {directory} is not writable ({exc.strerror or exc})") from None
+
+
+#: The directories ``_check_writable`` created for an output directory, innermost first.
+_made_dirs: dict[Path, list[Path]] = {}
+
+
+def _remove_if_unused(directory: Path) -> None:
+    """After a failed run: remove the output directory and the parents made for it while they are empty
+    (a run that failed before its first checkpoint leaves nothing behind)."""
+    for path in _made_dirs.pop(directory, []):
+        with contextlib.suppress(OSError):  # not empty (a checkpoint, another run's files): kept
+            path.rmdir()
+
+
+def _initial_checkpoint(job: _Job) -> Checkpoint:
+    config = job.compat_config()
+    if job.cfg.resume:
+        found = load_checkpoint(job.output_dir)
+        if found is not None:
+            check_compatible(found, config, job.fingerprint, job.output_dir)
+            _check_done(found, job)
+            merges = len(found.merges)
+            log.info("resuming %s: %s, %d merges so far", job.output_dir, _where(found, job), merges)
+            return found
+        log.info("resume %s: no checkpoint yet, starting from the beginning", job.output_dir)
+    return Checkpoint(config=config, fingerprint=job.fingerprint)
+
+
+def _where(checkpoint: Checkpoint, job: _Job) -> str:
+    """How far a resumed run got, in words (a run whose stages are all trained only lacks its files)."""
+    if checkpoint.done:
+        return "already finished"
+    if checkpoint.stage >= len(job.plans):
+        return f"all {len(job.plans)} stage(s) trained, writing the tokenizer"
+    return f"stage {checkpoint.stage + 1} of {len(job.plans)}"
+
+
+def _finished_result(job: _Job, checkpoint: Checkpoint) -> RunResult | None:
+    """The result of a run that is already finished with its files in place (a resume has nothing to
+    do and rewrites nothing), else None."""
+    if not checkpoint.done:
+        return None
+    metrics_path = job.output_dir / METRICS_FILE
+    names = (VOCAB_FILE, MERGES_FILE, HF_FILE, MANIFEST_FILE)
+    present = all((job.output_dir / name).is_file() for name in names)
+    if not present or not metrics_path.is_file():
+        return None
+    try:
+        metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
+    except ValueError:
+        return None
+    log.info("nothing to do: the tokenizer and metrics of %s are in place", job.output_dir)
+    return RunResult(job.output_dir, list(checkpoint.merges), list(checkpoint.stage_ends), metrics)
+
+
+def _check_done(checkpoint: Checkpoint, job: _Job) -> None:
+    """Trust ``done: true`` only when the checkpoint holds every stage, ending where the plans say.
+
+    A stage may end before its planned end only when no pair was left, which is also final. Anything
+    else (a hand-edited flag, say) continues the run instead of writing a tokenizer from part of it.
+    """
+    if not checkpoint.done:
+        return
+    ends = checkpoint.stage_ends
+    if len(ends) > len(job.plans):
+        raise InputError(f"{job.output_dir}: checkpoint holds {len(ends)} stages, the run {len(job.plans)}")
+    complete = (
+        len(ends) == len(job.plans)
+        and ends == sorted(ends)
+        and ends[-1] == len(checkpoint.merges)
+        and all(end <= plan.end for end, plan in zip(ends, job.plans, strict=True))
+    )
+    if not complete:
+        log.warning(
+            "%s: checkpoint says done but holds %d of %d stage(s) and %d merges; continuing the run",
+            job.output_dir,
+            len(ends),
+            len(job.plans),
+            len(checkpoint.merges),
+        )
+        checkpoint.done = False
+
+
+class _CountAhead:
+    """Counts the next stage's corpus on a helper thread while this stage trains.
+
+    Why: a SuperBPE stage 2 re-counts the whole corpus with its own pattern, which needs nothing
+    from stage 1, so with the native engine (whose counting and training both release the GIL) that
+    count can use the core the single-threaded trainer leaves idle. It runs with all the configured
+    workers, not one: stage 1 trains for a few seconds, the count for much longer, and a count held
+    to one worker left the other core idle for the rest of it. The python engine holds the GIL, so
+    it counts in order as before. Results are the same either way; only the waiting goes.
+    """
+
+    def __init__(self, job: _Job) -> None:
+        self.job = job
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: dict[int, Future[PieceCounts]] = {}
+
+    def __enter__(self) -> _CountAhead:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Never leave a count running behind the run (an error in this stage still waits for it)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def start_after(self, plan: StagePlan) -> None:
+        """Start counting for the stage after ``plan``, if it counts and the engine allows overlap."""
+        if self.job.engine.name != "native" or plan.index + 1 >= len(self.job.plans):
+            return
+        following = self.job.plans[plan.index + 1]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="superbpe-count-ahead")
+        self._pending[following.index] = self._pool.submit(
+            _load_or_count, self.job, following, progress=False, workers=self.job.cfg.workers
+        )
+
+    def take(self, plan: StagePlan) -> PieceCounts | None:
+        """The counts started for ``plan`` (waiting for them; their error, if any, is raised here)."""
+        pending = self._pending.pop(plan.index, None)
+        return None if pending is None else pending.result()
+
+
+def _run_stage(job: _Job, plan: StagePlan, checkpointer: Checkpointer, ahead: _CountAhead) -> None:
+    state = checkpointer.state
+    start_len = state.stage_ends[-1] if state.stage_ends else 0
+    with measure(plan.name) as stats:
+        if plan.index == 0 and job.source is not None:
+            merges = list(job.source_merges)
+            log.info("stage %s: %d merges taken from %s", plan.name, len(merges), job.source.description)
+        else:
+            counts = _counts(job, plan, stats, ahead)
+            ahead.start_after(plan)
+            plan = _with_alphabet(job, plan, counts)
+            merges = _train(
+                job, plan, counts, state.merges[:start_len], state.merges[start_len:], checkpointer, stats
+            )
+    checkpointer.finish_stage(merges, _stage_metrics(plan, stats, len(merges) - start_len, job))
+    if len(merges) < plan.end:
+        log.info(
+            "stage %s ended early at %d merges: no pair left that the rules allow", plan.name, len(merges)
+        )
+
+
+def _with_alphabet(job: _Job, plan: StagePlan, counts: PieceCounts) -> StagePlan:
+    """With ``compat.alphabet="seen"``, only the bytes the text has take ids: the merges ``vocab_size``
+    leaves are known now (every stage's text has the same bytes). The schedule's fixed ends must fit
+    in them, and a last stage that runs up to ``vocab_size`` gets them all (as many as HF's trainer
+    makes, none when the alphabet fills the vocabulary)."""
+    if job.compat.alphabet != "seen":
+        return plan
+    alphabet = alphabet_order(counts.bytes_seen())
+    job.alphabets[plan.index] = alphabet
+    last = job.plans[-1]
+    open_end = last.end == job.total_merges  # the last stage runs up to vocab_size
+    fixed = [p.end for p in job.plans if not (p is last and open_end)]
+    at_least = max(fixed, default=0) + (1 if open_end and fixed else 0)
+    budget = merge_budget(job.cfg.vocab_size, job.specials, alphabet, at_least)
+    if plan.index != last.index or not open_end:
+        return plan
+    return replace(plan, end=budget)
+
+
+def _counts(job: _Job, plan: StagePlan, stats: StageStats, ahead: _CountAhead) -> PieceCounts:
+    """Piece counts for this stage's pattern: counted ahead, from the cache, or counted now."""
+    with stats.part("count_seconds"):
+        counts = ahead.take(plan)
+        if counts is not None:
+            log.info("stage %s: corpus counted while the previous stage trained", plan.name)
+            return counts
+        return _load_or_count(job, plan, progress=job.cfg.progress, workers=job.cfg.workers)
+
+
+#: Share of a stage's merges chosen before its progress lines give an ETA (see ``progress.task``).
+_MERGES_BEFORE_ETA = 0.1
+
+
+def _sampled(plan: StagePlan) -> dict[str, float]:
+    """The part of a cache key that tells a sampled stage's counts and merges from the exact ones (none
+    for an exact stage, so its keys stay what they were)."""
+    return {} if plan.approx_sample is None else {"approx_sample": plan.approx_sample}
+
+
+def _load_or_count(job: _Job, plan: StagePlan, *, progress: bool | None, workers: int | None) -> PieceCounts:
+    """Counts from the cache, or counted (and cached) now."""
+    key = cache_key(
+        kind="counts",
+        fingerprint=job.fingerprint,
+        pretokenizer=plan.pretokenizer.spec(),
+        specials=job.specials,
+        errors=job.cfg.data.errors,
+        text_field=job.cfg.data.text_field,
+        **_sampled(plan),
+    )
+    with job.cache.entry("counts", key, ".counts") as path:
+        counts = job.cache.load_counts(path, native=job.engine.name == "native")
+        if counts is not None:
+            return counts
+        if plan.approx_sample is not None:
+            log.info(
+                "stage %s: counting an evenly spread %.4g%% of the corpus (approximation: approx_sample)",
+                plan.name,
+                100 * plan.approx_sample,
+            )
+        total = corpus_size(job.paths)  # on disk: a gzip file's progress counts its compressed bytes
+        with task(f"counting ({plan.pretokenizer.name})", total, "B", enabled=progress) as update:
+            counts = count_corpus(
+                job.engine,
+                job.cfg.executor,
+                job.paths,
+                plan.pretokenizer,
+                job.specials,
+                sample=plan.approx_sample,
+                workers=workers,
+                errors=job.cfg.data.errors,
+                text_field=job.cfg.data.text_field,
+                progress=update,
+            )
+        if path is not None:
+            counts.save(path)
+        return counts
+
+
+def _train(
+    job: _Job,
+    plan: StagePlan,
+    counts: PieceCounts,
+    prior: Sequence[Merge],
+    partial: Sequence[Merge],
+    checkpointer: Checkpointer,
+    stats: StageStats,
+) -> list[Merge]:
+    """Replay ``prior`` + what is known of this stage, choose the rest, keep the cache up to date.
+
+    The cache entry is what follows ``prior``, or the whole list for a stage that drops absent
+    inherited merges (it may lack some of ``prior``); ``plan.end`` counts tokens, not merges.
+    """
+    whole = plan.rules.absent_inherited == "drop"
+    if whole and partial:
+        # Resumed inside such a stage: its merges so far need not start with ``prior``, so the
+        # checkpoint cannot be matched against an entry; it continues without the cache.
+        with stats.part("train_seconds"):
+            return _choose(job, plan, counts, [*prior, *partial], checkpointer, stats)
+    key = cache_key(
+        kind="merges",
+        counts=counts.meta,  # the pattern and specials; a sampled count says so only in the plan
+        fingerprint=job.fingerprint,
+        rules=rules_spec(plan.rules),
+        prior=merges_fingerprint(prior),
+        **_sampled(plan),
+    )
+    base = [] if whole else list(prior)
+    with job.cache.entry("merges", key, ".json") as path, stats.part("train_seconds"):
+        cached = job.cache.load_merges(path)
+        known = list(partial)
+        if cached is not None and len(cached.merges) > len(known):
+            known = list(cached.merges)
+        candidate = [*base, *known] if known else list(prior)
+        found = token_prefix(candidate, plan.end)
+        if found is None and cached is not None and cached.exhausted and known == cached.merges:
+            found = candidate
+        if found is not None:
+            log.info("stage %s: %d merges from cache", plan.name, len(found) - len(base))
+            return found
+        if tokens_made(candidate) < len(candidate):  # a duplicate merge cannot be replayed
+            candidate = [*prior, *partial]
+        merges = _choose(
+            job, plan, counts, candidate, checkpointer, stats, replay=_replayed(job, plan, prior, candidate)
+        )
+        job.cache.store_merges(path, merges[len(base) :], exhausted=tokens_made(merges) < plan.end)
+        return merges
+
+
+def _replayed(job: _Job, plan: StagePlan, prior: Sequence[Merge], known: Sequence[Merge]) -> list[Merge]:
+    """What the trainer replays of ``known`` (the merges so far, ``prior`` + this stage's own): all of them,
+    or only ``prior`` when choosing this stage's own merges again is cheaper than replaying them.
+
+    Why: the native engine replays per piece, cutting each piece where no replayed merge can join two
+    bytes. A later stage's own merges join across the word boundaries the earlier stages never join,
+    so replaying even a few of them leaves its long pieces uncut, and the replay took about four times
+    as long (kernel_docs: 2.0-2.5 s against 0.54 s), more than choosing the whole stage takes. Choosing
+    them again gives the same merges (training is deterministic; ``_choose`` checks). The official
+    rules replay merge by merge anyway, and the python engine does not cut pieces.
+    """
+    own = len(known) - len(prior)
+    if own <= 0 or not prior or job.engine.name != "native" or _replays_one_by_one(plan.rules):
+        return list(known)
+    log.info("stage %s: choosing its %d merges so far again (faster than replaying them)", plan.name, own)
+    return list(prior)
+
+
+def _replays_one_by_one(rules: MergeRules) -> bool:
+    """Whether the native trainer replays merge by merge (the official rules: HF's bookkeeping)."""
+    return rules.tie_break != "bytes" or rules.duplicates != "skip" or rules.absent_inherited != "keep"
+
+
+def _choose(
+    job: _Job,
+    plan: StagePlan,
+    counts: PieceCounts,
+    known: list[Merge],
+    checkpointer: Checkpointer,
+    stats: StageStats,
+    *,
+    replay: list[Merge] | None = None,
+) -> list[Merge]:
+    """Train the stage to ``plan.end`` from ``known`` (the merges so far), replaying ``replay`` (a prefix
+    of ``known``; all of it by default) and choosing the rest; merges chosen again are not checkpointed
+    until they go beyond ``known``, so a kill meanwhile loses nothing that was saved."""
+    replay = list(known) if replay is None else replay
+    every = max(1, min(100, job.cfg.checkpoint.every_merges))
+    with task(
+        f"merging ({plan.name})",
+        plan.end,
+        "merges",
+        enabled=job.cfg.progress,
+        initial=len(replay),
+        eta_after=_MERGES_BEFORE_ETA,
+    ) as update:
+        seen = [len(replay)]
+
+        def callback(merges: Sequence[Merge]) -> None:
+            update(len(merges) - seen[0])
+            seen[0] = len(merges)
+            if len(merges) > len(known):
+                checkpointer.progress(merges)
+
+        result = job.engine.train(
+            counts,
+            plan.end,
+            rules=plan.rules,
+            replay=replay,
+            callback=callback,
+            callback_every=every,
+            # The build is not merging: the merge rate (and so the ETA) is measured from its end.
+            build_progress=build_reporter(f"building ({plan.name})", update.restart_clock),
+            check_memory=lambda need: _check_memory(job, plan, stats, need),
+            # Nothing reads this stage's counts after training (the cache has its own copy).
+            consume_counts=True,
+        )
+        update(len(result.merges) - seen[0])
+    merges = list(result.merges)
+    _check_chosen_again(plan, known, merges)
+    return merges
+
+
+def _check_chosen_again(plan: StagePlan, known: Sequence[Merge], merges: Sequence[Merge]) -> None:
+    """Merges chosen again must be the ones known; say so loudly if not (the new ones are kept: they
+    are what this engine and corpus give now)."""
+    again = list(merges[: len(known)])
+    if again == list(known):
+        return
+    first = next(i for i in range(len(known)) if i >= len(again) or again[i] != known[i])
+    log.warning(
+        "stage %s: merge %d chosen again is %s, not the checkpoint's %s; continuing with the new merges",
+        plan.name,
+        first,
+        again[first] if first < len(again) else "none",
+        known[first],
+    )
+
+
+def _check_memory(job: _Job, plan: StagePlan, stats: StageStats, need: StageMemory) -> None:
+    """Log and record what building this stage's trainer needs; refuse it if it does not fit."""
+    stats.sizes.update(
+        distinct_pieces=need.pieces,
+        distinct_bytes=need.piece_bytes,
+        estimated_symbols=need.symbols,
+        estimated_build_bytes=need.build_bytes,
+        # What the process will hold at the build's peak: what it holds now plus the build.
+        estimated_peak_bytes=current_rss_bytes() + need.build_bytes,
+    )
+    log.info(
+        "stage %s: building needs about %.0f MB for %.1fM symbols (%.2fM pieces, %.0f MB)",
+        plan.name,
+        need.build_bytes / 2**20,
+        need.symbols / 1e6,
+        need.pieces / 1e6,
+        need.piece_bytes / 2**20,
+    )
+    check_fits(plan.name, need, job.cfg.memory_limit)
+
+
+def _stage_metrics(plan: StagePlan, stats: StageStats, merges: int, job: _Job) -> dict[str, Any]:
+    alphabet = job.alphabets.get(plan.index)
+    return {
+        **({} if alphabet is None else {"alphabet": alphabet.hex()}),
+        **plan.spec(),
+        "merges": merges,
+        "seconds": round(stats.seconds, 3),
+        **{name: round(value, 3) for name, value in stats.parts.items()},
+        **stats.sizes,
+        "peak_rss_bytes": stats.peak_rss_bytes,
+        "from": job.source.description if plan.index == 0 and job.source is not None else "trained",
+    }
+
+
+def _write_outputs(job: _Job, checkpoint: Checkpoint, seconds: float) -> dict[str, Any]:
+    """Tokenizer files, then metrics.json (with bytes/token on the eval file)."""
+    merges = checkpoint.merges
+    final = encoding_pretokenizer(job.plans[-1].pretokenizer, job.compat)
+    if job.compat.alphabet == "seen":
+        # The last stage's text (a stage taken whole from a source tokenizer has none: its merges' bytes).
+        last = checkpoint.stage_stats[-1] if checkpoint.stage_stats else {}
+        used = {byte for left, right in merges for byte in left + right}
+        alphabet = bytes.fromhex(last["alphabet"]) if "alphabet" in last else alphabet_order(used)
+        vocab = hf_vocab(alphabet, merges, job.specials)
+        # Padding tokens go last (HF numbers only its own specials first).
+        reserved = reserved_tokens(len(vocab), job.cfg.pad_vocab_to_multiple_of, job.specials)
+        vocab.update((len(vocab) + i, name.encode("utf-8")) for i, name in enumerate(reserved))
+        specials = job.specials + reserved
+    else:
+        specials = job.specials + reserved_tokens(256 + len(merges) + len(job.specials),
+                                                  job.cfg.pad_vocab_to_multiple_of, job.specials)
+        vocab = build_vocab(merges, specials)
+    stages = []
+    start = 0
+    for plan, end in zip(job.plans, checkpoint.stage_ends, strict=False):
+        stages.append({**plan.spec(), "num_merges": end - start, "end": end})
+        start = end
+    save_tokenizer_dir(
+        job.output_dir,
+        vocab,
+        merges,
+        specials,
+        final,
+        roles=job.cfg.export.roles(),
+        tiktoken=job.cfg.export.tiktoken,
+        stages=stages,
+        training={
+            "schedule": job.cfg.schedule.name,
+            "vocab_size": job.cfg.vocab_size,
+            "source": None if job.source is None else job.source.spec(),
+            "compat": asdict(job.compat),
+        },
+        whole_pieces=job.compat.whole_pieces,
+        vocab_style=job.compat.vocab_style,
+    )
+    evaluation = None
+    if job.eval_path is not None:
+        evaluation = evaluate_dir(job.output_dir, [job.eval_path], engine=job.engine.name).to_json()
+    metrics = build_metrics(
+        job.cfg, job.compat_config(), checkpoint, seconds, evaluation, len(vocab), engine=job.engine.name
+    )
+    write_metrics(job.output_dir / METRICS_FILE, metrics)
+    return metrics

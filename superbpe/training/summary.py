@@ -1,0 +1,120 @@
+"""Summaries of sweeps: one table row per run, and a plot of bytes/token against the transition.
+
+Reads only the ``metrics.json`` files a sweep left in its run directories, so it works on any
+finished (or partly finished) multirun directory, and on copies of one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from superbpe.core.errors import InputError
+from superbpe.core.util import import_optional
+
+COLUMNS = (
+    "run", "schedule", "patterns", "vocab", "transition", "merges/stage", "seconds", "peak MB", "bytes/token"
+)
+
+
+@dataclass(frozen=True)
+class Row:
+    run: str
+    schedule: str
+    patterns: str  # pre-tokenizer per stage, so sweeps over `pretokenizer=` stay readable
+    vocab_size: int
+    transition: float | None  # fraction of merges in stage 1 (None for one-stage runs)
+    stage_merges: tuple[int, ...]
+    seconds: float
+    peak_rss_mb: float
+    bytes_per_token: float | None
+
+    def cells(self) -> list[str]:
+        return [
+            self.run,
+            self.schedule,
+            self.patterns,
+            str(self.vocab_size),
+            "-" if self.transition is None else f"{self.transition:.3f}",
+            "+".join(map(str, self.stage_merges)),
+            f"{self.seconds:.1f}",
+            f"{self.peak_rss_mb:.0f}",
+            "-" if self.bytes_per_token is None else f"{self.bytes_per_token:.4f}",
+        ]
+
+
+def collect(sweep_dir: Path) -> list[Row]:
+    """A row per ``metrics.json`` under ``sweep_dir``, sorted by schedule, vocab size, transition."""
+    if not sweep_dir.is_dir():
+        raise InputError(f"{sweep_dir}: no such directory")
+    rows = [_row(path, sweep_dir) for path in sorted(sweep_dir.rglob("metrics.json"))]
+    if not rows:
+        raise InputError(f"{sweep_dir}: no metrics.json found (is it a finished sweep directory?)")
+    return sorted(rows, key=lambda r: (r.schedule, r.vocab_size, r.transition or 1.0, r.patterns, r.run))
+
+
+def _row(path: Path, root: Path) -> Row:
+    try:
+        metrics: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        evaluation = metrics.get("eval") or {}
+        return Row(
+            run=str(path.parent.relative_to(root)) or ".",
+            schedule=str(metrics["config"]["schedule"]),
+            patterns=">".join(str(s["pretokenizer"]["name"]) for s in metrics["stages"]),
+            vocab_size=int(metrics["vocab_size"]),
+            transition=metrics.get("transition_fraction"),
+            stage_merges=tuple(int(s["merges"]) for s in metrics["stages"]),
+            seconds=float(metrics["seconds"]),
+            peak_rss_mb=int(metrics["peak_rss_bytes"]) / 2**20,
+            bytes_per_token=evaluation.get("bytes_per_token"),
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"{path}: not a superbpe metrics file ({exc})") from None
+
+
+def table(rows: list[Row]) -> str:
+    """A fixed-width text table."""
+    cells = [list(COLUMNS), *(row.cells() for row in rows)]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)) for line in cells]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+def plot(rows: list[Row], output: Path) -> Path | None:
+    """bytes/token against transition, one line per vocab size; one-stage runs sit at transition 1.0.
+
+    Returns None when no run has an eval result to plot.
+    """
+    series: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
+    for row in rows:
+        if row.bytes_per_token is not None:
+            key = (row.vocab_size, row.patterns.split(">")[0])  # one line per vocab and stage-1 pattern
+            series[key].append((1.0 if row.transition is None else row.transition, row.bytes_per_token))
+    if not series:
+        return None
+    matplotlib = import_optional("matplotlib", "plot", "the bytes/token plot (or pass --no-plot)")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # an optional extra, checked just above
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    several_patterns = len({pattern for _, pattern in series}) > 1
+    for vocab_size, pattern in sorted(series):
+        points = sorted(series[(vocab_size, pattern)])
+        label = f"vocab {vocab_size}" + (f", stage 1 {pattern}" if several_patterns else "")
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+    ax.set_xlabel("transition (fraction of merges in stage 1; 1.0 = plain BPE)")
+    ax.set_ylabel("bytes per token (eval file)")
+    ax.set_title("SuperBPE sweep")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output.with_name(f".{output.name}.tmp.png")
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    tmp.replace(output)
+    return output
