@@ -28,11 +28,13 @@ worker processes, and written in order. The file is written to a temporary name 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import multiprocessing
 import os
 import re
 import sys
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -202,20 +204,29 @@ def make_block(args: tuple[int, int]) -> bytes:
     return b"".join(out)
 
 
+@contextlib.contextmanager
+def _block_map(workers: int) -> Iterator[Callable]:
+    """``map`` over blocks: in this process for one worker, else in forked worker processes, which
+    find the chain in place (pickling it to each would cost more than a block)."""
+    if workers == 1:
+        yield map
+        return
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        yield pool.map
+
+
 def write_corpus(chain: Chain, out: Path, size: int, seed: int, workers: int) -> int:
     """Write blocks in order until ``size`` bytes, cut at the last line that fits; returns the bytes."""
     tmp = out.with_name(f".{out.name}.tmp")
     written = 0
+    _init_worker(chain)
     try:
-        # Workers are forked with the chain in place (pickling it to each would cost more than a block).
-        _init_worker(chain)
-        fork = multiprocessing.get_context("fork")
-        with open(tmp, "wb") as f, ProcessPoolExecutor(workers, mp_context=fork) as pool:
+        with open(tmp, "wb") as f, _block_map(workers) as map_blocks:
             index = 0
             while written < size:
                 batch = [(seed, index + i) for i in range(workers * 2)]
                 index += len(batch)
-                for block in pool.map(make_block, batch):
+                for block in map_blocks(make_block, batch):
                     if written + len(block) >= size:
                         # The last block: cut after its last whole line that fits.
                         f.write(block[: block.rfind(b"\n", 0, size - written) + 1])
