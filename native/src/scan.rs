@@ -1,7 +1,7 @@
 //! Pre-tokenizers: hand-written scanners for the built-in patterns, fancy-regex for custom ones.
 //!
 //! Each built-in scanner reproduces, character for character, what the Python `regex` module's
-//! `finditer` does with the pattern of the same name in `superbpe/pretokenize.py` (alternatives
+//! `finditer` does with the pattern of the same name in `superbpe/core/pretokenize.py` (alternatives
 //! tried in order, greedy quantifiers with backtracking), under the *isolated split* rule: every
 //! match and every non-empty gap between matches is a piece. Comments next to each scanner quote
 //! the alternative they implement. Input is always valid UTF-8.
@@ -19,7 +19,7 @@ pub enum Builtin {
     SuperbpePaper,
 }
 
-/// The exact pattern strings of `superbpe.pretokenize.PATTERNS`; a scanner is only used when the
+/// The exact pattern strings of `superbpe.core.pretokenize.PATTERNS`; a scanner is only used when the
 /// pattern text is identical, so an edited pattern silently falls back to fancy-regex.
 pub fn builtin_pattern(b: Builtin) -> String {
     let contractions = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?";

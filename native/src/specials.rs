@@ -1,4 +1,4 @@
-//! Splitting text at special tokens, the way `superbpe.pretokenize.SpecialSplitter` does:
+//! Splitting text at special tokens, the way `superbpe.core.pretokenize.SpecialSplitter` does:
 //! the leftmost occurrence wins, and among specials starting there the longest one.
 
 use memchr::memmem::Finder;

@@ -2,7 +2,7 @@
 //! count table and the streaming counter; `train.rs`: training and its memory estimate;
 //! `encode.rs`: the encoder). They convert types and release the GIL; the work is the core's.
 //!
-//! Arguments are validated in Python (`superbpe/native_engine.py`) before they get here. Heavy
+//! Arguments are validated in Python (`superbpe/engines/native.py`) before they get here. Heavy
 //! work runs with the GIL released, and every entry point catches Rust panics so a bug surfaces
 //! as a Python `RuntimeError` with a message instead of killing the interpreter.
 

@@ -2,7 +2,7 @@
 
 use super::*;
 
-/// `superbpe.trainer.MergeRules` as Python has it (attributes read by name; validated in Python).
+/// `superbpe.core.rules.MergeRules` as Python has it (attributes read by name; validated in Python).
 #[derive(FromPyObject)]
 pub(super) struct PyRules {
     min_frequency: u64,
@@ -28,7 +28,7 @@ impl From<PyRules> for Rules {
     }
 }
 
-/// Train merges; see `superbpe.trainer.train_merges` (validation happens in Python).
+/// Train merges; see `superbpe.engines.python_trainer.train_merges` (validation happens in Python).
 /// `build_progress(phase, done, total)`, if given, hears how building the state goes (replay,
 /// index) before choosing starts.
 #[pyfunction]

@@ -1,4 +1,4 @@
-//! BPE trainer: the same merges as `superbpe.trainer.train_merges`, on compact state.
+//! BPE trainer: the same merges as `superbpe.engines.python_trainer.train_merges`, on compact state.
 //!
 //! Every unique piece is stored once as a run of u32 symbols in one flat array (`symbols.rs`:
 //! about 4 bytes per symbol, a merge rewrites an occurrence in O(1) even inside a whole-line
