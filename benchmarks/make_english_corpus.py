@@ -165,7 +165,8 @@ def make_block(args: tuple[int, int]) -> bytes:
     """Block ``index`` of the corpus with ``seed``: ``BLOCK_LINES`` lines (and document ends)."""
     seed, index = args
     chain = _CHAIN
-    assert chain is not None, "worker not initialised"
+    if chain is None:
+        raise RuntimeError("make_block runs only after _init_worker")
     rng = np.random.default_rng([seed, index])
     targets = np.clip(rng.lognormal(np.log(450), 0.7, BLOCK_LINES), 80, 2000).astype(np.int64)
     doc_ends = rng.random(BLOCK_LINES) < DOC_END_RATE
@@ -253,6 +254,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args(argv)
     try:
+        for path in filter(None, (args.out, args.heldout)):
+            if not path.parent.is_dir():
+                raise CorpusError(f"{path}: its directory does not exist")
+        if args.workers < 1:
+            raise CorpusError(f"--workers {args.workers}: must be at least 1")
         size = parse_size(args.size)
         paragraphs = read_paragraphs(args.source or [DEFAULT_SOURCE])
         kept = [p for i, p in enumerate(paragraphs) if i % HELDOUT_EVERY]
@@ -260,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.heldout:
             heldout = "\n".join(p for i, p in enumerate(paragraphs) if i % HELDOUT_EVERY == 0) + "\n"
             args.heldout.write_text(heldout, encoding="utf-8")
-        written = write_corpus(chain, args.out, size, args.seed, max(1, args.workers))
+        written = write_corpus(chain, args.out, size, args.seed, args.workers)
     except CorpusError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds a >= 5 GB corpus of mostly distinct source code and documentation from Debian packages, for
-# measuring how SuperBPE's stage 2 grows with the distinct text it must hold (issue 10, BENCHMARKS.md).
+# measuring how SuperBPE's stage 2 grows with the distinct text it must hold (BENCHMARKS.md).
 #
 #   usage: benchmarks/make_large_corpus.sh [OUT_DIR]    (default: ${TMPDIR:-/tmp}/superbpe-corpora/large)
 #

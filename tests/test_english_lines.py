@@ -21,7 +21,7 @@ from superbpe.engines import native as native_engine
 from superbpe.engines.python import PythonEngine
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from make_english_corpus import Chain, write_corpus  # noqa: E402  (benchmarks/ holds scripts, not a package)
+from make_english_corpus import Chain, main, write_corpus  # noqa: E402  (benchmarks/ holds scripts, not a package)
 
 EOT = "<|endoftext|>"
 RULES = MergeRules(max_words_per_token=4, forbidden_substrings=(b": ",))
@@ -61,6 +61,24 @@ def test_the_generator_is_deterministic(tmp_path: Path) -> None:
     write_corpus(chain, c, 50_000, seed=4, workers=1)
     assert a.read_bytes() == b.read_bytes() != c.read_bytes()
     assert 49_000 < len(a.read_bytes()) <= 50_000 and a.read_bytes().endswith(b"\n")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["{tmp}/missing/out.txt"], "its directory does not exist"),
+        (["{tmp}/out.txt", "--size", "lots"], "expected bytes such as"),
+        (["{tmp}/out.txt", "--workers", "0"], "must be at least 1"),
+        (["{tmp}/out.txt", "--source", "{tmp}/none.txt"], "no such source file"),
+    ],
+)
+def test_the_generator_refuses_bad_arguments_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    assert main([a.format(tmp=tmp_path) for a in args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+    assert not list(tmp_path.glob("*out.txt*")) and not list(tmp_path.glob(".out*"))
 
 
 @pytest.mark.skipif(not native_engine.available(), reason="superbpe._native is not built")

@@ -131,9 +131,8 @@ def test_custom_patterns_use_isolated_split(pattern: str, corpora: dict[str, str
 def test_native_never_splits_a_custom_pattern_and_auto_says_it_picks_python(
     pattern: str, sample_texts: Path, native: Native, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Regression (issue 14): a custom pattern once ran on fancy-regex when a probe text agreed with
-    `regex`, else silently on python, decided separately for counting and encoding. No probe proves a
-    whole corpus agrees, so ``native`` refuses such a pattern and ``auto`` picks python, saying so."""
+    """No probe text proves that fancy-regex agrees with `regex` on a whole corpus, so ``native`` refuses
+    a custom pattern (for counting and encoding alike) and ``auto`` picks python, saying so."""
     pre = get_pretokenizer(f"custom:{pattern}")
     assert not native_engine.splits_exactly(pre)
     path = sample_texts / "tinystories_sample.txt"

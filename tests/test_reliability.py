@@ -1,4 +1,4 @@
-"""Issue 14: ways a run could be lost or misread, each pinned by a test that failed before its fix."""
+"""Ways a run could be lost or misread, each pinned by a test."""
 
 from __future__ import annotations
 

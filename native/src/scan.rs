@@ -652,8 +652,8 @@ fn custom<'a, F: FnMut(&'a [u8])>(re: &fancy_regex::Regex, s: &'a [u8], emit: &m
 mod tests {
     use super::*;
 
-    /// Regression (issue 14): a custom pattern once read any bytes as `str` unchecked (undefined
-    /// behaviour from a safe fn); invalid UTF-8 is now an error.
+    /// `split` is a safe fn: with a custom pattern it must check UTF-8 before handing the bytes to
+    /// fancy-regex as `str`, so invalid UTF-8 is an error, never undefined behaviour.
     #[test]
     fn custom_split_of_invalid_utf8_is_an_error() {
         let sp = Splitter::new("a+|b", false).unwrap();
