@@ -14,6 +14,7 @@ use rayon::prelude::*;
 use crate::bpe::{self, Ranks};
 use crate::bytesmap::{hash_short, pack_short, BytesMap, SHORT_MAX};
 use crate::memory::prefetch;
+use crate::pairs::PairTable;
 use crate::tables::Counts;
 
 /// Byte pairs that some merge may join: bit (a, b) is set when a merge's left part ends with
@@ -332,15 +333,23 @@ pub fn segment_caches() -> Vec<Mutex<SegmentCache>> {
     (0..rayon::current_num_threads().max(1)).map(|_| Mutex::default()).collect()
 }
 
+/// One pair table per thread, for `replay_counts` to count the replayed pairs in.
+pub fn pair_tables() -> Vec<Mutex<PairTable>> {
+    (0..rayon::current_num_threads().max(1)).map(|_| Mutex::default()).collect()
+}
+
 /// Replay the pieces of `shards` (of `counts`) that have at least 2 bytes and a non-zero count, in
 /// parallel chunks (one flat buffer per chunk, not a vector per piece), with one segment cache per
 /// thread (from `segment_caches`). Pieces that replay to one symbol drop out (they make no pair).
+/// With `pairs` (from `pair_tables`), the replayed pairs are counted there too, times their piece's
+/// count.
 pub fn replay_counts(
     counts: &Counts,
     shards: std::ops::Range<usize>,
     ranks: &Ranks,
     joins: &Joins,
     caches: &[Mutex<SegmentCache>],
+    pairs: Option<&[Mutex<PairTable>]>,
 ) -> Result<Vec<ReplayChunk>, String> {
     const CHUNK: usize = 4096;
     // Replayed ids are below 256 plus the number of merges replayed.
@@ -351,6 +360,7 @@ pub fn replay_counts(
         .map(|s| {
             let slot = rayon::current_thread_index().unwrap_or(0) % caches.len();
             let mut cache = caches[slot].lock().unwrap_or_else(|e| e.into_inner());
+            let mut pair_table = pairs.map(|p| p[slot % p.len()].lock().unwrap_or_else(|e| e.into_inner()));
             let mut chunks = Vec::new();
             let mut out = ReplayChunk::new(narrow);
             let mut sym = Vec::new();
@@ -370,7 +380,11 @@ pub fn replay_counts(
                 if sym.len() < 2 {
                     continue;
                 }
-                out.counts.push(i64::try_from(count).map_err(|_| "piece count too large".to_string())?);
+                let count = i64::try_from(count).map_err(|_| "piece count too large".to_string())?;
+                if let Some(table) = pair_table.as_mut() {
+                    table.add_pairs(&sym, count);
+                }
+                out.counts.push(count);
                 out.lens.push(u32::try_from(sym.len()).map_err(|_| "piece too long".to_string())?);
                 out.syms.extend(&sym);
                 if out.lens.len() == CHUNK {

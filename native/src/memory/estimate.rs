@@ -131,7 +131,7 @@ fn official(
     rules: &Rules,
 ) -> Result<Estimate, String> {
     let build = |counts: &Counts| -> Result<(CorpusHeap, u64), String> {
-        let t = Trainer::with_rules(Source::Borrowed(counts), replay, rules, &mut |_, _, _| Ok(()))?;
+        let t = Trainer::with_rules(Source::Borrowed(counts), replay, rules, usize::MAX, &mut |_, _, _| Ok(()))?;
         Ok((t.corpus_heap(), t.symbol_count() as u64))
     };
     let (heap, sample_symbols) = build(sample)?;
@@ -216,7 +216,7 @@ mod tests {
         let replay = vec![(b"h".to_vec(), b"e".to_vec()), (b"l".to_vec(), b"l".to_vec())];
         let rules = Rules { tie_break_ids: true, merge_duplicates: true, drop_absent: true, ..Default::default() };
         let e = estimate(&c, &replay, &rules, false).unwrap();
-        let t = Trainer::with_rules(Source::Borrowed(&c), &replay, &rules, &mut |_, _, _| Ok(())).unwrap();
+        let t = Trainer::with_rules(Source::Borrowed(&c), &replay, &rules, usize::MAX, &mut |_, _, _| Ok(())).unwrap();
         assert_eq!(e.symbols, t.symbol_count() as u64);
         let heap = t.corpus_heap();
         assert_eq!(e.peak_bytes, heap.linear + (heap.pair_slots * 8).div_ceil(7) * PAIR_ENTRY_BYTES);

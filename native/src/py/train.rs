@@ -72,7 +72,7 @@ pub(super) fn train<'py>(
             Some(table) => Source::Owned(table),
             None => Source::Borrowed(&counts.inner),
         };
-        let built = Trainer::with_rules(source, &replay, &rules, &mut report);
+        let built = Trainer::with_rules(source, &replay, &rules, num_merges, &mut report);
         let mut trainer = match (built, failed) {
             (_, Some(e)) => return Err(NativeError::Py(e)),
             (built, None) => built?,

@@ -63,6 +63,10 @@ impl Trainer {
         let mut chosen = 0usize;
         while self.tokens.len() - 256 < num_merges {
             let Some(top) = heap.peek() else {
+                if self.recut(0) {
+                    heap = self.full_heap();
+                    continue;
+                }
                 if self.thaw(&mut heap) {
                     continue;
                 }
@@ -75,6 +79,12 @@ impl Trainer {
                 } else {
                     heap.pop(self.tie_keys());
                 }
+                continue;
+            }
+            // Pairs across a cut count less than `cut_below` (see `cut.rs`), so only below that
+            // can one be the best.
+            if actual < self.cut_below && self.recut(actual) {
+                heap = self.full_heap();
                 continue;
             }
             // A cold pair counts less than `cold_below`, so only below that can one be the best.

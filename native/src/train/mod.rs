@@ -13,6 +13,7 @@
 //! picks merges). This file holds the state and the driver: building it from counts, with replay.
 
 mod choose;
+mod cut;
 mod index;
 mod merge;
 mod rules;
@@ -25,7 +26,8 @@ use smallvec::SmallVec;
 
 use crate::bpe::{pair_key, PairHasher, Ranks};
 use crate::bytesmap::BytesMap;
-use crate::replay::{replay_counts, segment_caches, Joins, ReplayChunk, MAX_REPLAY};
+use crate::pairs::PairTable;
+use crate::replay::{pair_tables, replay_counts, segment_caches, Joins, ReplayChunk, MAX_REPLAY};
 use crate::symbols::{Symbols, DEAD, MAX_PIECE, SEP};
 use crate::tables::{Counts, SHARDS};
 
@@ -101,6 +103,14 @@ pub struct Trainer {
     token_ids: BytesMap<u32>,
     /// Tie-break keys per token when ties go by HF ids (`Rules::tie_break_ids`), else None.
     hf_keys: Option<Vec<Vec<u8>>>,
+    /// The replayed pieces are laid out cut at the boundaries whose initial pair counts below
+    /// this (see `cut.rs`): while the best pair counts at least this, the merges are those of the
+    /// whole pieces. 0 when the pieces are whole.
+    cut_below: i64,
+    /// What cutting again lower needs (None when the pieces are whole).
+    cut: Option<Box<cut::Cut>>,
+    /// About how many pairs the index keeps warm (see `index_pairs`).
+    warm_pairs: usize,
 }
 
 /// What building a trainer reports as it goes: `(phase, done, total)`, e.g. `("replay", pieces
@@ -150,20 +160,25 @@ impl Trainer {
         Trainer::with_replay(counts, &[])
     }
 
-    /// `with_replay`, or for the official recipe's rules (`Rules::official`) the replay HF does:
-    /// merge by merge on a table of every pair, leaving out absent merges when `drop_absent`.
+    /// `with_replay` for a run that will choose up to `num_merges` merges in all (its replayed
+    /// pieces are then cut where those merges cannot reach, see `cut.rs`), or for the official
+    /// recipe's rules (`Rules::official`) the replay HF does: merge by merge on a table of every
+    /// pair, leaving out absent merges when `drop_absent`.
     pub fn with_rules(
         counts: Source<'_>,
         replay: &[(Vec<u8>, Vec<u8>)],
         rules: &Rules,
+        num_merges: usize,
         progress: &mut BuildProgress<'_>,
     ) -> Result<Trainer, String> {
         if !rules.official() {
-            return Trainer::build(counts, replay, WARM_PAIRS, progress);
+            let to_choose = num_merges.saturating_sub(replay.len());
+            return Trainer::build(counts, replay, WARM_PAIRS, Some(to_choose), progress);
         }
         // All pairs warm: a pair is in `pairs` from when it occurs until it is merged (as in HF's
         // queue, which `drop_absent` asks about), and a duplicate merge adds to existing pairs.
-        let mut t = Trainer::build(counts, &[], usize::MAX, progress)?;
+        // Never cut: `drop_absent` asks whether a pair occurs at all.
+        let mut t = Trainer::build(counts, &[], usize::MAX, None, progress)?;
         t.replay_one_by_one(replay, rules.drop_absent)?;
         Ok(t)
     }
@@ -195,7 +210,7 @@ impl Trainer {
     /// Python; checked again here). Replay is lowest-rank-first BPE of each piece, in parallel
     /// (see `bpe.rs` for why that equals applying the merges one after another).
     pub fn with_replay(counts: &Counts, replay: &[(Vec<u8>, Vec<u8>)]) -> Result<Trainer, String> {
-        Trainer::build(Source::Borrowed(counts), replay, WARM_PAIRS, &mut |_, _, _| Ok(()))
+        Trainer::build(Source::Borrowed(counts), replay, WARM_PAIRS, None, &mut |_, _, _| Ok(()))
     }
 
     /// `with_replay` from borrowed or handed-over counts, reporting progress (see `BuildProgress`).
@@ -204,7 +219,7 @@ impl Trainer {
         replay: &[(Vec<u8>, Vec<u8>)],
         progress: &mut BuildProgress<'_>,
     ) -> Result<Trainer, String> {
-        Trainer::build(counts, replay, WARM_PAIRS, progress)
+        Trainer::build(counts, replay, WARM_PAIRS, None, progress)
     }
 
     /// `with_replay`, keeping about `warm_pairs` pairs warm (tests use tiny values to exercise thawing).
@@ -214,7 +229,18 @@ impl Trainer {
         replay: &[(Vec<u8>, Vec<u8>)],
         warm_pairs: usize,
     ) -> Result<Trainer, String> {
-        Trainer::build(Source::Borrowed(counts), replay, warm_pairs, &mut |_, _, _| Ok(()))
+        Trainer::build(Source::Borrowed(counts), replay, warm_pairs, None, &mut |_, _, _| Ok(()))
+    }
+
+    /// `with_replay`, cut for choosing `to_choose` merges (tests use few to cut high and often).
+    #[cfg(test)]
+    pub(crate) fn with_replay_cut(
+        counts: &Counts,
+        replay: &[(Vec<u8>, Vec<u8>)],
+        to_choose: usize,
+        warm_pairs: usize,
+    ) -> Result<Trainer, String> {
+        Trainer::build(Source::Borrowed(counts), replay, warm_pairs, Some(to_choose), &mut |_, _, _| Ok(()))
     }
 
     /// A trainer with the 256 byte tokens and nothing else.
@@ -230,6 +256,9 @@ impl Trainer {
             parts: Vec::new(),
             token_ids: BytesMap::default(),
             hf_keys: None,
+            cut_below: 0,
+            cut: None,
+            warm_pairs: WARM_PAIRS,
         };
         for (i, tok) in t.tokens.iter().enumerate() {
             t.token_ids.insert(tok, i as u32);
@@ -265,17 +294,20 @@ impl Trainer {
         if ranks.is_empty() {
             return Ok(counts.iter().filter(|(p, c)| p.len() >= 2 && *c > 0).map(|(p, _)| p.len() as u64).sum());
         }
-        let chunks = replay_counts(counts, 0..SHARDS, &ranks, &Joins::of(replay), &segment_caches())?;
+        let chunks = replay_counts(counts, 0..SHARDS, &ranks, &Joins::of(replay), &segment_caches(), None)?;
         Ok(chunks.iter().flat_map(|c| c.lens.iter()).map(|&len| len as u64).sum())
     }
 
+    /// `to_choose`: lay replayed pieces out cut for choosing that many merges (see `cut.rs`).
     fn build(
         mut source: Source<'_>,
         replay: &[(Vec<u8>, Vec<u8>)],
         warm_pairs: usize,
+        to_choose: Option<usize>,
         progress: &mut BuildProgress<'_>,
     ) -> Result<Trainer, String> {
         let mut t = Trainer::bare();
+        t.warm_pairs = warm_pairs;
         let ranks = t.add_replayed(replay)?;
         // Piece order only changes memory layout, never the merges (pieces are independent).
         let total = source.get().len() as u64;
@@ -290,12 +322,14 @@ impl Trainer {
         } else {
             let joins = Joins::of(replay);
             let caches = segment_caches();
+            // Cutting needs every replayed pair's count: replay counts them as it goes.
+            let pairs = to_choose.map(|_| pair_tables());
             let mut chunks = Vec::new();
             // A few shards at a time, to report progress between them.
             let (mut shard, mut done) = (0, 0u64);
             while shard < SHARDS {
                 let end = (shard + SHARDS.div_ceil(REPLAY_REPORTS)).min(SHARDS);
-                chunks.extend(replay_counts(source.get(), shard..end, &ranks, &joins, &caches)?);
+                chunks.extend(replay_counts(source.get(), shard..end, &ranks, &joins, &caches, pairs.as_deref())?);
                 done += (shard..end).map(|s| source.get().shard_iter(s).count() as u64).sum::<u64>();
                 source.release(shard..end);
                 progress("replay", done, total)?;
@@ -305,7 +339,13 @@ impl Trainer {
             // The counts are not needed from here on: an owned table goes before the symbols come.
             drop(source);
             release_free_memory();
-            t.lay_out_replayed(chunks)?;
+            match (to_choose, pairs) {
+                (Some(n), Some(pairs)) => {
+                    let tables = pairs.into_iter().map(|p| p.into_inner().unwrap_or_else(|e| e.into_inner())).collect();
+                    t.lay_out_cut(chunks, PairTable::merged(tables), n)?
+                }
+                _ => t.lay_out_replayed(chunks)?,
+            }
             // The replayed chunks were freed in pieces; give their pages back before the index
             // is built on top (else they count in the peak).
             release_free_memory();
@@ -316,6 +356,15 @@ impl Trainer {
         release_free_memory();
         progress("index", t.syms.len() as u64, t.syms.len() as u64)?;
         Ok(t)
+    }
+
+    /// Index the symbols afresh (after they were laid out again).
+    fn reindex(&mut self) {
+        self.pairs = PairMap::default();
+        self.created = PairMap::default();
+        self.initial = Vec::new();
+        self.index_pairs(self.warm_pairs);
+        release_free_memory();
     }
 
     /// Lay out the replayed pieces (those of at least 2 symbols), chunks in parallel, each chunk
@@ -360,6 +409,7 @@ impl Trainer {
         }
         CorpusHeap {
             linear: self.syms.heap_bytes() as u64
+                + self.cut.as_ref().map_or(0, |c| c.heap_bytes())
                 + self.freq.capacity() as u64 * 8
                 + self.initial.capacity() as u64 * 4
                 + spilled,

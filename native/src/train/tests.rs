@@ -60,7 +60,8 @@ mod choosing {
             .map(|(l, r)| (l.as_bytes().to_vec(), r.as_bytes().to_vec()))
             .collect();
         let c = counts(&[("abab", 3), ("cd", 2)]);
-        let mut t = Trainer::with_rules(Source::Borrowed(&c), &replay, &rules, &mut |_, _, _| Ok(())).unwrap();
+        let mut t =
+            Trainer::with_rules(Source::Borrowed(&c), &replay, &rules, usize::MAX, &mut |_, _, _| Ok(())).unwrap();
         t.choose(3, &rules, 1000, |_| Ok::<_, ()>(false)).unwrap();
         let m: Vec<Vec<u8>> = t.merges().map(|(l, r)| [l, r].concat()).collect();
         assert_eq!(m, vec![b"ab".to_vec(), b"abab".to_vec(), b"cd".to_vec()]);
@@ -180,5 +181,57 @@ mod source_tests {
         owned.choose(30, &Rules::default(), usize::MAX, |_| Ok::<_, ()>(false)).unwrap();
         assert!(owned.merges().eq(borrowed.merges()));
         assert!(owned.parts.len() > replay.len());
+    }
+}
+
+#[cfg(test)]
+mod cut_tests {
+    use super::super::*;
+    use crate::test_below as below;
+
+    /// Random word-chain lines, stage-1 merges learned on their words, then stage 2 on whole lines:
+    /// pieces cut where the merges cannot reach (and cut again, lower, as often as the best count
+    /// falls below θ) choose exactly the merges of the whole pieces, under SuperBPE's rules too.
+    #[test]
+    fn cut_pieces_choose_the_merges_of_whole_ones() {
+        let seed = &mut 0x9E37_79B9_7F4A_7C15u64;
+        let words = ["the", " cat", " sat", " on", " a", " mat", ",", " and", " dog", " ran", ": ", " to", "a"];
+        for round in 0..60 {
+            let (mut lines, mut stage1) = (Counts::default(), Counts::default());
+            for _ in 0..200 + below(seed, 600) {
+                let mut line = Vec::new();
+                let mut w = below(seed, words.len());
+                for _ in 0..1 + below(seed, 14) {
+                    // A Markov chain over few words, so some bigrams are frequent and most are rare.
+                    w = if below(seed, 3) == 0 { below(seed, words.len()) } else { (w * 7 + 3) % words.len() };
+                    line.extend_from_slice(words[w].as_bytes());
+                    stage1.add(words[w].as_bytes(), 1).unwrap();
+                }
+                // Equal weights in some rounds: many pairs then tie at θ.
+                lines.add(&line, if round % 3 == 0 { 1 } else { 1 + below(seed, 3) as u64 }).unwrap();
+            }
+            let rules1 = Rules { min_frequency: 1, ..Default::default() };
+            let mut s1 = Trainer::new(&stage1).unwrap();
+            s1.choose(5 + below(seed, 20), &rules1, usize::MAX, |_| Ok::<_, ()>(false)).unwrap();
+            let replay: Vec<(Vec<u8>, Vec<u8>)> = s1.merges().map(|(l, r)| (l.to_vec(), r.to_vec())).collect();
+            let rules = if round % 2 == 0 {
+                Rules {
+                    min_frequency: 1,
+                    max_words_per_token: Some(2),
+                    forbidden_substrings: vec![b": ".to_vec()],
+                    ..Default::default()
+                }
+            } else {
+                Rules::default()
+            };
+            let total = replay.len() + 10 + below(seed, 120);
+            let mut whole = Trainer::with_replay(&lines, &replay).unwrap();
+            whole.choose(total, &rules, usize::MAX, |_| Ok::<_, ()>(false)).unwrap();
+            for (to_choose, warm) in [(1, WARM_PAIRS), (3, 4), (total - replay.len(), WARM_PAIRS)] {
+                let mut cut = Trainer::with_replay_cut(&lines, &replay, to_choose, warm).unwrap();
+                cut.choose(total, &rules, usize::MAX, |_| Ok::<_, ()>(false)).unwrap();
+                assert!(cut.merges().eq(whole.merges()), "round {round}, cut for {to_choose}, warm {warm}");
+            }
+        }
     }
 }
