@@ -94,6 +94,11 @@ impl PairTable {
         }
     }
 
+    /// Bytes a table holding `pairs` pairs takes (a power of two of slots, at most half full).
+    pub fn bytes_for(pairs: u64) -> u64 {
+        (2 * pairs).next_power_of_two().max(1 << 12) * 16
+    }
+
     /// Every pair and its count, the tables of all threads summed.
     pub fn merged(tables: Vec<PairTable>) -> Vec<(u64, i64)> {
         let mut tables = tables;

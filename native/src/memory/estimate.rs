@@ -15,6 +15,7 @@
 
 use rayon::prelude::*;
 
+use crate::pairs::PairTable;
 use crate::replay::ChunkSyms;
 use crate::tables::{Counts, SHARDS};
 use crate::train::{CorpusHeap, Rules, Source, Trainer, PAIR_ENTRY_BYTES};
@@ -104,19 +105,69 @@ pub fn estimate(
     if rules.official() {
         return official(&sample, sample_bytes, bytes, pieces, step == 1, replay, rules);
     }
-    // Only the symbol count is needed: replay the sample without building a trainer on it.
-    let symbols = scale(Trainer::replayed_symbols(&sample, replay)?);
+    // Only the symbol and pair counts are needed: replay the sample without building a trainer.
+    let (sampled_symbols, sampled_pairs) = Trainer::replayed(&sample, replay)?;
+    let symbols = scale(sampled_symbols);
     let index = PER_PIECE * pieces + (PER_SYMBOL_X8 * symbols).div_ceil(8);
     // Without merges to replay the symbols are the pieces' bytes, built while the counts stand.
-    let peak_bytes = if replay.is_empty() {
-        index
-    } else {
-        let width = if ChunkSyms::fits_narrow(256 + replay.len()) { 2 } else { 4 };
-        let replayed = width * symbols + REPLAYED_PER_PIECE * pieces;
-        let freed = if consume { counts.heap_bytes() } else { 0 };
+    if replay.is_empty() {
+        return Ok(Estimate { pieces, bytes, symbols, peak_bytes: index });
+    }
+    let width = if ChunkSyms::fits_narrow(256 + replay.len()) { 2 } else { 4 };
+    let replayed = width * symbols + REPLAYED_PER_PIECE * pieces;
+    let freed = if consume { counts.heap_bytes() } else { 0 };
+    let pairs = if step == 1 { sampled_pairs } else { distinct_pairs(&sample, sample_bytes, bytes, sampled_pairs, replay)? };
+    let peak_bytes = if pairs < CUT_FROM_PAIRS {
         replayed.max(index.saturating_sub(freed))
+    } else {
+        cut_peak(replayed, pairs, index, freed)
     };
     Ok(Estimate { pieces, bytes, symbols, peak_bytes })
+}
+
+/// Below this many distinct pairs the build is estimated as if laid out whole: a build cuts its
+/// pieces only when they have more pairs than twice the merges to choose, which the estimate is
+/// not told, and a small build's memory hardly matters.
+const CUT_FROM_PAIRS: u64 = 1 << 16;
+/// The laid-out cut pieces hold at most about this share of the replayed symbols (English at 1.2 GB
+/// lays out 7% of them, see `train/cut.rs`).
+const CUT_SHARE: u64 = 8;
+
+/// A cut build's two peaks (`train/cut.rs`): at the end of replay, the replayed chunks beside one
+/// pair table per thread, each holding nearly every distinct pair; then the chunks (kept), the
+/// pairs' list and ranked counts (24 bytes a pair) and the cut pieces' trainer, the counts freed.
+fn cut_peak(replayed: u64, pairs: u64, index: u64, freed: u64) -> u64 {
+    let threads = rayon::current_num_threads().max(1) as u64;
+    let replay_end = replayed + threads * PairTable::bytes_for(pairs);
+    let cut = (replayed + 24 * pairs + index / CUT_SHARE).saturating_sub(freed);
+    replay_end.max(cut)
+}
+
+/// The distinct pairs of the whole corpus from those of the sample and of half of it: they grow
+/// as bytes^power, the power (at most 1) from the two, like the official estimate's pairs.
+fn distinct_pairs(
+    sample: &Counts,
+    sample_bytes: u64,
+    bytes: u64,
+    sampled_pairs: u64,
+    replay: &[(Vec<u8>, Vec<u8>)],
+) -> Result<u64, String> {
+    let mut half = Counts::default();
+    let mut half_bytes = 0u64;
+    for (piece, count) in sample.iter().step_by(2) {
+        half.add(piece, count)?;
+        half_bytes += piece.len() as u64;
+    }
+    let (_, half_pairs) = Trainer::replayed(&half, replay)?;
+    if sample_bytes == 0 || half_pairs == 0 || half_bytes == 0 {
+        return Ok(sampled_pairs);
+    }
+    let power = if sampled_pairs > half_pairs && sample_bytes > half_bytes {
+        ((sampled_pairs as f64 / half_pairs as f64).ln() / (sample_bytes as f64 / half_bytes as f64).ln()).clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    Ok((sampled_pairs as f64 * (bytes as f64 / sample_bytes as f64).powf(power)).ceil() as u64)
 }
 
 /// The official build's estimate from official trainers on the sample (and on every other piece
@@ -221,5 +272,29 @@ mod tests {
         let heap = t.corpus_heap();
         assert_eq!(e.peak_bytes, heap.linear + (heap.pair_slots * 8).div_ceil(7) * PAIR_ENTRY_BYTES);
         assert!(e.peak_bytes > estimate(&c, &replay, &Rules::default(), false).unwrap().peak_bytes);
+    }
+
+    /// A build with many distinct pairs is cut (`train/cut.rs`): the estimate covers the pair
+    /// tables of replay and what the cut trainer holds (the replayed pieces kept whole among it).
+    #[test]
+    fn a_cut_build_is_covered() {
+        let letters = b"abcdefghijklmnopqrstuvwxyz";
+        let replay: Vec<(Vec<u8>, Vec<u8>)> =
+            letters.iter().flat_map(|&a| letters.iter().map(move |&b| (vec![a], vec![b]))).collect();
+        let mut c = Counts::default();
+        let seed = &mut 0x0123_4567_89AB_CDEFu64;
+        for _ in 0..30_000 {
+            let piece: Vec<u8> = (0..24).map(|_| letters[crate::test_below(seed, 26)]).collect();
+            c.add(&piece, 1).unwrap();
+        }
+        let (symbols, pairs) = Trainer::replayed(&c, &replay).unwrap();
+        assert!(pairs >= CUT_FROM_PAIRS, "{pairs} pairs");
+        let e = estimate(&c, &replay, &Rules::default(), false).unwrap();
+        assert_eq!(e.symbols, symbols);
+        let threads = rayon::current_num_threads() as u64;
+        assert!(e.peak_bytes >= 2 * symbols + threads * PairTable::bytes_for(pairs));
+        let t = Trainer::with_replay_cut(&c, &replay, 50, crate::train::WARM_PAIRS).unwrap();
+        assert!(t.is_cut());
+        assert!(e.peak_bytes >= t.corpus_heap().linear, "{} < {}", e.peak_bytes, t.corpus_heap().linear);
     }
 }

@@ -287,15 +287,20 @@ impl Trainer {
         Ok(ranks)
     }
 
-    /// The symbols a build on `counts` would replay to (`symbol_count` of the built trainer),
-    /// without laying them out or indexing their pairs.
-    pub fn replayed_symbols(counts: &Counts, replay: &[(Vec<u8>, Vec<u8>)]) -> Result<u64, String> {
+    /// The symbols a build on `counts` would replay to (`symbol_count` of the built trainer)
+    /// and the distinct pairs they make (0 without merges to replay), without laying them out
+    /// or indexing their pairs.
+    pub fn replayed(counts: &Counts, replay: &[(Vec<u8>, Vec<u8>)]) -> Result<(u64, u64), String> {
         let ranks = Trainer::bare().add_replayed(replay)?;
         if ranks.is_empty() {
-            return Ok(counts.iter().filter(|(p, c)| p.len() >= 2 && *c > 0).map(|(p, _)| p.len() as u64).sum());
+            let symbols = counts.iter().filter(|(p, c)| p.len() >= 2 && *c > 0).map(|(p, _)| p.len() as u64).sum();
+            return Ok((symbols, 0));
         }
-        let chunks = replay_counts(counts, 0..SHARDS, &ranks, &Joins::of(replay), &segment_caches(), None)?;
-        Ok(chunks.iter().flat_map(|c| c.lens.iter()).map(|&len| len as u64).sum())
+        let tables = pair_tables();
+        let chunks = replay_counts(counts, 0..SHARDS, &ranks, &Joins::of(replay), &segment_caches(), Some(&tables))?;
+        let tables = tables.into_iter().map(|p| p.into_inner().unwrap_or_else(|e| e.into_inner())).collect();
+        let symbols = chunks.iter().flat_map(|c| c.lens.iter()).map(|&len| len as u64).sum();
+        Ok((symbols, PairTable::merged(tables).len() as u64))
     }
 
     /// `to_choose`: lay replayed pieces out cut for choosing that many merges (see `cut.rs`).
@@ -386,6 +391,12 @@ impl Trainer {
             }
         })?;
         Ok(())
+    }
+
+    /// Whether the pieces are laid out cut (see `cut.rs`).
+    #[cfg(test)]
+    pub(crate) fn is_cut(&self) -> bool {
+        self.cut.is_some()
     }
 
     /// Live symbols of all pieces with at least 2 (those that made a pair).
