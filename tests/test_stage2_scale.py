@@ -47,7 +47,7 @@ def test_stage2_on_long_repeated_and_distinct_lines_matches_python(
         assert len(got.merges) == 700
 
 
-def test_build_progress_reports_replay_and_index(tmp_path: Path) -> None:
+def test_build_progress_reports_replay_cut_and_index(tmp_path: Path) -> None:
     path = long_lines_corpus(tmp_path / "lines.txt")
     native = native_engine.NativeEngine()
     stage1 = native.train(native.count(path, get_pretokenizer("superbpe-stage1"), [EOT]), 100).merges
@@ -56,6 +56,10 @@ def test_build_progress_reports_replay_and_index(tmp_path: Path) -> None:
     native.train(counts, 200, replay=stage1, build_progress=lambda *report: seen.append(report))
     phases = [phase for phase, _, _ in seen]
     assert phases[0] == "replay" and phases[-1] == "index"
+    # Many rare pairs and few merges to choose: the replayed pieces are cut before they are indexed.
+    assert phases.index("cut") > phases.index("replay") and phases.index("cut") < phases.index("index")
+    cut = [(done, total) for phase, done, total in seen if phase == "cut"]
+    assert cut[0][0] == 0 and cut[-1][0] == cut[-1][1] > 0
     assert seen[-1][1] == seen[-1][2] > 0
     replay_done = [done for phase, done, total in seen if phase == "replay"]
     assert replay_done == sorted(replay_done) and replay_done[-1] == len(counts)

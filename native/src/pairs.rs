@@ -6,7 +6,7 @@
 //! fetched a few updates ahead; a general hash map, or a separate pass over the replayed chunks,
 //! cost a multiple of that.
 
-use crate::memory::prefetch;
+use crate::memory::{advise_huge, prefetch};
 
 /// A key's bits mixed, for table slots (pair keys are two small ids side by side).
 #[inline(always)]
@@ -29,8 +29,17 @@ pub struct PairTable {
 
 impl Default for PairTable {
     fn default() -> PairTable {
-        PairTable { slots: vec![(EMPTY, 0); 1 << 12], len: 0, pending: Vec::with_capacity(BATCH) }
+        PairTable { slots: empty_slots(1 << 12), len: 0, pending: Vec::with_capacity(BATCH) }
     }
+}
+
+/// `size` empty slots, on huge pages when large: every update lands on a random slot, and with
+/// small pages each was also a TLB miss.
+fn empty_slots(size: usize) -> Vec<(u64, i64)> {
+    let mut slots = Vec::with_capacity(size);
+    advise_huge(slots.as_ptr() as usize, size * std::mem::size_of::<(u64, i64)>());
+    slots.resize(size, (EMPTY, 0));
+    slots
 }
 
 impl PairTable {
@@ -87,7 +96,7 @@ impl PairTable {
 
     fn grow(&mut self) {
         let size = 2 * self.slots.len();
-        let old = std::mem::replace(&mut self.slots, vec![(EMPTY, 0); size]);
+        let old = std::mem::replace(&mut self.slots, empty_slots(size));
         self.len = 0;
         for (key, f) in old.into_iter().filter(|e| e.0 != EMPTY) {
             self.add(key, f);

@@ -33,7 +33,8 @@ def want_bars(enabled: bool | None) -> bool:
 
 
 BuildProgress = Callable[[str, int, int], None]
-"""``(phase, done, total)`` while a trainer builds its state (``replay`` in pieces, ``index`` in slots)."""
+"""``(phase, done, total)`` while a trainer builds its state (``replay`` in pieces, ``cut`` in replayed
+symbols when a stage's pieces are cut, ``index`` in slots)."""
 
 
 class Task:
@@ -134,6 +135,9 @@ class _LogReporter:
         log.info("%s in %s", self.line(rate, eta=False), _seconds(now - self.start))
 
 
+_BUILD_UNITS = {"replay": "pieces", "cut": "symbols"}
+
+
 def build_reporter(desc: str, on_done: Callable[[], None]) -> BuildProgress:
     """A :data:`BuildProgress` that logs each phase's progress with this process's RSS (at most every
     few seconds, and when a phase ends), and calls ``on_done`` when the last phase (``index``) ends."""
@@ -144,7 +148,7 @@ def build_reporter(desc: str, on_done: Callable[[], None]) -> BuildProgress:
         finished = done >= total
         if finished or now - last[0] >= _LOG_EVERY_SECONDS:
             last[0] = now
-            unit = "pieces" if phase == "replay" else "slots"
+            unit = _BUILD_UNITS.get(phase, "slots")
             share = f" ({100 * done / total:.0f}%)" if total else ""
             log.info(
                 "%s: %s %s/%s %s%s, RSS %.0f MB",

@@ -116,7 +116,8 @@ pub fn estimate(
     let width = if ChunkSyms::fits_narrow(256 + replay.len()) { 2 } else { 4 };
     let replayed = width * symbols + REPLAYED_PER_PIECE * pieces;
     let freed = if consume { counts.heap_bytes() } else { 0 };
-    let pairs = if step == 1 { sampled_pairs } else { distinct_pairs(&sample, sample_bytes, bytes, sampled_pairs, replay)? };
+    let pairs =
+        if step == 1 { sampled_pairs } else { distinct_pairs(&sample, sample_bytes, bytes, sampled_pairs, replay)? };
     let peak_bytes = if pairs < CUT_FROM_PAIRS {
         replayed.max(index.saturating_sub(freed))
     } else {
@@ -163,7 +164,8 @@ fn distinct_pairs(
         return Ok(sampled_pairs);
     }
     let power = if sampled_pairs > half_pairs && sample_bytes > half_bytes {
-        ((sampled_pairs as f64 / half_pairs as f64).ln() / (sample_bytes as f64 / half_bytes as f64).ln()).clamp(0.0, 1.0)
+        ((sampled_pairs as f64 / half_pairs as f64).ln() / (sample_bytes as f64 / half_bytes as f64).ln())
+            .clamp(0.0, 1.0)
     } else {
         0.0
     };

@@ -346,8 +346,11 @@ impl Trainer {
             release_free_memory();
             match (to_choose, pairs) {
                 (Some(n), Some(pairs)) => {
+                    let symbols: u64 = chunks.iter().flat_map(|c| c.lens.iter()).map(|&len| len as u64).sum();
+                    progress("cut", 0, symbols)?;
                     let tables = pairs.into_iter().map(|p| p.into_inner().unwrap_or_else(|e| e.into_inner())).collect();
-                    t.lay_out_cut(chunks, PairTable::merged(tables), n)?
+                    t.lay_out_cut(chunks, PairTable::merged(tables), n)?;
+                    progress("cut", symbols, symbols)?;
                 }
                 _ => t.lay_out_replayed(chunks)?,
             }
