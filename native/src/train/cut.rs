@@ -28,10 +28,10 @@ use rayon::prelude::*;
 
 use super::Trainer;
 use crate::bpe::{pair_key, Ranks};
-use crate::memory::prefetch;
+use crate::memory::{advise_huge, prefetch};
 use crate::pairs::spread;
 use crate::replay::{ChunkSyms, ReplayChunk};
-use crate::symbols::{Symbols, MAX_PIECE, MAX_SLOTS};
+use crate::symbols::{MAX_PIECE, MAX_SLOTS};
 
 /// θ is first the count of the pair at this many times the merges still to choose, by count.
 pub const HOT_PER_MERGE: usize = 2;
@@ -222,7 +222,12 @@ impl Distinct {
 
     fn grow(&mut self) {
         let size = (2 * self.slots.len()).max(1 << 12);
-        let old = std::mem::replace(&mut self.slots, vec![Slot::default(); size]);
+        // Each piece lands on a random slot of a table that outgrows the caches: huge pages spare
+        // each a TLB miss.
+        let mut slots = Vec::with_capacity(size);
+        advise_huge(slots.as_ptr() as usize, size * std::mem::size_of::<Slot>());
+        slots.resize(size, Slot::default());
+        let old = std::mem::replace(&mut self.slots, slots);
         let mask = size - 1;
         for e in old.into_iter().filter(|e| e.len != 0) {
             let mut i = e.hash as usize & mask;
@@ -333,23 +338,31 @@ impl Trainer {
         let tables = cut_pieces(&cut.originals, &hot);
         drop(hot);
         let rank = |l: u32, r: u32| ranks.get(&pair_key(l, r)).copied();
-        let merged: Vec<(Vec<Vec<u32>>, Vec<i64>)> = tables
-            .par_iter()
+        // Each thread's distinct pieces become one chunk, laid out like replay's (in parallel,
+        // without a vector per piece), the merges chosen so far applied.
+        let chunks: Vec<ReplayChunk> = tables
+            .into_par_iter()
             .map(|t| {
-                let (mut pieces, mut freq) = (Vec::new(), Vec::new());
+                let (mut lens, mut flat, mut counts) =
+                    (Vec::with_capacity(t.len), Vec::new(), Vec::with_capacity(t.len));
                 t.for_each(|syms, f| {
-                    let syms = if ranks.is_empty() { syms.to_vec() } else { crate::bpe::merge(syms.to_vec(), rank) };
-                    if syms.len() >= 2 {
-                        pieces.push(syms);
-                        freq.push(f);
+                    let at = flat.len();
+                    if ranks.is_empty() {
+                        flat.extend_from_slice(syms);
+                    } else {
+                        flat.extend(crate::bpe::merge(syms.to_vec(), rank));
+                    }
+                    if flat.len() - at >= 2 {
+                        lens.push((flat.len() - at) as u32);
+                        counts.push(f);
+                    } else {
+                        flat.truncate(at);
                     }
                 });
-                (pieces, freq)
+                ReplayChunk { lens, syms: ChunkSyms::Wide(flat), counts }
             })
             .collect();
-        drop(tables);
-        self.freq = merged.iter().flat_map(|m| m.1.iter().copied()).collect();
-        self.syms = Symbols::from_pieces(merged.iter().flat_map(|m| m.0.iter().map(|p| p.iter().copied())))?;
+        self.lay_out_replayed(chunks)?;
         self.cut_below = theta.max(0);
         if theta > 0 {
             self.cut = Some(cut);
