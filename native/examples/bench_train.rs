@@ -1,13 +1,13 @@
 //! CPU-time cost of the trainer phases on a corpus:
 //! `cargo run --release --example bench_train -- FILE NUM_MERGES [PATTERN_NAME [STAGE2_PATTERN_NAME TRANSITION]]`.
-//! With a stage-2 pattern it also times a SuperBPE stage 2: re-count with that pattern, replay the
-//! first TRANSITION merges (`with_replay`), then choose up to NUM_MERGES.
+//! With a stage-2 pattern it also times a SuperBPE stage 2: re-count with that pattern, build as a
+//! run does (`with_rules`: replay the first TRANSITION merges, cut), then choose up to NUM_MERGES.
 
 use _native::count::CountSpec;
 use _native::scan::{builtin_pattern, Splitter, ALL_BUILTINS};
 use _native::specials::Specials;
 use _native::tables::Counts;
-use _native::train::{Rules, Trainer};
+use _native::train::{Rules, Source, Trainer};
 
 fn cpu_seconds() -> f64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
@@ -42,10 +42,13 @@ fn superbpe(data: &[u8], spec1: &CountSpec, spec2: &CountSpec, transition: usize
     let replay: Vec<(Vec<u8>, Vec<u8>)> = stage1.merges().map(|(l, r)| (l.to_vec(), r.to_vec())).collect();
     let mut counts2 = Counts::default();
     let c2 = timed(&mut || spec2.count_docs(&[data], &mut counts2).unwrap());
-    let mut stage2 = None;
-    let r2 = timed(&mut || stage2 = Some(Trainer::with_replay(&counts2, &replay).unwrap()));
-    let mut stage2 = stage2.unwrap();
     let rules2 = Rules { max_words_per_token: Some(4), forbidden_substrings: vec![b": ".to_vec()], ..rules.clone() };
+    let mut stage2 = None;
+    let r2 = timed(&mut || {
+        let source = Source::Borrowed(&counts2);
+        stage2 = Some(Trainer::with_rules(source, &replay, &rules2, num_merges, &mut |_, _, _| Ok(())).unwrap())
+    });
+    let mut stage2 = stage2.unwrap();
     let t2 = timed(&mut || {
         stage2.choose(num_merges, &rules2, usize::MAX, |_| Ok::<_, ()>(false)).unwrap();
     });
