@@ -270,12 +270,13 @@ def test_encode_iterable_memory_stays_bounded(gpt2: Tokenizer) -> None:
 
 
 def test_uncuttable_stream_is_rescanned_rarely(gpt2: Tokenizer, monkeypatch: pytest.MonkeyPatch) -> None:
-    """One 2 MB line: the buffer is re-examined only when it doubles, so streaming stays linear."""
+    """One 2 MB word (no cut anywhere): the buffer is re-examined only when it doubles, so streaming stays
+    linear."""
     calls = []
     original = Tokenizer._stream_cut
     monkeypatch.setattr(Tokenizer, "_stream_cut", lambda self, buffer: calls.append(len(buffer)) or original(
         self, buffer))
-    chunks = ["one line that never ends " for _ in range(80_000)]
+    chunks = ["oneWordThatNeverEnds" for _ in range(100_000)]
     assert list(gpt2.encode_iterable(chunks)) == gpt2.encode("".join(chunks))
     assert 1 <= len(calls) <= 7
 
