@@ -3,6 +3,7 @@ encoding on both engines and every thread count; bad input fails in one line; th
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -204,13 +205,30 @@ def _threads_started(asked: list[int | None], env: dict[str, str]) -> dict[str, 
 @needs_native
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc")
 def test_batches_run_on_the_threads_asked_for() -> None:
-    """``threads=1`` starts no thread; ``threads=n`` runs a pool of n (kept for the next call of that size);
-    the default and the encoder's own pool follow ``RAYON_NUM_THREADS``."""
+    """``threads=1`` starts no thread; ``threads=n`` uses the calling thread and a pool of n - 1 helpers (kept
+    for the next call of that size); the default and the encoder's own pool follow ``RAYON_NUM_THREADS``."""
     env = {key: value for key, value in os.environ.items() if key != THREADS_ENV}
     counts = _threads_started([1, 3, 3, 1], {**env, THREADS_ENV: "2"})
     start, encoder = counts["start"], counts["encoder"]
     assert encoder == start + 2  # the encoder's own pool honours RAYON_NUM_THREADS
-    assert counts["after"] == [encoder, encoder + 3, encoder + 3, encoder + 3]
+    assert counts["after"] == [encoder, encoder + 2, encoder + 2, encoder + 2]
     counts = _threads_started([None], {**env, THREADS_ENV: "4"})
     assert counts["encoder"] == counts["start"] + 4
-    assert counts["after"] == [counts["encoder"] + 4]  # threads=None is RAYON_NUM_THREADS
+    assert counts["after"] == [counts["encoder"] + 3]  # threads=None is RAYON_NUM_THREADS
+
+
+def test_the_garbage_collector_is_left_as_it_was(
+    trained: tuple[dict[int, bytes], list[tuple[bytes, bytes]]], documents: list[str]
+) -> None:
+    """The native engine pauses the collector while it makes lists; it must leave it as it found it."""
+    for tok in tokenizers(trained):
+        for threads in (1, 2):
+            assert gc.isenabled()
+            tok.encode_batch(documents, threads)
+            assert gc.isenabled()
+            gc.disable()
+            try:
+                tok.encode_batch(documents, threads)
+                assert not gc.isenabled()
+            finally:
+                gc.enable()

@@ -1,9 +1,8 @@
 //! The rank-based encoder, its ids handed out as shared int objects or packed buffers.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-
-use rayon::prelude::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
 
 use super::*;
 
@@ -101,25 +100,18 @@ impl NativeEncoder {
         specials: Vec<(Vec<u8>, u32)>,
         threads: usize,
     ) -> PyResult<Bound<'py, PyList>> {
-        let blocks = self.encode_blocks(py, &texts, specials, threads)?;
-        let len = pyo3::ffi::Py_ssize_t::try_from(texts.len()).map_err(|e| PyValueError::new_err(e.to_string()))?;
-        // SAFETY: as in `ids_list`: a new list whose every slot is set once with a new reference.
-        unsafe {
-            let outer = pyo3::ffi::PyList_New(len);
-            if outer.is_null() {
-                return Err(PyErr::fetch(py));
-            }
-            let outer = Bound::from_owned_ptr(py, outer).cast_into_unchecked::<PyList>();
-            let mut index: pyo3::ffi::Py_ssize_t = 0;
-            for block in &blocks {
-                for ids in block.texts() {
-                    let list = ids_list(py, ids, &self.id_objects)?;
-                    pyo3::ffi::PyList_SET_ITEM(outer.as_ptr(), index, list.into_ptr());
-                    index += 1;
-                }
-            }
-            Ok(outer)
+        if threads == 0 {
+            return Err(PyValueError::new_err("threads must be at least 1"));
         }
+        let mut lists = ListBuilder::new(py, texts.len(), &self.id_objects)?;
+        if threads == 1 {
+            for block in self.encode_blocks(py, &texts, specials, 1)? {
+                lists.push(&block)?;
+            }
+            return Ok(lists.finish());
+        }
+        self.encode_lists_overlapped(py, &texts, SpecialIds::new(specials), threads, &mut lists)?;
+        Ok(lists.finish())
     }
 
     /// As `encode_texts`, into one flat buffer of little-endian ids (`dtype` "uint16" or
@@ -283,8 +275,8 @@ impl NativeEncoder {
         Ok(fresh)
     }
 
-    /// Encode `texts` block by block with the GIL released: on the calling thread for
-    /// `threads` 1, else on a pool of `threads`. An error names the first text that fails.
+    /// Encode `texts` block by block with the GIL released, on the calling thread and
+    /// `threads - 1` helpers. An error names the first text that fails.
     fn encode_blocks(
         &self,
         py: Python<'_>,
@@ -292,32 +284,274 @@ impl NativeEncoder {
         specials: Vec<(Vec<u8>, u32)>,
         threads: usize,
     ) -> PyResult<Vec<Block>> {
-        if threads == 0 {
-            return Err(PyValueError::new_err("threads must be at least 1"));
-        }
-        let pool = if threads > 1 { Some(self.sized_pool(threads)?) } else { None };
-        let inner = &self.inner;
+        let helpers = self.helpers(threads)?;
+        let specials = SpecialIds::new(specials);
+        let work = Work::new(&self.inner, &specials, texts);
         run_detached(py, || {
-            let specials = SpecialIds::new(specials);
-            let ranges = block_ranges(texts);
-            let encode = |range: &std::ops::Range<usize>| -> Result<Block, NativeError> {
-                let bytes: usize = texts[range.clone()].iter().map(|t| t.len()).sum();
-                let mut block = Block { ids: Vec::with_capacity(bytes / 3 + 1), ends: Vec::with_capacity(range.len()) };
-                for i in range.clone() {
-                    specials
-                        .encode(inner, texts[i].as_bytes(), &mut block.ids)
-                        .map_err(|e| NativeError::Msg(format!("texts[{i}]: {e}")))?;
-                    block.ends.push(block.ids.len());
+            let mut results = Results::new(work.ranges.len());
+            let Some(pool) = helpers else {
+                while let Some((i, block)) = work.next() {
+                    results.add(i, block);
                 }
-                Ok(block)
+                return results.into_blocks().map_err(NativeError::Msg);
             };
-            match pool {
-                // collect() into a Result stops at an error; the blocks keep their order, so
-                // the error reported is that of the first failing block.
-                Some(pool) => pool.install(|| ranges.par_iter().map(encode).collect()),
-                None => ranges.iter().map(encode).collect(),
-            }
+            pool.in_place_scope(|scope| {
+                let receiver = work.start_helpers(scope, pool.current_num_threads());
+                while let Some((i, block)) = work.next() {
+                    results.add(i, block);
+                }
+                for (i, block) in receiver {
+                    results.add(i, block);
+                }
+            });
+            results.into_blocks().map_err(NativeError::Msg)
         })
+    }
+
+    /// Lists of ids for `threads` > 1. Making Python objects needs the GIL, so only this thread
+    /// can build the lists; it does so for each block as soon as the blocks before it are built,
+    /// and encodes a block itself (GIL released) whenever the next one is not ready yet, while
+    /// `threads - 1` helpers encode. So the building overlaps the encoding, and `threads`
+    /// threads are busy in all.
+    fn encode_lists_overlapped(
+        &self,
+        py: Python<'_>,
+        texts: &[PyBackedStr],
+        specials: SpecialIds,
+        threads: usize,
+        lists: &mut ListBuilder<'_, '_>,
+    ) -> PyResult<()> {
+        let Some(pool) = self.helpers(threads)? else {
+            return Err(PyValueError::new_err("overlapped building needs more than one thread"));
+        };
+        let work = Work::new(&self.inner, &specials, texts);
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            pool.in_place_scope(|scope| -> PyResult<()> {
+                let mut receiver = work.start_helpers(scope, pool.current_num_threads());
+                let mut results = Results::new(work.ranges.len());
+                let mut built = 0;
+                let mut encoding = true; // blocks may be left to claim
+                loop {
+                    while let Ok((i, block)) = receiver.try_recv() {
+                        results.add(i, block);
+                    }
+                    if results.error.is_none() {
+                        while let Some(block) = results.take(built) {
+                            lists.push(&block)?;
+                            built += 1;
+                        }
+                    }
+                    if built == results.waiting.len() {
+                        return Ok(());
+                    }
+                    if encoding {
+                        match py.detach(|| work.next()) {
+                            Some((i, block)) => results.add(i, block),
+                            None => encoding = false,
+                        }
+                        continue;
+                    }
+                    let received;
+                    (receiver, received) = py.detach(move || {
+                        let received = receiver.recv();
+                        (receiver, received)
+                    });
+                    match received {
+                        Ok((i, block)) => results.add(i, block),
+                        Err(_) => break, // every helper is done
+                    }
+                }
+                match results.error {
+                    Some((_, e)) => Err(PyValueError::new_err(e)),
+                    None => Err(PyRuntimeError::new_err("a block of the batch was never encoded")),
+                }
+            })
+        }));
+        outcome.unwrap_or_else(|panic| {
+            Err(PyRuntimeError::new_err(format!("native engine panicked: {}", panic_message(&panic))))
+        })
+    }
+
+    /// The pool of helpers for `threads` (the calling thread is one of them): None for one.
+    fn helpers(&self, threads: usize) -> PyResult<Option<Arc<rayon::ThreadPool>>> {
+        match threads {
+            0 => Err(PyValueError::new_err("threads must be at least 1")),
+            1 => Ok(None),
+            n => self.sized_pool(n - 1).map(Some),
+        }
+    }
+}
+
+/// A batch cut into blocks, handed out one at a time to whichever thread asks next.
+struct Work<'a> {
+    inner: &'a Encoder,
+    specials: &'a SpecialIds,
+    texts: &'a [PyBackedStr],
+    ranges: Vec<std::ops::Range<usize>>,
+    claimed: AtomicUsize,
+    /// The lowest block that failed: later ones are not started, earlier ones still run, so the
+    /// error reported is that of the first failing text, as on one thread.
+    first_failed: AtomicUsize,
+}
+
+type Encoded = (usize, Result<Block, String>);
+
+impl<'a> Work<'a> {
+    fn new(inner: &'a Encoder, specials: &'a SpecialIds, texts: &'a [PyBackedStr]) -> Self {
+        let ranges = block_ranges(texts);
+        Work {
+            inner,
+            specials,
+            texts,
+            ranges,
+            claimed: AtomicUsize::new(0),
+            first_failed: AtomicUsize::new(usize::MAX),
+        }
+    }
+
+    /// Claim the next block and encode it; None when every block is claimed (or all that are
+    /// left come after a failed one).
+    fn next(&self) -> Option<Encoded> {
+        let i = self.claimed.fetch_add(1, Ordering::Relaxed);
+        if i >= self.ranges.len() || i > self.first_failed.load(Ordering::Relaxed) {
+            return None;
+        }
+        let block = encode_range(self.inner, self.specials, self.texts, self.ranges[i].clone());
+        if block.is_err() {
+            self.first_failed.fetch_min(i, Ordering::Relaxed);
+        }
+        Some((i, block))
+    }
+
+    /// `helpers` tasks on the scope's pool, each encoding blocks until none is left; their
+    /// blocks arrive on the receiver, which ends when they all have.
+    fn start_helpers<'scope>(&'scope self, scope: &rayon::Scope<'scope>, helpers: usize) -> mpsc::Receiver<Encoded>
+    where
+        'a: 'scope,
+    {
+        let (sender, receiver) = mpsc::channel();
+        for _ in 0..helpers {
+            let sender = sender.clone();
+            scope.spawn(move |_| {
+                while let Some(encoded) = self.next() {
+                    if sender.send(encoded).is_err() {
+                        return; // the caller stopped listening (it failed)
+                    }
+                }
+            });
+        }
+        receiver
+    }
+}
+
+/// Blocks as they arrive, in any order, and the failure of the lowest block.
+struct Results {
+    waiting: Vec<Option<Block>>,
+    error: Option<(usize, String)>,
+}
+
+impl Results {
+    fn new(blocks: usize) -> Results {
+        Results { waiting: (0..blocks).map(|_| None).collect(), error: None }
+    }
+
+    fn add(&mut self, i: usize, block: Result<Block, String>) {
+        match block {
+            Ok(block) => self.waiting[i] = Some(block),
+            Err(e) if self.error.as_ref().is_none_or(|(at, _)| i < *at) => self.error = Some((i, e)),
+            Err(_) => {}
+        }
+    }
+
+    /// Block `i`, if it has arrived (and was not taken before).
+    fn take(&mut self, i: usize) -> Option<Block> {
+        self.waiting.get_mut(i).and_then(Option::take)
+    }
+
+    /// Every block in order, or the first failure.
+    fn into_blocks(self) -> Result<Vec<Block>, String> {
+        if let Some((_, e)) = self.error {
+            return Err(e);
+        }
+        self.waiting
+            .into_iter()
+            .map(|b| b.ok_or_else(|| "a block of the batch was never encoded".to_string()))
+            .collect()
+    }
+}
+
+/// The ids of the texts in `range`, special tokens cut out, as one block.
+fn encode_range(
+    inner: &Encoder,
+    specials: &SpecialIds,
+    texts: &[PyBackedStr],
+    range: std::ops::Range<usize>,
+) -> Result<Block, String> {
+    let bytes: usize = texts[range.clone()].iter().map(|t| t.len()).sum();
+    let mut block = Block { ids: Vec::with_capacity(bytes / 3 + 1), ends: Vec::with_capacity(range.len()) };
+    for i in range {
+        specials.encode(inner, texts[i].as_bytes(), &mut block.ids).map_err(|e| format!("texts[{i}]: {e}"))?;
+        block.ends.push(block.ids.len());
+    }
+    Ok(block)
+}
+
+/// The outer list of `encode_texts`, filled block by block with one list of ids per text.
+struct ListBuilder<'py, 'a> {
+    py: Python<'py>,
+    outer: Bound<'py, PyList>,
+    filled: usize,
+    objects: &'a [Py<PyAny>],
+}
+
+impl<'py, 'a> ListBuilder<'py, 'a> {
+    fn new(py: Python<'py>, len: usize, objects: &'a [Py<PyAny>]) -> PyResult<Self> {
+        let size = pyo3::ffi::Py_ssize_t::try_from(len).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        // SAFETY: PyList_New returns a new list (or NULL with an exception set); `push` sets each
+        // slot once, in order, and a list dropped before it is full holds NULLs, which CPython's
+        // list deallocation skips.
+        let outer = unsafe {
+            let list = pyo3::ffi::PyList_New(size);
+            if list.is_null() {
+                return Err(PyErr::fetch(py));
+            }
+            Bound::from_owned_ptr(py, list).cast_into_unchecked::<PyList>()
+        };
+        Ok(ListBuilder { py, outer, filled: 0, objects })
+    }
+
+    /// A list of ids for each text of `block`, in the next slots.
+    ///
+    /// The cyclic garbage collector is paused meanwhile: every new list counts towards its next
+    /// run, and its runs kept walking the lists already made (lists of ints, which can hold no
+    /// cycle), which cost as much as the encoding. It is on again once the block is in.
+    fn push(&mut self, block: &Block) -> PyResult<()> {
+        // SAFETY: a plain call of the C API with the GIL held.
+        let collecting = unsafe { pyo3::ffi::PyGC_Disable() } == 1;
+        let mut result = Ok(());
+        for ids in block.texts() {
+            let list = match ids_list(self.py, ids, self.objects) {
+                Ok(list) => list,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            };
+            // SAFETY: `filled` < the list's length (one slot per text) and each slot is set once.
+            unsafe {
+                pyo3::ffi::PyList_SET_ITEM(self.outer.as_ptr(), self.filled as pyo3::ffi::Py_ssize_t, list.into_ptr())
+            };
+            self.filled += 1;
+        }
+        if collecting {
+            // SAFETY: as above; it was on before this block.
+            unsafe { pyo3::ffi::PyGC_Enable() };
+        }
+        result
+    }
+
+    fn finish(self) -> Bound<'py, PyList> {
+        self.outer
     }
 }
 

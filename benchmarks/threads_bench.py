@@ -1,0 +1,179 @@
+"""``python benchmarks/threads_bench.py {batch,corpus,stream} ...``: what threads buy in encoding, measured
+one thread count against another within the same minutes.
+
+- ``batch TOKENIZER TEXT``: ``Tokenizer.encode_batch`` (lists) and ``encode_batch_flat`` (arrays) of about
+  ``--mb`` MB of short documents (the text's lines cut into sentences of about 140 bytes), with
+  ``threads=1`` and ``threads=2`` (``--threads``) interleaved, ``--rounds`` times each.
+- ``corpus TOKENIZER CORPUS``: ``encode_corpus`` (what ``superbpe-encode`` runs, tokenizer load included)
+  with ``workers=1`` and ``workers=2`` interleaved; every output must be byte-identical.
+- ``stream TOKENIZER TEXT``: ``encode_iterable`` over ``--mb`` MB of the text's lines (repeated), with the
+  peak of Python memory (tracemalloc) and of RSS above the start.
+
+``TOKENIZER`` is a tokenizer directory (``Tokenizer.load``). Each row is printed as JSON with the load
+average at its end: on a shared machine a ratio means something only next to the load it was taken under.
+Other work on the machine slows both sides of an interleaved pair alike, which is why pairs are compared,
+and the best and median of the rounds are both given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import gzip
+import json
+import os
+import statistics
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from superbpe.api.tokenizer import Tokenizer
+from superbpe.jobs.encode import encode_corpus
+
+
+def read_text(path: Path) -> str:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as handle:
+        return handle.read()
+
+
+def short_documents(text: str, total: int, size: int = 140) -> list[str]:
+    """About ``total`` bytes of documents of about ``size`` bytes: lines cut after the first sentence
+    end (" . ") past ``size``, repeated with a counter in front once the text runs out."""
+    pieces: list[str] = []
+    for line in text.splitlines(keepends=True):
+        while len(line) > 2 * size and (end := line.find(" . ", size)) != -1:
+            pieces.append(line[: end + 3])
+            line = line[end + 3 :]
+        pieces.append(line)
+    documents: list[str] = []
+    filled = round_number = 0
+    while filled < total:
+        for piece in pieces:
+            document = piece if round_number == 0 else f"{round_number} {piece}"
+            documents.append(document)
+            filled += len(document.encode("utf-8"))
+            if filled >= total:
+                break
+        round_number += 1
+    return documents
+
+
+def timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def compare(label: str, runs: dict[int, Callable[[], object]], rounds: int, extra: dict[str, object]) -> None:
+    """Time each run ``rounds`` times, interleaved, and print the times and the ratios to the first."""
+    times: dict[int, list[float]] = {count: [] for count in runs}
+    for _ in range(rounds):
+        for count, run in runs.items():
+            times[count].append(timed(run))
+    first = next(iter(runs))
+    row: dict[str, object] = {"what": label, **extra}
+    for count, values in times.items():
+        row[f"{count}_seconds"] = [round(v, 3) for v in values]
+        if count != first:
+            row[f"best_{first}_over_{count}"] = round(min(times[first]) / min(values), 2)
+            row[f"median_{first}_over_{count}"] = round(
+                statistics.median(times[first]) / statistics.median(values), 2
+            )
+    row["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    print(json.dumps(row), flush=True)
+
+
+def bench_batch(args: argparse.Namespace) -> None:
+    tok = Tokenizer.load(args.tokenizer)
+    documents = short_documents(read_text(args.text), int(args.mb * 1e6))
+    size = sum(len(d.encode("utf-8")) for d in documents)
+    extra = {"documents": len(documents), "mb": round(size / 1e6, 2), "mean_bytes": round(size / len(documents))}
+    tok.encode_batch(documents[:20_000], threads=1)  # the piece cache warm for both sides
+    counts = [1, *args.threads]
+    compare("encode_batch", {n: lambda n=n: tok.encode_batch(documents, n) for n in counts}, args.rounds, extra)
+    compare(
+        "encode_batch_flat",
+        {n: lambda n=n: tok.encode_batch_flat(documents, n) for n in counts},
+        args.rounds,
+        extra,
+    )
+
+
+def bench_corpus(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as scratch:
+        outputs: dict[int, Path] = {}
+
+        def run(workers: int) -> None:
+            outputs[workers] = Path(scratch) / f"w{workers}.bin"
+            encode_corpus(args.tokenizer, args.corpus, outputs[workers], workers=workers, progress=False)
+
+        counts = [1, *args.threads]
+        size = args.corpus.stat().st_size
+        compare("encode_corpus", {n: lambda n=n: run(n) for n in counts}, args.rounds, {"mb": round(size / 1e6, 1)})
+        contents = {outputs[n].read_bytes() for n in counts}
+        if len(contents) != 1:
+            raise SystemExit("the token files differ between worker counts")
+
+
+def bench_stream(args: argparse.Namespace) -> None:
+    tok = Tokenizer.load(args.tokenizer)
+    lines = read_text(args.text).splitlines(keepends=True)
+    total = int(args.mb * 1e6)
+
+    def stream() -> Iterator[str]:
+        sent = 0
+        while sent < total:
+            for line in lines:
+                sent += len(line)
+                yield line
+
+    def rss() -> int:
+        with open("/proc/self/statm") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    start_rss = peak_rss = rss()
+    tracemalloc.start()
+    start = time.perf_counter()
+    ids = tok.encode_iterable(stream())
+    count = 0
+    while batch := collections.deque(_take(ids, 1 << 20)):
+        count += len(batch)
+        peak_rss = max(peak_rss, rss())
+    seconds = time.perf_counter() - start
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    row = {
+        "what": "encode_iterable",
+        "mb": args.mb,
+        "ids": count,
+        "seconds": round(seconds, 2),
+        "tracemalloc_peak_mb": round(peak / 1e6, 2),
+        "rss_growth_mb": round((peak_rss - start_rss) / 1e6, 1),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
+    print(json.dumps(row), flush=True)
+
+
+def _take(ids: Iterator[int], n: int) -> Iterator[int]:
+    for _, token in zip(range(n), ids, strict=False):
+        yield token
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("mode", choices=["batch", "corpus", "stream"])
+    parser.add_argument("tokenizer", type=Path)
+    parser.add_argument("source", type=Path, help="the text (batch, stream) or corpus (corpus)")
+    parser.add_argument("--mb", type=float, default=8.0, help="MB of documents (batch) or of stream")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, nargs="+", default=[2], help="counts compared with 1")
+    args = parser.parse_args()
+    args.text = args.corpus = args.source
+    {"batch": bench_batch, "corpus": bench_corpus, "stream": bench_stream}[args.mode](args)
+
+
+if __name__ == "__main__":
+    main()
