@@ -90,10 +90,11 @@ def bench_batch(args: argparse.Namespace) -> None:
     tok = Tokenizer.load(args.tokenizer)
     documents = short_documents(read_text(args.text), int(args.mb * 1e6))
     size = sum(len(d.encode("utf-8")) for d in documents)
-    extra = {"documents": len(documents), "mb": round(size / 1e6, 2), "mean_bytes": round(size / len(documents))}
+    extra = {"documents": len(documents), "mb": round(size / 1e6, 2), "mean_bytes": size // len(documents)}
     tok.encode_batch(documents[:20_000], threads=1)  # the piece cache warm for both sides
     counts = [1, *args.threads]
-    compare("encode_batch", {n: lambda n=n: tok.encode_batch(documents, n) for n in counts}, args.rounds, extra)
+    lists = {n: lambda n=n: tok.encode_batch(documents, n) for n in counts}
+    compare("encode_batch", lists, args.rounds, extra)
     compare(
         "encode_batch_flat",
         {n: lambda n=n: tok.encode_batch_flat(documents, n) for n in counts},
@@ -112,7 +113,8 @@ def bench_corpus(args: argparse.Namespace) -> None:
 
         counts = [1, *args.threads]
         size = args.corpus.stat().st_size
-        compare("encode_corpus", {n: lambda n=n: run(n) for n in counts}, args.rounds, {"mb": round(size / 1e6, 1)})
+        runs = {n: lambda n=n: run(n) for n in counts}
+        compare("encode_corpus", runs, args.rounds, {"mb": round(size / 1e6, 1)})
         contents = {outputs[n].read_bytes() for n in counts}
         if len(contents) != 1:
             raise SystemExit("the token files differ between worker counts")
