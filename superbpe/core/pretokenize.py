@@ -130,6 +130,22 @@ class Pretokenizer:
         found = _STREAM_CUTS[self._builtin].search(text, cut)
         return found.start() if found else cut
 
+    def first_local_cut(self, text: str, start: int = 0) -> int:
+        """The first position ``p >= start`` (``0 < p <= len(text)``) that a built-in pattern's rules, or a
+        line end with line units, make a cut from the characters around it alone; -1 when there is none (or
+        the pattern is a custom one).
+
+        What precedes ``text`` and what follows it cannot matter: the rules read only the few characters
+        around ``p``, so a window of a longer text finds cuts of the longer text. Chunks of a file are cut
+        here when it has no safe cut (``core/sources.py``).
+        """
+        cuts = []
+        if self.line_units and (end := text.find("\n", max(start - 1, 0))) != -1:
+            cuts.append(end + 1)
+        if self._builtin is not None and (found := _LOCAL_CUTS[self._builtin].search(text, max(start, 1))):
+            cuts.append(found.start())
+        return min(cuts, default=-1)
+
     def _custom_cut(self, text: str) -> int:
         """A cut for a custom pattern, under an assumption about it: no match attempt (lookarounds included)
         reads more than :data:`CUSTOM_REACH` characters on from where it starts, behind or ahead.
@@ -206,6 +222,7 @@ STREAM_CUT_RULES: dict[str, str] = {
     "superbpe-paper": r"(?<=\p{N})(?=\P{N})",
 }
 _STREAM_CUTS = {name: regex.compile(f"(?r){rule}") for name, rule in STREAM_CUT_RULES.items()}
+_LOCAL_CUTS = {name: regex.compile(rule) for name, rule in STREAM_CUT_RULES.items()}
 
 
 def isolated_split(compiled: regex.Pattern[str], text: str) -> list[str]:

@@ -159,7 +159,10 @@ def encode_corpus(
         ):
             for path in paths:
                 line_cuts = tokenizer.pretokenizer.safe_cuts_hold
-                chunks = iter_chunks(path, tokenizer.special_tokens, chunk_bytes, line_cuts=line_cuts)
+                chunks = iter_chunks(
+                    path, tokenizer.special_tokens, chunk_bytes, line_cuts=line_cuts,
+                    pretokenizer=tokenizer.pretokenizer,
+                )  # fmt: skip
                 args = (str(directory), engine, compat, separator_id, text_field, errors, dtype.name)
                 open_document = False
                 for chunk, (ids, ended) in _encoded(chunks, encoder, n_workers, args):
@@ -415,8 +418,9 @@ def encode_shard(
         last: int | None = None
         with open(temp, "wb") as handle:
             for chunk in shard_chunks(
-                shard, specials, chunk_bytes, line_cuts=line_cuts, first_line=first_line
-            ):
+                shard, specials, chunk_bytes, line_cuts=line_cuts, first_line=first_line,
+                pretokenizer=tokenizer.pretokenizer,
+            ):  # fmt: skip
                 ids, ended = encoder.encode(chunk)
                 if len(ids):
                     last = int(ids[-1])

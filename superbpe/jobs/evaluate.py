@@ -157,7 +157,9 @@ def evaluate(
         add_chunks(
             tally,
             tokenizer,
-            iter_chunks(path, specials, EVAL_CHUNK_BYTES, line_cuts=line_cuts),
+            iter_chunks(
+                path, specials, EVAL_CHUNK_BYTES, line_cuts=line_cuts, pretokenizer=tokenizer.pretokenizer
+            ),
             separator,
             errors,
             text_field,
@@ -292,7 +294,10 @@ def evaluate_shard(
 
     def tally(first_line: int) -> Tally:
         result = Tally(open_document=None)
-        chunks = shard_chunks(shard, specials, EVAL_CHUNK_BYTES, line_cuts=line_cuts, first_line=first_line)
+        chunks = shard_chunks(
+            shard, specials, EVAL_CHUNK_BYTES, line_cuts=line_cuts, first_line=first_line,
+            pretokenizer=tokenizer.pretokenizer,
+        )  # fmt: skip
         add_chunks(result, tokenizer, chunks, separator, errors, text_field)
         if shard.last_of_file:
             result.end_document()
