@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -232,3 +233,19 @@ def test_the_garbage_collector_is_left_as_it_was(
                 assert not gc.isenabled()
             finally:
                 gc.enable()
+
+
+def test_batches_from_several_python_threads_at_once(
+    trained: tuple[dict[int, bytes], list[tuple[bytes, bytes]]], documents: list[str]
+) -> None:
+    """Calls on one tokenizer from several threads (each with helpers of its own size, or none) agree with
+    a call made alone: the encoder and its kept pool are shared safely."""
+    for tok in tokenizers(trained):
+        expected = tok.encode_batch(documents, 1)
+        with ThreadPoolExecutor(4) as pool:
+            futures = [pool.submit(tok.encode_batch, documents, threads) for threads in (1, 2, 3, 2, 1, 3)]
+            flat = [pool.submit(tok.encode_batch_flat, documents, threads) for threads in (2, 3)]
+            assert all(future.result() == expected for future in futures)
+            for future in flat:
+                ids, offsets = future.result()
+                assert [ids[a:b].tolist() for a, b in zip(offsets, offsets[1:], strict=False)] == expected
