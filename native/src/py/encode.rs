@@ -12,8 +12,9 @@ pub struct NativeEncoder {
     inner: Encoder,
     /// The pool of `encode_batch` and `encode_array`, sized when the encoder is made.
     pool: rayon::ThreadPool,
-    /// The pool of the last `encode_texts*` call with more than one thread, kept with its size:
-    /// starting threads costs more than encoding a small batch, and callers keep one count.
+    /// The helpers (`threads - 1` threads) of the last `encode_texts*` call with more than one
+    /// thread, kept with their number: starting threads costs more than encoding a small batch,
+    /// and callers keep to one count.
     sized_pool: Mutex<Option<(usize, Arc<rayon::ThreadPool>)>>,
     /// One Python int per id (ids are dense in practice): a result list then holds new
     /// references to these instead of a fresh int object per token, which made building the
@@ -262,7 +263,7 @@ fn block_ranges(texts: &[PyBackedStr]) -> Vec<std::ops::Range<usize>> {
 }
 
 impl NativeEncoder {
-    /// A pool of `threads` threads (> 1), the one kept from the last call when its size fits.
+    /// A pool of `threads` threads, the one kept from the last call when its size fits.
     fn sized_pool(&self, threads: usize) -> PyResult<Arc<rayon::ThreadPool>> {
         let mut kept = self.sized_pool.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((size, pool)) = kept.as_ref() {
