@@ -5,7 +5,8 @@ one thread count against another within the same minutes.
   ``--mb`` MB of short documents (the text's lines cut into sentences of about 140 bytes), with
   ``threads=1`` and ``threads=2`` (``--threads``) interleaved, ``--rounds`` times each.
 - ``corpus TOKENIZER CORPUS``: ``encode_corpus`` (what ``superbpe-encode`` runs, tokenizer load included)
-  with ``workers=1`` and ``workers=2`` interleaved; every output must be byte-identical.
+  with ``workers=1`` and ``workers=2`` interleaved (every output must be byte-identical), then its
+  encoding phase alone (the tokenizer loaded once; the load is a serial part of the whole).
 - ``stream TOKENIZER TEXT``: ``encode_iterable`` over ``--mb`` MB of the text's lines (repeated), with the
   peak of Python memory (tracemalloc) and of RSS above the start.
 
@@ -30,7 +31,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from superbpe.api.tokenizer import Tokenizer
-from superbpe.jobs.encode import encode_corpus
+from superbpe.core.sources import iter_chunks
+from superbpe.formats.token_files import token_dtype
+from superbpe.jobs.encode import ChunkEncoder, encode_corpus
+from superbpe.jobs.executors import threads_in_order
 
 
 def read_text(path: Path) -> str:
@@ -104,20 +108,47 @@ def bench_batch(args: argparse.Namespace) -> None:
 
 
 def bench_corpus(args: argparse.Namespace) -> None:
+    """The whole ``encode_corpus`` (tokenizer load included), then its encoding phase alone: the same
+    chunks, ``ChunkEncoder`` and ``threads_in_order`` with the tokenizer loaded once, nothing written."""
+    compat = args.compat
+    separator = None if compat else "<|endoftext|>"
+    size = args.corpus.stat().st_size
+    counts = [1, *args.threads]
     with tempfile.TemporaryDirectory() as scratch:
         outputs: dict[int, Path] = {}
 
         def run(workers: int) -> None:
             outputs[workers] = Path(scratch) / f"w{workers}.bin"
-            encode_corpus(args.tokenizer, args.corpus, outputs[workers], workers=workers, progress=False)
+            encode_corpus(
+                args.tokenizer, args.corpus, outputs[workers], workers=workers, progress=False,
+                compat=compat, separator=separator,
+            )  # fmt: skip
 
-        counts = [1, *args.threads]
-        size = args.corpus.stat().st_size
         runs = {n: lambda n=n: run(n) for n in counts}
         compare("encode_corpus", runs, args.rounds, {"mb": round(size / 1e6, 1)})
         contents = {outputs[n].read_bytes() for n in counts}
         if len(contents) != 1:
             raise SystemExit("the token files differ between worker counts")
+    start = time.perf_counter()
+    tok = Tokenizer.load(args.tokenizer, compat=compat)
+    load = time.perf_counter() - start
+    separator_id = None if separator is None else tok.token_to_id(separator)
+    encoder = ChunkEncoder(tok, separator_id, "text", "strict", token_dtype(tok.vocab))
+
+    def phase(workers: int) -> None:
+        chunks = iter_chunks(
+            args.corpus, tok.special_tokens, 1 << 20, line_cuts=tok.pretokenizer.safe_cuts_hold,
+            pretokenizer=tok.pretokenizer,
+        )  # fmt: skip
+        if workers == 1:
+            for chunk in chunks:
+                encoder.encode(chunk)
+        else:
+            for _ in threads_in_order(encoder.encode, chunks, workers):
+                pass
+
+    extra = {"mb": round(size / 1e6, 1), "tokenizer_load_seconds": round(load, 2)}
+    compare("encode_corpus_encoding_phase", {n: lambda n=n: phase(n) for n in counts}, args.rounds, extra)
 
 
 def bench_stream(args: argparse.Namespace) -> None:
@@ -167,6 +198,7 @@ def main() -> None:
     parser.add_argument("--mb", type=float, default=8.0, help="MB of documents (batch) or of stream")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, nargs="+", default=[2], help="counts compared with 1")
+    parser.add_argument("--compat", default=None, help="corpus: the load's compat (official: no separator)")
     args = parser.parse_args()
     args.text = args.corpus = args.source
     {"batch": bench_batch, "corpus": bench_corpus, "stream": bench_stream}[args.mode](args)
