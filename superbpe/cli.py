@@ -251,6 +251,7 @@ def _evaluate(cfg: DictConfig) -> None:
             engine=args.engine.name,
             executor=args.executor,
             compat=args.compat,
+            workers=args.workers,
         )
         if args.output:
             atomic_write_text(Path(args.output), json.dumps(result.to_json(), indent=2) + "\n")

@@ -8,10 +8,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
+import superbpe.core.sources as sources_module
 from superbpe.core.counts import PieceCounts
 from superbpe.core.errors import InputError, SuperBPEError
-from superbpe.core.pretokenize import Pretokenizer, get_pretokenizer
+from superbpe.core.pretokenize import PATTERNS, Pretokenizer, SpecialSplitter, get_pretokenizer
 from superbpe.core.sources import iter_chunks, resolve_inputs
 from superbpe.engines.python_count import count_pieces
 
@@ -55,6 +58,50 @@ def test_chunks_cut_only_at_special_tokens_or_safe_cuts(sample_texts: Path) -> N
     assert len(chunks) > 10
     for chunk in chunks[1:]:
         assert chunk.data.startswith(EOT.encode()) or chunk.data[:1] not in b" \t\n\r"
+
+
+_chunk_parts = st.sampled_from(["a", "b", " ", "  ", "\n", " \n", "\n ", "1", "12", "'s", ".", "/", "\t",
+                                "\u00e9", "\u3000", EOT, "<| 1 |>"])
+
+
+@pytest.mark.parametrize("line_units", [False, True])
+@pytest.mark.parametrize("name", sorted(PATTERNS))
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(parts=st.lists(_chunk_parts, max_size=60), size=st.integers(1, 40), window=st.integers(4, 40))
+@example(parts=["a", "<| 1 |>", "b"], size=3, window=8)  # a chunk would begin inside the special
+def test_chunks_with_the_pretokenizers_cuts_keep_every_piece(
+    tmp_path: Path, name: str, line_units: bool, parts: list[str], size: int, window: int
+) -> None:
+    """A file cut with its pre-tokenizer's cuts (here after a few bytes without a safe cut): every chunk's
+    stretches between special tokens split into the pieces of the whole file's stretches."""
+    pre = get_pretokenizer(name, line_units=line_units)
+    specials = [EOT, "<| 1 |>"]  # the rules would cut inside the second
+    splitter = SpecialSplitter(specials)
+    text = "".join(parts)
+    path = tmp_path / "t.txt"
+    path.write_text(text, encoding="utf-8")
+    original = sources_module.LOCAL_CUT_WINDOW
+    sources_module.LOCAL_CUT_WINDOW = window
+    try:
+        chunks = list(iter_chunks(path, specials, size, line_cuts=pre.safe_cuts_hold, pretokenizer=pre))
+    finally:
+        sources_module.LOCAL_CUT_WINDOW = original
+    assert b"".join(c.data for c in chunks) == text.encode("utf-8")
+
+    def pieces(texts: list[str]) -> list[str]:
+        return [piece for t in texts for seg in splitter.ordinary_segments(t) for piece in pre.split(seg)]
+
+    assert pieces([c.data.decode("utf-8") for c in chunks]) == pieces([text])
+
+
+def test_wikitext_lines_come_in_chunks_of_the_size_asked(tmp_path: Path) -> None:
+    """Lines ending in " \n" have no safe cut; the pre-tokenizer's own cuts still keep chunks small."""
+    path = tmp_path / "w.txt"
+    path.write_text(" = Title = \n \n The line , with words . \n \n" * 20_000)
+    pre = get_pretokenizer("gpt2")
+    assert len(list(iter_chunks(path, [EOT], 1 << 16, line_cuts=True))) == 1
+    chunks = list(iter_chunks(path, [EOT], 1 << 16, line_cuts=True, pretokenizer=pre))
+    assert len(chunks) > 10 and max(len(c.data) for c in chunks) < (1 << 16) + sources_module.LOCAL_CUT_WINDOW
 
 
 def test_inputs_list_dir_glob_jsonl_and_gzip(tmp_path: Path) -> None:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 from script_helpers import assert_one_line_error, run_script, train_small_tokenizer
 
+import superbpe.jobs.encode as encode_module
 from superbpe.api.tokenizer import Tokenizer
+from superbpe.core.errors import ConfigError, InputError
+from superbpe.engines.interface import native_available
 from superbpe.jobs.encode import encode_corpus
 from superbpe.jobs.evaluate import evaluate
 from superbpe.training.config import DataConfig, EngineConfig, TrainConfig
@@ -176,3 +180,97 @@ def test_evaluate_script_reports_bytes_per_token(tokenizer_dir, documents, tmp_p
     assert result["bytes_per_token"] == pytest.approx(n_bytes / n_tokens, abs=1e-4)
     assert f"bytes/token {n_bytes / n_tokens:.4f}" in proc.stdout
     assert evaluate(tok, source).tokens_per_document == pytest.approx(n_tokens / len(documents))
+
+
+# -- workers ---------------------------------------------------------------------------------------------
+
+ENGINES = ["python", "native"] if native_available() else ["python"]
+
+
+@pytest.fixture(scope="module")
+def mixed_inputs(tmp_path_factory, documents, wikitext_text) -> list[Path]:
+    """A text file with separators, WikiText lines (which end in " \\n"), and JSON lines: many chunks."""
+    folder = tmp_path_factory.mktemp("inputs")
+    (folder / "a.txt").write_text(EOT.join(documents) + EOT + wikitext_text[:150_000], encoding="utf-8")
+    lines = wikitext_text[150_000:250_000].splitlines(keepends=True)
+    records = "".join(json.dumps({"text": line}) + "\n" for line in [*documents, *lines])
+    (folder / "b.jsonl").write_text(records, encoding="utf-8")
+    return [folder / "a.txt", folder / "b.jsonl"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_any_worker_count_writes_the_same_file(tokenizer_dir, mixed_inputs, tmp_path, engine):
+    tok = Tokenizer.load(tokenizer_dir, engine=engine)
+    text, records = (path.read_text(encoding="utf-8") for path in mixed_inputs)
+    docs = [*text.split(EOT), *(json.loads(line)["text"] for line in records.splitlines())]
+    files = []
+    for workers in (1, 2, 3):
+        out = tmp_path / f"w{workers}.bin"
+        result = encode_corpus(
+            tokenizer_dir, mixed_inputs, out, workers=workers, chunk_bytes=4096, engine=engine
+        )
+        assert result.documents == len(docs)
+        files.append(out.read_bytes())
+    assert files[0] == files[1] == files[2]
+    assert np.frombuffer(files[0], dtype="<u2").tolist() == expected_ids(tok, docs)
+    counts = {workers: evaluate(tok, mixed_inputs, workers=workers) for workers in (1, 2, 3)}
+    assert counts[1] == counts[2] == counts[3]
+    assert counts[1].tokens == sum(len(tok.encode(doc)) for doc in docs)
+    assert counts[1].documents == len(docs)
+
+
+@pytest.mark.skipif(not native_available(), reason="superbpe._native is not built")
+def test_native_workers_are_threads_of_this_process(tokenizer_dir, mixed_inputs, tmp_path, monkeypatch):
+    """The native engine encodes with the GIL released, so its workers need no process of their own."""
+    def no_processes(*args, **kwargs):
+        raise AssertionError("a worker process was started")
+
+    monkeypatch.setattr(encode_module, "ProcessPoolExecutor", no_processes)
+    seen: set[str] = set()
+    original = encode_module.ChunkEncoder.encode
+
+    def encode(self, chunk):
+        seen.add(threading.current_thread().name)
+        return original(self, chunk)
+
+    monkeypatch.setattr(encode_module.ChunkEncoder, "encode", encode)
+    out = tmp_path / "t.bin"
+    encode_corpus(tokenizer_dir, mixed_inputs, out, workers=2, chunk_bytes=4096, engine="native")
+    assert len(seen) == 2 and all(name.startswith("superbpe-encode") for name in seen)
+
+
+def test_an_error_on_a_worker_leaves_no_output(tokenizer_dir, tmp_path):
+    """A chunk that fails on a worker thread (bad UTF-8 far into the file) fails the whole job in one line,
+    with nothing written."""
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"fine text\n" * 5000 + b"\xff broken\n" + b"more text\n" * 5000)
+    out = tmp_path / "out" / "x.bin"
+    for engine in ENGINES:
+        with pytest.raises(InputError, match=r"bad.txt: invalid UTF-8 at byte 50000"):
+            encode_corpus(tokenizer_dir, bad, out, workers=3, chunk_bytes=1024, engine=engine)
+        with pytest.raises(InputError, match=r"bad.txt: invalid UTF-8 at byte 50000"):
+            evaluate(Tokenizer.load(tokenizer_dir, engine=engine), bad, workers=3)
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+@pytest.mark.parametrize("workers", [0, -2, True])
+def test_bad_worker_counts_are_refused_before_any_output(tokenizer_dir, sample_texts, tmp_path, workers):
+    out = tmp_path / "x.bin"
+    with pytest.raises(ConfigError, match=r"^workers must be an integer >= 1, not "):
+        encode_corpus(tokenizer_dir, sample_texts / "corpus.en", out, workers=workers)
+    with pytest.raises(ConfigError, match=r"^workers must be an integer >= 1, not "):
+        evaluate(Tokenizer.load(tokenizer_dir), sample_texts / "corpus.en", workers=workers)
+    assert not out.exists()
+
+
+def test_evaluate_script_takes_workers(tokenizer_dir, documents, tmp_path):
+    source = tmp_path / "held_out.txt"
+    source.write_text(EOT.join(documents), encoding="utf-8")
+    proc = run_script(
+        "evaluate.py", f"tokenizer={tokenizer_dir}", f"input={source}", "workers=2", cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert f"{len(documents)} documents" in proc.stdout
+    refused = run_script("evaluate.py", f"tokenizer={tokenizer_dir}", f"input={source}", "workers=0",
+                         cwd=tmp_path)
+    assert_one_line_error(refused, "workers must be an integer >= 1, not 0")

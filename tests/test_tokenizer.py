@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import collections
 import gzip
 import itertools
 import json
+import tracemalloc
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -15,9 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import superbpe.api.tokenizer as tokenizer_module
+import superbpe.core.pretokenize as pretokenize_module
 from superbpe.api.tokenizer import Tokenizer
 from superbpe.core.errors import ConfigError, InputError, SuperBPEError
 from superbpe.core.pretokenize import PATTERNS, get_pretokenizer
+from superbpe.engines import native as native_engine
 from superbpe.engines.python_encoder import HEAP_THRESHOLD, PythonEncoder
 from superbpe.formats.gpt2 import read_merges, read_vocab
 
@@ -269,13 +273,109 @@ def test_encode_iterable_memory_stays_bounded(gpt2: Tokenizer) -> None:
     assert backlog < 4 * tokenizer_module.STREAM_FLUSH_CHARS
 
 
+_cut_merges = [(b" ", b"\n"), (b"\n", b" "), (b" ", b" "), (b"\n", b"\n"), (b"a", b"b"), (b"b", b" "),
+               (b" ", b"a"), (b"1", b"1"), (b"1", b"a"), (b".", b"\n"), (b"\n", b"/"), (b"'", b"s"),
+               (b"a", b"'"), (b" ", b"1"), (b"\t", b" ")]
+_cut_parts = ["a", "b", "ab", " ", "  ", "\n", " \n", "\n ", "1", "11", "'s", ".", "/", "\t", "\u00e9",
+              "\u3000"]
+_cut_tokenizers: dict[tuple[str, bool, str], Tokenizer] = {}
+
+
+def _cut_tokenizer(name: str, line_units: bool, engine: str) -> Tokenizer:
+    """Merges that join across the places a wrong cut would separate (spaces, line ends, digits)."""
+    key = (name, line_units, engine)
+    if key not in _cut_tokenizers:
+        vocab = {i: bytes([i]) for i in range(256)}
+        for left, right in _cut_merges:
+            vocab[len(vocab)] = left + right
+        pre = get_pretokenizer(name, line_units=line_units)
+        _cut_tokenizers[key] = Tokenizer(vocab, _cut_merges, [EOT], pre, engine)
+    return _cut_tokenizers[key]
+
+
+_engines = ["python", "native"] if native_engine.available() else ["python"]
+
+
+@pytest.mark.parametrize("engine", _engines)
+@pytest.mark.parametrize("line_units", [False, True])
+@pytest.mark.parametrize("name", sorted(PATTERNS))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(parts=st.lists(st.sampled_from([*_cut_parts, EOT]), max_size=50), cuts=st.lists(st.integers(0, 120)))
+def test_encode_iterable_is_exact_for_every_pattern(
+    name: str, line_units: bool, engine: str, parts: list[str], cuts: list[int]
+) -> None:
+    """Random text in random chunks, a cut tried after every chunk: the ids of ``encode`` of the whole."""
+    tok = _cut_tokenizer(name, line_units, engine)
+    text = "".join(parts)
+    chunks = [text[a:b] for a, b in itertools.pairwise([0, *sorted(cuts), len(text)])]
+    original = tokenizer_module.STREAM_FLUSH_CHARS
+    tokenizer_module.STREAM_FLUSH_CHARS = 1
+    try:
+        assert list(tok.encode_iterable(chunks)) == tok.encode(text)
+    finally:
+        tokenizer_module.STREAM_FLUSH_CHARS = original
+
+
+def test_streaming_lines_ending_in_a_space_keeps_memory_small(
+    gpt2_files: Gpt2Files, wikitext_text: str
+) -> None:
+    """WikiText's lines end in " \n" and the next begins with a space, where no line-end cut is safe: 50 MB of
+    them stream through with a small, flat peak of Python memory, and their ids are exact."""
+    vocab, merges = gpt2_files
+    tok = Tokenizer(vocab, merges, [EOT], engine="native" if native_engine.available() else "python")
+    lines = [line if line.endswith(" \n") else line.rstrip("\n") + " \n" for line in
+             wikitext_text[:300_000].splitlines(keepends=True)]
+    assert list(tok.encode_iterable(lines)) == tok.encode("".join(lines))
+    size = 50_000_000 if tok.engine == "native" else 5_000_000
+    streamed = [0]
+
+    def many_lines() -> Iterator[str]:
+        while streamed[0] < size:
+            for line in lines:
+                streamed[0] += len(line)
+                yield line
+
+    tracemalloc.start()
+    try:
+        collections.deque(tok.encode_iterable(many_lines()), maxlen=0)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert streamed[0] >= size
+    assert peak < 8_000_000  # the buffer and a batch of ids; without cuts it held the whole stream
+
+
+def test_custom_pattern_streams_exactly_and_bounded(wikitext_text: str, gpt2_files: Gpt2Files) -> None:
+    """A custom pattern has no proven cut rule; it is cut within its assumed reach and stays exact."""
+    vocab, merges = gpt2_files
+    tok = Tokenizer(vocab, merges, [EOT], f"custom:{PATTERNS['gpt2']}", engine="python")
+    text = wikitext_text[:400_000].replace(" \n \n", f" \n{EOT}\n", 5)
+    lines = text.splitlines(keepends=True)
+    read = [0]
+
+    def counted() -> Iterator[str]:
+        for line in lines:
+            read[0] += len(line)
+            yield line
+
+    ids: list[int] = []
+    backlog = done = 0
+    for batch in tok._encode_batches(counted()):
+        backlog = max(backlog, read[0] - done)  # read, but not yet given out as ids
+        ids += batch
+        done += len(tok.decode(batch))  # a batch ends where the text was cut: whole characters
+    assert ids == tok.encode(text)
+    assert backlog < 2 * tokenizer_module.STREAM_FLUSH_CHARS + 3 * pretokenize_module.CUSTOM_REACH
+
+
 def test_uncuttable_stream_is_rescanned_rarely(gpt2: Tokenizer, monkeypatch: pytest.MonkeyPatch) -> None:
-    """One 2 MB line: the buffer is re-examined only when it doubles, so streaming stays linear."""
+    """One 2 MB word (no cut anywhere): the buffer is re-examined only when it doubles, so streaming stays
+    linear."""
     calls = []
     original = Tokenizer._stream_cut
     monkeypatch.setattr(Tokenizer, "_stream_cut", lambda self, buffer: calls.append(len(buffer)) or original(
         self, buffer))
-    chunks = ["one line that never ends " for _ in range(80_000)]
+    chunks = ["oneWordThatNeverEnds" for _ in range(100_000)]
     assert list(gpt2.encode_iterable(chunks)) == gpt2.encode("".join(chunks))
     assert 1 <= len(calls) <= 7
 

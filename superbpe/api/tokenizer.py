@@ -12,6 +12,7 @@ import array
 import io
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.pretokenize import Pretokenizer, SpecialSplitter, get_pretokenizer
 from superbpe.core.sources import open_binary
 from superbpe.core.types import Merge
-from superbpe.core.util import import_optional
+from superbpe.core.util import import_optional, resolve_threads
 from superbpe.engines.interface import EncoderCore, Engine, get_engine
 from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE, read_merges, read_vocab, unmerged_tokens
 from superbpe.formats.hf import HF_FILE, pretokenizer_from_hf, read_hf_tokenizer
@@ -145,24 +146,56 @@ class Tokenizer:
     def encode(self, text: str) -> list[int]:
         """Ids of ``text``; special tokens in it become their own ids (longest match first)."""
         _check_text(text)
-        if not self._splitter:
-            return self._core.encode_ordinary(text)
-        ids: list[int] = []
-        encode_ordinary = self._core.encode_ordinary
-        special_ids = self._special_ids
-        for segment, is_special in self._splitter.split(text):
-            if is_special:
-                ids.append(special_ids[segment])
-            else:
-                ids.extend(encode_ordinary(segment))
-        return ids
+        return self._splitter.encode(text, self._special_ids, self._core.encode_ordinary)
+
+    def encode_batch(self, texts: Iterable[str], threads: int | None = None) -> list[list[int]]:
+        """``[encode(t) for t in texts]``, encoded in parallel over the texts.
+
+        The native engine encodes in Rust with the GIL released, on ``threads`` threads: by default
+        ``RAYON_NUM_THREADS`` when set, else every CPU this process may use; ``threads=1`` encodes on the
+        calling thread alone. The python engine encodes one text after another whatever ``threads`` says
+        (its encoder is Python code, which the GIL runs one thread at a time).
+        """
+        batch = _checked_texts(texts, "encode_batch")
+        return self._core.encode_texts(batch, self._special_ids, resolve_threads(threads))
+
+    def encode_ordinary_batch(self, texts: Iterable[str], threads: int | None = None) -> list[list[int]]:
+        """``[encode_ordinary(t) for t in texts]`` (special tokens are plain text), in parallel as
+        :meth:`encode_batch`."""
+        batch = _checked_texts(texts, "encode_ordinary_batch")
+        return self._core.encode_texts(batch, {}, resolve_threads(threads))
+
+    def encode_batch_flat(
+        self,
+        texts: Iterable[str],
+        threads: int | None = None,
+        *,
+        ordinary: bool = False,
+        dtype: Any = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The ids of a batch as one array plus offsets: text ``i`` has ``ids[offsets[i]:offsets[i + 1]]``.
+
+        Equal to :meth:`encode_batch` (or :meth:`encode_ordinary_batch` with ``ordinary=True``) without a
+        Python list or int per id, which is what feeding a model or writing token files wants. ``ids`` is
+        ``dtype`` (uint16 or uint32; by default uint16 when every id fits), ``offsets`` is int64 and has
+        ``len(texts) + 1`` entries, the first 0. ``threads`` as in :meth:`encode_batch`.
+        """
+        chosen = np.dtype(dtype) if dtype is not None else self._smallest_dtype()
+        if chosen not in (np.dtype(np.uint16), np.dtype(np.uint32)):
+            raise ConfigError(f"dtype must be uint16 or uint32, not {chosen}")
+        if np.iinfo(chosen).max < max(self._vocab):
+            raise ConfigError(f"dtype {chosen} cannot hold ids up to {max(self._vocab)}")
+        batch = _checked_texts(texts, "encode_batch_flat")
+        specials = {} if ordinary else self._special_ids
+        return self._core.encode_texts_flat(batch, specials, resolve_threads(threads), chosen.name)
 
     def encode_iterable(self, iterable: Iterable[str]) -> Iterator[int]:
         """Stream ids for a stream of strings (e.g. an open file), identical to ``encode`` of the whole.
 
-        Text is buffered and encoded only up to a position no later text can affect: a safe cut (see
-        ``pretokenize.safe_cuts``) or a special-token boundary. Memory therefore stays bounded as long as
-        such positions keep coming (any text with ordinary line breaks).
+        Text is buffered and encoded only up to a position no later text can affect: a special-token
+        boundary, or a cut of the pre-tokenizer (``Pretokenizer.last_stream_cut``: for the built-in
+        patterns about every word boundary, or every line end with line units). So the buffer holds about
+        ``STREAM_FLUSH_CHARS`` plus the last unfinished piece, whatever the line endings look like.
         """
         for ids in self._encode_batches(iterable):
             yield from ids
@@ -195,11 +228,11 @@ class Tokenizer:
 
         Every special token that starts before ``horizon`` fits in the buffer whatever its length, so the
         buffer's special-token split agrees with the final one up to there; a cut is then the end of a
-        special token or a safe cut inside an ordinary segment, never inside a special token.
+        special token or a pre-tokenizer's cut inside an ordinary segment, never inside a special token.
         """
-        last_safe_cut = self._pretokenizer.last_safe_cut
+        last_cut = self._pretokenizer.last_stream_cut
         if not self._splitter:
-            return last_safe_cut(buffer)
+            return last_cut(buffer)
         horizon = len(buffer) - self._max_special_len + 1
         best = 0
         start = 0
@@ -210,7 +243,7 @@ class Tokenizer:
             if is_special:  # it starts before the horizon, so it is complete and final
                 best = end
             else:
-                cut = last_safe_cut(segment[: horizon - start])
+                cut = last_cut(segment[: horizon - start])
                 if cut:
                     best = start + cut
             start = end
@@ -388,6 +421,22 @@ def _check_text(text: object) -> None:
     if not isinstance(text, str):
         hint = " (decode bytes to str first)" if isinstance(text, (bytes, bytearray)) else ""
         raise InputError(f"encode takes a str, not {type(text).__name__}{hint}")
+
+
+def _checked_texts(texts: Iterable[str], method: str) -> list[str]:
+    """The batch as a list of str; one str (not a batch), a non-iterable or a non-str item is an error."""
+    if isinstance(texts, (str, bytes, bytearray)):
+        kind = type(texts).__name__
+        raise InputError(f"{method} takes a list of str, not a {kind} (encode takes one text)")
+    try:
+        batch = texts if type(texts) is list else list(texts)
+    except TypeError:
+        raise InputError(f"{method} takes a list of str, not {type(texts).__name__}") from None
+    if not all(map(isinstance, batch, repeat(str))):
+        index, bad = next((i, t) for i, t in enumerate(batch) if not isinstance(t, str))
+        hint = " (decode bytes to str first)" if isinstance(bad, (bytes, bytearray)) else ""
+        raise InputError(f"{method}: texts[{index}] is of type {type(bad).__name__}, not str{hint}")
+    return batch
 
 
 def _checked_vocab(vocab: Mapping[int, bytes]) -> dict[int, bytes]:

@@ -9,7 +9,7 @@ stays together, which is what lets superword tokens form.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -109,9 +109,72 @@ class Pretokenizer:
         """
         return self.line_units or (self.name in COVERING_PATTERNS and self.pattern == PATTERNS[self.name])
 
-    def last_safe_cut(self, text: str) -> int:
-        """The last position where ``text`` may be cut for this pre-tokenizer, or 0 when there is none."""
-        return last_safe_cut(text) if self.safe_cuts_hold else 0
+    @cached_property
+    def _builtin(self) -> str | None:
+        """The built-in pattern this is (by name and exact pattern), or None for a custom one."""
+        return self.name if PATTERNS.get(self.name) == self.pattern else None
+
+    def last_stream_cut(self, text: str) -> int:
+        """The last position ``p`` where ``text`` may be cut for good, or 0 when none is known.
+
+        Whatever text follows, the pieces of ``text[:p]`` and of ``text[p:] + more`` pre-tokenized apart are
+        the pieces of the whole (see :data:`STREAM_CUT_RULES`); with line units a line end is such a
+        position for every pattern. A custom pattern has no proven rule and uses :meth:`_custom_cut`.
+        Streaming encode cuts here, so its buffer holds at most the last unfinished piece and the text
+        its pattern may still read, not everything since the last line break.
+        """
+        cut = text.rfind("\n") + 1 if self.line_units else 0
+        if self._builtin is None:
+            return cut + self._custom_cut(text[cut:])
+        # A reverse search: the last match at or after ``cut``.
+        found = _STREAM_CUTS[self._builtin].search(text, cut)
+        return found.start() if found else cut
+
+    def first_local_cut(self, text: str, start: int = 0) -> int:
+        """The first position ``p >= start`` (``0 < p <= len(text)``) that a built-in pattern's rules, or a
+        line end with line units, make a cut from the characters around it alone; -1 when there is none (or
+        the pattern is a custom one).
+
+        What precedes ``text`` and what follows it cannot matter: the rules read only the few characters
+        around ``p``, so a window of a longer text finds cuts of the longer text. Chunks of a file are cut
+        here when it has no safe cut (``core/sources.py``).
+        """
+        cuts = []
+        if self.line_units and (end := text.find("\n", max(start - 1, 0))) != -1:
+            cuts.append(end + 1)
+        if self._builtin is not None and (found := _LOCAL_CUTS[self._builtin].search(text, max(start, 1))):
+            cuts.append(found.start())
+        return min(cuts, default=-1)
+
+    def _custom_cut(self, text: str) -> int:
+        """A cut for a custom pattern, under an assumption about it: no match attempt (lookarounds included)
+        reads more than :data:`CUSTOM_REACH` characters on from where it starts, behind or ahead.
+
+        Then every match of ``text`` that starts at least that far before its end is a match of any longer
+        text too (every attempt of the search that found it read only text we have), and so is every piece
+        boundary up to the end of the last such match. The cut is the last of those boundaries that has
+        another one at least the reach after it, so the text it starts begins at a piece the same in both;
+        it is made only when ``text[:cut]`` and ``text[cut:]`` split apart give exactly those pieces (a
+        pattern that looks at where text starts, ``^`` or a lookbehind, fails this and is not cut there).
+        """
+        limit = len(text) - CUSTOM_REACH
+        if limit <= CUSTOM_REACH:
+            return 0
+        bounds: list[int] = []  # boundaries of the matches every longer text shares, in order
+        for match in self.compiled.finditer(text):
+            if match.start() >= limit:
+                break
+            bounds += (match.start(), match.end())
+        if not bounds:
+            return 0
+        final = bounds[-1]
+        cut = next((b for b in reversed(bounds) if b + CUSTOM_REACH <= final and b > 0), 0)
+        if not cut:
+            return 0
+        known = isolated_split(self.compiled, text[:final])  # the pieces up to ``final``, scanned whole
+        left = isolated_split(self.compiled, text[:cut])
+        right = isolated_split(self.compiled, text[cut:final])
+        return cut if left + right == known else 0
 
     def spec(self) -> dict[str, object]:
         """The JSON form stored in manifests, checkpoints and count files."""
@@ -122,6 +185,44 @@ class Pretokenizer:
         pre = cls(str(spec["name"]), str(spec["pattern"]), bool(spec.get("line_units", False)))
         pre.compiled  # noqa: B018 - validate the pattern now, not at first use
         return pre
+
+
+#: How far a custom pattern's match attempts are assumed to read (characters, either way); see
+#: ``Pretokenizer._custom_cut``. Streaming encode keeps about twice this much text undecided.
+CUSTOM_REACH = 1 << 12
+
+#: Positions where each built-in pattern may be cut for good: the pieces of the two sides split apart are
+#: those of the whole, whatever precedes or follows the window the rule reads. Searched backwards from the
+#: end of a buffer (``(?r)``). Why each rule holds (tests/test_pretokenize.py checks them on random text):
+#:
+#: - ``\S`` then a space (covering patterns): no alternative makes a piece of a non-space followed by a
+#:   space (a space only ever leads a piece: `` ?\p{L}+``, ``[^\r\n\p{L}\p{N}]?\p{L}+``, or starts a
+#:   whitespace run), so a piece ends before the space; what ends there (a letter, digit or punctuation
+#:   run, a contraction) stops at the space or at the end of the text alike, and no lookahead reads it.
+#: - whitespace, a space, then ``\S`` (covering): the whitespace run before the space, with the space,
+#:   is cut by ``\s+(?!\S)`` (or ``\s*[\r\n]+``, which ends at the run's last line break) right before
+#:   that space, since the space is followed by a non-space; alone, the run ends the text and the same
+#:   alternative takes it whole, up to the same place.
+#: - ``\S`` ``\n`` then neither whitespace nor ``/`` (covering): the safe cut (``safe_cuts``).
+#: - a digit then a non-digit (every built-in): digits are only ever matched by digit runs (``\p{N}+``,
+#:   ``\p{N}{1,3}``, the paper pattern's right-aligned groups), which end at the run's end whether a
+#:   non-digit or the end of the text follows, and no other alternative takes a digit.
+#: - a space then whitespace other than a space (``superbpe``): `` +(?!\S)`` takes the space run up to there
+#:   (its lookahead sees whitespace, or the end of the text), and no other alternative takes a space after
+#:   a space or ends with one.
+#:
+#: Line units add every line end (``Pretokenizer.last_stream_cut``). The stage-2 patterns without line
+#: units have gap pieces that hold whole sentences, so only these few positions are cuts there.
+STREAM_CUT_RULES: dict[str, str] = {
+    **dict.fromkeys(
+        COVERING_PATTERNS,
+        r"(?<=\S)(?= )|(?<=\s)(?= \S)|(?<=\S\n)(?=[^\s/])|(?<=\p{N})(?=\P{N})",
+    ),
+    "superbpe": r"(?<=\p{N})(?=\P{N})|(?<= )(?=[^\S ])",
+    "superbpe-paper": r"(?<=\p{N})(?=\P{N})",
+}
+_STREAM_CUTS = {name: regex.compile(f"(?r){rule}") for name, rule in STREAM_CUT_RULES.items()}
+_LOCAL_CUTS = {name: regex.compile(rule) for name, rule in STREAM_CUT_RULES.items()}
 
 
 def isolated_split(compiled: regex.Pattern[str], text: str) -> list[str]:
@@ -223,6 +324,22 @@ class SpecialSplitter:
         if pos < len(text):
             parts.append((text[pos:], False))
         return parts
+
+    def encode(
+        self, text: str, special_ids: Mapping[str, int], encode_ordinary: Callable[[str], list[int]]
+    ) -> list[int]:
+        """Ids of ``text``: each special token's id from ``special_ids``, the text between them through
+        ``encode_ordinary``. The one definition of encoding with special tokens, so ``Tokenizer.encode`` and
+        the python engine's batches cannot drift apart (the native engine does the same in Rust)."""
+        if self._pattern is None:
+            return encode_ordinary(text)
+        ids: list[int] = []
+        for segment, is_special in self.split(text):
+            if is_special:
+                ids.append(special_ids[segment])
+            else:
+                ids.extend(encode_ordinary(segment))
+        return ids
 
     def ordinary_segments(self, text: str) -> Iterator[str]:
         """Just the text between specials: what gets pre-tokenized and counted."""

@@ -14,6 +14,7 @@ documents are read where the chunk is counted (a worker reads its own part). Rea
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import glob
 import gzip
@@ -31,12 +32,15 @@ from typing import Any, BinaryIO
 import regex
 
 from superbpe.core.errors import InputError
+from superbpe.core.pretokenize import Pretokenizer
 from superbpe.core.util import import_optional
 
 TEXT_SUFFIXES = (".txt", ".jsonl", ".txt.gz", ".jsonl.gz", ".parquet")
 TABLE_SUFFIXES = (".parquet", ".arrow")
 DEFAULT_CHUNK_BYTES = 4 << 20
 _ASCII_SPACE = frozenset(b"\t\n\x0b\x0c\r ")
+#: A chunk cutter with a pre-tokenizer uses its cuts after this many bytes without a safe cut.
+LOCAL_CUT_WINDOW = 1 << 16
 _NON_SPACE = regex.compile(r"\S")
 
 InputSpec = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
@@ -258,15 +262,60 @@ class ChunkCutter:
     """Finds chunk boundaries that leave the pieces unchanged.
 
     ``line_cuts`` says whether safe cuts may be used (``Pretokenizer.safe_cuts_hold``); without them
-    text is cut only before special tokens.
+    text is cut only before special tokens. With a ``pretokenizer``, a stretch of :data:`LOCAL_CUT_WINDOW`
+    bytes without a safe cut is also cut where its rules allow (``Pretokenizer.first_local_cut``: about
+    every word for the built-in patterns), so text whose lines end in whitespace (WikiText's `` \n``)
+    still comes in chunks of about the size asked for.
     """
 
-    def __init__(self, special_tokens: Sequence[str], line_cuts: bool = True) -> None:
+    def __init__(
+        self, special_tokens: Sequence[str], line_cuts: bool = True, pretokenizer: Pretokenizer | None = None
+    ) -> None:
         self.specials = [t.encode("utf-8") for t in dict.fromkeys(special_tokens) if t]
         self.line_cuts = line_cuts
+        self.pretokenizer = pretokenizer
 
     def find(self, buf: bytes, start: int) -> int:
         """The first safe boundary at or after ``start`` (not at 0), or -1 when none is known yet."""
+        found = self._find(buf, start)
+        if self.pretokenizer is None or (found != -1 and found - start <= LOCAL_CUT_WINDOW):
+            return found
+        local = self._local_cut(buf, start)
+        return local if local != -1 and (found == -1 or local < found) else found
+
+    def _local_cut(self, buf: bytes, start: int) -> int:
+        """The first cut of the pre-tokenizer's rules at or after ``start``, judged on a window of the bytes
+        around it decoded (-1 when the window has none, or is not valid UTF-8: then its chunk's decoding
+        reports it). A cut whose characters or neighbours belong to a special token is not used: the rules
+        hold inside one stretch of ordinary text. So is one too near the end of ``buf`` to tell."""
+        assert self.pretokenizer is not None
+        begin = max(start - 8, 0)
+        while begin < start and 0x80 <= buf[begin] < 0xC0:  # start the window on a character
+            begin += 1
+        # Only where any special token near a cut is wholly in ``buf`` (the rest of the file is not read yet).
+        margin = 8 + max((len(special) for special in self.specials), default=0)
+        window = buf[begin : min(start + LOCAL_CUT_WINDOW, len(buf) - margin)]
+        try:
+            text = codecs.getincrementaldecoder("utf-8")("strict").decode(window, final=False)
+        except UnicodeDecodeError:
+            return -1
+        skip = len(buf[begin:start].decode("utf-8", "ignore"))  # characters before ``start``
+        at = self.pretokenizer.first_local_cut(text, skip)
+        while at != -1:
+            cut = begin + len(text[:at].encode("utf-8"))
+            if cut >= start and self._clear_of_specials(buf, cut):
+                return cut
+            at = self.pretokenizer.first_local_cut(text, at + 1)
+        return -1
+
+    def _clear_of_specials(self, buf: bytes, pos: int) -> bool:
+        """No special token within the two characters (eight bytes) each side of ``pos``."""
+        for special in self.specials:
+            if buf.find(special, max(0, pos - 8 - len(special) + 1), pos + 8) != -1:
+                return False
+        return True
+
+    def _find(self, buf: bytes, start: int) -> int:
         best = -1
         for special in self.specials:
             pos = buf.find(special, max(start, 1))
@@ -319,18 +368,24 @@ def _starts_non_space(buf: bytes, pos: int) -> bool:
 
 
 def iter_chunks(
-    path: Path, special_tokens: Sequence[str], chunk_bytes: int = DEFAULT_CHUNK_BYTES, *, line_cuts: bool
+    path: Path,
+    special_tokens: Sequence[str],
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    *,
+    line_cuts: bool,
+    pretokenizer: Pretokenizer | None = None,
 ) -> Iterator[Chunk]:
     """Yield a file's bytes in chunks of about ``chunk_bytes`` cut at safe boundaries.
 
     ``line_cuts`` must come from the pre-tokenizer (``Pretokenizer.safe_cuts_hold``): only then may a
-    text be cut at a safe line break; JSON lines are always cut between documents.
+    text be cut at a safe line break; JSON lines are always cut between documents. A ``pretokenizer``
+    adds its own cuts where a long stretch has no safe one (:class:`ChunkCutter`).
     """
     if is_table(path):
         yield from _table_chunks(path, max(1, chunk_bytes))
         return
     jsonl = is_jsonl(path)
-    cutter = None if jsonl else ChunkCutter(special_tokens, line_cuts)
+    cutter = None if jsonl else ChunkCutter(special_tokens, line_cuts, pretokenizer)
     with open_binary(path) as stream:
         yield from cut_stream(stream, str(path), jsonl, cutter, max(1, chunk_bytes))
 

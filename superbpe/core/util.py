@@ -115,6 +115,38 @@ def usable_cpus() -> int:
     return os.cpu_count() or 1
 
 
+#: The environment variable rayon reads for its thread count; the encoders' thread defaults honour it.
+THREADS_ENV = "RAYON_NUM_THREADS"
+
+
+def default_threads() -> int:
+    """Threads for parallel work inside this process: ``RAYON_NUM_THREADS`` when set, else the usable CPUs.
+
+    The native engine's thread pools are rayon's, and rayon reads that variable; reading it here too keeps
+    a Python-side default (a batch's ``threads``, the encode command's workers) equal to what a pool of the
+    default size would start. ``0`` means "the default", as it does for rayon.
+    """
+    value = os.environ.get(THREADS_ENV, "").strip()
+    if not value:
+        return usable_cpus()
+    try:
+        threads = int(value)
+    except ValueError:
+        raise ConfigError(f"{THREADS_ENV} must be a whole number of threads, not {value!r}") from None
+    if threads < 0:
+        raise ConfigError(f"{THREADS_ENV} must be a whole number of threads, not {value!r}")
+    return threads or usable_cpus()
+
+
+def resolve_threads(threads: int | None, what: str = "threads") -> int:
+    """An explicit thread count (an int >= 1, checked), or :func:`default_threads` for None."""
+    if threads is None:
+        return default_threads()
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ConfigError(f"{what} must be an integer >= 1, not {threads!r}")
+    return threads
+
+
 def human_size(value: float, unit: str = "") -> str:
     """``value`` with a decimal prefix, for log lines and messages: ``512 B``, ``1.5 GB`` (with a unit),
     ``512``, ``1.5M`` (a plain count)."""

@@ -11,6 +11,8 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
+import numpy as np
+
 from superbpe.core.counts import PieceCounts, ProgressFn
 from superbpe.core.errors import ConfigError
 from superbpe.core.memory import StageMemory
@@ -28,9 +30,24 @@ log = logging.getLogger("superbpe")
 
 @runtime_checkable
 class EncoderCore(Protocol):
-    """Turns text with no special tokens in it into ids."""
+    """Turns text into ids: one text with no special tokens, or a batch with the given special tokens.
+
+    A batch's ``specials`` maps each special token to its id; they are cut out of every text (leftmost,
+    longest there) as ``SpecialSplitter.encode`` does, and ``{}`` treats them as plain text. ``threads``
+    (>= 1, resolved by the caller) is how many threads may encode at once; an engine that cannot release
+    the GIL encodes on the calling thread. A failing text raises an ``InputError`` that names it as
+    ``texts[i]``.
+    """
 
     def encode_ordinary(self, text: str) -> list[int]: ...
+
+    def encode_texts(
+        self, texts: list[str], specials: Mapping[str, int], threads: int
+    ) -> list[list[int]]: ...
+
+    def encode_texts_flat(
+        self, texts: list[str], specials: Mapping[str, int], threads: int, dtype: str
+    ) -> tuple[np.ndarray, np.ndarray]: ...
 
 
 class Engine(Protocol):

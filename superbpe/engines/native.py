@@ -439,7 +439,7 @@ class NativeEncoder:
             list(merges),
             pretokenizer.pattern,
             pretokenizer.line_units,
-            thread_count(workers),
+            0 if workers is None else resolve_workers(workers, 0),  # 0: rayon's own default
             whole_pieces,
         )
 
@@ -451,6 +451,33 @@ class NativeEncoder:
             raise _surrogate_error(text, exc) from None
         except ValueError as exc:
             raise _encode_error(exc) from None
+
+    def encode_texts(self, texts: list[str], specials: Mapping[str, int], threads: int) -> list[list[int]]:
+        """Ids of each text, special tokens cut out first, encoded in Rust on ``threads`` threads with the
+        GIL released; the lists share the encoder's int objects (see ``NativeEncoder`` in Rust)."""
+        pairs = [(token.encode("utf-8"), token_id) for token, token_id in specials.items()]
+        try:
+            return self._core.encode_texts(texts, pairs, threads)
+        except UnicodeEncodeError:
+            raise _batch_surrogate_error(texts) from None
+        except ValueError as exc:
+            raise _encode_error(exc) from None
+
+    def encode_texts_flat(
+        self, texts: list[str], specials: Mapping[str, int], threads: int, dtype: str
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """As ``encode_texts``, into one array of ids and ``len(texts) + 1`` int64 offsets, built in Rust
+        without a Python int per id."""
+        _check_dtype(dtype)
+        pairs = [(token.encode("utf-8"), token_id) for token, token_id in specials.items()]
+        try:
+            ids, offsets = self._core.encode_texts_flat(texts, pairs, threads, dtype)
+        except UnicodeEncodeError:
+            raise _batch_surrogate_error(texts) from None
+        except ValueError as exc:
+            raise _encode_error(exc) from None
+        flat = np.frombuffer(ids, dtype=np.dtype(dtype).newbyteorder("<"))
+        return flat, np.frombuffer(offsets, dtype="<i8")
 
     def encode_batch(self, texts: Sequence[str], dtype: str = "uint32") -> tuple[np.ndarray, np.ndarray]:
         """Encode many texts on all cores: flat ids (``dtype`` uint16/uint32) and each text's end offset."""
@@ -483,6 +510,16 @@ def _check_dtype(dtype: str) -> None:
 def _encode_error(exc: ValueError) -> InputError:
     """A text the encoder cannot encode (it needs a byte the vocabulary lacks), as an input error."""
     return InputError(str(exc))
+
+
+def _batch_surrogate_error(texts: Sequence[str]) -> InputError:
+    """The python engine's message for the first text of a batch that is not valid Unicode."""
+    for index, text in enumerate(texts):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return InputError(f"texts[{index}]: {_surrogate_error(text, exc)}")
+    return InputError("a text of the batch is not valid Unicode")
 
 
 def _surrogate_error(text: str, exc: UnicodeEncodeError) -> InputError:

@@ -18,8 +18,10 @@ import heapq
 from collections.abc import Mapping, Sequence
 from itertools import chain
 
+import numpy as np
+
 from superbpe.core.errors import ConfigError, InputError
-from superbpe.core.pretokenize import Pretokenizer
+from superbpe.core.pretokenize import Pretokenizer, SpecialSplitter
 from superbpe.core.types import Merge
 
 #: Pieces longer than this (in bytes) use the heap loop; below it the plain scan is faster.
@@ -77,6 +79,36 @@ class PythonEncoder:
                     ids = fresh[piece] = self._encode_piece(piece)
                 found[index] = ids
         return list(chain.from_iterable(found))
+
+    def encode_texts(self, texts: list[str], specials: Mapping[str, int], threads: int) -> list[list[int]]:
+        """Ids of each text (special tokens in ``specials`` cut out first), one text after another.
+
+        ``threads`` is accepted for the ``EncoderCore`` contract and not used: this encoder is Python code,
+        which the GIL lets only one thread run at a time, so more threads would only add switching.
+        """
+        splitter = SpecialSplitter(list(specials))
+        encode_ordinary = self.encode_ordinary
+        result: list[list[int]] = []
+        for index, text in enumerate(texts):
+            try:
+                result.append(splitter.encode(text, specials, encode_ordinary))
+            except InputError as exc:
+                raise InputError(f"texts[{index}]: {exc}") from None
+        return result
+
+    def encode_texts_flat(
+        self, texts: list[str], specials: Mapping[str, int], threads: int, dtype: str
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``encode_texts`` as one array of ids and ``len(texts) + 1`` int64 offsets (text ``i`` is
+        ``ids[offsets[i]:offsets[i + 1]]``)."""
+        lists = self.encode_texts(texts, specials, threads)
+        offsets = np.zeros(len(lists) + 1, dtype=np.int64)
+        np.cumsum([len(ids) for ids in lists], out=offsets[1:])
+        flat = np.fromiter(chain.from_iterable(lists), dtype=np.int64, count=int(offsets[-1]))
+        limit = np.iinfo(np.dtype(dtype)).max
+        if flat.size and int(flat.max()) > limit:
+            raise ConfigError(f"id {int(flat.max())} does not fit in {dtype}")
+        return flat.astype(dtype), offsets
 
     def _encode_piece(self, piece: str) -> tuple[int, ...]:
         try:

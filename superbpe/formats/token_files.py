@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,9 +73,9 @@ def token_dtype(vocab: Mapping[int, bytes]) -> np.dtype:
     return np.dtype(np.uint16) if max(vocab) < 1 << 16 else np.dtype(np.uint32)
 
 
-def write_ids(handle: Any, ids: list[int], dtype: np.dtype) -> int:
-    """Append ``ids`` little-endian; the number written."""
-    if ids:
+def write_ids(handle: Any, ids: Sequence[int] | np.ndarray, dtype: np.dtype) -> int:
+    """Append ``ids`` (a list or an array) little-endian; the number written."""
+    if len(ids):
         handle.write(np.asarray(ids, dtype=dtype.newbyteorder("<")).tobytes())
     return len(ids)
 

@@ -4,8 +4,9 @@ one flat file, or one file per shard on an executor.
 Documents: one per ``.jsonl`` line; in text files, documents are separated by the separator special
 token where it appears, and every file ends a document. The separator id is written after every
 document. Files are cut into chunks only before a special token or at a safe cut, so the ids of a
-chunked document equal ``Tokenizer.encode`` of the whole document; chunks go to worker processes
-with a bounded number in flight, and results are written in order, so memory stays bounded.
+chunked document equal ``Tokenizer.encode`` of the whole document; chunks go to worker threads (the
+native engine) or processes (the python engine) with a bounded number in flight, and results are
+written in order, so memory stays bounded and the file is the same for any number of workers.
 
 Sharded: each task encodes one shard into its own token file (written under a temporary name and
 renamed when complete, so a retried task just rewrites it); the driver writes ``index.json`` last. The
@@ -41,7 +42,7 @@ from superbpe.core.sources import (
     iter_chunks,
     resolve_inputs,
 )
-from superbpe.core.util import atomic_write, atomic_write_text, usable_cpus
+from superbpe.core.util import atomic_write, atomic_write_text, default_threads, resolve_threads
 from superbpe.formats.token_files import (
     INDEX_NAME,
     EncodeResult,
@@ -53,7 +54,13 @@ from superbpe.formats.token_files import (
     tokenizer_hash,
     write_ids,
 )
-from superbpe.jobs.executors import ExecutorSpec, check_executor, get_executor, spec_from
+from superbpe.jobs.executors import (
+    ExecutorSpec,
+    check_executor,
+    get_executor,
+    spec_from,
+    threads_in_order,
+)
 from superbpe.jobs.shards import Shard, plan_shards, shard_chunks, shard_size, with_true_line_numbers
 from superbpe.jobs.tokenizer_cache import load_tokenizer
 
@@ -62,27 +69,31 @@ _worker_state: dict[str, Any] = {}
 
 
 class ChunkEncoder:
-    """Turns one chunk into ids: what runs in each worker (or in-process for small inputs)."""
+    """Turns one chunk into ids: what runs on each thread (or worker process, or in-process)."""
 
-    def __init__(self, tokenizer: Tokenizer, separator_id: int | None, text_field: str, errors: str) -> None:
+    def __init__(
+        self, tokenizer: Tokenizer, separator_id: int | None, text_field: str, errors: str, dtype: np.dtype
+    ) -> None:
         self.tokenizer = tokenizer
         self.separator_id = separator_id
         self.text_field = text_field
         self.errors = errors
+        self.dtype = dtype
 
-    def encode(self, chunk: Chunk) -> tuple[list[int], int]:
-        """Ids of the chunk and the number of documents it ends."""
-        ids: list[int] = []
-        ended = 0
-        for document in chunk_documents(chunk, self.errors, self.text_field):
-            ids.extend(self.tokenizer.encode(document))
-            if chunk.jsonl:
-                ended += 1
-                if self.separator_id is not None:
-                    ids.append(self.separator_id)
-        if not chunk.jsonl and self.separator_id is not None:
-            ended = ids.count(self.separator_id)
-        return ids, ended
+    def encode(self, chunk: Chunk) -> tuple[np.ndarray, int]:
+        """Ids of the chunk (the token file's dtype) and the number of documents it ends.
+
+        One thread per chunk: the chunks are what runs in parallel, so a batch's own threads would only
+        compete with them. The ids never become Python ints (``encode_batch_flat``).
+        """
+        documents = list(chunk_documents(chunk, self.errors, self.text_field))
+        ids, offsets = self.tokenizer.encode_batch_flat(documents, threads=1, dtype=self.dtype)
+        if not chunk.jsonl:  # a text chunk is one text; its separators are special tokens in it
+            ended = 0 if self.separator_id is None else int(np.count_nonzero(ids == self.separator_id))
+            return ids, ended
+        if self.separator_id is not None:  # after every record
+            ids = np.insert(ids, offsets[1:], np.asarray(self.separator_id, dtype=self.dtype))
+        return ids, len(documents)
 
 
 def _init_worker(
@@ -92,12 +103,13 @@ def _init_worker(
     separator_id: int | None,
     text_field: str,
     errors: str,
+    dtype_name: str,
 ) -> None:
     tokenizer = Tokenizer.load(directory, engine=engine, compat=compat)
-    _worker_state["encoder"] = ChunkEncoder(tokenizer, separator_id, text_field, errors)
+    _worker_state["encoder"] = ChunkEncoder(tokenizer, separator_id, text_field, errors, np.dtype(dtype_name))
 
 
-def _encode_in_worker(chunk: Chunk) -> tuple[list[int], int]:
+def _encode_in_worker(chunk: Chunk) -> tuple[np.ndarray, int]:
     return _worker_state["encoder"].encode(chunk)
 
 
@@ -137,7 +149,7 @@ def encode_corpus(
     paths = resolve_inputs(inputs)
     out = Path(output)
     dtype = token_dtype(tokenizer.vocab)
-    encoder = ChunkEncoder(tokenizer, separator_id, text_field, errors)
+    encoder = ChunkEncoder(tokenizer, separator_id, text_field, errors, dtype)
     n_workers = _workers(workers, paths)
     tokens = documents = 0
     try:
@@ -147,12 +159,15 @@ def encode_corpus(
         ):
             for path in paths:
                 line_cuts = tokenizer.pretokenizer.safe_cuts_hold
-                chunks = iter_chunks(path, tokenizer.special_tokens, chunk_bytes, line_cuts=line_cuts)
-                args = (str(directory), engine, compat, separator_id, text_field, errors)
+                chunks = iter_chunks(
+                    path, tokenizer.special_tokens, chunk_bytes, line_cuts=line_cuts,
+                    pretokenizer=tokenizer.pretokenizer,
+                )  # fmt: skip
+                args = (str(directory), engine, compat, separator_id, text_field, errors, dtype.name)
                 open_document = False
                 for chunk, (ids, ended) in _encoded(chunks, encoder, n_workers, args):
-                    if ids:
-                        open_document = ids[-1] != separator_id
+                    if len(ids):
+                        open_document = int(ids[-1]) != separator_id
                     tokens += write_ids(handle, ids, dtype)
                     documents += ended
                     update(chunk.read_bytes)
@@ -194,26 +209,32 @@ def separator_id_of(tokenizer: Tokenizer, separator: str | None) -> int | None:
 
 
 def _workers(workers: int | None, paths: Sequence[Path]) -> int:
+    """An explicit count (checked), else one for a small corpus, else :func:`default_threads`."""
     if workers is not None:
-        if workers < 1:
-            raise ConfigError(f"workers must be >= 1, not {workers}")
-        return workers
+        return resolve_threads(workers, "workers")
     if corpus_size(paths) < _PARALLEL_MIN_BYTES:
         return 1
-    cores = usable_cpus()
-    return max(1, cores)
+    return default_threads()
 
 
 def _encoded(
     chunks: Iterator[Chunk], encoder: ChunkEncoder, n_workers: int, args: tuple[Any, ...]
-) -> Iterator[tuple[Chunk, tuple[list[int], int]]]:
-    """(chunk, ids) in input order; with workers, at most 2 x workers chunks are in flight."""
+) -> Iterator[tuple[Chunk, tuple[np.ndarray, int]]]:
+    """(chunk, ids) in input order; with workers, at most 2 x workers chunks are in flight.
+
+    The native engine encodes with the GIL released, so its workers are threads of this process sharing
+    the loaded tokenizer. The python engine's encoder is Python code, which threads cannot run at once;
+    its workers are processes, each loading the tokenizer itself.
+    """
     if n_workers <= 1:
         for chunk in chunks:
             yield chunk, encoder.encode(chunk)
         return
+    if encoder.tokenizer.engine == "native":
+        yield from threads_in_order(encoder.encode, chunks, n_workers, "superbpe-encode")
+        return
     with ProcessPoolExecutor(n_workers, initializer=_init_worker, initargs=args) as pool:
-        pending: deque[tuple[Chunk, Future[tuple[list[int], int]]]] = deque()
+        pending: deque[tuple[Chunk, Future[tuple[np.ndarray, int]]]] = deque()
         for chunk in chunks:
             pending.append((chunk, pool.submit(_encode_in_worker, chunk)))
             if len(pending) >= 2 * n_workers:
@@ -384,8 +405,8 @@ def encode_shard(
     ``continues_document`` needs the previous shard, so the driver fills it in.
     """
     tokenizer = load_tokenizer(tokenizer_dir, engine, fingerprint, compat)
-    encoder = ChunkEncoder(tokenizer, separator_id, text_field, errors)
     dtype = np.dtype(dtype_name).newbyteorder("<")
+    encoder = ChunkEncoder(tokenizer, separator_id, text_field, errors, np.dtype(dtype_name))
     name = shard_file_name(number)
     final = Path(out_dir) / name
     temp = Path(out_dir) / f".{name}.{uuid.uuid4().hex}.tmp"
@@ -397,11 +418,12 @@ def encode_shard(
         last: int | None = None
         with open(temp, "wb") as handle:
             for chunk in shard_chunks(
-                shard, specials, chunk_bytes, line_cuts=line_cuts, first_line=first_line
-            ):
+                shard, specials, chunk_bytes, line_cuts=line_cuts, first_line=first_line,
+                pretokenizer=tokenizer.pretokenizer,
+            ):  # fmt: skip
                 ids, ended = encoder.encode(chunk)
-                if ids:
-                    last = ids[-1]
+                if len(ids):
+                    last = int(ids[-1])
                     handle.write(np.asarray(ids, dtype=dtype).tobytes())
                 tokens += len(ids)
                 documents += ended

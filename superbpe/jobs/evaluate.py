@@ -4,7 +4,8 @@ Bytes per token (UTF-8 bytes of the text / number of tokens) is the SuperBPE pap
 encoding efficiency; higher is better. Documents are separated by a special token (``<|endoftext|>``
 by default) in text files and are one per line in ``.jsonl`` files; separators themselves count as
 neither bytes nor tokens. Files are read in chunks cut at safe positions, so memory stays bounded
-and the counts equal those of encoding each document whole.
+and the counts equal those of encoding each document whole; locally, worker threads encode several
+chunks at once (the native engine releases the GIL) and their counts are added in order.
 """
 
 from __future__ import annotations
@@ -15,16 +16,34 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from superbpe.api.tokenizer import Tokenizer
 from superbpe.core.compat import CompatConfig
 from superbpe.core.errors import InputError
-from superbpe.core.sources import Chunk, InputSpec, chunk_documents, iter_chunks, resolve_inputs
+from superbpe.core.sources import (
+    Chunk,
+    InputSpec,
+    chunk_documents,
+    corpus_size,
+    iter_chunks,
+    resolve_inputs,
+)
+from superbpe.core.util import default_threads, resolve_threads
 from superbpe.formats.token_files import tokenizer_hash
-from superbpe.jobs.executors import ExecutorSpec, check_executor, get_executor, spec_from
+from superbpe.jobs.executors import (
+    ExecutorSpec,
+    check_executor,
+    get_executor,
+    spec_from,
+    threads_in_order,
+)
 from superbpe.jobs.shards import Shard, plan_shards, shard_chunks, shard_size, with_true_line_numbers
 from superbpe.jobs.tokenizer_cache import load_tokenizer
 
 EVAL_CHUNK_BYTES = 1 << 20
+#: Below this much input a local evaluation uses one thread by default (starting more costs more).
+PARALLEL_MIN_BYTES = 4 << 20
 
 
 @dataclass
@@ -53,18 +72,18 @@ class EvalResult:
 class Tally:
     """Running totals for one evaluation; a document is counted when its separator or file end is seen."""
 
-    def __init__(self, tokenizer: Tokenizer, open_document: bool | None = False) -> None:
-        self.encode = tokenizer.encode
+    def __init__(self, open_document: bool | None = False) -> None:
         self.bytes = self.tokens = self.documents = 0
         # None: a shard that starts where the previous one left off, unknown here; its first
         # document end is then counted by whoever knows (``ends_unknown_document``).
         self.open_document = open_document
         self.ends_unknown_document = False
 
-    def add_text(self, text: str) -> None:
-        if text:
-            self.bytes += len(text.encode("utf-8"))
-            self.tokens += len(self.encode(text))
+    def add_text(self, size: int, tokens: int) -> None:
+        """A stretch of text of ``size`` UTF-8 bytes and ``tokens`` tokens (an empty one opens nothing)."""
+        if size:
+            self.bytes += size
+            self.tokens += tokens
             self.open_document = True
 
     def end_document(self) -> None:
@@ -74,6 +93,45 @@ class Tally:
             self.documents += 1
         self.open_document = False
 
+    def add_chunk(self, counts: ChunkCounts, jsonl: bool) -> None:
+        """A chunk's counts (:func:`chunk_counts`), in order: a separator between stretches ends a
+        document, and so does every record of JSON lines."""
+        for stretches in counts:
+            for index, (size, tokens) in enumerate(stretches):
+                if index:
+                    self.end_document()
+                self.add_text(size, tokens)
+            if jsonl:
+                self.end_document()
+
+
+#: Per document of a chunk, (UTF-8 bytes, tokens) of each stretch between separators.
+ChunkCounts = list[list[tuple[int, int]]]
+
+
+def chunk_counts(
+    tokenizer: Tokenizer, chunk: Chunk, separator: str | None, errors: str, text_field: str
+) -> ChunkCounts:
+    """What one chunk adds to a tally; the part that runs on a worker thread.
+
+    The stretches of a chunk are encoded as one batch on one thread (chunks run in parallel), and only
+    their lengths are kept.
+    """
+    documents = [
+        document.split(separator) if separator else [document]
+        for document in chunk_documents(chunk, errors, text_field)
+    ]
+    stretches = [stretch for document in documents for stretch in document]
+    _, offsets = tokenizer.encode_batch_flat(stretches, threads=1)
+    tokens = np.diff(offsets).tolist()
+    counts: ChunkCounts = []
+    at = 0
+    for document in documents:
+        sizes = [len(stretch.encode("utf-8")) for stretch in document]
+        counts.append(list(zip(sizes, tokens[at : at + len(document)], strict=True)))
+        at += len(document)
+    return counts
+
 
 def evaluate(
     tokenizer: Tokenizer,
@@ -82,19 +140,30 @@ def evaluate(
     separator: str | None = "<|endoftext|>",
     text_field: str = "text",
     errors: str = "strict",
+    workers: int | None = None,
 ) -> EvalResult:
-    """Bytes per token and tokens per document of ``tokenizer`` on ``inputs``."""
+    """Bytes per token and tokens per document of ``tokenizer`` on ``inputs``.
+
+    ``workers`` threads encode chunks at once (the native engine; the python engine's encoder cannot run
+    on two threads at once and uses one); by default one for a small corpus, else ``default_threads()``.
+    The numbers never depend on it.
+    """
     paths = resolve_inputs(inputs)
-    tally = Tally(tokenizer)
+    threads = _threads(tokenizer, workers, paths)
+    tally = Tally()
     for path in paths:
         specials = [separator] if separator else []
         line_cuts = tokenizer.pretokenizer.safe_cuts_hold
         add_chunks(
             tally,
-            iter_chunks(path, specials, EVAL_CHUNK_BYTES, line_cuts=line_cuts),
+            tokenizer,
+            iter_chunks(
+                path, specials, EVAL_CHUNK_BYTES, line_cuts=line_cuts, pretokenizer=tokenizer.pretokenizer
+            ),
             separator,
             errors,
             text_field,
+            threads,
         )
         tally.end_document()
     if not tally.bytes:  # bytes/token of nothing is no measurement
@@ -103,22 +172,36 @@ def evaluate(
     return EvalResult([str(p) for p in paths], tally.bytes, tally.tokens, tally.documents)
 
 
+def _threads(tokenizer: Tokenizer, workers: int | None, paths: Sequence[Path]) -> int:
+    """Threads for a local evaluation: an explicit count (checked), else one for a small corpus or the
+    python engine, else ``default_threads()``."""
+    threads = None if workers is None else resolve_threads(workers, "workers")
+    if tokenizer.engine != "native":
+        return 1
+    if threads is None:
+        return 1 if corpus_size(paths) < PARALLEL_MIN_BYTES else default_threads()
+    return threads
+
+
 def add_chunks(
-    tally: Tally, chunks: Iterable[Chunk], separator: str | None, errors: str, text_field: str
+    tally: Tally,
+    tokenizer: Tokenizer,
+    chunks: Iterable[Chunk],
+    separator: str | None,
+    errors: str,
+    text_field: str,
+    threads: int = 1,
 ) -> None:
-    for chunk in chunks:
-        for document in chunk_documents(chunk, errors, text_field):
-            _add_chunk_text(tally, document, separator)
-            if chunk.jsonl:
-                tally.end_document()
+    """Add the chunks' counts to ``tally`` in order, encoding up to ``threads`` chunks at once."""
+    def count(chunk: Chunk) -> ChunkCounts:
+        return chunk_counts(tokenizer, chunk, separator, errors, text_field)
 
-
-def _add_chunk_text(tally: Tally, text: str, separator: str | None) -> None:
-    segments = text.split(separator) if separator else [text]
-    for index, segment in enumerate(segments):
-        if index:
-            tally.end_document()
-        tally.add_text(segment)
+    if threads <= 1:
+        for chunk in chunks:
+            tally.add_chunk(count(chunk), chunk.jsonl)
+        return
+    for chunk, counts in threads_in_order(count, chunks, threads, "superbpe-evaluate"):
+        tally.add_chunk(counts, chunk.jsonl)
 
 
 def evaluate_dir(
@@ -130,20 +213,22 @@ def evaluate_dir(
     engine: str = "auto",
     executor: ExecutorSpec | str | None = None,
     compat: str | CompatConfig | None = None,
+    workers: int | None = None,
 ) -> EvalResult:
     """Load the tokenizer saved in ``directory`` (its manifest pattern included) and evaluate it.
 
     ``compat`` is passed to :meth:`Tokenizer.load` (``"official"``: bare official files encode as theirs).
-    An ``executor`` other than local evaluates shard by shard (:func:`evaluate_sharded`).
+    An ``executor`` other than local evaluates shard by shard (:func:`evaluate_sharded`); locally,
+    ``workers`` threads encode at once (:func:`evaluate`).
     """
     spec = check_executor(executor)
     if spec.name != "local":
         return evaluate_sharded(
             directory, inputs, separator=separator, text_field=text_field, engine=engine, executor=spec,
-            compat=compat,
+            compat=compat, workers=workers,
         )  # fmt: skip
     tokenizer = Tokenizer.load(Path(directory), engine=engine, compat=compat)
-    return evaluate(tokenizer, inputs, separator=separator, text_field=text_field)
+    return evaluate(tokenizer, inputs, separator=separator, text_field=text_field, workers=workers)
 
 
 def evaluate_sharded(
@@ -208,9 +293,12 @@ def evaluate_shard(
     specials = [separator] if separator else []
 
     def tally(first_line: int) -> Tally:
-        result = Tally(tokenizer, open_document=None)
-        chunks = shard_chunks(shard, specials, EVAL_CHUNK_BYTES, line_cuts=line_cuts, first_line=first_line)
-        add_chunks(result, chunks, separator, errors, text_field)
+        result = Tally(open_document=None)
+        chunks = shard_chunks(
+            shard, specials, EVAL_CHUNK_BYTES, line_cuts=line_cuts, first_line=first_line,
+            pretokenizer=tokenizer.pretokenizer,
+        )  # fmt: skip
+        add_chunks(result, tokenizer, chunks, separator, errors, text_field)
         if shard.last_of_file:
             result.end_document()
         return result

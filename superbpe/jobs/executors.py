@@ -14,16 +14,19 @@ from __future__ import annotations
 
 import atexit
 import multiprocessing as mp
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from superbpe.core.errors import ConfigError
 from superbpe.core.util import usable_cpus
 
 EXECUTOR_NAMES = ("local", "ray")
 DEFAULT_SHARD_BYTES = 128 << 20
+T = TypeVar("T")
+R = TypeVar("R")
 RAY_MISSING = 'executor=ray needs Ray: install it with `pip install -e ".[ray]"` (or `pip install ray`)'
 
 
@@ -143,6 +146,34 @@ def _bounded(
             nxt = next(queued, None)
             if nxt is not None:
                 pending[submit(nxt[1])] = nxt[0]
+
+
+def threads_in_order(
+    fn: Callable[[T], R], items: Iterable[T], threads: int, name: str = "superbpe-work"
+) -> Iterator[tuple[T, R]]:
+    """``(item, fn(item))`` for every item, in the items' order, computed on ``threads`` threads of this
+    process; at most ``2 * threads`` items are taken ahead of the one the caller waits for.
+
+    For work whose heavy part releases the GIL (the native engine's encoding): threads then run in parallel
+    and share the loaded tokenizer, where worker processes would each load their own copy and send every
+    result through a pipe. An exception in ``fn`` is raised here, for the item it failed on, and the
+    items taken ahead of it are dropped (those already running finish first).
+    """
+    pending: deque[tuple[T, Future[R]]] = deque()
+    pool = ThreadPoolExecutor(threads, thread_name_prefix=name)
+    try:
+        for item in items:
+            pending.append((item, pool.submit(fn, item)))
+            if len(pending) >= 2 * threads:
+                first, future = pending.popleft()
+                yield first, future.result()
+        while pending:
+            first, future = pending.popleft()
+            yield first, future.result()
+    finally:
+        for _, future in pending:
+            future.cancel()
+        pool.shutdown(wait=True)
 
 
 class RayExecutor:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from superbpe.core.errors import InputError
+from superbpe.core.pretokenize import Pretokenizer
 from superbpe.core.sources import (
     DEFAULT_CHUNK_BYTES,
     Chunk,
@@ -153,14 +154,16 @@ def shard_chunks(
     *,
     line_cuts: bool,
     first_line: int = 1,
+    pretokenizer: Pretokenizer | None = None,
 ) -> Iterator[Chunk]:
     """The shard's chunks, with offsets in the file (so error messages name the true byte offset).
 
     JSON-lines line numbers start at ``first_line``; callers pass :func:`first_line_of` when they need
-    exact numbers (only for an error message: it reads the file up to the shard).
+    exact numbers (only for an error message: it reads the file up to the shard). A ``pretokenizer`` adds
+    its own cuts where a long stretch has no safe one (``ChunkCutter``).
     """
     jsonl = shard.jsonl
-    cutter = None if jsonl else ChunkCutter(special_tokens, line_cuts)
+    cutter = None if jsonl else ChunkCutter(special_tokens, line_cuts, pretokenizer)
     with open_binary(Path(shard.path)) as stream:
         source: BinaryIO = stream
         if shard.end is not None:

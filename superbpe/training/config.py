@@ -150,7 +150,7 @@ class EncodeConfig:
     input: Any = "???"  # a file, directory, glob, or a list of them
     output: str = "???"  # a file, or a directory (new or empty) for one token file per shard + index.json
     separator: str | None = "<|endoftext|>"  # special token appended after every document; None = none
-    workers: int | None = None
+    workers: int | None = None  # threads (engine=python: processes); None = all CPUs or RAYON_NUM_THREADS
     chunk_bytes: int = 1 << 20
     text_field: str = "text"
     errors: str = "strict"
@@ -170,6 +170,7 @@ class EvaluateConfig:
     input: Any = "???"  # a file, directory, glob, or a list of them
     separator: str | None = "<|endoftext|>"  # documents are split at this special token
     text_field: str = "text"
+    workers: int | None = None  # threads (native engine); None = all CPUs or RAYON_NUM_THREADS
     engine: EngineConfig = field(default_factory=EngineConfig)
     executor: ExecutorSpec = field(default_factory=ExecutorSpec)
     output: str | None = None  # also write the numbers as JSON here

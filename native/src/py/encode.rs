@@ -1,12 +1,21 @@
 //! The rank-based encoder, its ids handed out as shared int objects or packed buffers.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+
 use super::*;
 
 /// Rank-based encoder over a bytes -> id vocabulary.
 #[pyclass(module = "superbpe._native", name = "Encoder")]
 pub struct NativeEncoder {
     inner: Encoder,
+    /// The pool of `encode_batch` and `encode_array`, sized when the encoder is made.
     pool: rayon::ThreadPool,
+    /// The helpers (`threads - 1` threads) of the last `encode_texts*` call with more than one
+    /// thread, kept with their number: starting threads costs more than encoding a small batch,
+    /// and callers keep to one count.
+    sized_pool: Mutex<Option<(usize, Arc<rayon::ThreadPool>)>>,
     /// One Python int per id (ids are dense in practice): a result list then holds new
     /// references to these instead of a fresh int object per token, which made building the
     /// list cost as much as encoding.
@@ -44,7 +53,7 @@ fn ids_list<'py>(py: Python<'py>, ids: &[u32], objects: &[Py<PyAny>]) -> PyResul
 #[pymethods]
 impl NativeEncoder {
     #[new]
-    #[pyo3(signature = (vocab, merges, pattern, line_units, workers, whole_pieces = true))]
+    #[pyo3(signature = (vocab, merges, pattern, line_units, workers = 0, whole_pieces = true))]
     fn new(
         py: Python<'_>,
         vocab: &Bound<'_, PyDict>,
@@ -67,7 +76,8 @@ impl NativeEncoder {
             .collect();
         let splitter = Splitter::new(pattern, line_units).map_err(PyValueError::new_err)?;
         let inner = Encoder::new(v, &merges, splitter, whole_pieces).map_err(PyValueError::new_err)?;
-        Ok(NativeEncoder { inner, pool: pool(workers.max(1))?, id_objects })
+        // `workers` 0 leaves the count to rayon: RAYON_NUM_THREADS when set, else the usable cores.
+        Ok(NativeEncoder { inner, pool: pool(workers)?, sized_pool: Mutex::new(None), id_objects })
     }
 
     /// Ids of text with no special-token handling.
@@ -80,6 +90,61 @@ impl NativeEncoder {
             Ok(out)
         })?;
         ids_list(py, &ids, &self.id_objects)
+    }
+
+    /// Ids of each text as a list of lists, special tokens (`specials`: their bytes and ids) cut
+    /// out first as `Tokenizer.encode` does; on `threads` threads (1: the calling thread alone).
+    fn encode_texts<'py>(
+        &self,
+        py: Python<'py>,
+        texts: Vec<PyBackedStr>,
+        specials: Vec<(Vec<u8>, u32)>,
+        threads: usize,
+    ) -> PyResult<Bound<'py, PyList>> {
+        if threads == 0 {
+            return Err(PyValueError::new_err("threads must be at least 1"));
+        }
+        let mut lists = ListBuilder::new(py, texts.len(), &self.id_objects)?;
+        if threads == 1 {
+            for block in self.encode_blocks(py, &texts, specials, 1)? {
+                lists.push(&block)?;
+            }
+            return Ok(lists.finish());
+        }
+        self.encode_lists_overlapped(py, &texts, SpecialIds::new(specials), threads, &mut lists)?;
+        Ok(lists.finish())
+    }
+
+    /// As `encode_texts`, into one flat buffer of little-endian ids (`dtype` "uint16" or
+    /// "uint32") and the offsets of the texts' ids as little-endian int64: `len(texts) + 1`
+    /// of them, from 0, so text `i` has ids `[offsets[i], offsets[i + 1])`.
+    fn encode_texts_flat<'py>(
+        &self,
+        py: Python<'py>,
+        texts: Vec<PyBackedStr>,
+        specials: Vec<(Vec<u8>, u32)>,
+        threads: usize,
+        dtype: &str,
+    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+        check_dtype(dtype)?;
+        let blocks = self.encode_blocks(py, &texts, specials, threads)?;
+        let parts: Vec<&[u32]> = blocks.iter().map(|b| b.ids.as_slice()).collect();
+        let ids = ids_buffer_parts(py, &parts, dtype)?;
+        let offsets = PyBytes::new_with(py, (texts.len() + 1) * 8, |buf| {
+            let mut chunks = buf.chunks_exact_mut(8);
+            let mut base = 0u64;
+            if let Some(first) = chunks.next() {
+                first.copy_from_slice(&0i64.to_le_bytes());
+            }
+            for block in &blocks {
+                for (&end, chunk) in block.ends.iter().zip(chunks.by_ref()) {
+                    chunk.copy_from_slice(&((base + end as u64) as i64).to_le_bytes());
+                }
+                base += block.ids.len() as u64;
+            }
+            Ok(())
+        })?;
+        Ok((ids, offsets))
     }
 
     /// Encode texts in parallel into one flat buffer of little-endian ids (`dtype` "uint16" or
@@ -121,6 +186,406 @@ impl NativeEncoder {
             pool.install(|| inner.encode_batch(&chunks)).map_err(NativeError::from)
         })?;
         ids_buffer(py, &ids, dtype)
+    }
+}
+
+/// Texts given to one rayon task: at least this many bytes of them (or one text), so a task's
+/// work outweighs handing it out, while a batch of short documents still spreads over threads.
+const BLOCK_BYTES: usize = 64 << 10;
+
+/// The ids of a run of consecutive texts, and where each text's ids end in them.
+struct Block {
+    ids: Vec<u32>,
+    ends: Vec<usize>,
+}
+
+impl Block {
+    /// Each text's ids, in order.
+    fn texts(&self) -> impl Iterator<Item = &[u32]> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts.zip(self.ends.iter()).map(|(start, &end)| &self.ids[start..end])
+    }
+}
+
+/// Special tokens and their ids, cut out of a text before the ordinary text between them is
+/// encoded (the leftmost occurrence wins, the longest there, as `SpecialSplitter` does).
+struct SpecialIds {
+    finder: Specials,
+    ids: HashMap<Vec<u8>, u32>,
+}
+
+impl SpecialIds {
+    fn new(specials: Vec<(Vec<u8>, u32)>) -> SpecialIds {
+        let tokens: Vec<Vec<u8>> = specials.iter().map(|(t, _)| t.clone()).collect();
+        SpecialIds { finder: Specials::new(&tokens), ids: specials.into_iter().collect() }
+    }
+
+    /// Ids of one text: its special tokens' ids, the ordinary text between them encoded.
+    fn encode(&self, inner: &Encoder, text: &[u8], out: &mut Vec<u32>) -> Result<(), String> {
+        if self.finder.is_empty() {
+            return inner.encode_ordinary(text, out);
+        }
+        let mut pos = 0;
+        let mut result = Ok(());
+        self.finder.matches(text, |start, end| {
+            if result.is_err() {
+                return;
+            }
+            if start > pos {
+                result = inner.encode_ordinary(&text[pos..start], out);
+            }
+            out.push(self.ids[&text[start..end]]);
+            pos = end;
+        });
+        result?;
+        if pos < text.len() {
+            inner.encode_ordinary(&text[pos..], out)?;
+        }
+        Ok(())
+    }
+}
+
+/// Consecutive texts grouped into runs of about `BLOCK_BYTES` (index ranges).
+fn block_ranges(texts: &[PyBackedStr]) -> Vec<std::ops::Range<usize>> {
+    let mut ranges = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, text) in texts.iter().enumerate() {
+        bytes += text.len();
+        if bytes >= BLOCK_BYTES {
+            ranges.push(start..i + 1);
+            (start, bytes) = (i + 1, 0);
+        }
+    }
+    if start < texts.len() {
+        ranges.push(start..texts.len());
+    }
+    ranges
+}
+
+impl NativeEncoder {
+    /// A pool of `threads` threads, the one kept from the last call when its size fits.
+    fn sized_pool(&self, threads: usize) -> PyResult<Arc<rayon::ThreadPool>> {
+        let mut kept = self.sized_pool.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((size, pool)) = kept.as_ref() {
+            if *size == threads {
+                return Ok(Arc::clone(pool));
+            }
+        }
+        let fresh = Arc::new(pool(threads)?);
+        *kept = Some((threads, Arc::clone(&fresh)));
+        Ok(fresh)
+    }
+
+    /// Encode `texts` block by block with the GIL released, on the calling thread and
+    /// `threads - 1` helpers. An error names the first text that fails.
+    fn encode_blocks(
+        &self,
+        py: Python<'_>,
+        texts: &[PyBackedStr],
+        specials: Vec<(Vec<u8>, u32)>,
+        threads: usize,
+    ) -> PyResult<Vec<Block>> {
+        let helpers = self.helpers(threads)?;
+        let specials = SpecialIds::new(specials);
+        let work = Work::new(&self.inner, &specials, texts);
+        run_detached(py, || {
+            let mut results = Results::new(work.ranges.len());
+            let Some(pool) = helpers else {
+                while let Some((i, block)) = work.next() {
+                    results.add(i, block);
+                }
+                return results.into_blocks().map_err(NativeError::Msg);
+            };
+            pool.in_place_scope(|scope| {
+                let receiver = work.start_helpers(scope, pool.current_num_threads());
+                while let Some((i, block)) = work.next() {
+                    results.add(i, block);
+                }
+                for (i, block) in receiver {
+                    results.add(i, block);
+                }
+            });
+            results.into_blocks().map_err(NativeError::Msg)
+        })
+    }
+
+    /// Lists of ids for `threads` > 1. Making Python objects needs the GIL, so only this thread
+    /// can build the lists; it does so for each block as soon as the blocks before it are built,
+    /// and encodes a block itself (GIL released) whenever the next one is not ready yet, while
+    /// `threads - 1` helpers encode. So the building overlaps the encoding, and `threads`
+    /// threads are busy in all.
+    fn encode_lists_overlapped(
+        &self,
+        py: Python<'_>,
+        texts: &[PyBackedStr],
+        specials: SpecialIds,
+        threads: usize,
+        lists: &mut ListBuilder<'_, '_>,
+    ) -> PyResult<()> {
+        let Some(pool) = self.helpers(threads)? else {
+            return Err(PyValueError::new_err("overlapped building needs more than one thread"));
+        };
+        let work = Work::new(&self.inner, &specials, texts);
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            pool.in_place_scope(|scope| -> PyResult<()> {
+                let mut receiver = work.start_helpers(scope, pool.current_num_threads());
+                let mut results = Results::new(work.ranges.len());
+                let mut built = 0;
+                let mut encoding = true; // blocks may be left to claim
+                loop {
+                    while let Ok((i, block)) = receiver.try_recv() {
+                        results.add(i, block);
+                    }
+                    if results.error.is_none() {
+                        while let Some(block) = results.take(built) {
+                            lists.push(&block)?;
+                            built += 1;
+                        }
+                    }
+                    if built == results.waiting.len() {
+                        return Ok(());
+                    }
+                    if encoding {
+                        match py.detach(|| work.next()) {
+                            Some((i, block)) => results.add(i, block),
+                            None => encoding = false,
+                        }
+                        continue;
+                    }
+                    let received;
+                    (receiver, received) = py.detach(move || {
+                        let received = receiver.recv();
+                        (receiver, received)
+                    });
+                    match received {
+                        Ok((i, block)) => results.add(i, block),
+                        Err(_) => break, // every helper is done
+                    }
+                }
+                match results.error {
+                    Some((_, e)) => Err(PyValueError::new_err(e)),
+                    None => Err(PyRuntimeError::new_err("a block of the batch was never encoded")),
+                }
+            })
+        }));
+        outcome.unwrap_or_else(|panic| {
+            Err(PyRuntimeError::new_err(format!("native engine panicked: {}", panic_message(&panic))))
+        })
+    }
+
+    /// The pool of helpers for `threads` (the calling thread is one of them): None for one.
+    fn helpers(&self, threads: usize) -> PyResult<Option<Arc<rayon::ThreadPool>>> {
+        match threads {
+            0 => Err(PyValueError::new_err("threads must be at least 1")),
+            1 => Ok(None),
+            n => self.sized_pool(n - 1).map(Some),
+        }
+    }
+}
+
+/// A batch cut into blocks, handed out one at a time to whichever thread asks next.
+struct Work<'a> {
+    inner: &'a Encoder,
+    specials: &'a SpecialIds,
+    texts: &'a [PyBackedStr],
+    ranges: Vec<std::ops::Range<usize>>,
+    claimed: AtomicUsize,
+    /// The lowest block that failed: later ones are not started, earlier ones still run, so the
+    /// error reported is that of the first failing text, as on one thread.
+    first_failed: AtomicUsize,
+}
+
+type Encoded = (usize, Result<Block, String>);
+
+impl<'a> Work<'a> {
+    fn new(inner: &'a Encoder, specials: &'a SpecialIds, texts: &'a [PyBackedStr]) -> Self {
+        let ranges = block_ranges(texts);
+        Work {
+            inner,
+            specials,
+            texts,
+            ranges,
+            claimed: AtomicUsize::new(0),
+            first_failed: AtomicUsize::new(usize::MAX),
+        }
+    }
+
+    /// Claim the next block and encode it; None when every block is claimed (or all that are
+    /// left come after a failed one).
+    fn next(&self) -> Option<Encoded> {
+        let i = self.claimed.fetch_add(1, Ordering::Relaxed);
+        if i >= self.ranges.len() || i > self.first_failed.load(Ordering::Relaxed) {
+            return None;
+        }
+        let block = encode_range(self.inner, self.specials, self.texts, self.ranges[i].clone());
+        if block.is_err() {
+            self.first_failed.fetch_min(i, Ordering::Relaxed);
+        }
+        Some((i, block))
+    }
+
+    /// `helpers` tasks on the scope's pool, each encoding blocks until none is left; their
+    /// blocks arrive on the receiver, which ends when they all have.
+    fn start_helpers<'scope>(&'scope self, scope: &rayon::Scope<'scope>, helpers: usize) -> mpsc::Receiver<Encoded>
+    where
+        'a: 'scope,
+    {
+        let (sender, receiver) = mpsc::channel();
+        for _ in 0..helpers {
+            let sender = sender.clone();
+            scope.spawn(move |_| {
+                while let Some(encoded) = self.next() {
+                    if sender.send(encoded).is_err() {
+                        return; // the caller stopped listening (it failed)
+                    }
+                }
+            });
+        }
+        receiver
+    }
+}
+
+/// Blocks as they arrive, in any order, and the failure of the lowest block.
+struct Results {
+    waiting: Vec<Option<Block>>,
+    error: Option<(usize, String)>,
+}
+
+impl Results {
+    fn new(blocks: usize) -> Results {
+        Results { waiting: (0..blocks).map(|_| None).collect(), error: None }
+    }
+
+    fn add(&mut self, i: usize, block: Result<Block, String>) {
+        match block {
+            Ok(block) => self.waiting[i] = Some(block),
+            Err(e) if self.error.as_ref().is_none_or(|(at, _)| i < *at) => self.error = Some((i, e)),
+            Err(_) => {}
+        }
+    }
+
+    /// Block `i`, if it has arrived (and was not taken before).
+    fn take(&mut self, i: usize) -> Option<Block> {
+        self.waiting.get_mut(i).and_then(Option::take)
+    }
+
+    /// Every block in order, or the first failure.
+    fn into_blocks(self) -> Result<Vec<Block>, String> {
+        if let Some((_, e)) = self.error {
+            return Err(e);
+        }
+        self.waiting
+            .into_iter()
+            .map(|b| b.ok_or_else(|| "a block of the batch was never encoded".to_string()))
+            .collect()
+    }
+}
+
+/// The ids of the texts in `range`, special tokens cut out, as one block.
+fn encode_range(
+    inner: &Encoder,
+    specials: &SpecialIds,
+    texts: &[PyBackedStr],
+    range: std::ops::Range<usize>,
+) -> Result<Block, String> {
+    let bytes: usize = texts[range.clone()].iter().map(|t| t.len()).sum();
+    let mut block = Block { ids: Vec::with_capacity(bytes / 3 + 1), ends: Vec::with_capacity(range.len()) };
+    for i in range {
+        specials.encode(inner, texts[i].as_bytes(), &mut block.ids).map_err(|e| format!("texts[{i}]: {e}"))?;
+        block.ends.push(block.ids.len());
+    }
+    Ok(block)
+}
+
+/// The outer list of `encode_texts`, filled block by block with one list of ids per text.
+struct ListBuilder<'py, 'a> {
+    py: Python<'py>,
+    outer: Bound<'py, PyList>,
+    filled: usize,
+    objects: &'a [Py<PyAny>],
+}
+
+impl<'py, 'a> ListBuilder<'py, 'a> {
+    fn new(py: Python<'py>, len: usize, objects: &'a [Py<PyAny>]) -> PyResult<Self> {
+        let size = pyo3::ffi::Py_ssize_t::try_from(len).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        // SAFETY: PyList_New returns a new list (or NULL with an exception set); `push` sets each
+        // slot once, in order, and a list dropped before it is full holds NULLs, which CPython's
+        // list deallocation skips.
+        let outer = unsafe {
+            let list = pyo3::ffi::PyList_New(size);
+            if list.is_null() {
+                return Err(PyErr::fetch(py));
+            }
+            Bound::from_owned_ptr(py, list).cast_into_unchecked::<PyList>()
+        };
+        Ok(ListBuilder { py, outer, filled: 0, objects })
+    }
+
+    /// A list of ids for each text of `block`, in the next slots.
+    ///
+    /// The cyclic garbage collector is paused meanwhile: every new list counts towards its next
+    /// run, and its runs kept walking the lists already made (lists of ints, which can hold no
+    /// cycle), which cost as much as the encoding. It is on again once the block is in.
+    fn push(&mut self, block: &Block) -> PyResult<()> {
+        // SAFETY: a plain call of the C API with the GIL held.
+        let collecting = unsafe { pyo3::ffi::PyGC_Disable() } == 1;
+        let mut result = Ok(());
+        for ids in block.texts() {
+            let list = match ids_list(self.py, ids, self.objects) {
+                Ok(list) => list,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            };
+            // SAFETY: `filled` < the list's length (one slot per text) and each slot is set once.
+            unsafe {
+                pyo3::ffi::PyList_SET_ITEM(self.outer.as_ptr(), self.filled as pyo3::ffi::Py_ssize_t, list.into_ptr())
+            };
+            self.filled += 1;
+        }
+        if collecting {
+            // SAFETY: as above; it was on before this block.
+            unsafe { pyo3::ffi::PyGC_Enable() };
+        }
+        result
+    }
+
+    fn finish(self) -> Bound<'py, PyList> {
+        self.outer
+    }
+}
+
+fn check_dtype(dtype: &str) -> PyResult<()> {
+    match dtype {
+        "uint16" | "uint32" => Ok(()),
+        _ => Err(PyValueError::new_err(format!("dtype must be 'uint16' or 'uint32', not {dtype:?}"))),
+    }
+}
+
+/// Ids of several parts, one after another, packed as in [`ids_buffer`].
+fn ids_buffer_parts<'py>(py: Python<'py>, parts: &[&[u32]], dtype: &str) -> PyResult<Bound<'py, PyBytes>> {
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    let all = parts.iter().flat_map(|p| p.iter().copied());
+    match dtype {
+        "uint32" => PyBytes::new_with(py, total * 4, |buf| {
+            for (chunk, id) in buf.chunks_exact_mut(4).zip(all) {
+                chunk.copy_from_slice(&id.to_le_bytes());
+            }
+            Ok(())
+        }),
+        _ => {
+            check_dtype(dtype)?;
+            if let Some(id) = parts.iter().flat_map(|p| p.iter()).find(|&&id| id > u16::MAX as u32) {
+                return Err(PyValueError::new_err(format!("id {id} does not fit in uint16")));
+            }
+            PyBytes::new_with(py, total * 2, |buf| {
+                for (chunk, id) in buf.chunks_exact_mut(2).zip(all) {
+                    chunk.copy_from_slice(&(id as u16).to_le_bytes());
+                }
+                Ok(())
+            })
+        }
     }
 }
 

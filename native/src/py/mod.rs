@@ -65,15 +65,17 @@ where
     let result = py.detach(|| catch_unwind(AssertUnwindSafe(f)));
     match result {
         Ok(r) => r.map_err(PyErr::from),
-        Err(panic) => {
-            let msg = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "unknown panic".into());
-            Err(PyRuntimeError::new_err(format!("native engine panicked: {msg}")))
-        }
+        Err(panic) => Err(PyRuntimeError::new_err(format!("native engine panicked: {}", panic_message(&panic)))),
     }
+}
+
+/// The message a panic carries.
+pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "unknown panic".into())
 }
 
 pub(crate) fn pool(workers: usize) -> PyResult<rayon::ThreadPool> {
