@@ -575,7 +575,8 @@ def render(
         "number of CPUs. Ids are compared with the reference's (tiktoken; HF for SuperBPE 200K) for every "
         "cell: a contender that differs shows **ids differ** instead of a speed. Per-document calls: "
         "superbpe `Tokenizer.encode` (a list), gigatoken `encode` (a numpy array), fastokens "
-        "`encode(...).ids`, tiktoken `encode`, HF `encode(...).ids`; batches: superbpe `NativeEncoder.encode_batch`, gigatoken "
+        "`encode(...).ids`, tiktoken `encode`, HF `encode(...).ids`; batches: superbpe "
+        "`NativeEncoder.encode_batch`, gigatoken "
         "`encode_batch` and fastokens `encode_batch_flat` (flat buffers plus offsets), tiktoken and HF "
         "`encode_batch` (lists).",
         "",
