@@ -145,7 +145,7 @@ class Tokenizer:
     def encode(self, text: str) -> list[int]:
         """Ids of ``text``; special tokens in it become their own ids (longest match first)."""
         _check_text(text)
-        if not self._splitter:
+        if not self._splitter.occurs_in(text):
             return self._core.encode_ordinary(text)
         ids: list[int] = []
         encode_ordinary = self._core.encode_ordinary
