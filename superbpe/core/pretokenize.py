@@ -236,7 +236,7 @@ class SpecialSplitter:
             return False
         if len(self.special_tokens) > _SUBSTRING_SEARCHES_MAX:
             return self._pattern.search(text) is not None
-        for token in self.special_tokens:  # a loop: a generator in any() costs more than the searches
+        for token in self.special_tokens:  # noqa: SIM110 (a generator in any() costs more than the searches)
             if token in text:
                 return True
         return False
