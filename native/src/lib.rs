@@ -10,6 +10,7 @@ pub mod countsfile;
 pub mod cuts;
 pub mod encode;
 pub mod memory;
+pub mod piecemap;
 pub mod replay;
 pub mod scan;
 pub mod specials;
