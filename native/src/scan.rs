@@ -298,6 +298,53 @@ fn ws_newline(s: &[u8], i: usize) -> usize {
     }
 }
 
+// ---------------------------------------------------------------- ASCII fast paths
+
+/// Kinds of ASCII byte as bit flags (0 for bytes >= 0x80), so that the commonest runs — letters,
+/// digits, punctuation, whitespace, all ASCII in English and code — are scanned a byte at a time
+/// with one table load, stopping at the first byte of another kind or of a multi-byte character.
+const K_LETTER: u8 = 1;
+const K_DIGIT: u8 = 2;
+const K_OTHER: u8 = 4;
+const K_SPACE: u8 = 8;
+
+static KIND: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut b = 0;
+    while b < 128 {
+        t[b] = match crate::unicode::ASCII[b] {
+            LU | LL => K_LETTER,
+            NUM => K_DIGIT,
+            WS => K_SPACE,
+            _ => K_OTHER,
+        };
+        b += 1;
+    }
+    t
+};
+
+/// End of the run from `i` of ASCII bytes whose kind is in `mask`.
+#[inline(always)]
+fn kind_run(s: &[u8], mut i: usize, mask: u8) -> usize {
+    while i < s.len() && KIND[s[i] as usize] & mask != 0 {
+        i += 1;
+    }
+    i
+}
+
+/// End of the run from `i` of characters whose class satisfies `pred`, where every ASCII byte of
+/// kind `mask` satisfies it and no other ASCII byte does: ASCII bytes by table, and only a
+/// multi-byte character sends the scan to [`run`].
+#[inline(always)]
+fn fast_run<P: Fn(Class) -> bool>(s: &[u8], i: usize, mask: u8, pred: P) -> usize {
+    let e = kind_run(s, i, mask);
+    if e < s.len() && s[e] >= 0x80 {
+        run(s, e, pred)
+    } else {
+        e
+    }
+}
+
 // ---------------------------------------------------------------- gpt2
 
 /// `'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
@@ -307,6 +354,26 @@ fn gpt2(s: &[u8], i: usize) -> usize {
     if b == b'\'' {
         if let Some(e) = contraction(s, i, false) {
             return e;
+        }
+    }
+    // ASCII first: a letter, digit or punctuation run (`\p{L}+`, `\p{N}+`, `[^\s\p{L}\p{N}]+`,
+    // each optionally after one space), or a whitespace run; a multi-byte character met on the
+    // way continues in the general scan, and one at the start takes the general path below.
+    let k = KIND[b as usize];
+    if k & (K_LETTER | K_DIGIT | K_OTHER) != 0 {
+        return gpt2_ascii_run(s, i + 1, k);
+    }
+    if b == b' ' && i + 1 < s.len() {
+        let k2 = KIND[s[i + 1] as usize];
+        if k2 & (K_LETTER | K_DIGIT | K_OTHER) != 0 {
+            return gpt2_ascii_run(s, i + 2, k2);
+        }
+    }
+    if k == K_SPACE {
+        let e = kind_run(s, i + 1, K_SPACE);
+        if e == s.len() || s[e] < 0x80 {
+            // `\s+(?!\S)|\s+`: the run, less its last character when a non-space follows.
+            return if e == s.len() || e - i == 1 { e } else { e - 1 };
         }
     }
     let (c, n) = class_at(s, i);
@@ -330,6 +397,18 @@ fn gpt2(s: &[u8], i: usize) -> usize {
         run(s, i + n, is_other)
     } else {
         ws_tail(s, i)
+    }
+}
+
+/// The rest of a gpt2 run of kind `k` (one ASCII letter, digit or punctuation kind) from `i`.
+#[inline(always)]
+fn gpt2_ascii_run(s: &[u8], i: usize, k: u8) -> usize {
+    if k == K_LETTER {
+        fast_run(s, i, K_LETTER, is_letter)
+    } else if k == K_DIGIT {
+        fast_run(s, i, K_DIGIT, |c| c == NUM)
+    } else {
+        fast_run(s, i, K_OTHER, is_other)
     }
 }
 
