@@ -24,7 +24,7 @@ use std::sync::Mutex;
 use rayon::prelude::*;
 
 use crate::bpe::{self, PairHasher};
-use crate::piecemap::{pack, PieceMap, PACKED_MAX};
+use crate::piecemap::{pack, pack_within, PieceMap, PACKED_MAX};
 use crate::scan::Splitter;
 
 /// Pieces up to this many bytes are merged on the stack with the linear scan.
@@ -204,8 +204,22 @@ impl Encoder {
 
     fn encode_with(&self, text: &[u8], out: &mut Vec<u32>, cache: &mut Option<&mut PieceCache>) -> Result<(), String> {
         let start = out.len();
+        let base = text.as_ptr() as usize;
         self.splitter.split(text, &mut |piece| {
-            let (k0, k1) = if (2..=PACKED_MAX).contains(&piece.len()) { pack(piece) } else { (0, 0) };
+            let n = piece.len();
+            // Single bytes are packed too: whether a piece is one byte is as unpredictable as
+            // its kind, and the vocabulary holds the single bytes.
+            let (k0, k1) = if !(2..=PACKED_MAX).contains(&n) {
+                (0, 0)
+            } else {
+                // Pieces are slices of `text`, so their offset is an address difference.
+                let at = piece.as_ptr() as usize - base;
+                if at + 16 <= text.len() {
+                    pack_within(text, at, n)
+                } else {
+                    pack(piece)
+                }
+            };
             self.encode_piece(piece, k0, k1, out, cache)
         })?;
         if self.lacks_bytes && out[start..].contains(&MISSING) {
@@ -260,8 +274,8 @@ impl Encoder {
         Ok((ids, ends))
     }
 
-    /// Ids of one piece; `(k0, k1)` is its packed key when it has 2 to [`PACKED_MAX`] bytes, else
-    /// `k1` is 0.
+    /// Ids of one piece; `(k0, k1)` is its packed key when it has at most [`PACKED_MAX`] bytes,
+    /// else `k1` is 0.
     #[inline]
     fn encode_piece(&self, piece: &[u8], k0: u64, k1: u64, out: &mut Vec<u32>, cache: &mut Option<&mut PieceCache>) {
         if piece.len() == 1 {
@@ -274,6 +288,10 @@ impl Encoder {
                 out.push(id);
                 return;
             }
+        }
+        if piece.len() == 1 {
+            out.push(self.byte_ids[piece[0] as usize]);
+            return;
         }
         let cache = match cache {
             Some(c) if piece.len() <= CACHE_MAX_PIECE => c,
