@@ -275,6 +275,14 @@ fn ws_tail(s: &[u8], i: usize) -> usize {
 /// whitespace run if there is one, else as [`ws_tail`].
 #[inline]
 fn ws_newline(s: &[u8], i: usize) -> usize {
+    // An all-ASCII run (the usual newline and indentation) by table; the general scan otherwise.
+    let j = kind_run(s, i, K_SPACE);
+    if j > i && (j == s.len() || s[j] < 0x80) {
+        if let Some(p) = s[i..j].iter().rposition(|&b| b == b'\n' || b == b'\r') {
+            return i + p + 1;
+        }
+        return if j == s.len() || j - i == 1 { j } else { j - 1 };
+    }
     let mut last = i;
     let mut nl_end = 0;
     let mut j = i;
@@ -328,6 +336,10 @@ static KIND: [u8; 256] = {
 /// from a byte loop (mispredictions, about one per piece, were most of the scanner's time).
 #[inline(always)]
 fn kind_run(s: &[u8], mut i: usize, mask: u8) -> usize {
+    // A run that ends at once (a one-character piece, common in code) needs no block.
+    if s.get(i).is_none_or(|&b| KIND[b as usize] & mask == 0) {
+        return i;
+    }
     while let Some(block) = s.get(i..i + 16) {
         let kinds = kind_masks(block.try_into().unwrap());
         let selected = (if mask & K_LETTER != 0 { kinds[0] } else { 0 })
@@ -482,22 +494,22 @@ fn cl100k(s: &[u8], i: usize) -> usize {
     }
     let (c, n) = class_at(s, i);
     if is_letter(c) {
-        return run(s, i + n, is_letter);
+        return fast_run(s, i + n, K_LETTER, is_letter);
     }
     if c != NUM && b != b'\r' && b != b'\n' && i + n < s.len() {
         let (c2, _) = class_at(s, i + n);
         if is_letter(c2) {
-            return run(s, i + n, is_letter);
+            return fast_run(s, i + n, K_LETTER, is_letter);
         }
     }
     if c == NUM {
         return digits_upto(s, i, 3);
     }
     if b == b' ' && i + 1 < s.len() && is_other(class_at(s, i + 1).0) {
-        return ascii_run(s, run(s, i + 1, is_other), b"\r\n");
+        return ascii_run(s, fast_run(s, i + 1, K_OTHER, is_other), b"\r\n");
     }
     if is_other(c) {
-        return ascii_run(s, run(s, i + n, is_other), b"\r\n");
+        return ascii_run(s, fast_run(s, i + n, K_OTHER, is_other), b"\r\n");
     }
     ws_newline(s, i)
 }
@@ -612,10 +624,10 @@ fn o200k(s: &[u8], i: usize, contractions: bool) -> usize {
         return digits_upto(s, i, 3);
     }
     if b == b' ' && is_other(c1) && i + 1 < s.len() {
-        return ascii_run(s, run(s, i + 1, is_other), b"\r\n/");
+        return ascii_run(s, fast_run(s, i + 1, K_OTHER, is_other), b"\r\n/");
     }
     if is_other(c) {
-        return ascii_run(s, run(s, i + n, is_other), b"\r\n/");
+        return ascii_run(s, fast_run(s, i + n, K_OTHER, is_other), b"\r\n/");
     }
     ws_newline(s, i)
 }
@@ -635,7 +647,7 @@ fn superbpe_match(s: &[u8], i: usize) -> Option<usize> {
     if others_from < s.len() {
         let (c1, n1) = class_at(s, others_from);
         if is_other(c1) && others_from + n1 < s.len() && is_other(class_at(s, others_from + n1).0) {
-            return Some(ascii_run(s, run(s, others_from + n1, is_other), b"\r\n/"));
+            return Some(ascii_run(s, fast_run(s, others_from + n1, K_OTHER, is_other), b"\r\n/"));
         }
     }
     if b == b' ' {
