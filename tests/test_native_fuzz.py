@@ -52,6 +52,37 @@ def test_scanner_matches_regex(name: str, text: str, line_units: bool) -> None:
     assert native_engine._native.pretokenize(pre.pattern, line_units, text) == pre.split(text)
 
 
+# Runs of ASCII letters, digits, punctuation and whitespace (what the scanners' ASCII fast paths take
+# a byte at a time) that end in, or are continued by, characters of the same class beyond ASCII.
+FRAGMENTS = ["abc", "Zq", "'s", "'", " ", "  ", "\t", "\n", "\r\n", "12", "345", "!!", ".", "(", "é",
+             "\u00a0", "\u3000", "\u4e2d", "\u0663", "\u0301", "\u017f", "\U0001f600", "É", "\u2028"]
+RUNS = st.lists(st.sampled_from(FRAGMENTS), max_size=30).map("".join)
+
+
+@pytest.mark.parametrize("name", list(PATTERNS))
+@FUZZ
+@given(text=RUNS, line_units=st.booleans())
+def test_scanner_ascii_runs_meet_unicode(name: str, text: str, line_units: bool) -> None:
+    pre = get_pretokenizer(name, line_units=line_units)
+    assert native_engine._native.pretokenize(pre.pattern, line_units, text) == pre.split(text)
+
+
+# Long texts, mostly plain ASCII code and prose: what the gpt2 scanner takes 64 bytes at a time.
+LONG = st.lists(
+    st.sampled_from(FRAGMENTS + ["word", " word", " Word", "    ", "\n\t\t", "();", "0x1f", " = ", "\n\n"]),
+    min_size=20,
+    max_size=150,
+).map("".join)
+
+
+@pytest.mark.parametrize("name", list(PATTERNS))
+@FUZZ
+@given(text=LONG)
+def test_scanner_long_texts(name: str, text: str) -> None:
+    pre = get_pretokenizer(name, line_units=False)
+    assert native_engine._native.pretokenize(pre.pattern, False, text) == pre.split(text)
+
+
 @FUZZ
 @given(
     body=st.lists(st.sampled_from(["ab", "a b", "\n", "  ", "<s>", "x1", "\n\n", " .\n/", "é"]), max_size=60),

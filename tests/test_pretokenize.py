@@ -124,6 +124,17 @@ def test_special_splitter_prefers_the_longest_token() -> None:
     assert list(splitter.ordinary_segments(f"{eot}x{eot}{eot}y")) == ["x", "y"]
 
 
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(alphabet=st.sampled_from(list("<|ab>x\u00e9")), max_size=30), many=st.booleans())
+def test_occurs_in_agrees_with_split(text: str, many: bool) -> None:
+    """The quick check ``Tokenizer.encode`` makes first: substring searches for a few specials, one
+    regex search for many; either way true exactly when the split finds a special token."""
+    specials = ["<|a|>", "<|ab|>", "x>"] + ([f"<{i}>" for i in range(10)] if many else [])
+    splitter = SpecialSplitter(specials)
+    assert splitter.occurs_in(text) == any(is_special for _, is_special in splitter.split(text))
+    assert not SpecialSplitter([]).occurs_in(text)
+
+
 def test_empty_special_token_is_rejected() -> None:
     with pytest.raises(ConfigError, match="non-empty"):
         SpecialSplitter(["<|endoftext|>", ""])

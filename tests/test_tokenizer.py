@@ -534,3 +534,27 @@ def test_streaming_never_cuts_a_stage2_piece_that_spans_lines(line_units: bool) 
     lines = ["ab\n", "cd 12\n"] * 50_000
     assert list(tok.encode_iterable(lines)) == tok.encode("".join(lines))
     assert (257 in tok.encode("ab\ncd")) is not line_units
+
+
+@pytest.mark.parametrize("count", [1, tokenizer_module.FEW_SPECIALS + 3])
+def test_encode_finds_specials_with_few_or_many(gpt2_files: Gpt2Files, count: int) -> None:
+    """encode() looks for a few special tokens one by one and for many with one regex search; either
+    way a text holding one gets its id, and a text holding none the ordinary ids."""
+    vocab, merges = gpt2_files
+    specials = [EOT] + [f"<|extra{i}|>" for i in range(count - 1)]
+    tok = Tokenizer(vocab, merges, specials)
+    last = specials[-1]
+    text = f"Hello {last} world"
+    assert tok.encode(text) == tok.encode("Hello ") + [tok.token_to_id(last)] + tok.encode(" world")
+    assert tok.encode("no special here") == tok.encode_ordinary("no special here")
+
+
+def test_encode_takes_str_subclasses_and_refuses_bytes(gpt2: Tokenizer) -> None:
+    class Text(str):
+        pass
+
+    assert gpt2.encode(Text("a b")) == gpt2.encode("a b")
+    assert gpt2.encode_ordinary(Text("a b")) == gpt2.encode_ordinary("a b")
+    for method in (gpt2.encode, gpt2.encode_ordinary):
+        with pytest.raises(InputError, match="decode bytes to str first"):
+            method(b"a b")  # type: ignore[arg-type]

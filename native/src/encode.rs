@@ -4,52 +4,133 @@
 //! start from single bytes and repeatedly merge the adjacent pair with the lowest merge rank,
 //! leftmost on ties (HF's `ignore_merges: false` is `whole_pieces` off). A vocabulary may lack
 //! single bytes (HF-trained ones keep only the bytes they saw): that is an error only for a text
-//! that needs such a byte. Short
-//! pieces use a linear scan (fewer cache misses than a heap); long pieces a lazy min-heap over a
-//! linked list, so a whole-line SuperBPE piece costs O(n log n), not O(n²). Pieces that are not
-//! tokens are cached, since the same rare words recur.
+//! that needs such a byte.
+//!
+//! Where the time goes, and what each part does about it:
+//! - Looking pieces up: the vocabulary and the piece caches are [`PieceMap`]s (keys up to 15 bytes
+//!   packed beside their value in a flat table).
+//! - Pieces that are not tokens repeat (rare words, identifiers), so their ids are cached. A cache is
+//!   owned by one caller for a whole text (or a group of texts of a batch): it is taken from a small
+//!   pool of slots with one uncontended `try_lock` per text instead of a lock per piece, and a caller
+//!   that finds every slot busy encodes without one (same ids).
+//! - Merging: a short piece is merged on the stack with a linear scan (fewer cache misses than a
+//!   heap); its first round looks pairs of bytes up in a dense table. A long piece (a whole-line
+//!   SuperBPE piece) uses a lazy min-heap over a linked list, O(n log n) instead of O(n²).
 
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::sync::Mutex;
 
 use rayon::prelude::*;
 
-use crate::bpe;
-use crate::bytesmap::BytesMap;
+use crate::bpe::{self, PairHasher};
+use crate::piecemap::{pack, pack_within, PieceMap, PACKED_MAX};
 use crate::scan::Splitter;
 
-/// Pieces up to this many bytes are merged with the linear scan (encoder pieces are short words).
-const LINEAR_MAX: usize = 48;
-const CACHE_SHARDS: usize = 16;
-const CACHE_MAX_PER_SHARD: usize = 1 << 14;
+/// Pieces up to this many bytes are merged on the stack with the linear scan.
+const SMALL_MAX: usize = 64;
+/// A cache stops taking new pieces at this many (about 32 bytes each, plus long results).
+const CACHE_MAX_ENTRIES: usize = 1 << 18;
+/// Ids of cached results longer than [`INLINE_IDS`] live in an arena of at most this many ids.
+const CACHE_MAX_ARENA: usize = 1 << 22;
 /// Pieces longer than this are not cached (they rarely repeat).
 const CACHE_MAX_PIECE: usize = 256;
+/// A batch is cut into groups of texts of about this many bytes at least, each encoded by one
+/// thread with one cache, so that a batch of short texts is not one task per text.
+const GROUP_MIN_BYTES: usize = 1 << 16;
 
-type Cache = BytesMap<Box<[u32]>>;
+/// A merge as one word: rank in the high half, merged id in the low half, so comparing two words
+/// compares ranks; `NO_MERGE` (all ones) is above every real merge.
+type Packed = u64;
+const NO_MERGE: Packed = u64::MAX;
+
+#[inline(always)]
+fn packed(rank: u32, merged: u32) -> Packed {
+    (rank as u64) << 32 | merged as u64
+}
+
+/// Ids a cached piece encodes to: up to this many inline, more in the cache's arena.
+const INLINE_IDS: usize = 3;
+
+#[derive(Clone, Copy, Default)]
+struct Cached {
+    len: u32,
+    /// The ids when `len <= INLINE_IDS`, else `ids[0]` is the offset of the ids in the arena.
+    ids: [u32; INLINE_IDS],
+}
+
+/// One caller's cache of pieces that are not tokens.
+#[derive(Default)]
+struct PieceCache {
+    map: PieceMap<Cached>,
+    arena: Vec<u32>,
+}
+
+impl PieceCache {
+    /// Append the cached ids of `piece` to `out`; false when it is not cached.
+    #[inline(always)]
+    fn extend(&self, piece: &[u8], out: &mut Vec<u32>) -> bool {
+        self.extend_found(self.map.get(piece), out)
+    }
+
+    /// [`Self::extend`] for a piece given by its packed key.
+    #[inline(always)]
+    fn extend_packed(&self, k0: u64, k1: u64, out: &mut Vec<u32>) -> bool {
+        self.extend_found(self.map.get_packed(k0, k1), out)
+    }
+
+    #[inline(always)]
+    fn extend_found(&self, found: Option<Cached>, out: &mut Vec<u32>) -> bool {
+        let Some(c) = found else { return false };
+        let n = c.len as usize;
+        if n <= INLINE_IDS {
+            out.extend_from_slice(&c.ids[..n]);
+        } else {
+            let at = c.ids[0] as usize;
+            out.extend_from_slice(&self.arena[at..at + n]);
+        }
+        true
+    }
+
+    fn insert(&mut self, piece: &[u8], ids: &[u32]) {
+        if self.map.len() >= CACHE_MAX_ENTRIES {
+            return;
+        }
+        let mut c = Cached { len: ids.len() as u32, ids: [0; INLINE_IDS] };
+        if ids.len() <= INLINE_IDS {
+            c.ids[..ids.len()].copy_from_slice(ids);
+        } else {
+            if self.arena.len() + ids.len() > CACHE_MAX_ARENA {
+                return;
+            }
+            c.ids[0] = self.arena.len() as u32;
+            self.arena.extend_from_slice(ids);
+        }
+        self.map.insert(piece, c);
+    }
+}
 
 pub struct Encoder {
     splitter: Splitter,
-    vocab: BytesMap<u32>,
+    vocab: PieceMap<u32>,
     /// The id of each single byte; `MISSING` where the vocabulary has none.
     byte_ids: [u32; 256],
     /// Whether any byte is `MISSING` (only then is the output checked for it).
     lacks_bytes: bool,
     /// Map a piece that is itself a token straight to its id (see the module doc).
     whole_pieces: bool,
-    /// (left id, right id) -> (rank, merged id)
-    ranks: HashMap<u64, (u32, u32), ahash::RandomState>,
-    cache: Vec<Mutex<Cache>>,
-    hasher: ahash::RandomState,
+    /// (left id, right id) -> packed (rank, merged id)
+    ranks: HashMap<u64, Packed, BuildHasherDefault<PairHasher>>,
+    /// The merge of two single-byte tokens, indexed by the two bytes: the first round of every
+    /// merge without a hash lookup.
+    byte_pairs: Box<[Packed]>,
+    /// The pool of piece caches (see the module doc).
+    caches: Vec<Mutex<PieceCache>>,
 }
 
 /// The id of a byte the vocabulary lacks: no merge has it as a part, so it survives BPE unchanged
 /// and `encode_ordinary` reports it.
 const MISSING: u32 = u32::MAX;
-
-#[inline]
-fn pair_key(l: u32, r: u32) -> u64 {
-    ((l as u64) << 32) | r as u64
-}
 
 impl Encoder {
     /// `vocab`: bytes -> id; `merges` in rank order. Every merge's result must be in `vocab`.
@@ -59,27 +140,34 @@ impl Encoder {
         splitter: Splitter,
         whole_pieces: bool,
     ) -> Result<Encoder, String> {
-        let mut map: BytesMap<u32> = BytesMap::default();
+        let mut map: PieceMap<u32> = PieceMap::with_capacity(vocab.len());
         for (bytes, id) in vocab {
             map.insert(&bytes, id);
         }
         let mut byte_ids = [MISSING; 256];
         for (b, slot) in byte_ids.iter_mut().enumerate() {
-            *slot = map.get(&[b as u8]).copied().unwrap_or(MISSING);
+            *slot = map.get(&[b as u8]).unwrap_or(MISSING);
         }
         let lacks_bytes = byte_ids.contains(&MISSING);
-        let mut ranks: HashMap<u64, (u32, u32), ahash::RandomState> = HashMap::default();
+        let mut ranks: HashMap<u64, Packed, BuildHasherDefault<PairHasher>> = HashMap::default();
         for (rank, (l, r)) in merges.iter().enumerate() {
-            let lookup = |t: &[u8]| map.get(t).copied();
             let merged = [l.as_slice(), r.as_slice()].concat();
-            let Some(mi) = lookup(&merged) else {
+            let Some(mi) = map.get(&merged) else {
                 return Err(format!("merge {rank}: the token it makes is not in the vocabulary"));
             };
             // A part that is not a token can never be formed, so the merge can never apply.
-            if let (Some(li), Some(ri)) = (lookup(l), lookup(r)) {
-                ranks.entry(pair_key(li, ri)).or_insert((rank as u32, mi));
+            if let (Some(li), Some(ri)) = (map.get(l), map.get(r)) {
+                ranks.entry(bpe::pair_key(li, ri)).or_insert(packed(rank as u32, mi));
             }
         }
+        let mut byte_pairs = vec![NO_MERGE; 1 << 16].into_boxed_slice();
+        for (i, slot) in byte_pairs.iter_mut().enumerate() {
+            let (l, r) = (byte_ids[i >> 8], byte_ids[i & 0xFF]);
+            if l != MISSING && r != MISSING {
+                *slot = ranks.get(&bpe::pair_key(l, r)).copied().unwrap_or(NO_MERGE);
+            }
+        }
+        let slots = std::thread::available_parallelism().map_or(1, |n| n.get()) + 1;
         Ok(Encoder {
             splitter,
             vocab: map,
@@ -87,8 +175,8 @@ impl Encoder {
             lacks_bytes,
             whole_pieces,
             ranks,
-            cache: (0..CACHE_SHARDS).map(|_| Mutex::new(Cache::default())).collect(),
-            hasher: ahash::RandomState::with_seeds(1, 2, 3, 4),
+            byte_pairs,
+            caches: (0..slots).map(|_| Mutex::new(PieceCache::default())).collect(),
         })
     }
 
@@ -96,10 +184,44 @@ impl Encoder {
         &self.splitter
     }
 
+    /// Run `f` with a piece cache no other thread is using, or with none when all are busy. A
+    /// thread of a rayon pool tries the slot of its index first, so a pool's threads do not meet.
+    fn with_cache<R>(&self, f: impl FnOnce(Option<&mut PieceCache>) -> R) -> R {
+        let n = self.caches.len();
+        let first = rayon::current_thread_index().map_or(0, |i| i + 1);
+        for k in 0..n {
+            if let Ok(mut cache) = self.caches[(first + k) % n].try_lock() {
+                return f(Some(&mut cache));
+            }
+        }
+        f(None)
+    }
+
     /// Ids of text with no special tokens in it.
     pub fn encode_ordinary(&self, text: &[u8], out: &mut Vec<u32>) -> Result<(), String> {
+        self.with_cache(|mut cache| self.encode_with(text, out, &mut cache))
+    }
+
+    fn encode_with(&self, text: &[u8], out: &mut Vec<u32>, cache: &mut Option<&mut PieceCache>) -> Result<(), String> {
         let start = out.len();
-        self.splitter.split(text, &mut |piece| self.encode_piece(piece, out))?;
+        let base = text.as_ptr() as usize;
+        self.splitter.split(text, &mut |piece| {
+            let n = piece.len();
+            // Single bytes are packed too: whether a piece is one byte is as unpredictable as
+            // its kind, and the vocabulary holds the single bytes.
+            let (k0, k1) = if !(2..=PACKED_MAX).contains(&n) {
+                (0, 0)
+            } else {
+                // Pieces are slices of `text`, so their offset is an address difference.
+                let at = piece.as_ptr() as usize - base;
+                if at + 16 <= text.len() {
+                    pack_within(text, at, n)
+                } else {
+                    pack(piece)
+                }
+            };
+            self.encode_piece(piece, k0, k1, out, cache)
+        })?;
         if self.lacks_bytes && out[start..].contains(&MISSING) {
             let byte = text.iter().find(|&&b| self.byte_ids[b as usize] == MISSING).copied().unwrap_or(0);
             return Err(missing_byte_message(byte));
@@ -109,72 +231,142 @@ impl Encoder {
 
     /// Encode many texts in parallel; returns ids and the end offset of each text's ids.
     pub fn encode_batch(&self, texts: &[&[u8]]) -> Result<(Vec<u32>, Vec<u64>), String> {
-        let parts: Vec<Vec<u32>> = texts
+        let total: usize = texts.iter().map(|t| t.len()).sum();
+        let target = (total / (rayon::current_num_threads() * 8).max(1)).max(GROUP_MIN_BYTES);
+        let mut groups: Vec<&[&[u8]]> = Vec::new();
+        let (mut start, mut bytes) = (0, 0);
+        for (i, t) in texts.iter().enumerate() {
+            bytes += t.len();
+            if bytes >= target {
+                groups.push(&texts[start..=i]);
+                (start, bytes) = (i + 1, 0);
+            }
+        }
+        if start < texts.len() {
+            groups.push(&texts[start..]);
+        }
+        let parts: Vec<(Vec<u32>, Vec<usize>)> = groups
             .par_iter()
-            .map(|t| {
-                let mut v = Vec::with_capacity(t.len() / 3 + 1);
-                self.encode_ordinary(t, &mut v).map(|_| v)
+            .map(|group| {
+                self.with_cache(|mut cache| {
+                    let size: usize = group.iter().map(|t| t.len()).sum();
+                    let mut ids = Vec::with_capacity(size / 3 + 1);
+                    let mut lens = Vec::with_capacity(group.len());
+                    for t in group.iter() {
+                        let before = ids.len();
+                        self.encode_with(t, &mut ids, &mut cache)?;
+                        lens.push(ids.len() - before);
+                    }
+                    Ok((ids, lens))
+                })
             })
-            .collect::<Result<_, _>>()?;
-        let mut ends = Vec::with_capacity(parts.len());
-        let mut ids = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
-        for p in parts {
-            ids.extend_from_slice(&p);
-            ends.push(ids.len() as u64);
+            .collect::<Result<_, String>>()?;
+        let mut ends = Vec::with_capacity(texts.len());
+        let mut ids = Vec::with_capacity(parts.iter().map(|p| p.0.len()).sum());
+        for (part, lens) in parts {
+            let mut end = ids.len() as u64;
+            for n in lens {
+                end += n as u64;
+                ends.push(end);
+            }
+            ids.extend_from_slice(&part);
         }
         Ok((ids, ends))
     }
 
+    /// Ids of one piece; `(k0, k1)` is its packed key when it has at most [`PACKED_MAX`] bytes,
+    /// else `k1` is 0.
     #[inline]
-    fn encode_piece(&self, piece: &[u8], out: &mut Vec<u32>) {
+    fn encode_piece(&self, piece: &[u8], k0: u64, k1: u64, out: &mut Vec<u32>, cache: &mut Option<&mut PieceCache>) {
         if piece.len() == 1 {
             out.push(self.byte_ids[piece[0] as usize]);
             return;
         }
         if self.whole_pieces {
-            if let Some(&id) = self.vocab.get(piece) {
+            let found = if k1 != 0 { self.vocab.get_packed(k0, k1) } else { self.vocab.get(piece) };
+            if let Some(id) = found {
                 out.push(id);
                 return;
             }
         }
-        if piece.len() > CACHE_MAX_PIECE {
-            self.merge_heap(piece, out);
+        if piece.len() == 1 {
+            out.push(self.byte_ids[piece[0] as usize]);
             return;
         }
-        let shard = (self.hasher.hash_one(piece) as usize) % CACHE_SHARDS;
-        if let Ok(cache) = self.cache[shard].try_lock() {
-            if let Some(ids) = cache.get(piece) {
-                out.extend_from_slice(ids);
-                return;
-            }
+        let cache = match cache {
+            Some(c) if piece.len() <= CACHE_MAX_PIECE => c,
+            _ => return self.merge(piece, out),
+        };
+        let hit = if k1 != 0 { cache.extend_packed(k0, k1, out) } else { cache.extend(piece, out) };
+        if hit {
+            return;
         }
         let start = out.len();
-        if piece.len() <= LINEAR_MAX {
-            self.merge_linear(piece, out);
+        self.merge(piece, out);
+        cache.insert(piece, &out[start..]);
+    }
+
+    #[inline(always)]
+    fn rank(&self, l: u32, r: u32) -> Packed {
+        self.ranks.get(&bpe::pair_key(l, r)).copied().unwrap_or(NO_MERGE)
+    }
+
+    /// BPE of a piece that is not a token: on the stack for short pieces, with the heap for long ones.
+    fn merge(&self, piece: &[u8], out: &mut Vec<u32>) {
+        if piece.len() <= SMALL_MAX {
+            self.merge_small(piece, out);
         } else {
             self.merge_heap(piece, out);
         }
-        if let Ok(mut cache) = self.cache[shard].try_lock() {
-            if cache.len() < CACHE_MAX_PER_SHARD {
-                cache.insert_new(piece, out[start..].into());
+    }
+
+    /// Lowest rank first, leftmost on ties, by scanning the pairs' ranks each round.
+    fn merge_small(&self, piece: &[u8], out: &mut Vec<u32>) {
+        let n = piece.len();
+        debug_assert!((1..=SMALL_MAX).contains(&n));
+        let mut ids = [0u32; SMALL_MAX];
+        // ranks[i]: the merge of ids[i] and ids[i + 1].
+        let mut ranks = [NO_MERGE; SMALL_MAX];
+        for (i, &b) in piece.iter().enumerate() {
+            ids[i] = self.byte_ids[b as usize];
+        }
+        for (i, w) in piece.windows(2).enumerate() {
+            ranks[i] = self.byte_pairs[(w[0] as usize) << 8 | w[1] as usize];
+        }
+        let mut len = n;
+        while len > 1 {
+            let (mut best, mut at) = (NO_MERGE, 0);
+            for (i, &r) in ranks[..len - 1].iter().enumerate() {
+                if r < best {
+                    (best, at) = (r, i);
+                }
+            }
+            if best == NO_MERGE {
+                break;
+            }
+            ids[at] = best as u32;
+            ids.copy_within(at + 2..len, at + 1);
+            if at + 2 < len {
+                ranks.copy_within(at + 2..len - 1, at + 1);
+            }
+            len -= 1;
+            if at + 1 < len {
+                ranks[at] = self.rank(ids[at], ids[at + 1]);
+            }
+            if at > 0 {
+                ranks[at - 1] = self.rank(ids[at - 1], ids[at]);
             }
         }
-    }
-
-    #[inline]
-    fn rank(&self, l: u32, r: u32) -> Option<(u32, u32)> {
-        self.ranks.get(&pair_key(l, r)).copied()
-    }
-
-    /// BPE of a piece that is not a token: linear scan for short pieces, heap for long ones.
-    fn merge_linear(&self, piece: &[u8], out: &mut Vec<u32>) {
-        let ids: Vec<u32> = piece.iter().map(|&b| self.byte_ids[b as usize]).collect();
-        out.extend_from_slice(&bpe::merge_linear(ids, |l, r| self.rank(l, r)));
+        out.extend_from_slice(&ids[..len]);
     }
 
     fn merge_heap(&self, piece: &[u8], out: &mut Vec<u32>) {
         let ids: Vec<u32> = piece.iter().map(|&b| self.byte_ids[b as usize]).collect();
-        out.extend_from_slice(&bpe::merge_heap(ids, |l, r| self.rank(l, r)));
+        let rank = |l: u32, r: u32| {
+            let p = self.rank(l, r);
+            (p != NO_MERGE).then_some(((p >> 32) as u32, p as u32))
+        };
+        out.extend_from_slice(&bpe::merge_heap(ids, rank));
     }
 }
 
@@ -210,17 +402,61 @@ mod tests {
         assert!(err.contains("0xc0"), "{err}");
     }
 
+    /// The stack merge, the heap merge and the shared reference `bpe::merge_linear` agree on random
+    /// pieces of every short length, with merges that compete for the same bytes.
     #[test]
-    fn linear_and_heap_agree() {
-        let e = encoder(&[("a", "a"), ("b", "c"), ("aa", "a"), ("a", "bc"), ("aa", "bc")]);
-        for text in
-            ["aaaaabcabcaaab", "abcaaaaaaaaaaaabcbcbcaabcaaaaaaaaaabcbcbcaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaabcbcbcb"]
-        {
-            let mut lin = Vec::new();
-            let mut heap = Vec::new();
-            e.merge_linear(text.as_bytes(), &mut lin);
-            e.merge_heap(text.as_bytes(), &mut heap);
-            assert_eq!(lin, heap, "{text}");
+    fn small_heap_and_reference_agree() {
+        let e = encoder(&[("a", "a"), ("b", "c"), ("aa", "a"), ("a", "bc"), ("aa", "bc"), ("c", "a"), ("bc", "bc")]);
+        let state = &mut 0x9E37_79B9_7F4A_7C15u64;
+        for _ in 0..3000 {
+            let len = 1 + crate::test_below(state, SMALL_MAX);
+            let text: Vec<u8> = (0..len).map(|_| b"abc"[crate::test_below(state, 3)]).collect();
+            let (mut small, mut heap) = (Vec::new(), Vec::new());
+            e.merge_small(&text, &mut small);
+            e.merge_heap(&text, &mut heap);
+            let ids: Vec<u32> = text.iter().map(|&b| b as u32).collect();
+            let reference = bpe::merge_linear(ids, |l, r| {
+                let p = e.rank(l, r);
+                (p != NO_MERGE).then_some(((p >> 32) as u32, p as u32))
+            });
+            assert_eq!(small, reference, "{:?}", String::from_utf8_lossy(&text));
+            assert_eq!(heap, reference, "{:?}", String::from_utf8_lossy(&text));
+        }
+    }
+
+    /// A batch gives the ids of encoding each text alone, whatever the grouping, and a second pass
+    /// (cached pieces) gives the same ids as the first.
+    #[test]
+    fn batch_and_cache_change_no_ids() {
+        let e = encoder(&[("a", "a"), ("b", "c"), ("aa", "a"), (" ", "a"), (" a", "bc")]);
+        let state = &mut 0x2545_F491_4F6C_DD1Du64;
+        let texts: Vec<Vec<u8>> = (0..400)
+            .map(|_| {
+                let len = crate::test_below(state, 300);
+                (0..len).map(|_| b"abc \n,1"[crate::test_below(state, 7)]).collect()
+            })
+            .collect();
+        let slices: Vec<&[u8]> = texts.iter().map(|t| t.as_slice()).collect();
+        let alone: Vec<Vec<u32>> = texts
+            .iter()
+            .map(|t| {
+                let mut out = Vec::new();
+                e.encode_with(t, &mut out, &mut None).unwrap();
+                out
+            })
+            .collect();
+        for _ in 0..2 {
+            let (ids, ends) = e.encode_batch(&slices).unwrap();
+            let mut start = 0;
+            for (expected, &end) in alone.iter().zip(&ends) {
+                assert_eq!(&ids[start..end as usize], expected.as_slice());
+                start = end as usize;
+            }
+            for (t, expected) in texts.iter().zip(&alone) {
+                let mut out = Vec::new();
+                e.encode_ordinary(t, &mut out).unwrap();
+                assert_eq!(&out, expected);
+            }
         }
     }
 
@@ -228,10 +464,10 @@ mod tests {
     fn lowest_rank_first_leftmost_on_ties() {
         let e = encoder(&[("a", "a"), ("aa", "a")]);
         let mut out = Vec::new();
-        e.merge_linear(b"aaaa", &mut out);
+        e.merge_small(b"aaaa", &mut out);
         assert_eq!(out, vec![256, 256]);
         out.clear();
-        e.merge_linear(b"aaaaa", &mut out);
+        e.merge_small(b"aaaaa", &mut out);
         assert_eq!(out, vec![256, 257]);
     }
 }

@@ -11,6 +11,7 @@ pub mod cuts;
 pub mod encode;
 pub mod memory;
 pub mod pairs;
+pub mod piecemap;
 pub mod replay;
 pub mod scan;
 pub mod specials;

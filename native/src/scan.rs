@@ -118,7 +118,7 @@ impl Splitter {
         match self {
             Splitter::Builtin { kind, .. } => {
                 match kind {
-                    Builtin::Gpt2 => cover(s, emit, gpt2),
+                    Builtin::Gpt2 => gpt2_blocks(s, emit),
                     Builtin::Cl100k => cover(s, emit, cl100k),
                     Builtin::O200k => cover(s, emit, |s, i| o200k(s, i, true)),
                     Builtin::SuperbpeStage1 => cover(s, emit, |s, i| o200k(s, i, false)),
@@ -275,6 +275,14 @@ fn ws_tail(s: &[u8], i: usize) -> usize {
 /// whitespace run if there is one, else as [`ws_tail`].
 #[inline]
 fn ws_newline(s: &[u8], i: usize) -> usize {
+    // An all-ASCII run (the usual newline and indentation) by table; the general scan otherwise.
+    let j = kind_run(s, i, K_SPACE);
+    if j > i && (j == s.len() || s[j] < 0x80) {
+        if let Some(p) = s[i..j].iter().rposition(|&b| b == b'\n' || b == b'\r') {
+            return i + p + 1;
+        }
+        return if j == s.len() || j - i == 1 { j } else { j - 1 };
+    }
     let mut last = i;
     let mut nl_end = 0;
     let mut j = i;
@@ -298,6 +306,113 @@ fn ws_newline(s: &[u8], i: usize) -> usize {
     }
 }
 
+// ---------------------------------------------------------------- ASCII fast paths
+
+/// Kinds of ASCII byte as bit flags (0 for bytes >= 0x80), so that the commonest runs — letters,
+/// digits, punctuation, whitespace, all ASCII in English and code — are scanned a byte at a time
+/// with one table load, stopping at the first byte of another kind or of a multi-byte character.
+const K_LETTER: u8 = 1;
+const K_DIGIT: u8 = 2;
+const K_OTHER: u8 = 4;
+const K_SPACE: u8 = 8;
+
+static KIND: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut b = 0;
+    while b < 128 {
+        t[b] = match crate::unicode::ASCII[b] {
+            LU | LL => K_LETTER,
+            NUM => K_DIGIT,
+            WS => K_SPACE,
+            _ => K_OTHER,
+        };
+        b += 1;
+    }
+    t
+};
+
+/// End of the run from `i` of ASCII bytes whose kind is in `mask`. Sixteen bytes are classified
+/// at a time where they are there, so a run's end costs a bit scan instead of a mispredicted exit
+/// from a byte loop (mispredictions, about one per piece, were most of the scanner's time).
+#[inline(always)]
+fn kind_run(s: &[u8], mut i: usize, mask: u8) -> usize {
+    // A run that ends at once (a one-character piece, common in code) needs no block.
+    if s.get(i).is_none_or(|&b| KIND[b as usize] & mask == 0) {
+        return i;
+    }
+    while let Some(block) = s.get(i..i + 16) {
+        let kinds = kind_masks(block.try_into().unwrap());
+        let selected = (if mask & K_LETTER != 0 { kinds[0] } else { 0 })
+            | (if mask & K_DIGIT != 0 { kinds[1] } else { 0 })
+            | (if mask & K_OTHER != 0 { kinds[2] } else { 0 })
+            | (if mask & K_SPACE != 0 { kinds[3] } else { 0 });
+        let run = (!selected).trailing_zeros() as usize;
+        if run < 16 {
+            return i + run;
+        }
+        i += 16;
+    }
+    while i < s.len() && KIND[s[i] as usize] & mask != 0 {
+        i += 1;
+    }
+    i
+}
+
+/// One bit per byte of `block` for each ASCII kind: letters, digits, other (punctuation and the
+/// like), whitespace — the same sets as [`KIND`]; bytes from 0x80 are in none.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn kind_masks(block: &[u8; 16]) -> [u32; 4] {
+    use std::arch::x86_64::*;
+    // SAFETY: `block` is 16 readable bytes, and the unaligned load reads exactly those. The other
+    // intrinsics only compute on registers; they need SSE2, which every x86_64 CPU has (it is
+    // part of the target's baseline features).
+    unsafe {
+        let x = _mm_loadu_si128(block.as_ptr() as *const __m128i);
+        // Signed compares: bytes from 0x80 are negative, below every bound used here.
+        let between = |v: __m128i, lo: u8, hi: u8| {
+            _mm_and_si128(
+                _mm_cmpgt_epi8(v, _mm_set1_epi8(lo as i8 - 1)),
+                _mm_cmplt_epi8(v, _mm_set1_epi8(hi as i8 + 1)),
+            )
+        };
+        let folded = _mm_or_si128(x, _mm_set1_epi8(0x20));
+        let letter = between(folded, b'a', b'z');
+        let digit = between(x, b'0', b'9');
+        let space = _mm_or_si128(between(x, 0x09, 0x0d), _mm_cmpeq_epi8(x, _mm_set1_epi8(b' ' as i8)));
+        let ascii = _mm_cmpgt_epi8(x, _mm_set1_epi8(-1));
+        let other = _mm_andnot_si128(_mm_or_si128(_mm_or_si128(letter, digit), space), ascii);
+        [letter, digit, other, space].map(|m| _mm_movemask_epi8(m) as u32)
+    }
+}
+
+/// [`kind_masks`] a byte at a time (no SSE2 here).
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn kind_masks(block: &[u8; 16]) -> [u32; 4] {
+    let mut out = [0u32; 4];
+    for (j, &b) in block.iter().enumerate() {
+        let k = KIND[b as usize];
+        for (bit, m) in [K_LETTER, K_DIGIT, K_OTHER, K_SPACE].into_iter().zip(out.iter_mut()) {
+            *m |= u32::from(k & bit != 0) << j;
+        }
+    }
+    out
+}
+
+/// End of the run from `i` of characters whose class satisfies `pred`, where every ASCII byte of
+/// kind `mask` satisfies it and no other ASCII byte does: ASCII bytes by table, and only a
+/// multi-byte character sends the scan to [`run`].
+#[inline(always)]
+fn fast_run<P: Fn(Class) -> bool>(s: &[u8], i: usize, mask: u8, pred: P) -> usize {
+    let e = kind_run(s, i, mask);
+    if e < s.len() && s[e] >= 0x80 {
+        run(s, e, pred)
+    } else {
+        e
+    }
+}
+
 // ---------------------------------------------------------------- gpt2
 
 /// `'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
@@ -307,6 +422,26 @@ fn gpt2(s: &[u8], i: usize) -> usize {
     if b == b'\'' {
         if let Some(e) = contraction(s, i, false) {
             return e;
+        }
+    }
+    // ASCII first: a letter, digit or punctuation run (`\p{L}+`, `\p{N}+`, `[^\s\p{L}\p{N}]+`,
+    // each optionally after one space), or a whitespace run; a multi-byte character met on the
+    // way continues in the general scan, and one at the start takes the general path below.
+    let k = KIND[b as usize];
+    if k & (K_LETTER | K_DIGIT | K_OTHER) != 0 {
+        return gpt2_ascii_run(s, i + 1, k);
+    }
+    if b == b' ' && i + 1 < s.len() {
+        let k2 = KIND[s[i + 1] as usize];
+        if k2 & (K_LETTER | K_DIGIT | K_OTHER) != 0 {
+            return gpt2_ascii_run(s, i + 2, k2);
+        }
+    }
+    if k == K_SPACE {
+        let e = kind_run(s, i + 1, K_SPACE);
+        if e == s.len() || s[e] < 0x80 {
+            // `\s+(?!\S)|\s+`: the run, less its last character when a non-space follows.
+            return if e == s.len() || e - i == 1 { e } else { e - 1 };
         }
     }
     let (c, n) = class_at(s, i);
@@ -333,6 +468,125 @@ fn gpt2(s: &[u8], i: usize) -> usize {
     }
 }
 
+/// The rest of a gpt2 run of kind `k` (one ASCII letter, digit or punctuation kind) from `i`.
+#[inline(always)]
+fn gpt2_ascii_run(s: &[u8], i: usize, k: u8) -> usize {
+    if k == K_LETTER {
+        fast_run(s, i, K_LETTER, is_letter)
+    } else if k == K_DIGIT {
+        fast_run(s, i, K_DIGIT, |c| c == NUM)
+    } else {
+        fast_run(s, i, K_OTHER, is_other)
+    }
+}
+
+/// The gpt2 split, 64 bytes at a time where a block is plain ASCII without apostrophes: each
+/// byte's kind is classified at once and where pieces start follows from the kinds of each byte
+/// and its two neighbours, so the pieces come out of a bit mask, one bit scan each, instead of a
+/// branch on every piece's kind (those branches mispredict about once per piece). Elsewhere, and
+/// for a piece longer than a block, the scalar scanner [`gpt2`] runs.
+///
+/// Where a piece of plain ASCII without apostrophes starts (bit k stands for byte k):
+/// - a letter, digit or other run begins (the byte before is of another kind), unless a space
+///   right before it joins it (` ?\p{L}+`, ` ?\p{N}+`, ` ?[^\s\p{L}\p{N}]+`);
+/// - a space followed by a letter, digit or other byte: the start of such a joined run;
+/// - a whitespace run begins;
+/// - the last byte of a whitespace run of two or more that a non-space follows (`\s+(?!\S)`
+///   leaves it: it is a piece alone, or the space joining the next run).
+///
+/// A block starts at a known piece start (so its first byte needs no left context), and its bytes
+/// and the one after it must all be plain ASCII: the rules at its last byte look at the next one.
+fn gpt2_blocks<'a, F: FnMut(&'a [u8])>(s: &'a [u8], emit: &mut F) {
+    let mut p = 0;
+    while p < s.len() {
+        let Some(starts) = gpt2_block_starts(s, p) else {
+            // Not a plain block: the scalar scanner takes the pieces that start in it.
+            let end = (p + 64).min(s.len());
+            while p < end {
+                let e = gpt2(s, p);
+                emit(&s[p..e]);
+                p = e;
+            }
+            continue;
+        };
+        // Bit 0 (p itself) is set. Every start but the last ends a piece within the block; the
+        // last piece may run on, so the next block starts there.
+        let mut rest = starts & !1;
+        if rest == 0 {
+            let e = gpt2(s, p);
+            emit(&s[p..e]);
+            p = e;
+            continue;
+        }
+        let mut at = p;
+        while rest != 0 {
+            let next = p + rest.trailing_zeros() as usize;
+            emit(&s[at..next]);
+            at = next;
+            rest &= rest - 1;
+        }
+        p = at;
+    }
+}
+
+/// Piece starts in `s[p..p + 64]` as a bit mask (bit 0 always set), or `None` when the block is
+/// not plain: too close to the end, or holding a byte from 0x80 or an apostrophe (contractions),
+/// or followed by a byte from 0x80.
+#[inline(always)]
+fn gpt2_block_starts(s: &[u8], p: usize) -> Option<u64> {
+    let block: &[u8; 65] = s.get(p..p + 65)?.try_into().unwrap();
+    let next = block[64];
+    let [letter, digit, other, space, blank, apostrophe] = block_masks(block[..64].try_into().unwrap());
+    if (letter | digit | other | space) != u64::MAX || apostrophe != 0 || next >= 0x80 {
+        return None;
+    }
+    let next_kind = KIND[next as usize];
+    // "The byte after k is of kind X": the masks shifted down, with the byte after the block on top.
+    let after = |mask: u64, kind: u8| (mask >> 1) | u64::from(next_kind & kind != 0) << 63;
+    // Spaces that join the run after them.
+    let joining = blank & after(letter | digit | other, K_LETTER | K_DIGIT | K_OTHER);
+    let run_starts = (letter & !(letter << 1)) | (digit & !(digit << 1)) | (other & !(other << 1));
+    let ws_starts = space & !(space << 1);
+    let ws_last = space & (space << 1) & !after(space, K_SPACE);
+    Some((run_starts & !(joining << 1)) | joining | ws_starts | ws_last | 1)
+}
+
+/// Masks of a 64-byte block, one bit per byte: letters, digits, other ASCII, whitespace (the
+/// kinds of [`KIND`]), plain spaces (0x20) and apostrophes.
+#[inline(always)]
+fn block_masks(block: &[u8; 64]) -> [u64; 6] {
+    let mut out = [0u64; 6];
+    for c in 0..4 {
+        let chunk: &[u8; 16] = block[16 * c..16 * c + 16].try_into().unwrap();
+        let [l, d, o, w] = kind_masks(chunk);
+        let [blank, apostrophe] = byte_masks(chunk, [b' ', b'\'']);
+        for (slot, m) in out.iter_mut().zip([l, d, o, w, blank, apostrophe]) {
+            *slot |= (m as u64) << (16 * c);
+        }
+    }
+    out
+}
+
+/// One bit per byte of `chunk` equal to each of `bytes`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn byte_masks(chunk: &[u8; 16], bytes: [u8; 2]) -> [u32; 2] {
+    use std::arch::x86_64::*;
+    // SAFETY: `chunk` is 16 readable bytes, and the unaligned load reads exactly those; the
+    // compares need only SSE2, part of the x86_64 baseline.
+    unsafe {
+        let x = _mm_loadu_si128(chunk.as_ptr() as *const __m128i);
+        bytes.map(|b| _mm_movemask_epi8(_mm_cmpeq_epi8(x, _mm_set1_epi8(b as i8))) as u32)
+    }
+}
+
+/// [`byte_masks`] a byte at a time (no SSE2 here).
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn byte_masks(chunk: &[u8; 16], bytes: [u8; 2]) -> [u32; 2] {
+    bytes.map(|b| chunk.iter().enumerate().fold(0u32, |a, (j, &x)| a | u32::from(x == b) << j))
+}
+
 // ---------------------------------------------------------------- cl100k
 
 /// `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}`
@@ -347,22 +601,22 @@ fn cl100k(s: &[u8], i: usize) -> usize {
     }
     let (c, n) = class_at(s, i);
     if is_letter(c) {
-        return run(s, i + n, is_letter);
+        return fast_run(s, i + n, K_LETTER, is_letter);
     }
     if c != NUM && b != b'\r' && b != b'\n' && i + n < s.len() {
         let (c2, _) = class_at(s, i + n);
         if is_letter(c2) {
-            return run(s, i + n, is_letter);
+            return fast_run(s, i + n, K_LETTER, is_letter);
         }
     }
     if c == NUM {
         return digits_upto(s, i, 3);
     }
     if b == b' ' && i + 1 < s.len() && is_other(class_at(s, i + 1).0) {
-        return ascii_run(s, run(s, i + 1, is_other), b"\r\n");
+        return ascii_run(s, fast_run(s, i + 1, K_OTHER, is_other), b"\r\n");
     }
     if is_other(c) {
-        return ascii_run(s, run(s, i + n, is_other), b"\r\n");
+        return ascii_run(s, fast_run(s, i + n, K_OTHER, is_other), b"\r\n");
     }
     ws_newline(s, i)
 }
@@ -477,10 +731,10 @@ fn o200k(s: &[u8], i: usize, contractions: bool) -> usize {
         return digits_upto(s, i, 3);
     }
     if b == b' ' && is_other(c1) && i + 1 < s.len() {
-        return ascii_run(s, run(s, i + 1, is_other), b"\r\n/");
+        return ascii_run(s, fast_run(s, i + 1, K_OTHER, is_other), b"\r\n/");
     }
     if is_other(c) {
-        return ascii_run(s, run(s, i + n, is_other), b"\r\n/");
+        return ascii_run(s, fast_run(s, i + n, K_OTHER, is_other), b"\r\n/");
     }
     ws_newline(s, i)
 }
@@ -500,7 +754,7 @@ fn superbpe_match(s: &[u8], i: usize) -> Option<usize> {
     if others_from < s.len() {
         let (c1, n1) = class_at(s, others_from);
         if is_other(c1) && others_from + n1 < s.len() && is_other(class_at(s, others_from + n1).0) {
-            return Some(ascii_run(s, run(s, others_from + n1, is_other), b"\r\n/"));
+            return Some(ascii_run(s, fast_run(s, others_from + n1, K_OTHER, is_other), b"\r\n/"));
         }
     }
     if b == b' ' {
@@ -735,6 +989,56 @@ mod tests {
                     slow.split(&text, &mut |p: &[u8]| y.push(p.to_vec())).unwrap();
                     assert_eq!(x, y, "{b:?} {line_units} {:?}", String::from_utf8_lossy(&text));
                 }
+            }
+        }
+    }
+
+    /// The block classifier agrees with the byte table for every byte value at every position.
+    #[test]
+    fn kind_masks_agree_with_the_table() {
+        for b in 0..=255u8 {
+            for at in 0..16 {
+                let mut block = [b'a'; 16];
+                block[at] = b;
+                let masks = kind_masks(&block);
+                for (bit, m) in [K_LETTER, K_DIGIT, K_OTHER, K_SPACE].into_iter().zip(masks) {
+                    assert_eq!(m >> at & 1 == 1, KIND[b as usize] & bit != 0, "byte {b:#x} at {at}");
+                }
+            }
+        }
+        let text = b"abc  12;; \t\nxyz!0123456789abcdefghij\xc3\xa9";
+        for mask in 1..16u8 {
+            for i in 0..text.len() {
+                let mut slow = i;
+                while slow < text.len() && KIND[text[slow] as usize] & mask != 0 {
+                    slow += 1;
+                }
+                assert_eq!(kind_run(text, i, mask), slow, "mask {mask} from {i}");
+            }
+        }
+    }
+
+    /// The block scanner of gpt2 against the scalar one on long random texts: plain ASCII ones
+    /// (blocks taken), and ones with apostrophes, multi-byte characters and long runs (blocks
+    /// refused, pieces longer than a block, switches back and forth).
+    #[test]
+    fn gpt2_blocks_match_the_scalar_scanner() {
+        let alphabets: [&[&str]; 4] = [
+            &["a", "Z", "q", "0", "7", " ", "  ", "\t", "\n", "\r", ".", ";", "(", "{", "-", "\x0b", "\x0c"],
+            &["ab", " ", "x", "1", "\n\t\t", "    ", "()", ";\n", "'s", "'", "é", "\u{a0}", "中", "\u{3000}"],
+            &["aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", " ", "\n", "1", "."],
+            &["                                                                  ", "a", "\n", "x\u{300}", "!"],
+        ];
+        let state = &mut 0x1234_5678_9ABC_DEF1u64;
+        for alphabet in alphabets {
+            for _ in 0..400 {
+                let parts = crate::test_below(state, 120);
+                let text: String = (0..parts).map(|_| alphabet[crate::test_below(state, alphabet.len())]).collect();
+                let s = text.as_bytes();
+                let (mut fast, mut slow) = (Vec::new(), Vec::new());
+                gpt2_blocks(s, &mut |p: &[u8]| fast.push(p.to_vec()));
+                cover(s, &mut |p: &[u8]| slow.push(p.to_vec()), gpt2);
+                assert_eq!(fast, slow, "{text:?}");
             }
         }
     }

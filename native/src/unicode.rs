@@ -22,7 +22,7 @@ pub const NUM: Class = 7;
 pub const WS: Class = 8;
 
 /// Class of every ASCII byte, so the common case needs no table walk.
-static ASCII: [Class; 128] = {
+pub(crate) const ASCII: [Class; 128] = {
     let mut t = [OTHER; 128];
     let mut i = 0;
     while i < 128 {

@@ -31,6 +31,9 @@ from superbpe.formats.manifest import MANIFEST_FILE, manifest_pretokenizer, read
 from superbpe.formats.tiktoken_files import check_ranks_follow_merges, tiktoken_pattern, tiktoken_ranks
 from superbpe.formats.tokenizer_dir import save_tokenizer_dir
 
+#: Up to this many special tokens, encode() looks for each with ``in`` (no special token: the
+#: loop ends at once), beyond it with one regex search.
+FEW_SPECIALS = 8
 #: encode_iterable encodes once this much new text has been buffered (and a cut point exists).
 STREAM_FLUSH_CHARS = 1 << 16
 #: encode_file reads the file in pieces of this many characters.
@@ -61,6 +64,11 @@ class Tokenizer:
         self._engine = get_engine(engine, [self._pretokenizer])
         self._core: EncoderCore = self._engine.encoder(
             self._ordinary_ids(), self._merges, self._pretokenizer, whole_pieces=whole_pieces
+        )
+        self._encode_ordinary = self._core.encode_ordinary
+        # The special tokens encode() searches for one by one (None: too many, one regex search).
+        self._few_specials: tuple[str, ...] | None = (
+            self._splitter.special_tokens if len(self._splitter.special_tokens) <= FEW_SPECIALS else None
         )
 
     # -- construction helpers ------------------------------------------------------------------------
@@ -138,14 +146,28 @@ class Tokenizer:
 
     # -- encoding -------------------------------------------------------------------------------------
 
+    # encode and encode_ordinary are called once per short document in a loop, where the Python
+    # around the native call cost as much as encoding: the type check is inline for the common
+    # case (a plain str), and a text with no special token in it skips the split.
+
     def encode_ordinary(self, text: str) -> list[int]:
         """Ids of ``text`` with special tokens treated as plain text."""
-        _check_text(text)
-        return self._core.encode_ordinary(text)
+        if type(text) is not str:
+            _check_text(text)
+        return self._encode_ordinary(text)
 
     def encode(self, text: str) -> list[int]:
         """Ids of ``text``; special tokens in it become their own ids (longest match first)."""
-        _check_text(text)
+        if type(text) is not str:
+            _check_text(text)
+        if self._few_specials is not None:
+            for special in self._few_specials:
+                if special in text:
+                    break
+            else:
+                return self._encode_ordinary(text)
+        elif not self._splitter.occurs_in(text):
+            return self._encode_ordinary(text)
         return self._splitter.encode(text, self._special_ids, self._core.encode_ordinary)
 
     def encode_batch(self, texts: Iterable[str], threads: int | None = None) -> list[list[int]]:

@@ -298,6 +298,11 @@ def last_safe_cut(text: str) -> int:
     return 0
 
 
+#: Up to this many special tokens, ``SpecialSplitter.occurs_in`` searches for each one with ``in``;
+#: beyond it one regex search is cheaper.
+_SUBSTRING_SEARCHES_MAX = 8
+
+
 class SpecialSplitter:
     """Splits text at special tokens, longest first, so specials are never counted or merged."""
 
@@ -340,6 +345,18 @@ class SpecialSplitter:
             else:
                 ids.extend(encode_ordinary(segment))
         return ids
+
+    def occurs_in(self, text: str) -> bool:
+        """Whether any special token occurs in ``text``: a few substring searches (C loops, no match
+        objects) where a text with no special token, the common case, would otherwise pay for a split."""
+        if self._pattern is None:
+            return False
+        if len(self.special_tokens) > _SUBSTRING_SEARCHES_MAX:
+            return self._pattern.search(text) is not None
+        for token in self.special_tokens:  # noqa: SIM110 (a generator in any() costs more than the searches)
+            if token in text:
+                return True
+        return False
 
     def ordinary_segments(self, text: str) -> Iterator[str]:
         """Just the text between specials: what gets pre-tokenized and counted."""

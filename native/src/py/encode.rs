@@ -22,6 +22,9 @@ pub struct NativeEncoder {
     id_objects: Vec<Py<PyAny>>,
 }
 
+/// Texts from this many bytes on are encoded with the GIL released (about 100 µs of work).
+const DETACH_MIN_BYTES: usize = 1 << 15;
+
 /// Largest id for which an int object is kept (bigger ids are created per use).
 const MAX_CACHED_ID: u32 = 1 << 22;
 
@@ -80,15 +83,18 @@ impl NativeEncoder {
         Ok(NativeEncoder { inner, pool: pool(workers)?, sized_pool: Mutex::new(None), id_objects })
     }
 
-    /// Ids of text with no special-token handling.
+    /// Ids of text with no special-token handling. A short text is encoded holding the GIL:
+    /// releasing and taking it back costs more than such a text takes to encode, and far more when
+    /// another thread is waiting for it.
     fn encode_ordinary<'py>(&self, py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyList>> {
         let inner = &self.inner;
         let bytes = text.as_bytes();
-        let ids = run_detached(py, || {
+        let encode = || -> Result<Vec<u32>, NativeError> {
             let mut out = Vec::with_capacity(bytes.len() / 3 + 1);
             inner.encode_ordinary(bytes, &mut out)?;
             Ok(out)
-        })?;
+        };
+        let ids = if bytes.len() < DETACH_MIN_BYTES { run_attached(encode)? } else { run_detached(py, encode)? };
         ids_list(py, &ids, &self.id_objects)
     }
 

@@ -62,7 +62,18 @@ pub(crate) fn run_detached<T: Send, F>(py: Python<'_>, f: F) -> PyResult<T>
 where
     F: FnOnce() -> Result<T, NativeError> + Send,
 {
-    let result = py.detach(|| catch_unwind(AssertUnwindSafe(f)));
+    panic_as_error(py.detach(|| catch_unwind(AssertUnwindSafe(f))))
+}
+
+/// Run `f` holding the GIL (work too short to be worth releasing it), a panic as in [`run_detached`].
+pub(crate) fn run_attached<T, F>(f: F) -> PyResult<T>
+where
+    F: FnOnce() -> Result<T, NativeError>,
+{
+    panic_as_error(catch_unwind(AssertUnwindSafe(f)))
+}
+
+fn panic_as_error<T>(result: std::thread::Result<Result<T, NativeError>>) -> PyResult<T> {
     match result {
         Ok(r) => r.map_err(PyErr::from),
         Err(panic) => Err(PyRuntimeError::new_err(format!("native engine panicked: {}", panic_message(&panic)))),

@@ -1,0 +1,242 @@
+//! The encoder's lookup tables from piece bytes to ids: the vocabulary and the piece caches.
+//!
+//! Nearly every piece an encoder meets is at most 15 bytes (identifiers, words with their space,
+//! punctuation runs, indentation). Such a key is packed into two words — the first eight bytes, and
+//! the rest with the length in the top byte — and lives in a flat open-addressed table whose entry
+//! holds the key beside its value: a lookup is one multiply-hash and usually one cache line, with no
+//! pointer chase and no byte comparison loop. Longer keys go to a hashbrown table of boxed keys.
+//! A packed key's top word is never zero (its length byte is at least 1), so zero marks an empty slot.
+
+use hashbrown::HashTable;
+
+use crate::bytesmap::bytes_eq;
+
+/// Longest key stored packed.
+pub const PACKED_MAX: usize = 15;
+
+/// Up to 7 bytes as one little-endian word (two overlapping loads; the overlap holds the same bytes).
+#[inline(always)]
+fn load_upto7(p: &[u8]) -> u64 {
+    let n = p.len();
+    debug_assert!(n <= 7);
+    if n >= 4 {
+        let lo = u32::from_le_bytes(p[..4].try_into().unwrap()) as u64;
+        let hi = u32::from_le_bytes(p[n - 4..].try_into().unwrap()) as u64;
+        lo | hi << (8 * (n - 4))
+    } else if n >= 2 {
+        let lo = u16::from_le_bytes(p[..2].try_into().unwrap()) as u64;
+        let hi = u16::from_le_bytes(p[n - 2..].try_into().unwrap()) as u64;
+        lo | hi << (8 * (n - 2))
+    } else if n == 1 {
+        p[0] as u64
+    } else {
+        0
+    }
+}
+
+/// `piece` (1 to [`PACKED_MAX`] bytes) as two words: bytes 0..8, then bytes 8.. with the length on top.
+#[inline(always)]
+pub fn pack(piece: &[u8]) -> (u64, u64) {
+    let n = piece.len();
+    debug_assert!((1..=PACKED_MAX).contains(&n));
+    if n <= 7 {
+        (load_upto7(piece), (n as u64) << 56)
+    } else {
+        let lo = u64::from_le_bytes(piece[..8].try_into().unwrap());
+        (lo, load_upto7(&piece[8..]) | (n as u64) << 56)
+    }
+}
+
+/// [`pack`] of `text[at..at + n]` (n from 1 to [`PACKED_MAX`]) where `text` has 16 bytes from
+/// `at`: two whole-word loads masked to the piece, with no branch on its length (piece lengths
+/// vary unpredictably, so the branches of `pack` mispredicted often).
+#[inline(always)]
+pub fn pack_within(text: &[u8], at: usize, n: usize) -> (u64, u64) {
+    debug_assert!((1..=PACKED_MAX).contains(&n) && at + 16 <= text.len());
+    let w0 = u64::from_le_bytes(text[at..at + 8].try_into().unwrap());
+    let w1 = u64::from_le_bytes(text[at + 8..at + 16].try_into().unwrap());
+    // The low `m` bytes of a word (m from 0 to 8).
+    let low = |m: usize| u64::MAX.checked_shr(64 - 8 * m as u32).unwrap_or(0);
+    (w0 & low(n.min(8)), (w1 & low(n.saturating_sub(8))) | (n as u64) << 56)
+}
+
+#[inline(always)]
+fn hash_packed(k0: u64, k1: u64) -> u64 {
+    let h = (k0 ^ k1.rotate_left(29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let h = (h ^ (h >> 32)).wrapping_mul(0xD6E8_FEB8_6659_FD93);
+    h ^ (h >> 29)
+}
+
+#[derive(Clone, Copy)]
+struct Slot<V> {
+    k0: u64,
+    /// 0 when the slot is empty.
+    k1: u64,
+    value: V,
+}
+
+/// Byte strings to copyable values, packed keys inline (see the module doc).
+pub struct PieceMap<V: Copy + Default> {
+    slots: Vec<Slot<V>>,
+    mask: usize,
+    packed: usize,
+    state: ahash::RandomState,
+    long: HashTable<(u64, Box<[u8]>, V)>,
+}
+
+impl<V: Copy + Default> Default for PieceMap<V> {
+    fn default() -> Self {
+        Self::with_capacity(0)
+    }
+}
+
+impl<V: Copy + Default> PieceMap<V> {
+    /// A map that holds `n` packed keys before it grows.
+    pub fn with_capacity(n: usize) -> Self {
+        let slots = (n * 2).next_power_of_two().max(16);
+        PieceMap {
+            slots: vec![Slot { k0: 0, k1: 0, value: V::default() }; slots],
+            mask: slots - 1,
+            packed: 0,
+            state: ahash::RandomState::with_seeds(7, 11, 13, 17),
+            long: HashTable::new(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.packed + self.long.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The value of `key` (never found for the empty key).
+    #[inline(always)]
+    pub fn get(&self, key: &[u8]) -> Option<V> {
+        if key.len() > PACKED_MAX {
+            let h = self.state.hash_one(key);
+            return self.long.find(h, |e| e.0 == h && bytes_eq(&e.1, key)).map(|e| e.2);
+        }
+        if key.is_empty() {
+            return None;
+        }
+        let (k0, k1) = pack(key);
+        self.get_packed(k0, k1)
+    }
+
+    /// The value of the packed key `(k0, k1)` (see [`pack`]).
+    #[inline(always)]
+    pub fn get_packed(&self, k0: u64, k1: u64) -> Option<V> {
+        let mut i = hash_packed(k0, k1) as usize & self.mask;
+        loop {
+            let s = &self.slots[i];
+            if s.k1 == k1 && s.k0 == k0 {
+                return Some(s.value);
+            }
+            if s.k1 == 0 {
+                return None;
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+
+    /// Insert or replace; the empty key is ignored (no piece is empty).
+    pub fn insert(&mut self, key: &[u8], value: V) {
+        if key.len() > PACKED_MAX {
+            let h = self.state.hash_one(key);
+            match self.long.find_mut(h, |e| e.0 == h && bytes_eq(&e.1, key)) {
+                Some(e) => e.2 = value,
+                None => {
+                    self.long.insert_unique(h, (h, key.into(), value), |e| e.0);
+                }
+            }
+            return;
+        }
+        if key.is_empty() {
+            return;
+        }
+        if (self.packed + 1) * 2 > self.slots.len() {
+            self.grow();
+        }
+        let (k0, k1) = pack(key);
+        self.put(k0, k1, value);
+    }
+
+    fn put(&mut self, k0: u64, k1: u64, value: V) {
+        let mut i = hash_packed(k0, k1) as usize & self.mask;
+        loop {
+            let s = &mut self.slots[i];
+            if s.k1 == 0 {
+                *s = Slot { k0, k1, value };
+                self.packed += 1;
+                return;
+            }
+            if s.k1 == k1 && s.k0 == k0 {
+                s.value = value;
+                return;
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+
+    fn grow(&mut self) {
+        let bigger = self.slots.len() * 2;
+        let old = std::mem::replace(&mut self.slots, vec![Slot { k0: 0, k1: 0, value: V::default() }; bigger]);
+        self.mask = bigger - 1;
+        self.packed = 0;
+        for s in old.into_iter().filter(|s| s.k1 != 0) {
+            self.put(s.k0, s.k1, s.value);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn packing_is_injective_per_length() {
+        let a: Vec<u8> = (1..=15).collect();
+        for n in 1..=15 {
+            for m in 1..=15 {
+                let (x, y) = (pack(&a[..n]), pack(&a[..m]));
+                assert_eq!(x == y, n == m, "{n} {m}");
+            }
+            let mut b = a[..n].to_vec();
+            b[n - 1] ^= 0x80;
+            assert_ne!(pack(&a[..n]), pack(&b));
+            assert_ne!(pack(&a[..n]).1, 0);
+        }
+    }
+
+    #[test]
+    fn packing_within_a_text_is_packing() {
+        let text: Vec<u8> = (0..40u8).map(|i| i.wrapping_mul(37) ^ 0xA5).collect();
+        for at in 0..=text.len() - 16 {
+            for n in 1..=PACKED_MAX {
+                assert_eq!(pack_within(&text, at, n), pack(&text[at..at + n]), "{at} {n}");
+            }
+        }
+    }
+
+    #[test]
+    fn agrees_with_a_hashmap() {
+        let state = &mut 0x2545_F491_4F6C_DD1Du64;
+        let mut map: PieceMap<u32> = PieceMap::default();
+        let mut model: HashMap<Vec<u8>, u32> = HashMap::new();
+        for step in 0..20_000u32 {
+            let len = crate::test_below(state, 24);
+            let key: Vec<u8> = (0..len).map(|_| b"ab\x00\xff"[crate::test_below(state, 4)]).collect();
+            if crate::test_below(state, 3) == 0 {
+                map.insert(&key, step);
+                if !key.is_empty() {
+                    model.insert(key.clone(), step);
+                }
+            }
+            assert_eq!(map.get(&key), model.get(&key).copied(), "{key:?}");
+        }
+        assert_eq!(map.len(), model.len());
+    }
+}
