@@ -19,8 +19,12 @@ const EMPTY: u64 = u64::MAX;
 /// Updates wait in a buffer this long, so that each one's slot is fetched before it is made.
 const BATCH: usize = 1024;
 const AHEAD: usize = 16;
+/// Most slots in use, as a fraction (numerator, denominator).
+const MAX_LOAD: (usize, usize) = (7, 10);
 
-/// Pair key -> summed count; open addressing, at most half full. No pair key is `u64::MAX`.
+/// Pair key -> summed count; open addressing, at most `MAX_LOAD` full (linear probing stays short
+/// there, and a corpus with many rare pairs, such as code, needs half the table of a half-full one).
+/// No pair key is `u64::MAX`.
 pub struct PairTable {
     slots: Vec<(u64, i64)>,
     len: usize,
@@ -85,7 +89,7 @@ impl PairTable {
             if slot.0 == EMPTY {
                 *slot = (key, f);
                 self.len += 1;
-                if 2 * self.len > self.slots.len() {
+                if self.len * MAX_LOAD.1 > self.slots.len() * MAX_LOAD.0 {
                     self.grow();
                 }
                 return;
@@ -103,9 +107,9 @@ impl PairTable {
         }
     }
 
-    /// Bytes a table holding `pairs` pairs takes (a power of two of slots, at most half full).
+    /// Bytes a table holding `pairs` pairs takes (a power of two of slots, at most `MAX_LOAD` full).
     pub fn bytes_for(pairs: u64) -> u64 {
-        (2 * pairs).next_power_of_two().max(1 << 12) * 16
+        (pairs * MAX_LOAD.1 as u64).div_ceil(MAX_LOAD.0 as u64).next_power_of_two().max(1 << 12) * 16
     }
 
     /// Every pair and its count, the tables of all threads summed.
