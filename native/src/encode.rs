@@ -16,6 +16,7 @@ use rayon::prelude::*;
 
 use crate::bpe;
 use crate::bytesmap::BytesMap;
+use crate::encode_levels::{Levels, Plan, Request};
 use crate::scan::Splitter;
 
 /// Pieces up to this many bytes are merged with the linear scan (encoder pieces are short words).
@@ -40,6 +41,8 @@ pub struct Encoder {
     ranks: HashMap<u64, (u32, u32), ahash::RandomState>,
     cache: Vec<Mutex<Cache>>,
     hasher: ahash::RandomState,
+    /// Two-level BPE of SuperBPE pieces where it is exact (`encode_levels.rs`), else one level.
+    levels: Plan,
 }
 
 /// The id of a byte the vocabulary lacks: no merge has it as a part, so it survives BPE unchanged
@@ -53,11 +56,23 @@ fn pair_key(l: u32, r: u32) -> u64 {
 
 impl Encoder {
     /// `vocab`: bytes -> id; `merges` in rank order. Every merge's result must be in `vocab`.
+    /// Two levels where they are exact (`Request::Auto`).
     pub fn new(
         vocab: Vec<(Vec<u8>, u32)>,
         merges: &[(Vec<u8>, Vec<u8>)],
         splitter: Splitter,
         whole_pieces: bool,
+    ) -> Result<Encoder, String> {
+        Encoder::with_levels(vocab, merges, splitter, whole_pieces, Request::Auto)
+    }
+
+    /// As `new`, with the levels chosen as `request` says.
+    pub fn with_levels(
+        vocab: Vec<(Vec<u8>, u32)>,
+        merges: &[(Vec<u8>, Vec<u8>)],
+        splitter: Splitter,
+        whole_pieces: bool,
+        request: Request,
     ) -> Result<Encoder, String> {
         let mut map: BytesMap<u32> = BytesMap::default();
         for (bytes, id) in vocab {
@@ -80,6 +95,7 @@ impl Encoder {
                 ranks.entry(pair_key(li, ri)).or_insert((rank as u32, mi));
             }
         }
+        let levels = Levels::plan(merges, &ranks, request);
         Ok(Encoder {
             splitter,
             vocab: map,
@@ -89,11 +105,17 @@ impl Encoder {
             ranks,
             cache: (0..CACHE_SHARDS).map(|_| Mutex::new(Cache::default())).collect(),
             hasher: ahash::RandomState::with_seeds(1, 2, 3, 4),
+            levels,
         })
     }
 
     pub fn splitter(&self) -> &Splitter {
         &self.splitter
+    }
+
+    /// The levels chosen at construction.
+    pub fn plan(&self) -> &Plan {
+        &self.levels
     }
 
     /// Ids of text with no special tokens in it.
@@ -138,7 +160,7 @@ impl Encoder {
             }
         }
         if piece.len() > CACHE_MAX_PIECE {
-            self.merge_heap(piece, out);
+            self.merge_piece(piece, out);
             return;
         }
         let shard = (self.hasher.hash_one(piece) as usize) % CACHE_SHARDS;
@@ -149,11 +171,7 @@ impl Encoder {
             }
         }
         let start = out.len();
-        if piece.len() <= LINEAR_MAX {
-            self.merge_linear(piece, out);
-        } else {
-            self.merge_heap(piece, out);
-        }
+        self.merge_piece(piece, out);
         if let Ok(mut cache) = self.cache[shard].try_lock() {
             if cache.len() < CACHE_MAX_PER_SHARD {
                 cache.insert_new(piece, out[start..].into());
@@ -166,7 +184,15 @@ impl Encoder {
         self.ranks.get(&pair_key(l, r)).copied()
     }
 
-    /// BPE of a piece that is not a token: linear scan for short pieces, heap for long ones.
+    /// BPE of a piece from its bytes: on two levels, or by a linear scan (short pieces) or a heap.
+    fn merge_piece(&self, piece: &[u8], out: &mut Vec<u32>) {
+        match &self.levels {
+            Plan::Two(levels) => levels.encode(piece, &self.byte_ids, &|l, r| self.rank(l, r), out),
+            Plan::One(_) if piece.len() <= LINEAR_MAX => self.merge_linear(piece, out),
+            Plan::One(_) => self.merge_heap(piece, out),
+        }
+    }
+
     fn merge_linear(&self, piece: &[u8], out: &mut Vec<u32>) {
         let ids: Vec<u32> = piece.iter().map(|&b| self.byte_ids[b as usize]).collect();
         out.extend_from_slice(&bpe::merge_linear(ids, |l, r| self.rank(l, r)));

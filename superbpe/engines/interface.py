@@ -30,6 +30,11 @@ log = logging.getLogger("superbpe")
 class EncoderCore(Protocol):
     """Turns text with no special tokens in it into ids."""
 
+    @property
+    def levels(self) -> int:
+        """2 when SuperBPE pieces are encoded on two levels (native, where exact), else 1."""
+        ...
+
     def encode_ordinary(self, text: str) -> list[int]: ...
 
 

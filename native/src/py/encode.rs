@@ -1,6 +1,7 @@
 //! The rank-based encoder, its ids handed out as shared int objects or packed buffers.
 
 use super::*;
+use crate::encode_levels::{Plan, Request};
 
 /// Rank-based encoder over a bytes -> id vocabulary.
 #[pyclass(module = "superbpe._native", name = "Encoder")]
@@ -44,7 +45,8 @@ fn ids_list<'py>(py: Python<'py>, ids: &[u32], objects: &[Py<PyAny>]) -> PyResul
 #[pymethods]
 impl NativeEncoder {
     #[new]
-    #[pyo3(signature = (vocab, merges, pattern, line_units, workers, whole_pieces = true))]
+    #[pyo3(signature = (vocab, merges, pattern, line_units, workers, whole_pieces = true, two_level = true, transition = None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         vocab: &Bound<'_, PyDict>,
@@ -53,6 +55,8 @@ impl NativeEncoder {
         line_units: bool,
         workers: usize,
         whole_pieces: bool,
+        two_level: bool,
+        transition: Option<usize>,
     ) -> PyResult<Self> {
         let mut v: Vec<(Vec<u8>, u32)> = Vec::with_capacity(vocab.len());
         for (k, id) in vocab.iter() {
@@ -66,8 +70,40 @@ impl NativeEncoder {
             })
             .collect();
         let splitter = Splitter::new(pattern, line_units).map_err(PyValueError::new_err)?;
-        let inner = Encoder::new(v, &merges, splitter, whole_pieces).map_err(PyValueError::new_err)?;
+        let request = match (two_level, transition) {
+            (false, _) => Request::One,
+            (true, None) => Request::Auto,
+            (true, Some(t)) => Request::Transition(t),
+        };
+        let inner = Encoder::with_levels(v, &merges, splitter, whole_pieces, request).map_err(PyValueError::new_err)?;
         Ok(NativeEncoder { inner, pool: pool(workers.max(1))?, id_objects })
+    }
+
+    /// 2 when pieces are encoded on two levels (`encode_levels.rs`), else 1.
+    #[getter]
+    fn levels(&self) -> u8 {
+        match self.inner.plan() {
+            Plan::Two(_) => 2,
+            Plan::One(_) => 1,
+        }
+    }
+
+    /// The transition of the two levels (merges below it run first), None on one level.
+    #[getter]
+    fn transition(&self) -> Option<u32> {
+        match self.inner.plan() {
+            Plan::Two(levels) => Some(levels.transition()),
+            Plan::One(_) => None,
+        }
+    }
+
+    /// Why the encoder runs one level ("" on two).
+    #[getter]
+    fn levels_reason(&self) -> &str {
+        match self.inner.plan() {
+            Plan::Two(_) => "",
+            Plan::One(why) => why,
+        }
     }
 
     /// Ids of text with no special-token handling.
