@@ -187,7 +187,7 @@ impl Encoder {
     /// BPE of a piece from its bytes: on two levels, or by a linear scan (short pieces) or a heap.
     fn merge_piece(&self, piece: &[u8], out: &mut Vec<u32>) {
         match &self.levels {
-            Plan::Two(levels) => levels.encode(piece, &self.byte_ids, &|l, r| self.rank(l, r), out),
+            Plan::Two(levels) => levels.encode(piece, &self.byte_ids, out),
             Plan::One(_) if piece.len() <= LINEAR_MAX => self.merge_linear(piece, out),
             Plan::One(_) => self.merge_heap(piece, out),
         }

@@ -15,10 +15,10 @@ use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::{Mutex, MutexGuard};
 
-use smallvec::SmallVec;
-
-use crate::bpe::{self, pair_key, unpack, Ranks};
-use crate::replay::{hash_segment, pack_segment, Joins, SegmentCache, MANY, PACKED_MAX};
+use crate::bpe::{self, pair_key, unpack};
+use crate::bytesmap::hash_short;
+use crate::memory::prefetch;
+use crate::replay::{hash_segment, pack_segment, Joins, SegmentCache, Syms, MANY, PACKED_MAX};
 use crate::unicode::{class_of, WS};
 
 /// How the encoder should choose its levels.
@@ -45,8 +45,63 @@ const MAX_CACHED_SEGMENT: usize = 256;
 const MAX_CACHED_SEGMENTS: usize = 1 << 20;
 /// Second-level sequences up to this many tokens are merged by a linear scan, longer ones by the heap.
 const SECOND_LINEAR_MAX: usize = 64;
+/// First-level segments up to this many bytes are merged by a linear scan, longer ones by the heap.
+const FIRST_LINEAR_MAX: usize = 48;
+/// Pairs of a segment not in the cache fetched before any is merged (enough for a long word).
+const PREFETCH_PAIRS: usize = 16;
 /// No merge: the rank of a pair that never merges.
 const NONE: u32 = u32::MAX;
+
+/// (left id, right id) -> (rank, merged id) in one flat array probed linearly from the pair's
+/// hash, at most half full: a lookup reads one slot (one cache line) where a general hash map
+/// reads its control bytes and then its entry. Lookups of the pairs of new words are what a first
+/// pass over a text waits on.
+struct PairTable {
+    slots: Vec<(u64, (u32, u32))>,
+}
+
+/// The key of an empty slot: no pair of ids is `(u32::MAX, u32::MAX)` (an id is below `u32::MAX`,
+/// the sentinel of a byte the vocabulary lacks, which no merge has as a part).
+const EMPTY_PAIR: u64 = u64::MAX;
+
+impl PairTable {
+    fn new<I: Iterator<Item = (u64, (u32, u32))> + Clone>(entries: I) -> PairTable {
+        let size = (2 * entries.clone().count()).next_power_of_two().max(16);
+        let mut slots = vec![(EMPTY_PAIR, (NONE, 0)); size];
+        for (key, value) in entries {
+            let mut i = hash_short(key) as usize & (size - 1);
+            while slots[i].0 != EMPTY_PAIR {
+                i = (i + 1) & (size - 1);
+            }
+            slots[i] = (key, value);
+        }
+        PairTable { slots }
+    }
+
+    /// Fetch the slot the pair's lookup will read first into the CPU cache.
+    #[inline(always)]
+    fn prefetch(&self, l: u32, r: u32) {
+        prefetch(&self.slots[hash_short(pair_key(l, r)) as usize & (self.slots.len() - 1)]);
+    }
+
+    /// (rank, merged id) of the pair, rank `NONE` when it never merges.
+    #[inline(always)]
+    fn get(&self, l: u32, r: u32) -> (u32, u32) {
+        let key = pair_key(l, r);
+        let mask = self.slots.len() - 1;
+        let mut i = hash_short(key) as usize & mask;
+        loop {
+            let (k, value) = self.slots[i];
+            if k == key {
+                return value;
+            }
+            if k == EMPTY_PAIR {
+                return (NONE, 0);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+}
 
 /// The two-level state: the transition, where pieces are cut, the second level's merges, the
 /// per-thread segment caches.
@@ -54,14 +109,17 @@ pub struct Levels {
     transition: u32,
     /// Byte pairs a merge below the transition may join.
     joins: Joins,
-    /// The merges at or above the transition: (left id, right id) -> (rank, merged id).
-    second: Ranks,
-    /// Bit per token id: is it the left part of a merge in `second` (most pairs are not; this
-    /// saves their lookups).
+    /// The merges below the transition.
+    first: PairTable,
+    /// The merges at or above the transition.
+    second: PairTable,
+    /// Bits per token id: is it the left part of a merge in `second`, the right part of one (most
+    /// pairs of tokens are not both; this saves their lookups).
     second_left: Vec<u64>,
-    /// One cache per pool thread plus one for other threads; a thread that finds its own busy
-    /// takes any free one, or merges without a cache.
-    caches: Vec<Mutex<SegmentCache>>,
+    second_right: Vec<u64>,
+    /// One per pool thread plus one for other threads; a thread that finds its own busy takes any
+    /// free one, or works without a cache.
+    workers: Vec<Mutex<Worker>>,
 }
 
 /// A segment of a piece: its byte range, and its packed key and hash when it is cached packed.
@@ -156,26 +214,27 @@ impl Levels {
         ranks: &HashMap<u64, (u32, u32), S>,
         transition: u32,
     ) -> Levels {
-        let mut second = Ranks::default();
-        let mut max_left = 0;
-        for (&key, &value) in ranks {
-            if value.0 >= transition {
-                second.insert(key, value);
-                max_left = max_left.max(unpack(key).0 as usize);
+        let below = |&(_, &(rank, _)): &(&u64, &(u32, u32))| rank < transition;
+        let first = PairTable::new(ranks.iter().filter(below).map(|(&k, &v)| (k, v)));
+        let second = PairTable::new(ranks.iter().filter(|e| !below(e)).map(|(&k, &v)| (k, v)));
+        let bits = |part: fn((u32, u32)) -> u32| {
+            let ids: Vec<usize> = ranks.iter().filter(|e| !below(e)).map(|(&k, _)| part(unpack(k)) as usize).collect();
+            let mut bits = vec![0u64; ids.iter().max().map_or(0, |&i| i / 64) + 1];
+            for i in ids {
+                bits[i / 64] |= 1 << (i % 64);
             }
-        }
-        let mut second_left = vec![0u64; max_left / 64 + 1];
-        for &key in second.keys() {
-            let l = unpack(key).0 as usize;
-            second_left[l / 64] |= 1 << (l % 64);
-        }
+            bits
+        };
+        let (second_left, second_right) = (bits(|(l, _)| l), bits(|(_, r)| r));
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         Levels {
             transition,
             joins: Joins::of(&merges[..transition as usize]),
+            first,
             second,
             second_left,
-            caches: (0..=threads).map(|_| Mutex::default()).collect(),
+            second_right,
+            workers: (0..=threads).map(|_| Mutex::default()).collect(),
         }
     }
 
@@ -184,68 +243,78 @@ impl Levels {
         self.transition
     }
 
-    /// The ids of `piece` (single bytes' ids in `byte_ids`; `rank` is the encoder's lookup of all
-    /// merges) appended to `out`.
-    pub fn encode<F: Fn(u32, u32) -> Option<(u32, u32)>>(
-        &self,
-        piece: &[u8],
-        byte_ids: &[u32; 256],
-        rank: &F,
-        out: &mut Vec<u32>,
-    ) {
-        let t = self.transition;
-        let first = |l: u32, r: u32| rank(l, r).filter(|&(rk, _)| rk < t);
-        let mut guard = self.cache();
-        let segments = self.cut(piece, guard.as_deref());
-        let start = out.len();
-        for &(from, to, packed) in &segments {
+    /// The ids of `piece` (single bytes' ids in `byte_ids`) appended to `out`.
+    pub fn encode(&self, piece: &[u8], byte_ids: &[u32; 256], out: &mut Vec<u32>) {
+        let mut spare = None;
+        let mut guard = self.worker();
+        let w: &mut Worker = match guard.as_deref_mut() {
+            Some(w) => w,
+            None => spare.insert(Worker::default()),
+        };
+        self.cut(piece, w);
+        // First every segment's cached result, the pairs of those not cached fetched meanwhile
+        // (new words' pair lookups are what a first pass waits on; fetched together, they overlap).
+        w.hits.clear();
+        for &(from, to, packed) in &w.segments {
             let segment = &piece[from as usize..to as usize];
-            match *segment {
-                [b] => out.push(byte_ids[b as usize]),
+            let hit = if segment.len() < 3 { None } else { w.cache.get(segment, packed) };
+            if hit.is_none() && segment.len() >= 3 {
+                for pair in segment.windows(2).take(PREFETCH_PAIRS) {
+                    self.first.prefetch(byte_ids[pair[0] as usize], byte_ids[pair[1] as usize]);
+                }
+            }
+            w.hits.push(hit);
+        }
+        let start = out.len();
+        for (&(from, to, packed), &hit) in w.segments.iter().zip(&w.hits) {
+            let segment = &piece[from as usize..to as usize];
+            match (segment, hit) {
+                (&[b], _) => out.push(byte_ids[b as usize]),
                 // Two bytes merge (one id) or not, whatever else the first level holds.
-                [a, b] => {
+                (&[a, b], _) => {
                     let (a, b) = (byte_ids[a as usize], byte_ids[b as usize]);
-                    match first(a, b) {
-                        Some((_, merged)) => out.push(merged),
-                        None => out.extend_from_slice(&[a, b]),
+                    match self.first.get(a, b) {
+                        (NONE, _) => out.extend_from_slice(&[a, b]),
+                        (_, merged) => out.push(merged),
                     }
                 }
-                _ => {
-                    if let Some(cache) = guard.as_deref() {
-                        if let Some(syms) = cache.get(segment, packed) {
-                            cache.copy(syms, out);
-                            continue;
-                        }
+                (_, Some(syms)) => w.cache.copy(syms, out),
+                (_, None) => {
+                    let at = out.len();
+                    out.extend(segment.iter().map(|&b| byte_ids[b as usize]));
+                    if segment.len() <= FIRST_LINEAR_MAX {
+                        merge_linear(out, at, &mut w.ranks, |l, r| self.first.get(l, r));
+                    } else {
+                        let ids = out.split_off(at);
+                        let rank = |l, r| Some(self.first.get(l, r)).filter(|&(rk, _)| rk != NONE);
+                        out.extend_from_slice(&bpe::merge_heap(ids, rank));
                     }
-                    let ids = bpe::merge(segment.iter().map(|&b| byte_ids[b as usize]).collect(), first);
-                    out.extend_from_slice(&ids);
-                    if let Some(cache) = guard.as_deref_mut() {
-                        if segment.len() <= MAX_CACHED_SEGMENT && ids.iter().all(|&id| id < MANY) {
-                            if cache.len() >= MAX_CACHED_SEGMENTS {
-                                *cache = SegmentCache::default();
-                            }
-                            cache.insert(segment, packed, &ids);
+                    let ids = &out[at..];
+                    if segment.len() <= MAX_CACHED_SEGMENT && ids.iter().all(|&id| id < MANY) {
+                        if w.cache.len() >= MAX_CACHED_SEGMENTS {
+                            w.cache = SegmentCache::default();
                         }
+                        w.cache.insert(segment, packed, ids);
                     }
                 }
             }
         }
-        drop(guard);
-        self.merge_second(out, start);
+        self.merge_second(out, start, &mut w.ranks);
     }
 
-    /// This thread's cache, or any free one, or none when all are busy.
-    fn cache(&self) -> Option<MutexGuard<'_, SegmentCache>> {
-        let n = self.caches.len();
+    /// This thread's worker state, or any free one, or none when all are busy.
+    fn worker(&self) -> Option<MutexGuard<'_, Worker>> {
+        let n = self.workers.len();
         let own = rayon::current_thread_index().map_or(0, |i| i + 1) % n;
-        (0..n).find_map(|k| self.caches[(own + k) % n].try_lock().ok())
+        (0..n).find_map(|k| self.workers[(own + k) % n].try_lock().ok())
     }
 
-    /// `piece` cut at every byte pair no first-level merge joins; the cache slot of each packed
-    /// segment is fetched, so that the lookups that follow find it in the CPU cache.
+    /// `piece` cut at every byte pair no first-level merge joins, into `w.segments`; the cache
+    /// slot of each packed segment is fetched, so that the lookups that follow find it in the CPU
+    /// cache.
     #[inline(always)]
-    fn cut(&self, piece: &[u8], cache: Option<&SegmentCache>) -> SmallVec<[Segment; 16]> {
-        let mut segments = SmallVec::new();
+    fn cut(&self, piece: &[u8], w: &mut Worker) {
+        w.segments.clear();
         let mut start = 0;
         for end in 1..=piece.len() {
             if end < piece.len() && self.joins.may_join(piece[end - 1], piece[end]) {
@@ -255,31 +324,26 @@ impl Levels {
             let packed = (3..=PACKED_MAX).contains(&len).then(|| {
                 let key = pack_segment(&piece[start..end]);
                 let hash = hash_segment(key);
-                if let Some(cache) = cache {
-                    cache.prefetch(hash);
-                }
+                w.cache.prefetch(hash);
                 (key, hash)
             });
-            segments.push((start as u32, end as u32, packed));
+            w.segments.push((start as u32, end as u32, packed));
             start = end;
         }
-        segments
     }
 
     /// (rank, merged id) of a second-level merge of `l`, `r`; rank `NONE` when there is none.
     #[inline(always)]
     fn second_rank(&self, l: u32, r: u32) -> (u32, u32) {
-        let i = l as usize;
-        if self.second_left.get(i / 64).is_some_and(|w| w >> (i % 64) & 1 == 1) {
-            if let Some(&found) = self.second.get(&pair_key(l, r)) {
-                return found;
-            }
+        let has = |bits: &[u64], id: u32| bits.get(id as usize / 64).is_some_and(|w| w >> (id % 64) & 1 == 1);
+        if has(&self.second_left, l) && has(&self.second_right, r) {
+            return self.second.get(l, r);
         }
         (NONE, 0)
     }
 
     /// Rank-based BPE with the second level's merges over `ids[start..]`, in place.
-    fn merge_second(&self, ids: &mut Vec<u32>, start: usize) {
+    fn merge_second(&self, ids: &mut Vec<u32>, start: usize, ranks: &mut Vec<(u32, u32)>) {
         let n = ids.len() - start;
         if n < 2 {
             return;
@@ -290,35 +354,49 @@ impl Levels {
             ids.extend_from_slice(&bpe::merge_heap(tail, rank));
             return;
         }
-        // ranks[i]: rank and result of merging ids[start + i] and the token after it.
-        let mut ranks: SmallVec<[(u32, u32); 32]> =
-            ids[start..].windows(2).map(|w| self.second_rank(w[0], w[1])).collect();
-        loop {
-            let mut best = 0;
-            for (i, r) in ranks.iter().enumerate() {
-                if r.0 < ranks[best].0 {
-                    best = i;
-                }
-            }
-            let (rank, merged) = ranks[best];
-            if rank == NONE {
-                return;
-            }
-            let at = start + best;
-            ids[at] = merged;
-            ids.remove(at + 1);
-            ranks.remove(best);
-            if ranks.is_empty() {
-                return;
-            }
-            if best > 0 {
-                ranks[best - 1] = self.second_rank(ids[at - 1], merged);
-            }
-            if best < ranks.len() {
-                ranks[best] = self.second_rank(merged, ids[at + 1]);
+        merge_linear(ids, start, ranks, |l, r| self.second_rank(l, r));
+    }
+}
+
+/// Rank-based BPE of `ids[start..]` in place by a linear scan (`ranks` is scratch space); `rank`
+/// gives (rank, merged id), rank `NONE` for a pair that never merges. Lowest rank first, leftmost
+/// on ties. The sequence is at the end of `ids`, so removing a token moves only its own tail.
+#[inline(always)]
+fn merge_linear<F: Fn(u32, u32) -> (u32, u32)>(ids: &mut Vec<u32>, start: usize, ranks: &mut Vec<(u32, u32)>, rank: F) {
+    // ranks[i]: rank and result of merging ids[start + i] and the token after it.
+    ranks.clear();
+    ranks.extend(ids[start..].windows(2).map(|w| rank(w[0], w[1])));
+    while !ranks.is_empty() {
+        let mut best = 0;
+        for (i, r) in ranks.iter().enumerate() {
+            if r.0 < ranks[best].0 {
+                best = i;
             }
         }
+        let (found, merged) = ranks[best];
+        if found == NONE {
+            return;
+        }
+        let at = start + best;
+        ids[at] = merged;
+        ids.remove(at + 1);
+        ranks.remove(best);
+        if best > 0 {
+            ranks[best - 1] = rank(ids[at - 1], merged);
+        }
+        if best < ranks.len() {
+            ranks[best] = rank(merged, ids[at + 1]);
+        }
     }
+}
+
+/// What one thread reuses from piece to piece: its segment cache and scratch space.
+#[derive(Default)]
+struct Worker {
+    cache: SegmentCache,
+    segments: Vec<Segment>,
+    hits: Vec<Option<Syms>>,
+    ranks: Vec<(u32, u32)>,
 }
 
 #[cfg(test)]
@@ -399,7 +477,7 @@ mod tests {
         let unchecked = Levels::build(&m, &ranks, 2);
         let byte_ids: [u32; 256] = std::array::from_fn(|b| b as u32);
         let mut out = Vec::new();
-        unchecked.encode(b"abcd", &byte_ids, &|l, r| ranks.get(&pair_key(l, r)).copied(), &mut out);
+        unchecked.encode(b"abcd", &byte_ids, &mut out);
         assert_eq!(out, vec![id("ab"), id("cd")]);
         assert!(matches!(encoder(&merges, Request::Transition(1)).plan(), Plan::Two(_)));
     }
