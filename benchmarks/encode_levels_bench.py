@@ -1,4 +1,4 @@
-"""``python benchmarks/encode_levels_bench.py TOKENIZER_DIR --english TEXT --code TEXT``: per-document encoding.
+"""``python benchmarks/encode_levels_bench.py TOKENIZER_DIR --english TEXT --code TEXT``: encode documents.
 
 Encodes many short documents with a SuperBPE tokenizer (the released 180K->200K one, read as
 ``compat="official"`` reads it) and compares our encoder on two levels and on one with HF
@@ -109,7 +109,7 @@ def _encoder(name: str, tokenizer_dir: Path, hf_json: Path) -> tuple[Callable[[l
 
         hf = tokenizers.Tokenizer.from_file(str(hf_json))
         if name == "hf-batch":
-            return (lambda docs: [e.ids for e in hf.encode_batch(docs, add_special_tokens=False)]), "tokenizers"
+            return (lambda docs: [e.ids for e in hf.encode_batch(docs, add_special_tokens=False)]), "batch"
         return (lambda docs: [hf.encode(d, add_special_tokens=False).ids for d in docs]), "tokenizers"
     import fastokens  # optional: only this contender needs it
 
@@ -162,7 +162,7 @@ def write_hf_json(tokenizer_dir: Path, out: Path) -> Path:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("tokenizer", type=Path, help="directory with vocab.json + merges.txt (official files)")
+    parser.add_argument("tokenizer", type=Path, help="directory of official vocab.json + merges.txt")
     parser.add_argument("--english", type=Path, required=True)
     parser.add_argument("--code", type=Path, required=True)
     parser.add_argument("--doc-bytes", type=int, default=140)
@@ -207,10 +207,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _print(corpus: str, rows: list[dict[str, Any]]) -> None:
-    reference = next((r["digest"] for r in rows if r.get("name", "").startswith("hf-") and "digest" in r), None)
+    hf_rows = [r for r in rows if r.get("name", "").startswith("hf-") and "digest" in r]
+    reference = hf_rows[0]["digest"] if hf_rows else None
     first = rows[0] if rows and "bytes" in rows[0] else {}
     print(f"\n{corpus}: {first.get('docs')} documents, {first.get('bytes')} bytes")
-    print(f"{'contender':18} {'first MB/s':>10} {'repeat MB/s':>11} {'first wall s':>12} {'setup s':>8}  ids  note")
+    head = f"{'first MB/s':>10} {'repeat MB/s':>11} {'first wall s':>12} {'setup s':>8}"
+    print(f"{'contender':18} {head}  ids  note")
     for row in rows:
         if "error" in row:
             print(f"{row['name']:18} failed: {row['error']}")

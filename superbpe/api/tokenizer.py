@@ -124,7 +124,7 @@ class Tokenizer:
 
     @property
     def encode_levels(self) -> int:
-        """2 when the encoder runs SuperBPE's merges on two levels (exact; docs/DESIGN.md "Encoding"), else 1."""
+        """2 when the encoder runs SuperBPE's merges on two levels (exact; DESIGN.md "Encoding"), else 1."""
         return self._core.levels
 
     def token_to_id(self, token: str | bytes) -> int:
