@@ -42,7 +42,7 @@ pub enum Plan {
 const MAX_CACHED_SEGMENT: usize = 256;
 /// A cache holding this many segments is emptied before the next piece (bounds memory on a corpus
 /// with an endless supply of rare words).
-const MAX_CACHED_SEGMENTS: usize = 1 << 20;
+const MAX_CACHED_SEGMENTS: usize = 1 << 18;
 /// Second-level sequences up to this many tokens are merged by a linear scan, longer ones by the heap.
 const SECOND_LINEAR_MAX: usize = 64;
 /// First-level segments up to this many bytes are merged by a linear scan, longer ones by the heap.
