@@ -49,6 +49,8 @@ const SECOND_LINEAR_MAX: usize = 64;
 const FIRST_LINEAR_MAX: usize = 48;
 /// Pairs of a segment not in the cache fetched before any is merged (enough for a long word).
 const PREFETCH_PAIRS: usize = 16;
+/// Largest token id the second level's part filters map (4 MB of bits each at most).
+const MAX_FILTERED_ID: usize = 1 << 25;
 /// No merge: the rank of a pair that never merges.
 const NONE: u32 = u32::MAX;
 
@@ -115,7 +117,7 @@ pub struct Levels {
     /// The merges at or above the transition.
     second: PairTable,
     /// Bits per token id: is it the left part of a merge in `second`, the right part of one (most
-    /// pairs of tokens are not both; this saves their lookups).
+    /// pairs of tokens are not both; this saves their lookups). Ids past the end are looked up.
     second_left: Vec<u64>,
     second_right: Vec<u64>,
     /// One per pool thread plus one for other threads; a thread that finds its own busy takes any
@@ -220,11 +222,14 @@ impl Levels {
         let below = |&(_, &(rank, _)): &(&u64, &(u32, u32))| rank < transition;
         let first = PairTable::new(ranks.iter().filter(below).map(|(&k, &v)| (k, v)));
         let second = PairTable::new(ranks.iter().filter(|e| !below(e)).map(|(&k, &v)| (k, v)));
+        // Ids past the bits (an id space too large to map) are not filtered: they are looked up.
         let bits = |part: fn((u32, u32)) -> u32| {
             let ids: Vec<usize> = ranks.iter().filter(|e| !below(e)).map(|(&k, _)| part(unpack(k)) as usize).collect();
-            let mut bits = vec![0u64; ids.iter().max().map_or(0, |&i| i / 64) + 1];
+            let mut bits = vec![0u64; ids.iter().max().map_or(0, |&i| i.min(MAX_FILTERED_ID) / 64) + 1];
             for i in ids {
-                bits[i / 64] |= 1 << (i % 64);
+                if i / 64 < bits.len() {
+                    bits[i / 64] |= 1 << (i % 64);
+                }
             }
             bits
         };
@@ -345,7 +350,7 @@ impl Levels {
     /// (rank, merged id) of a second-level merge of `l`, `r`; rank `NONE` when there is none.
     #[inline(always)]
     fn second_rank(&self, l: u32, r: u32) -> (u32, u32) {
-        let has = |bits: &[u64], id: u32| bits.get(id as usize / 64).is_some_and(|w| w >> (id % 64) & 1 == 1);
+        let has = |bits: &[u64], id: u32| bits.get(id as usize / 64).is_none_or(|w| w >> (id % 64) & 1 == 1);
         if has(&self.second_left, l) && has(&self.second_right, r) {
             return self.second.get(l, r);
         }
@@ -576,6 +581,29 @@ mod tests {
                 assert_eq!(got, want, "{text:?} with a cache of {max_cached}");
             }
         }
+    }
+
+    /// Token ids past what the second level's part filters map are looked up, not dropped.
+    #[test]
+    fn huge_token_ids_are_looked_up() {
+        let merges = [("t", "h"), ("th", "e"), ("the", " "), ("the ", "the "), ("a", "t")];
+        let big = (MAX_FILTERED_ID + 1000) as u32;
+        let mut vocab: Vec<(Vec<u8>, u32)> = (0..=255u8).map(|b| (vec![b], b as u32)).collect();
+        for (i, (l, r)) in merges.iter().enumerate() {
+            vocab.push(([l.as_bytes(), r.as_bytes()].concat(), big + i as u32));
+        }
+        let m: Vec<(Vec<u8>, Vec<u8>)> =
+            merges.iter().map(|(l, r)| (l.as_bytes().to_vec(), r.as_bytes().to_vec())).collect();
+        let make = |request| {
+            let splitter = Splitter::new(&builtin_pattern(Builtin::SuperbpePaper), false).unwrap();
+            Encoder::with_levels(vocab.clone(), &m, splitter, false, request).unwrap()
+        };
+        let (two, one) = (make(Request::Auto), make(Request::One));
+        assert!(matches!(two.plan(), Plan::Two(l) if l.transition() == 2));
+        for text in ["the the the at", "athe the thethe "] {
+            assert_eq!(ids(&two, text), ids(&one, text), "{text}");
+        }
+        assert_eq!(ids(&two, "the the "), vec![big + 3]);
     }
 
     #[test]
