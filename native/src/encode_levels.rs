@@ -55,15 +55,14 @@ const MAX_FILTERED_ID: usize = 1 << 25;
 const NONE: u32 = u32::MAX;
 
 /// (left id, right id) -> (rank, merged id) in one flat array probed linearly from the pair's
-/// hash: a lookup reads one slot (one cache line) where a general hash map
-/// reads its control bytes and then its entry. Lookups of the pairs of new words are what a first
-/// pass over a text waits on.
+/// hash: a lookup reads one slot (one cache line) where a general hash map reads its control bytes
+/// and then its entry. Lookups of the pairs of new words are what a first pass waits on.
 struct PairTable {
     slots: Vec<(u64, (u32, u32))>,
 }
 
-/// The key of an empty slot: no pair of ids is `(u32::MAX, u32::MAX)` (an id is below `u32::MAX`,
-/// the sentinel of a byte the vocabulary lacks, which no merge has as a part).
+/// The key of an empty slot: the pair `(u32::MAX, u32::MAX)`, which `plan` keeps out (`u32::MAX`
+/// is the encoder's sentinel for a byte the vocabulary lacks).
 const EMPTY_PAIR: u64 = u64::MAX;
 
 impl PairTable {
@@ -183,6 +182,9 @@ impl Levels {
                 }
             }
         };
+        if ranks.contains_key(&EMPTY_PAIR) {
+            return Plan::One(format!("a merge joins two tokens of id {}", u32::MAX));
+        }
         // Exactness: no merge below the transition may have a part that a merge at or above it makes.
         let mut made_above: HashMap<u32, u32> = HashMap::new();
         for &(rank, merged) in ranks.values() {
