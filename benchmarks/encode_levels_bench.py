@@ -209,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _print(corpus: str, rows: list[dict[str, Any]]) -> None:
     hf_rows = [r for r in rows if r.get("name", "").startswith("hf-") and "digest" in r]
     reference = hf_rows[0]["digest"] if hf_rows else None
-    first = rows[0] if rows and "bytes" in rows[0] else {}
+    first = next((r for r in rows if "bytes" in r), {})
     print(f"\n{corpus}: {first.get('docs')} documents, {first.get('bytes')} bytes")
     head = f"{'first MB/s':>10} {'repeat MB/s':>11} {'first wall s':>12} {'setup s':>8}"
     print(f"{'contender':18} {head}  ids  note")
