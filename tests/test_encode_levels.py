@@ -172,13 +172,16 @@ def trained(request, sample_texts: Path, tmp_path_factory: pytest.TempPathFactor
     pre = encoding_pretokenizer(get_pretokenizer(stage2), compat)
     tok = Tokenizer(vocab, merges, [], pre, "native", whole_pieces=compat.whole_pieces)
     directory = tok.save(tmp_path_factory.mktemp(f"{compat_name}-{stage2}"))
+    assert (directory / "superbpe.json").exists()
     reference = Tokenizer(vocab, merges, [], pre, "python", whole_pieces=compat.whole_pieces)
     hf = tokenizers.Tokenizer.from_file(str(directory / "tokenizer.json"))
     return tok, native(tok, two_level=False), reference, hf
 
 
-def test_trained_superbpe_tokenizers_run_on_two_levels(trained):
+def test_trained_superbpe_tokenizers_run_on_two_levels(trained, tmp_path: Path):
     tok, one, reference, _ = trained
+    loaded = Tokenizer.load(tok.save(tmp_path / "saved"))  # through the manifest, as users load it
+    assert loaded.encode_levels == 2 and loaded.pretokenizer == tok.pretokenizer
     two = native(tok)
     assert tok.encode_levels == two.levels == 2 and one.levels == 1 and reference.encode_levels == 1
     # The transition is stage 2's first superword merge: stage 1 (700 merges, fewer when the
