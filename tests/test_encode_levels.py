@@ -154,6 +154,20 @@ def test_released_tokenizer_on_real_text(released, wikitext_text, multilingual_t
         assert int(ends[-1]) == len(flat)
 
 
+@pytest.mark.parametrize("name", ["kernel_docs", "corpus_en"])
+def test_official_reference_tokenizers_on_two_levels_like_hf(official_data: Path, name: str, wikitext_text):
+    """The SuperBPE tokenizers the official scripts trained (HF's trainer and their fork, duplicates merged,
+    absent inherited merges dropped), loaded from their tokenizer.json."""
+    directory = official_data / name / "superbpe"
+    tok = Tokenizer.load(directory, engine="native")
+    hf = tokenizers.Tokenizer.from_file(str(directory / "tokenizer.json"))
+    assert tok.encode_levels == 2
+    text = (official_data.parent / "data" / "corpus.en").read_text(encoding="utf-8")
+    if name == "kernel_docs":  # corpus_en's alphabet is corpus.en's own
+        text += wikitext_text[:100_000]
+    assert tok.encode(text) == hf.encode(text).ids == native(tok, two_level=False).encode_ordinary(text)
+
+
 # -- small SuperBPE tokenizers trained here ----------------------------------------------------------
 
 
