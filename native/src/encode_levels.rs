@@ -49,6 +49,8 @@ const SECOND_LINEAR_MAX: usize = 64;
 const FIRST_LINEAR_MAX: usize = 48;
 /// Pairs of a segment not in the cache fetched before any is merged (enough for a long word).
 const PREFETCH_PAIRS: usize = 16;
+/// Worker slots kept at least (one per pool thread; empty until used).
+const MIN_WORKER_SLOTS: usize = 64;
 /// Largest token id the second level's part filters map (4 MB of bits each at most).
 const MAX_FILTERED_ID: usize = 1 << 25;
 /// No merge: the rank of a pair that never merges.
@@ -236,7 +238,9 @@ impl Levels {
             bits
         };
         let (second_left, second_right) = (bits(|(l, _)| l), bits(|(_, r)| r));
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // A slot per thread of any pool up to this size (an unused slot is an empty cache), so a
+        // pool larger than the machine still gives each thread its own.
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).max(MIN_WORKER_SLOTS);
         Levels {
             transition,
             joins: Joins::of(&merges[..transition as usize]),
