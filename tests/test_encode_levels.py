@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import superbpe
 from superbpe import Tokenizer
 from superbpe.core.compat import encoding_pretokenizer, get_compat
-from superbpe.core.errors import InputError
+from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.pretokenize import PATTERNS, Pretokenizer, get_pretokenizer
 from superbpe.core.types import Merge
 from superbpe.engines import native as native_engine
@@ -290,6 +290,8 @@ def test_an_explicit_transition_is_used_only_where_exact(sample_texts: Path, tra
     assert two.encode_ordinary(text) == one.encode_ordinary(text)
     beyond = NativeEncoder(ids, merges, pre, transition=len(merges) + 1)
     assert beyond.levels == 1 and "beyond" in beyond.levels_reason
+    with pytest.raises(ConfigError, match="transition must be a merge count"):
+        NativeEncoder(ids, merges, pre, transition=-1)
 
 
 def test_the_python_engine_is_the_one_level_reference():

@@ -7,7 +7,8 @@
 //! that needs such a byte. Short
 //! pieces use a linear scan (fewer cache misses than a heap); long pieces a lazy min-heap over a
 //! linked list, so a whole-line SuperBPE piece costs O(n log n), not O(n²). Pieces that are not
-//! tokens are cached, since the same rare words recur.
+//! tokens are cached, since the same rare words recur. A SuperBPE tokenizer's pieces are merged on
+//! two levels where that gives the same ids (`encode_levels.rs`).
 
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -436,6 +436,8 @@ class NativeEncoder:
         transition: int | None = None,
     ) -> None:
         lib = _require_native()
+        if transition is not None and (type(transition) is not int or transition < 0):
+            raise ConfigError(f"transition must be a merge count (an int >= 0), not {transition!r}")
         ids = dict(vocab)
         for rank, (left, right) in enumerate(merges):
             if left + right not in ids:
