@@ -16,6 +16,9 @@
 //! - Merging: a short piece is merged on the stack with a linear scan (fewer cache misses than a
 //!   heap); its first round looks pairs of bytes up in a dense table. A long piece (a whole-line
 //!   SuperBPE piece) uses a lazy min-heap over a linked list, O(n log n) instead of O(n²).
+//! - A SuperBPE tokenizer's pieces that are not tokens are merged on two levels where that gives
+//!   the same ids (`encode_levels.rs`): words first, each cached, then the merges that join them.
+//!   Its per-caller state lives beside the caller's piece cache, taken with it once per text.
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
@@ -24,6 +27,7 @@ use std::sync::Mutex;
 use rayon::prelude::*;
 
 use crate::bpe::{self, PairHasher};
+use crate::encode_levels::{Levels, Plan, Request, Worker};
 use crate::piecemap::{pack, pack_within, PieceMap, PACKED_MAX};
 use crate::scan::Splitter;
 
@@ -59,11 +63,13 @@ struct Cached {
     ids: [u32; INLINE_IDS],
 }
 
-/// One caller's cache of pieces that are not tokens.
+/// One caller's cache of pieces that are not tokens, and its two-level state.
 #[derive(Default)]
 struct PieceCache {
     map: PieceMap<Cached>,
     arena: Vec<u32>,
+    /// Segment cache and scratch space of the two levels (empty when they are not used).
+    levels: Worker,
 }
 
 impl PieceCache {
@@ -126,6 +132,8 @@ pub struct Encoder {
     byte_pairs: Box<[Packed]>,
     /// The pool of piece caches (see the module doc).
     caches: Vec<Mutex<PieceCache>>,
+    /// Two-level BPE of SuperBPE pieces where it is exact (`encode_levels.rs`), else one level.
+    levels: Plan,
 }
 
 /// The id of a byte the vocabulary lacks: no merge has it as a part, so it survives BPE unchanged
@@ -134,11 +142,23 @@ const MISSING: u32 = u32::MAX;
 
 impl Encoder {
     /// `vocab`: bytes -> id; `merges` in rank order. Every merge's result must be in `vocab`.
+    /// Two levels where they are exact (`Request::Auto`).
     pub fn new(
         vocab: Vec<(Vec<u8>, u32)>,
         merges: &[(Vec<u8>, Vec<u8>)],
         splitter: Splitter,
         whole_pieces: bool,
+    ) -> Result<Encoder, String> {
+        Encoder::with_levels(vocab, merges, splitter, whole_pieces, Request::Auto)
+    }
+
+    /// As `new`, with the levels chosen as `request` says.
+    pub fn with_levels(
+        vocab: Vec<(Vec<u8>, u32)>,
+        merges: &[(Vec<u8>, Vec<u8>)],
+        splitter: Splitter,
+        whole_pieces: bool,
+        request: Request,
     ) -> Result<Encoder, String> {
         let mut map: PieceMap<u32> = PieceMap::with_capacity(vocab.len());
         for (bytes, id) in vocab {
@@ -167,6 +187,13 @@ impl Encoder {
                 *slot = ranks.get(&bpe::pair_key(l, r)).copied().unwrap_or(NO_MERGE);
             }
         }
+        let levels = match request {
+            Request::One => Plan::One("one level was asked for".into()),
+            _ => {
+                let unpacked: bpe::Ranks = ranks.iter().map(|(&k, &p)| (k, ((p >> 32) as u32, p as u32))).collect();
+                Levels::plan(merges, &unpacked, request)
+            }
+        };
         let slots = std::thread::available_parallelism().map_or(1, |n| n.get()) + 1;
         Ok(Encoder {
             splitter,
@@ -177,11 +204,17 @@ impl Encoder {
             ranks,
             byte_pairs,
             caches: (0..slots).map(|_| Mutex::new(PieceCache::default())).collect(),
+            levels,
         })
     }
 
     pub fn splitter(&self) -> &Splitter {
         &self.splitter
+    }
+
+    /// The levels chosen at construction.
+    pub fn plan(&self) -> &Plan {
+        &self.levels
     }
 
     /// Run `f` with a piece cache no other thread is using, or with none when all are busy. A
@@ -293,16 +326,18 @@ impl Encoder {
             out.push(self.byte_ids[piece[0] as usize]);
             return;
         }
-        let cache = match cache {
-            Some(c) if piece.len() <= CACHE_MAX_PIECE => c,
-            _ => return self.merge(piece, out),
+        let Some(cache) = cache.as_deref_mut() else {
+            return self.merge(piece, out, None);
         };
+        if piece.len() > CACHE_MAX_PIECE {
+            return self.merge(piece, out, Some(&mut cache.levels));
+        }
         let hit = if k1 != 0 { cache.extend_packed(k0, k1, out) } else { cache.extend(piece, out) };
         if hit {
             return;
         }
         let start = out.len();
-        self.merge(piece, out);
+        self.merge(piece, out, Some(&mut cache.levels));
         cache.insert(piece, &out[start..]);
     }
 
@@ -311,8 +346,17 @@ impl Encoder {
         self.ranks.get(&bpe::pair_key(l, r)).copied().unwrap_or(NO_MERGE)
     }
 
-    /// BPE of a piece that is not a token: on the stack for short pieces, with the heap for long ones.
-    fn merge(&self, piece: &[u8], out: &mut Vec<u32>) {
+    /// BPE of a piece that is not a token: on two levels when the plan says so (with the caller's
+    /// two-level state `worker`, or one of the plan's own), else on the stack for short pieces and
+    /// with the heap for long ones.
+    fn merge(&self, piece: &[u8], out: &mut Vec<u32>, worker: Option<&mut Worker>) {
+        if let Plan::Two(levels) = &self.levels {
+            match worker {
+                Some(w) => levels.encode_in(piece, &self.byte_ids, out, w),
+                None => levels.encode(piece, &self.byte_ids, out),
+            }
+            return;
+        }
         if piece.len() <= SMALL_MAX {
             self.merge_small(piece, out);
         } else {
@@ -458,6 +502,66 @@ mod tests {
                 assert_eq!(&out, expected);
             }
         }
+    }
+
+    /// A SuperBPE-like merge list on two levels: per document, in batches (groups sharing a piece
+    /// cache and its two-level state), without a cache and with every slot of the pool taken, the
+    /// ids are those of one level.
+    #[test]
+    fn two_levels_in_every_path_equal_one_level() {
+        let merges = [("a", "b"), ("ab", "c"), (" ", "a"), (" a", "bc"), ("abc", " "), (" abc", " abc"), ("c", "a")];
+        let mut vocab: Vec<(Vec<u8>, u32)> = (0..=255u8).map(|b| (vec![b], b as u32)).collect();
+        for (l, r) in &merges {
+            vocab.push(([l.as_bytes(), r.as_bytes()].concat(), vocab.len() as u32));
+        }
+        let m: Vec<(Vec<u8>, Vec<u8>)> =
+            merges.iter().map(|(l, r)| (l.as_bytes().to_vec(), r.as_bytes().to_vec())).collect();
+        let make = |request| {
+            let splitter = Splitter::new(&builtin_pattern(Builtin::SuperbpePaper), false).unwrap();
+            Encoder::with_levels(vocab.clone(), &m, splitter, false, request).unwrap()
+        };
+        let (two, one) = (make(Request::Auto), make(Request::One));
+        assert!(matches!(two.plan(), Plan::Two(l) if l.transition() == 4));
+        assert!(matches!(one.plan(), Plan::One(_)));
+        let state = &mut 0x5851_F42D_4C95_7F2Du64;
+        let texts: Vec<Vec<u8>> = (0..300)
+            .map(|_| {
+                let len = crate::test_below(state, 200);
+                (0..len).map(|_| b"abc  \n."[crate::test_below(state, 7)]).collect()
+            })
+            .collect();
+        let slices: Vec<&[u8]> = texts.iter().map(|t| t.as_slice()).collect();
+        let want: Vec<Vec<u32>> = texts
+            .iter()
+            .map(|t| {
+                let mut out = Vec::new();
+                one.encode_ordinary(t, &mut out).unwrap();
+                out
+            })
+            .collect();
+        for _ in 0..2 {
+            let (ids, ends) = two.encode_batch(&slices).unwrap();
+            let mut start = 0;
+            for (expected, &end) in want.iter().zip(&ends) {
+                assert_eq!(&ids[start..end as usize], expected.as_slice());
+                start = end as usize;
+            }
+            for (t, expected) in texts.iter().zip(&want) {
+                let mut out = Vec::new();
+                two.encode_ordinary(t, &mut out).unwrap();
+                assert_eq!(&out, expected);
+                out.clear();
+                two.encode_with(t, &mut out, &mut None).unwrap();
+                assert_eq!(&out, expected);
+            }
+        }
+        let held: Vec<_> = two.caches.iter().map(|c| c.lock().unwrap()).collect();
+        for (t, expected) in texts.iter().zip(&want) {
+            let mut out = Vec::new();
+            two.encode_ordinary(t, &mut out).unwrap();
+            assert_eq!(&out, expected);
+        }
+        drop(held);
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod count;
 pub mod countsfile;
 pub mod cuts;
 pub mod encode;
+pub mod encode_levels;
 pub mod memory;
 pub mod pairs;
 pub mod piecemap;

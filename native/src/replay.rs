@@ -36,20 +36,20 @@ impl Joins {
     }
 
     #[inline(always)]
-    fn may_join(&self, a: u8, b: u8) -> bool {
+    pub fn may_join(&self, a: u8, b: u8) -> bool {
         let i = (a as usize) << 8 | b as usize;
         self.0[i / 64] >> (i % 64) & 1 == 1
     }
 }
 
 /// Longest segment whose key is packed (15 bytes in two words; longer ones are rare).
-const PACKED_MAX: usize = 2 * SHORT_MAX + 1;
+pub(crate) const PACKED_MAX: usize = 2 * SHORT_MAX + 1;
 
 /// `segment` (at most `PACKED_MAX` bytes) as two words that identify it: up to 7 bytes are
 /// `pack_short` and a zero; longer ones are their first 8 bytes and the packed rest with the top
 /// bit set (so the two forms never meet).
 #[inline(always)]
-fn pack_segment(segment: &[u8]) -> [u64; 2] {
+pub(crate) fn pack_segment(segment: &[u8]) -> [u64; 2] {
     if segment.len() <= SHORT_MAX {
         [pack_short(segment), 0]
     } else {
@@ -59,15 +59,15 @@ fn pack_segment(segment: &[u8]) -> [u64; 2] {
 }
 
 #[inline(always)]
-fn hash_segment(key: [u64; 2]) -> u64 {
+pub(crate) fn hash_segment(key: [u64; 2]) -> u64 {
     hash_short(key[0] ^ key[1].wrapping_mul(0x9E37_79B9_7F4A_7C15))
 }
 
 /// A segment's replayed symbols: one or two in place (`[a, ONE]`, `[a, b]`), or more as
 /// `[start, MANY | len]` in the cache's arena. Symbols are token ids below `MANY`.
-type Syms = [u32; 2];
+pub(crate) type Syms = [u32; 2];
 const ONE: u32 = u32::MAX;
-const MANY: u32 = 1 << 31;
+pub(crate) const MANY: u32 = 1 << 31;
 
 /// Most merges a replay can hold: every token id must stay below `MANY`.
 pub const MAX_REPLAY: usize = MANY as usize - 256;
@@ -146,7 +146,8 @@ impl PackedTable {
     }
 }
 
-/// Per-thread memo of replayed segments (see the module doc).
+/// Per-thread memo of replayed segments (see the module doc); the encoder's two-level path
+/// (`encode_levels.rs`) keeps its words in one too.
 #[derive(Default)]
 pub struct SegmentCache {
     packed: PackedTable,
@@ -155,16 +156,28 @@ pub struct SegmentCache {
 }
 
 impl SegmentCache {
+    /// How many segments it holds.
+    pub(crate) fn len(&self) -> usize {
+        self.packed.len + self.long.len()
+    }
+
+    /// Fetch the slot a packed key will probe first into the CPU cache.
+    #[inline(always)]
+    pub(crate) fn prefetch(&self, hash: u64) {
+        self.packed.prefetch(hash);
+    }
+
     /// The result for `segment`, whose packed key and hash (when it has one) are `packed`.
     #[inline(always)]
-    fn get(&self, segment: &[u8], packed: Option<([u64; 2], u64)>) -> Option<Syms> {
+    pub(crate) fn get(&self, segment: &[u8], packed: Option<([u64; 2], u64)>) -> Option<Syms> {
         match packed {
             Some((key, hash)) => self.packed.get(key, hash),
             None => self.long.get(segment).copied(),
         }
     }
 
-    fn insert(&mut self, segment: &[u8], packed: Option<([u64; 2], u64)>, ids: &[u32]) {
+    /// Add a segment it does not hold; every id must be below `MANY`.
+    pub(crate) fn insert(&mut self, segment: &[u8], packed: Option<([u64; 2], u64)>, ids: &[u32]) {
         let syms = match *ids {
             [a] => [a, ONE],
             [a, b] => [a, b],
@@ -183,7 +196,7 @@ impl SegmentCache {
     }
 
     #[inline(always)]
-    fn copy(&self, syms: Syms, out: &mut Vec<u32>) {
+    pub(crate) fn copy(&self, syms: Syms, out: &mut Vec<u32>) {
         match syms {
             [a, ONE] => out.push(a),
             [start, meta] if meta & MANY != 0 => {

@@ -131,6 +131,11 @@ class Tokenizer:
         """Whether a piece that is itself a token maps straight to its id (HF ``ignore_merges``)."""
         return self._whole_pieces
 
+    @property
+    def encode_levels(self) -> int:
+        """2 when the encoder runs SuperBPE's merges on two levels (exact; DESIGN.md "Encoding"), else 1."""
+        return self._core.levels
+
     def token_to_id(self, token: str | bytes) -> int:
         """Id of a token given as bytes or text (UTF-8); ``KeyError`` when it is not a token."""
         if isinstance(token, str) and token in self._special_ids:

@@ -39,6 +39,11 @@ class EncoderCore(Protocol):
     ``texts[i]``.
     """
 
+    @property
+    def levels(self) -> int:
+        """2 when SuperBPE pieces are encoded on two levels (native, where exact), else 1."""
+        ...
+
     def encode_ordinary(self, text: str) -> list[int]: ...
 
     def encode_texts(

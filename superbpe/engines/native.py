@@ -417,7 +417,12 @@ def _count_chunks(
 
 
 class NativeEncoder:
-    """Rust merge-rank encoder (the native ``EncoderCore``), plus batch encoding into numpy arrays."""
+    """Rust merge-rank encoder (the native ``EncoderCore``), plus batch encoding into numpy arrays.
+
+    SuperBPE pieces are encoded on two levels where that is exact (docs/DESIGN.md "Encoding"):
+    ``levels`` says which was chosen, ``transition`` where, ``levels_reason`` why not.
+    ``two_level=False`` asks for one level; ``transition`` replaces the detected transition.
+    """
 
     def __init__(
         self,
@@ -427,8 +432,12 @@ class NativeEncoder:
         *,
         workers: int | None = None,
         whole_pieces: bool = True,
+        two_level: bool = True,
+        transition: int | None = None,
     ) -> None:
         lib = _require_native()
+        if transition is not None and (type(transition) is not int or transition < 0):
+            raise ConfigError(f"transition must be a merge count (an int >= 0), not {transition!r}")
         ids = dict(vocab)
         for rank, (left, right) in enumerate(merges):
             if left + right not in ids:
@@ -441,7 +450,24 @@ class NativeEncoder:
             pretokenizer.line_units,
             0 if workers is None else resolve_workers(workers, 0),  # 0: rayon's own default
             whole_pieces,
+            two_level,
+            transition,
         )
+
+    @property
+    def levels(self) -> int:
+        """2 when pieces are encoded on two levels, 1 when on one."""
+        return int(self._core.levels)
+
+    @property
+    def transition(self) -> int | None:
+        """Merges below this rank run on the first level (None on one level)."""
+        return self._core.transition  # type: ignore[no-any-return]
+
+    @property
+    def levels_reason(self) -> str:
+        """Why the encoder runs on one level ("" on two)."""
+        return str(self._core.levels_reason)
 
     def encode_ordinary(self, text: str) -> list[int]:
         """Ids of ``text``; special tokens in it are treated as plain text."""

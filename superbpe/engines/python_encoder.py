@@ -40,6 +40,9 @@ def missing_byte_message(byte: int) -> str:
 class PythonEncoder:
     """Merge-rank BPE over a cached, pre-tokenized text (the ``EncoderCore`` of the python engine)."""
 
+    #: The reference: every piece is merged from its bytes in one level.
+    levels = 1
+
     def __init__(
         self,
         vocab: Mapping[bytes, int],

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
 use super::*;
+use crate::encode_levels::{Plan, Request};
 
 /// Rank-based encoder over a bytes -> id vocabulary.
 #[pyclass(module = "superbpe._native", name = "Encoder")]
@@ -56,7 +57,8 @@ fn ids_list<'py>(py: Python<'py>, ids: &[u32], objects: &[Py<PyAny>]) -> PyResul
 #[pymethods]
 impl NativeEncoder {
     #[new]
-    #[pyo3(signature = (vocab, merges, pattern, line_units, workers = 0, whole_pieces = true))]
+    #[pyo3(signature = (vocab, merges, pattern, line_units, workers = 0, whole_pieces = true, two_level = true, transition = None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         vocab: &Bound<'_, PyDict>,
@@ -65,6 +67,8 @@ impl NativeEncoder {
         line_units: bool,
         workers: usize,
         whole_pieces: bool,
+        two_level: bool,
+        transition: Option<usize>,
     ) -> PyResult<Self> {
         let mut v: Vec<(Vec<u8>, u32)> = Vec::with_capacity(vocab.len());
         for (k, id) in vocab.iter() {
@@ -78,9 +82,41 @@ impl NativeEncoder {
             })
             .collect();
         let splitter = Splitter::new(pattern, line_units).map_err(PyValueError::new_err)?;
-        let inner = Encoder::new(v, &merges, splitter, whole_pieces).map_err(PyValueError::new_err)?;
+        let request = match (two_level, transition) {
+            (false, _) => Request::One,
+            (true, None) => Request::Auto,
+            (true, Some(t)) => Request::Transition(t),
+        };
+        let inner = Encoder::with_levels(v, &merges, splitter, whole_pieces, request).map_err(PyValueError::new_err)?;
         // `workers` 0 leaves the count to rayon: RAYON_NUM_THREADS when set, else the usable cores.
         Ok(NativeEncoder { inner, pool: pool(workers)?, sized_pool: Mutex::new(None), id_objects })
+    }
+
+    /// 2 when pieces are encoded on two levels (`encode_levels.rs`), else 1.
+    #[getter]
+    fn levels(&self) -> u8 {
+        match self.inner.plan() {
+            Plan::Two(_) => 2,
+            Plan::One(_) => 1,
+        }
+    }
+
+    /// The transition of the two levels (merges below it run first), None on one level.
+    #[getter]
+    fn transition(&self) -> Option<u32> {
+        match self.inner.plan() {
+            Plan::Two(levels) => Some(levels.transition()),
+            Plan::One(_) => None,
+        }
+    }
+
+    /// Why the encoder runs one level ("" on two).
+    #[getter]
+    fn levels_reason(&self) -> &str {
+        match self.inner.plan() {
+            Plan::Two(_) => "",
+            Plan::One(why) => why,
+        }
     }
 
     /// Ids of text with no special-token handling. A short text is encoded holding the GIL:
