@@ -69,6 +69,8 @@ _chunk_parts = st.sampled_from(["a", "b", " ", "  ", "\n", " \n", "\n ", "1", "1
 @settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
 @given(parts=st.lists(_chunk_parts, max_size=60), size=st.integers(1, 40), window=st.integers(4, 40))
 @example(parts=["a", "<| 1 |>", "b"], size=3, window=8)  # a chunk would begin inside the special
+@example(parts=["  ", EOT], size=1, window=4)  # a file shorter than the margin a special needs
+@example(parts=["<| 1 |>", "a", "a", "a", "\u3000", "<| 1 |>"], size=1, window=4)
 def test_chunks_with_the_pretokenizers_cuts_keep_every_piece(
     tmp_path: Path, name: str, line_units: bool, parts: list[str], size: int, window: int
 ) -> None:

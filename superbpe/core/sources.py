@@ -294,7 +294,10 @@ class ChunkCutter:
             begin += 1
         # Only where any special token near a cut is wholly in ``buf`` (the rest of the file is not read yet).
         margin = 8 + max((len(special) for special in self.specials), default=0)
-        window = buf[begin : min(start + LOCAL_CUT_WINDOW, len(buf) - margin)]
+        end = min(start + LOCAL_CUT_WINDOW, len(buf) - margin)
+        if end <= start:
+            return -1
+        window = buf[begin:end]
         try:
             text = codecs.getincrementaldecoder("utf-8")("strict").decode(window, final=False)
         except UnicodeDecodeError:
@@ -311,7 +314,8 @@ class ChunkCutter:
     def _clear_of_specials(self, buf: bytes, pos: int) -> bool:
         """No special token within the two characters (eight bytes) each side of ``pos``."""
         for special in self.specials:
-            if buf.find(special, max(0, pos - 8 - len(special) + 1), pos + 8) != -1:
+            # Any occurrence that overlaps [pos - 8, pos + 8], wholly inside the searched range.
+            if buf.find(special, max(0, pos - 8 - len(special) + 1), pos + 8 + len(special)) != -1:
                 return False
         return True
 
