@@ -141,6 +141,8 @@ def test_flat_dtype_must_hold_the_ids(trained: tuple[dict[int, bytes], list[tupl
     for tok in tokenizers(trained):
         with pytest.raises(ConfigError, match="dtype must be uint16 or uint32, not int8"):
             tok.encode_batch_flat(["ab"], dtype=np.int8)
+        with pytest.raises(ConfigError, match="dtype must be uint16 or uint32, not no-such-type"):
+            tok.encode_batch_flat(["ab"], dtype="no-such-type")
 
 
 def test_a_text_needing_a_missing_byte_is_named() -> None:

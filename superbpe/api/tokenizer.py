@@ -207,9 +207,12 @@ class Tokenizer:
         ``dtype`` (uint16 or uint32; by default uint16 when every id fits), ``offsets`` is int64 and has
         ``len(texts) + 1`` entries, the first 0. ``threads`` as in :meth:`encode_batch`.
         """
-        chosen = np.dtype(dtype) if dtype is not None else self._smallest_dtype()
+        try:
+            chosen = np.dtype(dtype) if dtype is not None else self._smallest_dtype()
+        except TypeError:
+            chosen = None
         if chosen not in (np.dtype(np.uint16), np.dtype(np.uint32)):
-            raise ConfigError(f"dtype must be uint16 or uint32, not {chosen}")
+            raise ConfigError(f"dtype must be uint16 or uint32, not {chosen or dtype}")
         if np.iinfo(chosen).max < max(self._vocab):
             raise ConfigError(f"dtype {chosen} cannot hold ids up to {max(self._vocab)}")
         batch = _checked_texts(texts, "encode_batch_flat")
@@ -455,10 +458,9 @@ def _checked_texts(texts: Iterable[str], method: str) -> list[str]:
     if isinstance(texts, (str, bytes, bytearray)):
         kind = type(texts).__name__
         raise InputError(f"{method} takes a list of str, not a {kind} (encode takes one text)")
-    try:
-        batch = texts if type(texts) is list else list(texts)
-    except TypeError:
-        raise InputError(f"{method} takes a list of str, not {type(texts).__name__}") from None
+    if not isinstance(texts, Iterable):
+        raise InputError(f"{method} takes a list of str, not {type(texts).__name__}")
+    batch = texts if type(texts) is list else list(texts)
     if not all(map(isinstance, batch, repeat(str))):
         index, bad = next((i, t) for i, t in enumerate(batch) if not isinstance(t, str))
         hint = " (decode bytes to str first)" if isinstance(bad, (bytes, bytearray)) else ""
