@@ -656,6 +656,58 @@ fn o200k_word_b(s: &[u8], t: usize) -> Option<usize> {
     Some(run(s, j, is_lowerish))
 }
 
+/// End of the run of lower-ish characters (`[\p{Ll}\p{Lm}\p{Lo}\p{M}]`) from `i`: ASCII lowercase
+/// letters 16 bytes at a time, the general scan only from a multi-byte character (no other ASCII
+/// byte is lower-ish).
+#[inline(always)]
+fn lower_run(s: &[u8], i: usize) -> usize {
+    let e = ascii_lower_blocks(s, i);
+    if e < s.len() && s[e] >= 0x80 {
+        run(s, e, is_lowerish)
+    } else {
+        e
+    }
+}
+
+/// [`ascii_lower_end`] with 16-byte blocks: the end of a run costs a bit scan, not a mispredicted
+/// loop exit.
+#[inline(always)]
+fn ascii_lower_blocks(s: &[u8], mut i: usize) -> usize {
+    if !s.get(i).is_some_and(|b| b.is_ascii_lowercase()) {
+        return i;
+    }
+    while let Some(block) = s.get(i..i + 16) {
+        let run = (!lower_mask(block.try_into().unwrap())).trailing_zeros() as usize;
+        if run < 16 {
+            return i + run;
+        }
+        i += 16;
+    }
+    ascii_lower_end(s, i)
+}
+
+/// One bit per ASCII lowercase letter of `block`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn lower_mask(block: &[u8; 16]) -> u32 {
+    use std::arch::x86_64::*;
+    // SAFETY: `block` is 16 readable bytes, and the unaligned load reads exactly those; the
+    // compares need only SSE2, part of the x86_64 baseline.
+    unsafe {
+        let x = _mm_loadu_si128(block.as_ptr() as *const __m128i);
+        let ge_a = _mm_cmpgt_epi8(x, _mm_set1_epi8(b'a' as i8 - 1));
+        let le_z = _mm_cmplt_epi8(x, _mm_set1_epi8(b'z' as i8 + 1));
+        _mm_movemask_epi8(_mm_and_si128(ge_a, le_z)) as u32
+    }
+}
+
+/// [`lower_mask`] a byte at a time (no SSE2 here).
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn lower_mask(block: &[u8; 16]) -> u32 {
+    block.iter().enumerate().fold(0, |m, (j, b)| m | u32::from(b.is_ascii_lowercase()) << j)
+}
+
 /// End of the run of ASCII lowercase letters from `i` (all lower-ish: a `run` of
 /// [`is_lowerish`] may start there without changing its end).
 #[inline(always)]
@@ -682,7 +734,7 @@ fn o200k(s: &[u8], i: usize, contractions: bool) -> usize {
     // Fast paths for the commonest pieces, "word" and " word" in lowercase ASCII: the upper-ish
     // run is empty, so the first alternative takes the lower-ish run (same result as below).
     if b.is_ascii_lowercase() {
-        return finish(run(s, ascii_lower_end(s, i + 1), is_lowerish));
+        return finish(lower_run(s, i + 1));
     }
     // The same after any ASCII character the prefix P = `[^\r\n\p{L}\p{N}]` takes (space,
     // tab, punctuation, ...): P matches it, the upper-ish run is empty and the lower-ish run
@@ -691,15 +743,15 @@ fn o200k(s: &[u8], i: usize, contractions: bool) -> usize {
     let lower_at = |k: usize| s.get(k).is_some_and(|x| x.is_ascii_lowercase());
     let upper_at = |k: usize| s.get(k).is_some_and(|x| x.is_ascii_uppercase());
     if ascii_prefix && lower_at(i + 1) {
-        return finish(run(s, ascii_lower_end(s, i + 2), is_lowerish));
+        return finish(lower_run(s, i + 2));
     }
     // Capitalised words ("The", " The", "(The"): the upper-ish run is the one capital (an ASCII
     // lowercase letter is not upper-ish), then the lower-ish run, as the first alternative.
     if b.is_ascii_uppercase() && lower_at(i + 1) {
-        return finish(run(s, ascii_lower_end(s, i + 2), is_lowerish));
+        return finish(lower_run(s, i + 2));
     }
     if ascii_prefix && upper_at(i + 1) && lower_at(i + 2) {
-        return finish(run(s, ascii_lower_end(s, i + 3), is_lowerish));
+        return finish(lower_run(s, i + 3));
     }
     // The word alternatives can only match from a letter or mark, so each attempt is made only
     // when its first character qualifies (the result is the same; the failing calls are skipped).
