@@ -4,7 +4,7 @@
 //! symbol, ~190M on 1.2 GB of English, into a table that outgrows the CPU caches (on English about
 //! as long as the rest of replay). Counted while replay still holds each piece's symbols, so the
 //! replayed chunks are not read again, in one table per thread, each update's slot fetched a few
-//! updates ahead (a general hash map took about twice as long per update).
+//! updates ahead (a general hash map cannot be asked for a slot before it is probed).
 
 use crate::memory::{advise_huge, prefetch};
 
