@@ -11,7 +11,8 @@ one thread count against another within the same minutes.
   peak of Python memory (tracemalloc) and of RSS above the start.
 
 ``TOKENIZER`` is a tokenizer directory (``Tokenizer.load``). Each row is printed as JSON with the load
-average at its end: on a shared machine a ratio means something only next to the load it was taken under.
+average at its end: on a shared machine a ratio means something only next to the load it was taken under,
+and next to what two busy processes get at that time (the first row of ``batch`` and ``corpus``).
 Other work on the machine slows both sides of an interleaved pair alike, which is why pairs are compared,
 and the best and median of the rounds are both given.
 """
@@ -24,6 +25,8 @@ import itertools
 import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import tracemalloc
@@ -87,6 +90,27 @@ def compare(label: str, runs: dict[int, Callable[[], object]], rounds: int, extr
                 statistics.median(times[first]) / statistics.median(values), 2
             )
     row["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    print(json.dumps(row), flush=True)
+
+
+def machine_ceiling(rounds: int = 3) -> None:
+    """What two busy threads get here: one CPU-bound process against two at once, interleaved. On a shared
+    or throttled VM two threads may get far less than two cores; a thread-count ratio is to be read
+    against this one."""
+    code = "s = 0\nfor i in range(12_000_000): s += i"
+
+    def processes(count: int) -> None:
+        running = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(count)]
+        for process in running:
+            process.wait()
+
+    times: dict[int, list[float]] = {1: [], 2: []}
+    for _ in range(rounds):
+        for count in (1, 2):
+            times[count].append(timed(lambda count=count: processes(count)))
+    cores = [round(2 * one / two, 2) for one, two in zip(times[1], times[2], strict=True)]
+    row = {"what": "cores_two_busy_processes_get", "per_round": cores,
+           "load_average": [round(x, 2) for x in os.getloadavg()]}
     print(json.dumps(row), flush=True)
 
 
@@ -201,6 +225,8 @@ def main() -> None:
     parser.add_argument("--compat", default=None, help="corpus: the load's compat (official: no separator)")
     args = parser.parse_args()
     args.text = args.corpus = args.source
+    if args.mode != "stream":
+        machine_ceiling()
     {"batch": bench_batch, "corpus": bench_corpus, "stream": bench_stream}[args.mode](args)
 
 

@@ -19,9 +19,8 @@ import json
 import os
 import shutil
 import uuid
-from collections import deque
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -58,6 +57,7 @@ from superbpe.jobs.executors import (
     ExecutorSpec,
     check_executor,
     get_executor,
+    in_order,
     spec_from,
     threads_in_order,
 )
@@ -234,15 +234,7 @@ def _encoded(
         yield from threads_in_order(encoder.encode, chunks, n_workers, "superbpe-encode")
         return
     with ProcessPoolExecutor(n_workers, initializer=_init_worker, initargs=args) as pool:
-        pending: deque[tuple[Chunk, Future[tuple[np.ndarray, int]]]] = deque()
-        for chunk in chunks:
-            pending.append((chunk, pool.submit(_encode_in_worker, chunk)))
-            if len(pending) >= 2 * n_workers:
-                done, future = pending.popleft()
-                yield done, future.result()
-        while pending:
-            done, future = pending.popleft()
-            yield done, future.result()
+        yield from in_order(lambda chunk: pool.submit(_encode_in_worker, chunk), chunks, 2 * n_workers)
 
 
 # ------------------------------------------------------------------------------ one file per shard

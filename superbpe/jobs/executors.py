@@ -159,12 +159,24 @@ def threads_in_order(
     result through a pipe. An exception in ``fn`` is raised here, for the item it failed on, and the
     items taken ahead of it are dropped (those already running finish first).
     """
-    pending: deque[tuple[T, Future[R]]] = deque()
     pool = ThreadPoolExecutor(threads, thread_name_prefix=name)
     try:
+        yield from in_order(lambda item: pool.submit(fn, item), items, 2 * threads)
+    finally:
+        pool.shutdown(wait=True)
+
+
+def in_order(
+    submit: Callable[[T], Future[R]], items: Iterable[T], window: int
+) -> Iterator[tuple[T, R]]:
+    """``(item, result)`` for every item submitted, in the items' order, with at most ``window`` submitted
+    ahead of the one the caller waits for; on an exception (or when the caller stops), those not started
+    are cancelled."""
+    pending: deque[tuple[T, Future[R]]] = deque()
+    try:
         for item in items:
-            pending.append((item, pool.submit(fn, item)))
-            if len(pending) >= 2 * threads:
+            pending.append((item, submit(item)))
+            if len(pending) >= window:
                 first, future = pending.popleft()
                 yield first, future.result()
         while pending:
@@ -173,7 +185,6 @@ def threads_in_order(
     finally:
         for _, future in pending:
             future.cancel()
-        pool.shutdown(wait=True)
 
 
 class RayExecutor:

@@ -605,7 +605,8 @@ fn check_dtype(dtype: &str) -> PyResult<()> {
     }
 }
 
-/// Ids of several parts, one after another, packed as in [`ids_buffer`].
+/// Ids of several parts, one after another, as packed little-endian integers of `dtype`'s width
+/// ("uint16" or "uint32"), written straight into a bytes object.
 fn ids_buffer_parts<'py>(py: Python<'py>, parts: &[&[u32]], dtype: &str) -> PyResult<Bound<'py, PyBytes>> {
     let total: usize = parts.iter().map(|p| p.len()).sum();
     let all = parts.iter().flat_map(|p| p.iter().copied());
@@ -631,26 +632,7 @@ fn ids_buffer_parts<'py>(py: Python<'py>, parts: &[&[u32]], dtype: &str) -> PyRe
     }
 }
 
-/// Ids as packed little-endian integers of the given width, written straight into a bytes object.
+/// The ids of one slice, packed as by [`ids_buffer_parts`].
 fn ids_buffer<'py>(py: Python<'py>, ids: &[u32], dtype: &str) -> PyResult<Bound<'py, PyBytes>> {
-    match dtype {
-        "uint32" => PyBytes::new_with(py, ids.len() * 4, |buf| {
-            for (chunk, id) in buf.chunks_exact_mut(4).zip(ids) {
-                chunk.copy_from_slice(&id.to_le_bytes());
-            }
-            Ok(())
-        }),
-        "uint16" => {
-            if let Some(id) = ids.iter().find(|&&id| id > u16::MAX as u32) {
-                return Err(PyValueError::new_err(format!("id {id} does not fit in uint16")));
-            }
-            PyBytes::new_with(py, ids.len() * 2, |buf| {
-                for (chunk, id) in buf.chunks_exact_mut(2).zip(ids) {
-                    chunk.copy_from_slice(&(*id as u16).to_le_bytes());
-                }
-                Ok(())
-            })
-        }
-        _ => Err(PyValueError::new_err(format!("dtype must be 'uint16' or 'uint32', not {dtype:?}"))),
-    }
+    ids_buffer_parts(py, &[ids], dtype)
 }
