@@ -57,6 +57,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from make_english_corpus import wikitext_paragraph  # noqa: E402  (benchmarks/ holds scripts, not a package)
+
 SECTION = "## Encoding against the fastest encoders"
 SPECIAL = "<|endoftext|>"
 CONTENDERS = ("superbpe", "gigatoken", "fastokens", "tiktoken", "hf")
@@ -77,13 +80,6 @@ ENGLISH_TARGET_BYTES = 140
 MB = 1_000_000
 
 # WikiText's tokenisation, undone (as benchmarks/make_english_corpus.py does).
-_DETOKENIZE = [
-    (re.compile(r" @(.)@ "), r"\1"),
-    (re.compile(r" ([.,;:!?)\]}%])"), r"\1"),
-    (re.compile(r"([(\[{$]) "), r"\1"),
-    (re.compile(r" (n't|'s|'re|'ve|'m|'ll|'d)\b"), r"\1"),
-    (re.compile(r"\" (.*?) \""), r'"\1"'),
-]
 _SENTENCE_END = re.compile(r"(?<=[.!?]) ")
 
 
@@ -105,12 +101,9 @@ def english_documents(wikitext: Path, target_bytes: int = ENGLISH_TARGET_BYTES) 
     docs: list[str] = []
     with gzip.open(wikitext, "rt", encoding="utf-8") as f:
         for raw in f:
-            line = raw.strip()
-            if not line or line.startswith("="):
+            line = wikitext_paragraph(raw)
+            if not line:
                 continue
-            line = line.replace(" <unk>", "").replace("<unk> ", "")
-            for pattern, replacement in _DETOKENIZE:
-                line = pattern.sub(replacement, line)
             current = ""
             for sentence in _SENTENCE_END.split(line):
                 current = f"{current} {sentence}" if current else sentence

@@ -76,6 +76,17 @@ def parse_size(text: str) -> int:
     return value
 
 
+def wikitext_paragraph(raw: str) -> str:
+    """A WikiText line as plain text (its tokenisation undone), or "" for a heading or a blank line."""
+    line = raw.strip()
+    if not line or line.startswith("="):
+        return ""
+    line = line.replace(" <unk>", "").replace("<unk> ", "")
+    for pattern, replacement in _DETOKENIZE:
+        line = pattern.sub(replacement, line)
+    return line
+
+
 def read_paragraphs(sources: list[Path]) -> list[str]:
     """Source paragraphs (one per non-empty line), WikiText tokenisation undone, headings left out."""
     paragraphs = []
@@ -84,14 +95,7 @@ def read_paragraphs(sources: list[Path]) -> list[str]:
             raise CorpusError(f"{path}: no such source file")
         opener = gzip.open if path.read_bytes()[:2] == b"\x1f\x8b" else open
         with opener(path, "rt", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                line = line.strip()
-                if not line or line.startswith("="):
-                    continue
-                line = line.replace(" <unk>", "").replace("<unk> ", "")
-                for pattern, replacement in _DETOKENIZE:
-                    line = pattern.sub(replacement, line)
-                paragraphs.append(line)
+            paragraphs.extend(p for p in map(wikitext_paragraph, f) if p)
     if not paragraphs:
         raise CorpusError("the sources hold no text")
     return paragraphs
