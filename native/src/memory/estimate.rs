@@ -136,7 +136,7 @@ const CUT_SHARE: u64 = 8;
 
 /// A cut build's two peaks (`train/cut.rs`): at the end of replay, the replayed chunks beside one
 /// pair table per thread, each holding nearly every distinct pair; then the chunks (kept), the
-/// pairs' list and ranked counts (24 bytes a pair) and the cut pieces' trainer, the counts freed.
+/// pairs' list and the copy of their counts θ is picked from (24 bytes a pair) and the cut pieces' trainer, the counts freed.
 fn cut_peak(replayed: u64, pairs: u64, index: u64, freed: u64) -> u64 {
     let threads = rayon::current_num_threads().max(1) as u64;
     let replay_end = replayed + threads * PairTable::bytes_for(pairs);

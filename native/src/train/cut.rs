@@ -46,8 +46,6 @@ pub(super) struct Cut {
     originals: Vec<ReplayChunk>,
     /// Every initial pair and its count.
     counts: Vec<(u64, i64)>,
-    /// The initial pairs' counts, highest first (θ is taken by rank).
-    ranked: Vec<i64>,
     /// The rank the current θ was taken at.
     rank: usize,
     /// Tokens that existed before choosing began (bytes and replayed merges); those after were
@@ -70,17 +68,18 @@ impl Cut {
                     }
             })
             .sum();
-        (chunks + self.counts.capacity() * 16 + self.ranked.capacity() * 8) as u64
+        (chunks + self.counts.capacity() * 16) as u64
     }
 }
 
-/// The `rank`-th highest count (1-based), or 0 when there are not that many pairs (cut nothing).
-fn threshold(ranked: &[i64], rank: usize) -> i64 {
-    if rank == 0 || rank > ranked.len() {
-        0
-    } else {
-        ranked[rank - 1]
+/// The `rank`-th highest of the pairs' counts (1-based), or 0 when there are not that many pairs
+/// (cut nothing). Asked once per cut, so the counts are not kept sorted.
+fn threshold(counts: &[(u64, i64)], rank: usize) -> i64 {
+    if rank == 0 || rank > counts.len() {
+        return 0;
     }
+    let mut values: Vec<i64> = counts.iter().map(|e| e.1).collect();
+    *values.select_nth_unstable_by(rank - 1, |a, b| b.cmp(a)).1
 }
 
 /// Every piece of a chunk: its symbols (widened) and count.
@@ -312,14 +311,12 @@ impl Trainer {
         if slots >= MAX_SLOTS || chunks.iter().any(|c| c.lens.iter().any(|&len| len as usize > MAX_PIECE)) {
             return self.lay_out_replayed(chunks);
         }
-        let mut ranked: Vec<i64> = counts.iter().map(|e| e.1).collect();
-        ranked.par_sort_unstable_by(|a, b| b.cmp(a));
         let rank = HOT_PER_MERGE.saturating_mul(to_choose.max(1));
-        let theta = threshold(&ranked, rank);
+        let theta = threshold(&counts, rank);
         if theta <= 1 {
             return self.lay_out_replayed(chunks);
         }
-        self.cut = Some(Box::new(Cut { originals: chunks, counts, ranked, rank, replayed_tokens: self.tokens.len() }));
+        self.cut = Some(Box::new(Cut { originals: chunks, counts, rank, replayed_tokens: self.tokens.len() }));
         self.cut_at(theta)
     }
 
@@ -378,7 +375,7 @@ impl Trainer {
         let mut rank = cut.rank;
         let theta = loop {
             rank = rank.saturating_mul(RANK_STEP);
-            let theta = threshold(&cut.ranked, rank);
+            let theta = threshold(&cut.counts, rank);
             if theta < self.cut_below.min(best.max(1)) || theta == 0 {
                 break theta;
             }
