@@ -46,7 +46,23 @@ fn superbpe(data: &[u8], spec1: &CountSpec, spec2: &CountSpec, transition: usize
     let mut stage2 = None;
     let r2 = timed(&mut || {
         let source = Source::Borrowed(&counts2);
-        stage2 = Some(Trainer::with_rules(source, &replay, &rules2, num_merges, &mut |_, _, _| Ok(())).unwrap())
+        // Wall seconds of each build phase (replay, cut, index), printed as the next one starts.
+        let (mut phase, mut since) = (String::new(), std::time::Instant::now());
+        let mut report = |name: &str, _: u64, _: u64| {
+            if name != phase {
+                if !phase.is_empty() {
+                    eprintln!("  {phase}: {:.2}s wall", since.elapsed().as_secs_f64());
+                }
+                (phase, since) = (name.to_string(), std::time::Instant::now());
+                let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+                // SAFETY: plain syscall writing into a local struct.
+                unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+                eprintln!("  {name} starts at {}.{:09}", ts.tv_sec, ts.tv_nsec);
+            }
+            Ok(())
+        };
+        stage2 = Some(Trainer::with_rules(source, &replay, &rules2, num_merges, &mut report).unwrap());
+        eprintln!("  {phase}: {:.2}s wall", since.elapsed().as_secs_f64());
     });
     let mut stage2 = stage2.unwrap();
     let t2 = timed(&mut || {

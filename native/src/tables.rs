@@ -55,6 +55,9 @@ fn shard_of(hash: u64) -> usize {
 /// where source 0 is the shard's own arena and `k > 0` the `k-1`-th adopted worker arena.
 type Entry = (u64, [u8; 8], u64);
 
+/// How many entries ahead `Counts::shard_iter` fetches long keys.
+const ITER_AHEAD: usize = 8;
+
 /// Most worker arenas one [`Counts`] adopts (more are copied).
 const MAX_ADOPTED: usize = (1 << 16) - 1;
 const LOC_BITS: u32 = 47;
@@ -535,10 +538,34 @@ impl Counts {
             .map_or(0, |e| e.2)
     }
 
+    /// How many entries shard `s` holds (without reading their keys).
+    pub fn shard_len(&self, s: usize) -> usize {
+        self.shards[s].table.len()
+    }
+
     /// The entries of shard `s` (below `SHARDS`); the shards together hold every entry once.
+    ///
+    /// The table's order is random against the arenas' (a stage 2's hundreds of megabytes of long
+    /// keys), so each long key's record is fetched `ITER_AHEAD` entries before it is read: reading
+    /// the keys, one cache miss each, was a large part of what replay waited on.
     pub fn shard_iter(&self, s: usize) -> impl Iterator<Item = (&[u8], u64)> {
         let shard = &self.shards[s];
-        shard.table.iter().map(move |e| (key_bytes(&e.1, &shard.arena, &self.adopted), e.2))
+        let fetch = move |e: &Entry| {
+            if e.1[7] & 0x80 != 0 {
+                let r = u64::from_le_bytes(e.1);
+                let src = ((r & !LONG) >> LOC_BITS) as usize;
+                let arena = if src == 0 { &shard.arena } else { &self.adopted[src - 1] };
+                arena.prefetch(r & ((1 << LOC_BITS) - 1));
+            }
+        };
+        let mut ahead = shard.table.iter();
+        ahead.by_ref().take(ITER_AHEAD).for_each(fetch);
+        shard.table.iter().map(move |e| {
+            if let Some(next) = ahead.next() {
+                fetch(next);
+            }
+            (key_bytes(&e.1, &shard.arena, &self.adopted), e.2)
+        })
     }
 
     /// Empty the shards in `range`, freeing their tables and own arenas (keys in adopted arenas stay

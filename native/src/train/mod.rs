@@ -335,7 +335,7 @@ impl Trainer {
             while shard < SHARDS {
                 let end = (shard + SHARDS.div_ceil(REPLAY_REPORTS)).min(SHARDS);
                 chunks.extend(replay_counts(source.get(), shard..end, &ranks, &joins, &caches, pairs.as_deref())?);
-                done += (shard..end).map(|s| source.get().shard_iter(s).count() as u64).sum::<u64>();
+                done += (shard..end).map(|s| source.get().shard_len(s) as u64).sum::<u64>();
                 source.release(shard..end);
                 progress("replay", done, total)?;
                 shard = end;
