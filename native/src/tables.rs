@@ -97,9 +97,10 @@ impl Arena {
         let need = RECORD_HEADER + key.len();
         let fits = self.chunks.last().is_some_and(|c| c.capacity() - c.len() >= need);
         if !fits {
-            let chunk = Vec::with_capacity(need.max(ARENA_CHUNK));
-            advise_huge(chunk.as_ptr() as usize, chunk.capacity());
-            self.chunks.push(chunk);
+            // Small pages: chunks are written in order, and a fresh huge page can cost the kernel
+            // a compaction (a stage 2's arenas hold most of its text; that was a large part of
+            // counting it).
+            self.chunks.push(Vec::with_capacity(need.max(ARENA_CHUNK)));
         }
         let ci = self.chunks.len() - 1;
         let chunk = &mut self.chunks[ci];

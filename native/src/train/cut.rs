@@ -28,7 +28,7 @@ use rayon::prelude::*;
 
 use super::Trainer;
 use crate::bpe::{pair_key, Ranks};
-use crate::memory::{advise_huge, prefetch};
+use crate::memory::prefetch;
 use crate::pairs::spread;
 use crate::replay::{ChunkSyms, ReplayChunk};
 use crate::symbols::{MAX_PIECE, MAX_SLOTS};
@@ -222,11 +222,10 @@ impl Distinct {
 
     fn grow(&mut self) {
         let size = (2 * self.slots.len()).max(1 << 12);
-        // Each piece lands on a random slot of a table that outgrows the caches: huge pages spare
-        // each a TLB miss.
-        let mut slots = Vec::with_capacity(size);
-        advise_huge(slots.as_ptr() as usize, size * std::mem::size_of::<Slot>());
-        slots.resize(size, Slot::default());
+        // Small pages, although pieces land on random slots: the table doubles its way up from
+        // nothing, and fresh huge pages for each size (a kernel compaction each, when the page
+        // cache holds the corpus) cost more than the TLB misses they spare.
+        let slots = vec![Slot::default(); size];
         let old = std::mem::replace(&mut self.slots, slots);
         let mask = size - 1;
         for e in old.into_iter().filter(|e| e.len != 0) {
