@@ -126,16 +126,28 @@ impl HotFilter {
         (spread(key) >> (64 - FILTER_BITS)) as usize
     }
 
+    /// The positions `at..at + 64` of `syms` where the pair ending there is not hot, as bits (bit
+    /// k: position `at + k`; positions 0 and from `syms.len()` on are clear). Without a branch per
+    /// symbol: cuts come every few symbols, and a branch on each was mispredicted.
     #[inline(always)]
-    fn holds(&self, key: u64) -> bool {
-        let b = HotFilter::bit(key);
-        self.0[b >> 6] >> (b & 63) & 1 == 1
+    fn cuts(&self, syms: &[u32], at: usize) -> u64 {
+        let lo = at.max(1);
+        let hi = (at + 64).min(syms.len());
+        let mut bits = 0u64;
+        if lo < hi {
+            for (k, w) in syms[lo - 1..hi].windows(2).enumerate() {
+                let b = HotFilter::bit(pair_key(w[0], w[1]));
+                bits |= (!self.0[b >> 6] >> (b & 63) & 1) << (lo - at + k);
+            }
+        }
+        bits
     }
 }
 
 /// Distinct cut pieces with their summed counts, in one table per thread (a piece two threads both
 /// met is laid out twice, each with its share of the count: pieces are independent, so the merges
-/// are the same). Pieces of up to four symbols below 2^16 are keys in the slot itself.
+/// are the same). Pieces of up to eight symbols below 2^16, nearly all of them, are keys in the
+/// slot itself, so finding one again reads no other memory.
 #[derive(Default)]
 struct Distinct {
     slots: Vec<Slot>,
@@ -143,24 +155,34 @@ struct Distinct {
     len: usize,
 }
 
-/// A distinct piece: its hash, its symbols packed (`len <= 4`, all below 2^16) or their start in
-/// `Distinct::syms`, its length (0: empty slot) and summed count.
+/// Most symbols a key held in its slot has.
+const INLINE: usize = 8;
+
+/// A distinct piece: its symbols packed in 16-bit lanes (`len <= INLINE`, all below 2^16), or
+/// their start in `Distinct::syms` and the piece's hash; its summed count; and its length (0: an
+/// empty slot) beside the hash's top half, which turns away nearly every other piece at once.
 #[derive(Clone, Copy, Default)]
 struct Slot {
-    hash: u64,
-    key: u64,
-    len: u32,
-    packed: bool,
+    key: [u64; 2],
     count: i64,
+    meta: u64,
 }
 
-/// `syms` as one word when they are at most four symbols below 2^16.
+/// Most slots in use, as a fraction (numerator, denominator): the tables outgrow the caches, and a
+/// smaller one misses them less.
+const MAX_LOAD: (usize, usize) = (7, 10);
+
+/// `syms` in 16-bit lanes when they are at most `INLINE` symbols below 2^16.
 #[inline(always)]
-fn pack(syms: &[u32]) -> Option<u64> {
-    if syms.len() > 4 || syms.iter().any(|&s| s >= 1 << 16) {
+fn pack(syms: &[u32]) -> Option<[u64; 2]> {
+    if syms.len() > INLINE || syms.iter().any(|&s| s >= 1 << 16) {
         return None;
     }
-    Some(syms.iter().fold(0u64, |k, &s| k << 16 | s as u64))
+    let mut key = [0u64; 2];
+    for (k, &s) in syms.iter().enumerate() {
+        key[k / 4] |= (s as u64) << (16 * (k % 4));
+    }
+    Some(key)
 }
 
 #[inline(always)]
@@ -170,6 +192,18 @@ fn hash_syms(syms: &[u32]) -> u64 {
         h = (h ^ s as u64).wrapping_mul(0x0100_0000_01B3).rotate_left(23);
     }
     spread(h)
+}
+
+/// A slot's `meta`: the hash's top half, whether the key is inline, and the length (at least 2,
+/// so never 0).
+#[inline(always)]
+fn meta(hash: u64, len: usize, inline: bool) -> u64 {
+    hash & !0xFFFF_FFFF | (inline as u64) << 31 | len as u64
+}
+
+#[inline(always)]
+fn meta_len(meta: u64) -> usize {
+    (meta & 0x7FFF_FFFF) as usize
 }
 
 impl Distinct {
@@ -186,30 +220,28 @@ impl Distinct {
     }
 
     fn add(&mut self, piece: &[u32], hash: u64, f: i64) {
-        if 2 * (self.len + 1) > self.slots.len() {
+        if (self.len + 1) * MAX_LOAD.1 > self.slots.len() * MAX_LOAD.0 {
             self.grow();
         }
         let packed = pack(piece);
+        let want = meta(hash, piece.len(), packed.is_some());
         let mask = self.slots.len() - 1;
         let mut i = self.home(hash);
         loop {
             let slot = self.slots[i];
-            if slot.len == 0 {
-                let key = match packed {
-                    Some(k) => k,
-                    None => {
-                        self.syms.extend_from_slice(piece);
-                        (self.syms.len() - piece.len()) as u64
-                    }
-                };
-                self.slots[i] = Slot { hash, key, len: piece.len() as u32, packed: packed.is_some(), count: f };
+            if slot.meta == 0 {
+                let key = packed.unwrap_or_else(|| {
+                    self.syms.extend_from_slice(piece);
+                    [(self.syms.len() - piece.len()) as u64, hash]
+                });
+                self.slots[i] = Slot { key, count: f, meta: want };
                 self.len += 1;
                 return;
             }
-            if slot.hash == hash && slot.len as usize == piece.len() {
+            if slot.meta == want {
                 let same = match packed {
-                    Some(k) => slot.packed && slot.key == k,
-                    None => !slot.packed && self.syms[slot.key as usize..slot.key as usize + piece.len()] == *piece,
+                    Some(key) => slot.key == key,
+                    None => slot.key[1] == hash && self.syms[slot.key[0] as usize..][..piece.len()] == *piece,
                 };
                 if same {
                     self.slots[i].count += f;
@@ -225,30 +257,42 @@ impl Distinct {
         // Small pages, although pieces land on random slots: the table doubles its way up from
         // nothing, and fresh huge pages for each size (a kernel compaction each, when the page
         // cache holds the corpus) cost more than the TLB misses they spare.
-        let slots = vec![Slot::default(); size];
-        let old = std::mem::replace(&mut self.slots, slots);
+        let old = std::mem::replace(&mut self.slots, vec![Slot::default(); size]);
         let mask = size - 1;
-        for e in old.into_iter().filter(|e| e.len != 0) {
-            let mut i = e.hash as usize & mask;
-            while self.slots[i].len != 0 {
+        let mut buf = [0u32; INLINE];
+        for e in old.into_iter().filter(|e| e.meta != 0) {
+            let hash = match self.inline_syms(&e, &mut buf) {
+                Some(syms) => hash_syms(syms),
+                None => e.key[1],
+            };
+            let mut i = hash as usize & mask;
+            while self.slots[i].meta != 0 {
                 i = (i + 1) & mask;
             }
             self.slots[i] = e;
         }
     }
 
-    /// Each distinct piece's symbols (into `buf`) and count.
+    /// The symbols of a slot whose key is held inline (unpacked into `buf`), or None.
+    #[inline(always)]
+    fn inline_syms<'b>(&self, e: &Slot, buf: &'b mut [u32; INLINE]) -> Option<&'b [u32]> {
+        if e.meta >> 31 & 1 == 0 {
+            return None;
+        }
+        let len = meta_len(e.meta);
+        for (k, b) in buf[..len].iter_mut().enumerate() {
+            *b = (e.key[k / 4] >> (16 * (k % 4))) as u32 & 0xFFFF;
+        }
+        Some(&buf[..len])
+    }
+
+    /// Each distinct piece's symbols and count.
     fn for_each(&self, mut visit: impl FnMut(&[u32], i64)) {
-        let mut buf = [0u32; 4];
-        for e in self.slots.iter().filter(|e| e.len != 0) {
-            let len = e.len as usize;
-            if e.packed {
-                for (k, b) in buf[..len].iter_mut().enumerate() {
-                    *b = (e.key >> (16 * (len - 1 - k))) as u32 & 0xFFFF;
-                }
-                visit(&buf[..len], e.count);
-            } else {
-                visit(&self.syms[e.key as usize..e.key as usize + len], e.count);
+        let mut buf = [0u32; INLINE];
+        for e in self.slots.iter().filter(|e| e.meta != 0) {
+            match self.inline_syms(e, &mut buf) {
+                Some(syms) => visit(syms, e.count),
+                None => visit(&self.syms[e.key[0] as usize..][..meta_len(e.meta)], e.count),
             }
         }
     }
@@ -270,18 +314,24 @@ fn cut_pieces(chunks: &[ReplayChunk], hot: &HotFilter) -> Vec<Distinct> {
                 parts.clear();
                 flat.clear();
                 for_each_piece(chunk, |syms, f| {
-                    let mut start = 0;
-                    for i in 1..=syms.len() {
-                        if i < syms.len() && hot.holds(pair_key(syms[i - 1], syms[i])) {
-                            continue;
-                        }
-                        if i - start >= 2 {
-                            let part = &syms[start..i];
+                    let mut part = |start: usize, end: usize| {
+                        if end - start >= 2 {
+                            let part = &syms[start..end];
                             parts.push((flat.len() as u32, part.len() as u32, f, hash_syms(part)));
                             flat.extend_from_slice(part);
                         }
-                        start = i;
+                    };
+                    let mut start = 0;
+                    for at in (0..syms.len()).step_by(64) {
+                        let mut cuts = hot.cuts(syms, at);
+                        while cuts != 0 {
+                            let end = at + cuts.trailing_zeros() as usize;
+                            cuts &= cuts - 1;
+                            part(start, end);
+                            start = end;
+                        }
                     }
+                    part(start, syms.len());
                 });
                 for k in 0..parts.len() {
                     if let Some(ahead) = parts.get(k + AHEAD) {
@@ -384,5 +434,37 @@ impl Trainer {
         self.cut_at(theta).expect("cut pieces fit where the whole ones do");
         self.reindex();
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// Against a plain map, across growth: pieces held inline (up to `INLINE` symbols below 2^16)
+    /// and in the arena (longer, or with a wider symbol), met many times each.
+    #[test]
+    fn distinct_sums_the_counts_of_each_piece() {
+        let seed = &mut 0x0DDB_1A5E_5BAD_5EEDu64;
+        let pieces: Vec<Vec<u32>> = (0..30_000)
+            .map(|_| {
+                let len = 2 + crate::test_below(seed, 14);
+                let wide = crate::test_below(seed, 10) == 0;
+                (0..len).map(|_| crate::test_below(seed, if wide { 1 << 17 } else { 40 }) as u32).collect()
+            })
+            .collect();
+        let (mut distinct, mut want) = (Distinct::default(), HashMap::new());
+        for _ in 0..100_000 {
+            let piece = &pieces[crate::test_below(seed, pieces.len())];
+            let f = 1 + crate::test_below(seed, 5) as i64;
+            distinct.add(piece, hash_syms(piece), f);
+            *want.entry(piece.clone()).or_insert(0) += f;
+        }
+        let mut got = HashMap::new();
+        distinct.for_each(|syms, f| assert!(got.insert(syms.to_vec(), f).is_none(), "{syms:?} twice"));
+        assert_eq!(got, want);
+        assert_eq!(distinct.len, want.len());
+        assert!(want.keys().any(|p| p.len() > INLINE) && want.keys().any(|p| p.iter().any(|&s| s >= 1 << 16)));
     }
 }
