@@ -314,9 +314,15 @@ pub struct ReplayChunk {
 }
 
 impl ReplayChunk {
-    fn new(narrow: bool) -> ReplayChunk {
-        let syms = if narrow { ChunkSyms::Narrow(Vec::new()) } else { ChunkSyms::Wide(Vec::new()) };
-        ReplayChunk { lens: Vec::new(), syms, counts: Vec::new() }
+    /// An empty chunk with room for `pieces` pieces of `symbols` symbols in all (the size of the
+    /// chunk before it: a chunk grown from nothing copied its symbols a dozen times over).
+    fn with_capacity(narrow: bool, pieces: usize, symbols: usize) -> ReplayChunk {
+        let syms = if narrow {
+            ChunkSyms::Narrow(Vec::with_capacity(symbols))
+        } else {
+            ChunkSyms::Wide(Vec::with_capacity(symbols))
+        };
+        ReplayChunk { lens: Vec::with_capacity(pieces), syms, counts: Vec::with_capacity(pieces) }
     }
 }
 
@@ -329,6 +335,13 @@ pub enum ChunkSyms {
 }
 
 impl ChunkSyms {
+    fn len(&self) -> usize {
+        match self {
+            ChunkSyms::Narrow(v) => v.len(),
+            ChunkSyms::Wide(v) => v.len(),
+        }
+    }
+
     /// Whether ids below `tokens` fit in two bytes.
     pub fn fits_narrow(tokens: usize) -> bool {
         tokens <= 1 << 16
@@ -401,7 +414,7 @@ pub fn replay_counts(
             let mut cache = caches[slot].lock().unwrap_or_else(|e| e.into_inner());
             let mut pair_table = pairs.map(|p| p[slot % p.len()].lock().unwrap_or_else(|e| e.into_inner()));
             let mut chunks = Vec::new();
-            let mut out = ReplayChunk::new(narrow);
+            let mut out = ReplayChunk::with_capacity(narrow, 0, 0);
             let mut sym = Vec::new();
             // Each piece is cut (its cache slots fetched) one piece before it is resolved.
             let (mut next, mut current) = (Vec::new(), Vec::new());
@@ -428,7 +441,8 @@ pub fn replay_counts(
                 out.syms.extend(&sym);
                 if out.lens.len() == CHUNK {
                     out.syms.shrink_to_fit();
-                    chunks.push(std::mem::replace(&mut out, ReplayChunk::new(narrow)));
+                    let next = ReplayChunk::with_capacity(narrow, CHUNK, out.syms.len() + out.syms.len() / 8);
+                    chunks.push(std::mem::replace(&mut out, next));
                 }
             }
             if !out.lens.is_empty() {
