@@ -56,7 +56,7 @@ fn shard_of(hash: u64) -> usize {
 type Entry = (u64, [u8; 8], u64);
 
 /// How many entries ahead `Counts::shard_iter` fetches long keys.
-const ITER_AHEAD: usize = 8;
+const ITER_AHEAD: usize = 32;
 
 /// Most worker arenas one [`Counts`] adopts (more are copied).
 const MAX_ADOPTED: usize = (1 << 16) - 1;
