@@ -42,21 +42,46 @@ impl Joins {
     }
 
     /// The positions `at..at + 64` of `piece` where no merge joins the byte before and the byte
-    /// there, as bits (bit k: position `at + k`; positions 0 and from `piece.len()` on are clear).
-    /// Computed without a branch per byte: segment ends, one every few bytes, were mispredicted
-    /// branches in a byte-by-byte loop, the largest part of replaying a piece.
+    /// there, as `cut_mask` bits.
     #[inline(always)]
     fn cuts(&self, piece: &[u8], at: usize) -> u64 {
-        let lo = at.max(1);
-        let hi = (at + 64).min(piece.len());
-        let mut bits = 0u64;
-        if lo < hi {
-            for (k, w) in piece[lo - 1..hi].windows(2).enumerate() {
-                let i = (w[0] as usize) << 8 | w[1] as usize;
-                bits |= (!self.0[i / 64] >> (i % 64) & 1) << (lo - at + k);
-            }
+        cut_mask(piece, at, |a, b| !self.may_join(a, b))
+    }
+}
+
+/// The positions `at..at + 64` of `items` where `cut(item before, item there)` holds, as bits (bit
+/// k: position `at + k`; positions 0 and from `items.len()` on are clear). Computed without a
+/// branch per item: cuts come every few items (segment ends in replay, cold boundaries in the cut),
+/// and a branch on each was mispredicted that often.
+#[inline(always)]
+pub(crate) fn cut_mask<T: Copy>(items: &[T], at: usize, cut: impl Fn(T, T) -> bool) -> u64 {
+    let lo = at.max(1);
+    let hi = (at + 64).min(items.len());
+    let mut bits = 0u64;
+    if lo < hi {
+        for (k, w) in items[lo - 1..hi].windows(2).enumerate() {
+            bits |= u64::from(cut(w[0], w[1])) << (lo - at + k);
         }
-        bits
+    }
+    bits
+}
+
+/// `run(start, end)` for each run of `0..len` between the cuts that `mask(at)` gives (`cut_mask`
+/// bits for `at..at + 64`), in order; the runs cover `0..len`.
+#[inline(always)]
+pub(crate) fn for_each_run(len: usize, mask: impl Fn(usize) -> u64, mut run: impl FnMut(usize, usize)) {
+    let mut start = 0;
+    for at in (0..len).step_by(64) {
+        let mut bits = mask(at);
+        while bits != 0 {
+            let end = at + bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            run(start, end);
+            start = end;
+        }
+    }
+    if start < len {
+        run(start, len);
     }
 }
 
@@ -250,7 +275,7 @@ pub fn replay_piece<F: Fn(u32, u32) -> Option<(u32, u32)>>(
 #[inline(always)]
 fn cut(piece: &[u8], joins: &Joins, cache: &SegmentCache, segments: &mut Vec<Segment>) {
     segments.clear();
-    let mut push = |start: usize, end: usize| {
+    let push = |start: usize, end: usize| {
         let len = end - start;
         let packed = ((3..=PACKED_MAX).contains(&len) && len < piece.len()).then(|| {
             let key = pack_segment(&piece[start..end]);
@@ -260,19 +285,7 @@ fn cut(piece: &[u8], joins: &Joins, cache: &SegmentCache, segments: &mut Vec<Seg
         });
         segments.push((start as u32, end as u32, packed));
     };
-    let mut start = 0;
-    for at in (0..piece.len()).step_by(64) {
-        let mut bits = joins.cuts(piece, at);
-        while bits != 0 {
-            let end = at + bits.trailing_zeros() as usize;
-            bits &= bits - 1;
-            push(start, end);
-            start = end;
-        }
-    }
-    if start < piece.len() {
-        push(start, piece.len());
-    }
+    for_each_run(piece.len(), |at| joins.cuts(piece, at), push);
 }
 
 /// The replayed symbols of `piece`, cut into `segments` by `cut`, appended to `out`.

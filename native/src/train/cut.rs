@@ -30,7 +30,7 @@ use super::Trainer;
 use crate::bpe::{pair_key, Ranks};
 use crate::memory::prefetch;
 use crate::pairs::spread;
-use crate::replay::{ChunkSyms, ReplayChunk};
+use crate::replay::{cut_mask, for_each_run, ChunkSyms, ReplayChunk};
 use crate::symbols::{MAX_PIECE, MAX_SLOTS};
 
 /// θ is first the count of the pair at this many times the merges still to choose, by count.
@@ -126,21 +126,14 @@ impl HotFilter {
         (spread(key) >> (64 - FILTER_BITS)) as usize
     }
 
-    /// The positions `at..at + 64` of `syms` where the pair ending there is not hot, as bits (bit
-    /// k: position `at + k`; positions 0 and from `syms.len()` on are clear). Without a branch per
-    /// symbol: cuts come every few symbols, and a branch on each was mispredicted.
+    /// The positions `at..at + 64` of `syms` where the pair ending there is not hot, as
+    /// `cut_mask` bits.
     #[inline(always)]
     fn cuts(&self, syms: &[u32], at: usize) -> u64 {
-        let lo = at.max(1);
-        let hi = (at + 64).min(syms.len());
-        let mut bits = 0u64;
-        if lo < hi {
-            for (k, w) in syms[lo - 1..hi].windows(2).enumerate() {
-                let b = HotFilter::bit(pair_key(w[0], w[1]));
-                bits |= (!self.0[b >> 6] >> (b & 63) & 1) << (lo - at + k);
-            }
-        }
-        bits
+        cut_mask(syms, at, |a, b| {
+            let bit = HotFilter::bit(pair_key(a, b));
+            self.0[bit >> 6] >> (bit & 63) & 1 == 0
+        })
     }
 }
 
@@ -314,24 +307,14 @@ fn cut_pieces(chunks: &[ReplayChunk], hot: &HotFilter) -> Vec<Distinct> {
                 parts.clear();
                 flat.clear();
                 for_each_piece(chunk, |syms, f| {
-                    let mut part = |start: usize, end: usize| {
+                    let part = |start: usize, end: usize| {
                         if end - start >= 2 {
                             let part = &syms[start..end];
                             parts.push((flat.len() as u32, part.len() as u32, f, hash_syms(part)));
                             flat.extend_from_slice(part);
                         }
                     };
-                    let mut start = 0;
-                    for at in (0..syms.len()).step_by(64) {
-                        let mut cuts = hot.cuts(syms, at);
-                        while cuts != 0 {
-                            let end = at + cuts.trailing_zeros() as usize;
-                            cuts &= cuts - 1;
-                            part(start, end);
-                            start = end;
-                        }
-                    }
-                    part(start, syms.len());
+                    for_each_run(syms.len(), |at| hot.cuts(syms, at), part);
                 });
                 for k in 0..parts.len() {
                     if let Some(ahead) = parts.get(k + AHEAD) {
