@@ -446,6 +446,10 @@ impl Tally {
     }
 }
 
+/// Entries a thread of `Counts::absorb` holds before adding them to their shards (24 bytes each;
+/// a few in tests, so that they add in many batches).
+const ABSORB_BATCH: usize = if cfg!(test) { 64 } else { 1 << 19 };
+
 /// Owned piece counts, sharded by hash. Keys are unique across shards. Long keys live in
 /// arenas (a shard's own, or worker arenas adopted whole by [`Tally::drain_into`], so merging
 /// the workers' counts copies no key), not in one allocation per key.
@@ -639,24 +643,82 @@ impl Counts {
             let arena = &adopted[adopted.len() - 1];
             shards.par_chunks_mut(per_group).enumerate().try_for_each(|(g, group)| {
                 let first = g * per_group;
-                let none = Arena::default();
-                let mut add = |h: u64, key: [u8; 8], count: u64| -> Result<(), String> {
-                    let Some(shard) = shard_of(h).checked_sub(first).and_then(|i| group.get_mut(i)) else {
-                        return Ok(());
-                    };
-                    // A short key or one in an adopted arena: a new entry keeps the key as is.
-                    let piece = key_bytes(&key, &none, adopted);
-                    add_entry(shard, adopted, h, piece, count, move |_| key)
+                // The group's entries wait in one list per shard and go in a batch at a time,
+                // shard by shard, so that each shard's table is filled while it is in the CPU
+                // cache: in the worker's order every insert was a miss in a different shard.
+                let mut waiting: Vec<Vec<Entry>> = (0..group.len()).map(|_| Vec::new()).collect();
+                let mut held = 0usize;
+                let flush = |waiting: &mut [Vec<Entry>], group: &mut [Shard]| -> Result<(), String> {
+                    let none = Arena::default();
+                    for (shard, list) in group.iter_mut().zip(waiting.iter_mut()) {
+                        for (h, key, count) in list.drain(..) {
+                            // A short key or one in an adopted arena: a new entry keeps it as is.
+                            let piece = key_bytes(&key, &none, adopted);
+                            add_entry(shard, adopted, h, piece, count, move |_| key)?;
+                        }
+                    }
+                    Ok(())
                 };
-                for &(key, count) in short.iter().filter(|e| e.0 != 0) {
-                    add(hash_short(key), key.to_le_bytes(), count)?;
+                let shorts =
+                    short.iter().filter(|e| e.0 != 0).map(|&(key, count)| (hash_short(key), key.to_le_bytes(), count));
+                let longs =
+                    arena.records().map(|(loc, h, _, count)| (h, (LONG | src << LOC_BITS | loc).to_le_bytes(), count));
+                for (h, key, count) in shorts.chain(longs) {
+                    let Some(list) = shard_of(h).checked_sub(first).and_then(|i| waiting.get_mut(i)) else {
+                        continue;
+                    };
+                    list.push((h, key, count));
+                    held += 1;
+                    if held == ABSORB_BATCH {
+                        flush(&mut waiting, group)?;
+                        held = 0;
+                    }
                 }
-                for (loc, h, _, count) in arena.records() {
-                    add(h, (LONG | src << LOC_BITS | loc).to_le_bytes(), count)?;
-                }
-                Ok::<(), String>(())
+                flush(&mut waiting, group)
             })?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// Two workers' counts (short and long pieces, many shared) drained into a table that already
+    /// holds some of them: every piece ends with the sum of all its counts.
+    #[test]
+    fn drained_workers_add_up() {
+        let splitter = crate::scan::Splitter::new(r"\S+|\s+", false).unwrap();
+        let mut want: HashMap<Vec<u8>, u64> = HashMap::new();
+        let mut into = Counts::default();
+        for i in 0..500 {
+            let piece = format!("pre{}-{}", i % 90, "x".repeat(i % 13));
+            into.add(piece.as_bytes(), 2).unwrap();
+            *want.entry(piece.into_bytes()).or_default() += 2;
+        }
+        let mut tally = Tally::new(2);
+        for (w, worker) in tally.locals.iter().enumerate() {
+            let mut local = worker.lock().unwrap();
+            for i in 0..4000 {
+                let text =
+                    format!("pre{}-{} w{} {} ", (i * 7 + w) % 90, "x".repeat(i % 13), i % 300, "long".repeat(i % 5));
+                local.count(&splitter, text.as_bytes()).unwrap();
+                // The pattern's pieces: maximal runs of spaces and of anything else.
+                let bytes = text.as_bytes();
+                let mut start = 0;
+                for end in 1..=bytes.len() {
+                    if end == bytes.len() || (bytes[end] == b' ') != (bytes[start] == b' ') {
+                        *want.entry(bytes[start..end].to_vec()).or_default() += 1;
+                        start = end;
+                    }
+                }
+            }
+        }
+        tally.drain_into(&mut into).unwrap();
+        let got: HashMap<Vec<u8>, u64> = into.iter().map(|(k, v)| (k.to_vec(), v)).collect();
+        assert_eq!(got.len(), want.len());
+        assert_eq!(got, want);
     }
 }
