@@ -5,7 +5,9 @@
 //! mostly) repeat across lines, so each is merged once per thread and then looked up
 //! (`SegmentCache`). Lookups, five million of them, are what replay costs, so the cache is built to
 //! make one a single probe of a flat table: keys up to 15 bytes packed into two words, results of
-//! up to two symbols stored in the entry itself.
+//! up to two symbols stored in the entry itself. The pieces are read in the order they lie in
+//! memory (`Counts::memory_order`), so that reading them streams instead of missing the cache at
+//! every long key.
 
 use std::sync::Mutex;
 
@@ -15,7 +17,7 @@ use crate::bpe::{self, Ranks};
 use crate::bytesmap::{hash_short, pack_short, BytesMap, SHORT_MAX};
 use crate::memory::prefetch;
 use crate::pairs::PairTable;
-use crate::tables::Counts;
+use crate::tables::{Counts, MemoryOrder};
 
 /// Byte pairs that some merge may join: bit (a, b) is set when a merge's left part ends with
 /// byte a and its right part starts with byte b. Whatever tokens stand on either side of a
@@ -403,73 +405,138 @@ pub fn pair_tables() -> Vec<Mutex<PairTable>> {
     (0..rayon::current_num_threads().max(1)).map(|_| Mutex::default()).collect()
 }
 
-/// Replay the pieces of `shards` (of `counts`) that have at least 2 bytes and a non-zero count, in
-/// parallel chunks (one flat buffer per chunk, not a vector per piece), with one segment cache per
-/// thread (from `segment_caches`). Pieces that replay to one symbol drop out (they make no pair).
-/// With `pairs` (from `pair_tables`), the replayed pairs are counted there too, times their piece's
-/// count.
+/// A run of pieces to replay, part of a [`MemoryOrder`]: short pieces, or long keys of one arena.
+#[derive(Clone, Copy)]
+pub enum Part<'a> {
+    Short(&'a [([u8; 8], u64)]),
+    Long { arena: usize, entries: &'a [(u64, u64)] },
+}
+
+impl Part<'_> {
+    pub fn len(&self) -> usize {
+        match self {
+            Part::Short(e) => e.len(),
+            Part::Long { entries, .. } => entries.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// `order` in parts of at most `size` pieces, in its order (short pieces, then each arena by
+/// location), for [`replay_counts`].
+pub fn parts(order: &MemoryOrder, size: usize) -> Vec<Part<'_>> {
+    let size = size.max(1);
+    let short = order.short.chunks(size).map(Part::Short);
+    let long = order
+        .long
+        .iter()
+        .enumerate()
+        .flat_map(move |(arena, list)| list.chunks(size).map(move |entries| Part::Long { arena, entries }));
+    short.chain(long).collect()
+}
+
+/// How many long keys ahead `replay_counts` fetches a record (they lie in order, a few hundred
+/// bytes apart, so the hardware's own prefetch sees only the nearest).
+const KEYS_AHEAD: usize = 8;
+
+/// Replay the pieces of `parts` (of `counts`) that have at least 2 bytes and a non-zero count, in
+/// parallel (one flat buffer per chunk of pieces, not a vector per piece), with one segment cache
+/// per thread (from `segment_caches`). Pieces that replay to one symbol drop out (they make no
+/// pair). With `pairs` (from `pair_tables`), the replayed pairs are counted there too, times their
+/// piece's count.
 pub fn replay_counts(
     counts: &Counts,
-    shards: std::ops::Range<usize>,
+    parts: &[Part<'_>],
     ranks: &Ranks,
     joins: &Joins,
     caches: &[Mutex<SegmentCache>],
     pairs: Option<&[Mutex<PairTable>]>,
 ) -> Result<Vec<ReplayChunk>, String> {
-    const CHUNK: usize = 4096;
     // Replayed ids are below 256 plus the number of merges replayed.
     let narrow = ChunkSyms::fits_narrow(256 + ranks.len());
     let rank = |l: u32, r: u32| ranks.get(&crate::bpe::pair_key(l, r)).copied();
-    let per_shard: Vec<Result<Vec<ReplayChunk>, String>> = shards
-        .into_par_iter()
-        .map(|s| {
+    let per_part: Vec<Result<Vec<ReplayChunk>, String>> = parts
+        .par_iter()
+        .map(|part| {
             let slot = rayon::current_thread_index().unwrap_or(0) % caches.len();
             let mut cache = caches[slot].lock().unwrap_or_else(|e| e.into_inner());
             let mut pair_table = pairs.map(|p| p[slot % p.len()].lock().unwrap_or_else(|e| e.into_inner()));
-            let mut chunks = Vec::new();
-            let mut out = ReplayChunk::with_capacity(narrow, 0, 0);
-            let mut sym = Vec::new();
-            // Each piece is cut (its cache slots fetched) one piece before it is resolved.
-            let (mut next, mut current) = (Vec::new(), Vec::new());
-            let mut pieces = counts.shard_iter(s).filter(|(p, c)| p.len() >= 2 && *c > 0).peekable();
-            if let Some(&(first, _)) = pieces.peek() {
-                cut(first, joins, &cache, &mut next);
-            }
-            while let Some((piece, count)) = pieces.next() {
-                std::mem::swap(&mut next, &mut current);
-                if let Some(&(following, _)) = pieces.peek() {
-                    cut(following, joins, &cache, &mut next);
+            let mut replay = |pieces: &mut dyn Iterator<Item = (&[u8], u64)>| {
+                replay_pieces(pieces, narrow, joins, &mut cache, &rank, pair_table.as_deref_mut())
+            };
+            match *part {
+                Part::Short(entries) => {
+                    replay(&mut entries.iter().map(|(key, count)| (&key[..key[7] as usize], *count)))
                 }
-                sym.clear();
-                resolve(piece, &current, &mut cache, &rank, &mut sym);
-                if sym.len() < 2 {
-                    continue;
-                }
-                let count = i64::try_from(count).map_err(|_| "piece count too large".to_string())?;
-                if let Some(table) = pair_table.as_mut() {
-                    table.add_pairs(&sym, count);
-                }
-                out.counts.push(count);
-                out.lens.push(u32::try_from(sym.len()).map_err(|_| "piece too long".to_string())?);
-                out.syms.extend(&sym);
-                if out.lens.len() == CHUNK {
-                    out.syms.shrink_to_fit();
-                    let next = ReplayChunk::with_capacity(narrow, CHUNK, out.syms.len() + out.syms.len() / 8);
-                    chunks.push(std::mem::replace(&mut out, next));
+                Part::Long { arena, entries } => {
+                    entries.iter().take(KEYS_AHEAD).for_each(|e| counts.prefetch_key(arena, e.0));
+                    replay(&mut entries.iter().enumerate().map(|(i, &(loc, count))| {
+                        if let Some(ahead) = entries.get(i + KEYS_AHEAD) {
+                            counts.prefetch_key(arena, ahead.0);
+                        }
+                        (counts.arena_key(arena, loc), count)
+                    }))
                 }
             }
-            if !out.lens.is_empty() {
-                out.syms.shrink_to_fit();
-                chunks.push(out);
-            }
-            Ok(chunks)
         })
         .collect();
     let mut all = Vec::new();
-    for chunks in per_shard {
+    for chunks in per_part {
         all.extend(chunks?);
     }
     Ok(all)
+}
+
+/// Replay `pieces` into chunks of `CHUNK` pieces (see `replay_counts`).
+fn replay_pieces<F: Fn(u32, u32) -> Option<(u32, u32)>>(
+    pieces: &mut dyn Iterator<Item = (&[u8], u64)>,
+    narrow: bool,
+    joins: &Joins,
+    cache: &mut SegmentCache,
+    rank: &F,
+    mut pair_table: Option<&mut PairTable>,
+) -> Result<Vec<ReplayChunk>, String> {
+    const CHUNK: usize = 4096;
+    let mut chunks = Vec::new();
+    let mut out = ReplayChunk::with_capacity(narrow, 0, 0);
+    let mut sym = Vec::new();
+    // Each piece is cut (its cache slots fetched) one piece before it is resolved.
+    let (mut next, mut current) = (Vec::new(), Vec::new());
+    let mut pieces = pieces.filter(|(p, c)| p.len() >= 2 && *c > 0).peekable();
+    if let Some(&(first, _)) = pieces.peek() {
+        cut(first, joins, cache, &mut next);
+    }
+    while let Some((piece, count)) = pieces.next() {
+        std::mem::swap(&mut next, &mut current);
+        if let Some(&(following, _)) = pieces.peek() {
+            cut(following, joins, cache, &mut next);
+        }
+        sym.clear();
+        resolve(piece, &current, cache, rank, &mut sym);
+        if sym.len() < 2 {
+            continue;
+        }
+        let count = i64::try_from(count).map_err(|_| "piece count too large".to_string())?;
+        if let Some(table) = pair_table.as_deref_mut() {
+            table.add_pairs(&sym, count);
+        }
+        out.counts.push(count);
+        out.lens.push(u32::try_from(sym.len()).map_err(|_| "piece too long".to_string())?);
+        out.syms.extend(&sym);
+        if out.lens.len() == CHUNK {
+            out.syms.shrink_to_fit();
+            let next = ReplayChunk::with_capacity(narrow, CHUNK, out.syms.len() + out.syms.len() / 8);
+            chunks.push(std::mem::replace(&mut out, next));
+        }
+    }
+    if !out.lens.is_empty() {
+        out.syms.shrink_to_fit();
+        chunks.push(out);
+    }
+    Ok(chunks)
 }
 
 #[cfg(test)]

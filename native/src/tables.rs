@@ -58,6 +58,29 @@ type Entry = (u64, [u8; 8], u64);
 /// How many entries ahead `Counts::shard_iter` fetches long keys.
 const ITER_AHEAD: usize = 32;
 
+/// The entries of a [`Counts`] in the order their keys lie in memory, for a consumer that reads
+/// every key once (replay): short keys are held in the list itself, and each arena's long keys are
+/// listed by location. In the table's order each long key was a cache and TLB miss somewhere in the
+/// arenas (most of a stage 2's text, gigabytes at 10 GB of corpus); in this order the reads stream.
+pub struct MemoryOrder {
+    /// Short pieces: their packed key (bytes, length in byte 7) and count.
+    pub short: Vec<([u8; 8], u64)>,
+    /// For each arena (a shard's own first, then the adopted ones, see [`Counts::arena_key`]):
+    /// its long keys' locations with their counts, by location.
+    pub long: Vec<Vec<(u64, u64)>>,
+}
+
+impl MemoryOrder {
+    /// How many entries it lists.
+    pub fn len(&self) -> usize {
+        self.short.len() + self.long.iter().map(Vec::len).sum::<usize>()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// Most worker arenas one [`Counts`] adopts (more are copied).
 const MAX_ADOPTED: usize = (1 << 16) - 1;
 const LOC_BITS: u32 = 47;
@@ -110,6 +133,15 @@ impl Arena {
         chunk.extend_from_slice(&(key.len() as u64).to_le_bytes());
         chunk.extend_from_slice(key);
         (ci as u64) << POS_BITS | pos as u64
+    }
+
+    /// Free the chunks wholly before the one holding `loc` (their records are read no more; the
+    /// others keep their places).
+    fn release_before(&mut self, loc: u64) {
+        let end = ((loc >> POS_BITS) as usize).min(self.chunks.len());
+        for chunk in &mut self.chunks[..end] {
+            *chunk = Vec::new();
+        }
     }
 
     #[inline(always)]
@@ -551,8 +583,8 @@ impl Counts {
     /// The entries of shard `s` (below `SHARDS`); the shards together hold every entry once.
     ///
     /// The table's order is random against the arenas' (a stage 2's hundreds of megabytes of long
-    /// keys), so each long key's record is fetched `ITER_AHEAD` entries before it is read: reading
-    /// the keys, one cache miss each, was a large part of what replay waited on.
+    /// keys), so each long key's record is fetched `ITER_AHEAD` entries before it is read. A
+    /// consumer of every key that needs no shard at a time reads faster in [`Counts::memory_order`].
     pub fn shard_iter(&self, s: usize) -> impl Iterator<Item = (&[u8], u64)> {
         let shard = &self.shards[s];
         let fetch = move |e: &Entry| {
@@ -573,9 +605,6 @@ impl Counts {
         })
     }
 
-    /// Empty the shards in `range`, freeing their tables and own arenas (keys in adopted arenas stay
-    /// until the whole table goes). For a consumer that is done with those shards, so the memory
-    /// can serve what it builds from them before the rest is freed.
     /// Bytes the table holds: its shards' slots and every arena (what dropping it gives back).
     pub fn heap_bytes(&self) -> u64 {
         let entry = std::mem::size_of::<Entry>() as u64 + 1;
@@ -583,16 +612,89 @@ impl Counts {
         shards + self.adopted.iter().map(Arena::heap_bytes).sum::<u64>()
     }
 
-    pub fn release_shards(&mut self, range: std::ops::Range<usize>) {
-        for shard in &mut self.shards[range] {
-            *shard = Shard::default();
-        }
-    }
-
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], u64)> {
         self.shards
             .iter()
             .flat_map(move |s| s.table.iter().map(move |e| (key_bytes(&e.1, &s.arena, &self.adopted), e.2)))
+    }
+
+    /// Every entry in the order its key lies in memory (see [`MemoryOrder`]).
+    pub fn memory_order(&self) -> MemoryOrder {
+        let arenas = SHARDS + self.adopted.len();
+        type ShardLists = (Vec<([u8; 8], u64)>, Vec<Vec<(u64, u64)>>);
+        let per_shard: Vec<ShardLists> = self
+            .shards
+            .par_iter()
+            .enumerate()
+            .map(|(s, shard)| {
+                let (mut short, mut long) = (Vec::new(), vec![Vec::new(); arenas]);
+                for &(_, key, count) in shard.table.iter() {
+                    if key[7] & 0x80 == 0 {
+                        short.push((key, count));
+                    } else {
+                        let r = u64::from_le_bytes(key);
+                        let src = ((r & !LONG) >> LOC_BITS) as usize;
+                        long[if src == 0 { s } else { SHARDS + src - 1 }].push((r & LOC_MASK, count));
+                    }
+                }
+                (short, long)
+            })
+            .collect();
+        let mut short = Vec::with_capacity(per_shard.iter().map(|p| p.0.len()).sum());
+        let mut long: Vec<Vec<(u64, u64)>> =
+            (0..arenas).map(|a| Vec::with_capacity(per_shard.iter().map(|p| p.1[a].len()).sum())).collect();
+        for (s, l) in per_shard {
+            short.extend(s);
+            for (all, part) in long.iter_mut().zip(l) {
+                all.extend(part);
+            }
+        }
+        long.par_iter_mut().for_each(|v| v.par_sort_unstable_by_key(|e| e.0));
+        MemoryOrder { short, long }
+    }
+
+    /// The long key at `loc` of arena `arena`: shard `s`'s own arena is `s`, adopted arena `k` is
+    /// `SHARDS + k` (as [`MemoryOrder::long`] lists them).
+    #[inline(always)]
+    pub fn arena_key(&self, arena: usize, loc: u64) -> &[u8] {
+        self.arena(arena).key(loc)
+    }
+
+    /// Fetch the record of the long key at `loc` of `arena` into the CPU cache.
+    #[inline(always)]
+    pub fn prefetch_key(&self, arena: usize, loc: u64) {
+        self.arena(arena).prefetch(loc)
+    }
+
+    fn arena(&self, arena: usize) -> &Arena {
+        match arena.checked_sub(SHARDS) {
+            None => &self.shards[arena].arena,
+            Some(k) => &self.adopted[k],
+        }
+    }
+
+    /// Free every shard's table, keeping the arenas: for a consumer that reads the keys in
+    /// [`MemoryOrder`] and needs no lookups.
+    pub fn release_tables(&mut self) {
+        for shard in &mut self.shards {
+            shard.table = HashTable::new();
+        }
+    }
+
+    /// Free the keys a consumer reading in [`MemoryOrder`] has passed: every arena before `arena`
+    /// and the chunks of `arena` before the one holding `loc`.
+    pub fn release_keys_before(&mut self, arena: usize, loc: u64) {
+        for a in 0..arena.min(SHARDS + self.adopted.len()) {
+            match a.checked_sub(SHARDS) {
+                None => self.shards[a].arena = Arena::default(),
+                Some(k) => self.adopted[k] = Arena::default(),
+            }
+        }
+        match arena.checked_sub(SHARDS) {
+            None if arena < SHARDS => self.shards[arena].arena.release_before(loc),
+            Some(k) if k < self.adopted.len() => self.adopted[k].release_before(loc),
+            _ => {}
+        }
     }
 
     /// Entries sorted by bytes (the `.counts` file order).

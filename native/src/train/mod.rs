@@ -27,9 +27,9 @@ use smallvec::SmallVec;
 use crate::bpe::{pair_key, PairHasher, Ranks};
 use crate::bytesmap::BytesMap;
 use crate::pairs::PairTable;
-use crate::replay::{pair_tables, replay_counts, segment_caches, Joins, ReplayChunk, MAX_REPLAY};
+use crate::replay::{self, pair_tables, replay_counts, segment_caches, Joins, Part, ReplayChunk, MAX_REPLAY};
 use crate::symbols::{Symbols, DEAD, MAX_PIECE, SEP};
-use crate::tables::{Counts, SHARDS};
+use crate::tables::Counts;
 
 use rules::hf_tie_key;
 pub use rules::Rules;
@@ -57,6 +57,8 @@ pub const WARM_PAIRS: usize = 1 << 16;
 
 /// How many progress reports replay makes (at most).
 const REPLAY_REPORTS: usize = 20;
+/// Pieces in one part of replay's parallel work (see `replay::parts`).
+const PART_PIECES: usize = 1 << 14;
 
 /// How many occurrences ahead `merge` and the index ask for a piece's count (and twice that for
 /// its symbols).
@@ -132,12 +134,22 @@ impl Source<'_> {
         }
     }
 
-    /// Free the shards in `range` of handed-over counts once they are replayed: the replayed symbols
-    /// then grow into that memory instead of adding to the whole table at the peak.
-    fn release(&mut self, range: std::ops::Range<usize>) {
+    /// Free the tables of handed-over counts, keeping their keys (replay reads the keys in memory
+    /// order and looks nothing up).
+    fn release_tables(&mut self) {
         if let Source::Owned(c) = self {
-            c.release_shards(range);
-            // The replay threads allocate from other malloc arenas than the ones the tables were
+            c.release_tables();
+            release_free_memory();
+        }
+    }
+
+    /// Free the keys of handed-over counts that replay has passed (see
+    /// `Counts::release_keys_before`): the replayed symbols then grow into that memory instead of
+    /// adding to the whole table at the peak.
+    fn release_keys_before(&mut self, arena: usize, loc: u64) {
+        if let Source::Owned(c) = self {
+            c.release_keys_before(arena, loc);
+            // The replay threads allocate from other malloc arenas than the ones the keys were
             // freed into, so give the pages back rather than hope they are reused.
             release_free_memory();
         }
@@ -297,7 +309,9 @@ impl Trainer {
             return Ok((symbols, 0));
         }
         let tables = pair_tables();
-        let chunks = replay_counts(counts, 0..SHARDS, &ranks, &Joins::of(replay), &segment_caches(), Some(&tables))?;
+        let order = counts.memory_order();
+        let parts = replay::parts(&order, PART_PIECES);
+        let chunks = replay_counts(counts, &parts, &ranks, &Joins::of(replay), &segment_caches(), Some(&tables))?;
         let tables = tables.into_iter().map(|p| p.into_inner().unwrap_or_else(|e| e.into_inner())).collect();
         let symbols = chunks.iter().flat_map(|c| c.lens.iter()).map(|&len| len as u64).sum();
         Ok((symbols, PairTable::merged(tables).len() as u64))
@@ -330,16 +344,28 @@ impl Trainer {
             // Cutting needs every replayed pair's count: replay counts them as it goes.
             let pairs = to_choose.map(|_| pair_tables());
             let mut chunks = Vec::new();
-            // A few shards at a time, to report progress between them.
-            let (mut shard, mut done) = (0, 0u64);
-            while shard < SHARDS {
-                let end = (shard + SHARDS.div_ceil(REPLAY_REPORTS)).min(SHARDS);
-                chunks.extend(replay_counts(source.get(), shard..end, &ranks, &joins, &caches, pairs.as_deref())?);
-                done += (shard..end).map(|s| source.get().shard_len(s) as u64).sum::<u64>();
-                source.release(shard..end);
+            let order = source.get().memory_order();
+            source.release_tables();
+            let parts = replay::parts(&order, PART_PIECES);
+            // A few parts at a time, to report progress and free the keys passed between them.
+            let per_report = order.len().div_ceil(REPLAY_REPORTS).max(1);
+            let (mut at, mut done) = (0, 0u64);
+            while at < parts.len() {
+                let (mut end, mut pieces) = (at, 0);
+                while end < parts.len() && (end == at || pieces < per_report) {
+                    pieces += parts[end].len();
+                    end += 1;
+                }
+                chunks.extend(replay_counts(source.get(), &parts[at..end], &ranks, &joins, &caches, pairs.as_deref())?);
+                if let Part::Long { arena, entries } = parts[end - 1] {
+                    source.release_keys_before(arena, entries[entries.len() - 1].0);
+                }
+                done += pieces as u64;
                 progress("replay", done, total)?;
-                shard = end;
+                at = end;
             }
+            drop(parts);
+            drop(order);
             drop(caches);
             // The counts are not needed from here on: an owned table goes before the symbols come.
             drop(source);
