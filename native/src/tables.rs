@@ -823,4 +823,51 @@ mod tests {
         assert_eq!(got.len(), want.len());
         assert_eq!(got, want);
     }
+
+    /// Memory order lists every entry once with its count (keys held by the shards' own arenas and
+    /// by adopted worker arenas, some in both), each arena's keys by location; freeing the keys
+    /// passed leaves the rest readable.
+    #[test]
+    fn memory_order_lists_every_entry_once_in_place_order() {
+        let splitter = crate::scan::Splitter::new(r"\S+|\s+", false).unwrap();
+        let mut counts = Counts::default();
+        for i in 0..3000 {
+            counts.add(format!("own-{}-{}", i % 700, "y".repeat(i % 9)).as_bytes(), 1).unwrap();
+        }
+        let tally = Tally::new(2);
+        for (w, worker) in tally.locals.iter().enumerate() {
+            let mut local = worker.lock().unwrap();
+            for i in 0..3000 {
+                let text = format!("own-{}-{} w{}-{} s{} ", i % 700, "y".repeat(i % 9), w, "z".repeat(i % 40), i % 5);
+                local.count(&splitter, text.as_bytes()).unwrap();
+            }
+        }
+        let mut tally = tally;
+        tally.drain_into(&mut counts).unwrap();
+        let want: HashMap<Vec<u8>, u64> = counts.iter().map(|(k, v)| (k.to_vec(), v)).collect();
+        let order = counts.memory_order();
+        assert_eq!(order.len(), want.len());
+        let mut got: HashMap<Vec<u8>, u64> = HashMap::new();
+        for (key, count) in &order.short {
+            assert!(got.insert(key[..key[7] as usize].to_vec(), *count).is_none());
+        }
+        for (arena, list) in order.long.iter().enumerate() {
+            assert!(list.windows(2).all(|w| w[0].0 < w[1].0), "arena {arena} out of order");
+            for &(loc, count) in list {
+                assert!(got.insert(counts.arena_key(arena, loc).to_vec(), count).is_none());
+            }
+        }
+        assert_eq!(got, want);
+        assert!(order.long[..SHARDS].iter().any(|l| !l.is_empty()) && order.long[SHARDS..].iter().any(|l| !l.is_empty()));
+        // Free what a reader of the first adopted arena's first half has passed; the rest reads the same.
+        let (arena, list) = (SHARDS, &order.long[SHARDS]);
+        let (mid, _) = list[list.len() / 2];
+        counts.release_tables();
+        counts.release_keys_before(arena, mid);
+        for (a, l) in order.long.iter().enumerate().skip(arena) {
+            for &(loc, count) in l.iter().filter(|e| a > arena || e.0 >= mid) {
+                assert_eq!(want[counts.arena_key(a, loc)], count);
+            }
+        }
+    }
 }
