@@ -350,7 +350,7 @@ pub enum ChunkSyms {
 }
 
 impl ChunkSyms {
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         match self {
             ChunkSyms::Narrow(v) => v.len(),
             ChunkSyms::Wide(v) => v.len(),

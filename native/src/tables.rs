@@ -858,7 +858,9 @@ mod tests {
             }
         }
         assert_eq!(got, want);
-        assert!(order.long[..SHARDS].iter().any(|l| !l.is_empty()) && order.long[SHARDS..].iter().any(|l| !l.is_empty()));
+        assert!(
+            order.long[..SHARDS].iter().any(|l| !l.is_empty()) && order.long[SHARDS..].iter().any(|l| !l.is_empty())
+        );
         // Free what a reader of the first adopted arena's first half has passed; the rest reads the same.
         let (arena, list) = (SHARDS, &order.long[SHARDS]);
         let (mid, _) = list[list.len() / 2];

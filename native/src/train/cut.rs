@@ -246,7 +246,7 @@ impl Distinct {
     }
 
     fn grow(&mut self) {
-        let size = (2 * self.slots.len()).max(1 << 12);
+        let size = (2 * self.slots.len()).max(1 << 6);
         // Small pages, although pieces land on random slots: the table doubles its way up from
         // nothing, and fresh huge pages for each size (a kernel compaction each, when the page
         // cache holds the corpus) cost more than the TLB misses they spare.
@@ -291,42 +291,81 @@ impl Distinct {
     }
 }
 
+/// Parts of cut pieces waiting to be added to one partition's table: their symbols one after
+/// another, and (start, length, count, hash) of each.
+#[derive(Default)]
+struct Waiting {
+    flat: Vec<u32>,
+    parts: Vec<(u32, u32, i64, u64)>,
+}
+
+/// Parts a thread holds before adding them to their partitions' tables (a few MB of them; a few
+/// in tests, so that they are added in many batches).
+const WAITING_PARTS: usize = if cfg!(test) { 64 } else { 1 << 18 };
+/// Replayed symbols per partition, as a power of two (few in tests, so that they have many).
+const PARTITION_SYMBOLS_BITS: u32 = if cfg!(test) { 4 } else { 20 };
+
+/// How many partitions (a power of two, by the hash's top bits) the distinct parts of `symbols`
+/// replayed symbols are kept in: about a megabyte of table each at most, so that adding a batch of
+/// parts to one partition's table hits the CPU caches (one table per thread outgrew them, and at
+/// 10 GB of corpus every add was a cache and TLB miss).
+fn partitions(symbols: usize) -> usize {
+    (symbols >> PARTITION_SYMBOLS_BITS).next_power_of_two().clamp(1, 1 << 10)
+}
+
 /// The pieces of `chunks` cut at every boundary whose pair is not in `hot`, parts of at least two
-/// symbols only, deduplicated per thread.
+/// symbols only, deduplicated per thread and partition.
 fn cut_pieces(chunks: &[ReplayChunk], hot: &HotFilter) -> Vec<Distinct> {
+    let symbols: usize = chunks.iter().map(|c| c.syms.len()).sum();
+    let partitions = partitions(symbols);
+    let shift = 64 - partitions.trailing_zeros();
     let per = chunks.len().div_ceil(rayon::current_num_threads().clamp(1, 8)).max(1);
     chunks
         .par_chunks(per)
         .map(|group| {
-            let mut distinct = Distinct::default();
-            // The parts of one chunk, (start in `flat`, length, count, hash), added in a second
-            // pass that fetches each one's slot a few parts ahead.
-            let mut parts: Vec<(u32, u32, i64, u64)> = Vec::new();
-            let mut flat: Vec<u32> = Vec::new();
+            let mut tables: Vec<Distinct> = (0..partitions).map(|_| Distinct::default()).collect();
+            let mut waiting: Vec<Waiting> = (0..partitions).map(|_| Waiting::default()).collect();
+            let mut held = 0usize;
             for chunk in group {
-                parts.clear();
-                flat.clear();
                 for_each_piece(chunk, |syms, f| {
                     let part = |start: usize, end: usize| {
                         if end - start >= 2 {
                             let part = &syms[start..end];
-                            parts.push((flat.len() as u32, part.len() as u32, f, hash_syms(part)));
-                            flat.extend_from_slice(part);
+                            let hash = hash_syms(part);
+                            // `shift` is 64 with one partition (a shift by 64 overflows).
+                            let w = &mut waiting[hash.checked_shr(shift).unwrap_or(0) as usize];
+                            w.parts.push((w.flat.len() as u32, part.len() as u32, f, hash));
+                            w.flat.extend_from_slice(part);
+                            held += 1;
                         }
                     };
                     for_each_run(syms.len(), |at| hot.cuts(syms, at), part);
                 });
-                for k in 0..parts.len() {
-                    if let Some(ahead) = parts.get(k + AHEAD) {
-                        distinct.prefetch(ahead.3);
-                    }
-                    let (at, len, f, hash) = parts[k];
-                    distinct.add(&flat[at as usize..(at + len) as usize], hash, f);
+                if held >= WAITING_PARTS {
+                    add_waiting(&mut tables, &mut waiting);
+                    held = 0;
                 }
             }
-            distinct
+            add_waiting(&mut tables, &mut waiting);
+            tables
         })
+        .flatten()
         .collect()
+}
+
+/// Add each partition's waiting parts to its table, fetching each one's slot a few parts ahead.
+fn add_waiting(tables: &mut [Distinct], waiting: &mut [Waiting]) {
+    for (distinct, w) in tables.iter_mut().zip(waiting.iter_mut()) {
+        for k in 0..w.parts.len() {
+            if let Some(ahead) = w.parts.get(k + AHEAD) {
+                distinct.prefetch(ahead.3);
+            }
+            let (at, len, f, hash) = w.parts[k];
+            distinct.add(&w.flat[at as usize..(at + len) as usize], hash, f);
+        }
+        w.parts.clear();
+        w.flat.clear();
+    }
 }
 
 impl Trainer {
