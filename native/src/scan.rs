@@ -120,8 +120,8 @@ impl Splitter {
                 match kind {
                     Builtin::Gpt2 => blocks(s, emit, gpt2_block_starts, gpt2),
                     Builtin::Cl100k => blocks(s, emit, cl100k_block_starts, cl100k),
-                    Builtin::O200k => cover(s, emit, |s, i| o200k(s, i, true)),
-                    Builtin::SuperbpeStage1 => cover(s, emit, |s, i| o200k(s, i, false)),
+                    Builtin::O200k => blocks(s, emit, o200k_block_starts, |s, i| o200k(s, i, true)),
+                    Builtin::SuperbpeStage1 => blocks(s, emit, o200k_block_starts, |s, i| o200k(s, i, false)),
                     Builtin::Superbpe => superbpe(s, emit),
                     Builtin::SuperbpePaper => digit_groups(s, emit),
                 }
@@ -132,8 +132,9 @@ impl Splitter {
     }
 }
 
-/// Split with a pattern that matches at every position: pieces are consecutive matches.
-#[inline(always)]
+/// Split with a pattern that matches at every position: pieces are consecutive matches. The
+/// scalar split of the patterns that [`blocks`] splits, kept as the tests' reference for it.
+#[cfg(test)]
 fn cover<'a, F: FnMut(&'a [u8]), M: Fn(&[u8], usize) -> usize>(s: &'a [u8], emit: &mut F, m: M) {
     let mut i = 0;
     while i < s.len() {
@@ -594,6 +595,28 @@ fn fill_runs(mask: u64, seeds: u64) -> u64 {
     (mask.wrapping_add(seeds) ^ mask) & mask
 }
 
+/// The bits of `mask` reached from a bit of `seeds` by a run of `mask` bits towards bit 63
+/// (seeds are in `mask`): a fill in doubling steps.
+#[inline(always)]
+fn fill_up(seeds: u64, mask: u64) -> u64 {
+    let (mut g, mut m) = (seeds, mask);
+    for shift in [1, 2, 4, 8, 16, 32] {
+        g |= m & (g << shift);
+        m &= m << shift;
+    }
+    g
+}
+
+/// One bit per ASCII lowercase letter of a 64-byte block.
+#[inline(always)]
+fn block_lower(block: &[u8; 64]) -> u64 {
+    let mut out = 0u64;
+    for c in 0..4 {
+        out |= (lower_mask(block[16 * c..16 * c + 16].try_into().unwrap()) as u64) << (16 * c);
+    }
+    out
+}
+
 /// The bits of `mask` from which a run of `mask` bits leads up to a bit of `seeds` (seeds are
 /// in `mask`): a fill towards bit 0 in doubling steps.
 #[inline(always)]
@@ -714,6 +737,53 @@ fn cl100k(s: &[u8], i: usize) -> usize {
 }
 
 // ---------------------------------------------------------------- o200k / superbpe-stage1
+
+/// The o200k (and superbpe-stage1) piece starts in `s[p..p + 64]` for [`blocks`], or `None`
+/// when the block is not plain, as for [`cl100k_block_starts`] (an apostrophe would start a
+/// contraction). The rules are cl100k's but for three: a word is a run of capitals and then a
+/// run of lowercase letters (`U*W+|U+W*` in ASCII), so a capital after a lowercase letter starts
+/// a word too; digits never take a prefix either; and what ends an other run's piece is the run
+/// of newlines and slashes right after it (`[\r\n/]*`), whose slashes start no other run.
+#[inline(always)]
+fn o200k_block_starts(s: &[u8], p: usize) -> Option<u64> {
+    let block: &[u8; 65] = s.get(p..p + 65)?.try_into().unwrap();
+    let next = block[64];
+    let bytes: &[u8; 64] = block[..64].try_into().unwrap();
+    let [letter, digit, other, ws, blank, apostrophe] = block_masks(bytes);
+    let [newline, cr] = block_bytes(bytes, [b'\n', b'\r']);
+    if (letter | digit | other | ws) != u64::MAX || apostrophe | cr != 0 || next >= 0x80 || next == b'\r' {
+        return None;
+    }
+    let [slash, _] = block_bytes(bytes, [b'/', b'/']);
+    let lower = block_lower(bytes);
+    let next_kind = KIND[next as usize];
+    let after = |mask: u64, kind: u8| (mask >> 1) | u64::from(next_kind & kind != 0) << 63;
+    // The newlines and slashes that end an other run's piece: from a newline right after an
+    // other byte, as far as newlines and slashes go.
+    let joined = fill_up(newline & (other << 1), newline | slash);
+    let other = other & !joined;
+    let before_letter = after(letter, K_LETTER);
+    let other_starts = other & !(other << 1) & !(blank << 1);
+    let prefixes = (ws & !newline & before_letter) | (other_starts & before_letter);
+    let upper = letter & !lower;
+    let word_starts = ((letter & !(letter << 1)) | (upper & (lower << 1))) & !(prefixes << 1);
+    let mut group = digit & !(digit << 1);
+    let mut digit_starts = group;
+    let three = digit & (digit << 1) & (digit << 2);
+    while group != 0 {
+        group = (group << 3) & three;
+        digit_starts |= group;
+    }
+    let ws = ws & !joined;
+    let tail = ws & !fill_down(newline & ws, ws);
+    let mut inner = (tail & !(tail << 1)) | (tail & (tail << 1) & !after(ws, K_SPACE));
+    if ws >> 63 == 1 && next_kind == K_SPACE {
+        let gaps = !ws;
+        inner &= if gaps == 0 { 0 } else { !(u64::MAX << (64 - gaps.leading_zeros())) };
+    }
+    let ws_starts = ws & !(ws << 1);
+    Some(word_starts | prefixes | digit_starts | other_starts | ws_starts | inner | 1)
+}
 
 /// `[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+` from `t`, with backtracking:
 /// the upper run is taken whole when a lower-ish character follows it; otherwise the match ends
@@ -1231,13 +1301,14 @@ mod tests {
     /// texts with indentation, digits, punctuation before words and newlines after it.
     #[test]
     fn block_scanners_match_the_scalar_ones() {
-        let alphabets: [&[&str]; 6] = [
+        let alphabets: [&[&str]; 7] = [
             &["a", "Z", "q", "0", "7", " ", "  ", "\t", "\n", "\r", ".", ";", "(", "{", "-", "\x0b", "\x0c"],
             &["ab", " ", "x", "1", "\n\t\t", "    ", "()", ";\n", "'s", "'", "é", "\u{a0}", "中", "\u{3000}"],
             &["aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", " ", "\n", "1", "."],
             &["                                                                  ", "a", "\n", "x\u{300}", "!"],
             &["\n    ", "\n\t", "if", " (", "x_1", "->", "{\n", "}\n", ";\n", " = ", "12345", "0x1f", "/*", " */"],
             &[" ", "  ", "\n", "\n\n", "\t", "(", "((", "a", "b", "1", "22", "4444", " \n ", "=", ".\n\n", "x"],
+            &["A", "b", "Cd", "EF", "/", "//", "\n", "/\n", "*", " ", "{\n/", "1", "_", "'", "é", "\n  "],
         ];
         let state = &mut 0x1234_5678_9ABC_DEF1u64;
         for alphabet in alphabets {
@@ -1255,6 +1326,20 @@ mod tests {
                         "cl100k",
                         pieces_of(s, |s, o| blocks(s, &mut |p| o.push(p), cl100k_block_starts, cl100k)),
                         pieces_of(s, |s, o| cover(s, &mut |p| o.push(p), cl100k)),
+                    ),
+                    (
+                        "o200k",
+                        pieces_of(s, |s, o| {
+                            blocks(s, &mut |p| o.push(p), o200k_block_starts, |s, i| o200k(s, i, true))
+                        }),
+                        pieces_of(s, |s, o| cover(s, &mut |p| o.push(p), |s, i| o200k(s, i, true))),
+                    ),
+                    (
+                        "superbpe-stage1",
+                        pieces_of(s, |s, o| {
+                            blocks(s, &mut |p| o.push(p), o200k_block_starts, |s, i| o200k(s, i, false))
+                        }),
+                        pieces_of(s, |s, o| cover(s, &mut |p| o.push(p), |s, i| o200k(s, i, false))),
                     ),
                 ] {
                     assert_eq!(fast, slow, "{name} {text:?}");
@@ -1275,10 +1360,12 @@ mod tests {
     /// pattern itself and not only against the scalar scanners.
     #[test]
     fn block_scanners_match_fancy_regex_on_long_ascii() {
-        let alphabet: &[&str] =
-            &["a", "Zq", "0", "123", " ", "  ", "\t", "\n", "\n    ", ".", ";", "(", "{\n", "=", "_"];
+        let alphabet: &[&str] = &[
+            "a", "Zq", "0", "123", " ", "  ", "\t", "\n", "\n    ", ".", ";", "(", "{\n", "=", "_", "/", "B", "xY",
+            "*/",
+        ];
         let state = &mut 0x0F1E_2D3C_4B5A_6978u64;
-        for b in [Builtin::Gpt2, Builtin::Cl100k] {
+        for b in [Builtin::Gpt2, Builtin::Cl100k, Builtin::O200k, Builtin::SuperbpeStage1] {
             let fast = Splitter::Builtin { kind: b, line_units: false };
             let slow = Splitter::Custom {
                 re: Box::new(fancy_regex::Regex::new(&builtin_pattern(b)).unwrap()),
