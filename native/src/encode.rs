@@ -9,7 +9,9 @@
 //! Where the time goes, and what each part does about it:
 //! - Looking pieces up: the vocabulary and the piece caches are [`PieceMap`]s (keys up to 15 bytes
 //!   packed beside their value in a flat table).
-//! - Pieces that are not tokens repeat (rare words, identifiers), so their ids are cached. A cache is
+//! - Pieces that are not tokens repeat (rare words, identifiers), so their ids are cached, in the
+//!   same table as the tokens and bytes it is seeded with: a short piece is one lookup, and one-byte
+//!   pieces take no branch of their own (code has many, unpredictably). A cache is
 //!   owned by one caller for a whole text (or a group of texts of a batch): it is taken from a small
 //!   pool of slots with one uncontended `try_lock` per text instead of a lock per piece, and a caller
 //!   that finds every slot busy encodes without one (same ids).
