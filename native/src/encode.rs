@@ -152,6 +152,9 @@ pub struct Encoder {
     levels: Plan,
 }
 
+/// A group of consecutive texts of a batch: their ids, and how many ids each text has.
+pub type BatchPart = (Vec<u32>, Vec<usize>);
+
 /// The id of a byte the vocabulary lacks: no merge has it as a part, so it survives BPE unchanged
 /// and `encode_ordinary` reports it.
 const MISSING: u32 = u32::MAX;
@@ -299,6 +302,24 @@ impl Encoder {
 
     /// Encode many texts in parallel; returns ids and the end offset of each text's ids.
     pub fn encode_batch(&self, texts: &[&[u8]]) -> Result<(Vec<u32>, Vec<u64>), String> {
+        let parts = self.encode_batch_parts(texts)?;
+        let mut ends = Vec::with_capacity(texts.len());
+        let mut ids = Vec::with_capacity(parts.iter().map(|p| p.0.len()).sum());
+        for (part, lens) in parts {
+            let mut end = ids.len() as u64;
+            for n in lens {
+                end += n as u64;
+                ends.push(end);
+            }
+            ids.extend_from_slice(&part);
+        }
+        Ok((ids, ends))
+    }
+
+    /// [`Self::encode_batch`] before its parts are joined: the ids of consecutive groups of texts
+    /// and the number of ids of each text in the group, for a caller that copies them out anyway
+    /// (a joined copy of a large batch's ids costs as much as a tenth of encoding them).
+    pub fn encode_batch_parts(&self, texts: &[&[u8]]) -> Result<Vec<BatchPart>, String> {
         let total: usize = texts.iter().map(|t| t.len()).sum();
         let target = (total / (rayon::current_num_threads() * 8).max(1)).max(GROUP_MIN_BYTES);
         let mut groups: Vec<&[&[u8]]> = Vec::new();
@@ -313,7 +334,7 @@ impl Encoder {
         if start < texts.len() {
             groups.push(&texts[start..]);
         }
-        let parts: Vec<(Vec<u32>, Vec<usize>)> = groups
+        let parts: Vec<BatchPart> = groups
             .par_iter()
             .map(|group| {
                 self.with_cache(|mut cache| {
@@ -329,17 +350,7 @@ impl Encoder {
                 })
             })
             .collect::<Result<_, String>>()?;
-        let mut ends = Vec::with_capacity(texts.len());
-        let mut ids = Vec::with_capacity(parts.iter().map(|p| p.0.len()).sum());
-        for (part, lens) in parts {
-            let mut end = ids.len() as u64;
-            for n in lens {
-                end += n as u64;
-                ends.push(end);
-            }
-            ids.extend_from_slice(&part);
-        }
-        Ok((ids, ends))
+        Ok(parts)
     }
 
     /// Ids of one piece; `(k0, k1)` is its packed key when it has at most [`PACKED_MAX`] bytes,
