@@ -632,11 +632,14 @@ def render(
 
 
 def replace_section(document: str, section: str) -> str:
-    """``document`` with its section (up to the next ``## `` heading) replaced, or ``section`` appended."""
+    """``document`` with its section replaced, or ``section`` appended. The section ends at the next
+    ``## `` heading or at its first ``### `` subsection: subsections are written by hand (other
+    measurements of encoding) and stay."""
     start = document.find(SECTION + "\n")
     if start == -1:
         return document.rstrip() + "\n\n" + section
-    end = document.find("\n## ", start + len(SECTION))
+    ends = [document.find(h, start + len(SECTION)) for h in ("\n## ", "\n### ")]
+    end = min((e for e in ends if e != -1), default=-1)
     tail = document[end + 1 :] if end != -1 else ""
     return document[:start] + section + ("\n" + tail if tail else "")
 
