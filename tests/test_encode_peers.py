@@ -59,6 +59,9 @@ def test_replace_section_keeps_the_rest() -> None:
     out = replace_section(doc, new)
     assert out == f"# Benchmarks\n\n## A\n\na\n\n{SECTION}\n\nnew\n\n## B\n\nb\n"
     assert replace_section("# Benchmarks\n", new) == f"# Benchmarks\n\n{new}"
+    # Hand-written subsections of the section stay, and so does what follows them.
+    doc = f"# Benchmarks\n\n{SECTION}\n\nold\n\n### Threads\n\nt\n\n## B\n\nb\n"
+    assert replace_section(doc, new) == f"# Benchmarks\n\n{SECTION}\n\nnew\n\n### Threads\n\nt\n\n## B\n\nb\n"
 
 
 def test_a_small_run_agrees_with_the_reference(shared_data: Path, tmp_path: Path) -> None:

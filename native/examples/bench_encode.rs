@@ -1,5 +1,7 @@
 //! CPU-time throughput of the encoder with the GPT-2 files, single thread:
-//! `cargo run --release --example bench_encode -- VOCAB_JSON_DECODED MERGES_DECODED TEXT`.
+//! `cargo run --release --example bench_encode -- VOCAB_JSON_DECODED MERGES_DECODED TEXT [PATTERN] [ROUNDS]`.
+//! PATTERN is gpt2 (default), cl100k or o200k; the text is cut into documents at `<|endoftext|>` and
+//! each is encoded alone, as `Tokenizer.encode` per document does (round 0 meets cold caches).
 //!
 //! The vocab and merges are read from a simple binary dump made by the Python side
 //! (`u32 len, bytes, u32 id` per token; `u32 len, bytes` twice per merge), so this example needs
@@ -42,13 +44,38 @@ fn main() {
         let r = read_chunk(&mdata, &mut pos);
         merges.push((l, r));
     }
-    let enc =
-        Encoder::new(vocab, &merges, Splitter::new(&builtin_pattern(Builtin::Gpt2), false).unwrap(), true).unwrap();
-    for round in 0..2 {
-        let mut out = Vec::with_capacity(text.len() / 3);
+    let kind = match args.get(4).map(String::as_str) {
+        None | Some("gpt2") => Builtin::Gpt2,
+        Some("cl100k") => Builtin::Cl100k,
+        Some("o200k") => Builtin::O200k,
+        Some(other) => panic!("unknown pattern {other}"),
+    };
+    let rounds: usize = args.get(5).map_or(2, |r| r.parse().unwrap());
+    let docs: Vec<&[u8]> = split_docs(&text);
+    let enc = Encoder::new(vocab, &merges, Splitter::new(&builtin_pattern(kind), false).unwrap(), true).unwrap();
+    for round in 0..rounds {
+        let mut ids = 0;
         let t = cpu_seconds();
-        enc.encode_ordinary(&text, &mut out).unwrap();
+        for doc in &docs {
+            let mut out = Vec::with_capacity(doc.len() / 3 + 1);
+            enc.encode_ordinary(doc, &mut out).unwrap();
+            ids += out.len();
+        }
         let dt = cpu_seconds() - t;
-        println!("round {round}: {:.1} MB/s, {} ids", text.len() as f64 / dt / 1e6, out.len());
+        println!("round {round}: {:.1} MB/s, {} docs, {ids} ids", text.len() as f64 / dt / 1e6, docs.len());
     }
+}
+
+/// The documents of `text`, cut at `<|endoftext|>` (which belongs to none).
+fn split_docs(text: &[u8]) -> Vec<&[u8]> {
+    let sep = b"<|endoftext|>";
+    let mut docs = Vec::new();
+    let mut start = 0;
+    for at in memchr::memmem::find_iter(text, sep) {
+        docs.push(&text[start..at]);
+        start = at + sep.len();
+    }
+    docs.push(&text[start..]);
+    docs.retain(|d| !d.is_empty());
+    docs
 }

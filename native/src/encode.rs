@@ -9,7 +9,9 @@
 //! Where the time goes, and what each part does about it:
 //! - Looking pieces up: the vocabulary and the piece caches are [`PieceMap`]s (keys up to 15 bytes
 //!   packed beside their value in a flat table).
-//! - Pieces that are not tokens repeat (rare words, identifiers), so their ids are cached. A cache is
+//! - Pieces that are not tokens repeat (rare words, identifiers), so their ids are cached, in the
+//!   same table as the tokens and bytes it is seeded with: a short piece is one lookup, and one-byte
+//!   pieces take no branch of their own (code has many, unpredictably). A cache is
 //!   owned by one caller for a whole text (or a group of texts of a batch): it is taken from a small
 //!   pool of slots with one uncontended `try_lock` per text instead of a lock per piece, and a caller
 //!   that finds every slot busy encodes without one (same ids).
@@ -63,10 +65,16 @@ struct Cached {
     ids: [u32; INLINE_IDS],
 }
 
-/// One caller's cache of pieces that are not tokens, and its two-level state.
+/// One caller's cache of pieces, and its two-level state. It is seeded, when first taken, with
+/// every single byte and (with `whole_pieces`) every token of at most [`PACKED_MAX`] bytes, each
+/// mapped to its id: then a short piece costs one lookup, whether it is a token or not.
 #[derive(Default)]
 struct PieceCache {
     map: PieceMap<Cached>,
+    /// Whether `map` holds the seeds yet.
+    seeded: bool,
+    /// The number of entries past which no piece is added (seeds plus [`CACHE_MAX_ENTRIES`]).
+    limit: usize,
     arena: Vec<u32>,
     /// Segment cache and scratch space of the two levels (empty when they are not used).
     levels: Worker,
@@ -90,7 +98,15 @@ impl PieceCache {
         let Some(c) = found else { return false };
         let n = c.len as usize;
         if n <= INLINE_IDS {
-            out.extend_from_slice(&c.ids[..n]);
+            // Pushes, not `extend_from_slice`: a copy of a length known only at run time is a
+            // call to memcpy, and most cached pieces are one id.
+            out.push(c.ids[0]);
+            if n > 1 {
+                out.push(c.ids[1]);
+                if n > 2 {
+                    out.push(c.ids[2]);
+                }
+            }
         } else {
             let at = c.ids[0] as usize;
             out.extend_from_slice(&self.arena[at..at + n]);
@@ -99,7 +115,7 @@ impl PieceCache {
     }
 
     fn insert(&mut self, piece: &[u8], ids: &[u32]) {
-        if self.map.len() >= CACHE_MAX_ENTRIES {
+        if self.map.len() >= self.limit {
             return;
         }
         let mut c = Cached { len: ids.len() as u32, ids: [0; INLINE_IDS] };
@@ -135,6 +151,9 @@ pub struct Encoder {
     /// Two-level BPE of SuperBPE pieces where it is exact (`encode_levels.rs`), else one level.
     levels: Plan,
 }
+
+/// A group of consecutive texts of a batch: their ids, and how many ids each text has.
+pub type BatchPart = (Vec<u32>, Vec<usize>);
 
 /// The id of a byte the vocabulary lacks: no merge has it as a part, so it survives BPE unchanged
 /// and `encode_ordinary` reports it.
@@ -224,10 +243,29 @@ impl Encoder {
         let first = rayon::current_thread_index().map_or(0, |i| i + 1);
         for k in 0..n {
             if let Ok(mut cache) = self.caches[(first + k) % n].try_lock() {
+                if !cache.seeded {
+                    self.seed(&mut cache);
+                }
                 return f(Some(&mut cache));
             }
         }
         f(None)
+    }
+
+    /// Fill a new cache with its seeds (see [`PieceCache`]): the vocabulary's short tokens are
+    /// copied slot by slot (a pass over its table, about a millisecond for GPT-2's), then every
+    /// byte the vocabulary has.
+    fn seed(&self, cache: &mut PieceCache) {
+        let one = |id: u32| Cached { len: 1, ids: [id, 0, 0] };
+        cache.map = if self.whole_pieces { self.vocab.map_packed(one) } else { PieceMap::with_capacity(1 << 10) };
+        for (b, &id) in self.byte_ids.iter().enumerate() {
+            if id != MISSING {
+                cache.map.insert(&[b as u8], one(id));
+            }
+        }
+        cache.arena.clear();
+        cache.limit = cache.map.len() + CACHE_MAX_ENTRIES;
+        cache.seeded = true;
     }
 
     /// Ids of text with no special tokens in it.
@@ -241,8 +279,8 @@ impl Encoder {
         self.splitter.split(text, &mut |piece| {
             let n = piece.len();
             // Single bytes are packed too: whether a piece is one byte is as unpredictable as
-            // its kind, and the vocabulary holds the single bytes.
-            let (k0, k1) = if !(2..=PACKED_MAX).contains(&n) {
+            // its kind, and the caches hold the single bytes.
+            let (k0, k1) = if n > PACKED_MAX {
                 (0, 0)
             } else {
                 // Pieces are slices of `text`, so their offset is an address difference.
@@ -264,6 +302,24 @@ impl Encoder {
 
     /// Encode many texts in parallel; returns ids and the end offset of each text's ids.
     pub fn encode_batch(&self, texts: &[&[u8]]) -> Result<(Vec<u32>, Vec<u64>), String> {
+        let parts = self.encode_batch_parts(texts)?;
+        let mut ends = Vec::with_capacity(texts.len());
+        let mut ids = Vec::with_capacity(parts.iter().map(|p| p.0.len()).sum());
+        for (part, lens) in parts {
+            let mut end = ids.len() as u64;
+            for n in lens {
+                end += n as u64;
+                ends.push(end);
+            }
+            ids.extend_from_slice(&part);
+        }
+        Ok((ids, ends))
+    }
+
+    /// [`Self::encode_batch`] before its parts are joined: the ids of consecutive groups of texts
+    /// and the number of ids of each text in the group, for a caller that copies them out anyway
+    /// (a joined copy of a large batch's ids costs as much as a tenth of encoding them).
+    pub fn encode_batch_parts(&self, texts: &[&[u8]]) -> Result<Vec<BatchPart>, String> {
         let total: usize = texts.iter().map(|t| t.len()).sum();
         let target = (total / (rayon::current_num_threads() * 8).max(1)).max(GROUP_MIN_BYTES);
         let mut groups: Vec<&[&[u8]]> = Vec::new();
@@ -278,7 +334,7 @@ impl Encoder {
         if start < texts.len() {
             groups.push(&texts[start..]);
         }
-        let parts: Vec<(Vec<u32>, Vec<usize>)> = groups
+        let parts: Vec<BatchPart> = groups
             .par_iter()
             .map(|group| {
                 self.with_cache(|mut cache| {
@@ -294,51 +350,58 @@ impl Encoder {
                 })
             })
             .collect::<Result<_, String>>()?;
-        let mut ends = Vec::with_capacity(texts.len());
-        let mut ids = Vec::with_capacity(parts.iter().map(|p| p.0.len()).sum());
-        for (part, lens) in parts {
-            let mut end = ids.len() as u64;
-            for n in lens {
-                end += n as u64;
-                ends.push(end);
-            }
-            ids.extend_from_slice(&part);
-        }
-        Ok((ids, ends))
+        Ok(parts)
     }
 
     /// Ids of one piece; `(k0, k1)` is its packed key when it has at most [`PACKED_MAX`] bytes,
     /// else `k1` is 0.
     #[inline]
     fn encode_piece(&self, piece: &[u8], k0: u64, k1: u64, out: &mut Vec<u32>, cache: &mut Option<&mut PieceCache>) {
+        let Some(cache) = cache.as_deref_mut() else {
+            return self.encode_uncached(piece, out);
+        };
+        if k1 != 0 {
+            // One lookup: the seeded cache holds the short tokens (with `whole_pieces`) and the
+            // bytes, so a miss is a piece to merge, or a byte the vocabulary lacks.
+            if cache.extend_packed(k0, k1, out) {
+                return;
+            }
+            if piece.len() == 1 {
+                out.push(self.byte_ids[piece[0] as usize]);
+                return;
+            }
+        } else {
+            if self.whole_pieces {
+                if let Some(id) = self.vocab.get(piece) {
+                    out.push(id);
+                    return;
+                }
+            }
+            if piece.len() > CACHE_MAX_PIECE {
+                return self.merge(piece, out, Some(&mut cache.levels));
+            }
+            if cache.extend(piece, out) {
+                return;
+            }
+        }
+        let start = out.len();
+        self.merge(piece, out, Some(&mut cache.levels));
+        cache.insert(piece, &out[start..]);
+    }
+
+    /// Ids of one piece without a cache (every slot of the pool is taken).
+    fn encode_uncached(&self, piece: &[u8], out: &mut Vec<u32>) {
         if piece.len() == 1 {
             out.push(self.byte_ids[piece[0] as usize]);
             return;
         }
         if self.whole_pieces {
-            let found = if k1 != 0 { self.vocab.get_packed(k0, k1) } else { self.vocab.get(piece) };
-            if let Some(id) = found {
+            if let Some(id) = self.vocab.get(piece) {
                 out.push(id);
                 return;
             }
         }
-        if piece.len() == 1 {
-            out.push(self.byte_ids[piece[0] as usize]);
-            return;
-        }
-        let Some(cache) = cache.as_deref_mut() else {
-            return self.merge(piece, out, None);
-        };
-        if piece.len() > CACHE_MAX_PIECE {
-            return self.merge(piece, out, Some(&mut cache.levels));
-        }
-        let hit = if k1 != 0 { cache.extend_packed(k0, k1, out) } else { cache.extend(piece, out) };
-        if hit {
-            return;
-        }
-        let start = out.len();
-        self.merge(piece, out, Some(&mut cache.levels));
-        cache.insert(piece, &out[start..]);
+        self.merge(piece, out, None)
     }
 
     #[inline(always)]
@@ -425,13 +488,18 @@ mod tests {
     use crate::scan::{builtin_pattern, Builtin};
 
     fn encoder(merges: &[(&str, &str)]) -> Encoder {
+        encoder_with(merges, true)
+    }
+
+    fn encoder_with(merges: &[(&str, &str)], whole_pieces: bool) -> Encoder {
         let mut vocab: Vec<(Vec<u8>, u32)> = (0..=255u8).map(|b| (vec![b], b as u32)).collect();
         for (l, r) in merges {
             vocab.push(([l.as_bytes(), r.as_bytes()].concat(), vocab.len() as u32));
         }
         let m: Vec<(Vec<u8>, Vec<u8>)> =
             merges.iter().map(|(l, r)| (l.as_bytes().to_vec(), r.as_bytes().to_vec())).collect();
-        Encoder::new(vocab, &m, Splitter::new(&builtin_pattern(Builtin::Superbpe), false).unwrap(), true).unwrap()
+        Encoder::new(vocab, &m, Splitter::new(&builtin_pattern(Builtin::Superbpe), false).unwrap(), whole_pieces)
+            .unwrap()
     }
 
     #[test]
@@ -469,10 +537,22 @@ mod tests {
     }
 
     /// A batch gives the ids of encoding each text alone, whatever the grouping, and a second pass
-    /// (cached pieces) gives the same ids as the first.
+    /// (cached pieces) gives the same ids as the first; the seeded caches give the ids of the
+    /// vocabulary and the merges, with whole pieces or without.
     #[test]
     fn batch_and_cache_change_no_ids() {
-        let e = encoder(&[("a", "a"), ("b", "c"), ("aa", "a"), (" ", "a"), (" a", "bc")]);
+        for whole_pieces in [true, false] {
+            batch_and_cache_agree(whole_pieces);
+        }
+    }
+
+    fn batch_and_cache_agree(whole_pieces: bool) {
+        // "abc" is a token that BPE of its bytes does not make ("b" + "c" comes first), so whole
+        // pieces change ids.
+        let e = encoder_with(
+            &[("a", "a"), ("b", "c"), ("aa", "a"), (" ", "a"), (" a", "bc"), ("a", "b"), ("ab", "c")],
+            whole_pieces,
+        );
         let state = &mut 0x2545_F491_4F6C_DD1Du64;
         let texts: Vec<Vec<u8>> = (0..400)
             .map(|_| {

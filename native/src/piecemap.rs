@@ -141,6 +141,13 @@ impl<V: Copy + Default> PieceMap<V> {
         }
     }
 
+    /// The same packed keys with their values mapped by `f`, in the same slots (no key is hashed
+    /// again: copying a table is a pass over its slots). Long keys are left out.
+    pub fn map_packed<W: Copy + Default>(&self, f: impl Fn(V) -> W) -> PieceMap<W> {
+        let slots = self.slots.iter().map(|s| Slot { k0: s.k0, k1: s.k1, value: f(s.value) }).collect();
+        PieceMap { slots, mask: self.mask, packed: self.packed, state: self.state.clone(), long: HashTable::new() }
+    }
+
     /// Insert or replace; the empty key is ignored (no piece is empty).
     pub fn insert(&mut self, key: &[u8], value: V) {
         if key.len() > PACKED_MAX {
@@ -218,6 +225,28 @@ mod tests {
             for n in 1..=PACKED_MAX {
                 assert_eq!(pack_within(&text, at, n), pack(&text[at..at + n]), "{at} {n}");
             }
+        }
+    }
+
+    #[test]
+    fn mapped_packed_keys_keep_their_values() {
+        let mut map: PieceMap<u32> = PieceMap::default();
+        let keys: Vec<Vec<u8>> = (1..=20u8).map(|n| (0..n).map(|i| i.wrapping_mul(31) ^ n).collect()).collect();
+        for (i, k) in keys.iter().enumerate() {
+            map.insert(k, i as u32);
+        }
+        let mut mapped = map.map_packed(|v| u64::from(v) + 7);
+        for (i, k) in keys.iter().enumerate() {
+            let want = (k.len() <= PACKED_MAX).then_some(i as u64 + 7);
+            assert_eq!(mapped.get(k), want, "{k:?}");
+        }
+        assert_eq!(mapped.len(), PACKED_MAX);
+        // The copy grows and takes new keys like any map.
+        for (i, k) in keys.iter().enumerate() {
+            mapped.insert(&[k.as_slice(), b"x"].concat(), i as u64);
+        }
+        for (i, k) in keys.iter().enumerate() {
+            assert_eq!(mapped.get(&[k.as_slice(), b"x"].concat()), Some(i as u64));
         }
     }
 

@@ -118,10 +118,10 @@ impl Splitter {
         match self {
             Splitter::Builtin { kind, .. } => {
                 match kind {
-                    Builtin::Gpt2 => gpt2_blocks(s, emit),
-                    Builtin::Cl100k => cover(s, emit, cl100k),
-                    Builtin::O200k => cover(s, emit, |s, i| o200k(s, i, true)),
-                    Builtin::SuperbpeStage1 => cover(s, emit, |s, i| o200k(s, i, false)),
+                    Builtin::Gpt2 => blocks(s, emit, gpt2_block_starts, gpt2),
+                    Builtin::Cl100k => blocks(s, emit, cl100k_block_starts, cl100k),
+                    Builtin::O200k => blocks(s, emit, o200k_block_starts, |s, i| o200k(s, i, true)),
+                    Builtin::SuperbpeStage1 => blocks(s, emit, o200k_block_starts, |s, i| o200k(s, i, false)),
                     Builtin::Superbpe => superbpe(s, emit),
                     Builtin::SuperbpePaper => digit_groups(s, emit),
                 }
@@ -132,8 +132,9 @@ impl Splitter {
     }
 }
 
-/// Split with a pattern that matches at every position: pieces are consecutive matches.
-#[inline(always)]
+/// Split with a pattern that matches at every position: pieces are consecutive matches. The
+/// scalar split of the patterns that [`blocks`] splits, kept as the tests' reference for it.
+#[cfg(test)]
 fn cover<'a, F: FnMut(&'a [u8]), M: Fn(&[u8], usize) -> usize>(s: &'a [u8], emit: &mut F, m: M) {
     let mut i = 0;
     while i < s.len() {
@@ -480,30 +481,31 @@ fn gpt2_ascii_run(s: &[u8], i: usize, k: u8) -> usize {
     }
 }
 
-/// The gpt2 split, 64 bytes at a time where a block is plain ASCII without apostrophes: each
-/// byte's kind is classified at once and where pieces start follows from the kinds of each byte
-/// and its two neighbours, so the pieces come out of a bit mask, one bit scan each, instead of a
-/// branch on every piece's kind (those branches mispredict about once per piece). Elsewhere, and
-/// for a piece longer than a block, the scalar scanner [`gpt2`] runs.
+/// A split 64 bytes at a time where a block is plain (ASCII, without the bytes a pattern's rare
+/// alternatives need): each byte's kind is classified at once and where pieces start follows
+/// from the kinds of the bytes around it, so the pieces come out of a bit mask, one bit scan
+/// each, instead of a branch on every piece's kind (those branches mispredict about once per
+/// piece). `block_starts(s, p)` gives the piece starts of `s[p..p + 64]` (bit k for byte k, bit
+/// 0 set) or `None` when that block is not plain; there, and for a piece longer than a block,
+/// the scalar scanner `scalar` runs.
 ///
-/// Where a piece of plain ASCII without apostrophes starts (bit k stands for byte k):
-/// - a letter, digit or other run begins (the byte before is of another kind), unless a space
-///   right before it joins it (` ?\p{L}+`, ` ?\p{N}+`, ` ?[^\s\p{L}\p{N}]+`);
-/// - a space followed by a letter, digit or other byte: the start of such a joined run;
-/// - a whitespace run begins;
-/// - the last byte of a whitespace run of two or more that a non-space follows (`\s+(?!\S)`
-///   leaves it: it is a piece alone, or the space joining the next run).
-///
-/// A block starts at a known piece start (so its first byte needs no left context), and its bytes
-/// and the one after it must all be plain ASCII: the rules at its last byte look at the next one.
-fn gpt2_blocks<'a, F: FnMut(&'a [u8])>(s: &'a [u8], emit: &mut F) {
+/// A block starts at a known piece start, so its first byte needs no left context (a match
+/// depends only on the text from where it starts), and the byte after it must be plain too: the
+/// rules at its last byte look at the next one.
+#[inline(always)]
+fn blocks<'a, F: FnMut(&'a [u8])>(
+    s: &'a [u8],
+    emit: &mut F,
+    block_starts: impl Fn(&[u8], usize) -> Option<u64>,
+    scalar: impl Fn(&[u8], usize) -> usize,
+) {
     let mut p = 0;
     while p < s.len() {
-        let Some(starts) = gpt2_block_starts(s, p) else {
+        let Some(starts) = block_starts(s, p) else {
             // Not a plain block: the scalar scanner takes the pieces that start in it.
             let end = (p + 64).min(s.len());
             while p < end {
-                let e = gpt2(s, p);
+                let e = scalar(s, p);
                 emit(&s[p..e]);
                 p = e;
             }
@@ -513,7 +515,7 @@ fn gpt2_blocks<'a, F: FnMut(&'a [u8])>(s: &'a [u8], emit: &mut F) {
         // last piece may run on, so the next block starts there.
         let mut rest = starts & !1;
         if rest == 0 {
-            let e = gpt2(s, p);
+            let e = scalar(s, p);
             emit(&s[p..e]);
             p = e;
             continue;
@@ -529,9 +531,15 @@ fn gpt2_blocks<'a, F: FnMut(&'a [u8])>(s: &'a [u8], emit: &mut F) {
     }
 }
 
-/// Piece starts in `s[p..p + 64]` as a bit mask (bit 0 always set), or `None` when the block is
-/// not plain: too close to the end, or holding a byte from 0x80 or an apostrophe (contractions),
-/// or followed by a byte from 0x80.
+/// The gpt2 piece starts in `s[p..p + 64]` for [`blocks`], or `None` when the block is not
+/// plain: too close to the end, or holding a byte from 0x80 or an apostrophe (contractions), or
+/// followed by a byte from 0x80. In plain text a piece starts where
+/// - a letter, digit or other run begins (the byte before is of another kind), unless a space
+///   right before it joins it (` ?\p{L}+`, ` ?\p{N}+`, ` ?[^\s\p{L}\p{N}]+`);
+/// - a space is followed by a letter, digit or other byte: the start of such a joined run;
+/// - a whitespace run begins;
+/// - the last byte of a whitespace run of two or more that a non-space follows (`\s+(?!\S)`
+///   leaves it: it is a piece alone, or the space joining the next run).
 #[inline(always)]
 fn gpt2_block_starts(s: &[u8], p: usize) -> Option<u64> {
     let block: &[u8; 65] = s.get(p..p + 65)?.try_into().unwrap();
@@ -567,6 +575,60 @@ fn block_masks(block: &[u8; 64]) -> [u64; 6] {
     out
 }
 
+/// One bit per byte of a 64-byte block equal to each of `bytes`.
+#[inline(always)]
+fn block_bytes(block: &[u8; 64], bytes: [u8; 2]) -> [u64; 2] {
+    let mut out = [0u64; 2];
+    for c in 0..4 {
+        let chunk: &[u8; 16] = block[16 * c..16 * c + 16].try_into().unwrap();
+        for (slot, m) in out.iter_mut().zip(byte_masks(chunk, bytes)) {
+            *slot |= (m as u64) << (16 * c);
+        }
+    }
+    out
+}
+
+/// The runs of `mask` that start at a bit of `seeds` (each seed the first bit of its run), whole:
+/// adding a run's first bit carries through the run.
+#[inline(always)]
+fn fill_runs(mask: u64, seeds: u64) -> u64 {
+    (mask.wrapping_add(seeds) ^ mask) & mask
+}
+
+/// The bits of `mask` reached from a bit of `seeds` by a run of `mask` bits towards bit 63
+/// (seeds are in `mask`): a fill in doubling steps.
+#[inline(always)]
+fn fill_up(seeds: u64, mask: u64) -> u64 {
+    let (mut g, mut m) = (seeds, mask);
+    for shift in [1, 2, 4, 8, 16, 32] {
+        g |= m & (g << shift);
+        m &= m << shift;
+    }
+    g
+}
+
+/// One bit per ASCII lowercase letter of a 64-byte block.
+#[inline(always)]
+fn block_lower(block: &[u8; 64]) -> u64 {
+    let mut out = 0u64;
+    for c in 0..4 {
+        out |= (lower_mask(block[16 * c..16 * c + 16].try_into().unwrap()) as u64) << (16 * c);
+    }
+    out
+}
+
+/// The bits of `mask` from which a run of `mask` bits leads up to a bit of `seeds` (seeds are
+/// in `mask`): a fill towards bit 0 in doubling steps.
+#[inline(always)]
+fn fill_down(seeds: u64, mask: u64) -> u64 {
+    let (mut g, mut m) = (seeds, mask);
+    for shift in [1, 2, 4, 8, 16, 32] {
+        g |= m & (g >> shift);
+        m &= m >> shift;
+    }
+    g
+}
+
 /// One bit per byte of `chunk` equal to each of `bytes`.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
@@ -588,6 +650,59 @@ fn byte_masks(chunk: &[u8; 16], bytes: [u8; 2]) -> [u32; 2] {
 }
 
 // ---------------------------------------------------------------- cl100k
+
+/// The cl100k piece starts in `s[p..p + 64]` for [`blocks`], or `None` when the block is not
+/// plain: too close to the end, holding a byte from 0x80, an apostrophe (contractions) or a
+/// carriage return, or followed by a byte from 0x80 or a carriage return. In plain text (bit k
+/// for byte k; "ws" is whitespace, "other" `[^\s\p{L}\p{N}]`) a piece starts where
+/// - a letter run begins, unless the byte before is its prefix (`[^\r\n\p{L}\p{N}]?\p{L}+`):
+///   a ws byte but a newline (always the start of a piece: the last byte of its run), or an
+///   other byte that starts an other run (no other byte or space before it);
+/// - a digit run begins, and every third digit of it (`\p{N}{1,3}`);
+/// - an other run begins that no space joins (` ?[^\s\p{L}\p{N}]+[\r\n]*`; a space before an
+///   other byte always joins it, being the last byte of its ws run); the newlines right after
+///   an other run are the end of its piece;
+/// - a ws run (without those newlines) begins; then, in a run with a newline, the byte after
+///   its last newline (`\s*[\r\n]+` ends there); and the last byte of a run, or of its part
+///   after the last newline, of two or more bytes that a non-ws byte follows (`\s+(?!\S)`).
+///   The starts inside a ws run that goes on past the block depend on what follows: only the
+///   run's own start is kept, and the next block starts there.
+#[inline(always)]
+fn cl100k_block_starts(s: &[u8], p: usize) -> Option<u64> {
+    let block: &[u8; 65] = s.get(p..p + 65)?.try_into().unwrap();
+    let next = block[64];
+    let bytes: &[u8; 64] = block[..64].try_into().unwrap();
+    let [letter, digit, other, ws, blank, apostrophe] = block_masks(bytes);
+    let [newline, cr] = block_bytes(bytes, [b'\n', b'\r']);
+    if (letter | digit | other | ws) != u64::MAX || apostrophe | cr != 0 || next >= 0x80 || next == b'\r' {
+        return None;
+    }
+    let next_kind = KIND[next as usize];
+    // "The byte after k is of kind X": the masks shifted down, with the byte after the block on top.
+    let after = |mask: u64, kind: u8| (mask >> 1) | u64::from(next_kind & kind != 0) << 63;
+    let before_letter = after(letter, K_LETTER);
+    let other_starts = other & !(other << 1) & !(blank << 1);
+    let prefixes = (ws & !newline & before_letter) | (other_starts & before_letter);
+    let letter_starts = letter & !(letter << 1) & !(prefixes << 1);
+    // Digit groups: each run's first digit, then every third while the run goes on.
+    let mut group = digit & !(digit << 1);
+    let mut digit_starts = group;
+    let three = digit & (digit << 1) & (digit << 2);
+    while group != 0 {
+        group = (group << 3) & three;
+        digit_starts |= group;
+    }
+    // Whitespace pieces: the newlines that end an other run's piece are left out.
+    let ws = ws & !fill_runs(newline, newline & (other << 1));
+    let tail = ws & !fill_down(newline & ws, ws);
+    let mut inner = (tail & !(tail << 1)) | (tail & (tail << 1) & !after(ws, K_SPACE));
+    if ws >> 63 == 1 && next_kind == K_SPACE {
+        let gaps = !ws;
+        inner &= if gaps == 0 { 0 } else { !(u64::MAX << (64 - gaps.leading_zeros())) };
+    }
+    let ws_starts = ws & !(ws << 1);
+    Some(letter_starts | prefixes | digit_starts | other_starts | ws_starts | inner | 1)
+}
 
 /// `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}`
 /// `| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
@@ -622,6 +737,53 @@ fn cl100k(s: &[u8], i: usize) -> usize {
 }
 
 // ---------------------------------------------------------------- o200k / superbpe-stage1
+
+/// The o200k (and superbpe-stage1) piece starts in `s[p..p + 64]` for [`blocks`], or `None`
+/// when the block is not plain, as for [`cl100k_block_starts`] (an apostrophe would start a
+/// contraction). The rules are cl100k's but for three: a word is a run of capitals and then a
+/// run of lowercase letters (`U*W+|U+W*` in ASCII), so a capital after a lowercase letter starts
+/// a word too; digits never take a prefix either; and what ends an other run's piece is the run
+/// of newlines and slashes right after it (`[\r\n/]*`), whose slashes start no other run.
+#[inline(always)]
+fn o200k_block_starts(s: &[u8], p: usize) -> Option<u64> {
+    let block: &[u8; 65] = s.get(p..p + 65)?.try_into().unwrap();
+    let next = block[64];
+    let bytes: &[u8; 64] = block[..64].try_into().unwrap();
+    let [letter, digit, other, ws, blank, apostrophe] = block_masks(bytes);
+    let [newline, cr] = block_bytes(bytes, [b'\n', b'\r']);
+    if (letter | digit | other | ws) != u64::MAX || apostrophe | cr != 0 || next >= 0x80 || next == b'\r' {
+        return None;
+    }
+    let [slash, _] = block_bytes(bytes, [b'/', b'/']);
+    let lower = block_lower(bytes);
+    let next_kind = KIND[next as usize];
+    let after = |mask: u64, kind: u8| (mask >> 1) | u64::from(next_kind & kind != 0) << 63;
+    // The newlines and slashes that end an other run's piece: from a newline right after an
+    // other byte, as far as newlines and slashes go.
+    let joined = fill_up(newline & (other << 1), newline | slash);
+    let other = other & !joined;
+    let before_letter = after(letter, K_LETTER);
+    let other_starts = other & !(other << 1) & !(blank << 1);
+    let prefixes = (ws & !newline & before_letter) | (other_starts & before_letter);
+    let upper = letter & !lower;
+    let word_starts = ((letter & !(letter << 1)) | (upper & (lower << 1))) & !(prefixes << 1);
+    let mut group = digit & !(digit << 1);
+    let mut digit_starts = group;
+    let three = digit & (digit << 1) & (digit << 2);
+    while group != 0 {
+        group = (group << 3) & three;
+        digit_starts |= group;
+    }
+    let ws = ws & !joined;
+    let tail = ws & !fill_down(newline & ws, ws);
+    let mut inner = (tail & !(tail << 1)) | (tail & (tail << 1) & !after(ws, K_SPACE));
+    if ws >> 63 == 1 && next_kind == K_SPACE {
+        let gaps = !ws;
+        inner &= if gaps == 0 { 0 } else { !(u64::MAX << (64 - gaps.leading_zeros())) };
+    }
+    let ws_starts = ws & !(ws << 1);
+    Some(word_starts | prefixes | digit_starts | other_starts | ws_starts | inner | 1)
+}
 
 /// `[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+` from `t`, with backtracking:
 /// the upper run is taken whole when a lower-ish character follows it; otherwise the match ends
@@ -1133,16 +1295,20 @@ mod tests {
         }
     }
 
-    /// The block scanner of gpt2 against the scalar one on long random texts: plain ASCII ones
-    /// (blocks taken), and ones with apostrophes, multi-byte characters and long runs (blocks
-    /// refused, pieces longer than a block, switches back and forth).
+    /// The block scanners (gpt2, cl100k) against the scalar ones on long random texts: plain ASCII
+    /// ones (blocks taken), and ones with apostrophes, carriage returns, multi-byte characters and
+    /// long runs (blocks refused, pieces longer than a block, switches back and forth); code-like
+    /// texts with indentation, digits, punctuation before words and newlines after it.
     #[test]
-    fn gpt2_blocks_match_the_scalar_scanner() {
-        let alphabets: [&[&str]; 4] = [
+    fn block_scanners_match_the_scalar_ones() {
+        let alphabets: [&[&str]; 7] = [
             &["a", "Z", "q", "0", "7", " ", "  ", "\t", "\n", "\r", ".", ";", "(", "{", "-", "\x0b", "\x0c"],
             &["ab", " ", "x", "1", "\n\t\t", "    ", "()", ";\n", "'s", "'", "é", "\u{a0}", "中", "\u{3000}"],
             &["aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", " ", "\n", "1", "."],
             &["                                                                  ", "a", "\n", "x\u{300}", "!"],
+            &["\n    ", "\n\t", "if", " (", "x_1", "->", "{\n", "}\n", ";\n", " = ", "12345", "0x1f", "/*", " */"],
+            &[" ", "  ", "\n", "\n\n", "\t", "(", "((", "a", "b", "1", "22", "4444", " \n ", "=", ".\n\n", "x"],
+            &["A", "b", "Cd", "EF", "/", "//", "\n", "/\n", "*", " ", "{\n/", "1", "_", "'", "é", "\n  "],
         ];
         let state = &mut 0x1234_5678_9ABC_DEF1u64;
         for alphabet in alphabets {
@@ -1150,10 +1316,68 @@ mod tests {
                 let parts = crate::test_below(state, 120);
                 let text: String = (0..parts).map(|_| alphabet[crate::test_below(state, alphabet.len())]).collect();
                 let s = text.as_bytes();
-                let (mut fast, mut slow) = (Vec::new(), Vec::new());
-                gpt2_blocks(s, &mut |p: &[u8]| fast.push(p.to_vec()));
-                cover(s, &mut |p: &[u8]| slow.push(p.to_vec()), gpt2);
-                assert_eq!(fast, slow, "{text:?}");
+                for (name, fast, slow) in [
+                    (
+                        "gpt2",
+                        pieces_of(s, |s, o| blocks(s, &mut |p| o.push(p), gpt2_block_starts, gpt2)),
+                        pieces_of(s, |s, o| cover(s, &mut |p| o.push(p), gpt2)),
+                    ),
+                    (
+                        "cl100k",
+                        pieces_of(s, |s, o| blocks(s, &mut |p| o.push(p), cl100k_block_starts, cl100k)),
+                        pieces_of(s, |s, o| cover(s, &mut |p| o.push(p), cl100k)),
+                    ),
+                    (
+                        "o200k",
+                        pieces_of(s, |s, o| {
+                            blocks(s, &mut |p| o.push(p), o200k_block_starts, |s, i| o200k(s, i, true))
+                        }),
+                        pieces_of(s, |s, o| cover(s, &mut |p| o.push(p), |s, i| o200k(s, i, true))),
+                    ),
+                    (
+                        "superbpe-stage1",
+                        pieces_of(s, |s, o| {
+                            blocks(s, &mut |p| o.push(p), o200k_block_starts, |s, i| o200k(s, i, false))
+                        }),
+                        pieces_of(s, |s, o| cover(s, &mut |p| o.push(p), |s, i| o200k(s, i, false))),
+                    ),
+                ] {
+                    assert_eq!(fast, slow, "{name} {text:?}");
+                }
+            }
+        }
+    }
+
+    /// The pieces a split function gives.
+    fn pieces_of<'a>(s: &'a [u8], split: impl Fn(&'a [u8], &mut Vec<&'a [u8]>)) -> Vec<&'a [u8]> {
+        let mut out = Vec::new();
+        split(s, &mut out);
+        out
+    }
+
+    /// The block scanners against fancy-regex on long plain ASCII texts (where fancy-regex's
+    /// Unicode tables cannot differ from `regex`'s), so the blocks are checked against the
+    /// pattern itself and not only against the scalar scanners.
+    #[test]
+    fn block_scanners_match_fancy_regex_on_long_ascii() {
+        let alphabet: &[&str] = &[
+            "a", "Zq", "0", "123", " ", "  ", "\t", "\n", "\n    ", ".", ";", "(", "{\n", "=", "_", "/", "B", "xY",
+            "*/",
+        ];
+        let state = &mut 0x0F1E_2D3C_4B5A_6978u64;
+        for b in [Builtin::Gpt2, Builtin::Cl100k, Builtin::O200k, Builtin::SuperbpeStage1] {
+            let fast = Splitter::Builtin { kind: b, line_units: false };
+            let slow = Splitter::Custom {
+                re: Box::new(fancy_regex::Regex::new(&builtin_pattern(b)).unwrap()),
+                line_units: false,
+            };
+            for _ in 0..300 {
+                let parts = crate::test_below(state, 200);
+                let text: String = (0..parts).map(|_| alphabet[crate::test_below(state, alphabet.len())]).collect();
+                let (mut x, mut y) = (Vec::new(), Vec::new());
+                fast.split(text.as_bytes(), &mut |p: &[u8]| x.push(p.to_vec())).unwrap();
+                slow.split(text.as_bytes(), &mut |p: &[u8]| y.push(p.to_vec())).unwrap();
+                assert_eq!(x, y, "{b:?} {text:?}");
             }
         }
     }

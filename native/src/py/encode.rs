@@ -199,17 +199,23 @@ impl NativeEncoder {
         dtype: &str,
     ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
         let (inner, pool) = (&self.inner, &self.pool);
-        let (ids, ends) = run_detached(py, || {
+        let parts = run_detached(py, || {
             let slices: Vec<&[u8]> = texts.iter().map(|t| t.as_bytes()).collect();
-            pool.install(|| inner.encode_batch(&slices)).map_err(NativeError::from)
+            pool.install(|| inner.encode_batch_parts(&slices)).map_err(NativeError::from)
         })?;
-        let ends = PyBytes::new_with(py, ends.len() * 8, |buf| {
-            for (chunk, e) in buf.chunks_exact_mut(8).zip(&ends) {
-                chunk.copy_from_slice(&e.to_le_bytes());
+        let ends = PyBytes::new_with(py, texts.len() * 8, |buf| {
+            let mut chunks = buf.chunks_exact_mut(8);
+            let mut end = 0u64;
+            for (_, lens) in &parts {
+                for (&n, chunk) in lens.iter().zip(chunks.by_ref()) {
+                    end += n as u64;
+                    chunk.copy_from_slice(&end.to_le_bytes());
+                }
             }
             Ok(())
         })?;
-        Ok((ids_buffer(py, &ids, dtype)?, ends))
+        let ids: Vec<&[u32]> = parts.iter().map(|p| p.0.as_slice()).collect();
+        Ok((ids_buffer_parts(py, &ids, dtype)?, ends))
     }
 
     /// Encode one large text in parallel, cut only where pieces cannot cross; ids as in
@@ -223,11 +229,12 @@ impl NativeEncoder {
     ) -> PyResult<Bound<'py, PyBytes>> {
         let (inner, pool) = (&self.inner, &self.pool);
         let bytes = text.as_bytes();
-        let (ids, _) = run_detached(py, || {
+        let parts = run_detached(py, || {
             let chunks = safe_chunks(inner.splitter(), bytes, chunk_bytes.max(1));
-            pool.install(|| inner.encode_batch(&chunks)).map_err(NativeError::from)
+            pool.install(|| inner.encode_batch_parts(&chunks)).map_err(NativeError::from)
         })?;
-        ids_buffer(py, &ids, dtype)
+        let ids: Vec<&[u32]> = parts.iter().map(|p| p.0.as_slice()).collect();
+        ids_buffer_parts(py, &ids, dtype)
     }
 }
 
@@ -611,9 +618,16 @@ fn ids_buffer_parts<'py>(py: Python<'py>, parts: &[&[u32]], dtype: &str) -> PyRe
     let total: usize = parts.iter().map(|p| p.len()).sum();
     let all = parts.iter().flat_map(|p| p.iter().copied());
     match dtype {
+        // Part by part: a loop over one slice compiles to a vectorized copy, one over the
+        // flattened parts to a copy an id at a time.
         "uint32" => PyBytes::new_with(py, total * 4, |buf| {
-            for (chunk, id) in buf.chunks_exact_mut(4).zip(all) {
-                chunk.copy_from_slice(&id.to_le_bytes());
+            let mut rest = &mut buf[..];
+            for part in parts {
+                let (head, tail) = rest.split_at_mut(part.len() * 4);
+                for (chunk, id) in head.chunks_exact_mut(4).zip(part.iter()) {
+                    chunk.copy_from_slice(&id.to_le_bytes());
+                }
+                rest = tail;
             }
             Ok(())
         }),
@@ -630,9 +644,4 @@ fn ids_buffer_parts<'py>(py: Python<'py>, parts: &[&[u32]], dtype: &str) -> PyRe
             })
         }
     }
-}
-
-/// The ids of one slice, packed as by [`ids_buffer_parts`].
-fn ids_buffer<'py>(py: Python<'py>, ids: &[u32], dtype: &str) -> PyResult<Bound<'py, PyBytes>> {
-    ids_buffer_parts(py, &[ids], dtype)
 }
