@@ -669,6 +669,33 @@ fn byte_masks(chunk: &[u8; 16], bytes: [u8; 2]) -> [u32; 2] {
 ///   run's own start is kept, and the next block starts there.
 #[inline(always)]
 fn cl100k_block_starts(s: &[u8], p: usize) -> Option<u64> {
+    let PlainBlock { next_kind, letter, digit, other, ws, blank, newline, .. } = plain_block(s, p)?;
+    let after = |mask: u64, kind: u8| after_kind(mask, next_kind, kind);
+    let before_letter = after(letter, K_LETTER);
+    let other_starts = other & !(other << 1) & !(blank << 1);
+    let prefixes = (ws & !newline & before_letter) | (other_starts & before_letter);
+    let letter_starts = letter & !(letter << 1) & !(prefixes << 1);
+    // Whitespace pieces: the newlines that end an other run's piece are left out.
+    let ws = ws & !fill_runs(newline, newline & (other << 1));
+    Some(letter_starts | prefixes | digit_group_starts(digit) | other_starts | ws_starts(ws, newline, next_kind) | 1)
+}
+
+/// A plain block of `s` at `p` for the block scanners: its bytes, the kind of the byte after it
+/// and one mask per kind (see [`block_masks`]), or None when the block holds a byte the masks do
+/// not cover (non-ASCII, an apostrophe or a carriage return, or such a byte right after it).
+struct PlainBlock<'a> {
+    bytes: &'a [u8; 64],
+    next_kind: u8,
+    letter: u64,
+    digit: u64,
+    other: u64,
+    ws: u64,
+    blank: u64,
+    newline: u64,
+}
+
+#[inline(always)]
+fn plain_block(s: &[u8], p: usize) -> Option<PlainBlock<'_>> {
     let block: &[u8; 65] = s.get(p..p + 65)?.try_into().unwrap();
     let next = block[64];
     let bytes: &[u8; 64] = block[..64].try_into().unwrap();
@@ -677,31 +704,40 @@ fn cl100k_block_starts(s: &[u8], p: usize) -> Option<u64> {
     if (letter | digit | other | ws) != u64::MAX || apostrophe | cr != 0 || next >= 0x80 || next == b'\r' {
         return None;
     }
-    let next_kind = KIND[next as usize];
-    // "The byte after k is of kind X": the masks shifted down, with the byte after the block on top.
-    let after = |mask: u64, kind: u8| (mask >> 1) | u64::from(next_kind & kind != 0) << 63;
-    let before_letter = after(letter, K_LETTER);
-    let other_starts = other & !(other << 1) & !(blank << 1);
-    let prefixes = (ws & !newline & before_letter) | (other_starts & before_letter);
-    let letter_starts = letter & !(letter << 1) & !(prefixes << 1);
-    // Digit groups: each run's first digit, then every third while the run goes on.
+    Some(PlainBlock { bytes, next_kind: KIND[next as usize], letter, digit, other, ws, blank, newline })
+}
+
+/// "The byte after k is of kind X": `mask` shifted down, with the byte after the block on top.
+#[inline(always)]
+fn after_kind(mask: u64, next_kind: u8, kind: u8) -> u64 {
+    (mask >> 1) | u64::from(next_kind & kind != 0) << 63
+}
+
+/// Digit groups (`\p{N}{1,3}`): each run's first digit, then every third while the run goes on.
+#[inline(always)]
+fn digit_group_starts(digit: u64) -> u64 {
     let mut group = digit & !(digit << 1);
-    let mut digit_starts = group;
+    let mut starts = group;
     let three = digit & (digit << 1) & (digit << 2);
     while group != 0 {
         group = (group << 3) & three;
-        digit_starts |= group;
+        starts |= group;
     }
-    // Whitespace pieces: the newlines that end an other run's piece are left out.
-    let ws = ws & !fill_runs(newline, newline & (other << 1));
+    starts
+}
+
+/// The starts of whitespace pieces in `ws` (the block's whitespace that no other piece took): each
+/// run's start, the byte after its last newline, and the last byte of a run that a non-space
+/// follows (`\s+(?!\S)`); inside a run that goes on past the block only its own start.
+#[inline(always)]
+fn ws_starts(ws: u64, newline: u64, next_kind: u8) -> u64 {
     let tail = ws & !fill_down(newline & ws, ws);
-    let mut inner = (tail & !(tail << 1)) | (tail & (tail << 1) & !after(ws, K_SPACE));
+    let mut inner = (tail & !(tail << 1)) | (tail & (tail << 1) & !after_kind(ws, next_kind, K_SPACE));
     if ws >> 63 == 1 && next_kind == K_SPACE {
         let gaps = !ws;
         inner &= if gaps == 0 { 0 } else { !(u64::MAX << (64 - gaps.leading_zeros())) };
     }
-    let ws_starts = ws & !(ws << 1);
-    Some(letter_starts | prefixes | digit_starts | other_starts | ws_starts | inner | 1)
+    (ws & !(ws << 1)) | inner
 }
 
 /// `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}`
@@ -746,18 +782,10 @@ fn cl100k(s: &[u8], i: usize) -> usize {
 /// of newlines and slashes right after it (`[\r\n/]*`), whose slashes start no other run.
 #[inline(always)]
 fn o200k_block_starts(s: &[u8], p: usize) -> Option<u64> {
-    let block: &[u8; 65] = s.get(p..p + 65)?.try_into().unwrap();
-    let next = block[64];
-    let bytes: &[u8; 64] = block[..64].try_into().unwrap();
-    let [letter, digit, other, ws, blank, apostrophe] = block_masks(bytes);
-    let [newline, cr] = block_bytes(bytes, [b'\n', b'\r']);
-    if (letter | digit | other | ws) != u64::MAX || apostrophe | cr != 0 || next >= 0x80 || next == b'\r' {
-        return None;
-    }
+    let PlainBlock { bytes, next_kind, letter, digit, other, ws, blank, newline } = plain_block(s, p)?;
     let [slash, _] = block_bytes(bytes, [b'/', b'/']);
     let lower = block_lower(bytes);
-    let next_kind = KIND[next as usize];
-    let after = |mask: u64, kind: u8| (mask >> 1) | u64::from(next_kind & kind != 0) << 63;
+    let after = |mask: u64, kind: u8| after_kind(mask, next_kind, kind);
     // The newlines and slashes that end an other run's piece: from a newline right after an
     // other byte, as far as newlines and slashes go.
     let joined = fill_up(newline & (other << 1), newline | slash);
@@ -767,22 +795,8 @@ fn o200k_block_starts(s: &[u8], p: usize) -> Option<u64> {
     let prefixes = (ws & !newline & before_letter) | (other_starts & before_letter);
     let upper = letter & !lower;
     let word_starts = ((letter & !(letter << 1)) | (upper & (lower << 1))) & !(prefixes << 1);
-    let mut group = digit & !(digit << 1);
-    let mut digit_starts = group;
-    let three = digit & (digit << 1) & (digit << 2);
-    while group != 0 {
-        group = (group << 3) & three;
-        digit_starts |= group;
-    }
     let ws = ws & !joined;
-    let tail = ws & !fill_down(newline & ws, ws);
-    let mut inner = (tail & !(tail << 1)) | (tail & (tail << 1) & !after(ws, K_SPACE));
-    if ws >> 63 == 1 && next_kind == K_SPACE {
-        let gaps = !ws;
-        inner &= if gaps == 0 { 0 } else { !(u64::MAX << (64 - gaps.leading_zeros())) };
-    }
-    let ws_starts = ws & !(ws << 1);
-    Some(word_starts | prefixes | digit_starts | other_starts | ws_starts | inner | 1)
+    Some(word_starts | prefixes | digit_group_starts(digit) | other_starts | ws_starts(ws, newline, next_kind) | 1)
 }
 
 /// `[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+` from `t`, with backtracking:
