@@ -299,16 +299,16 @@ struct Waiting {
     parts: Vec<(u32, u32, i64, u64)>,
 }
 
-/// Parts a thread holds before adding them to their partitions' tables (a few MB of them; a few
-/// in tests, so that they are added in many batches).
+/// Parts a thread holds before adding them to their partitions' tables (about ten megabytes of
+/// them; a few in tests, so that they are added in many batches).
 const WAITING_PARTS: usize = if cfg!(test) { 64 } else { 1 << 18 };
 /// Replayed symbols per partition, as a power of two (few in tests, so that they have many).
 const PARTITION_SYMBOLS_BITS: u32 = if cfg!(test) { 4 } else { 20 };
 
 /// How many partitions (a power of two, by the hash's top bits) the distinct parts of `symbols`
-/// replayed symbols are kept in: about a megabyte of table each at most, so that adding a batch of
-/// parts to one partition's table hits the CPU caches (one table per thread outgrew them, and at
-/// 10 GB of corpus every add was a cache and TLB miss).
+/// replayed symbols are kept in: a few megabytes of table each, so that adding a batch of parts to
+/// one partition's table hits the CPU caches (one table per thread outgrows them by far on a
+/// stage 2 of gigabytes).
 fn partitions(symbols: usize) -> usize {
     (symbols >> PARTITION_SYMBOLS_BITS).next_power_of_two().clamp(1, 1 << 10)
 }
