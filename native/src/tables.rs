@@ -674,7 +674,7 @@ impl Counts {
     }
 
     /// Free every shard's table, keeping the arenas: for a consumer that reads the keys in
-    /// [`MemoryOrder`] and needs no lookups.
+    /// [`MemoryOrder`] and needs no lookups. The counts read as empty from then on.
     pub fn release_tables(&mut self) {
         for shard in &mut self.shards {
             shard.table = HashTable::new();
