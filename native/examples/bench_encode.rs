@@ -3,9 +3,9 @@
 //! PATTERN is gpt2 (default), cl100k or o200k; the text is cut into documents at `<|endoftext|>` and
 //! each is encoded alone, as `Tokenizer.encode` per document does (round 0 meets cold caches).
 //!
-//! The vocab and merges are read from a simple binary dump made by the Python side
-//! (`u32 len, bytes, u32 id` per token; `u32 len, bytes` twice per merge), so this example needs
-//! no JSON parser.
+//! The vocab and merges are read from a simple binary dump (`u32 len, bytes, u32 id` per token;
+//! `u32 len, bytes` twice per merge; BENCHMARKS.md "The encoder on code, without Python" has the
+//! Python that writes it), so this example needs no JSON parser.
 
 use _native::encode::Encoder;
 use _native::scan::{builtin_pattern, Builtin, Splitter};

@@ -155,6 +155,15 @@ pub struct Encoder {
 /// A group of consecutive texts of a batch: their ids, and how many ids each text has.
 pub type BatchPart = (Vec<u32>, Vec<usize>);
 
+/// The end of each text's ids in the ids of `parts` (from [`Encoder::encode_batch_parts`]) joined
+/// in order.
+pub fn batch_ends(parts: &[BatchPart]) -> impl Iterator<Item = u64> + '_ {
+    parts.iter().flat_map(|(_, lens)| lens.iter()).scan(0u64, |end, &n| {
+        *end += n as u64;
+        Some(*end)
+    })
+}
+
 /// The id of a byte the vocabulary lacks: no merge has it as a part, so it survives BPE unchanged
 /// and `encode_ordinary` reports it.
 const MISSING: u32 = u32::MAX;
@@ -303,17 +312,8 @@ impl Encoder {
     /// Encode many texts in parallel; returns ids and the end offset of each text's ids.
     pub fn encode_batch(&self, texts: &[&[u8]]) -> Result<(Vec<u32>, Vec<u64>), String> {
         let parts = self.encode_batch_parts(texts)?;
-        let mut ends = Vec::with_capacity(texts.len());
-        let mut ids = Vec::with_capacity(parts.iter().map(|p| p.0.len()).sum());
-        for (part, lens) in parts {
-            let mut end = ids.len() as u64;
-            for n in lens {
-                end += n as u64;
-                ends.push(end);
-            }
-            ids.extend_from_slice(&part);
-        }
-        Ok((ids, ends))
+        let ends = batch_ends(&parts).collect();
+        Ok((parts.into_iter().flat_map(|p| p.0).collect(), ends))
     }
 
     /// [`Self::encode_batch`] before its parts are joined: the ids of consecutive groups of texts

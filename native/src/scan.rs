@@ -549,8 +549,7 @@ fn gpt2_block_starts(s: &[u8], p: usize) -> Option<u64> {
         return None;
     }
     let next_kind = KIND[next as usize];
-    // "The byte after k is of kind X": the masks shifted down, with the byte after the block on top.
-    let after = |mask: u64, kind: u8| (mask >> 1) | u64::from(next_kind & kind != 0) << 63;
+    let after = |mask: u64, kind: u8| after_kind(mask, next_kind, kind);
     // Spaces that join the run after them.
     let joining = blank & after(letter | digit | other, K_LETTER | K_DIGIT | K_OTHER);
     let run_starts = (letter & !(letter << 1)) | (digit & !(digit << 1)) | (other & !(other << 1));

@@ -94,8 +94,9 @@ struct Shard {
 }
 
 /// Bytes per arena chunk (a longer record gets a chunk of its own). Chunks never move, so a
-/// record's location stays valid, and growing the arena never copies it.
-const ARENA_CHUNK: usize = 1 << 24;
+/// record's location stays valid, and growing the arena never copies it. Small in tests, so that
+/// their arenas have many chunks (freeing the chunks replay has passed is tested).
+const ARENA_CHUNK: usize = if cfg!(test) { 1 << 12 } else { 1 << 24 };
 const POS_BITS: u32 = ARENA_CHUNK.trailing_zeros();
 /// Arena record header: hash (u64 LE), count (u64 LE), key length (u64 LE); the key follows.
 const RECORD_HEADER: usize = 24;

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
 use super::*;
+use crate::encode::batch_ends;
 use crate::encode_levels::{Plan, Request};
 
 /// Rank-based encoder over a bytes -> id vocabulary.
@@ -204,13 +205,8 @@ impl NativeEncoder {
             pool.install(|| inner.encode_batch_parts(&slices)).map_err(NativeError::from)
         })?;
         let ends = PyBytes::new_with(py, texts.len() * 8, |buf| {
-            let mut chunks = buf.chunks_exact_mut(8);
-            let mut end = 0u64;
-            for (_, lens) in &parts {
-                for (&n, chunk) in lens.iter().zip(chunks.by_ref()) {
-                    end += n as u64;
-                    chunk.copy_from_slice(&end.to_le_bytes());
-                }
+            for (chunk, end) in buf.chunks_exact_mut(8).zip(batch_ends(&parts)) {
+                chunk.copy_from_slice(&end.to_le_bytes());
             }
             Ok(())
         })?;
