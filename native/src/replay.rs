@@ -423,6 +423,27 @@ impl Part<'_> {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// The part's pieces (keys of `counts`) with their counts, in order; each long key's record
+    /// is fetched `KEYS_AHEAD` keys before it is read (they lie in order, a few hundred bytes
+    /// apart, so the hardware's own prefetch sees only the nearest).
+    pub fn pieces<'a>(&self, counts: &'a Counts) -> Box<dyn Iterator<Item = (&'a [u8], u64)> + 'a>
+    where
+        Self: 'a,
+    {
+        match *self {
+            Part::Short(entries) => Box::new(entries.iter().map(|(key, count)| (&key[..key[7] as usize], *count))),
+            Part::Long { arena, entries } => {
+                entries.iter().take(KEYS_AHEAD).for_each(|e| counts.prefetch_key(arena, e.0));
+                Box::new(entries.iter().enumerate().map(move |(i, &(loc, count))| {
+                    if let Some(ahead) = entries.get(i + KEYS_AHEAD) {
+                        counts.prefetch_key(arena, ahead.0);
+                    }
+                    (counts.arena_key(arena, loc), count)
+                }))
+            }
+        }
+    }
 }
 
 /// `order` in parts of at most `size` pieces, in its order (short pieces, then each arena by
@@ -438,8 +459,7 @@ pub fn parts(order: &MemoryOrder, size: usize) -> Vec<Part<'_>> {
     short.chain(long).collect()
 }
 
-/// How many long keys ahead `replay_counts` fetches a record (they lie in order, a few hundred
-/// bytes apart, so the hardware's own prefetch sees only the nearest).
+/// How many long keys ahead [`Part::pieces`] fetches a record.
 const KEYS_AHEAD: usize = 8;
 
 /// Replay the pieces of `parts` (of `counts`) that have at least 2 bytes and a non-zero count, in
@@ -464,23 +484,7 @@ pub fn replay_counts(
             let slot = rayon::current_thread_index().unwrap_or(0) % caches.len();
             let mut cache = caches[slot].lock().unwrap_or_else(|e| e.into_inner());
             let mut pair_table = pairs.map(|p| p[slot % p.len()].lock().unwrap_or_else(|e| e.into_inner()));
-            let mut replay = |pieces: &mut dyn Iterator<Item = (&[u8], u64)>| {
-                replay_pieces(pieces, narrow, joins, &mut cache, &rank, pair_table.as_deref_mut())
-            };
-            match *part {
-                Part::Short(entries) => {
-                    replay(&mut entries.iter().map(|(key, count)| (&key[..key[7] as usize], *count)))
-                }
-                Part::Long { arena, entries } => {
-                    entries.iter().take(KEYS_AHEAD).for_each(|e| counts.prefetch_key(arena, e.0));
-                    replay(&mut entries.iter().enumerate().map(|(i, &(loc, count))| {
-                        if let Some(ahead) = entries.get(i + KEYS_AHEAD) {
-                            counts.prefetch_key(arena, ahead.0);
-                        }
-                        (counts.arena_key(arena, loc), count)
-                    }))
-                }
-            }
+            replay_pieces(&mut part.pieces(counts), narrow, joins, &mut cache, &rank, pair_table.as_deref_mut())
         })
         .collect();
     let mut all = Vec::new();

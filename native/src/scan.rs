@@ -99,6 +99,10 @@ impl Splitter {
 
     /// Call `emit` with every piece of `text` in order.
     pub fn split<'a, F: FnMut(&'a [u8])>(&self, text: &'a [u8], emit: &mut F) -> Result<(), String> {
+        if let Splitter::Builtin { kind: Builtin::Superbpe, line_units: true } = self {
+            blocks(text, emit, superbpe_line_starts, superbpe_line_piece);
+            return Ok(());
+        }
         if self.line_units() {
             let mut start = 0;
             for nl in memchr::memchr_iter(b'\n', text) {
@@ -970,7 +974,7 @@ fn o200k(s: &[u8], i: usize, contractions: bool) -> usize {
 
 /// A match of `\p{N}{1,3}| ?[^\s\p{L}\p{N}]{2,}[\r\n/]*| +(?!\S)` at `i`, if any.
 #[inline]
-fn superbpe_match(s: &[u8], i: usize) -> Option<usize> {
+fn superbpe_match<const LINES: bool>(s: &[u8], i: usize) -> Option<usize> {
     let b = s[i];
     let (c, _) = class_at(s, i);
     if c == NUM {
@@ -981,7 +985,7 @@ fn superbpe_match(s: &[u8], i: usize) -> Option<usize> {
     if others_from < s.len() {
         let (c1, n1) = class_at(s, others_from);
         if is_other(c1) && others_from + n1 < s.len() && is_other(class_at(s, others_from + n1).0) {
-            return Some(ascii_run(s, fast_run(s, others_from + n1, K_OTHER, is_other), b"\r\n/"));
+            return Some(after_others::<LINES>(s, fast_run(s, others_from + n1, K_OTHER, is_other)));
         }
     }
     if b == b' ' {
@@ -997,14 +1001,26 @@ fn superbpe_match(s: &[u8], i: usize) -> Option<usize> {
     None
 }
 
+/// The end of `[\r\n/]*` from `i`, after a run of punctuation. With `LINES` a "\n" ends the line
+/// being split, and the run with it.
+#[inline(always)]
+fn after_others<const LINES: bool>(s: &[u8], i: usize) -> usize {
+    if !LINES {
+        return ascii_run(s, i, b"\r\n/");
+    }
+    let e = ascii_run(s, i, b"\r/");
+    e + usize::from(s.get(e) == Some(&b'\n'))
+}
+
 /// Whether no alternative of the stage-2 pattern can match at ASCII byte `b`, followed by `next`
 /// (0 at the end): letters and non-space whitespace never start a match; neither does a space or
 /// a punctuation character followed by an ASCII letter (one space before a non-space is no
 /// ` +(?!\S)` match, and the punctuation run needs two `[^\s\p{L}\p{N}]` characters), nor
-/// punctuation followed by ASCII whitespace or a digit.
+/// punctuation followed by ASCII whitespace or a digit. With `LINES` a "\n" is not skipped: the
+/// line it ends is cut there.
 #[inline(always)]
-fn superbpe_skips(b: u8, next: u8) -> bool {
-    if b.is_ascii_alphabetic() || matches!(b, b'\t' | b'\n' | b'\r') {
+fn superbpe_skips<const LINES: bool>(b: u8, next: u8) -> bool {
+    if b.is_ascii_alphabetic() || matches!(b, b'\t' | b'\r') || (!LINES && b == b'\n') {
         return true;
     }
     if b == b' ' {
@@ -1017,7 +1033,7 @@ fn superbpe_skips(b: u8, next: u8) -> bool {
 /// text is mostly such positions, and a branch on each byte was most of counting it.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn superbpe_skips16(s: &[u8], i: usize) -> u32 {
+fn superbpe_skips16<const LINES: bool>(s: &[u8], i: usize) -> u32 {
     use std::arch::x86_64::*;
     assert!(i + 17 <= s.len());
     // SAFETY: the assert keeps both unaligned 16-byte loads (from `i` and `i + 1`) inside `s`.
@@ -1042,8 +1058,9 @@ fn superbpe_skips16(s: &[u8], i: usize) -> u32 {
             _mm_or_si128(next_letter, between(next, b'0', b'9')),
             _mm_or_si128(is(next, b' '), breaks(next)),
         );
+        let x_breaks = if LINES { _mm_or_si128(is(x, b'\t'), is(x, b'\r')) } else { breaks(x) };
         let skips = _mm_or_si128(
-            _mm_or_si128(x_letter, breaks(x)),
+            _mm_or_si128(x_letter, x_breaks),
             _mm_or_si128(_mm_and_si128(is(x, b' '), next_letter), _mm_and_si128(punct, after_punct)),
         );
         _mm_movemask_epi8(skips) as u32
@@ -1053,8 +1070,8 @@ fn superbpe_skips16(s: &[u8], i: usize) -> u32 {
 /// [`superbpe_skips16`] a byte at a time (no SSE2 here).
 #[cfg(not(target_arch = "x86_64"))]
 #[inline(always)]
-fn superbpe_skips16(s: &[u8], i: usize) -> u32 {
-    (0..16).map(|k| u32::from(superbpe_skips(s[i + k], s[i + k + 1])) << k).sum()
+fn superbpe_skips16<const LINES: bool>(s: &[u8], i: usize) -> u32 {
+    (0..16).map(|k| u32::from(superbpe_skips::<LINES>(s[i + k], s[i + k + 1])) << k).sum()
 }
 
 /// Isolated split with the superbpe stage-2 pattern: matches plus the gaps between them.
@@ -1062,7 +1079,7 @@ fn superbpe<'a, F: FnMut(&'a [u8])>(s: &'a [u8], emit: &mut F) {
     let mut gap = 0;
     let mut i = 0;
     while i < s.len() {
-        match superbpe_match(s, i) {
+        match superbpe_match::<false>(s, i) {
             Some(e) => {
                 if gap < i {
                     emit(&s[gap..i]);
@@ -1071,26 +1088,90 @@ fn superbpe<'a, F: FnMut(&'a [u8])>(s: &'a [u8], emit: &mut F) {
                 i = e;
                 gap = e;
             }
-            None => {
-                i += class_at(s, i).1;
-                // Skip the positions where no alternative can match (`superbpe_skips`), 16 at a
-                // time while 17 bytes are left, then one by one.
-                while i + 17 <= s.len() {
-                    let skips = superbpe_skips16(s, i);
-                    i += skips.trailing_ones() as usize;
-                    if skips != 0xFFFF {
-                        break;
-                    }
-                }
-                while i < s.len() && superbpe_skips(s[i], s.get(i + 1).copied().unwrap_or(0)) {
-                    i += 1;
-                }
-            }
+            None => i = superbpe_gap_step::<false>(s, i),
         }
     }
     if gap < s.len() {
         emit(&s[gap..]);
     }
+}
+
+/// From `i`, where no match starts, the next position where one may: past the character at `i`,
+/// then past the positions where none can (`superbpe_skips`), 16 at a time while 17 bytes are
+/// left, then one by one.
+#[inline(always)]
+fn superbpe_gap_step<const LINES: bool>(s: &[u8], i: usize) -> usize {
+    let mut i = i + class_at(s, i).1;
+    while i + 17 <= s.len() {
+        let skips = superbpe_skips16::<LINES>(s, i);
+        i += skips.trailing_ones() as usize;
+        if skips != 0xFFFF {
+            return i;
+        }
+    }
+    while i < s.len() && superbpe_skips::<LINES>(s[i], s.get(i + 1).copied().unwrap_or(0)) {
+        i += 1;
+    }
+    i
+}
+
+/// The end of the superbpe piece at `p` when each line (up to and including its "\n") is split
+/// on its own: the match there, or the gap up to the next match or through the line's end.
+#[inline]
+fn superbpe_line_piece(s: &[u8], p: usize) -> usize {
+    if s[p] == b'\n' {
+        return p + 1;
+    }
+    if let Some(e) = superbpe_match::<true>(s, p) {
+        return e;
+    }
+    let mut i = superbpe_gap_step::<true>(s, p);
+    while i < s.len() {
+        if s[i] == b'\n' {
+            return i + 1;
+        }
+        if superbpe_match::<true>(s, i).is_some() {
+            return i;
+        }
+        i = superbpe_gap_step::<true>(s, i);
+    }
+    i
+}
+
+/// The superbpe piece starts in `s[p..p + 64]` for [`blocks`], each line split on its own, or
+/// `None` when the block is not plain: too close to the end, holding a byte from 0x80 or a
+/// carriage return, or followed by a byte from 0x80. A block starts at a piece start, where the
+/// pattern starts afresh, so nothing before bit 0 counts. In plain text (bit k for byte k; "ws" is
+/// whitespace, "other" `[^\s\p{L}\p{N}]`) a piece starts
+/// - after a newline;
+/// - where a digit run begins, at every third digit of it (`\p{N}{1,3}`), and where it ends;
+/// - where a run of two or more other bytes begins, or at the space right before it
+///   (` ?[^\s\p{L}\p{N}]{2,}`); and where it ends, unless at a newline: `[\r\n/]*` takes that
+///   (without a carriage return there is nothing else it can take);
+/// - where a run of two or more spaces begins, or a lone space that ws follows (` +(?!\S)`);
+/// - after a space run that ws follows (it matches whole), and at the last space of a run of
+///   two or more that a non-ws byte follows (the match leaves that space).
+///
+/// Letters, ws but spaces and lone other bytes start no piece: they are the gaps between matches.
+/// A start at the last byte that depends on the two bytes after the block (a space before an
+/// other run that begins there) is left out: the next block starts earlier and finds it.
+#[inline(always)]
+fn superbpe_line_starts(s: &[u8], p: usize) -> Option<u64> {
+    let block: &[u8; 65] = s.get(p..p + 65)?.try_into().unwrap();
+    let next = block[64];
+    let bytes: &[u8; 64] = block[..64].try_into().unwrap();
+    let [letter, digit, other, ws, blank, _] = block_masks(bytes);
+    let [newline, cr] = block_bytes(bytes, [b'\n', b'\r']);
+    if (letter | digit | other | ws) != u64::MAX || cr != 0 || next >= 0x80 {
+        return None;
+    }
+    let next_kind = KIND[next as usize];
+    let next_ws = after_kind(ws, next_kind, K_SPACE);
+    let digits = digit_group_starts(digit) | (!digit & (digit << 1));
+    let runs = other & !(other << 1) & after_kind(other, next_kind, K_OTHER);
+    let others = ((runs >> 1) & blank) | (runs & !(blank << 1)) | (!other & (other << 1) & (other << 2) & !newline);
+    let spaces = (blank & !(blank << 1) & next_ws) | (ws & !blank & (blank << 1)) | (blank & (blank << 1) & !next_ws);
+    Some((newline << 1) | digits | others | spaces | 1)
 }
 
 // ---------------------------------------------------------------- superbpe-paper
@@ -1256,8 +1337,9 @@ mod tests {
             for line_units in [false, true] {
                 let fast = Splitter::Builtin { kind: b, line_units };
                 let slow = Splitter::Custom { re: Box::new(re.clone()), line_units };
-                for _ in 0..3000 {
-                    let len = (next() % 48) as usize;
+                for round in 0..3000 {
+                    // Longer texts too, so that lines of split line units pass the 16-byte skip.
+                    let len = (next() % if round % 2 == 0 { 48 } else { 120 }) as usize;
                     let text: Vec<u8> = (0..len).map(|_| alphabet[(next() % alphabet.len() as u64) as usize]).collect();
                     let (mut x, mut y) = (Vec::new(), Vec::new());
                     fast.split(&text, &mut |p: &[u8]| x.push(p.to_vec())).unwrap();
@@ -1276,8 +1358,14 @@ mod tests {
                 for at in [0, 7, 15] {
                     let mut s = [b'a'; 17];
                     (s[at], s[at + 1]) = (b, next);
-                    let want = superbpe_skips(b, next);
-                    assert_eq!(superbpe_skips16(&s, 0) >> at & 1 == 1, want, "{b:#x} then {next:#x} at {at}");
+                    let want = superbpe_skips::<false>(b, next);
+                    assert_eq!(superbpe_skips16::<false>(&s, 0) >> at & 1 == 1, want, "{b:#x} then {next:#x} at {at}");
+                    let want = superbpe_skips::<true>(b, next);
+                    assert_eq!(
+                        superbpe_skips16::<true>(&s, 0) >> at & 1 == 1,
+                        want,
+                        "lines: {b:#x}, {next:#x} at {at}"
+                    );
                 }
             }
         }
@@ -1308,7 +1396,8 @@ mod tests {
         }
     }
 
-    /// The block scanners (gpt2, cl100k) against the scalar ones on long random texts: plain ASCII
+    /// The block scanners (gpt2, cl100k, o200k, superbpe-stage1; superbpe's lines against the
+    /// split of one line at a time) against the scalar ones on long random texts: plain ASCII
     /// ones (blocks taken), and ones with apostrophes, carriage returns, multi-byte characters and
     /// long runs (blocks refused, pieces longer than a block, switches back and forth); code-like
     /// texts with indentation, digits, punctuation before words and newlines after it.
@@ -1354,6 +1443,15 @@ mod tests {
                         }),
                         pieces_of(s, |s, o| cover(s, &mut |p| o.push(p), |s, i| o200k(s, i, false))),
                     ),
+                    (
+                        "superbpe lines",
+                        pieces_of(s, |s, o| blocks(s, &mut |p| o.push(p), superbpe_line_starts, superbpe_line_piece)),
+                        pieces_of(s, |s, o| {
+                            for line in s.split_inclusive(|&b| b == b'\n') {
+                                superbpe(line, &mut |p| o.push(p));
+                            }
+                        }),
+                    ),
                 ] {
                     assert_eq!(fast, slow, "{name} {text:?}");
                 }
@@ -1378,19 +1476,18 @@ mod tests {
             "*/",
         ];
         let state = &mut 0x0F1E_2D3C_4B5A_6978u64;
-        for b in [Builtin::Gpt2, Builtin::Cl100k, Builtin::O200k, Builtin::SuperbpeStage1] {
-            let fast = Splitter::Builtin { kind: b, line_units: false };
-            let slow = Splitter::Custom {
-                re: Box::new(fancy_regex::Regex::new(&builtin_pattern(b)).unwrap()),
-                line_units: false,
-            };
+        let kinds = [Builtin::Gpt2, Builtin::Cl100k, Builtin::O200k, Builtin::SuperbpeStage1, Builtin::Superbpe];
+        for (b, line_units) in kinds.map(|b| (b, false)).into_iter().chain([(Builtin::Superbpe, true)]) {
+            let fast = Splitter::Builtin { kind: b, line_units };
+            let slow =
+                Splitter::Custom { re: Box::new(fancy_regex::Regex::new(&builtin_pattern(b)).unwrap()), line_units };
             for _ in 0..300 {
                 let parts = crate::test_below(state, 200);
                 let text: String = (0..parts).map(|_| alphabet[crate::test_below(state, alphabet.len())]).collect();
                 let (mut x, mut y) = (Vec::new(), Vec::new());
                 fast.split(text.as_bytes(), &mut |p: &[u8]| x.push(p.to_vec())).unwrap();
                 slow.split(text.as_bytes(), &mut |p: &[u8]| y.push(p.to_vec())).unwrap();
-                assert_eq!(x, y, "{b:?} {text:?}");
+                assert_eq!(x, y, "{b:?} {line_units} {text:?}");
             }
         }
     }

@@ -4,7 +4,7 @@
 //! is seen), so a block of input can be dropped as soon as it is counted; merging shards runs in
 //! parallel instead of as one long serial tail.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use hashbrown::HashTable;
 use rayon::prelude::*;
@@ -54,9 +54,6 @@ fn shard_of(hash: u64) -> usize {
 /// then its length in byte 7, see `pack_short`) or `LONG | source << 47 | arena location`,
 /// where source 0 is the shard's own arena and `k > 0` the `k-1`-th adopted worker arena.
 type Entry = (u64, [u8; 8], u64);
-
-/// How many entries ahead `Counts::shard_iter` fetches long keys.
-const ITER_AHEAD: usize = 32;
 
 /// The entries of a [`Counts`] in the order their keys lie in memory, for a consumer that reads
 /// every key once (replay): short keys are held in the list itself, and each arena's long keys are
@@ -490,11 +487,19 @@ pub struct Counts {
     state: ahash::RandomState,
     shards: Vec<Shard>,
     adopted: Vec<Arena>,
+    /// The memory order, once asked for and until the table changes: the memory estimate reads
+    /// every key in it, and the build that follows reads them again (see [`Counts::memory_order`]).
+    order: Mutex<Option<Arc<MemoryOrder>>>,
 }
 
 impl Default for Counts {
     fn default() -> Self {
-        Counts { state: hasher(), shards: (0..SHARDS).map(|_| Shard::default()).collect(), adopted: Vec::new() }
+        Counts {
+            state: hasher(),
+            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
+            adopted: Vec::new(),
+            order: Mutex::new(None),
+        }
     }
 }
 
@@ -563,6 +568,7 @@ impl Counts {
 
     /// Add `count` to `piece` (copying the key on first sight).
     pub fn add(&mut self, piece: &[u8], count: u64) -> Result<(), String> {
+        self.forget_order();
         let h = piece_hash(&self.state, piece);
         add_entry(&mut self.shards[shard_of(h)], &self.adopted, h, piece, count, |a| own_key(a, h, piece))
     }
@@ -581,31 +587,6 @@ impl Counts {
         self.shards[s].table.len()
     }
 
-    /// The entries of shard `s` (below `SHARDS`); the shards together hold every entry once.
-    ///
-    /// The table's order is random against the arenas' (a stage 2's hundreds of megabytes of long
-    /// keys), so each long key's record is fetched `ITER_AHEAD` entries before it is read. A
-    /// consumer of every key that needs no shard at a time reads faster in [`Counts::memory_order`].
-    pub fn shard_iter(&self, s: usize) -> impl Iterator<Item = (&[u8], u64)> {
-        let shard = &self.shards[s];
-        let fetch = move |e: &Entry| {
-            if e.1[7] & 0x80 != 0 {
-                let r = u64::from_le_bytes(e.1);
-                let src = ((r & !LONG) >> LOC_BITS) as usize;
-                let arena = if src == 0 { &shard.arena } else { &self.adopted[src - 1] };
-                arena.prefetch(r & ((1 << LOC_BITS) - 1));
-            }
-        };
-        let mut ahead = shard.table.iter();
-        ahead.by_ref().take(ITER_AHEAD).for_each(fetch);
-        shard.table.iter().map(move |e| {
-            if let Some(next) = ahead.next() {
-                fetch(next);
-            }
-            (key_bytes(&e.1, &shard.arena, &self.adopted), e.2)
-        })
-    }
-
     /// Bytes the table holds: its shards' slots and every arena (what dropping it gives back).
     pub fn heap_bytes(&self) -> u64 {
         let entry = std::mem::size_of::<Entry>() as u64 + 1;
@@ -619,8 +600,27 @@ impl Counts {
             .flat_map(move |s| s.table.iter().map(move |e| (key_bytes(&e.1, &s.arena, &self.adopted), e.2)))
     }
 
-    /// Every entry in the order its key lies in memory (see [`MemoryOrder`]).
-    pub fn memory_order(&self) -> MemoryOrder {
+    /// Every entry in the order its key lies in memory (see [`MemoryOrder`]), kept until the
+    /// table changes or a reader takes it ([`Counts::take_memory_order`]): listing and sorting the
+    /// entries of a stage 2 is a large part of reading its keys once.
+    pub fn memory_order(&self) -> Arc<MemoryOrder> {
+        let mut kept = self.order.lock().unwrap_or_else(|e| e.into_inner());
+        kept.get_or_insert_with(|| Arc::new(self.list_memory_order())).clone()
+    }
+
+    /// [`Counts::memory_order`], no longer kept here: the last reader frees it when done (the
+    /// build drops it after replay, before its own peak).
+    pub fn take_memory_order(&self) -> Arc<MemoryOrder> {
+        let kept = self.order.lock().unwrap_or_else(|e| e.into_inner()).take();
+        kept.unwrap_or_else(|| Arc::new(self.list_memory_order()))
+    }
+
+    /// Drop a kept memory order: the table is about to change.
+    fn forget_order(&mut self) {
+        *self.order.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    fn list_memory_order(&self) -> MemoryOrder {
         let arenas = SHARDS + self.adopted.len();
         type ShardLists = (Vec<([u8; 8], u64)>, Vec<Vec<(u64, u64)>>);
         let per_shard: Vec<ShardLists> = self
@@ -685,6 +685,7 @@ impl Counts {
     /// Free the keys a consumer reading in [`MemoryOrder`] has passed: every arena before `arena`
     /// and the chunks of `arena` before the one holding `loc`.
     pub fn release_keys_before(&mut self, arena: usize, loc: u64) {
+        self.forget_order();
         for a in 0..arena.min(SHARDS + self.adopted.len()) {
             match a.checked_sub(SHARDS) {
                 None => self.shards[a].arena = Arena::default(),
@@ -707,6 +708,7 @@ impl Counts {
 
     /// Add all of `other` into `self`, shard by shard in parallel.
     pub fn merge(&mut self, other: &Counts) -> Result<(), String> {
+        self.forget_order();
         let adopted = &self.adopted;
         self.shards.par_iter_mut().zip(other.shards.par_iter()).try_for_each(|(mine, theirs)| {
             for e in theirs.table.iter() {
@@ -720,6 +722,7 @@ impl Counts {
     /// Add the workers' counts, shard by shard in parallel. Their arenas are adopted, so new
     /// long keys are not copied.
     fn absorb(&mut self, locals: Vec<LocalCounts>) -> Result<(), String> {
+        self.forget_order();
         if self.adopted.len() + locals.len() > MAX_ADOPTED {
             // Far more worker arenas than any real count makes: copy the keys instead.
             for local in &locals {
@@ -823,6 +826,23 @@ mod tests {
         let got: HashMap<Vec<u8>, u64> = into.iter().map(|(k, v)| (k.to_vec(), v)).collect();
         assert_eq!(got.len(), want.len());
         assert_eq!(got, want);
+    }
+
+    /// The memory order is listed once and kept while the table stands; a change forgets it (the
+    /// next one lists the new entry), and a reader that takes it leaves none behind.
+    #[test]
+    fn memory_order_is_kept_until_the_table_changes() {
+        let mut counts = Counts::default();
+        counts.add(b"a long piece of text", 2).unwrap();
+        let first = counts.memory_order();
+        assert!(Arc::ptr_eq(&first, &counts.memory_order()));
+        counts.add(b"abc", 1).unwrap();
+        let second = counts.memory_order();
+        assert!(!Arc::ptr_eq(&first, &second));
+        assert_eq!((first.len(), second.len()), (1, 2));
+        let taken = counts.take_memory_order();
+        assert!(Arc::ptr_eq(&taken, &second));
+        assert!(!Arc::ptr_eq(&taken, &counts.take_memory_order()));
     }
 
     /// Memory order lists every entry once with its count (keys held by the shards' own arenas and

@@ -1,8 +1,8 @@
 //! How much memory building a trainer will take, estimated from the counts before it is built.
 //!
 //! A SuperBPE stage 2 on gigabytes of text can need more memory than the machine has; finding out
-//! by an OOM kill loses the run. The estimate replays a sample of the pieces (every `SAMPLE`-th of
-//! each count shard, so it costs a small part of the real replay) to learn symbols per byte, then adds up what the
+//! by an OOM kill loses the run. The estimate replays a sample of the pieces (every `SAMPLE`-th in
+//! memory order, so it costs a small part of the real replay) to learn symbols per byte, then adds up what the
 //! build holds at its peak (`symbols.rs`, `Trainer::index_pairs`).
 //!
 //! The official recipe's build (`Rules::official`) is another: every byte of every piece is a
@@ -16,8 +16,9 @@
 use rayon::prelude::*;
 
 use crate::pairs::PairTable;
+use crate::replay;
 use crate::replay::ChunkSyms;
-use crate::tables::{Counts, SHARDS};
+use crate::tables::Counts;
 use crate::train::{CorpusHeap, Rules, Source, Trainer, PAIR_ENTRY_BYTES};
 
 /// Every this many pieces, one is replayed for the estimate (all of them below `EXACT_BELOW`).
@@ -46,8 +47,11 @@ const PER_SYMBOL_X8: u64 = 8 * 9 + 1;
 /// Bytes per piece of replay's output besides its symbols: its length (4) and count (8).
 const REPLAYED_PER_PIECE: u64 = 12;
 
-/// A count shard's pieces (of at least 2 bytes), their bytes, and its sampled pieces with counts.
-type ShardSample<'a> = (u64, u64, Vec<(&'a [u8], u64)>);
+/// A part's pieces (of at least 2 bytes), their bytes, and its sampled pieces with counts.
+type PartSample<'a> = (u64, u64, Vec<(&'a [u8], u64)>);
+
+/// Pieces per part of the pass over the keys (parts are what threads take).
+const PART_PIECES: usize = 1 << 16;
 
 /// The build has two peaks. At the end of replay the replayed chunks (2 or 4 bytes per symbol, see
 /// `ChunkSyms`) stand beside the counts; at the pair index the trainer's arrays stand, and counts
@@ -59,13 +63,15 @@ pub fn estimate(
     rules: &Rules,
     consume: bool,
 ) -> Result<Estimate, String> {
-    // One pass over the shards in parallel (reading each key is a cache miss, and a stage 2 has tens
-    // of millions): their pieces and bytes, and every `SAMPLE`-th piece of each.
-    let per_shard: Vec<ShardSample> = (0..SHARDS)
+    // One pass over the keys in the order they lie in memory, in parallel (the build reads them
+    // in that order too, and reuses it): the pieces and bytes of each part, and every
+    // `SAMPLE`-th piece of it.
+    let order = counts.memory_order();
+    let per_part: Vec<PartSample> = replay::parts(&order, PART_PIECES)
         .into_par_iter()
-        .map(|s| {
+        .map(|part| {
             let (mut pieces, mut bytes, mut picked) = (0u64, 0u64, Vec::new());
-            for (piece, count) in counts.shard_iter(s).filter(|(p, c)| p.len() >= 2 && *c > 0) {
+            for (piece, count) in part.pieces(counts).filter(|(p, c)| p.len() >= 2 && *c > 0) {
                 if pieces.is_multiple_of(SAMPLE as u64) {
                     picked.push((piece, count));
                 }
@@ -75,8 +81,8 @@ pub fn estimate(
             (pieces, bytes, picked)
         })
         .collect();
-    let pieces: u64 = per_shard.iter().map(|s| s.0).sum();
-    let bytes: u64 = per_shard.iter().map(|s| s.1).sum();
+    let pieces: u64 = per_part.iter().map(|s| s.0).sum();
+    let bytes: u64 = per_part.iter().map(|s| s.1).sum();
     let step = if pieces <= EXACT_BELOW as u64 { 1 } else { SAMPLE };
     let mut sample = Counts::default();
     let mut sample_bytes = 0u64;
@@ -90,11 +96,11 @@ pub fn estimate(
             add(piece, count)?;
         }
     } else {
-        for &(piece, count) in per_shard.iter().flat_map(|s| &s.2) {
+        for &(piece, count) in per_part.iter().flat_map(|s| &s.2) {
             add(piece, count)?;
         }
     }
-    drop(per_shard);
+    drop(per_part);
     let scale = |sampled: u64| {
         if sample_bytes == 0 {
             0

@@ -309,7 +309,7 @@ impl Trainer {
             return Ok((symbols, 0));
         }
         let tables = pair_tables();
-        let order = counts.memory_order();
+        let order = counts.take_memory_order();
         let parts = replay::parts(&order, PART_PIECES);
         let chunks = replay_counts(counts, &parts, &ranks, &Joins::of(replay), &segment_caches(), Some(&tables))?;
         let tables = tables.into_iter().map(|p| p.into_inner().unwrap_or_else(|e| e.into_inner())).collect();
@@ -344,7 +344,8 @@ impl Trainer {
             // Cutting needs every replayed pair's count: replay counts them as it goes.
             let pairs = to_choose.map(|_| pair_tables());
             let mut chunks = Vec::new();
-            let order = source.get().memory_order();
+            // Listed already when the memory estimate read the keys in this order.
+            let order = source.get().take_memory_order();
             source.release_tables();
             let parts = replay::parts(&order, PART_PIECES);
             // A few parts at a time, to report progress and free the keys passed between them.
