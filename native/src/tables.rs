@@ -243,7 +243,11 @@ impl LocalCounts {
     /// built (it is a large part of the count's peak). Nothing can be added afterwards.
     fn drop_long_index(&mut self) {
         self.long = Vec::new();
-        self.long_len = 0;
+    }
+
+    /// How many distinct pieces it holds (the hot cache flushed).
+    fn len(&self) -> usize {
+        self.short_len + self.long_len
     }
 
     #[inline(always)]
@@ -530,14 +534,14 @@ fn add_entry(
     make_key: impl FnOnce(&mut Arena) -> [u8; 8],
 ) -> Result<(), String> {
     let Shard { table, arena } = shard;
-    let found = table.find_mut(table_hash(h), |e| e.0 == h && bytes_eq(key_bytes(&e.1, arena, adopted), piece));
-    match found {
-        Some(e) => {
-            e.2 = e.2.checked_add(count).ok_or_else(|| "piece count overflows 64 bits".to_string())?;
+    let eq = |e: &Entry| e.0 == h && bytes_eq(key_bytes(&e.1, arena, adopted), piece);
+    match table.entry(table_hash(h), eq, |e| table_hash(e.0)) {
+        hashbrown::hash_table::Entry::Occupied(mut e) => {
+            let e = &mut e.get_mut().2;
+            *e = e.checked_add(count).ok_or_else(|| "piece count overflows 64 bits".to_string())?;
         }
-        None => {
-            let key = make_key(arena);
-            table.insert_unique(table_hash(h), (h, key, count), |e| table_hash(e.0));
+        hashbrown::hash_table::Entry::Vacant(v) => {
+            v.insert((h, make_key(arena), count));
         }
     }
     Ok(())
@@ -742,6 +746,11 @@ impl Counts {
         // list was the peak of the whole run).
         let per_group = SHARDS.div_ceil(rayon::current_num_threads().clamp(1, SHARDS));
         let Counts { shards, adopted, .. } = self;
+        // Room for every incoming entry at once (pieces two workers share are counted twice, so
+        // this errs high): grown one doubling at a time, each shard's table was rehashed a dozen
+        // times over while a stage 2's tens of millions of pieces came in.
+        let incoming = locals.iter().map(LocalCounts::len).sum::<usize>().div_ceil(SHARDS);
+        shards.par_iter_mut().for_each(|shard| shard.table.reserve(incoming, |e| table_hash(e.0)));
         for local in locals {
             adopted.push(local.arena);
             let src = adopted.len() as u64;
