@@ -16,8 +16,7 @@
 use rayon::prelude::*;
 
 use crate::pairs::PairTable;
-use crate::replay;
-use crate::replay::ChunkSyms;
+use crate::replay::{self, ChunkSyms};
 use crate::tables::Counts;
 use crate::train::{CorpusHeap, Rules, Source, Trainer, PAIR_ENTRY_BYTES};
 
