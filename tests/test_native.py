@@ -455,6 +455,27 @@ def test_batch_and_array_encoding(
         gpt2_native.encode_batch(texts, "int8")
 
 
+def test_per_document_arrays_match_tiktoken(
+    gpt2_native: native_engine.NativeEncoder, gpt2_tiktoken: tiktoken.Encoding, corpora: dict[str, str]
+) -> None:
+    """``encode_ordinary_array`` per document (lines of every corpus, twice: cold and cached pieces)
+    gives tiktoken's ids in both dtypes, as ``encode_ordinary`` does."""
+    documents = [line for text in corpora.values() for line in text[:60_000].splitlines(keepends=True)]
+    documents += ["", "x", " " * 40, "a" * 3000 + "b" * 999]
+    for dtype in ("uint16", "uint32", "uint16"):
+        for text in documents:
+            array = gpt2_native.encode_ordinary_array(text, dtype)
+            assert array.dtype == np.dtype(dtype)
+            assert array.tolist() == gpt2_tiktoken.encode_ordinary(text), repr(text[:80])
+    with pytest.raises(InputError, match="unpaired surrogate"):
+        gpt2_native.encode_ordinary_array("ok \ud800 no", "uint16")
+    wide = native_engine.NativeEncoder({bytes([b]): b for b in range(256)} | {b"ab": 70_000}, [(b"a", b"b")],
+                                       get_pretokenizer("gpt2"))
+    assert wide.encode_ordinary_array("abc", "uint32").tolist() == [70_000, ord("c")]
+    with pytest.raises(ValueError, match="id 70000 does not fit in uint16"):
+        wide.encode_ordinary_array("abc", "uint16")
+
+
 def test_ids_match_python_encoder_for_superbpe_tokenizer(
     corpora: dict[str, str], tmp_path: Path, native: Native, python: PythonEngine
 ) -> None:

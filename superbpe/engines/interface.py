@@ -46,6 +46,11 @@ class EncoderCore(Protocol):
 
     def encode_ordinary(self, text: str) -> list[int]: ...
 
+    def encode_ordinary_array(self, text: str, dtype: str) -> np.ndarray:
+        """``encode_ordinary`` as a numpy array of ``dtype`` ("uint16" or "uint32", which the caller
+        checked holds every id)."""
+        ...
+
     def encode_texts(
         self, texts: list[str], specials: Mapping[str, int], threads: int
     ) -> list[list[int]]: ...

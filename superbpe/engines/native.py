@@ -478,6 +478,15 @@ class NativeEncoder:
         except ValueError as exc:
             raise _encode_error(exc) from None
 
+    def encode_ordinary_array(self, text: str, dtype: str) -> np.ndarray:
+        """``encode_ordinary`` as a numpy array of ``dtype`` (uint16 or uint32), made in Rust."""
+        try:
+            return self._core.encode_ordinary_array(text, dtype)  # type: ignore[no-any-return]
+        except UnicodeEncodeError as exc:
+            raise _surrogate_error(text, exc) from None
+        except ValueError as exc:
+            raise _encode_error(exc) from None
+
     def encode_texts(self, texts: list[str], specials: Mapping[str, int], threads: int) -> list[list[int]]:
         """Ids of each text, special tokens cut out first, encoded in Rust on ``threads`` threads with the
         GIL released; the lists share the encoder's int objects (see ``NativeEncoder`` in Rust)."""

@@ -83,6 +83,10 @@ class PythonEncoder:
                 found[index] = ids
         return list(chain.from_iterable(found))
 
+    def encode_ordinary_array(self, text: str, dtype: str) -> np.ndarray:
+        """``encode_ordinary`` as a numpy array of ``dtype``."""
+        return np.array(self.encode_ordinary(text), dtype=dtype)
+
     def encode_texts(self, texts: list[str], specials: Mapping[str, int], threads: int) -> list[list[int]]:
         """Ids of each text (special tokens in ``specials`` cut out first), one text after another.
 

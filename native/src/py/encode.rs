@@ -4,6 +4,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
+use numpy::PyArray1;
+
 use super::*;
 use crate::encode::batch_ends;
 use crate::encode_levels::{Plan, Request};
@@ -124,15 +126,24 @@ impl NativeEncoder {
     /// releasing and taking it back costs more than such a text takes to encode, and far more when
     /// another thread is waiting for it.
     fn encode_ordinary<'py>(&self, py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyList>> {
-        let inner = &self.inner;
-        let bytes = text.as_bytes();
-        let encode = || -> Result<Vec<u32>, NativeError> {
-            let mut out = Vec::with_capacity(bytes.len() / 3 + 1);
-            inner.encode_ordinary(bytes, &mut out)?;
-            Ok(out)
-        };
-        let ids = if bytes.len() < DETACH_MIN_BYTES { run_attached(encode)? } else { run_detached(py, encode)? };
+        let ids = self.encode_one(py, text)?;
         ids_list(py, &ids, &self.id_objects)
+    }
+
+    /// `encode_ordinary` as a numpy array of `dtype` ("uint16" or "uint32"): no Python object
+    /// per id, and none for the cyclic collector to walk.
+    fn encode_ordinary_array<'py>(&self, py: Python<'py>, text: &str, dtype: &str) -> PyResult<Bound<'py, PyAny>> {
+        check_dtype(dtype)?;
+        let ids = self.encode_one(py, text)?;
+        if dtype == "uint32" {
+            return Ok(PyArray1::from_slice(py, &ids).into_any());
+        }
+        if let Some(id) = ids.iter().find(|&&id| id > u16::MAX as u32) {
+            return Err(PyValueError::new_err(format!("id {id} does not fit in uint16")));
+        }
+        let narrow: Vec<u16> = ids.iter().map(|&id| id as u16).collect();
+        // The vector's buffer becomes the array's, uncopied (it has no spare capacity).
+        Ok(PyArray1::from_vec(py, narrow).into_any())
     }
 
     /// Ids of each text as a list of lists, special tokens (`specials`: their bytes and ids) cut
@@ -308,6 +319,23 @@ fn block_ranges(texts: &[PyBackedStr]) -> Vec<std::ops::Range<usize>> {
 }
 
 impl NativeEncoder {
+    /// The ids of one text with no special-token handling. A short text is encoded holding the
+    /// GIL (see `encode_ordinary`).
+    fn encode_one(&self, py: Python<'_>, text: &str) -> PyResult<Vec<u32>> {
+        let inner = &self.inner;
+        let bytes = text.as_bytes();
+        let encode = || -> Result<Vec<u32>, NativeError> {
+            let mut out = Vec::with_capacity(bytes.len() / 3 + 1);
+            inner.encode_ordinary(bytes, &mut out)?;
+            Ok(out)
+        };
+        if bytes.len() < DETACH_MIN_BYTES {
+            run_attached(encode)
+        } else {
+            run_detached(py, encode)
+        }
+    }
+
     /// A pool of `threads` threads, the one kept from the last call when its size fits.
     fn sized_pool(&self, threads: usize) -> PyResult<Arc<rayon::ThreadPool>> {
         let mut kept = self.sized_pool.lock().unwrap_or_else(|e| e.into_inner());
