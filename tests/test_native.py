@@ -439,7 +439,10 @@ def test_gpt2_ids_match_tiktoken(
 
 
 def test_batch_and_array_encoding(
-    gpt2_native: native_engine.NativeEncoder, gpt2_tiktoken: tiktoken.Encoding, corpora: dict[str, str]
+    gpt2_native: native_engine.NativeEncoder,
+    gpt2_tiktoken: tiktoken.Encoding,
+    corpora: dict[str, str],
+    gpt2_files: tuple[dict[int, bytes], list[Merge]],
 ) -> None:
     texts = [corpora["german.txt"], "", corpora["address.txt"], corpora["wikitext"][:20_000]]
     expected = [gpt2_tiktoken.encode_ordinary(t) for t in texts]
@@ -448,6 +451,13 @@ def test_batch_and_array_encoding(
         assert ids.dtype == np.dtype(dtype) and ends.dtype == np.uint64
         assert ends.tolist() == np.cumsum([len(e) for e in expected]).tolist()
         assert ids.tolist() == [i for e in expected for i in e]
+    vocab = {token: i for i, token in gpt2_files[0].items() if i < 50256}
+    for workers in (1, 2):  # one thread encodes the batch as one part, handed on as it is
+        encoder = native_engine.NativeEncoder(vocab, gpt2_files[1], get_pretokenizer("gpt2"), workers=workers)
+        for dtype in ("uint32", "uint16"):
+            ids, ends = encoder.encode_batch(texts, dtype)
+            assert ids.dtype == np.dtype(dtype) and ids.tolist() == [i for e in expected for i in e]
+            assert ends.tolist() == np.cumsum([len(e) for e in expected]).tolist()
     text = corpora["wikitext"]
     array = gpt2_native.encode_array(text, "uint16", chunk_bytes=4096)
     assert array.tolist() == gpt2_tiktoken.encode_ordinary(text)

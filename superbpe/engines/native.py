@@ -506,35 +506,31 @@ class NativeEncoder:
         _check_dtype(dtype)
         pairs = [(token.encode("utf-8"), token_id) for token, token_id in specials.items()]
         try:
-            ids, offsets = self._core.encode_texts_flat(texts, pairs, threads, dtype)
+            return self._core.encode_texts_flat(texts, pairs, threads, dtype)  # type: ignore[no-any-return]
         except UnicodeEncodeError:
             raise _batch_surrogate_error(texts) from None
         except ValueError as exc:
             raise _encode_error(exc) from None
-        flat = np.frombuffer(ids, dtype=np.dtype(dtype).newbyteorder("<"))
-        return flat, np.frombuffer(offsets, dtype="<i8")
 
     def encode_batch(self, texts: Sequence[str], dtype: str = "uint32") -> tuple[np.ndarray, np.ndarray]:
         """Encode many texts on all cores: flat ids (``dtype`` uint16/uint32) and each text's end offset."""
         _check_dtype(dtype)
         try:
-            ids, ends = self._core.encode_batch(list(texts), dtype)
+            return self._core.encode_batch(list(texts), dtype)  # type: ignore[no-any-return]
         except UnicodeEncodeError as exc:
             raise _surrogate_error(str(exc.object), exc) from None
         except ValueError as exc:
             raise _encode_error(exc) from None
-        return np.frombuffer(ids, dtype=np.dtype(dtype).newbyteorder("<")), np.frombuffer(ends, dtype="<u8")
 
     def encode_array(self, text: str, dtype: str = "uint32", chunk_bytes: int = 1 << 20) -> np.ndarray:
         """Ids of one large text as a numpy array, encoded in parallel between safe cuts."""
         _check_dtype(dtype)
         try:
-            ids = self._core.encode_array(text, dtype, chunk_bytes)
+            return self._core.encode_array(text, dtype, chunk_bytes)  # type: ignore[no-any-return]
         except UnicodeEncodeError as exc:
             raise _surrogate_error(text, exc) from None
         except ValueError as exc:
             raise _encode_error(exc) from None
-        return np.frombuffer(ids, dtype=np.dtype(dtype).newbyteorder("<"))
 
 
 def _check_dtype(dtype: str) -> None:

@@ -135,15 +135,7 @@ impl NativeEncoder {
     fn encode_ordinary_array<'py>(&self, py: Python<'py>, text: &str, dtype: &str) -> PyResult<Bound<'py, PyAny>> {
         check_dtype(dtype)?;
         let ids = self.encode_one(py, text)?;
-        if dtype == "uint32" {
-            return Ok(PyArray1::from_slice(py, &ids).into_any());
-        }
-        if let Some(id) = ids.iter().find(|&&id| id > u16::MAX as u32) {
-            return Err(PyValueError::new_err(format!("id {id} does not fit in uint16")));
-        }
-        let narrow: Vec<u16> = ids.iter().map(|&id| id as u16).collect();
-        // The vector's buffer becomes the array's, uncopied (it has no spare capacity).
-        Ok(PyArray1::from_vec(py, narrow).into_any())
+        ids_array(py, vec![ids], dtype)
     }
 
     /// Ids of each text as a list of lists, special tokens (`specials`: their bytes and ids) cut
@@ -169,9 +161,9 @@ impl NativeEncoder {
         Ok(lists.finish())
     }
 
-    /// As `encode_texts`, into one flat buffer of little-endian ids (`dtype` "uint16" or
-    /// "uint32") and the offsets of the texts' ids as little-endian int64: `len(texts) + 1`
-    /// of them, from 0, so text `i` has ids `[offsets[i], offsets[i + 1])`.
+    /// As `encode_texts`, into one numpy array of ids (`dtype` "uint16" or "uint32") and the
+    /// offsets of the texts' ids as int64: `len(texts) + 1` of them, from 0, so text `i` has ids
+    /// `[offsets[i], offsets[i + 1])`.
     fn encode_texts_flat<'py>(
         &self,
         py: Python<'py>,
@@ -179,50 +171,37 @@ impl NativeEncoder {
         specials: Vec<(Vec<u8>, u32)>,
         threads: usize,
         dtype: &str,
-    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
         check_dtype(dtype)?;
         let blocks = self.encode_blocks(py, &texts, specials, threads)?;
-        let parts: Vec<&[u32]> = blocks.iter().map(|b| b.ids.as_slice()).collect();
-        let ids = ids_buffer_parts(py, &parts, dtype)?;
-        let offsets = PyBytes::new_with(py, (texts.len() + 1) * 8, |buf| {
-            let mut chunks = buf.chunks_exact_mut(8);
-            let mut base = 0u64;
-            if let Some(first) = chunks.next() {
-                first.copy_from_slice(&0i64.to_le_bytes());
-            }
-            for block in &blocks {
-                for (&end, chunk) in block.ends.iter().zip(chunks.by_ref()) {
-                    chunk.copy_from_slice(&((base + end as u64) as i64).to_le_bytes());
-                }
-                base += block.ids.len() as u64;
-            }
-            Ok(())
-        })?;
-        Ok((ids, offsets))
+        let mut offsets = Vec::with_capacity(texts.len() + 1);
+        offsets.push(0i64);
+        let mut base = 0;
+        for block in &blocks {
+            offsets.extend(block.ends.iter().map(|&end| (base + end) as i64));
+            base += block.ids.len();
+        }
+        let ids = ids_array(py, blocks.into_iter().map(|b| b.ids).collect(), dtype)?;
+        Ok((ids, PyArray1::from_vec(py, offsets).into_any()))
     }
 
-    /// Encode texts in parallel into one flat buffer of little-endian ids (`dtype` "uint16" or
-    /// "uint32"; Python wraps it with `numpy.frombuffer`) plus the end offset of each text's ids
-    /// as little-endian uint64.
+    /// Encode texts in parallel into one numpy array of ids (`dtype` "uint16" or "uint32") plus
+    /// the end offset of each text's ids (uint64).
     fn encode_batch<'py>(
         &self,
         py: Python<'py>,
         texts: Vec<PyBackedStr>,
         dtype: &str,
-    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+        check_dtype(dtype)?;
         let (inner, pool) = (&self.inner, &self.pool);
         let parts = run_detached(py, || {
             let slices: Vec<&[u8]> = texts.iter().map(|t| t.as_bytes()).collect();
             pool.install(|| inner.encode_batch_parts(&slices)).map_err(NativeError::from)
         })?;
-        let ends = PyBytes::new_with(py, texts.len() * 8, |buf| {
-            for (chunk, end) in buf.chunks_exact_mut(8).zip(batch_ends(&parts)) {
-                chunk.copy_from_slice(&end.to_le_bytes());
-            }
-            Ok(())
-        })?;
-        let ids: Vec<&[u32]> = parts.iter().map(|p| p.0.as_slice()).collect();
-        Ok((ids_buffer_parts(py, &ids, dtype)?, ends))
+        let ends: Vec<u64> = batch_ends(&parts).collect();
+        let ids = ids_array(py, parts.into_iter().map(|p| p.0).collect(), dtype)?;
+        Ok((ids, PyArray1::from_vec(py, ends).into_any()))
     }
 
     /// Encode one large text in parallel, cut only where pieces cannot cross; ids as in
@@ -233,15 +212,15 @@ impl NativeEncoder {
         text: &str,
         dtype: &str,
         chunk_bytes: usize,
-    ) -> PyResult<Bound<'py, PyBytes>> {
+    ) -> PyResult<Bound<'py, PyAny>> {
+        check_dtype(dtype)?;
         let (inner, pool) = (&self.inner, &self.pool);
         let bytes = text.as_bytes();
         let parts = run_detached(py, || {
             let chunks = safe_chunks(inner.splitter(), bytes, chunk_bytes.max(1));
             pool.install(|| inner.encode_batch_parts(&chunks)).map_err(NativeError::from)
         })?;
-        let ids: Vec<&[u32]> = parts.iter().map(|p| p.0.as_slice()).collect();
-        ids_buffer_parts(py, &ids, dtype)
+        ids_array(py, parts.into_iter().map(|p| p.0).collect(), dtype)
     }
 }
 
@@ -301,13 +280,13 @@ impl SpecialIds {
     }
 }
 
-/// Consecutive texts grouped into runs of about `BLOCK_BYTES` (index ranges).
-fn block_ranges(texts: &[PyBackedStr]) -> Vec<std::ops::Range<usize>> {
+/// Consecutive texts grouped into runs of about `block_bytes` (index ranges).
+fn block_ranges(texts: &[PyBackedStr], block_bytes: usize) -> Vec<std::ops::Range<usize>> {
     let mut ranges = Vec::new();
     let (mut start, mut bytes) = (0, 0);
     for (i, text) in texts.iter().enumerate() {
         bytes += text.len();
-        if bytes >= BLOCK_BYTES {
+        if bytes >= block_bytes {
             ranges.push(start..i + 1);
             (start, bytes) = (i + 1, 0);
         }
@@ -360,7 +339,9 @@ impl NativeEncoder {
     ) -> PyResult<Vec<Block>> {
         let helpers = self.helpers(threads)?;
         let specials = SpecialIds::new(specials);
-        let work = Work::new(&self.inner, &specials, texts);
+        // On one thread the batch is one block: its ids are then one vector (see `ids_array`).
+        let block_bytes = if helpers.is_some() { BLOCK_BYTES } else { usize::MAX };
+        let work = Work::new(&self.inner, &specials, texts, block_bytes);
         run_detached(py, || {
             let mut results = Results::new(work.ranges.len());
             let Some(pool) = helpers else {
@@ -398,7 +379,7 @@ impl NativeEncoder {
         let Some(pool) = self.helpers(threads)? else {
             return Err(PyValueError::new_err("overlapped building needs more than one thread"));
         };
-        let work = Work::new(&self.inner, &specials, texts);
+        let work = Work::new(&self.inner, &specials, texts, BLOCK_BYTES);
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             pool.in_place_scope(|scope| -> PyResult<()> {
                 let mut receiver = work.start_helpers(scope, pool.current_num_threads());
@@ -471,8 +452,8 @@ struct Work<'a> {
 type Encoded = (usize, Result<Block, String>);
 
 impl<'a> Work<'a> {
-    fn new(inner: &'a Encoder, specials: &'a SpecialIds, texts: &'a [PyBackedStr]) -> Self {
-        let ranges = block_ranges(texts);
+    fn new(inner: &'a Encoder, specials: &'a SpecialIds, texts: &'a [PyBackedStr], block_bytes: usize) -> Self {
+        let ranges = block_ranges(texts, block_bytes);
         Work {
             inner,
             specials,
@@ -636,36 +617,28 @@ fn check_dtype(dtype: &str) -> PyResult<()> {
     }
 }
 
-/// Ids of several parts, one after another, as packed little-endian integers of `dtype`'s width
-/// ("uint16" or "uint32"), written straight into a bytes object.
-fn ids_buffer_parts<'py>(py: Python<'py>, parts: &[&[u32]], dtype: &str) -> PyResult<Bound<'py, PyBytes>> {
-    let total: usize = parts.iter().map(|p| p.len()).sum();
-    let all = parts.iter().flat_map(|p| p.iter().copied());
-    match dtype {
-        // Part by part: a loop over one slice compiles to a vectorized copy, one over the
-        // flattened parts to a copy an id at a time.
-        "uint32" => PyBytes::new_with(py, total * 4, |buf| {
-            let mut rest = &mut buf[..];
-            for part in parts {
-                let (head, tail) = rest.split_at_mut(part.len() * 4);
-                for (chunk, id) in head.chunks_exact_mut(4).zip(part.iter()) {
-                    chunk.copy_from_slice(&id.to_le_bytes());
-                }
-                rest = tail;
-            }
-            Ok(())
-        }),
-        _ => {
-            check_dtype(dtype)?;
-            if let Some(id) = parts.iter().flat_map(|p| p.iter()).find(|&&id| id > u16::MAX as u32) {
-                return Err(PyValueError::new_err(format!("id {id} does not fit in uint16")));
-            }
-            PyBytes::new_with(py, total * 2, |buf| {
-                for (chunk, id) in buf.chunks_exact_mut(2).zip(all) {
-                    chunk.copy_from_slice(&(id as u16).to_le_bytes());
-                }
-                Ok(())
-            })
+/// Ids of several parts, one after another, as a numpy array of `dtype` ("uint16" or
+/// "uint32"). One part of uint32 ids becomes the array's buffer as it is (a batch on one thread
+/// is one part): copying a large batch's ids, and faulting in the fresh memory of the copy, cost
+/// as much as a tenth of encoding them.
+fn ids_array<'py>(py: Python<'py>, mut parts: Vec<Vec<u32>>, dtype: &str) -> PyResult<Bound<'py, PyAny>> {
+    check_dtype(dtype)?;
+    if dtype == "uint32" {
+        let mut ids = if parts.len() == 1 { parts.pop().unwrap_or_default() } else { parts.concat() };
+        // The array keeps the whole allocation: give back a spare quarter or more (shrinking in
+        // place, mostly).
+        if ids.capacity() - ids.len() > ids.len() / 4 {
+            ids.shrink_to_fit();
         }
+        return Ok(PyArray1::from_vec(py, ids).into_any());
     }
+    if let Some(id) = parts.iter().flatten().find(|&&id| id > u16::MAX as u32) {
+        return Err(PyValueError::new_err(format!("id {id} does not fit in uint16")));
+    }
+    let total = parts.iter().map(Vec::len).sum();
+    let mut narrow: Vec<u16> = Vec::with_capacity(total);
+    for part in &parts {
+        narrow.extend(part.iter().map(|&id| id as u16));
+    }
+    Ok(PyArray1::from_vec(py, narrow).into_any())
 }
