@@ -574,7 +574,7 @@ impl Encoder {
 /// An empty vector with room for the ids of `bytes` bytes of text (about one id per two bytes
 /// of code, fewer for prose), whose memory is asked for huge pages before it is first written: a
 /// large batch's ids are fresh memory, and faulting it in 4 KiB pages was a tenth of the batch.
-fn ids_room(bytes: usize) -> Vec<u32> {
+pub fn ids_room(bytes: usize) -> Vec<u32> {
     let ids = Vec::with_capacity(bytes / 2 + 1);
     advise_huge(ids.as_ptr() as usize, ids.capacity() * 4);
     ids

@@ -7,7 +7,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use numpy::PyArray1;
 
 use super::*;
-use crate::encode::batch_ends;
+use crate::encode::{batch_ends, ids_room};
 use crate::encode_levels::{Plan, Request};
 
 /// Rank-based encoder over a bytes -> id vocabulary.
@@ -304,7 +304,7 @@ impl NativeEncoder {
         let inner = &self.inner;
         let bytes = text.as_bytes();
         let encode = || -> Result<Vec<u32>, NativeError> {
-            let mut out = Vec::with_capacity(bytes.len() / 3 + 1);
+            let mut out = ids_room(bytes.len());
             inner.encode_ordinary(bytes, &mut out)?;
             Ok(out)
         };
@@ -543,7 +543,7 @@ fn encode_range(
     range: std::ops::Range<usize>,
 ) -> Result<Block, String> {
     let bytes: usize = texts[range.clone()].iter().map(|t| t.len()).sum();
-    let mut block = Block { ids: Vec::with_capacity(bytes / 3 + 1), ends: Vec::with_capacity(range.len()) };
+    let mut block = Block { ids: ids_room(bytes), ends: Vec::with_capacity(range.len()) };
     for i in range {
         specials.encode(inner, texts[i].as_bytes(), &mut block.ids).map_err(|e| format!("texts[{i}]: {e}"))?;
         block.ends.push(block.ids.len());
