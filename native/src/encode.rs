@@ -84,7 +84,13 @@ struct PieceCache {
     levels: Worker,
     /// The room of a text's [`Waiting`] pieces, kept between texts.
     waiting: Vec<Waiting>,
+    /// The ids of [`Encoder::with_ids`], kept between texts.
+    ids: Vec<u32>,
 }
+
+/// A cache keeps the room of [`Encoder::with_ids`] up to this many ids (a long text's room is
+/// given back).
+const IDS_KEPT: usize = 1 << 16;
 
 /// Pieces are looked up in runs of this many: the scanner only notes where each piece is, and
 /// a run's pieces are keyed and hashed in one loop and looked up in another, each short enough to
@@ -350,6 +356,27 @@ impl Encoder {
     /// Ids of text with no special tokens in it.
     pub fn encode_ordinary(&self, text: &[u8], out: &mut Vec<u32>) -> Result<(), String> {
         self.with_cache(|mut cache| self.encode_with(text, out, &mut cache))
+    }
+
+    /// `f` of the ids of `text` (no special tokens in it), encoded into room the piece cache
+    /// keeps: a caller that copies the ids out anyway (into a Python list or array) allocates
+    /// nothing per text. `f` runs while the cache is held.
+    pub fn with_ids<R>(&self, text: &[u8], f: impl FnOnce(&[u32]) -> R) -> Result<R, String> {
+        self.with_cache(|cache| {
+            let Some(cache) = cache else {
+                let mut ids = Vec::new();
+                self.encode_with(text, &mut ids, &mut None)?;
+                return Ok(f(&ids));
+            };
+            let mut ids = std::mem::take(&mut cache.ids);
+            ids.clear();
+            let encoded = self.encode_with(text, &mut ids, &mut Some(&mut *cache));
+            let result = encoded.map(|()| f(&ids));
+            if ids.capacity() <= IDS_KEPT {
+                cache.ids = ids;
+            }
+            result
+        })
     }
 
     fn encode_with(&self, text: &[u8], out: &mut Vec<u32>, cache: &mut Option<&mut PieceCache>) -> Result<(), String> {
@@ -829,5 +856,26 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// `with_ids` hands over the ids `encode_ordinary` gives, text after text (the kept room is
+    /// cleared between them, and a room grown past `IDS_KEPT` is given back), and with every
+    /// cache taken.
+    #[test]
+    fn with_ids_equals_encode_ordinary() {
+        let e = encoder(&[("a", "b"), ("ab", "c"), (" ", "a"), ("c", "a")]);
+        let long: Vec<u8> = b"abc ca, ".iter().copied().cycle().take(IDS_KEPT * 3).collect();
+        let texts: Vec<&[u8]> = vec![b"abc abc", b"", b"ca ca ca ab", &long, b"x", &long[..100]];
+        let check = || {
+            for t in &texts {
+                let mut want = Vec::new();
+                e.encode_ordinary(t, &mut want).unwrap();
+                assert_eq!(e.with_ids(t, |ids| ids.to_vec()).unwrap(), want);
+            }
+        };
+        check();
+        let held: Vec<_> = e.caches.iter().map(|c| c.lock().unwrap()).collect();
+        check();
+        drop(held);
     }
 }

@@ -126,16 +126,14 @@ impl NativeEncoder {
     /// releasing and taking it back costs more than such a text takes to encode, and far more when
     /// another thread is waiting for it.
     fn encode_ordinary<'py>(&self, py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyList>> {
-        let ids = self.encode_one(py, text)?;
-        ids_list(py, &ids, &self.id_objects)
+        self.with_text_ids(py, text, |ids| ids_list(py, ids, &self.id_objects))
     }
 
     /// `encode_ordinary` as a numpy array of `dtype` ("uint16" or "uint32"): no Python object
     /// per id, and none for the cyclic collector to walk.
     fn encode_ordinary_array<'py>(&self, py: Python<'py>, text: &str, dtype: &str) -> PyResult<Bound<'py, PyAny>> {
         check_dtype(dtype)?;
-        let ids = self.encode_one(py, text)?;
-        ids_array(py, vec![ids], dtype)
+        self.with_text_ids(py, text, |ids| ids_array_of(py, ids, dtype))
     }
 
     /// Ids of each text as a list of lists, special tokens (`specials`: their bytes and ids) cut
@@ -298,21 +296,26 @@ fn block_ranges(texts: &[PyBackedStr], block_bytes: usize) -> Vec<std::ops::Rang
 }
 
 impl NativeEncoder {
-    /// The ids of one text with no special-token handling. A short text is encoded holding the
-    /// GIL (see `encode_ordinary`).
-    fn encode_one(&self, py: Python<'_>, text: &str) -> PyResult<Vec<u32>> {
+    /// `f` of the ids of one text with no special-token handling. A short text is encoded holding
+    /// the GIL (see `encode_ordinary`) into room its piece cache keeps, a long one with the GIL
+    /// released into a vector of its own.
+    fn with_text_ids<'py, R>(
+        &self,
+        py: Python<'py>,
+        text: &str,
+        f: impl FnOnce(&[u32]) -> PyResult<Bound<'py, R>>,
+    ) -> PyResult<Bound<'py, R>> {
         let inner = &self.inner;
         let bytes = text.as_bytes();
-        let encode = || -> Result<Vec<u32>, NativeError> {
+        if bytes.len() < DETACH_MIN_BYTES {
+            return run_attached(|| Ok(inner.with_ids(bytes, f)?))?;
+        }
+        let ids = run_detached(py, || {
             let mut out = ids_room(bytes.len());
             inner.encode_ordinary(bytes, &mut out)?;
             Ok(out)
-        };
-        if bytes.len() < DETACH_MIN_BYTES {
-            run_attached(encode)
-        } else {
-            run_detached(py, encode)
-        }
+        })?;
+        f(&ids)
     }
 
     /// A pool of `threads` threads, the one kept from the last call when its size fits.
@@ -617,6 +620,14 @@ fn check_dtype(dtype: &str) -> PyResult<()> {
     }
 }
 
+/// Ids as a new numpy array of `dtype` ("uint16" or "uint32"), copied.
+fn ids_array_of<'py>(py: Python<'py>, ids: &[u32], dtype: &str) -> PyResult<Bound<'py, PyAny>> {
+    if dtype == "uint32" {
+        return Ok(PyArray1::from_slice(py, ids).into_any());
+    }
+    narrow_array(py, &[ids])
+}
+
 /// Ids of several parts, one after another, as a numpy array of `dtype` ("uint16" or
 /// "uint32"). One part of uint32 ids becomes the array's buffer as it is (a batch on one thread
 /// is one part): copying a large batch's ids, and faulting in the fresh memory of the copy, cost
@@ -632,12 +643,18 @@ fn ids_array<'py>(py: Python<'py>, mut parts: Vec<Vec<u32>>, dtype: &str) -> PyR
         }
         return Ok(PyArray1::from_vec(py, ids).into_any());
     }
-    if let Some(id) = parts.iter().flatten().find(|&&id| id > u16::MAX as u32) {
+    let parts: Vec<&[u32]> = parts.iter().map(Vec::as_slice).collect();
+    narrow_array(py, &parts)
+}
+
+/// The ids of `parts`, one after another, as a uint16 numpy array; an id above 65535 is an error.
+fn narrow_array<'py>(py: Python<'py>, parts: &[&[u32]]) -> PyResult<Bound<'py, PyAny>> {
+    if let Some(id) = parts.iter().copied().flatten().find(|&&id| id > u16::MAX as u32) {
         return Err(PyValueError::new_err(format!("id {id} does not fit in uint16")));
     }
-    let total = parts.iter().map(Vec::len).sum();
+    let total = parts.iter().map(|p| p.len()).sum();
     let mut narrow: Vec<u16> = Vec::with_capacity(total);
-    for part in &parts {
+    for part in parts {
         narrow.extend(part.iter().map(|&id| id as u16));
     }
     Ok(PyArray1::from_vec(py, narrow).into_any())
