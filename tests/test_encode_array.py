@@ -124,3 +124,22 @@ def test_bad_texts_fail_as_encode_does(tokenizers: list[Tokenizer]) -> None:
         for method in (tok.encode_array, tok.encode_ordinary_array):
             with pytest.raises(InputError, match="^text needs byte 0x7a, which has no token"):
                 method("a z")
+
+
+def test_plain_takes_only_plain_texts(trained: tuple[dict[int, bytes], list[tuple[bytes, bytes]]]) -> None:
+    """The cores' one-call path answers None for anything ``encode`` must look at more closely: not a
+    str, a watched special token in it, a lone surrogate, a byte the vocabulary lacks."""
+    vocab, merges = trained
+    lacking = {i: bytes([i]) for i in range(256) if i != ord("z")}
+    for engine in ENGINES:
+        tok = Tokenizer(vocab, merges, SPECIALS, "gpt2", engine)
+        core = tok._core  # the contract of EncoderCore.plain is what is tested
+        text = "plain text \u00e9\u65e5 1234"
+        assert core.plain(text) == tok.encode_ordinary(text)
+        assert core.plain_array(text, "uint32").tolist() == tok.encode_ordinary(text)
+        for bad in (b"bytes", 3, None, f"a {EOT} b", "a <|s|> b", "ok \ud800 no"):
+            assert core.plain(bad) is None, (engine, bad)
+            assert core.plain_array(bad, "uint16") is None, (engine, bad)
+        short = Tokenizer(lacking, [], engine=engine)
+        assert short._core.plain("a z") is None
+        assert short._core.plain("a b") == [ord("a"), ord(" "), ord("b")]

@@ -31,8 +31,8 @@ from superbpe.formats.manifest import MANIFEST_FILE, manifest_pretokenizer, read
 from superbpe.formats.tiktoken_files import check_ranks_follow_merges, tiktoken_pattern, tiktoken_ranks
 from superbpe.formats.tokenizer_dir import save_tokenizer_dir
 
-#: Up to this many special tokens, encode() looks for each with ``in`` (no special token: the
-#: loop ends at once), beyond it with one regex search.
+#: Up to this many special tokens, the encoder core looks for them itself (a substring search each),
+#: so a text holding none is encoded in one call; beyond it encode() first makes one regex search.
 FEW_SPECIALS = 8
 #: encode_iterable encodes once this much new text has been buffered (and a cut point exists).
 STREAM_FLUSH_CHARS = 1 << 16
@@ -62,14 +62,22 @@ class Tokenizer:
         self._max_special_len = max((len(s) for s in self._special_ids), default=0)
         self._pretokenizer = get_pretokenizer(pretokenizer)
         self._engine = get_engine(engine, [self._pretokenizer])
+        specials = self._splitter.special_tokens
+        # A few special tokens are the core's to look for (one substring search each), so that the
+        # common text, holding none, is encoded in one call (`EncoderCore.plain`); many are looked for
+        # here with one regex search.
+        few = len(specials) <= FEW_SPECIALS
         self._core: EncoderCore = self._engine.encoder(
-            self._ordinary_ids(), self._merges, self._pretokenizer, whole_pieces=whole_pieces
+            self._ordinary_ids(),
+            self._merges,
+            self._pretokenizer,
+            whole_pieces=whole_pieces,
+            watched=specials if few else (),
         )
         self._encode_ordinary = self._core.encode_ordinary
-        # The special tokens encode() searches for one by one (None: too many, one regex search).
-        self._few_specials: tuple[str, ...] | None = (
-            self._splitter.special_tokens if len(self._splitter.special_tokens) <= FEW_SPECIALS else None
-        )
+        self._encode_ordinary_array = self._core.encode_ordinary_array
+        self._plain: Any = self._core.plain if few else _not_plain
+        self._plain_array: Any = self._core.plain_array if few else _not_plain
         # Found once, not per call (each is a pass over the vocab): the largest id, arrays' default dtype.
         self._max_id = max(self._vocab, default=0)
         self._default_dtype = self._smallest_dtype().name
@@ -155,8 +163,8 @@ class Tokenizer:
     # -- encoding -------------------------------------------------------------------------------------
 
     # encode and encode_ordinary are called once per short document in a loop, where the Python
-    # around the native call cost as much as encoding: the type check is inline for the common
-    # case (a plain str), and a text with no special token in it skips the split.
+    # around the native call cost as much as encoding: a text with no special token in it (the core
+    # looks for a few) is encoded in one call of the core, and only the rest comes to the checks here.
 
     def encode_ordinary(self, text: str) -> list[int]:
         """Ids of ``text`` with special tokens treated as plain text."""
@@ -166,17 +174,19 @@ class Tokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Ids of ``text``; special tokens in it become their own ids (longest match first)."""
+        ids = self._plain(text)
+        if ids is None:
+            ids = self._encode_in_general(text)
+        return ids  # type: ignore[no-any-return]
+
+    def _encode_in_general(self, text: str) -> list[int]:
+        """``encode`` of a text the core did not take as plain: not a str (an error), or one that may hold
+        special tokens, or one that fails to encode (the error is raised here)."""
         if type(text) is not str:
             _check_text(text)
-        if self._few_specials is not None:
-            for special in self._few_specials:
-                if special in text:
-                    break
-            else:
-                return self._encode_ordinary(text)
-        elif not self._splitter.occurs_in(text):
-            return self._encode_ordinary(text)
-        return self._splitter.encode(text, self._special_ids, self._core.encode_ordinary)
+        if self._splitter.occurs_in(text):
+            return self._splitter.encode(text, self._special_ids, self._encode_ordinary)
+        return self._encode_ordinary(text)
 
     def encode_array(self, text: str, dtype: Any = None) -> np.ndarray:
         """``encode(text)`` as a numpy array: uint16 when every id fits, else uint32 (or ``dtype``).
@@ -186,18 +196,10 @@ class Tokenizer:
         encoding. A ``dtype`` other than uint16 or uint32, or one too small for the ids, is a ``ConfigError``.
         """
         name = self._default_dtype if dtype is None else self._array_dtype(dtype)
-        if type(text) is not str:
-            _check_text(text)
-        if self._few_specials is not None:
-            for special in self._few_specials:
-                if special in text:
-                    break
-            else:
-                return self._core.encode_ordinary_array(text, name)
-        elif not self._splitter.occurs_in(text):
-            return self._core.encode_ordinary_array(text, name)
-        ids = self._splitter.encode(text, self._special_ids, self._core.encode_ordinary)
-        return np.array(ids, dtype=name)
+        ids = self._plain_array(text, name)
+        if ids is None:
+            ids = np.array(self._encode_in_general(text), dtype=name)
+        return ids  # type: ignore[no-any-return]
 
     def encode_ordinary_array(self, text: str, dtype: Any = None) -> np.ndarray:
         """``encode_ordinary(text)`` (special tokens are plain text) as a numpy array, as in
@@ -205,7 +207,7 @@ class Tokenizer:
         name = self._default_dtype if dtype is None else self._array_dtype(dtype)
         if type(text) is not str:
             _check_text(text)
-        return self._core.encode_ordinary_array(text, name)
+        return self._encode_ordinary_array(text, name)
 
     def encode_batch(self, texts: Iterable[str], threads: int | None = None) -> list[list[int]]:
         """``[encode(t) for t in texts]``, encoded in parallel over the texts.
@@ -482,6 +484,11 @@ class Tokenizer:
             f"special_tokens={self.special_tokens!r}, pretokenizer={self._pretokenizer.name!r}, "
             f"engine={self.engine!r})"
         )
+
+
+def _not_plain(*_: object) -> None:
+    """``EncoderCore.plain`` for a tokenizer with many special tokens: no text is taken as plain."""
+    return None
 
 
 def _check_text(text: object) -> None:

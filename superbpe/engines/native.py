@@ -363,8 +363,9 @@ class NativeEngine:
         pretokenizer: Pretokenizer,
         *,
         whole_pieces: bool = True,
+        watched: Sequence[str] = (),
     ) -> NativeEncoder:
-        return NativeEncoder(vocab, merges, pretokenizer, whole_pieces=whole_pieces)
+        return NativeEncoder(vocab, merges, pretokenizer, whole_pieces=whole_pieces, watched=watched)
 
 
 def _count_path(
@@ -434,6 +435,7 @@ class NativeEncoder:
         whole_pieces: bool = True,
         two_level: bool = True,
         transition: int | None = None,
+        watched: Sequence[str] = (),
     ) -> None:
         lib = _require_native()
         if transition is not None and (type(transition) is not int or transition < 0):
@@ -452,7 +454,12 @@ class NativeEncoder:
             whole_pieces,
             two_level,
             transition,
+            [token.encode("utf-8") for token in watched],
         )
+        # `plain` and `plain_array` are the Rust methods themselves: they never raise for a bad text
+        # (they answer None), so there is nothing to translate, and a per-document call is one call.
+        self.plain = self._core.plain
+        self.plain_array = self._core.plain_array
 
     @property
     def levels(self) -> int:
@@ -486,6 +493,15 @@ class NativeEncoder:
             raise _surrogate_error(text, exc) from None
         except ValueError as exc:
             raise _encode_error(exc) from None
+
+    def plain(self, text: object) -> list[int] | None:
+        """``encode_ordinary(text)`` for a str holding none of the ``watched`` special tokens that
+        encodes, else None (replaced by the Rust method in ``__init__``)."""
+        return self._core.plain(text)  # type: ignore[no-any-return]
+
+    def plain_array(self, text: object, dtype: str) -> np.ndarray | None:
+        """``plain`` as a numpy array of ``dtype`` (replaced by the Rust method in ``__init__``)."""
+        return self._core.plain_array(text, dtype)  # type: ignore[no-any-return]
 
     def encode_texts(self, texts: list[str], specials: Mapping[str, int], threads: int) -> list[list[int]]:
         """Ids of each text, special tokens cut out first, encoded in Rust on ``threads`` threads with the

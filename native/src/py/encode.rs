@@ -4,7 +4,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
-use numpy::PyArray1;
+use numpy::{PyArray1, PyArrayMethods};
+use pyo3::types::PyString;
 
 use super::*;
 use crate::encode::{batch_ends, ids_room};
@@ -24,6 +25,8 @@ pub struct NativeEncoder {
     /// references to these instead of a fresh int object per token, which made building the
     /// list cost as much as encoding.
     id_objects: Vec<Py<PyAny>>,
+    /// The special tokens `plain` and `plain_array` look for.
+    watched: Vec<memchr::memmem::Finder<'static>>,
 }
 
 /// Texts from this many bytes on are encoded with the GIL released (about 100 µs of work).
@@ -60,7 +63,7 @@ fn ids_list<'py>(py: Python<'py>, ids: &[u32], objects: &[Py<PyAny>]) -> PyResul
 #[pymethods]
 impl NativeEncoder {
     #[new]
-    #[pyo3(signature = (vocab, merges, pattern, line_units, workers = 0, whole_pieces = true, two_level = true, transition = None))]
+    #[pyo3(signature = (vocab, merges, pattern, line_units, workers = 0, whole_pieces = true, two_level = true, transition = None, watched = Vec::new()))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -72,6 +75,7 @@ impl NativeEncoder {
         whole_pieces: bool,
         two_level: bool,
         transition: Option<usize>,
+        watched: Vec<Vec<u8>>,
     ) -> PyResult<Self> {
         let mut v: Vec<(Vec<u8>, u32)> = Vec::with_capacity(vocab.len());
         for (k, id) in vocab.iter() {
@@ -92,7 +96,8 @@ impl NativeEncoder {
         };
         let inner = Encoder::with_levels(v, &merges, splitter, whole_pieces, request).map_err(PyValueError::new_err)?;
         // `workers` 0 leaves the count to rayon: RAYON_NUM_THREADS when set, else the usable cores.
-        Ok(NativeEncoder { inner, pool: pool(workers)?, sized_pool: Mutex::new(None), id_objects })
+        let watched = watched.iter().map(|t| memchr::memmem::Finder::new(t).into_owned()).collect();
+        Ok(NativeEncoder { inner, pool: pool(workers)?, sized_pool: Mutex::new(None), id_objects, watched })
     }
 
     /// 2 when pieces are encoded on two levels (`encode_levels.rs`), else 1.
@@ -134,6 +139,24 @@ impl NativeEncoder {
     fn encode_ordinary_array<'py>(&self, py: Python<'py>, text: &str, dtype: &str) -> PyResult<Bound<'py, PyAny>> {
         check_dtype(dtype)?;
         self.with_text_ids(py, text, |ids| ids_array_of(py, ids, dtype))
+    }
+
+    /// `encode_ordinary(text)` when `text` is a str holding none of the watched special tokens
+    /// and it encodes; else None, and the caller takes its general path, which gives the ids or
+    /// the error. The common case of a per-document call in one step: no Python around it.
+    fn plain<'py>(&self, py: Python<'py>, text: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyList>>> {
+        self.if_plain(py, text, |ids| ids_list(py, ids, &self.id_objects))
+    }
+
+    /// `plain` as a numpy array of `dtype` ("uint16" or "uint32").
+    fn plain_array<'py>(
+        &self,
+        py: Python<'py>,
+        text: &Bound<'py, PyAny>,
+        dtype: &str,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        check_dtype(dtype)?;
+        self.if_plain(py, text, |ids| ids_array_of(py, ids, dtype))
     }
 
     /// Ids of each text as a list of lists, special tokens (`specials`: their bytes and ids) cut
@@ -316,6 +339,34 @@ impl NativeEncoder {
             Ok(out)
         })?;
         f(&ids)
+    }
+
+    /// `Some(f(ids))` for a plain text (see `plain`), None for anything else: not a str, not
+    /// valid UTF-8, holding a watched special token, or failing to encode.
+    fn if_plain<'py, R>(
+        &self,
+        py: Python<'py>,
+        text: &Bound<'py, PyAny>,
+        f: impl FnOnce(&[u32]) -> PyResult<Bound<'py, R>>,
+    ) -> PyResult<Option<Bound<'py, R>>> {
+        let Ok(text) = text.cast::<PyString>() else { return Ok(None) };
+        let Ok(text) = text.to_str() else { return Ok(None) };
+        let bytes = text.as_bytes();
+        if self.watched.iter().any(|finder| finder.find(bytes).is_some()) {
+            return Ok(None);
+        }
+        let inner = &self.inner;
+        if bytes.len() < DETACH_MIN_BYTES {
+            return match run_attached(|| Ok(inner.with_ids(bytes, f)))? {
+                Ok(built) => built.map(Some),
+                Err(_) => Ok(None),
+            };
+        }
+        let encoded = run_detached(py, || {
+            let mut out = ids_room(bytes.len());
+            Ok(inner.encode_ordinary(bytes, &mut out).map(|()| out))
+        })?;
+        encoded.map_or(Ok(None), |ids| f(&ids).map(Some))
     }
 
     /// A pool of `threads` threads, the one kept from the last call when its size fits.
@@ -625,7 +676,22 @@ fn ids_array_of<'py>(py: Python<'py>, ids: &[u32], dtype: &str) -> PyResult<Boun
     if dtype == "uint32" {
         return Ok(PyArray1::from_slice(py, ids).into_any());
     }
-    narrow_array(py, &[ids])
+    if let Some(id) = ids.iter().find(|&&id| id > u16::MAX as u32) {
+        return Err(PyValueError::new_err(format!("id {id} does not fit in uint16")));
+    }
+    // Written straight into the array's own memory: a vector of the narrowed ids handed over to
+    // numpy cost a second Python object per array, more than a short text's encoding.
+    // SAFETY: `new` gives a fresh one-dimensional, contiguous, aligned array of `ids.len()`
+    // uninitialized elements that no one else sees yet; every element is written below before it
+    // is returned, through the slice of exactly that length.
+    unsafe {
+        let array = PyArray1::<u16>::new(py, ids.len(), false);
+        let slots = std::slice::from_raw_parts_mut(array.data(), ids.len());
+        for (slot, &id) in slots.iter_mut().zip(ids) {
+            *slot = id as u16;
+        }
+        Ok(array.into_any())
+    }
 }
 
 /// Ids of several parts, one after another, as a numpy array of `dtype` ("uint16" or
