@@ -191,9 +191,9 @@ class Tokenizer:
     def encode_array(self, text: str, dtype: Any = None) -> np.ndarray:
         """``encode(text)`` as a numpy array: uint16 when every id fits, else uint32 (or ``dtype``).
 
-        The fastest way to encode one text at a time: the array is made in Rust, without a Python int
-        per id or a list for the garbage collector to walk, which on long texts cost as much as the
-        encoding. A ``dtype`` other than uint16 or uint32, or one too small for the ids, is a ``ConfigError``.
+        The array is made in Rust, without a Python int per id or a list for the garbage collector to
+        walk, which on long texts cost as much as the encoding (on a sentence a list is as cheap). A
+        ``dtype`` other than uint16 or uint32, or one too small for the ids, is a ``ConfigError``.
         """
         name = self._default_dtype if dtype is None else self._array_dtype(dtype)
         ids = self._plain_array(text, name)
