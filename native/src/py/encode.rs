@@ -26,7 +26,7 @@ pub struct NativeEncoder {
     /// list cost as much as encoding.
     id_objects: Vec<Py<PyAny>>,
     /// The special tokens `plain` and `plain_array` look for.
-    watched: Vec<memchr::memmem::Finder<'static>>,
+    watched: Specials,
 }
 
 /// Texts from this many bytes on are encoded with the GIL released (about 100 µs of work).
@@ -96,7 +96,7 @@ impl NativeEncoder {
         };
         let inner = Encoder::with_levels(v, &merges, splitter, whole_pieces, request).map_err(PyValueError::new_err)?;
         // `workers` 0 leaves the count to rayon: RAYON_NUM_THREADS when set, else the usable cores.
-        let watched = watched.iter().map(|t| memchr::memmem::Finder::new(t).into_owned()).collect();
+        let watched = Specials::new(&watched);
         Ok(NativeEncoder { inner, pool: pool(workers)?, sized_pool: Mutex::new(None), id_objects, watched })
     }
 
@@ -352,7 +352,7 @@ impl NativeEncoder {
         let Ok(text) = text.cast::<PyString>() else { return Ok(None) };
         let Ok(text) = text.to_str() else { return Ok(None) };
         let bytes = text.as_bytes();
-        if self.watched.iter().any(|finder| finder.find(bytes).is_some()) {
+        if self.watched.occur_in(bytes) {
             return Ok(None);
         }
         let inner = &self.inner;
