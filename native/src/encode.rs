@@ -162,7 +162,9 @@ impl PieceCache {
         out.reserve(run.len() * INLINE_IDS);
         let len = out.len();
         let (pieces, ids) = self.write_found(run, out.spare_capacity_mut());
-        // SAFETY: `write_found` wrote the first `ids` elements of the spare capacity.
+        // SAFETY: `write_found` wrote the first `ids` elements of the spare capacity: for each
+        // piece it writes all INLINE_IDS elements from its cursor, then moves the cursor by at most
+        // that many, so every element below the final cursor was written.
         unsafe { out.set_len(len + ids) };
         pieces
     }
@@ -600,7 +602,7 @@ impl Encoder {
 
 /// An empty vector with room for the ids of `bytes` bytes of text (about one id per two bytes
 /// of code, fewer for prose), whose memory is asked for huge pages before it is first written: a
-/// large batch's ids are fresh memory, and faulting it in 4 KiB pages was a tenth of the batch.
+/// large batch's ids are fresh memory, and faulting it in 4 KiB pages was a good part of the batch.
 pub fn ids_room(bytes: usize) -> Vec<u32> {
     let ids = Vec::with_capacity(bytes / 2 + 1);
     advise_huge(ids.as_ptr() as usize, ids.capacity() * 4);

@@ -680,7 +680,7 @@ fn ids_array_of<'py>(py: Python<'py>, ids: &[u32], dtype: &str) -> PyResult<Boun
         return Err(PyValueError::new_err(format!("id {id} does not fit in uint16")));
     }
     // Written straight into the array's own memory: a vector of the narrowed ids handed over to
-    // numpy cost a second Python object per array, more than a short text's encoding.
+    // numpy costs a second Python object per array, which a short text notices.
     // SAFETY: `new` gives a fresh one-dimensional, contiguous, aligned array of `ids.len()`
     // uninitialized elements that no one else sees yet; every element is written below before it
     // is returned, through the slice of exactly that length.
@@ -696,8 +696,8 @@ fn ids_array_of<'py>(py: Python<'py>, ids: &[u32], dtype: &str) -> PyResult<Boun
 
 /// Ids of several parts, one after another, as a numpy array of `dtype` ("uint16" or
 /// "uint32"). One part of uint32 ids becomes the array's buffer as it is (a batch on one thread
-/// is one part): copying a large batch's ids, and faulting in the fresh memory of the copy, cost
-/// as much as a tenth of encoding them.
+/// is one part): copying a large batch's ids, and faulting in the fresh memory of the copy, was a
+/// good part of the batch.
 fn ids_array<'py>(py: Python<'py>, mut parts: Vec<Vec<u32>>, dtype: &str) -> PyResult<Bound<'py, PyAny>> {
     check_dtype(dtype)?;
     if dtype == "uint32" {
