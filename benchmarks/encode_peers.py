@@ -9,8 +9,9 @@ not installed, or cannot load a vocabulary, is skipped with the reason.
 
 Contenders and the API each is timed with (its fastest for the job):
 
-* superbpe — ``Tokenizer.encode`` per document; batches through the native engine's
-  ``NativeEncoder.encode_batch`` (flat ids plus offsets, no Python object per token).
+* superbpe — ``Tokenizer.encode_array`` per document (a numpy array; ``Tokenizer.encode`` gives the same
+  ids as a list); batches through the native engine's ``NativeEncoder.encode_batch`` (flat ids plus
+  offsets, no Python object per token).
 * gigatoken — ``Tokenizer.encode`` (a numpy array) per document; ``encode_batch`` (an awkward array: one
   flat buffer plus offsets).
 * fastokens — ``Tokenizer.encode(text).ids``; ``encode_batch_flat`` (flat buffer plus offsets).
@@ -289,7 +290,7 @@ def contender(kind: str, spec: VocabSpec, threads: int) -> Contender:
 
         return Contender(
             make_superbpe,
-            lambda o: o[0].encode,
+            lambda o: o[0].encode_array,
             lambda o, texts: o[1].encode_batch(texts),
             flatten_superbpe,
             describe_superbpe,
@@ -580,7 +581,7 @@ def render(
         f"{meta['repeats']} passes after it. Each contender runs in its own process pinned to the row's "
         "number of CPUs. Ids are compared with the reference's (tiktoken; HF for SuperBPE 200K) for every "
         "cell: a contender that differs shows **ids differ** instead of a speed. Per-document calls: "
-        "superbpe `Tokenizer.encode` (a list), gigatoken `encode` (a numpy array), fastokens "
+        "superbpe `Tokenizer.encode_array` (a numpy array), gigatoken `encode` (a numpy array), fastokens "
         "`encode(...).ids`, tiktoken `encode`, HF `encode(...).ids`; batches: superbpe "
         "`NativeEncoder.encode_batch`, gigatoken "
         "`encode_batch` and fastokens `encode_batch_flat` (flat buffers plus offsets), tiktoken and HF "

@@ -439,7 +439,10 @@ def test_gpt2_ids_match_tiktoken(
 
 
 def test_batch_and_array_encoding(
-    gpt2_native: native_engine.NativeEncoder, gpt2_tiktoken: tiktoken.Encoding, corpora: dict[str, str]
+    gpt2_native: native_engine.NativeEncoder,
+    gpt2_tiktoken: tiktoken.Encoding,
+    corpora: dict[str, str],
+    gpt2_files: tuple[dict[int, bytes], list[Merge]],
 ) -> None:
     texts = [corpora["german.txt"], "", corpora["address.txt"], corpora["wikitext"][:20_000]]
     expected = [gpt2_tiktoken.encode_ordinary(t) for t in texts]
@@ -448,11 +451,39 @@ def test_batch_and_array_encoding(
         assert ids.dtype == np.dtype(dtype) and ends.dtype == np.uint64
         assert ends.tolist() == np.cumsum([len(e) for e in expected]).tolist()
         assert ids.tolist() == [i for e in expected for i in e]
+    vocab = {token: i for i, token in gpt2_files[0].items() if i < 50256}
+    for workers in (1, 2):  # one thread encodes the batch as one part, handed on as it is
+        encoder = native_engine.NativeEncoder(vocab, gpt2_files[1], get_pretokenizer("gpt2"), workers=workers)
+        for dtype in ("uint32", "uint16"):
+            ids, ends = encoder.encode_batch(texts, dtype)
+            assert ids.dtype == np.dtype(dtype) and ids.tolist() == [i for e in expected for i in e]
+            assert ends.tolist() == np.cumsum([len(e) for e in expected]).tolist()
     text = corpora["wikitext"]
     array = gpt2_native.encode_array(text, "uint16", chunk_bytes=4096)
     assert array.tolist() == gpt2_tiktoken.encode_ordinary(text)
     with pytest.raises(ConfigError, match="dtype"):
         gpt2_native.encode_batch(texts, "int8")
+
+
+def test_per_document_arrays_match_tiktoken(
+    gpt2_native: native_engine.NativeEncoder, gpt2_tiktoken: tiktoken.Encoding, corpora: dict[str, str]
+) -> None:
+    """``encode_ordinary_array`` per document (lines of every corpus, twice: cold and cached pieces)
+    gives tiktoken's ids in both dtypes, as ``encode_ordinary`` does."""
+    documents = [line for text in corpora.values() for line in text[:60_000].splitlines(keepends=True)]
+    documents += ["", "x", " " * 40, "a" * 3000 + "b" * 999]
+    for dtype in ("uint16", "uint32", "uint16"):
+        for text in documents:
+            array = gpt2_native.encode_ordinary_array(text, dtype)
+            assert array.dtype == np.dtype(dtype)
+            assert array.tolist() == gpt2_tiktoken.encode_ordinary(text), repr(text[:80])
+    with pytest.raises(InputError, match="unpaired surrogate"):
+        gpt2_native.encode_ordinary_array("ok \ud800 no", "uint16")
+    wide = native_engine.NativeEncoder({bytes([b]): b for b in range(256)} | {b"ab": 70_000}, [(b"a", b"b")],
+                                       get_pretokenizer("gpt2"))
+    assert wide.encode_ordinary_array("abc", "uint32").tolist() == [70_000, ord("c")]
+    with pytest.raises(ValueError, match="id 70000 does not fit in uint16"):
+        wide.encode_ordinary_array("abc", "uint16")
 
 
 def test_ids_match_python_encoder_for_superbpe_tokenizer(

@@ -8,7 +8,9 @@
 //!
 //! Where the time goes, and what each part does about it:
 //! - Looking pieces up: the vocabulary and the piece caches are [`PieceMap`]s (keys up to 15 bytes
-//!   packed beside their value in a flat table).
+//!   packed beside their value in a flat table). The scanner only notes where pieces are; they are
+//!   keyed, hashed and looked up in runs (see [`RUN`]), and a piece found with its ids inline
+//!   costs no branch of its own.
 //! - Pieces that are not tokens repeat (rare words, identifiers), so their ids are cached, in the
 //!   same table as the tokens and bytes it is seeded with: a short piece is one lookup, and one-byte
 //!   pieces take no branch of their own (code has many, unpredictably). A cache is
@@ -24,13 +26,15 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
+use std::mem::MaybeUninit;
 use std::sync::Mutex;
 
 use rayon::prelude::*;
 
 use crate::bpe::{self, PairHasher};
 use crate::encode_levels::{Levels, Plan, Request, Worker};
-use crate::piecemap::{pack, pack_within, PieceMap, PACKED_MAX};
+use crate::memory::advise_huge;
+use crate::piecemap::{hash_packed, pack, pack_within, PieceMap, NO_KEY, PACKED_MAX};
 use crate::scan::Splitter;
 
 /// Pieces up to this many bytes are merged on the stack with the linear scan.
@@ -78,6 +82,31 @@ struct PieceCache {
     arena: Vec<u32>,
     /// Segment cache and scratch space of the two levels (empty when they are not used).
     levels: Worker,
+    /// The room of a text's [`Waiting`] pieces, kept between texts.
+    waiting: Vec<Waiting>,
+    /// The ids of [`Encoder::with_ids`], kept between texts.
+    ids: Vec<u32>,
+}
+
+/// A cache keeps the room of [`Encoder::with_ids`] up to this many ids (a long text's room is
+/// given back).
+const IDS_KEPT: usize = 1 << 16;
+
+/// Pieces are looked up in runs of this many: the scanner only notes where each piece is, and
+/// a run's pieces are keyed and hashed in one loop and looked up in another, each short enough to
+/// stay inlined and in registers (the scanner's call per piece into one long lookup cost more
+/// than the lookup).
+const RUN: usize = 64;
+
+/// A piece of a run: where it is in the text, then its packed key and hash.
+#[derive(Clone, Copy, Default)]
+struct Waiting {
+    at: usize,
+    len: usize,
+    /// The packed key; `k1` is [`NO_KEY`] for a piece longer than [`PACKED_MAX`].
+    k0: u64,
+    k1: u64,
+    hash: u64,
 }
 
 impl PieceCache {
@@ -98,20 +127,69 @@ impl PieceCache {
         let Some(c) = found else { return false };
         let n = c.len as usize;
         if n <= INLINE_IDS {
-            // Pushes, not `extend_from_slice`: a copy of a length known only at run time is a
-            // call to memcpy, and most cached pieces are one id.
-            out.push(c.ids[0]);
-            if n > 1 {
-                out.push(c.ids[1]);
-                if n > 2 {
-                    out.push(c.ids[2]);
-                }
-            }
+            out.extend_from_slice(&c.ids[..n]);
         } else {
             let at = c.ids[0] as usize;
             out.extend_from_slice(&self.arena[at..at + n]);
         }
         true
+    }
+
+    /// The ids of a run of keyed pieces of `text`, in order, appended to `out`: the pieces found
+    /// with their ids inline in one tight loop, each other one by `slow`.
+    #[inline(always)]
+    fn look_up_run(
+        &mut self,
+        text: &[u8],
+        run: &[Waiting],
+        out: &mut Vec<u32>,
+        mut slow: impl FnMut(&mut Self, &[u8], &Waiting, &mut Vec<u32>),
+    ) {
+        let mut i = 0;
+        while i < run.len() {
+            i += self.append_found(&run[i..], out);
+            if let Some(w) = run.get(i) {
+                slow(self, &text[w.at..w.at + w.len], w, out);
+                i += 1;
+            }
+        }
+    }
+
+    /// Append the ids of the pieces at the start of `run` that are cached with their ids inline,
+    /// up to the first that is not; returns how many pieces that was.
+    #[inline(always)]
+    fn append_found(&self, run: &[Waiting], out: &mut Vec<u32>) -> usize {
+        out.reserve(run.len() * INLINE_IDS);
+        let len = out.len();
+        let (pieces, ids) = self.write_found(run, out.spare_capacity_mut());
+        // SAFETY: `write_found` wrote the first `ids` elements of the spare capacity: for each
+        // piece it writes all INLINE_IDS elements from its cursor, then moves the cursor by at most
+        // that many, so every element below the final cursor was written.
+        unsafe { out.set_len(len + ids) };
+        pieces
+    }
+
+    /// The loop of [`Self::append_found`], writing into `room`: returns how many pieces it took
+    /// and how many ids it wrote, all of `room[..ids]`. A piece's ids are written all three
+    /// whatever their number and the cursor moves by that number: pieces of one, two and three
+    /// ids alternate unpredictably, and a branch on the count mispredicted often. The cursor stays
+    /// in a register (moving a `Vec`'s length per piece made each piece wait for the last).
+    #[inline(always)]
+    fn write_found(&self, run: &[Waiting], room: &mut [MaybeUninit<u32>]) -> (usize, usize) {
+        let mut written = 0;
+        for (i, w) in run.iter().enumerate() {
+            let Some(c) = self.map.get_hashed(w.k0, w.k1, w.hash) else { return (i, written) };
+            let n = c.len as usize;
+            let Some(dst) = room.get_mut(written..written + INLINE_IDS) else { return (i, written) };
+            if n > INLINE_IDS {
+                return (i, written);
+            }
+            for (d, &id) in dst.iter_mut().zip(&c.ids) {
+                d.write(id);
+            }
+            written += n;
+        }
+        (run.len(), written)
     }
 
     fn insert(&mut self, piece: &[u8], ids: &[u32]) {
@@ -282,31 +360,74 @@ impl Encoder {
         self.with_cache(|mut cache| self.encode_with(text, out, &mut cache))
     }
 
+    /// `f` of the ids of `text` (no special tokens in it), encoded into room the piece cache
+    /// keeps: a caller that copies the ids out anyway (into a Python list or array) allocates
+    /// nothing per text. `f` runs while the cache is held.
+    pub fn with_ids<R>(&self, text: &[u8], f: impl FnOnce(&[u32]) -> R) -> Result<R, String> {
+        self.with_cache(|cache| {
+            let Some(cache) = cache else {
+                let mut ids = Vec::new();
+                self.encode_with(text, &mut ids, &mut None)?;
+                return Ok(f(&ids));
+            };
+            let mut ids = std::mem::take(&mut cache.ids);
+            ids.clear();
+            let encoded = self.encode_with(text, &mut ids, &mut Some(&mut *cache));
+            let result = encoded.map(|()| f(&ids));
+            if ids.capacity() <= IDS_KEPT {
+                cache.ids = ids;
+            }
+            result
+        })
+    }
+
     fn encode_with(&self, text: &[u8], out: &mut Vec<u32>, cache: &mut Option<&mut PieceCache>) -> Result<(), String> {
         let start = out.len();
-        let base = text.as_ptr() as usize;
-        self.splitter.split(text, &mut |piece| {
-            let n = piece.len();
-            // Single bytes are packed too: whether a piece is one byte is as unpredictable as
-            // its kind, and the caches hold the single bytes.
-            let (k0, k1) = if n > PACKED_MAX {
-                (0, 0)
-            } else {
-                // Pieces are slices of `text`, so their offset is an address difference.
-                let at = piece.as_ptr() as usize - base;
-                if at + 16 <= text.len() {
-                    pack_within(text, at, n)
-                } else {
-                    pack(piece)
-                }
-            };
-            self.encode_piece(piece, k0, k1, out, cache)
-        })?;
+        match cache.as_deref_mut() {
+            Some(cache) => self.encode_in_runs(text, out, cache)?,
+            None => self.splitter.split(text, &mut |piece| self.encode_uncached(piece, out))?,
+        }
         if self.lacks_bytes && out[start..].contains(&MISSING) {
             let byte = text.iter().find(|&&b| self.byte_ids[b as usize] == MISSING).copied().unwrap_or(0);
             return Err(missing_byte_message(byte));
         }
         Ok(())
+    }
+
+    /// The pieces of `text` with a cache, looked up in runs of [`RUN`] (see [`Waiting`]): the
+    /// scanner notes where each piece is, and each full run is looked up.
+    fn encode_in_runs(&self, text: &[u8], out: &mut Vec<u32>, cache: &mut PieceCache) -> Result<(), String> {
+        let mut run = std::mem::take(&mut cache.waiting);
+        run.clear();
+        run.reserve(RUN);
+        let base = text.as_ptr() as usize;
+        let split = self.splitter.split(text, &mut |piece| {
+            // Pieces are slices of `text`, so their offset is an address difference.
+            let (at, len) = (piece.as_ptr() as usize - base, piece.len());
+            run.push(Waiting { at, len, ..Waiting::default() });
+            if run.len() == RUN {
+                self.look_up_run(text, &mut run, out, cache);
+                run.clear();
+            }
+        });
+        if split.is_ok() {
+            self.look_up_run(text, &mut run, out, cache);
+        }
+        cache.waiting = run;
+        split
+    }
+
+    /// Key and hash a run's pieces and ask for their cache lines, then look them up
+    /// ([`PieceCache::look_up_run`], the encoder's way for the pieces not found inline): the
+    /// lines are on their way while the keys are made.
+    #[inline(never)]
+    fn look_up_run(&self, text: &[u8], run: &mut [Waiting], out: &mut Vec<u32>, cache: &mut PieceCache) {
+        for w in run.iter_mut() {
+            (w.k0, w.k1) = key_in(text, w.at, w.len);
+            w.hash = hash_packed(w.k0, w.k1);
+            cache.map.prefetch(w.hash);
+        }
+        cache.look_up_run(text, run, out, |cache, piece, w, out| self.encode_piece(piece, w.k0, w.k1, out, cache));
     }
 
     /// Encode many texts in parallel; returns ids and the end offset of each text's ids.
@@ -321,7 +442,12 @@ impl Encoder {
     /// (a joined copy of a large batch's ids costs as much as a tenth of encoding them).
     pub fn encode_batch_parts(&self, texts: &[&[u8]]) -> Result<Vec<BatchPart>, String> {
         let total: usize = texts.iter().map(|t| t.len()).sum();
-        let target = (total / (rayon::current_num_threads() * 8).max(1)).max(GROUP_MIN_BYTES);
+        // One thread takes the batch as one group: its ids are then one vector, which a caller
+        // can hand on without joining parts.
+        let target = match rayon::current_num_threads() {
+            1 => usize::MAX,
+            n => (total / (n * 8)).max(GROUP_MIN_BYTES),
+        };
         let mut groups: Vec<&[&[u8]]> = Vec::new();
         let (mut start, mut bytes) = (0, 0);
         for (i, t) in texts.iter().enumerate() {
@@ -339,7 +465,7 @@ impl Encoder {
             .map(|group| {
                 self.with_cache(|mut cache| {
                     let size: usize = group.iter().map(|t| t.len()).sum();
-                    let mut ids = Vec::with_capacity(size / 3 + 1);
+                    let mut ids = ids_room(size);
                     let mut lens = Vec::with_capacity(group.len());
                     for t in group.iter() {
                         let before = ids.len();
@@ -353,14 +479,11 @@ impl Encoder {
         Ok(parts)
     }
 
-    /// Ids of one piece; `(k0, k1)` is its packed key when it has at most [`PACKED_MAX`] bytes,
-    /// else `k1` is 0.
-    #[inline]
-    fn encode_piece(&self, piece: &[u8], k0: u64, k1: u64, out: &mut Vec<u32>, cache: &mut Option<&mut PieceCache>) {
-        let Some(cache) = cache.as_deref_mut() else {
-            return self.encode_uncached(piece, out);
-        };
-        if k1 != 0 {
+    /// Ids of one piece the run's lookup did not settle; `(k0, k1)` is its packed key when it has
+    /// at most [`PACKED_MAX`] bytes, else `k1` is [`NO_KEY`].
+    #[cold]
+    fn encode_piece(&self, piece: &[u8], k0: u64, k1: u64, out: &mut Vec<u32>, cache: &mut PieceCache) {
+        if k1 != NO_KEY {
             // One lookup: the seeded cache holds the short tokens (with `whole_pieces`) and the
             // bytes, so a miss is a piece to merge, or a byte the vocabulary lacks.
             if cache.extend_packed(k0, k1, out) {
@@ -474,6 +597,28 @@ impl Encoder {
             (p != NO_MERGE).then_some(((p >> 32) as u32, p as u32))
         };
         out.extend_from_slice(&bpe::merge_heap(ids, rank));
+    }
+}
+
+/// An empty vector with room for the ids of `bytes` bytes of text (about one id per two bytes
+/// of code, fewer for prose), whose memory is asked for huge pages before it is first written: a
+/// large batch's ids are fresh memory, and faulting it in 4 KiB pages was a good part of the batch.
+pub fn ids_room(bytes: usize) -> Vec<u32> {
+    let ids = Vec::with_capacity(bytes / 2 + 1);
+    advise_huge(ids.as_ptr() as usize, ids.capacity() * 4);
+    ids
+}
+
+/// The packed key of `text[at..at + len]` (see [`pack`]), or `(0, NO_KEY)` for a piece longer
+/// than [`PACKED_MAX`].
+#[inline(always)]
+fn key_in(text: &[u8], at: usize, len: usize) -> (u64, u64) {
+    if len > PACKED_MAX {
+        (0, NO_KEY)
+    } else if at + 16 <= text.len() {
+        pack_within(text, at, len)
+    } else {
+        pack(&text[at..at + len])
     }
 }
 
@@ -653,5 +798,86 @@ mod tests {
         out.clear();
         e.merge_small(b"aaaaa", &mut out);
         assert_eq!(out, vec![256, 257]);
+    }
+
+    /// The runs of keyed lookups give the ids of the piece-by-piece path without a cache, on
+    /// every built-in scanner and on random text with non-ASCII bytes, pieces longer than a packed
+    /// key, pieces whose ids are more than fit inline, pieces at a text's very end, texts of many
+    /// runs and empty texts; the first pass (misses, inserts, a growing cache) and the second
+    /// (hits) alike.
+    #[test]
+    fn runs_of_lookups_equal_piece_by_piece() {
+        let merges: Vec<(&str, &str)> = vec![
+            ("a", "b"),
+            ("ab", "c"),
+            (" ", "a"),
+            (" a", "bc"),
+            ("é", "a"),
+            ("\n", "\n"),
+            ("x", "x"),
+            ("xx", "xx"),
+            ("xxxx", "xxxx"),
+            ("1", "2"),
+            ("b", "b"),
+            ("bb", "bb"),
+            ("c", "a"),
+        ];
+        let alphabet: Vec<&[u8]> =
+            vec![b"a", b"b", b"c", b"x", b" ", b"\n", b"1", b"2", b".", b"'s", "é".as_bytes(), "日".as_bytes(), b"  "];
+        let mut vocab: Vec<(Vec<u8>, u32)> = (0..=255u8).map(|b| (vec![b], b as u32)).collect();
+        for (l, r) in &merges {
+            vocab.push(([l.as_bytes(), r.as_bytes()].concat(), vocab.len() as u32));
+        }
+        let m: Vec<(Vec<u8>, Vec<u8>)> =
+            merges.iter().map(|(l, r)| (l.as_bytes().to_vec(), r.as_bytes().to_vec())).collect();
+        let state = &mut 0x3C6E_F372_FE94_F82Bu64;
+        let texts: Vec<Vec<u8>> = (0..200)
+            .map(|i| {
+                let parts = if i % 10 == 0 { 0 } else { crate::test_below(state, 2 * RUN * 3) };
+                (0..parts).flat_map(|_| alphabet[crate::test_below(state, alphabet.len())].to_vec()).collect()
+            })
+            .collect();
+        for kind in [Builtin::Gpt2, Builtin::Cl100k, Builtin::O200k, Builtin::Superbpe] {
+            for whole_pieces in [true, false] {
+                let splitter = Splitter::new(&builtin_pattern(kind), false).unwrap();
+                let e = Encoder::new(vocab.clone(), &m, splitter, whole_pieces).unwrap();
+                let want: Vec<Vec<u32>> = texts
+                    .iter()
+                    .map(|t| {
+                        let mut out = Vec::new();
+                        e.encode_with(t, &mut out, &mut None).unwrap();
+                        out
+                    })
+                    .collect();
+                for _ in 0..2 {
+                    for (t, expected) in texts.iter().zip(&want) {
+                        let mut out = vec![7];
+                        e.encode_ordinary(t, &mut out).unwrap();
+                        assert_eq!(&out[1..], expected.as_slice(), "{kind:?} {:?}", String::from_utf8_lossy(t));
+                    }
+                }
+            }
+        }
+    }
+
+    /// `with_ids` hands over the ids `encode_ordinary` gives, text after text (the kept room is
+    /// cleared between them, and a room grown past `IDS_KEPT` is given back), and with every
+    /// cache taken.
+    #[test]
+    fn with_ids_equals_encode_ordinary() {
+        let e = encoder(&[("a", "b"), ("ab", "c"), (" ", "a"), ("c", "a")]);
+        let long: Vec<u8> = b"abc ca, ".iter().copied().cycle().take(IDS_KEPT * 3).collect();
+        let texts: Vec<&[u8]> = vec![b"abc abc", b"", b"ca ca ca ab", &long, b"x", &long[..100]];
+        let check = || {
+            for t in &texts {
+                let mut want = Vec::new();
+                e.encode_ordinary(t, &mut want).unwrap();
+                assert_eq!(e.with_ids(t, |ids| ids.to_vec()).unwrap(), want);
+            }
+        };
+        check();
+        let held: Vec<_> = e.caches.iter().map(|c| c.lock().unwrap()).collect();
+        check();
+        drop(held);
     }
 }

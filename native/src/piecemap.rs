@@ -6,6 +6,11 @@
 //! holds the key beside its value: a lookup is one multiply-hash and usually one cache line, with no
 //! pointer chase and no byte comparison loop. Longer keys go to a hashbrown table of boxed keys.
 //! A packed key's top word is never zero (its length byte is at least 1), so zero marks an empty slot.
+//!
+//! The slots come in pairs that share one 64-byte line, and a key's probe starts at the first slot
+//! of a pair: a lookup reads both slots of that line without a branch between them, so a key one
+//! slot past its home costs no second line and no mispredicted branch. A caller may hash keys
+//! ahead ([`hash_packed`]) and look them up later ([`PieceMap::get_hashed`]).
 
 use hashbrown::HashTable;
 
@@ -13,6 +18,10 @@ use crate::bytesmap::bytes_eq;
 
 /// Longest key stored packed.
 pub const PACKED_MAX: usize = 15;
+
+/// A top word no packed key has (its length byte would be 255) and that is not the empty slot's:
+/// a key that is never found, for a piece too long to pack.
+pub const NO_KEY: u64 = u64::MAX;
 
 /// Up to 7 bytes as one little-endian word (two overlapping loads; the overlap holds the same bytes).
 #[inline(always)]
@@ -55,19 +64,41 @@ pub fn pack_within(text: &[u8], at: usize, n: usize) -> (u64, u64) {
     debug_assert!((1..=PACKED_MAX).contains(&n) && at + 16 <= text.len());
     let w0 = u64::from_le_bytes(text[at..at + 8].try_into().unwrap());
     let w1 = u64::from_le_bytes(text[at + 8..at + 16].try_into().unwrap());
-    // The low `m` bytes of a word (m from 0 to 8).
-    let low = |m: usize| u64::MAX.checked_shr(64 - 8 * m as u32).unwrap_or(0);
-    (w0 & low(n.min(8)), (w1 & low(n.saturating_sub(8))) | (n as u64) << 56)
+    let (m0, m1) = PACK_MASKS[n & PACKED_MAX];
+    (w0 & m0, (w1 & m1) | (n as u64) << 56)
 }
 
+/// The masks of [`pack_within`] for each length: the piece's bytes in the first word, and in the
+/// second.
+const PACK_MASKS: [(u64, u64); PACKED_MAX + 1] = {
+    let mut masks = [(0, 0); PACKED_MAX + 1];
+    let mut n = 0;
+    while n <= PACKED_MAX {
+        masks[n] = (low_bytes(if n < 8 { n } else { 8 }), low_bytes(n.saturating_sub(8)));
+        n += 1;
+    }
+    masks
+};
+
+/// A word with its low `m` bytes set (m from 0 to 8).
+const fn low_bytes(m: usize) -> u64 {
+    if m >= 8 {
+        u64::MAX
+    } else {
+        (1u64 << (8 * m)) - 1
+    }
+}
+
+/// The hash of a packed key, for [`PieceMap::get_hashed`].
 #[inline(always)]
-fn hash_packed(k0: u64, k1: u64) -> u64 {
+pub fn hash_packed(k0: u64, k1: u64) -> u64 {
+    // One multiply, its high half folded down: a slot index (the low bits) then depends on every
+    // byte of the key, not only on its low bytes.
     let h = (k0 ^ k1.rotate_left(29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    let h = (h ^ (h >> 32)).wrapping_mul(0xD6E8_FEB8_6659_FD93);
-    h ^ (h >> 29)
+    h ^ (h >> 32)
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 struct Slot<V> {
     k0: u64,
     /// 0 when the slot is empty.
@@ -75,9 +106,15 @@ struct Slot<V> {
     value: V,
 }
 
+/// Two slots on one cache line (see the module doc).
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(64))]
+struct Pair<V>([Slot<V>; 2]);
+
 /// Byte strings to copyable values, packed keys inline (see the module doc).
 pub struct PieceMap<V: Copy + Default> {
-    slots: Vec<Slot<V>>,
+    pairs: Vec<Pair<V>>,
+    /// The number of slots minus one (a power of two minus one).
     mask: usize,
     packed: usize,
     state: ahash::RandomState,
@@ -95,7 +132,7 @@ impl<V: Copy + Default> PieceMap<V> {
     pub fn with_capacity(n: usize) -> Self {
         let slots = (n * 2).next_power_of_two().max(16);
         PieceMap {
-            slots: vec![Slot { k0: 0, k1: 0, value: V::default() }; slots],
+            pairs: vec![Pair::default(); slots / 2],
             mask: slots - 1,
             packed: 0,
             state: ahash::RandomState::with_seeds(7, 11, 13, 17),
@@ -128,24 +165,71 @@ impl<V: Copy + Default> PieceMap<V> {
     /// The value of the packed key `(k0, k1)` (see [`pack`]).
     #[inline(always)]
     pub fn get_packed(&self, k0: u64, k1: u64) -> Option<V> {
-        let mut i = hash_packed(k0, k1) as usize & self.mask;
+        self.get_hashed(k0, k1, hash_packed(k0, k1)).copied()
+    }
+
+    /// The value of a packed key with its hash known, in place: both slots of its home pair are
+    /// compared without a branch between them, and only a key past its home pair walks on. (A
+    /// reference, not a copy: a copied value went through the stack, and reading part of it back
+    /// waited for the whole store.)
+    #[inline(always)]
+    pub fn get_hashed(&self, k0: u64, k1: u64, hash: u64) -> Option<&V> {
+        let home = self.home(hash);
+        let [a, b] = &self.pairs[home / 2].0;
+        let in_b = b.k1 == k1 && b.k0 == k0;
+        let found = in_b || (a.k1 == k1 && a.k0 == k0);
+        if found {
+            return Some(if in_b { &b.value } else { &a.value });
+        }
+        if a.k1 == 0 || b.k1 == 0 {
+            return None;
+        }
+        self.walk(k0, k1, home + 2)
+    }
+
+    /// Look for a key from slot `i` on (its home pair held neither it nor an empty slot).
+    #[cold]
+    fn walk(&self, k0: u64, k1: u64, mut i: usize) -> Option<&V> {
         loop {
-            let s = &self.slots[i];
+            let s = self.slot(i & self.mask);
             if s.k1 == k1 && s.k0 == k0 {
-                return Some(s.value);
+                return Some(&s.value);
             }
             if s.k1 == 0 {
                 return None;
             }
-            i = (i + 1) & self.mask;
+            i += 1;
         }
+    }
+
+    /// Ask the CPU for the line of the home pair of a key with this hash (a hint).
+    #[inline(always)]
+    pub fn prefetch(&self, hash: u64) {
+        crate::memory::prefetch(&self.pairs[self.home(hash) / 2]);
+    }
+
+    /// The first slot of the home pair of `hash`.
+    #[inline(always)]
+    fn home(&self, hash: u64) -> usize {
+        hash as usize & self.mask & !1
+    }
+
+    #[inline(always)]
+    fn slot(&self, i: usize) -> &Slot<V> {
+        &self.pairs[i / 2].0[i % 2]
+    }
+
+    #[inline(always)]
+    fn slot_mut(&mut self, i: usize) -> &mut Slot<V> {
+        &mut self.pairs[i / 2].0[i % 2]
     }
 
     /// The same packed keys with their values mapped by `f`, in the same slots (no key is hashed
     /// again: copying a table is a pass over its slots). Long keys are left out.
     pub fn map_packed<W: Copy + Default>(&self, f: impl Fn(V) -> W) -> PieceMap<W> {
-        let slots = self.slots.iter().map(|s| Slot { k0: s.k0, k1: s.k1, value: f(s.value) }).collect();
-        PieceMap { slots, mask: self.mask, packed: self.packed, state: self.state.clone(), long: HashTable::new() }
+        let map = |s: &Slot<V>| Slot { k0: s.k0, k1: s.k1, value: f(s.value) };
+        let pairs = self.pairs.iter().map(|p| Pair([map(&p.0[0]), map(&p.0[1])])).collect();
+        PieceMap { pairs, mask: self.mask, packed: self.packed, state: self.state.clone(), long: HashTable::new() }
     }
 
     /// Insert or replace; the empty key is ignored (no piece is empty).
@@ -163,7 +247,7 @@ impl<V: Copy + Default> PieceMap<V> {
         if key.is_empty() {
             return;
         }
-        if (self.packed + 1) * 2 > self.slots.len() {
+        if (self.packed + 1) * 2 > self.mask + 1 {
             self.grow();
         }
         let (k0, k1) = pack(key);
@@ -171,9 +255,9 @@ impl<V: Copy + Default> PieceMap<V> {
     }
 
     fn put(&mut self, k0: u64, k1: u64, value: V) {
-        let mut i = hash_packed(k0, k1) as usize & self.mask;
+        let mut i = self.home(hash_packed(k0, k1));
         loop {
-            let s = &mut self.slots[i];
+            let s = self.slot_mut(i);
             if s.k1 == 0 {
                 *s = Slot { k0, k1, value };
                 self.packed += 1;
@@ -188,11 +272,11 @@ impl<V: Copy + Default> PieceMap<V> {
     }
 
     fn grow(&mut self) {
-        let bigger = self.slots.len() * 2;
-        let old = std::mem::replace(&mut self.slots, vec![Slot { k0: 0, k1: 0, value: V::default() }; bigger]);
+        let bigger = (self.mask + 1) * 2;
+        let old = std::mem::replace(&mut self.pairs, vec![Pair::default(); bigger / 2]);
         self.mask = bigger - 1;
         self.packed = 0;
-        for s in old.into_iter().filter(|s| s.k1 != 0) {
+        for s in old.iter().flat_map(|p| p.0.iter()).filter(|s| s.k1 != 0) {
             self.put(s.k0, s.k1, s.value);
         }
     }

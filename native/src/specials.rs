@@ -58,6 +58,11 @@ impl Specials {
         }
     }
 
+    /// Whether any special token occurs in `text` (a substring search each).
+    pub fn occur_in(&self, text: &[u8]) -> bool {
+        self.finders.iter().any(|finder| finder.find(text).is_some())
+    }
+
     /// Call `emit` with each non-empty stretch of `text` between special tokens.
     pub fn ordinary<'a, F: FnMut(&'a [u8])>(&self, text: &'a [u8], mut emit: F) {
         let mut pos = 0;
@@ -89,6 +94,17 @@ mod tests {
         assert_eq!(segs(&["<a>", "<a><b>"], "x<a><b>y<a>z"), ["x", "y", "z"]);
         assert_eq!(segs(&["ab", "b"], "aab"), ["a"]);
         assert_eq!(segs(&["bc", "abcd"], "abce"), ["a", "e"]);
+    }
+
+    #[test]
+    fn occurrence_is_any_match() {
+        let specials = Specials::new(&[b"<|a|>".to_vec(), b"<|bb|>".to_vec()]);
+        for text in ["", "plain", "<|a|", "x<|bb|>", "<|a|>", "<|bb|<|a|>"] {
+            let mut found = false;
+            specials.matches(text.as_bytes(), |_, _| found = true);
+            assert_eq!(specials.occur_in(text.as_bytes()), found, "{text}");
+        }
+        assert!(!Specials::new(&[]).occur_in(b"anything"));
     }
 
     #[test]

@@ -31,8 +31,8 @@ from superbpe.formats.manifest import MANIFEST_FILE, manifest_pretokenizer, read
 from superbpe.formats.tiktoken_files import check_ranks_follow_merges, tiktoken_pattern, tiktoken_ranks
 from superbpe.formats.tokenizer_dir import save_tokenizer_dir
 
-#: Up to this many special tokens, encode() looks for each with ``in`` (no special token: the
-#: loop ends at once), beyond it with one regex search.
+#: Up to this many special tokens, the encoder core looks for them itself (a substring search each),
+#: so a text holding none is encoded in one call; beyond it encode() first makes one regex search.
 FEW_SPECIALS = 8
 #: encode_iterable encodes once this much new text has been buffered (and a cut point exists).
 STREAM_FLUSH_CHARS = 1 << 16
@@ -62,14 +62,25 @@ class Tokenizer:
         self._max_special_len = max((len(s) for s in self._special_ids), default=0)
         self._pretokenizer = get_pretokenizer(pretokenizer)
         self._engine = get_engine(engine, [self._pretokenizer])
+        specials = self._splitter.special_tokens
+        # A few special tokens are the core's to look for (one substring search each), so that the
+        # common text, holding none, is encoded in one call (`EncoderCore.plain`); many are looked for
+        # here with one regex search.
+        few = len(specials) <= FEW_SPECIALS
         self._core: EncoderCore = self._engine.encoder(
-            self._ordinary_ids(), self._merges, self._pretokenizer, whole_pieces=whole_pieces
+            self._ordinary_ids(),
+            self._merges,
+            self._pretokenizer,
+            whole_pieces=whole_pieces,
+            watched=specials if few else (),
         )
         self._encode_ordinary = self._core.encode_ordinary
-        # The special tokens encode() searches for one by one (None: too many, one regex search).
-        self._few_specials: tuple[str, ...] | None = (
-            self._splitter.special_tokens if len(self._splitter.special_tokens) <= FEW_SPECIALS else None
-        )
+        self._encode_ordinary_array = self._core.encode_ordinary_array
+        self._plain: Any = self._core.plain if few else _not_plain
+        self._plain_array: Any = self._core.plain_array if few else _not_plain
+        # Found once, not per call (each is a pass over the vocab): the largest id, arrays' default dtype.
+        self._max_id = max(self._vocab, default=0)
+        self._default_dtype = self._smallest_dtype().name
 
     # -- construction helpers ------------------------------------------------------------------------
 
@@ -152,8 +163,8 @@ class Tokenizer:
     # -- encoding -------------------------------------------------------------------------------------
 
     # encode and encode_ordinary are called once per short document in a loop, where the Python
-    # around the native call cost as much as encoding: the type check is inline for the common
-    # case (a plain str), and a text with no special token in it skips the split.
+    # around the native call cost as much as encoding: a text with no special token in it (the core
+    # looks for a few) is encoded in one call of the core, and only the rest comes to the checks here.
 
     def encode_ordinary(self, text: str) -> list[int]:
         """Ids of ``text`` with special tokens treated as plain text."""
@@ -163,17 +174,40 @@ class Tokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Ids of ``text``; special tokens in it become their own ids (longest match first)."""
+        ids = self._plain(text)
+        if ids is None:
+            ids = self._encode_in_general(text)
+        return ids  # type: ignore[no-any-return]
+
+    def _encode_in_general(self, text: str) -> list[int]:
+        """``encode`` of a text the core did not take as plain: not a str (an error), or one that may hold
+        special tokens, or one that fails to encode (the error is raised here)."""
         if type(text) is not str:
             _check_text(text)
-        if self._few_specials is not None:
-            for special in self._few_specials:
-                if special in text:
-                    break
-            else:
-                return self._encode_ordinary(text)
-        elif not self._splitter.occurs_in(text):
-            return self._encode_ordinary(text)
-        return self._splitter.encode(text, self._special_ids, self._core.encode_ordinary)
+        if self._splitter.occurs_in(text):
+            return self._splitter.encode(text, self._special_ids, self._encode_ordinary)
+        return self._encode_ordinary(text)
+
+    def encode_array(self, text: str, dtype: Any = None) -> np.ndarray:
+        """``encode(text)`` as a numpy array: uint16 when every id fits, else uint32 (or ``dtype``).
+
+        The array is made in Rust, without a Python int per id or a list for the garbage collector to
+        walk, which on long texts cost as much as the encoding (on a sentence a list is as cheap). A
+        ``dtype`` other than uint16 or uint32, or one too small for the ids, is a ``ConfigError``.
+        """
+        name = self._default_dtype if dtype is None else self._array_dtype(dtype)
+        ids = self._plain_array(text, name)
+        if ids is None:
+            ids = np.array(self._encode_in_general(text), dtype=name)
+        return ids  # type: ignore[no-any-return]
+
+    def encode_ordinary_array(self, text: str, dtype: Any = None) -> np.ndarray:
+        """``encode_ordinary(text)`` (special tokens are plain text) as a numpy array, as in
+        :meth:`encode_array`."""
+        name = self._default_dtype if dtype is None else self._array_dtype(dtype)
+        if type(text) is not str:
+            _check_text(text)
+        return self._encode_ordinary_array(text, name)
 
     def encode_batch(self, texts: Iterable[str], threads: int | None = None) -> list[list[int]]:
         """``[encode(t) for t in texts]``, encoded in parallel over the texts.
@@ -207,17 +241,10 @@ class Tokenizer:
         ``dtype`` (uint16 or uint32; by default uint16 when every id fits), ``offsets`` is int64 and has
         ``len(texts) + 1`` entries, the first 0. ``threads`` as in :meth:`encode_batch`.
         """
-        try:
-            chosen = np.dtype(dtype) if dtype is not None else self._smallest_dtype()
-        except TypeError:
-            chosen = None
-        if chosen not in (np.dtype(np.uint16), np.dtype(np.uint32)):
-            raise ConfigError(f"dtype must be uint16 or uint32, not {chosen or dtype}")
-        if np.iinfo(chosen).max < max(self._vocab):
-            raise ConfigError(f"dtype {chosen} cannot hold ids up to {max(self._vocab)}")
+        name = self._default_dtype if dtype is None else self._array_dtype(dtype)
         batch = _checked_texts(texts, "encode_batch_flat")
         specials = {} if ordinary else self._special_ids
-        return self._core.encode_texts_flat(batch, specials, resolve_threads(threads), chosen.name)
+        return self._core.encode_texts_flat(batch, specials, resolve_threads(threads), name)
 
     def encode_iterable(self, iterable: Iterable[str]) -> Iterator[int]:
         """Stream ids for a stream of strings (e.g. an open file), identical to ``encode`` of the whole.
@@ -292,8 +319,20 @@ class Tokenizer:
                 out.extend(ids)
         return np.frombuffer(out, dtype=out.typecode).astype(chosen, copy=False)
 
+    def _array_dtype(self, dtype: Any) -> str:
+        """The name of ``dtype`` when it is uint16 or uint32 and holds every id; else a ``ConfigError``."""
+        try:
+            chosen = np.dtype(dtype)
+        except TypeError:
+            chosen = None
+        if chosen not in (np.dtype(np.uint16), np.dtype(np.uint32)):
+            raise ConfigError(f"dtype must be uint16 or uint32, not {chosen or dtype}")
+        if np.iinfo(chosen).max < self._max_id:
+            raise ConfigError(f"dtype {chosen} cannot hold ids up to {self._max_id}")
+        return chosen.name
+
     def _smallest_dtype(self) -> np.dtype:
-        return np.dtype(np.uint16) if max(self._vocab) < 1 << 16 else np.dtype(np.uint32)
+        return np.dtype(np.uint16) if self._max_id < 1 << 16 else np.dtype(np.uint32)
 
     # -- decoding -------------------------------------------------------------------------------------
 
@@ -445,6 +484,11 @@ class Tokenizer:
             f"special_tokens={self.special_tokens!r}, pretokenizer={self._pretokenizer.name!r}, "
             f"engine={self.engine!r})"
         )
+
+
+def _not_plain(*_: object) -> None:
+    """``EncoderCore.plain`` for a tokenizer with many special tokens: no text is taken as plain."""
+    return None
 
 
 def _check_text(text: object) -> None:

@@ -46,6 +46,21 @@ class EncoderCore(Protocol):
 
     def encode_ordinary(self, text: str) -> list[int]: ...
 
+    def encode_ordinary_array(self, text: str, dtype: str) -> np.ndarray:
+        """``encode_ordinary`` as a numpy array of ``dtype`` ("uint16" or "uint32", which the caller
+        checked holds every id)."""
+        ...
+
+    def plain(self, text: object) -> list[int] | None:
+        """``encode_ordinary(text)`` when ``text`` is a str holding none of the ``watched`` special tokens
+        the encoder was made with; else None, and the caller takes its general path (which raises any
+        error). The native engine answers in one call: per-document encoding with no Python around it."""
+        ...
+
+    def plain_array(self, text: object, dtype: str) -> np.ndarray | None:
+        """``plain`` as a numpy array of ``dtype``."""
+        ...
+
     def encode_texts(
         self, texts: list[str], specials: Mapping[str, int], threads: int
     ) -> list[list[int]]: ...
@@ -120,6 +135,7 @@ class Engine(Protocol):
         pretokenizer: Pretokenizer,
         *,
         whole_pieces: bool = True,
+        watched: Sequence[str] = (),
     ) -> EncoderCore: ...
 
 

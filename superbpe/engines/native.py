@@ -363,8 +363,9 @@ class NativeEngine:
         pretokenizer: Pretokenizer,
         *,
         whole_pieces: bool = True,
+        watched: Sequence[str] = (),
     ) -> NativeEncoder:
-        return NativeEncoder(vocab, merges, pretokenizer, whole_pieces=whole_pieces)
+        return NativeEncoder(vocab, merges, pretokenizer, whole_pieces=whole_pieces, watched=watched)
 
 
 def _count_path(
@@ -434,6 +435,7 @@ class NativeEncoder:
         whole_pieces: bool = True,
         two_level: bool = True,
         transition: int | None = None,
+        watched: Sequence[str] = (),
     ) -> None:
         lib = _require_native()
         if transition is not None and (type(transition) is not int or transition < 0):
@@ -452,7 +454,12 @@ class NativeEncoder:
             whole_pieces,
             two_level,
             transition,
+            [token.encode("utf-8") for token in watched],
         )
+        # `plain` and `plain_array` are the Rust methods themselves: they never raise for a bad text
+        # (they answer None), so there is nothing to translate, and a per-document call is one call.
+        self.plain = self._core.plain
+        self.plain_array = self._core.plain_array
 
     @property
     def levels(self) -> int:
@@ -478,6 +485,24 @@ class NativeEncoder:
         except ValueError as exc:
             raise _encode_error(exc) from None
 
+    def encode_ordinary_array(self, text: str, dtype: str) -> np.ndarray:
+        """``encode_ordinary`` as a numpy array of ``dtype`` (uint16 or uint32), made in Rust."""
+        try:
+            return self._core.encode_ordinary_array(text, dtype)  # type: ignore[no-any-return]
+        except UnicodeEncodeError as exc:
+            raise _surrogate_error(text, exc) from None
+        except ValueError as exc:
+            raise _encode_error(exc) from None
+
+    def plain(self, text: object) -> list[int] | None:
+        """``encode_ordinary(text)`` for a str holding none of the ``watched`` special tokens that
+        encodes, else None (replaced by the Rust method in ``__init__``)."""
+        return self._core.plain(text)  # type: ignore[no-any-return]
+
+    def plain_array(self, text: object, dtype: str) -> np.ndarray | None:
+        """``plain`` as a numpy array of ``dtype`` (replaced by the Rust method in ``__init__``)."""
+        return self._core.plain_array(text, dtype)  # type: ignore[no-any-return]
+
     def encode_texts(self, texts: list[str], specials: Mapping[str, int], threads: int) -> list[list[int]]:
         """Ids of each text, special tokens cut out first, encoded in Rust on ``threads`` threads with the
         GIL released; the lists share the encoder's int objects (see ``NativeEncoder`` in Rust)."""
@@ -497,35 +522,31 @@ class NativeEncoder:
         _check_dtype(dtype)
         pairs = [(token.encode("utf-8"), token_id) for token, token_id in specials.items()]
         try:
-            ids, offsets = self._core.encode_texts_flat(texts, pairs, threads, dtype)
+            return self._core.encode_texts_flat(texts, pairs, threads, dtype)  # type: ignore[no-any-return]
         except UnicodeEncodeError:
             raise _batch_surrogate_error(texts) from None
         except ValueError as exc:
             raise _encode_error(exc) from None
-        flat = np.frombuffer(ids, dtype=np.dtype(dtype).newbyteorder("<"))
-        return flat, np.frombuffer(offsets, dtype="<i8")
 
     def encode_batch(self, texts: Sequence[str], dtype: str = "uint32") -> tuple[np.ndarray, np.ndarray]:
         """Encode many texts on all cores: flat ids (``dtype`` uint16/uint32) and each text's end offset."""
         _check_dtype(dtype)
         try:
-            ids, ends = self._core.encode_batch(list(texts), dtype)
+            return self._core.encode_batch(list(texts), dtype)  # type: ignore[no-any-return]
         except UnicodeEncodeError as exc:
             raise _surrogate_error(str(exc.object), exc) from None
         except ValueError as exc:
             raise _encode_error(exc) from None
-        return np.frombuffer(ids, dtype=np.dtype(dtype).newbyteorder("<")), np.frombuffer(ends, dtype="<u8")
 
     def encode_array(self, text: str, dtype: str = "uint32", chunk_bytes: int = 1 << 20) -> np.ndarray:
         """Ids of one large text as a numpy array, encoded in parallel between safe cuts."""
         _check_dtype(dtype)
         try:
-            ids = self._core.encode_array(text, dtype, chunk_bytes)
+            return self._core.encode_array(text, dtype, chunk_bytes)  # type: ignore[no-any-return]
         except UnicodeEncodeError as exc:
             raise _surrogate_error(text, exc) from None
         except ValueError as exc:
             raise _encode_error(exc) from None
-        return np.frombuffer(ids, dtype=np.dtype(dtype).newbyteorder("<"))
 
 
 def _check_dtype(dtype: str) -> None:

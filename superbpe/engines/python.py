@@ -75,5 +75,6 @@ class PythonEngine:
         pretokenizer: Pretokenizer,
         *,
         whole_pieces: bool = True,
+        watched: Sequence[str] = (),
     ) -> PythonEncoder:
-        return PythonEncoder(vocab, merges, pretokenizer, whole_pieces=whole_pieces)
+        return PythonEncoder(vocab, merges, pretokenizer, whole_pieces=whole_pieces, watched=watched)

@@ -51,6 +51,7 @@ class PythonEncoder:
         *,
         cache_size: int = DEFAULT_CACHE_SIZE,
         whole_pieces: bool = True,
+        watched: Sequence[str] = (),
     ) -> None:
         # A vocab may lack single bytes (HF-trained ones keep only the bytes they saw); a text that
         # needs one is an error (see _encode_piece), any other text encodes.
@@ -62,6 +63,7 @@ class PythonEncoder:
                 raise ConfigError(f"merge #{rank} ({left!r}, {right!r}) makes a token not in the vocab")
             self._ranks.setdefault((left, right), rank)
         self._split = pretokenizer.split
+        self._watched = tuple(watched)
         self._cache: dict[str, tuple[int, ...]] = {}
         self._cache_size = cache_size
 
@@ -82,6 +84,24 @@ class PythonEncoder:
                     ids = fresh[piece] = self._encode_piece(piece)
                 found[index] = ids
         return list(chain.from_iterable(found))
+
+    def encode_ordinary_array(self, text: str, dtype: str) -> np.ndarray:
+        """``encode_ordinary`` as a numpy array of ``dtype``."""
+        return np.array(self.encode_ordinary(text), dtype=dtype)
+
+    def plain(self, text: object) -> list[int] | None:
+        """``encode_ordinary(text)`` for a str holding none of the watched special tokens, else None."""
+        if not isinstance(text, str) or any(special in text for special in self._watched):
+            return None
+        try:
+            return self.encode_ordinary(text)
+        except InputError:  # as the native engine: the caller's general path raises it
+            return None
+
+    def plain_array(self, text: object, dtype: str) -> np.ndarray | None:
+        """``plain`` as a numpy array of ``dtype``."""
+        ids = self.plain(text)
+        return None if ids is None else np.array(ids, dtype=dtype)
 
     def encode_texts(self, texts: list[str], specials: Mapping[str, int], threads: int) -> list[list[int]]:
         """Ids of each text (special tokens in ``specials`` cut out first), one text after another.

@@ -4,8 +4,11 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
+use numpy::{PyArray1, PyArrayMethods};
+use pyo3::types::PyString;
+
 use super::*;
-use crate::encode::batch_ends;
+use crate::encode::{batch_ends, ids_room};
 use crate::encode_levels::{Plan, Request};
 
 /// Rank-based encoder over a bytes -> id vocabulary.
@@ -22,6 +25,8 @@ pub struct NativeEncoder {
     /// references to these instead of a fresh int object per token, which made building the
     /// list cost as much as encoding.
     id_objects: Vec<Py<PyAny>>,
+    /// The special tokens `plain` and `plain_array` look for.
+    watched: Specials,
 }
 
 /// Texts from this many bytes on are encoded with the GIL released (about 100 µs of work).
@@ -58,7 +63,7 @@ fn ids_list<'py>(py: Python<'py>, ids: &[u32], objects: &[Py<PyAny>]) -> PyResul
 #[pymethods]
 impl NativeEncoder {
     #[new]
-    #[pyo3(signature = (vocab, merges, pattern, line_units, workers = 0, whole_pieces = true, two_level = true, transition = None))]
+    #[pyo3(signature = (vocab, merges, pattern, line_units, workers = 0, whole_pieces = true, two_level = true, transition = None, watched = Vec::new()))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -70,6 +75,7 @@ impl NativeEncoder {
         whole_pieces: bool,
         two_level: bool,
         transition: Option<usize>,
+        watched: Vec<Vec<u8>>,
     ) -> PyResult<Self> {
         let mut v: Vec<(Vec<u8>, u32)> = Vec::with_capacity(vocab.len());
         for (k, id) in vocab.iter() {
@@ -90,7 +96,8 @@ impl NativeEncoder {
         };
         let inner = Encoder::with_levels(v, &merges, splitter, whole_pieces, request).map_err(PyValueError::new_err)?;
         // `workers` 0 leaves the count to rayon: RAYON_NUM_THREADS when set, else the usable cores.
-        Ok(NativeEncoder { inner, pool: pool(workers)?, sized_pool: Mutex::new(None), id_objects })
+        let watched = Specials::new(&watched);
+        Ok(NativeEncoder { inner, pool: pool(workers)?, sized_pool: Mutex::new(None), id_objects, watched })
     }
 
     /// 2 when pieces are encoded on two levels (`encode_levels.rs`), else 1.
@@ -124,15 +131,32 @@ impl NativeEncoder {
     /// releasing and taking it back costs more than such a text takes to encode, and far more when
     /// another thread is waiting for it.
     fn encode_ordinary<'py>(&self, py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyList>> {
-        let inner = &self.inner;
-        let bytes = text.as_bytes();
-        let encode = || -> Result<Vec<u32>, NativeError> {
-            let mut out = Vec::with_capacity(bytes.len() / 3 + 1);
-            inner.encode_ordinary(bytes, &mut out)?;
-            Ok(out)
-        };
-        let ids = if bytes.len() < DETACH_MIN_BYTES { run_attached(encode)? } else { run_detached(py, encode)? };
-        ids_list(py, &ids, &self.id_objects)
+        self.with_text_ids(py, text, |ids| ids_list(py, ids, &self.id_objects))
+    }
+
+    /// `encode_ordinary` as a numpy array of `dtype` ("uint16" or "uint32"): no Python object
+    /// per id, and none for the cyclic collector to walk.
+    fn encode_ordinary_array<'py>(&self, py: Python<'py>, text: &str, dtype: &str) -> PyResult<Bound<'py, PyAny>> {
+        check_dtype(dtype)?;
+        self.with_text_ids(py, text, |ids| ids_array_of(py, ids, dtype))
+    }
+
+    /// `encode_ordinary(text)` when `text` is a str holding none of the watched special tokens
+    /// and it encodes; else None, and the caller takes its general path, which gives the ids or
+    /// the error. The common case of a per-document call in one step: no Python around it.
+    fn plain<'py>(&self, py: Python<'py>, text: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyList>>> {
+        self.if_plain(py, text, |ids| ids_list(py, ids, &self.id_objects))
+    }
+
+    /// `plain` as a numpy array of `dtype` ("uint16" or "uint32").
+    fn plain_array<'py>(
+        &self,
+        py: Python<'py>,
+        text: &Bound<'py, PyAny>,
+        dtype: &str,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        check_dtype(dtype)?;
+        self.if_plain(py, text, |ids| ids_array_of(py, ids, dtype))
     }
 
     /// Ids of each text as a list of lists, special tokens (`specials`: their bytes and ids) cut
@@ -158,9 +182,9 @@ impl NativeEncoder {
         Ok(lists.finish())
     }
 
-    /// As `encode_texts`, into one flat buffer of little-endian ids (`dtype` "uint16" or
-    /// "uint32") and the offsets of the texts' ids as little-endian int64: `len(texts) + 1`
-    /// of them, from 0, so text `i` has ids `[offsets[i], offsets[i + 1])`.
+    /// As `encode_texts`, into one numpy array of ids (`dtype` "uint16" or "uint32") and the
+    /// offsets of the texts' ids as int64: `len(texts) + 1` of them, from 0, so text `i` has ids
+    /// `[offsets[i], offsets[i + 1])`.
     fn encode_texts_flat<'py>(
         &self,
         py: Python<'py>,
@@ -168,50 +192,37 @@ impl NativeEncoder {
         specials: Vec<(Vec<u8>, u32)>,
         threads: usize,
         dtype: &str,
-    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
         check_dtype(dtype)?;
         let blocks = self.encode_blocks(py, &texts, specials, threads)?;
-        let parts: Vec<&[u32]> = blocks.iter().map(|b| b.ids.as_slice()).collect();
-        let ids = ids_buffer_parts(py, &parts, dtype)?;
-        let offsets = PyBytes::new_with(py, (texts.len() + 1) * 8, |buf| {
-            let mut chunks = buf.chunks_exact_mut(8);
-            let mut base = 0u64;
-            if let Some(first) = chunks.next() {
-                first.copy_from_slice(&0i64.to_le_bytes());
-            }
-            for block in &blocks {
-                for (&end, chunk) in block.ends.iter().zip(chunks.by_ref()) {
-                    chunk.copy_from_slice(&((base + end as u64) as i64).to_le_bytes());
-                }
-                base += block.ids.len() as u64;
-            }
-            Ok(())
-        })?;
-        Ok((ids, offsets))
+        let mut offsets = Vec::with_capacity(texts.len() + 1);
+        offsets.push(0i64);
+        let mut base = 0;
+        for block in &blocks {
+            offsets.extend(block.ends.iter().map(|&end| (base + end) as i64));
+            base += block.ids.len();
+        }
+        let ids = ids_array(py, blocks.into_iter().map(|b| b.ids).collect(), dtype)?;
+        Ok((ids, PyArray1::from_vec(py, offsets).into_any()))
     }
 
-    /// Encode texts in parallel into one flat buffer of little-endian ids (`dtype` "uint16" or
-    /// "uint32"; Python wraps it with `numpy.frombuffer`) plus the end offset of each text's ids
-    /// as little-endian uint64.
+    /// Encode texts in parallel into one numpy array of ids (`dtype` "uint16" or "uint32") plus
+    /// the end offset of each text's ids (uint64).
     fn encode_batch<'py>(
         &self,
         py: Python<'py>,
         texts: Vec<PyBackedStr>,
         dtype: &str,
-    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+        check_dtype(dtype)?;
         let (inner, pool) = (&self.inner, &self.pool);
         let parts = run_detached(py, || {
             let slices: Vec<&[u8]> = texts.iter().map(|t| t.as_bytes()).collect();
             pool.install(|| inner.encode_batch_parts(&slices)).map_err(NativeError::from)
         })?;
-        let ends = PyBytes::new_with(py, texts.len() * 8, |buf| {
-            for (chunk, end) in buf.chunks_exact_mut(8).zip(batch_ends(&parts)) {
-                chunk.copy_from_slice(&end.to_le_bytes());
-            }
-            Ok(())
-        })?;
-        let ids: Vec<&[u32]> = parts.iter().map(|p| p.0.as_slice()).collect();
-        Ok((ids_buffer_parts(py, &ids, dtype)?, ends))
+        let ends: Vec<u64> = batch_ends(&parts).collect();
+        let ids = ids_array(py, parts.into_iter().map(|p| p.0).collect(), dtype)?;
+        Ok((ids, PyArray1::from_vec(py, ends).into_any()))
     }
 
     /// Encode one large text in parallel, cut only where pieces cannot cross; ids as in
@@ -222,15 +233,15 @@ impl NativeEncoder {
         text: &str,
         dtype: &str,
         chunk_bytes: usize,
-    ) -> PyResult<Bound<'py, PyBytes>> {
+    ) -> PyResult<Bound<'py, PyAny>> {
+        check_dtype(dtype)?;
         let (inner, pool) = (&self.inner, &self.pool);
         let bytes = text.as_bytes();
         let parts = run_detached(py, || {
             let chunks = safe_chunks(inner.splitter(), bytes, chunk_bytes.max(1));
             pool.install(|| inner.encode_batch_parts(&chunks)).map_err(NativeError::from)
         })?;
-        let ids: Vec<&[u32]> = parts.iter().map(|p| p.0.as_slice()).collect();
-        ids_buffer_parts(py, &ids, dtype)
+        ids_array(py, parts.into_iter().map(|p| p.0).collect(), dtype)
     }
 }
 
@@ -290,13 +301,13 @@ impl SpecialIds {
     }
 }
 
-/// Consecutive texts grouped into runs of about `BLOCK_BYTES` (index ranges).
-fn block_ranges(texts: &[PyBackedStr]) -> Vec<std::ops::Range<usize>> {
+/// Consecutive texts grouped into runs of about `block_bytes` (index ranges).
+fn block_ranges(texts: &[PyBackedStr], block_bytes: usize) -> Vec<std::ops::Range<usize>> {
     let mut ranges = Vec::new();
     let (mut start, mut bytes) = (0, 0);
     for (i, text) in texts.iter().enumerate() {
         bytes += text.len();
-        if bytes >= BLOCK_BYTES {
+        if bytes >= block_bytes {
             ranges.push(start..i + 1);
             (start, bytes) = (i + 1, 0);
         }
@@ -308,6 +319,56 @@ fn block_ranges(texts: &[PyBackedStr]) -> Vec<std::ops::Range<usize>> {
 }
 
 impl NativeEncoder {
+    /// `f` of the ids of one text with no special-token handling. A short text is encoded holding
+    /// the GIL (see `encode_ordinary`) into room its piece cache keeps, a long one with the GIL
+    /// released into a vector of its own.
+    fn with_text_ids<'py, R>(
+        &self,
+        py: Python<'py>,
+        text: &str,
+        f: impl FnOnce(&[u32]) -> PyResult<Bound<'py, R>>,
+    ) -> PyResult<Bound<'py, R>> {
+        let inner = &self.inner;
+        let bytes = text.as_bytes();
+        if bytes.len() < DETACH_MIN_BYTES {
+            return run_attached(|| Ok(inner.with_ids(bytes, f)?))?;
+        }
+        let ids = run_detached(py, || {
+            let mut out = ids_room(bytes.len());
+            inner.encode_ordinary(bytes, &mut out)?;
+            Ok(out)
+        })?;
+        f(&ids)
+    }
+
+    /// `Some(f(ids))` for a plain text (see `plain`), None for anything else: not a str, not
+    /// valid UTF-8, holding a watched special token, or failing to encode.
+    fn if_plain<'py, R>(
+        &self,
+        py: Python<'py>,
+        text: &Bound<'py, PyAny>,
+        f: impl FnOnce(&[u32]) -> PyResult<Bound<'py, R>>,
+    ) -> PyResult<Option<Bound<'py, R>>> {
+        let Ok(text) = text.cast::<PyString>() else { return Ok(None) };
+        let Ok(text) = text.to_str() else { return Ok(None) };
+        let bytes = text.as_bytes();
+        if self.watched.occur_in(bytes) {
+            return Ok(None);
+        }
+        let inner = &self.inner;
+        if bytes.len() < DETACH_MIN_BYTES {
+            return match run_attached(|| Ok(inner.with_ids(bytes, f)))? {
+                Ok(built) => built.map(Some),
+                Err(_) => Ok(None),
+            };
+        }
+        let encoded = run_detached(py, || {
+            let mut out = ids_room(bytes.len());
+            Ok(inner.encode_ordinary(bytes, &mut out).map(|()| out))
+        })?;
+        encoded.map_or(Ok(None), |ids| f(&ids).map(Some))
+    }
+
     /// A pool of `threads` threads, the one kept from the last call when its size fits.
     fn sized_pool(&self, threads: usize) -> PyResult<Arc<rayon::ThreadPool>> {
         let mut kept = self.sized_pool.lock().unwrap_or_else(|e| e.into_inner());
@@ -332,7 +393,9 @@ impl NativeEncoder {
     ) -> PyResult<Vec<Block>> {
         let helpers = self.helpers(threads)?;
         let specials = SpecialIds::new(specials);
-        let work = Work::new(&self.inner, &specials, texts);
+        // On one thread the batch is one block: its ids are then one vector (see `ids_array`).
+        let block_bytes = if helpers.is_some() { BLOCK_BYTES } else { usize::MAX };
+        let work = Work::new(&self.inner, &specials, texts, block_bytes);
         run_detached(py, || {
             let mut results = Results::new(work.ranges.len());
             let Some(pool) = helpers else {
@@ -370,7 +433,7 @@ impl NativeEncoder {
         let Some(pool) = self.helpers(threads)? else {
             return Err(PyValueError::new_err("overlapped building needs more than one thread"));
         };
-        let work = Work::new(&self.inner, &specials, texts);
+        let work = Work::new(&self.inner, &specials, texts, BLOCK_BYTES);
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             pool.in_place_scope(|scope| -> PyResult<()> {
                 let mut receiver = work.start_helpers(scope, pool.current_num_threads());
@@ -443,8 +506,8 @@ struct Work<'a> {
 type Encoded = (usize, Result<Block, String>);
 
 impl<'a> Work<'a> {
-    fn new(inner: &'a Encoder, specials: &'a SpecialIds, texts: &'a [PyBackedStr]) -> Self {
-        let ranges = block_ranges(texts);
+    fn new(inner: &'a Encoder, specials: &'a SpecialIds, texts: &'a [PyBackedStr], block_bytes: usize) -> Self {
+        let ranges = block_ranges(texts, block_bytes);
         Work {
             inner,
             specials,
@@ -534,7 +597,7 @@ fn encode_range(
     range: std::ops::Range<usize>,
 ) -> Result<Block, String> {
     let bytes: usize = texts[range.clone()].iter().map(|t| t.len()).sum();
-    let mut block = Block { ids: Vec::with_capacity(bytes / 3 + 1), ends: Vec::with_capacity(range.len()) };
+    let mut block = Block { ids: ids_room(bytes), ends: Vec::with_capacity(range.len()) };
     for i in range {
         specials.encode(inner, texts[i].as_bytes(), &mut block.ids).map_err(|e| format!("texts[{i}]: {e}"))?;
         block.ends.push(block.ids.len());
@@ -608,36 +671,57 @@ fn check_dtype(dtype: &str) -> PyResult<()> {
     }
 }
 
-/// Ids of several parts, one after another, as packed little-endian integers of `dtype`'s width
-/// ("uint16" or "uint32"), written straight into a bytes object.
-fn ids_buffer_parts<'py>(py: Python<'py>, parts: &[&[u32]], dtype: &str) -> PyResult<Bound<'py, PyBytes>> {
-    let total: usize = parts.iter().map(|p| p.len()).sum();
-    let all = parts.iter().flat_map(|p| p.iter().copied());
-    match dtype {
-        // Part by part: a loop over one slice compiles to a vectorized copy, one over the
-        // flattened parts to a copy an id at a time.
-        "uint32" => PyBytes::new_with(py, total * 4, |buf| {
-            let mut rest = &mut buf[..];
-            for part in parts {
-                let (head, tail) = rest.split_at_mut(part.len() * 4);
-                for (chunk, id) in head.chunks_exact_mut(4).zip(part.iter()) {
-                    chunk.copy_from_slice(&id.to_le_bytes());
-                }
-                rest = tail;
-            }
-            Ok(())
-        }),
-        _ => {
-            check_dtype(dtype)?;
-            if let Some(id) = parts.iter().flat_map(|p| p.iter()).find(|&&id| id > u16::MAX as u32) {
-                return Err(PyValueError::new_err(format!("id {id} does not fit in uint16")));
-            }
-            PyBytes::new_with(py, total * 2, |buf| {
-                for (chunk, id) in buf.chunks_exact_mut(2).zip(all) {
-                    chunk.copy_from_slice(&(id as u16).to_le_bytes());
-                }
-                Ok(())
-            })
-        }
+/// Ids as a new numpy array of `dtype` ("uint16" or "uint32"), copied.
+fn ids_array_of<'py>(py: Python<'py>, ids: &[u32], dtype: &str) -> PyResult<Bound<'py, PyAny>> {
+    if dtype == "uint32" {
+        return Ok(PyArray1::from_slice(py, ids).into_any());
     }
+    if let Some(id) = ids.iter().find(|&&id| id > u16::MAX as u32) {
+        return Err(PyValueError::new_err(format!("id {id} does not fit in uint16")));
+    }
+    // Written straight into the array's own memory: a vector of the narrowed ids handed over to
+    // numpy costs a second Python object per array, which a short text notices.
+    // SAFETY: `new` gives a fresh one-dimensional, contiguous, aligned array of `ids.len()`
+    // uninitialized elements that no one else sees yet; every element is written below before it
+    // is returned, through the slice of exactly that length.
+    unsafe {
+        let array = PyArray1::<u16>::new(py, ids.len(), false);
+        let slots = std::slice::from_raw_parts_mut(array.data(), ids.len());
+        for (slot, &id) in slots.iter_mut().zip(ids) {
+            *slot = id as u16;
+        }
+        Ok(array.into_any())
+    }
+}
+
+/// Ids of several parts, one after another, as a numpy array of `dtype` ("uint16" or
+/// "uint32"). One part of uint32 ids becomes the array's buffer as it is (a batch on one thread
+/// is one part): copying a large batch's ids, and faulting in the fresh memory of the copy, was a
+/// good part of the batch.
+fn ids_array<'py>(py: Python<'py>, mut parts: Vec<Vec<u32>>, dtype: &str) -> PyResult<Bound<'py, PyAny>> {
+    check_dtype(dtype)?;
+    if dtype == "uint32" {
+        let mut ids = if parts.len() == 1 { parts.pop().unwrap_or_default() } else { parts.concat() };
+        // The array keeps the whole allocation: give back a spare quarter or more (shrinking in
+        // place, mostly).
+        if ids.capacity() - ids.len() > ids.len() / 4 {
+            ids.shrink_to_fit();
+        }
+        return Ok(PyArray1::from_vec(py, ids).into_any());
+    }
+    let parts: Vec<&[u32]> = parts.iter().map(Vec::as_slice).collect();
+    narrow_array(py, &parts)
+}
+
+/// The ids of `parts`, one after another, as a uint16 numpy array; an id above 65535 is an error.
+fn narrow_array<'py>(py: Python<'py>, parts: &[&[u32]]) -> PyResult<Bound<'py, PyAny>> {
+    if let Some(id) = parts.iter().copied().flatten().find(|&&id| id > u16::MAX as u32) {
+        return Err(PyValueError::new_err(format!("id {id} does not fit in uint16")));
+    }
+    let total = parts.iter().map(|p| p.len()).sum();
+    let mut narrow: Vec<u16> = Vec::with_capacity(total);
+    for part in parts {
+        narrow.extend(part.iter().map(|&id| id as u16));
+    }
+    Ok(PyArray1::from_vec(py, narrow).into_any())
 }

@@ -1,0 +1,145 @@
+"""Per-document arrays: ``encode_array`` and ``encode_ordinary_array`` equal ``encode`` and
+``encode_ordinary`` on both engines (special tokens, non-ASCII text, empty strings, random texts), in the
+dtype asked for; bad input fails as ``encode`` does, a bad dtype as ``encode_batch_flat`` does."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from superbpe import train_bpe
+from superbpe.api import tokenizer as tokenizer_module
+from superbpe.api.tokenizer import Tokenizer
+from superbpe.core.errors import ConfigError, InputError
+from superbpe.engines import native as native_engine
+
+EOT = "<|endoftext|>"
+SPECIALS = [EOT, "<|s|>", "<|s|><|s|>"]  # overlapping specials: the longest at a position wins
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+ENGINES = ["python", "native"] if native_engine.available() else ["python"]
+
+
+@pytest.fixture(scope="module")
+def trained(wikitext_text: str) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
+    return train_bpe(iter([wikitext_text[:200_000]]), 1200, SPECIALS, pretokenizer="gpt2")
+
+
+@pytest.fixture(scope="module")
+def tokenizers(trained: tuple[dict[int, bytes], list[tuple[bytes, bytes]]]) -> list[Tokenizer]:
+    vocab, merges = trained
+    return [Tokenizer(vocab, merges, SPECIALS, "gpt2", engine) for engine in ENGINES]
+
+
+@pytest.fixture(scope="module")
+def documents(wikitext_text: str, multilingual_text: str) -> list[str]:
+    """Lines of English and of many scripts, special tokens inside some, empty ones, one long piece."""
+    lines = wikitext_text[:300_000].splitlines(keepends=True)
+    lines += multilingual_text[:100_000].splitlines(keepends=True)
+    for index in range(0, len(lines), 29):
+        lines[index] = lines[index].replace(" ", f" {SPECIALS[index % 3]}", 1)
+    return ["", *lines, "<|s|><|s|><|s|>", EOT, "x" * 5000, " " * 33]
+
+
+def check_equal(tok: Tokenizer, text: str) -> None:
+    for dtype in (None, np.uint32):
+        array = tok.encode_array(text, dtype)
+        assert array.dtype == (np.uint16 if dtype is None else np.uint32)
+        assert array.tolist() == tok.encode(text), (tok.engine, text[:80])
+        ordinary = tok.encode_ordinary_array(text, dtype)
+        assert ordinary.dtype == array.dtype
+        assert ordinary.tolist() == tok.encode_ordinary(text), (tok.engine, text[:80])
+
+
+def test_arrays_equal_lists(tokenizers: list[Tokenizer], documents: list[str]) -> None:
+    for tok in tokenizers:
+        for _ in range(2):  # cold piece caches, then warm
+            for text in documents:
+                check_equal(tok, text)
+
+
+def test_engines_agree(tokenizers: list[Tokenizer], documents: list[str]) -> None:
+    if len(tokenizers) < 2:
+        pytest.skip("superbpe._native is not built")
+    python, native = tokenizers
+    for text in documents:
+        assert np.array_equal(python.encode_array(text), native.encode_array(text)), text[:80]
+
+
+_parts = st.sampled_from(
+    ["a", " the", "\n", " \n", "<|s|>", "<|", EOT, "1", "\u00e9", "  ", "'s", "\u65e5\u672c", "\t"]
+)
+
+
+@SETTINGS
+@given(text=st.lists(_parts, max_size=40).map("".join) | st.text(max_size=200))
+def test_random_texts(tokenizers: list[Tokenizer], text: str) -> None:
+    for tok in tokenizers:
+        check_equal(tok, text)
+
+
+@pytest.mark.parametrize("count", [1, tokenizer_module.FEW_SPECIALS + 3])
+def test_special_tokens_with_few_or_many(trained: tuple[dict[int, bytes], list[tuple[bytes, bytes]]],
+                                         count: int) -> None:
+    vocab, merges = trained
+    specials = [EOT] + [f"<|extra{i}|>" for i in range(count - 1)]
+    for engine in ENGINES:
+        tok = Tokenizer(vocab, merges, specials, "gpt2", engine)
+        text = f"Hello {specials[-1]} world{EOT}"
+        assert tok.encode_array(text).tolist() == tok.encode(text)
+        assert tok.token_to_id(specials[-1]) in tok.encode_array(text).tolist()
+        assert tok.token_to_id(specials[-1]) not in tok.encode_ordinary_array(text).tolist()
+
+
+def test_dtypes_must_hold_the_ids(tokenizers: list[Tokenizer]) -> None:
+    vocab = {i: bytes([i]) for i in range(256)}
+    vocab[70_000] = b"ab"
+    for engine in ENGINES:
+        wide = Tokenizer(vocab, [(b"a", b"b")], engine=engine)
+        assert wide.encode_array("abc").dtype == np.uint32
+        assert wide.encode_array("abc").tolist() == [70_000, ord("c")]
+        for method in (wide.encode_array, wide.encode_ordinary_array):
+            with pytest.raises(ConfigError, match="dtype uint16 cannot hold ids up to 70000"):
+                method("ab", np.uint16)
+    for tok in tokenizers:
+        for method in (tok.encode_array, tok.encode_ordinary_array):
+            with pytest.raises(ConfigError, match="dtype must be uint16 or uint32, not int8"):
+                method("ab", np.int8)
+            with pytest.raises(ConfigError, match="dtype must be uint16 or uint32, not no-such-type"):
+                method("ab", "no-such-type")
+        assert tok.encode_array("ab", "uint32").dtype == np.uint32
+
+
+def test_bad_texts_fail_as_encode_does(tokenizers: list[Tokenizer]) -> None:
+    for tok in tokenizers:
+        for method in (tok.encode_array, tok.encode_ordinary_array):
+            with pytest.raises(InputError, match="decode bytes to str first"):
+                method(b"a b")  # type: ignore[arg-type]
+            with pytest.raises(InputError, match=r"unpaired surrogate '\\ud800'"):
+                method("ok \ud800 no")
+    lacking = {i: bytes([i]) for i in range(256) if i != ord("z")}
+    for engine in ENGINES:
+        tok = Tokenizer(lacking, [], engine=engine)
+        for method in (tok.encode_array, tok.encode_ordinary_array):
+            with pytest.raises(InputError, match="^text needs byte 0x7a, which has no token"):
+                method("a z")
+
+
+def test_plain_takes_only_plain_texts(trained: tuple[dict[int, bytes], list[tuple[bytes, bytes]]]) -> None:
+    """The cores' one-call path answers None for anything ``encode`` must look at more closely: not a
+    str, a watched special token in it, a lone surrogate, a byte the vocabulary lacks."""
+    vocab, merges = trained
+    lacking = {i: bytes([i]) for i in range(256) if i != ord("z")}
+    for engine in ENGINES:
+        tok = Tokenizer(vocab, merges, SPECIALS, "gpt2", engine)
+        core = tok._core  # the contract of EncoderCore.plain is what is tested
+        text = "plain text \u00e9\u65e5 1234"
+        assert core.plain(text) == tok.encode_ordinary(text)
+        assert core.plain_array(text, "uint32").tolist() == tok.encode_ordinary(text)
+        for bad in (b"bytes", 3, None, f"a {EOT} b", "a <|s|> b", "ok \ud800 no"):
+            assert core.plain(bad) is None, (engine, bad)
+            assert core.plain_array(bad, "uint16") is None, (engine, bad)
+        short = Tokenizer(lacking, [], engine=engine)
+        assert short._core.plain("a z") is None
+        assert short._core.plain("a b") == [ord("a"), ord(" "), ord("b")]
