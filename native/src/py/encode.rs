@@ -682,13 +682,14 @@ fn ids_array_of<'py>(py: Python<'py>, ids: &[u32], dtype: &str) -> PyResult<Boun
     // Written straight into the array's own memory: a vector of the narrowed ids handed over to
     // numpy costs a second Python object per array, which a short text notices.
     // SAFETY: `new` gives a fresh one-dimensional, contiguous, aligned array of `ids.len()`
-    // uninitialized elements that no one else sees yet; every element is written below before it
-    // is returned, through the slice of exactly that length.
+    // uninitialized elements that no one else sees yet. They are viewed as `MaybeUninit` (no
+    // reference to an unwritten `u16` is made), and every one is written below, through the slice
+    // of exactly that length, before the array is returned.
     unsafe {
         let array = PyArray1::<u16>::new(py, ids.len(), false);
-        let slots = std::slice::from_raw_parts_mut(array.data(), ids.len());
+        let slots = std::slice::from_raw_parts_mut(array.data() as *mut std::mem::MaybeUninit<u16>, ids.len());
         for (slot, &id) in slots.iter_mut().zip(ids) {
-            *slot = id as u16;
+            slot.write(id as u16);
         }
         Ok(array.into_any())
     }
