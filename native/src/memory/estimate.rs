@@ -55,7 +55,8 @@ const PART_PIECES: usize = 1 << 16;
 /// The build has two peaks. At the end of replay the replayed chunks (2 or 4 bytes per symbol, see
 /// `ChunkSyms`) stand beside the counts; at the pair index the trainer's arrays stand, and counts
 /// handed over to the trainer (`consume`) were freed before they were laid out. Which is higher
-/// depends on how much the counts hold against the symbols they replay to.
+/// depends on how much the counts hold against the symbols they replay to. A cut build (many
+/// distinct pairs, `cut_peak`) frees handed-over counts during replay already.
 pub fn estimate(
     counts: &Counts,
     replay: &[(Vec<u8>, Vec<u8>)],
@@ -139,14 +140,17 @@ const CUT_FROM_PAIRS: u64 = 1 << 16;
 /// lays out 7% of them, see `train/cut.rs`).
 const CUT_SHARE: u64 = 8;
 
-/// A cut build's two peaks (`train/cut.rs`): at the end of replay, the replayed chunks beside one
-/// pair table per thread, each holding nearly every distinct pair; then the chunks (kept), the
-/// pairs' list and the copy of their counts θ is picked from (24 bytes a pair) and the cut pieces' trainer, the counts freed.
+/// A cut build's two peaks (`train/cut.rs`): during replay, one pair table per thread, each
+/// holding nearly every distinct pair (they fill early), beside the replayed chunks; then the
+/// chunks (kept), the pairs' list and the copy of their counts θ is picked from (24 bytes a pair)
+/// and the cut pieces' trainer, the counts freed. Counts handed over (`freed` is their size, else
+/// 0) are freed as replay passes them, so the chunks grow into their memory and add only what
+/// they outgrow it by.
 fn cut_peak(replayed: u64, pairs: u64, index: u64, freed: u64) -> u64 {
     let threads = rayon::current_num_threads().max(1) as u64;
-    let replay_end = replayed + threads * PairTable::bytes_for(pairs);
+    let replay = threads * PairTable::bytes_for(pairs) + replayed.saturating_sub(freed);
     let cut = (replayed + 24 * pairs + index / CUT_SHARE).saturating_sub(freed);
-    replay_end.max(cut)
+    replay.max(cut)
 }
 
 /// The distinct pairs of the whole corpus from those of the sample and of half of it: they grow
