@@ -632,6 +632,16 @@ mod tests {
     use super::*;
     use crate::scan::{builtin_pattern, Builtin};
 
+    /// Each text's ids from the reference path (no piece cache).
+    fn uncached(e: &Encoder, texts: &[Vec<u8>]) -> Vec<Vec<u32>> {
+        let encode = |t: &Vec<u8>| {
+            let mut out = Vec::new();
+            e.encode_with(t, &mut out, &mut None).unwrap();
+            out
+        };
+        texts.iter().map(encode).collect()
+    }
+
     fn encoder(merges: &[(&str, &str)]) -> Encoder {
         encoder_with(merges, true)
     }
@@ -706,14 +716,7 @@ mod tests {
             })
             .collect();
         let slices: Vec<&[u8]> = texts.iter().map(|t| t.as_slice()).collect();
-        let alone: Vec<Vec<u32>> = texts
-            .iter()
-            .map(|t| {
-                let mut out = Vec::new();
-                e.encode_with(t, &mut out, &mut None).unwrap();
-                out
-            })
-            .collect();
+        let alone = uncached(&e, &texts);
         for _ in 0..2 {
             let (ids, ends) = e.encode_batch(&slices).unwrap();
             let mut start = 0;
@@ -841,14 +844,7 @@ mod tests {
             for whole_pieces in [true, false] {
                 let splitter = Splitter::new(&builtin_pattern(kind), false).unwrap();
                 let e = Encoder::new(vocab.clone(), &m, splitter, whole_pieces).unwrap();
-                let want: Vec<Vec<u32>> = texts
-                    .iter()
-                    .map(|t| {
-                        let mut out = Vec::new();
-                        e.encode_with(t, &mut out, &mut None).unwrap();
-                        out
-                    })
-                    .collect();
+                let want = uncached(&e, &texts);
                 for _ in 0..2 {
                     for (t, expected) in texts.iter().zip(&want) {
                         let mut out = vec![7];
