@@ -157,3 +157,12 @@ def long_lines_corpus(path: Path) -> Path:
     rng.shuffle(lines)
     path.write_text("".join(lines), encoding="utf-8")
     return path
+
+
+def lines_with_specials(english: str, scripts: str, specials: list[str], every: int) -> list[str]:
+    """The lines of ``english`` then of ``scripts`` (newlines kept, blank ones included), every
+    ``every``-th with one of ``specials`` (in turn) put in at its first space."""
+    lines = english.splitlines(keepends=True) + scripts.splitlines(keepends=True)
+    for index in range(0, len(lines), every):
+        lines[index] = lines[index].replace(" ", f" {specials[index % len(specials)]}", 1)
+    return lines

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fixture_texts import lines_with_specials
 from superbpe import train_bpe
 from superbpe.api import tokenizer as tokenizer_module
 from superbpe.api.tokenizer import Tokenizer
@@ -35,10 +36,7 @@ def tokenizers(trained: tuple[dict[int, bytes], list[tuple[bytes, bytes]]]) -> l
 @pytest.fixture(scope="module")
 def documents(wikitext_text: str, multilingual_text: str) -> list[str]:
     """Lines of English and of many scripts, special tokens inside some, empty ones, one long piece."""
-    lines = wikitext_text[:300_000].splitlines(keepends=True)
-    lines += multilingual_text[:100_000].splitlines(keepends=True)
-    for index in range(0, len(lines), 29):
-        lines[index] = lines[index].replace(" ", f" {SPECIALS[index % 3]}", 1)
+    lines = lines_with_specials(wikitext_text[:300_000], multilingual_text[:100_000], SPECIALS, 29)
     return ["", *lines, "<|s|><|s|><|s|>", EOT, "x" * 5000, " " * 33]
 
 

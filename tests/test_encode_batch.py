@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fixture_texts import lines_with_specials
 from superbpe import train_bpe
 from superbpe.api.tokenizer import Tokenizer
 from superbpe.core.errors import ConfigError, InputError
@@ -44,10 +45,7 @@ def tokenizers(trained: tuple[dict[int, bytes], list[tuple[bytes, bytes]]]) -> l
 @pytest.fixture(scope="module")
 def documents(wikitext_text: str, multilingual_text: str) -> list[str]:
     """Short documents (WikiText lines, blank ones included), special tokens inside some, a few empty."""
-    lines = wikitext_text[:400_000].splitlines(keepends=True)
-    lines += multilingual_text[:100_000].splitlines(keepends=True)
-    for index in range(0, len(lines), 37):
-        lines[index] = lines[index].replace(" ", f" {SPECIALS[index % 3]}", 1)
+    lines = lines_with_specials(wikitext_text[:400_000], multilingual_text[:100_000], SPECIALS, 37)
     return ["", *lines, "", "<|s|><|s|><|s|>", "x" * 5000]
 
 
