@@ -1,12 +1,13 @@
-//! Pair counts in one flat table, filled as replay writes each piece's symbols.
+//! Pair counts summed by bucket, filled as replay writes each piece's symbols.
 //!
-//! Cutting a stage's pieces (`train/cut.rs`) needs every initial pair's count: one update per
-//! symbol, ~190M on 1.2 GB of English, into a table that outgrows the CPU caches (on English about
-//! as long as the rest of replay). Counted while replay still holds each piece's symbols, so the
-//! replayed chunks are not read again, in one table per thread, each update's slot fetched a few
-//! updates ahead (a general hash map cannot be asked for a slot before it is probed).
-
-use crate::memory::{advise_huge, prefetch};
+//! Cutting a stage's pieces (`train/cut.rs`) must know which initial pairs may count θ or more: it
+//! cuts only where a pair counts less. Exact counts took one update per replayed symbol into a
+//! table of every distinct pair, gigabytes on English web text, and nearly every update missed the
+//! CPU caches. Here a pair's count is added to its bucket's counter, which sums every pair hashed
+//! there: no pair counts more than its bucket, so a pair in a bucket below θ counts below θ and
+//! cutting at it stays exact. The pairs that count θ or more are a few tens of thousands among
+//! millions of buckets, so few rare pairs share a bucket with one (they only stay uncut). The
+//! counters are megabytes, one set per thread, and stay in the caches.
 
 /// A key's bits mixed, for table slots (pair keys are two small ids side by side).
 #[inline(always)]
@@ -15,116 +16,89 @@ pub fn spread(key: u64) -> u64 {
     h ^ (h >> 29)
 }
 
-const EMPTY: u64 = u64::MAX;
-/// Updates wait in a buffer this long, so that each one's slot is fetched before it is made.
-const BATCH: usize = 1024;
-const AHEAD: usize = 16;
-/// Most slots in use, as a fraction (numerator, denominator).
-const MAX_LOAD: (usize, usize) = (7, 10);
+/// Fewest and most buckets, as powers of two. The most keep one thread's counters within its core's
+/// share of the last-level cache while a bucket's noise (the replayed symbols over the buckets)
+/// stays far below the counts of the pairs a stage merges.
+const MIN_BITS: u32 = 12;
+const MAX_BITS: u32 = 22;
 
-/// Pair key -> summed count; open addressing, at most `MAX_LOAD` full (linear probing stays short
-/// there, and a corpus with many rare pairs, such as code, needs half the table of a half-full one).
-/// No pair key is `u64::MAX`.
-pub struct PairTable {
-    slots: Vec<(u64, i64)>,
-    len: usize,
-    pending: Vec<(u64, i64)>,
+/// Bucket -> summed count of the pairs hashed there (saturating: a counter at `u32::MAX` only
+/// claims more than it may hold, which leaves its pairs uncut).
+pub struct PairSketch {
+    counters: Vec<u32>,
+    shift: u32,
 }
 
-impl Default for PairTable {
-    fn default() -> PairTable {
-        PairTable { slots: empty_slots(1 << 12), len: 0, pending: Vec::with_capacity(BATCH) }
+impl PairSketch {
+    /// Counters for the replay of pieces of `bytes` bytes in all: a bucket per four bytes (no more
+    /// counters than the pieces have symbols), within `MIN_BITS..=MAX_BITS`.
+    pub fn bits_for(bytes: u64) -> u32 {
+        (bytes / 4).max(1).next_power_of_two().trailing_zeros().clamp(MIN_BITS, MAX_BITS)
     }
-}
 
-/// `size` empty slots, on huge pages when large: every update lands on a random slot, and with
-/// small pages each was also a TLB miss.
-fn empty_slots(size: usize) -> Vec<(u64, i64)> {
-    let mut slots = Vec::with_capacity(size);
-    advise_huge(slots.as_ptr() as usize, size * std::mem::size_of::<(u64, i64)>());
-    slots.resize(size, (EMPTY, 0));
-    slots
-}
+    pub fn with_bits(bits: u32) -> PairSketch {
+        assert!((1..64).contains(&bits), "pair sketch of 2^{bits} buckets");
+        PairSketch { counters: vec![0; 1 << bits], shift: 64 - bits }
+    }
 
-impl PairTable {
-    /// Add `f` to each adjacent pair of `syms`.
+    /// Bytes a sketch of `2^bits` buckets holds.
+    pub fn bytes_for(bits: u32) -> u64 {
+        4 << bits
+    }
+
+    pub fn buckets(&self) -> usize {
+        self.counters.len()
+    }
+
+    #[inline(always)]
+    pub fn bucket(&self, key: u64) -> usize {
+        (spread(key) >> self.shift) as usize
+    }
+
+    /// Add `f` (at least 1) to the bucket of each adjacent pair of `syms`.
     #[inline]
     pub fn add_pairs(&mut self, syms: &[u32], f: i64) {
+        let f = u32::try_from(f).unwrap_or(u32::MAX);
         for w in syms.windows(2) {
-            self.pending.push((crate::bpe::pair_key(w[0], w[1]), f));
-            if self.pending.len() == BATCH {
-                self.flush();
-            }
+            let b = self.bucket(crate::bpe::pair_key(w[0], w[1]));
+            self.counters[b] = self.counters[b].saturating_add(f);
         }
     }
 
-    /// Make the waiting updates.
-    fn flush(&mut self) {
-        let pending = std::mem::take(&mut self.pending);
-        for (i, &(key, f)) in pending.iter().enumerate() {
-            if let Some(&(ahead, _)) = pending.get(i + AHEAD) {
-                prefetch(&self.slots[self.home(ahead)]);
+    /// The sketches of all threads summed (they have one size: `bits_for` of one corpus).
+    pub fn merged(sketches: Vec<PairSketch>) -> PairSketch {
+        let mut sketches = sketches.into_iter();
+        let mut all = sketches.next().expect("one sketch per thread");
+        for s in sketches {
+            assert_eq!(s.counters.len(), all.counters.len(), "pair sketches of one size");
+            for (a, b) in all.counters.iter_mut().zip(&s.counters) {
+                *a = a.saturating_add(*b);
             }
-            self.add(key, f);
         }
-        self.pending = pending;
-        self.pending.clear();
+        all
     }
 
+    /// The `rank`-th highest counter (1-based), or 0 when fewer than `rank` buckets hold a pair.
+    pub fn threshold(&self, rank: usize) -> i64 {
+        let mut values: Vec<u32> = self.counters.iter().copied().filter(|&c| c > 0).collect();
+        if rank == 0 || rank > values.len() {
+            return 0;
+        }
+        *values.select_nth_unstable_by(rank - 1, |a, b| b.cmp(a)).1 as i64
+    }
+
+    /// Whether bucket `b` counts `theta` or more.
     #[inline(always)]
-    fn home(&self, key: u64) -> usize {
-        (spread(key) >> 16) as usize & (self.slots.len() - 1)
+    pub fn at_least(&self, b: usize, theta: i64) -> bool {
+        self.counters[b] as i64 >= theta
     }
 
-    #[inline(always)]
-    fn add(&mut self, key: u64, f: i64) {
-        let mask = self.slots.len() - 1;
-        let mut i = self.home(key);
-        loop {
-            let slot = &mut self.slots[i];
-            if slot.0 == key {
-                slot.1 += f;
-                return;
-            }
-            if slot.0 == EMPTY {
-                *slot = (key, f);
-                self.len += 1;
-                if self.len * MAX_LOAD.1 > self.slots.len() * MAX_LOAD.0 {
-                    self.grow();
-                }
-                return;
-            }
-            i = (i + 1) & mask;
-        }
-    }
-
-    fn grow(&mut self) {
-        let size = 2 * self.slots.len();
-        let old = std::mem::replace(&mut self.slots, empty_slots(size));
-        self.len = 0;
-        for (key, f) in old.into_iter().filter(|e| e.0 != EMPTY) {
-            self.add(key, f);
-        }
-    }
-
-    /// Bytes a table holding `pairs` pairs takes (a power of two of slots, at most `MAX_LOAD` full).
-    pub fn bytes_for(pairs: u64) -> u64 {
-        (pairs * MAX_LOAD.1 as u64).div_ceil(MAX_LOAD.0 as u64).next_power_of_two().max(1 << 12) * 16
-    }
-
-    /// Every pair and its count, the tables of all threads summed.
-    pub fn merged(tables: Vec<PairTable>) -> Vec<(u64, i64)> {
-        let mut tables = tables;
-        tables.iter_mut().for_each(PairTable::flush);
-        tables.sort_by_key(|t| std::cmp::Reverse(t.len));
-        let mut tables = tables.into_iter();
-        let Some(mut all) = tables.next() else { return Vec::new() };
-        for t in tables {
-            for (key, f) in t.slots.into_iter().filter(|e| e.0 != EMPTY) {
-                all.add(key, f);
-            }
-        }
-        all.slots.into_iter().filter(|e| e.0 != EMPTY).collect()
+    /// About how many distinct pairs were added (linear counting: from the share of buckets left
+    /// empty; when none is, the buckets times their logarithm, the most it can tell apart).
+    pub fn distinct_pairs(&self) -> u64 {
+        let m = self.counters.len() as f64;
+        let empty = self.counters.iter().filter(|&&c| c == 0).count().max(1) as f64;
+        (m * (m / empty).ln()).round() as u64
     }
 }
 
@@ -133,22 +107,62 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    /// Against a plain map, across growth, batches and several tables merged.
+    /// Each bucket is the sum of the exact counts of the pairs hashed there, across threads'
+    /// sketches merged; no pair counts more than its bucket; θ is a bucket's count.
     #[test]
-    fn counts_every_pair_across_tables() {
+    fn buckets_sum_the_exact_counts_of_their_pairs() {
         let seed = &mut 0x1234_5678_9ABC_DEF1u64;
         let mut want: HashMap<u64, i64> = HashMap::new();
-        let mut tables: Vec<PairTable> = (0..3).map(|_| PairTable::default()).collect();
+        let bits = 8;
+        let mut sketches: Vec<PairSketch> = (0..3).map(|_| PairSketch::with_bits(bits)).collect();
         for n in 0..20_000 {
-            let len = 1 + crate::test_below(seed, 9);
+            let len = 1 + crate::test_below(seed, if n % 50 == 0 { 200 } else { 9 });
             let syms: Vec<u32> = (0..len).map(|_| crate::test_below(seed, 300) as u32).collect();
             let f = 1 + crate::test_below(seed, 3) as i64;
-            tables[n % 3].add_pairs(&syms, f);
+            sketches[n % 3].add_pairs(&syms, f);
             for w in syms.windows(2) {
                 *want.entry(crate::bpe::pair_key(w[0], w[1])).or_default() += f;
             }
         }
-        let got: HashMap<u64, i64> = PairTable::merged(tables).into_iter().collect();
-        assert_eq!(got, want);
+        let all = PairSketch::merged(sketches);
+        let mut sums = vec![0i64; all.buckets()];
+        for (&key, &f) in &want {
+            sums[all.bucket(key)] += f;
+        }
+        assert_eq!(all.counters.iter().map(|&c| c as i64).collect::<Vec<_>>(), sums);
+        for (&key, &f) in &want {
+            assert!(all.at_least(all.bucket(key), f));
+        }
+        let mut sorted = sums.clone();
+        sorted.sort_unstable_by(|a, b| b.cmp(a));
+        for rank in [1, 7, 100] {
+            assert_eq!(all.threshold(rank), sorted[rank - 1]);
+        }
+        assert_eq!(all.threshold(sums.iter().filter(|&&s| s > 0).count() + 1), 0);
+    }
+
+    /// Distinct pairs are told within a few percent while buckets are left empty.
+    #[test]
+    fn distinct_pairs_are_counted_from_empty_buckets() {
+        let seed = &mut 0x0F1E_2D3C_4B5A_6978u64;
+        for draws in [100, 5_000, 40_000] {
+            let mut s = PairSketch::with_bits(15);
+            let mut distinct = std::collections::HashSet::new();
+            for _ in 0..draws {
+                let pair = [crate::test_below(seed, 1000) as u32, crate::test_below(seed, 1000) as u32];
+                s.add_pairs(&pair, 1);
+                distinct.insert(pair);
+            }
+            let (got, n) = (s.distinct_pairs() as f64, distinct.len() as f64);
+            assert!((got - n).abs() <= 0.05 * n, "{n} pairs told as {got}");
+        }
+    }
+
+    #[test]
+    fn counters_saturate() {
+        let mut s = PairSketch::with_bits(4);
+        s.add_pairs(&[1, 2], i64::MAX);
+        s.add_pairs(&[1, 2], 5);
+        assert_eq!(s.threshold(1), u32::MAX as i64);
     }
 }

@@ -16,7 +16,7 @@ use rayon::prelude::*;
 use crate::bpe::{self, Ranks};
 use crate::bytesmap::{hash_short, pack_short, BytesMap, SHORT_MAX};
 use crate::memory::prefetch;
-use crate::pairs::PairTable;
+use crate::pairs::PairSketch;
 use crate::tables::{Counts, MemoryOrder};
 
 /// Byte pairs that some merge may join: bit (a, b) is set when a merge's left part ends with
@@ -400,9 +400,9 @@ pub fn segment_caches() -> Vec<Mutex<SegmentCache>> {
     (0..rayon::current_num_threads().max(1)).map(|_| Mutex::default()).collect()
 }
 
-/// One pair table per thread, for `replay_counts` to count the replayed pairs in.
-pub fn pair_tables() -> Vec<Mutex<PairTable>> {
-    (0..rayon::current_num_threads().max(1)).map(|_| Mutex::default()).collect()
+/// One pair sketch of `2^bits` buckets per thread, for `replay_counts` to count the replayed pairs in.
+pub fn pair_sketches(bits: u32) -> Vec<Mutex<PairSketch>> {
+    (0..rayon::current_num_threads().max(1)).map(|_| Mutex::new(PairSketch::with_bits(bits))).collect()
 }
 
 /// A run of pieces to replay, part of a [`MemoryOrder`]: short pieces, or long keys of one arena.
@@ -465,7 +465,7 @@ const KEYS_AHEAD: usize = 8;
 /// Replay the pieces of `parts` (of `counts`) that have at least 2 bytes and a non-zero count, in
 /// parallel (one flat buffer per chunk of pieces, not a vector per piece), with one segment cache
 /// per thread (from `segment_caches`). Pieces that replay to one symbol drop out (they make no
-/// pair). With `pairs` (from `pair_tables`), the replayed pairs are counted there too, times their
+/// pair). With `pairs` (from `pair_sketches`), the replayed pairs are counted there too, times their
 /// piece's count.
 pub fn replay_counts(
     counts: &Counts,
@@ -473,7 +473,7 @@ pub fn replay_counts(
     ranks: &Ranks,
     joins: &Joins,
     caches: &[Mutex<SegmentCache>],
-    pairs: Option<&[Mutex<PairTable>]>,
+    pairs: Option<&[Mutex<PairSketch>]>,
 ) -> Result<Vec<ReplayChunk>, String> {
     // Replayed ids are below 256 plus the number of merges replayed.
     let narrow = ChunkSyms::fits_narrow(256 + ranks.len());
@@ -483,8 +483,8 @@ pub fn replay_counts(
         .map(|part| {
             let slot = rayon::current_thread_index().unwrap_or(0) % caches.len();
             let mut cache = caches[slot].lock().unwrap_or_else(|e| e.into_inner());
-            let mut pair_table = pairs.map(|p| p[slot % p.len()].lock().unwrap_or_else(|e| e.into_inner()));
-            replay_pieces(&mut part.pieces(counts), narrow, joins, &mut cache, &rank, pair_table.as_deref_mut())
+            let mut sketch = pairs.map(|p| p[slot % p.len()].lock().unwrap_or_else(|e| e.into_inner()));
+            replay_pieces(&mut part.pieces(counts), narrow, joins, &mut cache, &rank, sketch.as_deref_mut())
         })
         .collect();
     let mut all = Vec::new();
@@ -501,7 +501,7 @@ fn replay_pieces<F: Fn(u32, u32) -> Option<(u32, u32)>>(
     joins: &Joins,
     cache: &mut SegmentCache,
     rank: &F,
-    mut pair_table: Option<&mut PairTable>,
+    mut sketch: Option<&mut PairSketch>,
 ) -> Result<Vec<ReplayChunk>, String> {
     const CHUNK: usize = 4096;
     let mut chunks = Vec::new();
@@ -524,8 +524,8 @@ fn replay_pieces<F: Fn(u32, u32) -> Option<(u32, u32)>>(
             continue;
         }
         let count = i64::try_from(count).map_err(|_| "piece count too large".to_string())?;
-        if let Some(table) = pair_table.as_deref_mut() {
-            table.add_pairs(&sym, count);
+        if let Some(sketch) = sketch.as_deref_mut() {
+            sketch.add_pairs(&sym, count);
         }
         out.counts.push(count);
         out.lens.push(u32::try_from(sym.len()).map_err(|_| "piece too long".to_string())?);

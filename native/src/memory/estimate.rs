@@ -15,7 +15,7 @@
 
 use rayon::prelude::*;
 
-use crate::pairs::PairTable;
+use crate::pairs::PairSketch;
 use crate::replay::{self, ChunkSyms};
 use crate::tables::Counts;
 use crate::train::{CorpusHeap, Rules, Source, Trainer, PAIR_ENTRY_BYTES};
@@ -122,12 +122,12 @@ pub fn estimate(
     let width = if ChunkSyms::fits_narrow(256 + replay.len()) { 2 } else { 4 };
     let replayed = width * symbols + REPLAYED_PER_PIECE * pieces;
     let freed = if consume { counts.heap_bytes() } else { 0 };
-    let pairs =
-        if step == 1 { sampled_pairs } else { distinct_pairs(&sample, sample_bytes, bytes, sampled_pairs, replay)? };
-    let peak_bytes = if pairs < CUT_FROM_PAIRS {
+    // The sample's distinct pairs are at most the whole corpus's: when they alone are many, the
+    // build cuts (see `CUT_FROM_PAIRS`).
+    let peak_bytes = if sampled_pairs < CUT_FROM_PAIRS {
         replayed.max(index.saturating_sub(freed))
     } else {
-        cut_peak(replayed, pairs, index, freed)
+        cut_peak(replayed, PairSketch::bytes_for(PairSketch::bits_for(counts.heap_bytes())), index, freed)
     };
     Ok(Estimate { pieces, bytes, symbols, peak_bytes })
 }
@@ -140,45 +140,16 @@ const CUT_FROM_PAIRS: u64 = 1 << 16;
 /// lays out 7% of them, see `train/cut.rs`).
 const CUT_SHARE: u64 = 8;
 
-/// A cut build's two peaks (`train/cut.rs`): during replay, one pair table per thread, each
-/// holding nearly every distinct pair (they fill early), beside the replayed chunks; then the
-/// chunks (kept), the pairs' list and the copy of their counts θ is picked from (24 bytes a pair)
-/// and the cut pieces' trainer, the counts freed. Counts handed over (`freed` is their size, else
-/// 0) are freed as replay passes them, so the chunks grow into their memory and add only what
-/// they outgrow it by.
-fn cut_peak(replayed: u64, pairs: u64, index: u64, freed: u64) -> u64 {
+/// A cut build's two peaks (`train/cut.rs`): during replay, one pair sketch per thread (`sketch`
+/// bytes each) beside the replayed chunks; then the chunks (kept), the summed sketch and the copy
+/// of its counters θ is picked from, and the cut pieces' trainer, the counts freed. Counts handed
+/// over (`freed` is their size, else 0) are freed as replay passes them, so the chunks grow into
+/// their memory and add only what they outgrow it by.
+fn cut_peak(replayed: u64, sketch: u64, index: u64, freed: u64) -> u64 {
     let threads = rayon::current_num_threads().max(1) as u64;
-    let replay = threads * PairTable::bytes_for(pairs) + replayed.saturating_sub(freed);
-    let cut = (replayed + 24 * pairs + index / CUT_SHARE).saturating_sub(freed);
+    let replay = threads * sketch + replayed.saturating_sub(freed);
+    let cut = (replayed + 2 * sketch + index / CUT_SHARE).saturating_sub(freed);
     replay.max(cut)
-}
-
-/// The distinct pairs of the whole corpus from those of the sample and of half of it: they grow
-/// as bytes^power, the power (at most 1) from the two, like the official estimate's pairs.
-fn distinct_pairs(
-    sample: &Counts,
-    sample_bytes: u64,
-    bytes: u64,
-    sampled_pairs: u64,
-    replay: &[(Vec<u8>, Vec<u8>)],
-) -> Result<u64, String> {
-    let mut half = Counts::default();
-    let mut half_bytes = 0u64;
-    for (piece, count) in sample.iter().step_by(2) {
-        half.add(piece, count)?;
-        half_bytes += piece.len() as u64;
-    }
-    let (_, half_pairs) = Trainer::replayed(&half, replay)?;
-    if sample_bytes == 0 || half_pairs == 0 || half_bytes == 0 {
-        return Ok(sampled_pairs);
-    }
-    let power = if sampled_pairs > half_pairs && sample_bytes > half_bytes {
-        ((sampled_pairs as f64 / half_pairs as f64).ln() / (sample_bytes as f64 / half_bytes as f64).ln())
-            .clamp(0.0, 1.0)
-    } else {
-        0.0
-    };
-    Ok((sampled_pairs as f64 * (bytes as f64 / sample_bytes as f64).powf(power)).ceil() as u64)
 }
 
 /// The official build's estimate from official trainers on the sample (and on every other piece
@@ -286,7 +257,7 @@ mod tests {
     }
 
     /// A build with many distinct pairs is cut (`train/cut.rs`): the estimate covers the pair
-    /// tables of replay and what the cut trainer holds (the replayed pieces kept whole among it).
+    /// sketches of replay and what the cut trainer holds (the replayed pieces kept whole among it).
     #[test]
     fn a_cut_build_is_covered() {
         let letters = b"abcdefghijklmnopqrstuvwxyz";
@@ -303,7 +274,8 @@ mod tests {
         let e = estimate(&c, &replay, &Rules::default(), false).unwrap();
         assert_eq!(e.symbols, symbols);
         let threads = rayon::current_num_threads() as u64;
-        assert!(e.peak_bytes >= 2 * symbols + threads * PairTable::bytes_for(pairs));
+        let sketch = PairSketch::bytes_for(PairSketch::bits_for(c.heap_bytes()));
+        assert!(e.peak_bytes >= 2 * symbols + threads * sketch);
         let t = Trainer::with_replay_cut(&c, &replay, 50, crate::train::WARM_PAIRS).unwrap();
         assert!(t.is_cut());
         assert!(e.peak_bytes >= t.corpus_heap().linear, "{} < {}", e.peak_bytes, t.corpus_heap().linear);

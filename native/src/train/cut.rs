@@ -9,7 +9,9 @@
 //!   last initial symbol of X, the first of Y), fixed by X's and Y's merge trees (each token has one
 //!   pair of parts when merges never repeat a token). So the pair never counts more than that
 //!   initial pair did.
-//! - Cut every piece at the boundaries whose initial pair counts below θ. A pair across such a
+//! - Cut every piece at the boundaries whose initial pair counts below θ: replay sums the initial
+//!   pairs' counts by bucket (`pairs.rs`), and a pair in a bucket below θ counts below θ (a rare
+//!   pair sharing a hot bucket is only left uncut). A pair across such a
 //!   boundary counts below θ in the whole pieces and 0 in the cut ones; every other pair counts the
 //!   same in both. Overlapping occurrences of one pair (a run of X X X) stand on boundaries of one
 //!   kind, so no cut splits a run and merging left to right is unchanged.
@@ -21,19 +23,20 @@
 //!
 //! Cut pieces repeat (short phrases between rare bigrams), so each distinct one is laid out once
 //! with its summed count: an order of magnitude fewer symbols to lay out, index and merge. θ is the
-//! count of the k-th most frequent initial pair, k a multiple of the merges still to choose (the
-//! merges' counts reach down to about the pair at 1.7 times their number on English).
+//! count of the k-th highest bucket, k a multiple of the merges still to choose (the merges' counts
+//! reach down to about the pair at 1.7 times their number on English, and the buckets of the
+//! frequent pairs are nearly their own counts).
 
 use rayon::prelude::*;
 
 use super::Trainer;
 use crate::bpe::{pair_key, Ranks};
 use crate::memory::prefetch;
-use crate::pairs::spread;
+use crate::pairs::{spread, PairSketch};
 use crate::replay::{cut_mask, for_each_run, ChunkSyms, ReplayChunk};
 use crate::symbols::{MAX_PIECE, MAX_SLOTS};
 
-/// θ is first the count of the pair at this many times the merges still to choose, by count.
+/// θ is first the count of the bucket at this many times the merges still to choose, by count.
 pub const HOT_PER_MERGE: usize = 2;
 /// Each cut after the first takes θ at this many times the rank of the one before.
 const RANK_STEP: usize = 4;
@@ -41,11 +44,12 @@ const RANK_STEP: usize = 4;
 /// How far ahead the table passes fetch the slot they will touch (their tables outgrow the caches).
 const AHEAD: usize = 16;
 
-/// What cutting again needs: the replayed pieces whole, their pairs' counts, and where θ stands.
+/// What cutting again needs: the replayed pieces whole, their pairs' counts by bucket, and where
+/// θ stands.
 pub(super) struct Cut {
     originals: Vec<ReplayChunk>,
-    /// Every initial pair and its count.
-    counts: Vec<(u64, i64)>,
+    /// Every initial pair's count, summed by bucket.
+    sketch: PairSketch,
     /// The rank the current θ was taken at.
     rank: usize,
     /// Tokens that existed before choosing began (bytes and replayed merges); those after were
@@ -68,18 +72,8 @@ impl Cut {
                     }
             })
             .sum();
-        (chunks + self.counts.capacity() * 16) as u64
+        chunks as u64 + PairSketch::bytes_for(self.sketch.buckets().trailing_zeros())
     }
-}
-
-/// The `rank`-th highest of the pairs' counts (1-based), or 0 when there are not that many pairs
-/// (cut nothing). Asked once per cut, so the counts are not kept sorted.
-fn threshold(counts: &[(u64, i64)], rank: usize) -> i64 {
-    if rank == 0 || rank > counts.len() {
-        return 0;
-    }
-    let mut values: Vec<i64> = counts.iter().map(|e| e.1).collect();
-    *values.select_nth_unstable_by(rank - 1, |a, b| b.cmp(a)).1
 }
 
 /// Every piece of a chunk: its symbols (widened) and count.
@@ -98,32 +92,32 @@ fn for_each_piece(chunk: &ReplayChunk, mut visit: impl FnMut(&[u32], i64)) {
     }
 }
 
-/// The pairs that must stay joined, as a bit filter: a pair's bit is set when it is hot; a rare
-/// pair may share a set bit, which only leaves its boundaries uncut (safe, just less cut). The hot
-/// pairs are about twice the merges to choose whatever the corpus size (~25K for 12K merges, a few
-/// percent of the bits), and the filter fits in a core's cache, where a set of the pairs did not.
-struct HotFilter(Vec<u64>);
+/// The pairs that must stay joined, as one bit per bucket of the pair sketch: set when the bucket
+/// counts θ or more. A rare pair that shares such a bucket stays joined too (safe, just less cut).
+/// The bits fit in a core's cache, where a set of the pairs did not.
+struct HotFilter<'a> {
+    bits: Vec<u64>,
+    sketch: &'a PairSketch,
+    /// Buckets per bit, as a shift.
+    shift: u32,
+}
 
+/// Most bits of a `HotFilter`: a bit then stands for several buckets of a large sketch, so that the
+/// filter stays in a core's nearest caches while the cut tests it at every boundary.
 const FILTER_BITS: u32 = 20;
 
-impl HotFilter {
-    fn of(keys: impl Iterator<Item = u64>) -> HotFilter {
-        let mut bits = vec![0u64; 1 << (FILTER_BITS - 6)];
-        for key in keys {
-            let b = HotFilter::bit(key);
-            bits[b >> 6] |= 1 << (b & 63);
+impl HotFilter<'_> {
+    /// The buckets of `sketch` at `theta` or more; every bucket when `theta` is 0 (nothing is cut).
+    fn of(sketch: &PairSketch, theta: i64) -> HotFilter<'_> {
+        let shift = sketch.buckets().trailing_zeros().saturating_sub(FILTER_BITS);
+        let mut bits = vec![0u64; (sketch.buckets() >> shift).div_ceil(64)];
+        for b in 0..sketch.buckets() {
+            if theta <= 0 || sketch.at_least(b, theta) {
+                let bit = b >> shift;
+                bits[bit >> 6] |= 1 << (bit & 63);
+            }
         }
-        HotFilter(bits)
-    }
-
-    /// Every pair hot: nothing is cut.
-    fn all() -> HotFilter {
-        HotFilter(vec![u64::MAX; 1 << (FILTER_BITS - 6)])
-    }
-
-    #[inline(always)]
-    fn bit(key: u64) -> usize {
-        (spread(key) >> (64 - FILTER_BITS)) as usize
+        HotFilter { bits, sketch, shift }
     }
 
     /// The positions `at..at + 64` of `syms` where the pair ending there is not hot, as
@@ -131,8 +125,8 @@ impl HotFilter {
     #[inline(always)]
     fn cuts(&self, syms: &[u32], at: usize) -> u64 {
         cut_mask(syms, at, |a, b| {
-            let bit = HotFilter::bit(pair_key(a, b));
-            self.0[bit >> 6] >> (bit & 63) & 1 == 0
+            let bit = self.sketch.bucket(pair_key(a, b)) >> self.shift;
+            self.bits[bit >> 6] >> (bit & 63) & 1 == 0
         })
     }
 }
@@ -374,7 +368,7 @@ impl Trainer {
     pub(super) fn lay_out_cut(
         &mut self,
         chunks: Vec<ReplayChunk>,
-        counts: Vec<(u64, i64)>,
+        sketch: PairSketch,
         to_choose: usize,
     ) -> Result<(), String> {
         // A later cut may lay every piece out whole: it must fit as the whole pieces would now.
@@ -383,11 +377,11 @@ impl Trainer {
             return self.lay_out_replayed(chunks);
         }
         let rank = HOT_PER_MERGE.saturating_mul(to_choose.max(1));
-        let theta = threshold(&counts, rank);
+        let theta = sketch.threshold(rank);
         if theta <= 1 {
             return self.lay_out_replayed(chunks);
         }
-        self.cut = Some(Box::new(Cut { originals: chunks, counts, rank, replayed_tokens: self.tokens.len() }));
+        self.cut = Some(Box::new(Cut { originals: chunks, sketch, rank, replayed_tokens: self.tokens.len() }));
         self.cut_at(theta)
     }
 
@@ -399,11 +393,7 @@ impl Trainer {
         for (id, &(l, r)) in self.parts.iter().enumerate().skip(cut.replayed_tokens - 256) {
             ranks.insert(pair_key(l, r), ((id + 256 - cut.replayed_tokens) as u32, (id + 256) as u32));
         }
-        let hot = if theta <= 0 {
-            HotFilter::all()
-        } else {
-            HotFilter::of(cut.counts.iter().filter(|e| e.1 >= theta).map(|e| e.0))
-        };
+        let hot = HotFilter::of(&cut.sketch, theta);
         let tables = cut_pieces(&cut.originals, &hot);
         drop(hot);
         let rank = |l: u32, r: u32| ranks.get(&pair_key(l, r)).copied();
@@ -446,7 +436,7 @@ impl Trainer {
         let mut rank = cut.rank;
         let theta = loop {
             rank = rank.saturating_mul(RANK_STEP);
-            let theta = threshold(&cut.counts, rank);
+            let theta = cut.sketch.threshold(rank);
             if theta < self.cut_below.min(best.max(1)) || theta == 0 {
                 break theta;
             }

@@ -26,8 +26,8 @@ use smallvec::SmallVec;
 
 use crate::bpe::{pair_key, PairHasher, Ranks};
 use crate::bytesmap::BytesMap;
-use crate::pairs::PairTable;
-use crate::replay::{self, pair_tables, replay_counts, segment_caches, Joins, Part, ReplayChunk, MAX_REPLAY};
+use crate::pairs::PairSketch;
+use crate::replay::{self, pair_sketches, replay_counts, segment_caches, Joins, Part, ReplayChunk, MAX_REPLAY};
 use crate::symbols::{Symbols, DEAD, MAX_PIECE, SEP};
 use crate::tables::Counts;
 
@@ -154,6 +154,11 @@ impl Source<'_> {
             release_free_memory();
         }
     }
+}
+
+/// Each thread's pair sketch, out of its lock.
+fn unlocked(sketches: Vec<std::sync::Mutex<PairSketch>>) -> Vec<PairSketch> {
+    sketches.into_iter().map(|p| p.into_inner().unwrap_or_else(|e| e.into_inner())).collect()
 }
 
 /// Give memory freed by the allocator back to the system, so what was freed (e.g. the counts)
@@ -300,21 +305,20 @@ impl Trainer {
     }
 
     /// The symbols a build on `counts` would replay to (`symbol_count` of the built trainer)
-    /// and the distinct pairs they make (0 without merges to replay), without laying them out
-    /// or indexing their pairs.
+    /// and about how many distinct pairs they make (0 without merges to replay), without laying
+    /// them out or indexing their pairs.
     pub fn replayed(counts: &Counts, replay: &[(Vec<u8>, Vec<u8>)]) -> Result<(u64, u64), String> {
         let ranks = Trainer::bare().add_replayed(replay)?;
         if ranks.is_empty() {
             let symbols = counts.iter().filter(|(p, c)| p.len() >= 2 && *c > 0).map(|(p, _)| p.len() as u64).sum();
             return Ok((symbols, 0));
         }
-        let tables = pair_tables();
+        let sketches = pair_sketches(PairSketch::bits_for(counts.heap_bytes()));
         let order = counts.take_memory_order();
         let parts = replay::parts(&order, PART_PIECES);
-        let chunks = replay_counts(counts, &parts, &ranks, &Joins::of(replay), &segment_caches(), Some(&tables))?;
-        let tables = tables.into_iter().map(|p| p.into_inner().unwrap_or_else(|e| e.into_inner())).collect();
+        let chunks = replay_counts(counts, &parts, &ranks, &Joins::of(replay), &segment_caches(), Some(&sketches))?;
         let symbols = chunks.iter().flat_map(|c| c.lens.iter()).map(|&len| len as u64).sum();
-        Ok((symbols, PairTable::merged(tables).len() as u64))
+        Ok((symbols, PairSketch::merged(unlocked(sketches)).distinct_pairs()))
     }
 
     /// `to_choose`: lay replayed pieces out cut for choosing that many merges (see `cut.rs`).
@@ -341,8 +345,9 @@ impl Trainer {
         } else {
             let joins = Joins::of(replay);
             let caches = segment_caches();
-            // Cutting needs every replayed pair's count: replay counts them as it goes.
-            let pairs = to_choose.map(|_| pair_tables());
+            // Cutting needs to know which replayed pairs may be hot: replay counts them by bucket
+            // as it goes.
+            let pairs = to_choose.map(|_| pair_sketches(PairSketch::bits_for(source.get().heap_bytes())));
             let mut chunks = Vec::new();
             // Listed already when the memory estimate read the keys in this order.
             let order = source.get().take_memory_order();
@@ -375,8 +380,7 @@ impl Trainer {
                 (Some(n), Some(pairs)) => {
                     let symbols: u64 = chunks.iter().flat_map(|c| c.lens.iter()).map(|&len| len as u64).sum();
                     progress("cut", 0, symbols)?;
-                    let tables = pairs.into_iter().map(|p| p.into_inner().unwrap_or_else(|e| e.into_inner())).collect();
-                    t.lay_out_cut(chunks, PairTable::merged(tables), n)?;
+                    t.lay_out_cut(chunks, PairSketch::merged(unlocked(pairs)), n)?;
                     progress("cut", symbols, symbols)?;
                 }
                 _ => t.lay_out_replayed(chunks)?,
