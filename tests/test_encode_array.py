@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fixture_texts import lines_with_specials
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fixture_texts import lines_with_specials
 from superbpe import train_bpe
 from superbpe.api import tokenizer as tokenizer_module
 from superbpe.api.tokenizer import Tokenizer

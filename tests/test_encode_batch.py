@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fixture_texts import lines_with_specials
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fixture_texts import lines_with_specials
 from superbpe import train_bpe
 from superbpe.api.tokenizer import Tokenizer
 from superbpe.core.errors import ConfigError, InputError
