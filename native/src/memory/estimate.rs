@@ -276,7 +276,7 @@ mod tests {
         let threads = rayon::current_num_threads() as u64;
         let sketch = PairSketch::bytes_for(PairSketch::bits_for(c.heap_bytes()));
         assert!(e.peak_bytes >= 2 * symbols + threads * sketch);
-        let t = Trainer::with_replay_cut(&c, &replay, 50, crate::train::WARM_PAIRS).unwrap();
+        let t = Trainer::with_replay_cut(&c, &replay, 50, None, crate::train::WARM_PAIRS).unwrap();
         assert!(t.is_cut());
         assert!(e.peak_bytes >= t.corpus_heap().linear, "{} < {}", e.peak_bytes, t.corpus_heap().linear);
     }

@@ -44,6 +44,14 @@ const RANK_STEP: usize = 4;
 /// How far ahead the table passes fetch the slot they will touch (their tables outgrow the caches).
 const AHEAD: usize = 16;
 
+/// How a build cuts its replayed pieces: for choosing about `to_choose` merges, the replayed pairs
+/// counted in `2^sketch_bits` buckets (when not given, as many as `PairSketch::bits_for` the counts).
+#[derive(Clone, Copy)]
+pub(super) struct CutPlan {
+    pub(super) to_choose: usize,
+    pub(super) sketch_bits: Option<u32>,
+}
+
 /// What cutting again needs: the replayed pieces whole, their pairs' counts by bucket, and where
 /// θ stands.
 pub(super) struct Cut {

@@ -31,6 +31,7 @@ use crate::replay::{self, pair_sketches, replay_counts, segment_caches, Joins, P
 use crate::symbols::{Symbols, DEAD, MAX_PIECE, SEP};
 use crate::tables::Counts;
 
+use cut::CutPlan;
 use rules::hf_tie_key;
 pub use rules::Rules;
 
@@ -190,7 +191,13 @@ impl Trainer {
     ) -> Result<Trainer, String> {
         if !rules.official() {
             let to_choose = num_merges.saturating_sub(replay.len());
-            return Trainer::build(counts, replay, WARM_PAIRS, Some(to_choose), progress);
+            return Trainer::build(
+                counts,
+                replay,
+                WARM_PAIRS,
+                Some(CutPlan { to_choose, sketch_bits: None }),
+                progress,
+            );
         }
         // All pairs warm: a pair is in `pairs` from when it occurs until it is merged (as in HF's
         // queue, which `drop_absent` asks about), and a duplicate merge adds to existing pairs.
@@ -249,15 +256,18 @@ impl Trainer {
         Trainer::build(Source::Borrowed(counts), replay, warm_pairs, None, &mut |_, _, _| Ok(()))
     }
 
-    /// `with_replay`, cut for choosing `to_choose` merges (tests use few to cut high and often).
+    /// `with_replay`, cut for choosing `to_choose` merges (tests use few to cut high and often), its
+    /// pairs counted in `2^sketch_bits` buckets when given (few make rare pairs share hot buckets).
     #[cfg(test)]
     pub(crate) fn with_replay_cut(
         counts: &Counts,
         replay: &[(Vec<u8>, Vec<u8>)],
         to_choose: usize,
+        sketch_bits: Option<u32>,
         warm_pairs: usize,
     ) -> Result<Trainer, String> {
-        Trainer::build(Source::Borrowed(counts), replay, warm_pairs, Some(to_choose), &mut |_, _, _| Ok(()))
+        let plan = CutPlan { to_choose, sketch_bits };
+        Trainer::build(Source::Borrowed(counts), replay, warm_pairs, Some(plan), &mut |_, _, _| Ok(()))
     }
 
     /// A trainer with the 256 byte tokens and nothing else.
@@ -321,12 +331,12 @@ impl Trainer {
         Ok((symbols, PairSketch::merged(unlocked(sketches)).distinct_pairs()))
     }
 
-    /// `to_choose`: lay replayed pieces out cut for choosing that many merges (see `cut.rs`).
+    /// `cut`: lay replayed pieces out cut as it says (see `cut.rs`).
     fn build(
         mut source: Source<'_>,
         replay: &[(Vec<u8>, Vec<u8>)],
         warm_pairs: usize,
-        to_choose: Option<usize>,
+        cut: Option<CutPlan>,
         progress: &mut BuildProgress<'_>,
     ) -> Result<Trainer, String> {
         let mut t = Trainer::bare();
@@ -347,7 +357,9 @@ impl Trainer {
             let caches = segment_caches();
             // Cutting needs to know which replayed pairs may be hot: replay counts them by bucket
             // as it goes.
-            let pairs = to_choose.map(|_| pair_sketches(PairSketch::bits_for(source.get().heap_bytes())));
+            let pairs = cut.map(|c| {
+                pair_sketches(c.sketch_bits.unwrap_or_else(|| PairSketch::bits_for(source.get().heap_bytes())))
+            });
             let mut chunks = Vec::new();
             // Listed already when the memory estimate read the keys in this order.
             let order = source.get().take_memory_order();
@@ -376,8 +388,8 @@ impl Trainer {
             // The counts are not needed from here on: an owned table goes before the symbols come.
             drop(source);
             release_free_memory();
-            match (to_choose, pairs) {
-                (Some(n), Some(pairs)) => {
+            match (cut, pairs) {
+                (Some(CutPlan { to_choose: n, .. }), Some(pairs)) => {
                     let symbols: u64 = chunks.iter().flat_map(|c| c.lens.iter()).map(|&len| len as u64).sum();
                     progress("cut", 0, symbols)?;
                     t.lay_out_cut(chunks, PairSketch::merged(unlocked(pairs)), n)?;

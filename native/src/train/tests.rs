@@ -227,10 +227,12 @@ mod cut_tests {
             let total = replay.len() + 10 + below(seed, 120);
             let mut whole = Trainer::with_replay(&lines, &replay).unwrap();
             whole.choose(total, &rules, usize::MAX, |_| Ok::<_, ()>(false)).unwrap();
-            for (to_choose, warm) in [(1, WARM_PAIRS), (3, 4), (total - replay.len(), WARM_PAIRS)] {
-                let mut cut = Trainer::with_replay_cut(&lines, &replay, to_choose, warm).unwrap();
+            // Sketches of 4 and 64 buckets: rare pairs share buckets with hot ones.
+            let plans = [(1, WARM_PAIRS, Some(2)), (3, 4, Some(6)), (total - replay.len(), WARM_PAIRS, None)];
+            for (to_choose, warm, bits) in plans {
+                let mut cut = Trainer::with_replay_cut(&lines, &replay, to_choose, bits, warm).unwrap();
                 cut.choose(total, &rules, usize::MAX, |_| Ok::<_, ()>(false)).unwrap();
-                assert!(cut.merges().eq(whole.merges()), "round {round}, cut for {to_choose}, warm {warm}");
+                assert!(cut.merges().eq(whole.merges()), "round {round}, cut for {to_choose}, warm {warm}, {bits:?}");
             }
         }
     }
