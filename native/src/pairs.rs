@@ -16,11 +16,12 @@ pub fn spread(key: u64) -> u64 {
     h ^ (h >> 29)
 }
 
-/// Fewest and most buckets, as powers of two. The most keep one thread's counters within its core's
-/// share of the last-level cache while a bucket's noise (the replayed symbols over the buckets)
-/// stays far below the counts of the pairs a stage merges.
+/// Fewest and most buckets, as powers of two. The most keep one thread's counters at a few megabytes,
+/// so that replay's updates mostly hit the caches, while a bucket's noise (the replayed pairs over
+/// the buckets) stays well below the counts of the pairs a stage merges; more buckets made replay
+/// slower without cutting much more.
 const MIN_BITS: u32 = 12;
-const MAX_BITS: u32 = 22;
+const MAX_BITS: u32 = 20;
 
 /// Bucket -> summed count of the pairs hashed there (saturating: a counter at `u32::MAX` only
 /// claims more than it may hold, which leaves its pairs uncut).
