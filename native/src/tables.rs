@@ -204,8 +204,10 @@ pub struct LocalCounts {
     /// CPU cache: most occurrences are of a few thousand pieces, and a hit here costs no miss in
     /// the big table. Entries are (key, count not yet in `short`); key 0 is empty.
     hot: Box<[(u64, u64)]>,
-    /// Longer pieces: [`long_slot`]s pointing into the arena; 0 marks an empty slot.
-    long: Vec<u64>,
+    /// Longer pieces: their hash and [`LONG`]` | ` arena location; a location word of 0 marks an
+    /// empty slot. The full hash lets a growth rebuild the index from the index itself: rebuilt
+    /// from the records, every growth read the whole arena back (most of a stage 2's text).
+    long: Vec<[u64; 2]>,
     long_bits: u32,
     long_len: usize,
     arena: Arena,
@@ -223,7 +225,7 @@ impl Default for LocalCounts {
             short_bits: INITIAL_BITS,
             short_len: 0,
             hot: vec![(0, 0); HOT].into_boxed_slice(),
-            long: vec![0; 1 << INITIAL_BITS],
+            long: vec![[0, 0]; 1 << INITIAL_BITS],
             long_bits: INITIAL_BITS,
             long_len: 0,
             arena: Arena::default(),
@@ -276,20 +278,20 @@ impl LocalCounts {
         let mask = (1usize << self.long_bits) - 1;
         let mut i = slot_of(h, self.long_bits);
         loop {
-            let slot = self.long[i];
-            if slot == 0 {
+            let [slot_h, slot_loc] = self.long[i];
+            if slot_loc == 0 {
                 let loc = self.arena.push(h, piece, 1);
-                self.long[i] = long_slot(h, loc);
+                self.long[i] = [h, LONG | loc];
                 self.long_len += 1;
                 if too_full(self.long_len, self.long_bits) {
                     self.grow_long();
                 }
                 return;
             }
-            if slot_matches(slot, h) {
-                let rec = self.arena.record_mut(slot & LOC_MASK);
+            if slot_h == h {
+                let rec = self.arena.record_mut(slot_loc & LOC_MASK);
                 let len = read_u64(rec, 16) as usize;
-                if read_u64(rec, 0) == h && bytes_eq(&rec[RECORD_HEADER..RECORD_HEADER + len], piece) {
+                if bytes_eq(&rec[RECORD_HEADER..RECORD_HEADER + len], piece) {
                     let c = read_u64(rec, 8) + 1;
                     rec[8..16].copy_from_slice(&c.to_le_bytes());
                     return;
@@ -348,22 +350,19 @@ impl LocalCounts {
         self.short_bits = bits;
     }
 
-    /// Double the table, or quadruple it while it is small (up to 16 MiB): each growth
+    /// Double the table, or quadruple it while it is small (up to 32 MiB): each growth
     /// rewrites the whole table into fresh memory, which costs page faults.
     #[cold]
     fn grow_long(&mut self) {
         let bits = self.long_bits + if self.long_bits < 20 { 2 } else { 1 };
         let mask = (1usize << bits) - 1;
-        // Free the old index first and rebuild from the arena (every record in it is a long piece
-        // of this table, and the slots hold no full hash): the old and new index never coexist.
-        self.long = Vec::new();
         let mut table = zeroed_slots(1 << bits);
-        for (loc, h, _, _) in self.arena.records() {
+        for &[h, loc] in self.long.iter().filter(|s| s[1] != 0) {
             let mut i = slot_of(h, bits);
-            while table[i] != 0 {
+            while table[i][1] != 0 {
                 i = (i + 1) & mask;
             }
-            table[i] = long_slot(h, loc);
+            table[i] = [h, loc];
         }
         self.long = table;
         self.long_bits = bits;
@@ -388,9 +387,9 @@ impl LocalCounts {
                 // Halfway: the slot is likely loaded; when it holds this hash, the lookup will
                 // compare the key stored in the arena, so fetch that too.
                 let (_, mh) = ring[(n - DEPTH / 2) % DEPTH];
-                let slot = self.long[slot_of(mh, self.long_bits)];
-                if slot != 0 && slot_matches(slot, mh) {
-                    self.arena.prefetch(slot & LOC_MASK);
+                let [slot_h, slot_loc] = self.long[slot_of(mh, self.long_bits)];
+                if slot_loc != 0 && slot_h == mh {
+                    self.arena.prefetch(slot_loc & LOC_MASK);
                 }
             }
             if n >= DEPTH {
@@ -420,31 +419,14 @@ fn zeroed_table(n: usize) -> Vec<(u64, u64)> {
 }
 
 /// A zeroed index of `n` long-piece slots, on huge pages like [`zeroed_table`].
-fn zeroed_slots(n: usize) -> Vec<u64> {
-    let v = vec![0u64; n];
-    advise_huge(v.as_ptr() as usize, n * std::mem::size_of::<u64>());
+fn zeroed_slots(n: usize) -> Vec<[u64; 2]> {
+    let v = vec![[0u64; 2]; n];
+    advise_huge(v.as_ptr() as usize, n * std::mem::size_of::<[u64; 2]>());
     v
 }
 
 /// Arena locations are below `2^LOC_BITS`.
 const LOC_MASK: u64 = (1 << LOC_BITS) - 1;
-/// The hash bits a long-piece slot keeps between [`LOC_BITS`] and the [`LONG`] bit.
-const TAG_MASK: u64 = (1 << (63 - LOC_BITS)) - 1;
-
-/// A worker's long-piece slot: `LONG | tag << LOC_BITS | arena location`, never 0. The tag (low
-/// bits of the hash, which the slot position does not use) passes over almost every record of
-/// another piece without reading it; the full hash is in the record. Half the size of a (hash,
-/// location) pair, and at a stage 2's millions of distinct lines this index is a large part of a
-/// worker's memory.
-#[inline(always)]
-fn long_slot(h: u64, loc: u64) -> u64 {
-    LONG | (h & TAG_MASK) << LOC_BITS | loc
-}
-
-#[inline(always)]
-fn slot_matches(slot: u64, h: u64) -> bool {
-    (slot >> LOC_BITS) & TAG_MASK == h & TAG_MASK
-}
 
 /// A count in progress: one [`LocalCounts`] per worker thread, kept across calls so that
 /// counting block after block needs no merge per block.
