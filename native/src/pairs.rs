@@ -5,9 +5,9 @@
 //! table of every distinct pair, gigabytes on English web text, and nearly every update missed the
 //! CPU caches. Here a pair's count is added to its bucket's counter, which sums every pair hashed
 //! there: no pair counts more than its bucket, so a pair in a bucket below θ counts below θ and
-//! cutting at it stays exact. The pairs that count θ or more are a few tens of thousands among
-//! millions of buckets, so few rare pairs share a bucket with one (they only stay uncut). The
-//! counters are megabytes, one set per thread, and stay in the caches.
+//! cutting at it stays exact. The pairs that count θ or more are a few tens of thousands among up
+//! to a million buckets, so few rare pairs share a bucket with one (they only stay uncut). The
+//! counters are a few megabytes per thread and mostly stay in the caches.
 
 /// A key's bits mixed, for table slots (pair keys are two small ids side by side).
 #[inline(always)]
