@@ -102,30 +102,22 @@ fn for_each_piece(chunk: &ReplayChunk, mut visit: impl FnMut(&[u32], i64)) {
 
 /// The pairs that must stay joined, as one bit per bucket of the pair sketch: set when the bucket
 /// counts θ or more. A rare pair that shares such a bucket stays joined too (safe, just less cut).
-/// The bits fit in a core's cache, where a set of the pairs did not.
+/// The bits (at most 2^20) fit in a core's cache, where a set of the pairs did not.
 struct HotFilter<'a> {
     bits: Vec<u64>,
     sketch: &'a PairSketch,
-    /// Buckets per bit, as a shift.
-    shift: u32,
 }
-
-/// Most bits of a `HotFilter`: a bit then stands for several buckets of a large sketch, so that the
-/// filter stays in a core's nearest caches while the cut tests it at every boundary.
-const FILTER_BITS: u32 = 20;
 
 impl HotFilter<'_> {
     /// The buckets of `sketch` at `theta` or more; every bucket when `theta` is 0 (nothing is cut).
     fn of(sketch: &PairSketch, theta: i64) -> HotFilter<'_> {
-        let shift = sketch.buckets().trailing_zeros().saturating_sub(FILTER_BITS);
-        let mut bits = vec![0u64; (sketch.buckets() >> shift).div_ceil(64)];
+        let mut bits = vec![0u64; sketch.buckets().div_ceil(64)];
         for b in 0..sketch.buckets() {
             if theta <= 0 || sketch.at_least(b, theta) {
-                let bit = b >> shift;
-                bits[bit >> 6] |= 1 << (bit & 63);
+                bits[b >> 6] |= 1 << (b & 63);
             }
         }
-        HotFilter { bits, sketch, shift }
+        HotFilter { bits, sketch }
     }
 
     /// The positions `at..at + 64` of `syms` where the pair ending there is not hot, as
@@ -133,7 +125,7 @@ impl HotFilter<'_> {
     #[inline(always)]
     fn cuts(&self, syms: &[u32], at: usize) -> u64 {
         cut_mask(syms, at, |a, b| {
-            let bit = self.sketch.bucket(pair_key(a, b)) >> self.shift;
+            let bit = self.sketch.bucket(pair_key(a, b));
             self.bits[bit >> 6] >> (bit & 63) & 1 == 0
         })
     }
