@@ -459,8 +459,9 @@ def test_batch_and_array_encoding(
             assert ids.dtype == np.dtype(dtype) and ids.tolist() == [i for e in expected for i in e]
             assert ends.tolist() == np.cumsum([len(e) for e in expected]).tolist()
     text = corpora["wikitext"]
-    array = gpt2_native.encode_array(text, "uint16", chunk_bytes=4096)
-    assert array.tolist() == gpt2_tiktoken.encode_ordinary(text)
+    for dtype in ("uint16", "uint32"):  # many chunks: uint32 parts are joined by the pool's threads
+        array = gpt2_native.encode_array(text, dtype, chunk_bytes=4096)
+        assert array.dtype == np.dtype(dtype) and array.tolist() == gpt2_tiktoken.encode_ordinary(text)
     with pytest.raises(ConfigError, match="dtype"):
         gpt2_native.encode_batch(texts, "int8")
 

@@ -242,6 +242,35 @@ pub fn batch_ends(parts: &[BatchPart]) -> impl Iterator<Item = u64> + '_ {
     })
 }
 
+/// The ids of `parts` (from [`Encoder::encode_batch_parts`]) joined in order: the one part as it
+/// is, else copied into one new vector by the threads of the current rayon pool, each part's
+/// copy and its freeing on whichever thread takes it. Joined on one thread, a large batch's copy
+/// into fresh memory (faulting it in page by page) came after the parallel encoding and took as
+/// long as a good part of it; the new memory is asked for huge pages, as in [`ids_room`].
+pub fn join_ids(mut parts: Vec<BatchPart>) -> Vec<u32> {
+    if parts.len() == 1 {
+        return parts.pop().map(|p| p.0).unwrap_or_default();
+    }
+    let total = parts.iter().map(|p| p.0.len()).sum();
+    let mut ids: Vec<u32> = Vec::with_capacity(total);
+    advise_huge(ids.as_ptr() as usize, total * 4);
+    let mut room = &mut ids.spare_capacity_mut()[..total];
+    let mut copies = Vec::with_capacity(parts.len());
+    for (part, _) in parts {
+        let (dst, rest) = room.split_at_mut(part.len());
+        copies.push((dst, part));
+        room = rest;
+    }
+    copies.into_par_iter().for_each(|(dst, part)| {
+        dst.write_copy_of_slice(&part);
+    });
+    // SAFETY: the slices written above are consecutive and together exactly the first `total`
+    // elements of the spare capacity (each part's length in order, split off the front), and
+    // every one of them was written in full before `for_each` returned.
+    unsafe { ids.set_len(total) };
+    ids
+}
+
 /// The id of a byte the vocabulary lacks: no merge has it as a part, so it survives BPE unchanged
 /// and `encode_ordinary` reports it.
 const MISSING: u32 = u32::MAX;
@@ -434,7 +463,7 @@ impl Encoder {
     pub fn encode_batch(&self, texts: &[&[u8]]) -> Result<(Vec<u32>, Vec<u64>), String> {
         let parts = self.encode_batch_parts(texts)?;
         let ends = batch_ends(&parts).collect();
-        Ok((parts.into_iter().flat_map(|p| p.0).collect(), ends))
+        Ok((join_ids(parts), ends))
     }
 
     /// [`Self::encode_batch`] before its parts are joined: the ids of consecutive groups of texts
@@ -790,6 +819,23 @@ mod tests {
             assert_eq!(&out, expected);
         }
         drop(held);
+    }
+
+    /// Parts joined by the pool's threads are the parts one after another, empty parts and a
+    /// single part (handed on as it is) included.
+    #[test]
+    fn joined_ids_are_the_parts_in_order() {
+        let state = &mut 0x1405_7B7E_F767_814Fu64;
+        for count in [0, 1, 2, 7, 40] {
+            let parts: Vec<BatchPart> = (0..count)
+                .map(|_| {
+                    let len = if crate::test_below(state, 4) == 0 { 0 } else { crate::test_below(state, 5000) };
+                    ((0..len).map(|_| crate::test_below(state, 1 << 20) as u32).collect(), vec![len])
+                })
+                .collect();
+            let want: Vec<u32> = parts.iter().flat_map(|p| p.0.iter().copied()).collect();
+            assert_eq!(join_ids(parts), want, "{count} parts");
+        }
     }
 
     #[test]

@@ -8,7 +8,7 @@ use numpy::{PyArray1, PyArrayMethods};
 use pyo3::types::PyString;
 
 use super::*;
-use crate::encode::{batch_ends, ids_room};
+use crate::encode::{batch_ends, ids_room, join_ids, BatchPart};
 use crate::encode_levels::{Plan, Request};
 
 /// Rank-based encoder over a bytes -> id vocabulary.
@@ -216,12 +216,13 @@ impl NativeEncoder {
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
         check_dtype(dtype)?;
         let (inner, pool) = (&self.inner, &self.pool);
-        let parts = run_detached(py, || {
+        let (parts, ends) = run_detached(py, || {
             let slices: Vec<&[u8]> = texts.iter().map(|t| t.as_bytes()).collect();
-            pool.install(|| inner.encode_batch_parts(&slices)).map_err(NativeError::from)
+            let parts = pool.install(|| inner.encode_batch_parts(&slices)).map_err(NativeError::from)?;
+            let ends: Vec<u64> = batch_ends(&parts).collect();
+            Ok((pool.install(|| joined(parts, dtype)), ends))
         })?;
-        let ends: Vec<u64> = batch_ends(&parts).collect();
-        let ids = ids_array(py, parts.into_iter().map(|p| p.0).collect(), dtype)?;
+        let ids = ids_array(py, parts, dtype)?;
         Ok((ids, PyArray1::from_vec(py, ends).into_any()))
     }
 
@@ -239,9 +240,10 @@ impl NativeEncoder {
         let bytes = text.as_bytes();
         let parts = run_detached(py, || {
             let chunks = safe_chunks(inner.splitter(), bytes, chunk_bytes.max(1));
-            pool.install(|| inner.encode_batch_parts(&chunks)).map_err(NativeError::from)
+            pool.install(|| inner.encode_batch_parts(&chunks).map(|parts| joined(parts, dtype)))
+                .map_err(NativeError::from)
         })?;
-        ids_array(py, parts.into_iter().map(|p| p.0).collect(), dtype)
+        ids_array(py, parts, dtype)
     }
 }
 
@@ -692,6 +694,17 @@ fn ids_array_of<'py>(py: Python<'py>, ids: &[u32], dtype: &str) -> PyResult<Boun
             slot.write(id as u16);
         }
         Ok(array.into_any())
+    }
+}
+
+/// The ids of a batch's parts for [`ids_array`]: uint32 ids joined into one part by the pool's
+/// threads (`join_ids`; run it inside the pool), uint16 ones left apart to be narrowed as they
+/// are copied.
+fn joined(parts: Vec<BatchPart>, dtype: &str) -> Vec<Vec<u32>> {
+    if dtype == "uint32" {
+        vec![join_ids(parts)]
+    } else {
+        parts.into_iter().map(|p| p.0).collect()
     }
 }
 
