@@ -242,33 +242,61 @@ pub fn batch_ends(parts: &[BatchPart]) -> impl Iterator<Item = u64> + '_ {
     })
 }
 
-/// The ids of `parts` (from [`Encoder::encode_batch_parts`]) joined in order: the one part as it
-/// is, else copied into one new vector by the threads of the current rayon pool, each part's
-/// copy and its freeing on whichever thread takes it. Joined on one thread, a large batch's copy
-/// into fresh memory (faulting it in page by page) came after the parallel encoding and took as
-/// long as a good part of it; the new memory is asked for huge pages, as in [`ids_room`].
-pub fn join_ids(mut parts: Vec<BatchPart>) -> Vec<u32> {
+/// The ids of `parts` joined in order: the one part as it is, else copied into one new vector by
+/// the threads of the current rayon pool, each part's copy and its freeing on whichever thread
+/// takes it. Joined on one thread, a large batch's copy into fresh memory (faulting it in page by
+/// page) came after the parallel encoding and took as long as a good part of it; the new memory is
+/// asked for huge pages, as in [`ids_room`].
+pub fn join_ids(mut parts: Vec<Vec<u32>>) -> Vec<u32> {
     if parts.len() == 1 {
-        return parts.pop().map(|p| p.0).unwrap_or_default();
+        return parts.pop().unwrap_or_default();
     }
-    let total = parts.iter().map(|p| p.0.len()).sum();
-    let mut ids: Vec<u32> = Vec::with_capacity(total);
-    advise_huge(ids.as_ptr() as usize, total * 4);
-    let mut room = &mut ids.spare_capacity_mut()[..total];
-    let mut copies = Vec::with_capacity(parts.len());
-    for (part, _) in parts {
+    let joined: Result<Vec<u32>, u32> = join_parts(parts, |dst, part| {
+        dst.write_copy_of_slice(part);
+        None
+    });
+    joined.unwrap_or_else(|_| unreachable!("a plain copy refuses no id"))
+}
+
+/// The ids of `parts` joined in order as 16-bit ids, in parallel as [`join_ids`]; the error is an
+/// id that does not fit (the first in order).
+pub fn join_narrow(parts: Vec<Vec<u32>>) -> Result<Vec<u16>, u32> {
+    join_parts(parts, |dst, part| {
+        for (d, &id) in dst.iter_mut().zip(part) {
+            match u16::try_from(id) {
+                Ok(narrow) => _ = d.write(narrow),
+                Err(_) => return Some(id),
+            }
+        }
+        None
+    })
+}
+
+/// `parts` joined in order into one new vector, each part written into its own span by `write`
+/// (on the current rayon pool's threads), which returns the id it could not write, if any.
+fn join_parts<T: Send>(
+    parts: Vec<Vec<u32>>,
+    write: impl Fn(&mut [std::mem::MaybeUninit<T>], &[u32]) -> Option<u32> + Sync,
+) -> Result<Vec<T>, u32> {
+    let total = parts.iter().map(Vec::len).sum();
+    let mut out: Vec<T> = Vec::with_capacity(total);
+    advise_huge(out.as_ptr() as usize, total * std::mem::size_of::<T>());
+    let mut room = &mut out.spare_capacity_mut()[..total];
+    let mut spans = Vec::with_capacity(parts.len());
+    for part in parts {
         let (dst, rest) = room.split_at_mut(part.len());
-        copies.push((dst, part));
+        spans.push((dst, part));
         room = rest;
     }
-    copies.into_par_iter().for_each(|(dst, part)| {
-        dst.write_copy_of_slice(&part);
-    });
-    // SAFETY: the slices written above are consecutive and together exactly the first `total`
-    // elements of the spare capacity (each part's length in order, split off the front), and
-    // every one of them was written in full before `for_each` returned.
-    unsafe { ids.set_len(total) };
-    ids
+    let refused: Vec<Option<u32>> = spans.into_par_iter().map(|(dst, part)| write(dst, &part)).collect();
+    if let Some(id) = refused.into_iter().flatten().next() {
+        return Err(id);
+    }
+    // SAFETY: the spans are consecutive and together exactly the first `total` elements of the
+    // spare capacity (each part's length in order, split off the front), and `write` filled each
+    // in full: it returns early only with a refused id, and then the vector is dropped unset.
+    unsafe { out.set_len(total) };
+    Ok(out)
 }
 
 /// The id of a byte the vocabulary lacks: no merge has it as a part, so it survives BPE unchanged
@@ -463,7 +491,7 @@ impl Encoder {
     pub fn encode_batch(&self, texts: &[&[u8]]) -> Result<(Vec<u32>, Vec<u64>), String> {
         let parts = self.encode_batch_parts(texts)?;
         let ends = batch_ends(&parts).collect();
-        Ok((join_ids(parts), ends))
+        Ok((join_ids(parts.into_iter().map(|p| p.0).collect()), ends))
     }
 
     /// [`Self::encode_batch`] before its parts are joined: the ids of consecutive groups of texts
@@ -827,14 +855,33 @@ mod tests {
     fn joined_ids_are_the_parts_in_order() {
         let state = &mut 0x1405_7B7E_F767_814Fu64;
         for count in [0, 1, 2, 7, 40] {
-            let parts: Vec<BatchPart> = (0..count)
+            let parts: Vec<Vec<u32>> = (0..count)
                 .map(|_| {
                     let len = if crate::test_below(state, 4) == 0 { 0 } else { crate::test_below(state, 5000) };
-                    ((0..len).map(|_| crate::test_below(state, 1 << 20) as u32).collect(), vec![len])
+                    (0..len).map(|_| crate::test_below(state, 1 << 16) as u32).collect()
                 })
                 .collect();
-            let want: Vec<u32> = parts.iter().flat_map(|p| p.0.iter().copied()).collect();
-            assert_eq!(join_ids(parts), want, "{count} parts");
+            let want: Vec<u32> = parts.concat();
+            assert_eq!(join_ids(parts.clone()), want, "{count} parts");
+            let narrow: Vec<u32> = join_narrow(parts.clone()).unwrap().into_iter().map(u32::from).collect();
+            assert_eq!(narrow, want, "{count} parts, narrowed");
+            // Ids that do not fit in 16 bits: the first of them, in order, is the error.
+            if want.len() > 10 {
+                let mut wide = parts;
+                let (mut seen, mut first) = (0, None);
+                for part in wide.iter_mut() {
+                    for id in part.iter_mut() {
+                        seen += 1;
+                        if seen % 97 == 0 {
+                            *id = (1 << 16) + seen;
+                            first.get_or_insert(*id);
+                        }
+                    }
+                }
+                if let Some(first) = first {
+                    assert_eq!(join_narrow(wide), Err(first), "{count} parts");
+                }
+            }
         }
     }
 

@@ -8,7 +8,7 @@ use numpy::{PyArray1, PyArrayMethods};
 use pyo3::types::PyString;
 
 use super::*;
-use crate::encode::{batch_ends, ids_room, join_ids, BatchPart};
+use crate::encode::{batch_ends, ids_room, join_ids, join_narrow};
 use crate::encode_levels::{Plan, Request};
 
 /// Rank-based encoder over a bytes -> id vocabulary.
@@ -202,8 +202,17 @@ impl NativeEncoder {
             offsets.extend(block.ends.iter().map(|&end| (base + end) as i64));
             base += block.ids.len();
         }
-        let ids = ids_array(py, blocks.into_iter().map(|b| b.ids).collect(), dtype)?;
-        Ok((ids, PyArray1::from_vec(py, offsets).into_any()))
+        let parts: Vec<Vec<u32>> = blocks.into_iter().map(|b| b.ids).collect();
+        // Joined by the encoder's pool when the batch had helpers, else here (one block).
+        let pool = (threads > 1).then_some(&self.pool);
+        let ids = run_detached(py, || {
+            let ids = match pool {
+                Some(pool) => pool.install(|| joined(parts, dtype)),
+                None => joined(parts, dtype),
+            };
+            ids.map_err(NativeError::from)
+        })?;
+        Ok((joined_array(py, ids), PyArray1::from_vec(py, offsets).into_any()))
     }
 
     /// Encode texts in parallel into one numpy array of ids (`dtype` "uint16" or "uint32") plus
@@ -216,14 +225,14 @@ impl NativeEncoder {
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
         check_dtype(dtype)?;
         let (inner, pool) = (&self.inner, &self.pool);
-        let (parts, ends) = run_detached(py, || {
+        let (ids, ends) = run_detached(py, || {
             let slices: Vec<&[u8]> = texts.iter().map(|t| t.as_bytes()).collect();
             let parts = pool.install(|| inner.encode_batch_parts(&slices)).map_err(NativeError::from)?;
             let ends: Vec<u64> = batch_ends(&parts).collect();
-            Ok((pool.install(|| joined(parts, dtype)), ends))
+            let ids = pool.install(|| joined(parts.into_iter().map(|p| p.0).collect(), dtype))?;
+            Ok((ids, ends))
         })?;
-        let ids = ids_array(py, parts, dtype)?;
-        Ok((ids, PyArray1::from_vec(py, ends).into_any()))
+        Ok((joined_array(py, ids), PyArray1::from_vec(py, ends).into_any()))
     }
 
     /// Encode one large text in parallel, cut only where pieces cannot cross; ids as in
@@ -238,12 +247,12 @@ impl NativeEncoder {
         check_dtype(dtype)?;
         let (inner, pool) = (&self.inner, &self.pool);
         let bytes = text.as_bytes();
-        let parts = run_detached(py, || {
+        let ids = run_detached(py, || {
             let chunks = safe_chunks(inner.splitter(), bytes, chunk_bytes.max(1));
-            pool.install(|| inner.encode_batch_parts(&chunks).map(|parts| joined(parts, dtype)))
+            pool.install(|| joined(inner.encode_batch_parts(&chunks)?.into_iter().map(|p| p.0).collect(), dtype))
                 .map_err(NativeError::from)
         })?;
-        ids_array(py, parts, dtype)
+        Ok(joined_array(py, ids))
     }
 }
 
@@ -395,7 +404,7 @@ impl NativeEncoder {
     ) -> PyResult<Vec<Block>> {
         let helpers = self.helpers(threads)?;
         let specials = SpecialIds::new(specials);
-        // On one thread the batch is one block: its ids are then one vector (see `ids_array`).
+        // On one thread the batch is one block: its ids are then one vector (see `joined_array`).
         let block_bytes = if helpers.is_some() { BLOCK_BYTES } else { usize::MAX };
         let work = Work::new(&self.inner, &specials, texts, block_bytes);
         run_detached(py, || {
@@ -697,45 +706,35 @@ fn ids_array_of<'py>(py: Python<'py>, ids: &[u32], dtype: &str) -> PyResult<Boun
     }
 }
 
-/// The ids of a batch's parts for [`ids_array`]: uint32 ids joined into one part by the pool's
-/// threads (`join_ids`; run it inside the pool), uint16 ones left apart to be narrowed as they
-/// are copied.
-fn joined(parts: Vec<BatchPart>, dtype: &str) -> Vec<Vec<u32>> {
-    if dtype == "uint32" {
-        vec![join_ids(parts)]
-    } else {
-        parts.into_iter().map(|p| p.0).collect()
-    }
+/// A batch's ids joined, in the width of its numpy array.
+enum Joined {
+    Wide(Vec<u32>),
+    Narrow(Vec<u16>),
 }
 
-/// Ids of several parts, one after another, as a numpy array of `dtype` ("uint16" or
-/// "uint32"). One part of uint32 ids becomes the array's buffer as it is (a batch on one thread
-/// is one part): copying a large batch's ids, and faulting in the fresh memory of the copy, was a
-/// good part of the batch.
-fn ids_array<'py>(py: Python<'py>, mut parts: Vec<Vec<u32>>, dtype: &str) -> PyResult<Bound<'py, PyAny>> {
-    check_dtype(dtype)?;
+/// The ids of a batch's parts joined in order as `dtype` ("uint16" or "uint32"), by the current
+/// pool's threads (`join_ids`, `join_narrow`: run it inside the pool); an id that does not fit in
+/// uint16 is the error.
+fn joined(parts: Vec<Vec<u32>>, dtype: &str) -> Result<Joined, String> {
     if dtype == "uint32" {
-        let mut ids = if parts.len() == 1 { parts.pop().unwrap_or_default() } else { parts.concat() };
-        // The array keeps the whole allocation: give back a spare quarter or more (shrinking in
-        // place, mostly).
-        if ids.capacity() - ids.len() > ids.len() / 4 {
-            ids.shrink_to_fit();
+        return Ok(Joined::Wide(join_ids(parts)));
+    }
+    join_narrow(parts).map(Joined::Narrow).map_err(|id| format!("id {id} does not fit in uint16"))
+}
+
+/// Joined ids as a numpy array that takes over their buffer. One part of uint32 ids is that
+/// buffer as it is (a batch on one thread is one part): copying a large batch's ids, and faulting
+/// in the fresh memory of the copy, was a good part of the batch.
+fn joined_array(py: Python<'_>, ids: Joined) -> Bound<'_, PyAny> {
+    match ids {
+        Joined::Wide(mut ids) => {
+            // The array keeps the whole allocation: give back a spare quarter or more (shrinking
+            // in place, mostly).
+            if ids.capacity() - ids.len() > ids.len() / 4 {
+                ids.shrink_to_fit();
+            }
+            PyArray1::from_vec(py, ids).into_any()
         }
-        return Ok(PyArray1::from_vec(py, ids).into_any());
+        Joined::Narrow(ids) => PyArray1::from_vec(py, ids).into_any(),
     }
-    let parts: Vec<&[u32]> = parts.iter().map(Vec::as_slice).collect();
-    narrow_array(py, &parts)
-}
-
-/// The ids of `parts`, one after another, as a uint16 numpy array; an id above 65535 is an error.
-fn narrow_array<'py>(py: Python<'py>, parts: &[&[u32]]) -> PyResult<Bound<'py, PyAny>> {
-    if let Some(id) = parts.iter().copied().flatten().find(|&&id| id > u16::MAX as u32) {
-        return Err(PyValueError::new_err(format!("id {id} does not fit in uint16")));
-    }
-    let total = parts.iter().map(|p| p.len()).sum();
-    let mut narrow: Vec<u16> = Vec::with_capacity(total);
-    for part in parts {
-        narrow.extend(part.iter().map(|&id| id as u16));
-    }
-    Ok(PyArray1::from_vec(py, narrow).into_any())
 }
