@@ -459,7 +459,7 @@ def test_batch_and_array_encoding(
             assert ids.dtype == np.dtype(dtype) and ids.tolist() == [i for e in expected for i in e]
             assert ends.tolist() == np.cumsum([len(e) for e in expected]).tolist()
     text = corpora["wikitext"]
-    for dtype in ("uint16", "uint32"):  # many chunks: uint32 parts are joined by the pool's threads
+    for dtype in ("uint16", "uint32"):  # many chunks, joined by the pool's threads in either width
         array = gpt2_native.encode_array(text, dtype, chunk_bytes=4096)
         assert array.dtype == np.dtype(dtype) and array.tolist() == gpt2_tiktoken.encode_ordinary(text)
     with pytest.raises(ConfigError, match="dtype"):
@@ -485,6 +485,8 @@ def test_per_document_arrays_match_tiktoken(
     assert wide.encode_ordinary_array("abc", "uint32").tolist() == [70_000, ord("c")]
     with pytest.raises(ValueError, match="id 70000 does not fit in uint16"):
         wide.encode_ordinary_array("abc", "uint16")
+    with pytest.raises(ValueError, match="id 70000 does not fit in uint16"):  # a joined batch, too
+        wide.encode_batch(["xyz", "abc"] * 200, "uint16")
 
 
 def test_ids_match_python_encoder_for_superbpe_tokenizer(

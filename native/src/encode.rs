@@ -251,11 +251,14 @@ pub fn join_ids(mut parts: Vec<Vec<u32>>) -> Vec<u32> {
     if parts.len() == 1 {
         return parts.pop().unwrap_or_default();
     }
-    let joined: Result<Vec<u32>, u32> = join_parts(parts, |dst, part| {
+    let joined = join_parts(parts, |dst, part| {
         dst.write_copy_of_slice(part);
-        None
+        Ok::<(), std::convert::Infallible>(())
     });
-    joined.unwrap_or_else(|_| unreachable!("a plain copy refuses no id"))
+    match joined {
+        Ok(ids) => ids,
+        Err(never) => match never {},
+    }
 }
 
 /// The ids of `parts` joined in order as 16-bit ids, in parallel as [`join_ids`]; the error is an
@@ -263,21 +266,18 @@ pub fn join_ids(mut parts: Vec<Vec<u32>>) -> Vec<u32> {
 pub fn join_narrow(parts: Vec<Vec<u32>>) -> Result<Vec<u16>, u32> {
     join_parts(parts, |dst, part| {
         for (d, &id) in dst.iter_mut().zip(part) {
-            match u16::try_from(id) {
-                Ok(narrow) => _ = d.write(narrow),
-                Err(_) => return Some(id),
-            }
+            d.write(u16::try_from(id).map_err(|_| id)?);
         }
-        None
+        Ok(())
     })
 }
 
 /// `parts` joined in order into one new vector, each part written into its own span by `write`
-/// (on the current rayon pool's threads), which returns the id it could not write, if any.
-fn join_parts<T: Send>(
+/// (on the current rayon pool's threads); the error is the first part's error, in order.
+fn join_parts<T: Send, E: Send>(
     parts: Vec<Vec<u32>>,
-    write: impl Fn(&mut [std::mem::MaybeUninit<T>], &[u32]) -> Option<u32> + Sync,
-) -> Result<Vec<T>, u32> {
+    write: impl Fn(&mut [std::mem::MaybeUninit<T>], &[u32]) -> Result<(), E> + Sync,
+) -> Result<Vec<T>, E> {
     let total = parts.iter().map(Vec::len).sum();
     let mut out: Vec<T> = Vec::with_capacity(total);
     advise_huge(out.as_ptr() as usize, total * std::mem::size_of::<T>());
@@ -288,13 +288,11 @@ fn join_parts<T: Send>(
         spans.push((dst, part));
         room = rest;
     }
-    let refused: Vec<Option<u32>> = spans.into_par_iter().map(|(dst, part)| write(dst, &part)).collect();
-    if let Some(id) = refused.into_iter().flatten().next() {
-        return Err(id);
-    }
+    let written: Vec<Result<(), E>> = spans.into_par_iter().map(|(dst, part)| write(dst, &part)).collect();
+    written.into_iter().collect::<Result<(), E>>()?;
     // SAFETY: the spans are consecutive and together exactly the first `total` elements of the
     // spare capacity (each part's length in order, split off the front), and `write` filled each
-    // in full: it returns early only with a refused id, and then the vector is dropped unset.
+    // in full: it stops early only with an error, and then the vector is dropped unset.
     unsafe { out.set_len(total) };
     Ok(out)
 }

@@ -51,6 +51,11 @@ impl PairSketch {
         self.counters.len()
     }
 
+    /// Bytes it holds.
+    pub fn heap_bytes(&self) -> u64 {
+        Self::bytes_for(self.counters.len().trailing_zeros())
+    }
+
     #[inline(always)]
     pub fn bucket(&self, key: u64) -> usize {
         (spread(key) >> self.shift) as usize

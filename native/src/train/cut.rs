@@ -80,7 +80,7 @@ impl Cut {
                     }
             })
             .sum();
-        chunks as u64 + PairSketch::bytes_for(self.sketch.buckets().trailing_zeros())
+        chunks as u64 + self.sketch.heap_bytes()
     }
 }
 
