@@ -84,19 +84,23 @@ impl Cut {
     }
 }
 
-/// Every piece of a chunk: its symbols (widened) and count.
-fn for_each_piece(chunk: &ReplayChunk, mut visit: impl FnMut(&[u32], i64)) {
-    let mut buf = Vec::new();
-    let mut at = 0usize;
-    for (&len, &f) in chunk.lens.iter().zip(&chunk.counts) {
-        let len = len as usize;
-        buf.clear();
-        match &chunk.syms {
-            ChunkSyms::Narrow(v) => buf.extend(v[at..at + len].iter().map(|&s| s as u32)),
-            ChunkSyms::Wide(v) => buf.extend_from_slice(&v[at..at + len]),
-        }
-        visit(&buf, f);
-        at += len;
+/// A replayed symbol as a chunk holds it: two bytes when every id fits (`ChunkSyms`). The cut reads
+/// the chunks in place rather than widening each piece into a buffer first.
+trait Symbol: Copy {
+    fn id(self) -> u32;
+}
+
+impl Symbol for u16 {
+    #[inline(always)]
+    fn id(self) -> u32 {
+        self as u32
+    }
+}
+
+impl Symbol for u32 {
+    #[inline(always)]
+    fn id(self) -> u32 {
+        self
     }
 }
 
@@ -123,9 +127,9 @@ impl HotFilter<'_> {
     /// The positions `at..at + 64` of `syms` where the pair ending there is not hot, as
     /// `cut_mask` bits.
     #[inline(always)]
-    fn cuts(&self, syms: &[u32], at: usize) -> u64 {
+    fn cuts<T: Symbol>(&self, syms: &[T], at: usize) -> u64 {
         cut_mask(syms, at, |a, b| {
-            let bit = self.sketch.bucket(pair_key(a, b));
+            let bit = self.sketch.bucket(pair_key(a.id(), b.id()));
             self.bits[bit >> 6] >> (bit & 63) & 1 == 0
         })
     }
@@ -161,24 +165,32 @@ const MAX_LOAD: (usize, usize) = (7, 10);
 
 /// `syms` in 16-bit lanes when they are at most `INLINE` symbols below 2^16.
 #[inline(always)]
-fn pack(syms: &[u32]) -> Option<[u64; 2]> {
-    if syms.len() > INLINE || syms.iter().any(|&s| s >= 1 << 16) {
+fn pack<T: Symbol>(syms: &[T]) -> Option<[u64; 2]> {
+    if syms.len() > INLINE || syms.iter().any(|&s| s.id() >= 1 << 16) {
         return None;
     }
     let mut key = [0u64; 2];
     for (k, &s) in syms.iter().enumerate() {
-        key[k / 4] |= (s as u64) << (16 * (k % 4));
+        key[k / 4] |= (s.id() as u64) << (16 * (k % 4));
     }
     Some(key)
 }
 
+/// The hash of a piece held in the arena (longer than `INLINE`, or with a wider symbol).
 #[inline(always)]
-fn hash_syms(syms: &[u32]) -> u64 {
+fn hash_syms<T: Symbol>(syms: &[T]) -> u64 {
     let mut h = 0xCBF2_9CE4_8422_2325u64 ^ syms.len() as u64;
     for &s in syms {
-        h = (h ^ s as u64).wrapping_mul(0x0100_0000_01B3).rotate_left(23);
+        h = (h ^ s.id() as u64).wrapping_mul(0x0100_0000_01B3).rotate_left(23);
     }
     spread(h)
+}
+
+/// The hash of a piece of `len` symbols packed into `key`: two multiplies, where hashing symbol
+/// by symbol chained one multiply per symbol. The length tells apart pieces that end in symbol 0.
+#[inline(always)]
+fn hash_packed(key: [u64; 2], len: usize) -> u64 {
+    spread(key[0] ^ key[1].wrapping_mul(0xD6E8_FEB8_6659_FD93).rotate_left(32) ^ len as u64)
 }
 
 /// A slot's `meta`: the hash's top half, whether the key is inline, and the length (at least 2,
@@ -191,6 +203,16 @@ fn meta(hash: u64, len: usize, inline: bool) -> u64 {
 #[inline(always)]
 fn meta_len(meta: u64) -> usize {
     (meta & 0x7FFF_FFFF) as usize
+}
+
+/// The hash a slot's piece was filed under.
+#[inline(always)]
+fn slot_hash(slot: &Slot) -> u64 {
+    if slot.meta >> 31 & 1 == 1 {
+        hash_packed(slot.key, meta_len(slot.meta))
+    } else {
+        slot.key[1]
+    }
 }
 
 impl Distinct {
@@ -206,32 +228,36 @@ impl Distinct {
         }
     }
 
-    fn add(&mut self, piece: &[u32], hash: u64, f: i64) {
+    /// Add `part`, a slot as `Waiting` files it (a piece in the arena has its symbols in `flat`).
+    fn add(&mut self, part: &Slot, flat: &[u32]) {
         if (self.len + 1) * MAX_LOAD.1 > self.slots.len() * MAX_LOAD.0 {
             self.grow();
         }
-        let packed = pack(piece);
-        let want = meta(hash, piece.len(), packed.is_some());
+        let inline = part.meta >> 31 & 1 == 1;
+        let len = meta_len(part.meta);
         let mask = self.slots.len() - 1;
-        let mut i = self.home(hash);
+        let mut i = self.home(slot_hash(part));
         loop {
             let slot = self.slots[i];
             if slot.meta == 0 {
-                let key = packed.unwrap_or_else(|| {
-                    self.syms.extend_from_slice(piece);
-                    [(self.syms.len() - piece.len()) as u64, hash]
-                });
-                self.slots[i] = Slot { key, count: f, meta: want };
+                let mut new = *part;
+                if !inline {
+                    new.key[0] = self.syms.len() as u64;
+                    self.syms.extend_from_slice(&flat[part.key[0] as usize..][..len]);
+                }
+                self.slots[i] = new;
                 self.len += 1;
                 return;
             }
-            if slot.meta == want {
-                let same = match packed {
-                    Some(key) => slot.key == key,
-                    None => slot.key[1] == hash && self.syms[slot.key[0] as usize..][..piece.len()] == *piece,
+            if slot.meta == part.meta {
+                let same = if inline {
+                    slot.key == part.key
+                } else {
+                    slot.key[1] == part.key[1]
+                        && self.syms[slot.key[0] as usize..][..len] == flat[part.key[0] as usize..][..len]
                 };
                 if same {
-                    self.slots[i].count += f;
+                    self.slots[i].count += part.count;
                     return;
                 }
             }
@@ -246,13 +272,8 @@ impl Distinct {
         // cache holds the corpus) cost more than the TLB misses they spare.
         let old = std::mem::replace(&mut self.slots, vec![Slot::default(); size]);
         let mask = size - 1;
-        let mut buf = [0u32; INLINE];
         for e in old.into_iter().filter(|e| e.meta != 0) {
-            let hash = match self.inline_syms(&e, &mut buf) {
-                Some(syms) => hash_syms(syms),
-                None => e.key[1],
-            };
-            let mut i = hash as usize & mask;
+            let mut i = slot_hash(&e) as usize & mask;
             while self.slots[i].meta != 0 {
                 i = (i + 1) & mask;
             }
@@ -260,37 +281,30 @@ impl Distinct {
         }
     }
 
-    /// The symbols of a slot whose key is held inline (unpacked into `buf`), or None.
-    #[inline(always)]
-    fn inline_syms<'b>(&self, e: &Slot, buf: &'b mut [u32; INLINE]) -> Option<&'b [u32]> {
-        if e.meta >> 31 & 1 == 0 {
-            return None;
-        }
-        let len = meta_len(e.meta);
-        for (k, b) in buf[..len].iter_mut().enumerate() {
-            *b = (e.key[k / 4] >> (16 * (k % 4))) as u32 & 0xFFFF;
-        }
-        Some(&buf[..len])
-    }
-
     /// Each distinct piece's symbols and count.
     fn for_each(&self, mut visit: impl FnMut(&[u32], i64)) {
         let mut buf = [0u32; INLINE];
         for e in self.slots.iter().filter(|e| e.meta != 0) {
-            match self.inline_syms(e, &mut buf) {
-                Some(syms) => visit(syms, e.count),
-                None => visit(&self.syms[e.key[0] as usize..][..meta_len(e.meta)], e.count),
+            let len = meta_len(e.meta);
+            if e.meta >> 31 & 1 == 1 {
+                for (k, b) in buf[..len].iter_mut().enumerate() {
+                    *b = (e.key[k / 4] >> (16 * (k % 4))) as u32 & 0xFFFF;
+                }
+                visit(&buf[..len], e.count);
+            } else {
+                visit(&self.syms[e.key[0] as usize..][..len], e.count);
             }
         }
     }
 }
 
-/// Parts of cut pieces waiting to be added to one partition's table: their symbols one after
-/// another, and (start, length, count, hash) of each.
+/// Parts of cut pieces waiting to be added to one partition's table, filed as slots: a part of at
+/// most `INLINE` symbols below 2^16 packed in its slot already, a longer one with its start in
+/// `flat` (where its symbols are) and its hash.
 #[derive(Default)]
 struct Waiting {
+    parts: Vec<Slot>,
     flat: Vec<u32>,
-    parts: Vec<(u32, u32, i64, u64)>,
 }
 
 /// Parts a thread holds before adding them to their partitions' tables (about ten megabytes of
@@ -307,59 +321,103 @@ fn partitions(symbols: usize) -> usize {
     (symbols >> PARTITION_SYMBOLS_BITS).next_power_of_two().clamp(1, 1 << 10)
 }
 
+/// One thread's distinct parts, by partition, and the parts waiting to be added to them.
+struct Parts {
+    tables: Vec<Distinct>,
+    waiting: Vec<Waiting>,
+    held: usize,
+    /// The hash's bits below a partition's number (64 with one partition).
+    shift: u32,
+}
+
+impl Parts {
+    fn new(partitions: usize) -> Parts {
+        Parts {
+            tables: (0..partitions).map(|_| Distinct::default()).collect(),
+            waiting: (0..partitions).map(|_| Waiting::default()).collect(),
+            held: 0,
+            shift: 64 - partitions.trailing_zeros(),
+        }
+    }
+
+    /// File `part` (at least 2 symbols), counted `f`, with its partition's waiting parts.
+    #[inline(always)]
+    fn wait<T: Symbol>(&mut self, part: &[T], f: i64) {
+        let packed = pack(part);
+        let hash = match packed {
+            Some(key) => hash_packed(key, part.len()),
+            None => hash_syms(part),
+        };
+        // `shift` is 64 with one partition (a shift by 64 overflows).
+        let w = &mut self.waiting[hash.checked_shr(self.shift).unwrap_or(0) as usize];
+        let key = packed.unwrap_or_else(|| {
+            let at = w.flat.len() as u64;
+            w.flat.extend(part.iter().map(|s| s.id()));
+            [at, hash]
+        });
+        w.parts.push(Slot { key, count: f, meta: meta(hash, part.len(), packed.is_some()) });
+        self.held += 1;
+    }
+
+    /// The pieces of `syms` (`chunk.lens` symbols each) cut at every boundary whose pair is not in
+    /// `hot`, parts of at least two symbols filed.
+    fn cut_chunk<T: Symbol>(&mut self, chunk: &ReplayChunk, syms: &[T], hot: &HotFilter) {
+        let mut at = 0usize;
+        for (&len, &f) in chunk.lens.iter().zip(&chunk.counts) {
+            let piece = &syms[at..at + len as usize];
+            at += len as usize;
+            for_each_run(
+                piece.len(),
+                |k| hot.cuts(piece, k),
+                |start, end| {
+                    if end - start >= 2 {
+                        self.wait(&piece[start..end], f);
+                    }
+                },
+            );
+        }
+    }
+
+    /// Add each partition's waiting parts to its table, fetching each one's slot a few parts ahead.
+    fn add_waiting(&mut self) {
+        for (distinct, w) in self.tables.iter_mut().zip(self.waiting.iter_mut()) {
+            for k in 0..w.parts.len() {
+                if let Some(ahead) = w.parts.get(k + AHEAD) {
+                    distinct.prefetch(slot_hash(ahead));
+                }
+                distinct.add(&w.parts[k], &w.flat);
+            }
+            w.parts.clear();
+            w.flat.clear();
+        }
+        self.held = 0;
+    }
+}
+
 /// The pieces of `chunks` cut at every boundary whose pair is not in `hot`, parts of at least two
 /// symbols only, deduplicated per thread and partition.
 fn cut_pieces(chunks: &[ReplayChunk], hot: &HotFilter) -> Vec<Distinct> {
     let symbols: usize = chunks.iter().map(|c| c.syms.len()).sum();
     let partitions = partitions(symbols);
-    let shift = 64 - partitions.trailing_zeros();
     let per = chunks.len().div_ceil(rayon::current_num_threads().clamp(1, 8)).max(1);
     chunks
         .par_chunks(per)
         .map(|group| {
-            let mut tables: Vec<Distinct> = (0..partitions).map(|_| Distinct::default()).collect();
-            let mut waiting: Vec<Waiting> = (0..partitions).map(|_| Waiting::default()).collect();
-            let mut held = 0usize;
+            let mut parts = Parts::new(partitions);
             for chunk in group {
-                for_each_piece(chunk, |syms, f| {
-                    let part = |start: usize, end: usize| {
-                        if end - start >= 2 {
-                            let part = &syms[start..end];
-                            let hash = hash_syms(part);
-                            // `shift` is 64 with one partition (a shift by 64 overflows).
-                            let w = &mut waiting[hash.checked_shr(shift).unwrap_or(0) as usize];
-                            w.parts.push((w.flat.len() as u32, part.len() as u32, f, hash));
-                            w.flat.extend_from_slice(part);
-                            held += 1;
-                        }
-                    };
-                    for_each_run(syms.len(), |at| hot.cuts(syms, at), part);
-                });
-                if held >= WAITING_PARTS {
-                    add_waiting(&mut tables, &mut waiting);
-                    held = 0;
+                match &chunk.syms {
+                    ChunkSyms::Narrow(v) => parts.cut_chunk(chunk, v, hot),
+                    ChunkSyms::Wide(v) => parts.cut_chunk(chunk, v, hot),
+                }
+                if parts.held >= WAITING_PARTS {
+                    parts.add_waiting();
                 }
             }
-            add_waiting(&mut tables, &mut waiting);
-            tables
+            parts.add_waiting();
+            parts.tables
         })
         .flatten()
         .collect()
-}
-
-/// Add each partition's waiting parts to its table, fetching each one's slot a few parts ahead.
-fn add_waiting(tables: &mut [Distinct], waiting: &mut [Waiting]) {
-    for (distinct, w) in tables.iter_mut().zip(waiting.iter_mut()) {
-        for k in 0..w.parts.len() {
-            if let Some(ahead) = w.parts.get(k + AHEAD) {
-                distinct.prefetch(ahead.3);
-            }
-            let (at, len, f, hash) = w.parts[k];
-            distinct.add(&w.flat[at as usize..(at + len) as usize], hash, f);
-        }
-        w.parts.clear();
-        w.flat.clear();
-    }
 }
 
 impl Trainer {
@@ -470,7 +528,9 @@ mod tests {
         for _ in 0..100_000 {
             let piece = &pieces[crate::test_below(seed, pieces.len())];
             let f = 1 + crate::test_below(seed, 5) as i64;
-            distinct.add(piece, hash_syms(piece), f);
+            let mut parts = Parts::new(1);
+            parts.wait(piece, f);
+            distinct.add(&parts.waiting[0].parts[0], &parts.waiting[0].flat);
             *want.entry(piece.clone()).or_insert(0) += f;
         }
         let mut got = HashMap::new();
