@@ -17,8 +17,9 @@ use std::sync::{Mutex, MutexGuard};
 
 use crate::bpe::{self, pair_key, unpack};
 use crate::bytesmap::hash_short;
+use crate::joins::Joins;
 use crate::memory::prefetch;
-use crate::replay::{hash_segment, pack_segment, Joins, SegmentCache, Syms, MANY, PACKED_MAX};
+use crate::replay::{hash_segment, pack_segment, SegmentCache, Syms, MANY, PACKED_MAX};
 use crate::unicode::{class_of, WS};
 
 /// How the encoder should choose its levels.

@@ -10,6 +10,7 @@ pub mod countsfile;
 pub mod cuts;
 pub mod encode;
 pub mod encode_levels;
+pub mod joins;
 pub mod memory;
 pub mod pairs;
 pub mod piecemap;

@@ -1,7 +1,7 @@
 //! Replay: earlier merges applied to every piece before a stage chooses its own.
 //!
 //! A SuperBPE stage 2 replays the ~25K stage-1 merges into ~700K whole-line pieces (25 MB on
-//! kernel_docs). Each piece is cut where no merge can join two bytes (`Joins`); the parts (words,
+//! kernel_docs). Each piece is cut where no merge can join two bytes (`joins.rs`); the parts (words,
 //! mostly) repeat across lines, so each is merged once per thread and then looked up
 //! (`SegmentCache`). Lookups, five million of them, are what replay costs, so the cache is built to
 //! make one a single probe of a flat table: keys up to 15 bytes packed into two words, results of
@@ -15,77 +15,10 @@ use rayon::prelude::*;
 
 use crate::bpe::{self, Ranks};
 use crate::bytesmap::{hash_short, pack_short, BytesMap, SHORT_MAX};
+use crate::joins::{for_each_run, Joins};
 use crate::memory::prefetch;
 use crate::pairs::PairSketch;
 use crate::tables::{Counts, MemoryOrder};
-
-/// Byte pairs that some merge may join: bit (a, b) is set when a merge's left part ends with
-/// byte a and its right part starts with byte b. Whatever tokens stand on either side of a
-/// position, they end and start with the bytes there, so no merge can ever join across a position
-/// whose byte pair is not set: a piece cut at such positions replays as its parts, concatenated.
-pub struct Joins(Vec<u64>);
-
-impl Joins {
-    pub fn of(merges: &[(Vec<u8>, Vec<u8>)]) -> Joins {
-        let mut bits = vec![0u64; 256 * 256 / 64];
-        for (l, r) in merges {
-            if let (Some(&a), Some(&b)) = (l.last(), r.first()) {
-                let i = (a as usize) << 8 | b as usize;
-                bits[i / 64] |= 1 << (i % 64);
-            }
-        }
-        Joins(bits)
-    }
-
-    #[inline(always)]
-    pub fn may_join(&self, a: u8, b: u8) -> bool {
-        let i = (a as usize) << 8 | b as usize;
-        self.0[i / 64] >> (i % 64) & 1 == 1
-    }
-
-    /// The positions `at..at + 64` of `piece` where no merge joins the byte before and the byte
-    /// there, as `cut_mask` bits.
-    #[inline(always)]
-    fn cuts(&self, piece: &[u8], at: usize) -> u64 {
-        cut_mask(piece, at, |a, b| !self.may_join(a, b))
-    }
-}
-
-/// The positions `at..at + 64` of `items` where `cut(item before, item there)` holds, as bits (bit
-/// k: position `at + k`; positions 0 and from `items.len()` on are clear). Computed without a
-/// branch per item: cuts come every few items (segment ends in replay, cold boundaries in the cut),
-/// and a branch on each was mispredicted that often.
-#[inline(always)]
-pub(crate) fn cut_mask<T: Copy>(items: &[T], at: usize, cut: impl Fn(T, T) -> bool) -> u64 {
-    let lo = at.max(1);
-    let hi = (at + 64).min(items.len());
-    let mut bits = 0u64;
-    if lo < hi {
-        for (k, w) in items[lo - 1..hi].windows(2).enumerate() {
-            bits |= u64::from(cut(w[0], w[1])) << (lo - at + k);
-        }
-    }
-    bits
-}
-
-/// `run(start, end)` for each run of `0..len` between the cuts that `mask(at)` gives (`cut_mask`
-/// bits for `at..at + 64`), in order; the runs cover `0..len`.
-#[inline(always)]
-pub(crate) fn for_each_run(len: usize, mask: impl Fn(usize) -> u64, mut run: impl FnMut(usize, usize)) {
-    let mut start = 0;
-    for at in (0..len).step_by(64) {
-        let mut bits = mask(at);
-        while bits != 0 {
-            let end = at + bits.trailing_zeros() as usize;
-            bits &= bits - 1;
-            run(start, end);
-            start = end;
-        }
-    }
-    if start < len {
-        run(start, len);
-    }
-}
 
 /// Longest segment whose key is packed (15 bytes in two words; longer ones are rare).
 pub(crate) const PACKED_MAX: usize = 2 * SHORT_MAX + 1;
@@ -606,27 +539,6 @@ mod tests {
             kinds[3] += cache.long.len();
         }
         assert!(kinds.iter().all(|&n| n > 0), "one symbol, two, more, long keys: {kinds:?}");
-    }
-
-    /// Segment ends found a block of 64 positions at a time are exactly the positions whose
-    /// byte pair no merge joins (fewer would still replay right, only slower).
-    #[test]
-    fn block_cuts_are_the_unjoined_positions() {
-        let seed = &mut 0x9E37_79B9_7F4A_7C15u64;
-        let merges: Vec<(Vec<u8>, Vec<u8>)> =
-            (0..40).map(|_| (vec![below(seed, 8) as u8], vec![below(seed, 8) as u8])).collect();
-        let joins = Joins::of(&merges);
-        for _ in 0..200 {
-            let piece: Vec<u8> = (0..below(seed, 300)).map(|_| below(seed, 8) as u8).collect();
-            let want: Vec<usize> = (1..piece.len()).filter(|&i| !joins.may_join(piece[i - 1], piece[i])).collect();
-            let got: Vec<usize> = (0..piece.len().div_ceil(64))
-                .flat_map(|b| {
-                    let bits = joins.cuts(&piece, 64 * b);
-                    (0..64).filter(move |k| bits >> k & 1 == 1).map(move |k| 64 * b + k)
-                })
-                .collect();
-            assert_eq!(got, want, "piece of {} bytes", piece.len());
-        }
     }
 
     /// The flat table finds every key it was given, across its growths, and no other.

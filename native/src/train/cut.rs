@@ -31,9 +31,10 @@ use rayon::prelude::*;
 
 use super::Trainer;
 use crate::bpe::{pair_key, Ranks};
+use crate::joins::{cut_mask, for_each_run};
 use crate::memory::prefetch;
 use crate::pairs::{spread, PairSketch};
-use crate::replay::{cut_mask, for_each_run, ChunkSyms, ReplayChunk};
+use crate::replay::{ChunkSyms, ReplayChunk};
 use crate::symbols::{MAX_PIECE, MAX_SLOTS};
 
 /// θ is first the count of the bucket at this many times the merges still to choose, by count.

@@ -26,8 +26,9 @@ use smallvec::SmallVec;
 
 use crate::bpe::{pair_key, PairHasher, Ranks};
 use crate::bytesmap::BytesMap;
+use crate::joins::Joins;
 use crate::pairs::PairSketch;
-use crate::replay::{self, pair_sketches, replay_counts, segment_caches, Joins, Part, ReplayChunk, MAX_REPLAY};
+use crate::replay::{self, pair_sketches, replay_counts, segment_caches, Part, ReplayChunk, MAX_REPLAY};
 use crate::symbols::{Symbols, DEAD, MAX_PIECE, SEP};
 use crate::tables::Counts;
 
