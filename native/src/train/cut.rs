@@ -31,7 +31,7 @@ use rayon::prelude::*;
 
 use super::Trainer;
 use crate::bpe::{pair_key, Ranks};
-use crate::joins::{cut_mask, for_each_run};
+use crate::joins::cut_mask;
 use crate::memory::prefetch;
 use crate::pairs::{spread, PairSketch};
 use crate::replay::{ChunkSyms, ReplayChunk};
@@ -367,15 +367,23 @@ impl Parts {
         for (&len, &f) in chunk.lens.iter().zip(&chunk.counts) {
             let piece = &syms[at..at + len as usize];
             at += len as usize;
-            for_each_run(
-                piece.len(),
-                |k| hot.cuts(piece, k),
-                |start, end| {
+            // The runs between cuts as `for_each_run` finds them, written out so that filing a
+            // part is inlined here rather than called once per run.
+            let mut start = 0;
+            for block in (0..piece.len()).step_by(64) {
+                let mut bits = hot.cuts(piece, block);
+                while bits != 0 {
+                    let end = block + bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
                     if end - start >= 2 {
                         self.wait(&piece[start..end], f);
                     }
-                },
-            );
+                    start = end;
+                }
+            }
+            if piece.len() - start >= 2 {
+                self.wait(&piece[start..], f);
+            }
         }
     }
 
