@@ -177,8 +177,9 @@ impl PieceCache {
     #[inline(always)]
     fn write_found(&self, run: &[Waiting], room: &mut [MaybeUninit<u32>]) -> (usize, usize) {
         let mut written = 0;
+        let probe = self.map.probe();
         for (i, w) in run.iter().enumerate() {
-            let Some(c) = self.map.get_hashed(w.k0, w.k1, w.hash) else { return (i, written) };
+            let Some(c) = probe.get(w.k0, w.k1, w.hash) else { return (i, written) };
             let n = c.len as usize;
             let Some(dst) = room.get_mut(written..written + INLINE_IDS) else { return (i, written) };
             if n > INLINE_IDS {
@@ -477,10 +478,11 @@ impl Encoder {
     /// lines are on their way while the keys are made.
     #[inline(never)]
     fn look_up_run(&self, text: &[u8], run: &mut [Waiting], out: &mut Vec<u32>, cache: &mut PieceCache) {
+        let probe = cache.map.probe();
         for w in run.iter_mut() {
             (w.k0, w.k1) = key_in(text, w.at, w.len);
             w.hash = hash_packed(w.k0, w.k1);
-            cache.map.prefetch(w.hash);
+            probe.prefetch(w.hash);
         }
         cache.look_up_run(text, run, out, |cache, piece, w, out| self.encode_piece(piece, w.k0, w.k1, out, cache));
     }

@@ -174,17 +174,13 @@ impl<V: Copy + Default> PieceMap<V> {
     /// waited for the whole store.)
     #[inline(always)]
     pub fn get_hashed(&self, k0: u64, k1: u64, hash: u64) -> Option<&V> {
-        let home = self.home(hash);
-        let [a, b] = &self.pairs[home / 2].0;
-        let in_b = b.k1 == k1 && b.k0 == k0;
-        let found = in_b || (a.k1 == k1 && a.k0 == k0);
-        if found {
-            return Some(if in_b { &b.value } else { &a.value });
-        }
-        if a.k1 == 0 || b.k1 == 0 {
-            return None;
-        }
-        self.walk(k0, k1, home + 2)
+        self.probe().get(k0, k1, hash)
+    }
+
+    /// A view for many lookups in a row (see [`Probe`]).
+    #[inline(always)]
+    pub fn probe(&self) -> Probe<'_, V> {
+        Probe { map: self, pairs: &self.pairs, pair_mask: self.pairs.len() - 1 }
     }
 
     /// Look for a key from slot `i` on (its home pair held neither it nor an empty slot).
@@ -279,6 +275,57 @@ impl<V: Copy + Default> PieceMap<V> {
         for s in old.iter().flat_map(|p| p.0.iter()).filter(|s| s.k1 != 0) {
             self.put(s.k0, s.k1, s.value);
         }
+    }
+}
+
+/// The map's lookups with its slots and their mask in locals: a loop that writes ids between
+/// lookups would otherwise read the table's address and size back from the map for every key
+/// (the compiler cannot tell that the writes leave them alone), and check each index.
+#[derive(Clone, Copy)]
+pub struct Probe<'a, V: Copy + Default> {
+    map: &'a PieceMap<V>,
+    pairs: &'a [Pair<V>],
+    /// `pairs.len() - 1`; the number of pairs is a power of two.
+    pair_mask: usize,
+}
+
+impl<'a, V: Copy + Default> Probe<'a, V> {
+    /// [`PieceMap::get_hashed`]. Which of the two home slots holds the key is chosen without a
+    /// branch: it varies from key to key, so a branch on it mispredicted often.
+    #[inline(always)]
+    pub fn get(self, k0: u64, k1: u64, hash: u64) -> Option<&'a V> {
+        let at = self.home_pair(hash);
+        let pair = &self.pairs[at].0;
+        let off_a = (pair[0].k0 ^ k0) | (pair[0].k1 ^ k1);
+        let off_b = (pair[1].k0 ^ k0) | (pair[1].k1 ^ k1);
+        // One test of both (`in_a || in_b` compiled to a branch on each).
+        if off_a.min(off_b) == 0 {
+            return Some(&pair[usize::from(off_b == 0)].value);
+        }
+        if pair[0].k1 == 0 || pair[1].k1 == 0 {
+            return None;
+        }
+        self.map.walk(k0, k1, at * 2 + 2)
+    }
+
+    /// [`PieceMap::prefetch`].
+    #[inline(always)]
+    pub fn prefetch(self, hash: u64) {
+        crate::memory::prefetch(&self.pairs[self.home_pair(hash)]);
+    }
+
+    /// The index of the home pair of `hash` (its first slot is [`PieceMap::home`]).
+    #[inline(always)]
+    fn home_pair(self, hash: u64) -> usize {
+        let at = (hash as usize >> 1) & self.pair_mask;
+        debug_assert_eq!(at * 2, self.map.home(hash));
+        // Tells the compiler what the indexing that follows needs, so it checks nothing: the
+        // number of pairs is a power of two (`with_capacity` and `grow` make it so, and nothing
+        // else changes it), and `at` is masked by that number minus one.
+        if at >= self.pairs.len() {
+            unreachable!("a pair index past the table");
+        }
+        at
     }
 }
 
