@@ -62,12 +62,25 @@ fn packed(rank: u32, merged: u32) -> Packed {
 /// Ids a cached piece encodes to: up to this many inline, more in the cache's arena.
 const INLINE_IDS: usize = 3;
 
+/// The ids first and their number last, so that the whole value is the four lanes
+/// [`PieceCache::write_found`] stores at once.
 #[derive(Clone, Copy, Default)]
+#[repr(C)]
 struct Cached {
-    len: u32,
     /// The ids when `len <= INLINE_IDS`, else `ids[0]` is the offset of the ids in the arena.
     ids: [u32; INLINE_IDS],
+    len: u32,
 }
+
+impl Cached {
+    /// The inline ids, and one more lane (the count) that a cursor moving by `len` leaves behind.
+    #[inline(always)]
+    fn lanes(&self) -> [u32; INLINE_IDS + 1] {
+        [self.ids[0], self.ids[1], self.ids[2], self.len]
+    }
+}
+
+const _: () = assert!(INLINE_IDS == 3, "Cached::lanes names each inline id");
 
 /// One caller's cache of pieces, and its two-level state. It is seeded, when first taken, with
 /// every single byte and (with `whole_pieces`) every token of at most [`PACKED_MAX`] bytes, each
@@ -159,35 +172,40 @@ impl PieceCache {
     /// up to the first that is not; returns how many pieces that was.
     #[inline(always)]
     fn append_found(&self, run: &[Waiting], out: &mut Vec<u32>) -> usize {
-        out.reserve(run.len() * INLINE_IDS);
+        out.reserve(run.len() * INLINE_IDS + 1);
         let len = out.len();
         let (pieces, ids) = self.write_found(run, out.spare_capacity_mut());
         // SAFETY: `write_found` wrote the first `ids` elements of the spare capacity: for each
-        // piece it writes all INLINE_IDS elements from its cursor, then moves the cursor by at most
-        // that many, so every element below the final cursor was written.
+        // piece it writes INLINE_IDS + 1 elements from its cursor, then moves the cursor by at
+        // most INLINE_IDS, so every element below the final cursor was written.
         unsafe { out.set_len(len + ids) };
         pieces
     }
 
-    /// The loop of [`Self::append_found`], writing into `room`: returns how many pieces it took
-    /// and how many ids it wrote, all of `room[..ids]`. A piece's ids are written all three
-    /// whatever their number and the cursor moves by that number: pieces of one, two and three
-    /// ids alternate unpredictably, and a branch on the count mispredicted often. The cursor stays
-    /// in a register (moving a `Vec`'s length per piece made each piece wait for the last).
+    /// The loop of [`Self::append_found`], writing into `room` (at least
+    /// `INLINE_IDS * run.len() + 1` long): returns how many pieces it took and how many ids it
+    /// wrote, all of `room[..ids]`. A piece's value is written whole (its ids and one lane
+    /// more, in one store) whatever its number of ids, and the cursor moves by that number:
+    /// pieces of one, two and three ids alternate unpredictably, and a branch on the count
+    /// mispredicted often. The cursor stays in a register (moving a `Vec`'s length per piece
+    /// made each piece wait for the last).
     #[inline(always)]
     fn write_found(&self, run: &[Waiting], room: &mut [MaybeUninit<u32>]) -> (usize, usize) {
+        assert!(room.len() > INLINE_IDS * run.len(), "room for the ids of a run");
+        let dst = room.as_mut_ptr();
         let mut written = 0;
         let probe = self.map.probe();
         for (i, w) in run.iter().enumerate() {
             let Some(c) = probe.get(w.k0, w.k1, w.hash) else { return (i, written) };
             let n = c.len as usize;
-            let Some(dst) = room.get_mut(written..written + INLINE_IDS) else { return (i, written) };
             if n > INLINE_IDS {
                 return (i, written);
             }
-            for (d, &id) in dst.iter_mut().zip(&c.ids) {
-                d.write(id);
-            }
+            // SAFETY: each piece before this one moved the cursor by at most INLINE_IDS, so
+            // `written + INLINE_IDS + 1 <= INLINE_IDS * (i + 1) + 1 <= room.len()`: the lanes land
+            // in `room`. Writing a `u32` into a `MaybeUninit<u32>` needs no alignment beyond
+            // the unaligned write's.
+            unsafe { dst.add(written).cast::<[u32; INLINE_IDS + 1]>().write_unaligned(c.lanes()) };
             written += n;
         }
         (run.len(), written)
@@ -197,7 +215,7 @@ impl PieceCache {
         if self.map.len() >= self.limit {
             return;
         }
-        let mut c = Cached { len: ids.len() as u32, ids: [0; INLINE_IDS] };
+        let mut c = Cached { ids: [0; INLINE_IDS], len: ids.len() as u32 };
         if ids.len() <= INLINE_IDS {
             c.ids[..ids.len()].copy_from_slice(ids);
         } else {
