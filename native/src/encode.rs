@@ -34,8 +34,8 @@ use rayon::prelude::*;
 use crate::bpe::{self, PairHasher};
 use crate::encode_levels::{Levels, Plan, Request, Worker};
 use crate::memory::advise_huge;
-use crate::piecemap::{hash_packed, pack, pack_within, PieceMap, NO_KEY, PACKED_MAX};
-use crate::scan::Splitter;
+use crate::piecemap::{hash_packed, pack, pack_within, PieceMap, Probe, NO_KEY, PACKED_MAX};
+use crate::scan::{Pieces, Splitter};
 
 /// Pieces up to this many bytes are merged on the stack with the linear scan.
 const SMALL_MAX: usize = 64;
@@ -105,11 +105,79 @@ struct PieceCache {
 /// given back).
 const IDS_KEPT: usize = 1 << 16;
 
-/// Pieces are looked up in runs of this many: the scanner only notes where each piece is, and
-/// a run's pieces are keyed and hashed in one loop and looked up in another, each short enough to
-/// stay inlined and in registers (the scanner's call per piece into one long lookup cost more
-/// than the lookup).
+/// Pieces are looked up in runs of this many: each piece is keyed and hashed as the scanner
+/// gives it (a block's pieces at once), and a run's pieces are looked up in one loop, short
+/// enough to stay inlined and in registers (the scanner's call per piece into one long lookup
+/// cost more than the lookup).
 const RUN: usize = 64;
+
+/// The scanner's pieces noted in runs of [`RUN`] (each keyed and hashed, its line of the table
+/// asked for), each run looked up when full: a line has the rest of its run to come.
+struct RunSink<'e, 'c> {
+    encoder: &'e Encoder,
+    text: &'e [u8],
+    out: &'c mut Vec<u32>,
+    cache: &'c mut PieceCache,
+    /// Room for a run (`RUN` entries), of which the first `n` are noted.
+    run: &'c mut [Waiting],
+    n: usize,
+}
+
+impl RunSink<'_, '_> {
+    /// Look up the run's pieces noted so far, and start the next run.
+    fn flush(&mut self) {
+        self.encoder.look_up_run(self.text, &mut self.run[..self.n], self.out, self.cache);
+        self.n = 0;
+    }
+}
+
+/// The run entry of the piece at `at` of `len` bytes of `text`: keyed and hashed, and its line of
+/// the cache's table (`probe`) asked for, which has the rest of the run to come.
+#[inline(always)]
+fn keyed(text: &[u8], probe: Probe<'_, Cached>, at: usize, len: usize) -> Waiting {
+    let (k0, k1) = key_in(text, at, len);
+    let hash = hash_packed(k0, k1);
+    probe.prefetch(hash);
+    Waiting { at, len, k0, k1, hash }
+}
+
+impl<'a> Pieces<'a> for RunSink<'_, '_> {
+    #[inline(always)]
+    fn piece(&mut self, piece: &'a [u8]) {
+        // Pieces are slices of the text, so their offset is an address difference.
+        let at = piece.as_ptr() as usize - self.text.as_ptr() as usize;
+        // `n` is below RUN (a power of two), so the mask changes nothing and spares a check.
+        self.run[self.n % RUN] = keyed(self.text, self.cache.map.probe(), at, piece.len());
+        self.n += 1;
+        if self.n == RUN {
+            self.flush();
+        }
+    }
+
+    /// A block's pieces with the run's count, the text and the table in registers: noted one by
+    /// one, they went to memory and back between pieces (the scanner cannot tell that noting a
+    /// piece leaves them alone).
+    #[inline(always)]
+    fn ends(&mut self, _: &'a [u8], from: usize, ends: u64) {
+        let (mut at, mut rest, mut n, text) = (from, ends, self.n, self.text);
+        let mut probe = self.cache.map.probe();
+        while rest != 0 {
+            let next = from + rest.trailing_zeros() as usize;
+            self.run[n % RUN] = keyed(text, probe, at, next - at);
+            n += 1;
+            if n == RUN {
+                self.n = n;
+                self.flush();
+                (n, probe) = (0, self.cache.map.probe());
+            }
+            at = next;
+            rest &= rest - 1;
+        }
+        self.n = n;
+    }
+}
+
+const _: () = assert!(RUN.is_power_of_two());
 
 /// A piece of a run: where it is in the text, then its packed key and hash.
 #[derive(Clone, Copy, Default)]
@@ -468,40 +536,24 @@ impl Encoder {
         Ok(())
     }
 
-    /// The pieces of `text` with a cache, looked up in runs of [`RUN`] (see [`Waiting`]): the
-    /// scanner notes where each piece is, and each full run is looked up.
+    /// The pieces of `text` with a cache, looked up in runs of [`RUN`] (see [`Waiting`]): each
+    /// piece is keyed as the scanner gives it ([`RunSink`]), and each full run is looked up.
     fn encode_in_runs(&self, text: &[u8], out: &mut Vec<u32>, cache: &mut PieceCache) -> Result<(), String> {
         let mut run = std::mem::take(&mut cache.waiting);
-        run.clear();
-        run.reserve(RUN);
-        let base = text.as_ptr() as usize;
-        let split = self.splitter.split(text, &mut |piece| {
-            // Pieces are slices of `text`, so their offset is an address difference.
-            let (at, len) = (piece.as_ptr() as usize - base, piece.len());
-            run.push(Waiting { at, len, ..Waiting::default() });
-            if run.len() == RUN {
-                self.look_up_run(text, &mut run, out, cache);
-                run.clear();
-            }
-        });
+        run.resize(RUN, Waiting::default());
+        let mut sink = RunSink { encoder: self, text, out, cache, run: &mut run, n: 0 };
+        let split = self.splitter.split(text, &mut sink);
         if split.is_ok() {
-            self.look_up_run(text, &mut run, out, cache);
+            sink.flush();
         }
         cache.waiting = run;
         split
     }
 
-    /// Key and hash a run's pieces and ask for their cache lines, then look them up
-    /// ([`PieceCache::look_up_run`], the encoder's way for the pieces not found inline): the
-    /// lines are on their way while the keys are made.
+    /// Look up a run of keyed pieces ([`PieceCache::look_up_run`], the encoder's way for the
+    /// pieces not found inline).
     #[inline(never)]
     fn look_up_run(&self, text: &[u8], run: &mut [Waiting], out: &mut Vec<u32>, cache: &mut PieceCache) {
-        let probe = cache.map.probe();
-        for w in run.iter_mut() {
-            (w.k0, w.k1) = key_in(text, w.at, w.len);
-            w.hash = hash_packed(w.k0, w.k1);
-            probe.prefetch(w.hash);
-        }
         cache.look_up_run(text, run, out, |cache, piece, w, out| self.encode_piece(piece, w.k0, w.k1, out, cache));
     }
 

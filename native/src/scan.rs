@@ -63,6 +63,33 @@ impl Builtin {
     }
 }
 
+/// Where a split's pieces go: one at a time, or a block's at once.
+pub trait Pieces<'a> {
+    /// The next piece.
+    fn piece(&mut self, piece: &'a [u8]);
+
+    /// The next pieces: from `from`, one ending at `from + k` for each bit k set in `ends` (bit
+    /// 0 clear), each starting where the one before ends. A block scanner's pieces come this
+    /// way: a caller that keeps its state in locals across a block need not store it per piece.
+    #[inline(always)]
+    fn ends(&mut self, s: &'a [u8], from: usize, ends: u64) {
+        let (mut at, mut rest) = (from, ends);
+        while rest != 0 {
+            let next = from + rest.trailing_zeros() as usize;
+            self.piece(&s[at..next]);
+            at = next;
+            rest &= rest - 1;
+        }
+    }
+}
+
+impl<'a, F: FnMut(&'a [u8])> Pieces<'a> for F {
+    #[inline(always)]
+    fn piece(&mut self, piece: &'a [u8]) {
+        self(piece)
+    }
+}
+
 /// [`blocks`] with the block starts `$starts` classifying by the best [`Classify`] this CPU
 /// has: AVX-512 where it is there, and then the whole scan compiled for it.
 macro_rules! best_blocks {
@@ -109,8 +136,8 @@ impl Splitter {
         }
     }
 
-    /// Call `emit` with every piece of `text` in order.
-    pub fn split<'a, F: FnMut(&'a [u8])>(&self, text: &'a [u8], emit: &mut F) -> Result<(), String> {
+    /// Give `emit` every piece of `text` in order.
+    pub fn split<'a, P: Pieces<'a>>(&self, text: &'a [u8], emit: &mut P) -> Result<(), String> {
         if let Splitter::Builtin { kind: Builtin::Superbpe, line_units: true } = self {
             best_blocks!(text, emit, superbpe_line_starts, superbpe_line_piece);
             return Ok(());
@@ -130,7 +157,7 @@ impl Splitter {
         }
     }
 
-    fn split_unit<'a, F: FnMut(&'a [u8])>(&self, s: &'a [u8], emit: &mut F) -> Result<(), String> {
+    fn split_unit<'a, P: Pieces<'a>>(&self, s: &'a [u8], emit: &mut P) -> Result<(), String> {
         match self {
             Splitter::Builtin { kind, .. } => {
                 match kind {
@@ -138,12 +165,12 @@ impl Splitter {
                     Builtin::Cl100k => best_blocks!(s, emit, cl100k_block_starts, cl100k),
                     Builtin::O200k => best_blocks!(s, emit, o200k_block_starts, |s, i| o200k(s, i, true)),
                     Builtin::SuperbpeStage1 => best_blocks!(s, emit, o200k_block_starts, |s, i| o200k(s, i, false)),
-                    Builtin::Superbpe => superbpe(s, emit),
-                    Builtin::SuperbpePaper => digit_groups(s, emit),
+                    Builtin::Superbpe => superbpe(s, &mut |p| emit.piece(p)),
+                    Builtin::SuperbpePaper => digit_groups(s, &mut |p| emit.piece(p)),
                 }
                 Ok(())
             }
-            Splitter::Custom { re, .. } => custom(re, s, emit),
+            Splitter::Custom { re, .. } => custom(re, s, &mut |p| emit.piece(p)),
         }
     }
 }
@@ -467,9 +494,9 @@ fn gpt2_ascii_run(s: &[u8], i: usize, k: u8) -> usize {
 /// depends only on the text from where it starts), and the byte after it must be plain too: the
 /// rules at its last byte look at the next one.
 #[inline(always)]
-fn blocks<'a, F: FnMut(&'a [u8])>(
+fn blocks<'a, P: Pieces<'a>>(
     s: &'a [u8],
-    emit: &mut F,
+    emit: &mut P,
     block_starts: impl Fn(&[u8], usize) -> Option<u64>,
     scalar: impl Fn(&[u8], usize) -> usize,
 ) {
@@ -480,28 +507,22 @@ fn blocks<'a, F: FnMut(&'a [u8])>(
             let end = (p + 64).min(s.len());
             while p < end {
                 let e = scalar(s, p);
-                emit(&s[p..e]);
+                emit.piece(&s[p..e]);
                 p = e;
             }
             continue;
         };
         // Bit 0 (p itself) is set. Every start but the last ends a piece within the block; the
         // last piece may run on, so the next block starts there.
-        let mut rest = starts & !1;
+        let rest = starts & !1;
         if rest == 0 {
             let e = scalar(s, p);
-            emit(&s[p..e]);
+            emit.piece(&s[p..e]);
             p = e;
             continue;
         }
-        let mut at = p;
-        while rest != 0 {
-            let next = p + rest.trailing_zeros() as usize;
-            emit(&s[at..next]);
-            at = next;
-            rest &= rest - 1;
-        }
-        p = at;
+        emit.ends(s, p, rest);
+        p += 63 - rest.leading_zeros() as usize;
     }
 }
 
