@@ -138,7 +138,7 @@ impl<V: Copy + Default> PieceMap<V> {
     pub fn with_capacity(n: usize) -> Self {
         let slots = (n * SLOTS_PER_KEY).next_power_of_two().max(16);
         PieceMap {
-            pairs: vec![Pair::default(); slots / 2],
+            pairs: fresh_pairs(slots / 2, std::iter::repeat(Pair::default())),
             mask: slots - 1,
             packed: 0,
             state: ahash::RandomState::with_seeds(7, 11, 13, 17),
@@ -230,7 +230,7 @@ impl<V: Copy + Default> PieceMap<V> {
     /// again: copying a table is a pass over its slots). Long keys are left out.
     pub fn map_packed<W: Copy + Default>(&self, f: impl Fn(V) -> W) -> PieceMap<W> {
         let map = |s: &Slot<V>| Slot { k0: s.k0, k1: s.k1, value: f(s.value) };
-        let pairs = self.pairs.iter().map(|p| Pair([map(&p.0[0]), map(&p.0[1])])).collect();
+        let pairs = fresh_pairs(self.pairs.len(), self.pairs.iter().map(|p| Pair([map(&p.0[0]), map(&p.0[1])])));
         PieceMap { pairs, mask: self.mask, packed: self.packed, state: self.state.clone(), long: HashTable::new() }
     }
 
@@ -275,13 +275,24 @@ impl<V: Copy + Default> PieceMap<V> {
 
     fn grow(&mut self) {
         let bigger = (self.mask + 1) * 2;
-        let old = std::mem::replace(&mut self.pairs, vec![Pair::default(); bigger / 2]);
+        let old = std::mem::replace(&mut self.pairs, fresh_pairs(bigger / 2, std::iter::repeat(Pair::default())));
         self.mask = bigger - 1;
         self.packed = 0;
         for s in old.iter().flat_map(|p| p.0.iter()).filter(|s| s.k1 != 0) {
             self.put(s.k0, s.k1, s.value);
         }
     }
+}
+
+/// The first `n` pairs of `pairs` in a vector whose memory is asked for huge pages before it is
+/// first written: a table is megabytes of fresh memory (a cache's first copy of the vocabulary's,
+/// then each growth), and faulting it in 4 KiB pages was a good part of a first pass over short
+/// texts.
+fn fresh_pairs<V: Copy + Default>(n: usize, pairs: impl Iterator<Item = Pair<V>>) -> Vec<Pair<V>> {
+    let mut out = Vec::with_capacity(n);
+    crate::memory::advise_huge(out.as_ptr() as usize, n * std::mem::size_of::<Pair<V>>());
+    out.extend(pairs.take(n));
+    out
 }
 
 /// The map's lookups with its slots and their mask in locals: a loop that writes ids between
