@@ -34,8 +34,8 @@ use rayon::prelude::*;
 use crate::bpe::{self, PairHasher};
 use crate::encode_levels::{Levels, Plan, Request, Worker};
 use crate::memory::advise_huge;
-use crate::piecemap::{hash_packed, pack, pack_within, PieceMap, NO_KEY, PACKED_MAX};
-use crate::scan::Splitter;
+use crate::piecemap::{hash_packed, pack, pack_within, PieceMap, Probe, NO_KEY, PACKED_MAX};
+use crate::scan::{Pieces, Splitter};
 
 /// Pieces up to this many bytes are merged on the stack with the linear scan.
 const SMALL_MAX: usize = 64;
@@ -62,12 +62,25 @@ fn packed(rank: u32, merged: u32) -> Packed {
 /// Ids a cached piece encodes to: up to this many inline, more in the cache's arena.
 const INLINE_IDS: usize = 3;
 
+/// The ids first and their number last, so that the whole value is the four lanes
+/// [`PieceCache::write_found`] stores at once.
 #[derive(Clone, Copy, Default)]
+#[repr(C)]
 struct Cached {
-    len: u32,
     /// The ids when `len <= INLINE_IDS`, else `ids[0]` is the offset of the ids in the arena.
     ids: [u32; INLINE_IDS],
+    len: u32,
 }
+
+impl Cached {
+    /// The inline ids, and one more lane (the count) that a cursor moving by `len` leaves behind.
+    #[inline(always)]
+    fn lanes(&self) -> [u32; INLINE_IDS + 1] {
+        [self.ids[0], self.ids[1], self.ids[2], self.len]
+    }
+}
+
+const _: () = assert!(INLINE_IDS == 3, "Cached::lanes names each inline id");
 
 /// One caller's cache of pieces, and its two-level state. It is seeded, when first taken, with
 /// every single byte and (with `whole_pieces`) every token of at most [`PACKED_MAX`] bytes, each
@@ -92,11 +105,79 @@ struct PieceCache {
 /// given back).
 const IDS_KEPT: usize = 1 << 16;
 
-/// Pieces are looked up in runs of this many: the scanner only notes where each piece is, and
-/// a run's pieces are keyed and hashed in one loop and looked up in another, each short enough to
-/// stay inlined and in registers (the scanner's call per piece into one long lookup cost more
-/// than the lookup).
+/// Pieces are looked up in runs of this many: each piece is keyed and hashed as the scanner
+/// gives it (a block's pieces at once), and a run's pieces are looked up in one loop, short
+/// enough to stay inlined and in registers (the scanner's call per piece into one long lookup
+/// cost more than the lookup).
 const RUN: usize = 64;
+
+/// The scanner's pieces noted in runs of [`RUN`] (each keyed and hashed, its line of the table
+/// asked for), each run looked up when full: a line has the rest of its run to come.
+struct RunSink<'e, 'c> {
+    encoder: &'e Encoder,
+    text: &'e [u8],
+    out: &'c mut Vec<u32>,
+    cache: &'c mut PieceCache,
+    /// Room for a run (`RUN` entries), of which the first `n` are noted.
+    run: &'c mut [Waiting],
+    n: usize,
+}
+
+impl RunSink<'_, '_> {
+    /// Look up the run's pieces noted so far, and start the next run.
+    fn flush(&mut self) {
+        self.encoder.look_up_run(self.text, &mut self.run[..self.n], self.out, self.cache);
+        self.n = 0;
+    }
+}
+
+/// The run entry of the piece at `at` of `len` bytes of `text`: keyed and hashed, and its line of
+/// the cache's table (`probe`) asked for, which has the rest of the run to come.
+#[inline(always)]
+fn keyed(text: &[u8], probe: Probe<'_, Cached>, at: usize, len: usize) -> Waiting {
+    let (k0, k1) = key_in(text, at, len);
+    let hash = hash_packed(k0, k1);
+    probe.prefetch(hash);
+    Waiting { at, len, k0, k1, hash }
+}
+
+impl<'a> Pieces<'a> for RunSink<'_, '_> {
+    #[inline(always)]
+    fn piece(&mut self, piece: &'a [u8]) {
+        // Pieces are slices of the text, so their offset is an address difference.
+        let at = piece.as_ptr() as usize - self.text.as_ptr() as usize;
+        // `n` is below RUN (a power of two), so the mask changes nothing and spares a check.
+        self.run[self.n % RUN] = keyed(self.text, self.cache.map.probe(), at, piece.len());
+        self.n += 1;
+        if self.n == RUN {
+            self.flush();
+        }
+    }
+
+    /// A block's pieces with the run's count, the text and the table in registers: noted one by
+    /// one, they went to memory and back between pieces (the scanner cannot tell that noting a
+    /// piece leaves them alone).
+    #[inline(always)]
+    fn ends(&mut self, _: &'a [u8], from: usize, ends: u64) {
+        let (mut at, mut rest, mut n, text) = (from, ends, self.n, self.text);
+        let mut probe = self.cache.map.probe();
+        while rest != 0 {
+            let next = from + rest.trailing_zeros() as usize;
+            self.run[n % RUN] = keyed(text, probe, at, next - at);
+            n += 1;
+            if n == RUN {
+                self.n = n;
+                self.flush();
+                (n, probe) = (0, self.cache.map.probe());
+            }
+            at = next;
+            rest &= rest - 1;
+        }
+        self.n = n;
+    }
+}
+
+const _: () = assert!(RUN.is_power_of_two());
 
 /// A piece of a run: where it is in the text, then its packed key and hash.
 #[derive(Clone, Copy, Default)]
@@ -159,34 +240,40 @@ impl PieceCache {
     /// up to the first that is not; returns how many pieces that was.
     #[inline(always)]
     fn append_found(&self, run: &[Waiting], out: &mut Vec<u32>) -> usize {
-        out.reserve(run.len() * INLINE_IDS);
+        out.reserve(run.len() * INLINE_IDS + 1);
         let len = out.len();
         let (pieces, ids) = self.write_found(run, out.spare_capacity_mut());
         // SAFETY: `write_found` wrote the first `ids` elements of the spare capacity: for each
-        // piece it writes all INLINE_IDS elements from its cursor, then moves the cursor by at most
-        // that many, so every element below the final cursor was written.
+        // piece it writes INLINE_IDS + 1 elements from its cursor, then moves the cursor by at
+        // most INLINE_IDS, so every element below the final cursor was written.
         unsafe { out.set_len(len + ids) };
         pieces
     }
 
-    /// The loop of [`Self::append_found`], writing into `room`: returns how many pieces it took
-    /// and how many ids it wrote, all of `room[..ids]`. A piece's ids are written all three
-    /// whatever their number and the cursor moves by that number: pieces of one, two and three
-    /// ids alternate unpredictably, and a branch on the count mispredicted often. The cursor stays
-    /// in a register (moving a `Vec`'s length per piece made each piece wait for the last).
+    /// The loop of [`Self::append_found`], writing into `room` (at least
+    /// `INLINE_IDS * run.len() + 1` long): returns how many pieces it took and how many ids it
+    /// wrote, all of `room[..ids]`. A piece's value is written whole (its ids and one lane
+    /// more, in one store) whatever its number of ids, and the cursor moves by that number:
+    /// pieces of one, two and three ids alternate unpredictably, and a branch on the count
+    /// mispredicted often. The cursor stays in a register (moving a `Vec`'s length per piece
+    /// made each piece wait for the last).
     #[inline(always)]
     fn write_found(&self, run: &[Waiting], room: &mut [MaybeUninit<u32>]) -> (usize, usize) {
+        assert!(room.len() > INLINE_IDS * run.len(), "room for the ids of a run");
+        let dst = room.as_mut_ptr();
         let mut written = 0;
+        let probe = self.map.probe();
         for (i, w) in run.iter().enumerate() {
-            let Some(c) = self.map.get_hashed(w.k0, w.k1, w.hash) else { return (i, written) };
+            let Some(c) = probe.get(w.k0, w.k1, w.hash) else { return (i, written) };
             let n = c.len as usize;
-            let Some(dst) = room.get_mut(written..written + INLINE_IDS) else { return (i, written) };
             if n > INLINE_IDS {
                 return (i, written);
             }
-            for (d, &id) in dst.iter_mut().zip(&c.ids) {
-                d.write(id);
-            }
+            // SAFETY: each piece before this one moved the cursor by at most INLINE_IDS, so
+            // `written + INLINE_IDS + 1 <= INLINE_IDS * (i + 1) + 1 <= room.len()`: the lanes land
+            // in `room`. Writing a `u32` into a `MaybeUninit<u32>` needs no alignment beyond
+            // the unaligned write's.
+            unsafe { dst.add(written).cast::<[u32; INLINE_IDS + 1]>().write_unaligned(c.lanes()) };
             written += n;
         }
         (run.len(), written)
@@ -196,7 +283,7 @@ impl PieceCache {
         if self.map.len() >= self.limit {
             return;
         }
-        let mut c = Cached { len: ids.len() as u32, ids: [0; INLINE_IDS] };
+        let mut c = Cached { ids: [0; INLINE_IDS], len: ids.len() as u32 };
         if ids.len() <= INLINE_IDS {
             c.ids[..ids.len()].copy_from_slice(ids);
         } else {
@@ -449,39 +536,24 @@ impl Encoder {
         Ok(())
     }
 
-    /// The pieces of `text` with a cache, looked up in runs of [`RUN`] (see [`Waiting`]): the
-    /// scanner notes where each piece is, and each full run is looked up.
+    /// The pieces of `text` with a cache, looked up in runs of [`RUN`] (see [`Waiting`]): each
+    /// piece is keyed as the scanner gives it ([`RunSink`]), and each full run is looked up.
     fn encode_in_runs(&self, text: &[u8], out: &mut Vec<u32>, cache: &mut PieceCache) -> Result<(), String> {
         let mut run = std::mem::take(&mut cache.waiting);
-        run.clear();
-        run.reserve(RUN);
-        let base = text.as_ptr() as usize;
-        let split = self.splitter.split(text, &mut |piece| {
-            // Pieces are slices of `text`, so their offset is an address difference.
-            let (at, len) = (piece.as_ptr() as usize - base, piece.len());
-            run.push(Waiting { at, len, ..Waiting::default() });
-            if run.len() == RUN {
-                self.look_up_run(text, &mut run, out, cache);
-                run.clear();
-            }
-        });
+        run.resize(RUN, Waiting::default());
+        let mut sink = RunSink { encoder: self, text, out, cache, run: &mut run, n: 0 };
+        let split = self.splitter.split(text, &mut sink);
         if split.is_ok() {
-            self.look_up_run(text, &mut run, out, cache);
+            sink.flush();
         }
         cache.waiting = run;
         split
     }
 
-    /// Key and hash a run's pieces and ask for their cache lines, then look them up
-    /// ([`PieceCache::look_up_run`], the encoder's way for the pieces not found inline): the
-    /// lines are on their way while the keys are made.
+    /// Look up a run of keyed pieces ([`PieceCache::look_up_run`], the encoder's way for the
+    /// pieces not found inline).
     #[inline(never)]
     fn look_up_run(&self, text: &[u8], run: &mut [Waiting], out: &mut Vec<u32>, cache: &mut PieceCache) {
-        for w in run.iter_mut() {
-            (w.k0, w.k1) = key_in(text, w.at, w.len);
-            w.hash = hash_packed(w.k0, w.k1);
-            cache.map.prefetch(w.hash);
-        }
         cache.look_up_run(text, run, out, |cache, piece, w, out| self.encode_piece(piece, w.k0, w.k1, out, cache));
     }
 

@@ -3,6 +3,7 @@
 //! The pure-Rust core lives in the modules below and is tested with `cargo test`; the PyO3
 //! bindings (`superbpe._native`) are in `py` and only built with the `python` feature.
 
+pub mod ascii_classes;
 pub mod bpe;
 pub mod bytesmap;
 pub mod count;

@@ -98,6 +98,12 @@ pub fn hash_packed(k0: u64, k1: u64) -> u64 {
     h ^ (h >> 32)
 }
 
+/// A table grows before it holds more than one packed key per this many slots. At up to one in
+/// two, a key was past its home pair often enough that walking on to it was a good part of a
+/// lookup's time (a second line, and a branch that mispredicts); the table is twice the memory
+/// for it, but its hot lines are as many.
+const SLOTS_PER_KEY: usize = 4;
+
 #[derive(Clone, Copy, Default)]
 struct Slot<V> {
     k0: u64,
@@ -130,9 +136,9 @@ impl<V: Copy + Default> Default for PieceMap<V> {
 impl<V: Copy + Default> PieceMap<V> {
     /// A map that holds `n` packed keys before it grows.
     pub fn with_capacity(n: usize) -> Self {
-        let slots = (n * 2).next_power_of_two().max(16);
+        let slots = (n * SLOTS_PER_KEY).next_power_of_two().max(16);
         PieceMap {
-            pairs: vec![Pair::default(); slots / 2],
+            pairs: fresh_pairs(slots / 2, std::iter::repeat(Pair::default())),
             mask: slots - 1,
             packed: 0,
             state: ahash::RandomState::with_seeds(7, 11, 13, 17),
@@ -174,17 +180,13 @@ impl<V: Copy + Default> PieceMap<V> {
     /// waited for the whole store.)
     #[inline(always)]
     pub fn get_hashed(&self, k0: u64, k1: u64, hash: u64) -> Option<&V> {
-        let home = self.home(hash);
-        let [a, b] = &self.pairs[home / 2].0;
-        let in_b = b.k1 == k1 && b.k0 == k0;
-        let found = in_b || (a.k1 == k1 && a.k0 == k0);
-        if found {
-            return Some(if in_b { &b.value } else { &a.value });
-        }
-        if a.k1 == 0 || b.k1 == 0 {
-            return None;
-        }
-        self.walk(k0, k1, home + 2)
+        self.probe().get(k0, k1, hash)
+    }
+
+    /// A view for many lookups in a row (see [`Probe`]).
+    #[inline(always)]
+    pub fn probe(&self) -> Probe<'_, V> {
+        Probe { map: self, pairs: &self.pairs, pair_mask: self.pairs.len() - 1 }
     }
 
     /// Look for a key from slot `i` on (its home pair held neither it nor an empty slot).
@@ -228,7 +230,7 @@ impl<V: Copy + Default> PieceMap<V> {
     /// again: copying a table is a pass over its slots). Long keys are left out.
     pub fn map_packed<W: Copy + Default>(&self, f: impl Fn(V) -> W) -> PieceMap<W> {
         let map = |s: &Slot<V>| Slot { k0: s.k0, k1: s.k1, value: f(s.value) };
-        let pairs = self.pairs.iter().map(|p| Pair([map(&p.0[0]), map(&p.0[1])])).collect();
+        let pairs = fresh_pairs(self.pairs.len(), self.pairs.iter().map(|p| Pair([map(&p.0[0]), map(&p.0[1])])));
         PieceMap { pairs, mask: self.mask, packed: self.packed, state: self.state.clone(), long: HashTable::new() }
     }
 
@@ -247,7 +249,7 @@ impl<V: Copy + Default> PieceMap<V> {
         if key.is_empty() {
             return;
         }
-        if (self.packed + 1) * 2 > self.mask + 1 {
+        if (self.packed + 1) * SLOTS_PER_KEY > self.mask + 1 {
             self.grow();
         }
         let (k0, k1) = pack(key);
@@ -273,12 +275,74 @@ impl<V: Copy + Default> PieceMap<V> {
 
     fn grow(&mut self) {
         let bigger = (self.mask + 1) * 2;
-        let old = std::mem::replace(&mut self.pairs, vec![Pair::default(); bigger / 2]);
+        let old = std::mem::replace(&mut self.pairs, fresh_pairs(bigger / 2, std::iter::repeat(Pair::default())));
         self.mask = bigger - 1;
         self.packed = 0;
         for s in old.iter().flat_map(|p| p.0.iter()).filter(|s| s.k1 != 0) {
             self.put(s.k0, s.k1, s.value);
         }
+    }
+}
+
+/// The first `n` pairs of `pairs` in a vector whose memory is asked for huge pages before it is
+/// first written: a table is megabytes of fresh memory (a cache's first copy of the vocabulary's,
+/// then each growth), and faulting it in 4 KiB pages was a good part of a first pass over short
+/// texts.
+fn fresh_pairs<V: Copy + Default>(n: usize, pairs: impl Iterator<Item = Pair<V>>) -> Vec<Pair<V>> {
+    let mut out = Vec::with_capacity(n);
+    crate::memory::advise_huge(out.as_ptr() as usize, n * std::mem::size_of::<Pair<V>>());
+    out.extend(pairs.take(n));
+    out
+}
+
+/// The map's lookups with its slots and their mask in locals: a loop that writes ids between
+/// lookups would otherwise read the table's address and size back from the map for every key
+/// (the compiler cannot tell that the writes leave them alone), and check each index.
+#[derive(Clone, Copy)]
+pub struct Probe<'a, V: Copy + Default> {
+    map: &'a PieceMap<V>,
+    pairs: &'a [Pair<V>],
+    /// `pairs.len() - 1`; the number of pairs is a power of two.
+    pair_mask: usize,
+}
+
+impl<'a, V: Copy + Default> Probe<'a, V> {
+    /// [`PieceMap::get_hashed`]. Which of the two home slots holds the key is chosen without a
+    /// branch: it varies from key to key, so a branch on it mispredicted often.
+    #[inline(always)]
+    pub fn get(self, k0: u64, k1: u64, hash: u64) -> Option<&'a V> {
+        let at = self.home_pair(hash);
+        let pair = &self.pairs[at].0;
+        let off_a = (pair[0].k0 ^ k0) | (pair[0].k1 ^ k1);
+        let off_b = (pair[1].k0 ^ k0) | (pair[1].k1 ^ k1);
+        // One test of both (`in_a || in_b` compiled to a branch on each).
+        if off_a.min(off_b) == 0 {
+            return Some(&pair[usize::from(off_b == 0)].value);
+        }
+        if pair[0].k1 == 0 || pair[1].k1 == 0 {
+            return None;
+        }
+        self.map.walk(k0, k1, at * 2 + 2)
+    }
+
+    /// [`PieceMap::prefetch`].
+    #[inline(always)]
+    pub fn prefetch(self, hash: u64) {
+        crate::memory::prefetch(&self.pairs[self.home_pair(hash)]);
+    }
+
+    /// The index of the home pair of `hash` (its first slot is [`PieceMap::home`]).
+    #[inline(always)]
+    fn home_pair(self, hash: u64) -> usize {
+        let at = (hash as usize >> 1) & self.pair_mask;
+        debug_assert_eq!(at * 2, self.map.home(hash));
+        // Tells the compiler what the indexing that follows needs, so it checks nothing: the
+        // number of pairs is a power of two (`with_capacity` and `grow` make it so, and nothing
+        // else changes it), and `at` is masked by that number minus one.
+        if at >= self.pairs.len() {
+            unreachable!("a pair index past the table");
+        }
+        at
     }
 }
 

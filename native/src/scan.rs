@@ -6,6 +6,7 @@
 //! match and every non-empty gap between matches is a piece. Comments next to each scanner quote
 //! the alternative they implement. Input is always valid UTF-8.
 
+use crate::ascii_classes::{kind_masks, lower_mask, Avx512, Baseline, Classes, Classify};
 use crate::unicode::{class_at, is_letter, Class, LL, LM, LO, LT, LU, MARK, NUM, OTHER, WS};
 
 /// The built-in patterns that have a hand-written scanner.
@@ -62,6 +63,44 @@ impl Builtin {
     }
 }
 
+/// Where a split's pieces go: one at a time, or a block's at once.
+pub trait Pieces<'a> {
+    /// The next piece.
+    fn piece(&mut self, piece: &'a [u8]);
+
+    /// The next pieces: from `from`, one ending at `from + k` for each bit k set in `ends` (bit
+    /// 0 clear), each starting where the one before ends. A block scanner's pieces come this
+    /// way: a caller that keeps its state in locals across a block need not store it per piece.
+    #[inline(always)]
+    fn ends(&mut self, s: &'a [u8], from: usize, ends: u64) {
+        let (mut at, mut rest) = (from, ends);
+        while rest != 0 {
+            let next = from + rest.trailing_zeros() as usize;
+            self.piece(&s[at..next]);
+            at = next;
+            rest &= rest - 1;
+        }
+    }
+}
+
+impl<'a, F: FnMut(&'a [u8])> Pieces<'a> for F {
+    #[inline(always)]
+    fn piece(&mut self, piece: &'a [u8]) {
+        self(piece)
+    }
+}
+
+/// [`blocks`] with the block starts `$starts` classifying by the best [`Classify`] this CPU
+/// has: AVX-512 where it is there, and then the whole scan compiled for it.
+macro_rules! best_blocks {
+    ($s:expr, $emit:expr, $starts:ident, $scalar:expr) => {
+        match Avx512::detect() {
+            Some(c) => c.run(|| blocks($s, $emit, |s, p| $starts(c, s, p), $scalar)),
+            None => blocks($s, $emit, |s, p| $starts(Baseline, s, p), $scalar),
+        }
+    };
+}
+
 /// A compiled pre-tokenizer.
 pub enum Splitter {
     Builtin { kind: Builtin, line_units: bool },
@@ -97,10 +136,10 @@ impl Splitter {
         }
     }
 
-    /// Call `emit` with every piece of `text` in order.
-    pub fn split<'a, F: FnMut(&'a [u8])>(&self, text: &'a [u8], emit: &mut F) -> Result<(), String> {
+    /// Give `emit` every piece of `text` in order.
+    pub fn split<'a, P: Pieces<'a>>(&self, text: &'a [u8], emit: &mut P) -> Result<(), String> {
         if let Splitter::Builtin { kind: Builtin::Superbpe, line_units: true } = self {
-            blocks(text, emit, superbpe_line_starts, superbpe_line_piece);
+            best_blocks!(text, emit, superbpe_line_starts, superbpe_line_piece);
             return Ok(());
         }
         if self.line_units() {
@@ -118,20 +157,20 @@ impl Splitter {
         }
     }
 
-    fn split_unit<'a, F: FnMut(&'a [u8])>(&self, s: &'a [u8], emit: &mut F) -> Result<(), String> {
+    fn split_unit<'a, P: Pieces<'a>>(&self, s: &'a [u8], emit: &mut P) -> Result<(), String> {
         match self {
             Splitter::Builtin { kind, .. } => {
                 match kind {
-                    Builtin::Gpt2 => blocks(s, emit, gpt2_block_starts, gpt2),
-                    Builtin::Cl100k => blocks(s, emit, cl100k_block_starts, cl100k),
-                    Builtin::O200k => blocks(s, emit, o200k_block_starts, |s, i| o200k(s, i, true)),
-                    Builtin::SuperbpeStage1 => blocks(s, emit, o200k_block_starts, |s, i| o200k(s, i, false)),
-                    Builtin::Superbpe => superbpe(s, emit),
-                    Builtin::SuperbpePaper => digit_groups(s, emit),
+                    Builtin::Gpt2 => best_blocks!(s, emit, gpt2_block_starts, gpt2),
+                    Builtin::Cl100k => best_blocks!(s, emit, cl100k_block_starts, cl100k),
+                    Builtin::O200k => best_blocks!(s, emit, o200k_block_starts, |s, i| o200k(s, i, true)),
+                    Builtin::SuperbpeStage1 => best_blocks!(s, emit, o200k_block_starts, |s, i| o200k(s, i, false)),
+                    Builtin::Superbpe => superbpe(s, &mut |p| emit.piece(p)),
+                    Builtin::SuperbpePaper => digit_groups(s, &mut |p| emit.piece(p)),
                 }
                 Ok(())
             }
-            Splitter::Custom { re, .. } => custom(re, s, emit),
+            Splitter::Custom { re, .. } => custom(re, s, &mut |p| emit.piece(p)),
         }
     }
 }
@@ -363,48 +402,6 @@ fn kind_run(s: &[u8], mut i: usize, mask: u8) -> usize {
     i
 }
 
-/// One bit per byte of `block` for each ASCII kind: letters, digits, other (punctuation and the
-/// like), whitespace — the same sets as [`KIND`]; bytes from 0x80 are in none.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn kind_masks(block: &[u8; 16]) -> [u32; 4] {
-    use std::arch::x86_64::*;
-    // SAFETY: `block` is 16 readable bytes, and the unaligned load reads exactly those. The other
-    // intrinsics only compute on registers; they need SSE2, which every x86_64 CPU has (it is
-    // part of the target's baseline features).
-    unsafe {
-        let x = _mm_loadu_si128(block.as_ptr() as *const __m128i);
-        // Signed compares: bytes from 0x80 are negative, below every bound used here.
-        let between = |v: __m128i, lo: u8, hi: u8| {
-            _mm_and_si128(
-                _mm_cmpgt_epi8(v, _mm_set1_epi8(lo as i8 - 1)),
-                _mm_cmplt_epi8(v, _mm_set1_epi8(hi as i8 + 1)),
-            )
-        };
-        let folded = _mm_or_si128(x, _mm_set1_epi8(0x20));
-        let letter = between(folded, b'a', b'z');
-        let digit = between(x, b'0', b'9');
-        let space = _mm_or_si128(between(x, 0x09, 0x0d), _mm_cmpeq_epi8(x, _mm_set1_epi8(b' ' as i8)));
-        let ascii = _mm_cmpgt_epi8(x, _mm_set1_epi8(-1));
-        let other = _mm_andnot_si128(_mm_or_si128(_mm_or_si128(letter, digit), space), ascii);
-        [letter, digit, other, space].map(|m| _mm_movemask_epi8(m) as u32)
-    }
-}
-
-/// [`kind_masks`] a byte at a time (no SSE2 here).
-#[cfg(not(target_arch = "x86_64"))]
-#[inline(always)]
-fn kind_masks(block: &[u8; 16]) -> [u32; 4] {
-    let mut out = [0u32; 4];
-    for (j, &b) in block.iter().enumerate() {
-        let k = KIND[b as usize];
-        for (bit, m) in [K_LETTER, K_DIGIT, K_OTHER, K_SPACE].into_iter().zip(out.iter_mut()) {
-            *m |= u32::from(k & bit != 0) << j;
-        }
-    }
-    out
-}
-
 /// End of the run from `i` of characters whose class satisfies `pred`, where every ASCII byte of
 /// kind `mask` satisfies it and no other ASCII byte does: ASCII bytes by table, and only a
 /// multi-byte character sends the scan to [`run`].
@@ -497,9 +494,9 @@ fn gpt2_ascii_run(s: &[u8], i: usize, k: u8) -> usize {
 /// depends only on the text from where it starts), and the byte after it must be plain too: the
 /// rules at its last byte look at the next one.
 #[inline(always)]
-fn blocks<'a, F: FnMut(&'a [u8])>(
+fn blocks<'a, P: Pieces<'a>>(
     s: &'a [u8],
-    emit: &mut F,
+    emit: &mut P,
     block_starts: impl Fn(&[u8], usize) -> Option<u64>,
     scalar: impl Fn(&[u8], usize) -> usize,
 ) {
@@ -510,28 +507,22 @@ fn blocks<'a, F: FnMut(&'a [u8])>(
             let end = (p + 64).min(s.len());
             while p < end {
                 let e = scalar(s, p);
-                emit(&s[p..e]);
+                emit.piece(&s[p..e]);
                 p = e;
             }
             continue;
         };
         // Bit 0 (p itself) is set. Every start but the last ends a piece within the block; the
         // last piece may run on, so the next block starts there.
-        let mut rest = starts & !1;
+        let rest = starts & !1;
         if rest == 0 {
             let e = scalar(s, p);
-            emit(&s[p..e]);
+            emit.piece(&s[p..e]);
             p = e;
             continue;
         }
-        let mut at = p;
-        while rest != 0 {
-            let next = p + rest.trailing_zeros() as usize;
-            emit(&s[at..next]);
-            at = next;
-            rest &= rest - 1;
-        }
-        p = at;
+        emit.ends(s, p, rest);
+        p += 63 - rest.leading_zeros() as usize;
     }
 }
 
@@ -545,10 +536,11 @@ fn blocks<'a, F: FnMut(&'a [u8])>(
 /// - the last byte of a whitespace run of two or more that a non-space follows (`\s+(?!\S)`
 ///   leaves it: it is a piece alone, or the space joining the next run).
 #[inline(always)]
-fn gpt2_block_starts(s: &[u8], p: usize) -> Option<u64> {
+fn gpt2_block_starts(classify: impl Classify, s: &[u8], p: usize) -> Option<u64> {
     let block: &[u8; 65] = s.get(p..p + 65)?.try_into().unwrap();
     let next = block[64];
-    let [letter, digit, other, space, blank, apostrophe] = block_masks(block[..64].try_into().unwrap());
+    let Classes { letter, digit, other, ws: space, blank, apostrophe, .. } =
+        classify.classes(block[..64].try_into().unwrap());
     if (letter | digit | other | space) != u64::MAX || apostrophe != 0 || next >= 0x80 {
         return None;
     }
@@ -560,35 +552,6 @@ fn gpt2_block_starts(s: &[u8], p: usize) -> Option<u64> {
     let ws_starts = space & !(space << 1);
     let ws_last = space & (space << 1) & !after(space, K_SPACE);
     Some((run_starts & !(joining << 1)) | joining | ws_starts | ws_last | 1)
-}
-
-/// Masks of a 64-byte block, one bit per byte: letters, digits, other ASCII, whitespace (the
-/// kinds of [`KIND`]), plain spaces (0x20) and apostrophes.
-#[inline(always)]
-fn block_masks(block: &[u8; 64]) -> [u64; 6] {
-    let mut out = [0u64; 6];
-    for c in 0..4 {
-        let chunk: &[u8; 16] = block[16 * c..16 * c + 16].try_into().unwrap();
-        let [l, d, o, w] = kind_masks(chunk);
-        let [blank, apostrophe] = byte_masks(chunk, [b' ', b'\'']);
-        for (slot, m) in out.iter_mut().zip([l, d, o, w, blank, apostrophe]) {
-            *slot |= (m as u64) << (16 * c);
-        }
-    }
-    out
-}
-
-/// One bit per byte of a 64-byte block equal to each of `bytes`.
-#[inline(always)]
-fn block_bytes(block: &[u8; 64], bytes: [u8; 2]) -> [u64; 2] {
-    let mut out = [0u64; 2];
-    for c in 0..4 {
-        let chunk: &[u8; 16] = block[16 * c..16 * c + 16].try_into().unwrap();
-        for (slot, m) in out.iter_mut().zip(byte_masks(chunk, bytes)) {
-            *slot |= (m as u64) << (16 * c);
-        }
-    }
-    out
 }
 
 /// The runs of `mask` that start at a bit of `seeds` (each seed the first bit of its run), whole:
@@ -610,16 +573,6 @@ fn fill_up(seeds: u64, mask: u64) -> u64 {
     g
 }
 
-/// One bit per ASCII lowercase letter of a 64-byte block.
-#[inline(always)]
-fn block_lower(block: &[u8; 64]) -> u64 {
-    let mut out = 0u64;
-    for c in 0..4 {
-        out |= (lower_mask(block[16 * c..16 * c + 16].try_into().unwrap()) as u64) << (16 * c);
-    }
-    out
-}
-
 /// The bits of `mask` from which a run of `mask` bits leads up to a bit of `seeds` (seeds are
 /// in `mask`): a fill towards bit 0 in doubling steps.
 #[inline(always)]
@@ -630,26 +583,6 @@ fn fill_down(seeds: u64, mask: u64) -> u64 {
         m &= m >> shift;
     }
     g
-}
-
-/// One bit per byte of `chunk` equal to each of `bytes`.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn byte_masks(chunk: &[u8; 16], bytes: [u8; 2]) -> [u32; 2] {
-    use std::arch::x86_64::*;
-    // SAFETY: `chunk` is 16 readable bytes, and the unaligned load reads exactly those; the
-    // compares need only SSE2, part of the x86_64 baseline.
-    unsafe {
-        let x = _mm_loadu_si128(chunk.as_ptr() as *const __m128i);
-        bytes.map(|b| _mm_movemask_epi8(_mm_cmpeq_epi8(x, _mm_set1_epi8(b as i8))) as u32)
-    }
-}
-
-/// [`byte_masks`] a byte at a time (no SSE2 here).
-#[cfg(not(target_arch = "x86_64"))]
-#[inline(always)]
-fn byte_masks(chunk: &[u8; 16], bytes: [u8; 2]) -> [u32; 2] {
-    bytes.map(|b| chunk.iter().enumerate().fold(0u32, |a, (j, &x)| a | u32::from(x == b) << j))
 }
 
 // ---------------------------------------------------------------- cl100k
@@ -671,8 +604,9 @@ fn byte_masks(chunk: &[u8; 16], bytes: [u8; 2]) -> [u32; 2] {
 ///   The starts inside a ws run that goes on past the block depend on what follows: only the
 ///   run's own start is kept, and the next block starts there.
 #[inline(always)]
-fn cl100k_block_starts(s: &[u8], p: usize) -> Option<u64> {
-    let PlainBlock { next_kind, letter, digit, other, ws, blank, newline, .. } = plain_block(s, p)?;
+fn cl100k_block_starts(classify: impl Classify, s: &[u8], p: usize) -> Option<u64> {
+    let PlainBlock { next_kind, classes } = plain_block(classify, s, p)?;
+    let Classes { letter, digit, other, ws, blank, newline, .. } = classes;
     let after = |mask: u64, kind: u8| after_kind(mask, next_kind, kind);
     let before_letter = after(letter, K_LETTER);
     let other_starts = other & !(other << 1) & !(blank << 1);
@@ -683,31 +617,24 @@ fn cl100k_block_starts(s: &[u8], p: usize) -> Option<u64> {
     Some(letter_starts | prefixes | digit_group_starts(digit) | other_starts | ws_starts(ws, newline, next_kind) | 1)
 }
 
-/// A plain block of `s` at `p` for the block scanners: its bytes, the kind of the byte after it
-/// and one mask per kind (see [`block_masks`]), or None when the block holds a byte the masks do
-/// not cover (non-ASCII, an apostrophe or a carriage return, or such a byte right after it).
-struct PlainBlock<'a> {
-    bytes: &'a [u8; 64],
+/// A plain block of `s` at `p` for the block scanners: the kind of the byte after it and the
+/// classes of its bytes, or None when the block holds a byte the kinds do not cover (non-ASCII,
+/// an apostrophe or a carriage return, or such a byte right after it).
+struct PlainBlock {
     next_kind: u8,
-    letter: u64,
-    digit: u64,
-    other: u64,
-    ws: u64,
-    blank: u64,
-    newline: u64,
+    classes: Classes,
 }
 
 #[inline(always)]
-fn plain_block(s: &[u8], p: usize) -> Option<PlainBlock<'_>> {
+fn plain_block(classify: impl Classify, s: &[u8], p: usize) -> Option<PlainBlock> {
     let block: &[u8; 65] = s.get(p..p + 65)?.try_into().unwrap();
     let next = block[64];
-    let bytes: &[u8; 64] = block[..64].try_into().unwrap();
-    let [letter, digit, other, ws, blank, apostrophe] = block_masks(bytes);
-    let [newline, cr] = block_bytes(bytes, [b'\n', b'\r']);
+    let classes = classify.classes(block[..64].try_into().unwrap());
+    let Classes { letter, digit, other, ws, apostrophe, cr, .. } = classes;
     if (letter | digit | other | ws) != u64::MAX || apostrophe | cr != 0 || next >= 0x80 || next == b'\r' {
         return None;
     }
-    Some(PlainBlock { bytes, next_kind: KIND[next as usize], letter, digit, other, ws, blank, newline })
+    Some(PlainBlock { next_kind: KIND[next as usize], classes })
 }
 
 /// "The byte after k is of kind X": `mask` shifted down, with the byte after the block on top.
@@ -784,10 +711,9 @@ fn cl100k(s: &[u8], i: usize) -> usize {
 /// a word too; digits never take a prefix either; and what ends an other run's piece is the run
 /// of newlines and slashes right after it (`[\r\n/]*`), whose slashes start no other run.
 #[inline(always)]
-fn o200k_block_starts(s: &[u8], p: usize) -> Option<u64> {
-    let PlainBlock { bytes, next_kind, letter, digit, other, ws, blank, newline } = plain_block(s, p)?;
-    let [slash, _] = block_bytes(bytes, [b'/', b'/']);
-    let lower = block_lower(bytes);
+fn o200k_block_starts(classify: impl Classify, s: &[u8], p: usize) -> Option<u64> {
+    let PlainBlock { next_kind, classes } = plain_block(classify, s, p)?;
+    let Classes { letter, digit, other, ws, blank, newline, slash, lower, .. } = classes;
     let after = |mask: u64, kind: u8| after_kind(mask, next_kind, kind);
     // The newlines and slashes that end an other run's piece: from a newline right after an
     // other byte, as far as newlines and slashes go.
@@ -863,28 +789,6 @@ fn ascii_lower_blocks(s: &[u8], mut i: usize) -> usize {
         i += 16;
     }
     ascii_lower_end(s, i)
-}
-
-/// One bit per ASCII lowercase letter of `block`.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn lower_mask(block: &[u8; 16]) -> u32 {
-    use std::arch::x86_64::*;
-    // SAFETY: `block` is 16 readable bytes, and the unaligned load reads exactly those; the
-    // compares need only SSE2, part of the x86_64 baseline.
-    unsafe {
-        let x = _mm_loadu_si128(block.as_ptr() as *const __m128i);
-        let ge_a = _mm_cmpgt_epi8(x, _mm_set1_epi8(b'a' as i8 - 1));
-        let le_z = _mm_cmplt_epi8(x, _mm_set1_epi8(b'z' as i8 + 1));
-        _mm_movemask_epi8(_mm_and_si128(ge_a, le_z)) as u32
-    }
-}
-
-/// [`lower_mask`] a byte at a time (no SSE2 here).
-#[cfg(not(target_arch = "x86_64"))]
-#[inline(always)]
-fn lower_mask(block: &[u8; 16]) -> u32 {
-    block.iter().enumerate().fold(0, |m, (j, b)| m | u32::from(b.is_ascii_lowercase()) << j)
 }
 
 /// End of the run of ASCII lowercase letters from `i` (all lower-ish: a `run` of
@@ -1156,12 +1060,11 @@ fn superbpe_line_piece(s: &[u8], p: usize) -> usize {
 /// A start at the last byte that depends on the two bytes after the block (a space before an
 /// other run that begins there) is left out: the next block starts earlier and finds it.
 #[inline(always)]
-fn superbpe_line_starts(s: &[u8], p: usize) -> Option<u64> {
+fn superbpe_line_starts(classify: impl Classify, s: &[u8], p: usize) -> Option<u64> {
     let block: &[u8; 65] = s.get(p..p + 65)?.try_into().unwrap();
     let next = block[64];
-    let bytes: &[u8; 64] = block[..64].try_into().unwrap();
-    let [letter, digit, other, ws, blank, _] = block_masks(bytes);
-    let [newline, cr] = block_bytes(bytes, [b'\n', b'\r']);
+    let Classes { letter, digit, other, ws, blank, newline, cr, .. } =
+        classify.classes(block[..64].try_into().unwrap());
     if (letter | digit | other | ws) != u64::MAX || cr != 0 || next >= 0x80 {
         return None;
     }
@@ -1397,10 +1300,11 @@ mod tests {
     }
 
     /// The block scanners (gpt2, cl100k, o200k, superbpe-stage1; superbpe's lines against the
-    /// split of one line at a time) against the scalar ones on long random texts: plain ASCII
-    /// ones (blocks taken), and ones with apostrophes, carriage returns, multi-byte characters and
-    /// long runs (blocks refused, pieces longer than a block, switches back and forth); code-like
-    /// texts with indentation, digits, punctuation before words and newlines after it.
+    /// split of one line at a time), with every classifier this CPU has, against the scalar ones
+    /// on long random texts: plain ASCII ones (blocks taken), and ones with apostrophes, carriage
+    /// returns, multi-byte characters and long runs (blocks refused, pieces longer than a block,
+    /// switches back and forth); code-like texts with indentation, digits, punctuation before
+    /// words and newlines after it.
     #[test]
     fn block_scanners_match_the_scalar_ones() {
         let alphabets: [&[&str]; 7] = [
@@ -1417,45 +1321,55 @@ mod tests {
             for _ in 0..400 {
                 let parts = crate::test_below(state, 120);
                 let text: String = (0..parts).map(|_| alphabet[crate::test_below(state, alphabet.len())]).collect();
-                let s = text.as_bytes();
-                for (name, fast, slow) in [
-                    (
-                        "gpt2",
-                        pieces_of(s, |s, o| blocks(s, &mut |p| o.push(p), gpt2_block_starts, gpt2)),
-                        pieces_of(s, |s, o| cover(s, &mut |p| o.push(p), gpt2)),
-                    ),
-                    (
-                        "cl100k",
-                        pieces_of(s, |s, o| blocks(s, &mut |p| o.push(p), cl100k_block_starts, cl100k)),
-                        pieces_of(s, |s, o| cover(s, &mut |p| o.push(p), cl100k)),
-                    ),
-                    (
-                        "o200k",
-                        pieces_of(s, |s, o| {
-                            blocks(s, &mut |p| o.push(p), o200k_block_starts, |s, i| o200k(s, i, true))
-                        }),
-                        pieces_of(s, |s, o| cover(s, &mut |p| o.push(p), |s, i| o200k(s, i, true))),
-                    ),
-                    (
-                        "superbpe-stage1",
-                        pieces_of(s, |s, o| {
-                            blocks(s, &mut |p| o.push(p), o200k_block_starts, |s, i| o200k(s, i, false))
-                        }),
-                        pieces_of(s, |s, o| cover(s, &mut |p| o.push(p), |s, i| o200k(s, i, false))),
-                    ),
-                    (
-                        "superbpe lines",
-                        pieces_of(s, |s, o| blocks(s, &mut |p| o.push(p), superbpe_line_starts, superbpe_line_piece)),
-                        pieces_of(s, |s, o| {
-                            for line in s.split_inclusive(|&b| b == b'\n') {
-                                superbpe(line, &mut |p| o.push(p));
-                            }
-                        }),
-                    ),
-                ] {
-                    assert_eq!(fast, slow, "{name} {text:?}");
+                block_scanners_match_on(Baseline, &text, "baseline");
+                if let Some(c) = Avx512::detect() {
+                    c.run(|| block_scanners_match_on(c, &text, "avx512"));
                 }
             }
+        }
+    }
+
+    /// The check of [`block_scanners_match_the_scalar_ones`] on one text with one classifier.
+    fn block_scanners_match_on(c: impl Classify, text: &str, classifier: &str) {
+        let s = text.as_bytes();
+        for (name, fast, slow) in [
+            (
+                "gpt2",
+                pieces_of(s, |s, o| blocks(s, &mut |p| o.push(p), |s, p| gpt2_block_starts(c, s, p), gpt2)),
+                pieces_of(s, |s, o| cover(s, &mut |p| o.push(p), gpt2)),
+            ),
+            (
+                "cl100k",
+                pieces_of(s, |s, o| blocks(s, &mut |p| o.push(p), |s, p| cl100k_block_starts(c, s, p), cl100k)),
+                pieces_of(s, |s, o| cover(s, &mut |p| o.push(p), cl100k)),
+            ),
+            (
+                "o200k",
+                pieces_of(s, |s, o| {
+                    blocks(s, &mut |p| o.push(p), |s, p| o200k_block_starts(c, s, p), |s, i| o200k(s, i, true))
+                }),
+                pieces_of(s, |s, o| cover(s, &mut |p| o.push(p), |s, i| o200k(s, i, true))),
+            ),
+            (
+                "superbpe-stage1",
+                pieces_of(s, |s, o| {
+                    blocks(s, &mut |p| o.push(p), |s, p| o200k_block_starts(c, s, p), |s, i| o200k(s, i, false))
+                }),
+                pieces_of(s, |s, o| cover(s, &mut |p| o.push(p), |s, i| o200k(s, i, false))),
+            ),
+            (
+                "superbpe lines",
+                pieces_of(s, |s, o| {
+                    blocks(s, &mut |p| o.push(p), |s, p| superbpe_line_starts(c, s, p), superbpe_line_piece)
+                }),
+                pieces_of(s, |s, o| {
+                    for line in s.split_inclusive(|&b| b == b'\n') {
+                        superbpe(line, &mut |p| o.push(p));
+                    }
+                }),
+            ),
+        ] {
+            assert_eq!(fast, slow, "{name} ({classifier}) {text:?}");
         }
     }
 

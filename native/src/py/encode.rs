@@ -687,23 +687,28 @@ fn ids_array_of<'py>(py: Python<'py>, ids: &[u32], dtype: &str) -> PyResult<Boun
     if dtype == "uint32" {
         return Ok(PyArray1::from_slice(py, ids).into_any());
     }
-    if let Some(id) = ids.iter().find(|&&id| id > u16::MAX as u32) {
-        return Err(PyValueError::new_err(format!("id {id} does not fit in uint16")));
-    }
     // Written straight into the array's own memory: a vector of the narrowed ids handed over to
-    // numpy costs a second Python object per array, which a short text notices.
+    // numpy costs a second Python object per array, which a short text notices. Whether every id
+    // fits is learnt in the same pass (the bits of all ids or-ed together), not in one before it.
     // SAFETY: `new` gives a fresh one-dimensional, contiguous, aligned array of `ids.len()`
     // uninitialized elements that no one else sees yet. They are viewed as `MaybeUninit` (no
     // reference to an unwritten `u16` is made), and every one is written below, through the slice
-    // of exactly that length, before the array is returned.
-    unsafe {
+    // of exactly that length, before the array is returned or dropped.
+    let (array, bits) = unsafe {
         let array = PyArray1::<u16>::new(py, ids.len(), false);
         let slots = std::slice::from_raw_parts_mut(array.data() as *mut std::mem::MaybeUninit<u16>, ids.len());
+        let mut bits = 0;
         for (slot, &id) in slots.iter_mut().zip(ids) {
             slot.write(id as u16);
+            bits |= id;
         }
-        Ok(array.into_any())
+        (array, bits)
+    };
+    if bits > u16::MAX as u32 {
+        let id = ids.iter().find(|&&id| id > u16::MAX as u32).unwrap_or(&bits);
+        return Err(PyValueError::new_err(format!("id {id} does not fit in uint16")));
     }
+    Ok(array.into_any())
 }
 
 /// A batch's ids joined, in the width of its numpy array.
