@@ -275,10 +275,7 @@ mod wide {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn below(seed: &mut u64, n: usize) -> usize {
-        (crate::test_random(seed) % n as u64) as usize
-    }
+    use crate::test_below as below;
 
     /// The exact rule finds exactly the positions whose byte pair no merge joins; the 64-byte
     /// lookups find only such positions, and with at most `GROUPS` distinct columns all of them.
