@@ -69,20 +69,8 @@ impl Joins {
                 bits[i / 64] |= 1 << (i % 64);
             }
         }
-        let mut joins =
-            Joins { bits, tables: Box::new(GroupTables { left: [0; 256], right: [0; 256] }), wide: wide_available() };
-        let group = joins.groups();
-        let mut tables = GroupTables { left: [0; 256], right: [0; 256] };
-        for (b, &g) in group.iter().enumerate() {
-            tables.right[b] = 1 << g;
-            for (a, left) in tables.left.iter_mut().enumerate() {
-                if joins.may_join(a as u8, b as u8) {
-                    *left |= 1 << g;
-                }
-            }
-        }
-        joins.tables = Box::new(tables);
-        joins
+        let tables = Box::new(GroupTables::of(&groups(&bits)));
+        Joins { bits, tables, wide: wide_available() }
     }
 
     /// These joins, finding cuts a pair at a time (the exact rule), whatever the CPU has.
@@ -94,8 +82,7 @@ impl Joins {
 
     #[inline(always)]
     pub fn may_join(&self, a: u8, b: u8) -> bool {
-        let i = (a as usize) << 8 | b as usize;
-        self.bits[i / 64] >> (i % 64) & 1 == 1
+        joined(&self.bits, a, b)
     }
 
     /// Among the positions `at..at + 64` of `piece` (`at` below its length), positions where no
@@ -111,62 +98,63 @@ impl Joins {
         }
         cut_mask(piece, at, |a, b| !self.may_join(a, b))
     }
+}
 
-    /// The group of each right-hand byte. Bytes whose columns (the left bytes that join them) are
-    /// equal share a group at no loss; while there are more than `GROUPS` groups, the two whose
-    /// union loses the fewest cuts are merged, a cut weighing more where both bytes are printable
-    /// ASCII (text is mostly made of those).
-    fn groups(&self) -> [usize; 256] {
-        let mut groups: Vec<Group> = Vec::new();
-        for b in 0..256 {
-            let mut column = [0u64; 4];
-            for a in 0..256 {
-                if self.may_join(a as u8, b as u8) {
-                    column[a / 64] |= 1 << (a % 64);
-                }
-            }
-            match groups.iter_mut().find(|g| g.column == column) {
-                Some(g) => g.add(b),
-                None => {
-                    let mut g = Group { column, bytes: Vec::new(), weight: 0 };
-                    g.add(b);
-                    groups.push(g);
-                }
+/// Whether bit (a, b) of the pair bits is set.
+#[inline(always)]
+fn joined(bits: &[u64], a: u8, b: u8) -> bool {
+    let i = (a as usize) << 8 | b as usize;
+    bits[i / 64] >> (i % 64) & 1 == 1
+}
+
+/// The right-hand bytes in at most `GROUPS` groups. Bytes whose columns (the left bytes that join
+/// them) are equal share a group at no loss; while there are more groups, the two whose union
+/// loses the fewest cuts are merged, a cut weighing more where both bytes are printable ASCII
+/// (text is mostly made of those).
+fn groups(bits: &[u64]) -> Vec<Group> {
+    let mut groups: Vec<Group> = Vec::new();
+    for b in 0..256 {
+        let mut column = [0u64; 4];
+        for a in 0..256 {
+            if joined(bits, a as u8, b as u8) {
+                column[a / 64] |= 1 << (a % 64);
             }
         }
-        // Losses of merging each two groups, updated for the merged one only.
-        let n = groups.len();
-        let mut lost: Vec<Vec<u64>> =
-            (0..n).map(|i| (0..n).map(|j| if i < j { groups[i].lost_with(&groups[j]) } else { 0 }).collect()).collect();
-        let mut alive: Vec<usize> = (0..n).collect();
-        while alive.len() > GROUPS {
-            let (mut best, mut pick) = (u64::MAX, (0, 0));
-            for (x, &i) in alive.iter().enumerate() {
-                for &j in &alive[x + 1..] {
-                    if lost[i][j] < best {
-                        (best, pick) = (lost[i][j], (i, j));
-                    }
-                }
-            }
-            let (i, j) = pick;
-            let gone = std::mem::take(&mut groups[j]);
-            groups[i].absorb(gone);
-            alive.retain(|&k| k != j);
-            for &k in &alive {
-                if k != i {
-                    let (lo, hi) = (k.min(i), k.max(i));
-                    lost[lo][hi] = groups[lo].lost_with(&groups[hi]);
-                }
+        match groups.iter_mut().find(|g| g.column == column) {
+            Some(g) => g.add(b),
+            None => {
+                let mut g = Group { column, bytes: Vec::new(), weight: 0 };
+                g.add(b);
+                groups.push(g);
             }
         }
-        let mut group = [0usize; 256];
-        for (g, &k) in alive.iter().enumerate() {
-            for &b in &groups[k].bytes {
-                group[b] = g;
-            }
-        }
-        group
     }
+    // Losses of merging each two groups, updated for the merged one only.
+    let n = groups.len();
+    let mut lost: Vec<Vec<u64>> =
+        (0..n).map(|i| (0..n).map(|j| if i < j { groups[i].lost_with(&groups[j]) } else { 0 }).collect()).collect();
+    let mut alive: Vec<usize> = (0..n).collect();
+    while alive.len() > GROUPS {
+        let (mut best, mut pick) = (u64::MAX, (0, 0));
+        for (x, &i) in alive.iter().enumerate() {
+            for &j in &alive[x + 1..] {
+                if lost[i][j] < best {
+                    (best, pick) = (lost[i][j], (i, j));
+                }
+            }
+        }
+        let (i, j) = pick;
+        let gone = std::mem::take(&mut groups[j]);
+        groups[i].absorb(gone);
+        alive.retain(|&k| k != j);
+        for &k in &alive {
+            if k != i {
+                let (lo, hi) = (k.min(i), k.max(i));
+                lost[lo][hi] = groups[lo].lost_with(&groups[hi]);
+            }
+        }
+    }
+    alive.into_iter().map(|k| std::mem::take(&mut groups[k])).collect()
 }
 
 /// Right-hand bytes cut alike: the left bytes that join any of them, and their weight in text.
@@ -216,6 +204,25 @@ impl Group {
 struct GroupTables {
     left: [u8; 256],
     right: [u8; 256],
+}
+
+impl GroupTables {
+    /// The tables of `groups` (at most 8): a group's column holds every left byte that joins one
+    /// of its bytes.
+    fn of(groups: &[Group]) -> GroupTables {
+        let mut tables = GroupTables { left: [0; 256], right: [0; 256] };
+        for (g, group) in groups.iter().enumerate() {
+            for &b in &group.bytes {
+                tables.right[b] = 1 << g;
+            }
+            for (a, left) in tables.left.iter_mut().enumerate() {
+                if group.column[a / 64] >> (a % 64) & 1 == 1 {
+                    *left |= 1 << g;
+                }
+            }
+        }
+        tables
+    }
 }
 
 /// Whether this CPU runs `wide::cuts`.
