@@ -104,6 +104,11 @@ const RECORD_HEADER: usize = 24;
 #[derive(Default)]
 pub struct Arena {
     chunks: Vec<Vec<u8>>,
+    /// Keys stored that an entry refers to, and their bytes: every key pushed, less those of a
+    /// worker's keys that an earlier entry already had when the worker's arena was adopted (so a
+    /// memory estimate needs no pass over every key). Freeing chunks leaves them as they were.
+    keys: u64,
+    key_bytes: u64,
 }
 
 impl Arena {
@@ -123,6 +128,8 @@ impl Arena {
             // counting it).
             self.chunks.push(Vec::with_capacity(need.max(ARENA_CHUNK)));
         }
+        self.keys += 1;
+        self.key_bytes += key.len() as u64;
         let ci = self.chunks.len() - 1;
         let chunk = &mut self.chunks[ci];
         let pos = chunk.len();
@@ -161,24 +168,49 @@ impl Arena {
         &rec[RECORD_HEADER..RECORD_HEADER + len]
     }
 
-    /// Every record as (location, hash, key, count), in insertion order (sequential reads).
+    /// Every record as (location, hash, key, count).
     fn records(&self) -> impl Iterator<Item = (u64, u64, &[u8], u64)> {
-        self.chunks.iter().enumerate().flat_map(|(ci, chunk)| {
-            let mut pos = 0;
-            std::iter::from_fn(move || {
-                if pos >= chunk.len() {
-                    return None;
-                }
-                let (h, count, len) =
-                    (read_u64(chunk, pos), read_u64(chunk, pos + 8), read_u64(chunk, pos + 16) as usize);
-                let key = &chunk[pos + RECORD_HEADER..pos + RECORD_HEADER + len];
-                let loc = (ci as u64) << POS_BITS | pos as u64;
-                pos += RECORD_HEADER + len;
-                Some((loc, h, key, count))
-            })
+        self.records_in(0..self.chunks.len())
+    }
+
+    /// The records of the chunks in `chunks`, [`WALKS`] chunks at a time, a record of each in
+    /// turn. A record is found from the length in the one before it, so a walk through one chunk
+    /// waited for memory at every record; each walk fetches its next record before handing this
+    /// one over, and the fetches of the walks overlap.
+    fn records_in(&self, chunks: std::ops::Range<usize>) -> impl Iterator<Item = (u64, u64, &[u8], u64)> {
+        let mut unwalked = chunks;
+        // (chunk, position of its next record)
+        let mut walks: Vec<(usize, usize)> = Vec::with_capacity(WALKS);
+        let mut turn = 0;
+        std::iter::from_fn(move || loop {
+            while walks.len() < WALKS {
+                let Some(ci) = unwalked.next() else { break };
+                walks.push((ci, 0));
+            }
+            if walks.is_empty() {
+                return None;
+            }
+            turn %= walks.len();
+            let (ci, pos) = walks[turn];
+            let chunk = &self.chunks[ci];
+            if pos >= chunk.len() {
+                walks.swap_remove(turn);
+                continue;
+            }
+            let (h, count, len) = (read_u64(chunk, pos), read_u64(chunk, pos + 8), read_u64(chunk, pos + 16) as usize);
+            let next = pos + RECORD_HEADER + len;
+            if let Some(ahead) = chunk.get(next) {
+                prefetch(ahead);
+            }
+            walks[turn].1 = next;
+            turn += 1;
+            return Some(((ci as u64) << POS_BITS | pos as u64, h, &chunk[pos + RECORD_HEADER..next], count));
         })
     }
 }
+
+/// Chunks [`Arena::records_in`] walks at once.
+const WALKS: usize = 8;
 
 #[inline(always)]
 fn read_u64(s: &[u8], at: usize) -> u64 {
@@ -606,37 +638,87 @@ impl Counts {
         *self.order.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
+    /// Lists each arena's keys chunk by chunk: each shard first counts its keys per chunk, so that
+    /// it can write them straight into their chunk's place in the list, and then each chunk's keys
+    /// are sorted by location (a chunk's keys fit the CPU cache; one sort of an arena's whole list
+    /// missed it throughout, and lists gathered per shard first were copied once more).
     fn list_memory_order(&self) -> MemoryOrder {
         let arenas = SHARDS + self.adopted.len();
-        type ShardLists = (Vec<([u8; 8], u64)>, Vec<Vec<(u64, u64)>>);
-        let per_shard: Vec<ShardLists> = self
+        // Chunk `c` of arena `a` is bucket `first_bucket[a] + c`.
+        let mut first_bucket = vec![0usize; arenas + 1];
+        for a in 0..arenas {
+            first_bucket[a + 1] = first_bucket[a] + self.arena(a).chunks.len();
+        }
+        let buckets = first_bucket[arenas];
+        let bucket_of = |s: usize, r: u64| {
+            let src = ((r & !LONG) >> LOC_BITS) as usize;
+            let arena = if src == 0 { s } else { SHARDS + src - 1 };
+            first_bucket[arena] + ((r & LOC_MASK) >> POS_BITS) as usize
+        };
+        let tallies: Vec<(usize, Vec<usize>)> = self
             .shards
             .par_iter()
             .enumerate()
             .map(|(s, shard)| {
-                let (mut short, mut long) = (Vec::new(), vec![Vec::new(); arenas]);
-                for &(_, key, count) in shard.table.iter() {
+                let (mut short, mut per_bucket) = (0, vec![0usize; buckets]);
+                for (_, key, _) in shard.table.iter() {
                     if key[7] & 0x80 == 0 {
-                        short.push((key, count));
+                        short += 1;
                     } else {
-                        let r = u64::from_le_bytes(key);
-                        let src = ((r & !LONG) >> LOC_BITS) as usize;
-                        long[if src == 0 { s } else { SHARDS + src - 1 }].push((r & LOC_MASK, count));
+                        per_bucket[bucket_of(s, u64::from_le_bytes(*key))] += 1;
                     }
                 }
-                (short, long)
+                (short, per_bucket)
             })
             .collect();
-        let mut short = Vec::with_capacity(per_shard.iter().map(|p| p.0.len()).sum());
+        let bucket_len = |b: usize| tallies.iter().map(|t| t.1[b]).sum::<usize>();
+        let mut short = vec![([0u8; 8], 0u64); tallies.iter().map(|t| t.0).sum()];
         let mut long: Vec<Vec<(u64, u64)>> =
-            (0..arenas).map(|a| Vec::with_capacity(per_shard.iter().map(|p| p.1[a].len()).sum())).collect();
-        for (s, l) in per_shard {
-            short.extend(s);
-            for (all, part) in long.iter_mut().zip(l) {
-                all.extend(part);
+            (0..arenas).map(|a| vec![(0, 0); (first_bucket[a]..first_bucket[a + 1]).map(bucket_len).sum()]).collect();
+        // Where each shard writes: its short keys, and its keys of each bucket (in bucket order,
+        // within a bucket in shard order).
+        let mut short_places = Vec::with_capacity(SHARDS);
+        let mut rest = &mut short[..];
+        for t in &tallies {
+            let (mine, r) = rest.split_at_mut(t.0);
+            short_places.push(mine);
+            rest = r;
+        }
+        let mut long_places: Vec<Vec<std::slice::IterMut<(u64, u64)>>> =
+            (0..SHARDS).map(|_| Vec::with_capacity(buckets)).collect();
+        for (a, list) in long.iter_mut().enumerate() {
+            let mut rest = &mut list[..];
+            for b in first_bucket[a]..first_bucket[a + 1] {
+                for (places, t) in long_places.iter_mut().zip(&tallies) {
+                    let (mine, r) = rest.split_at_mut(t.1[b]);
+                    places.push(mine.iter_mut());
+                    rest = r;
+                }
             }
         }
-        long.par_iter_mut().for_each(|v| v.par_sort_unstable_by_key(|e| e.0));
+        self.shards.par_iter().zip(short_places).zip(long_places).enumerate().for_each(
+            |(s, ((shard, short_place), mut places))| {
+                let mut short_place = short_place.iter_mut();
+                for &(_, key, count) in shard.table.iter() {
+                    if key[7] & 0x80 == 0 {
+                        *short_place.next().expect("counted") = (key, count);
+                    } else {
+                        let r = u64::from_le_bytes(key);
+                        *places[bucket_of(s, r)].next().expect("counted") = (r & LOC_MASK, count);
+                    }
+                }
+            },
+        );
+        let mut chunks: Vec<&mut [(u64, u64)]> = Vec::with_capacity(buckets);
+        for (a, list) in long.iter_mut().enumerate() {
+            let mut rest = &mut list[..];
+            for b in first_bucket[a]..first_bucket[a + 1] {
+                let (mine, r) = rest.split_at_mut(bucket_len(b));
+                chunks.push(mine);
+                rest = r;
+            }
+        }
+        chunks.par_iter_mut().for_each(|c| c.sort_unstable_by_key(|e| e.0));
         MemoryOrder { short, long }
     }
 
@@ -685,6 +767,14 @@ impl Counts {
         }
     }
 
+    /// How many entries have a long key (longer than a packed short piece), and those keys'
+    /// bytes, without reading them: the arenas keep the totals (as they were counted; freeing keys
+    /// a reader has passed leaves them).
+    pub fn long_key_totals(&self) -> (u64, u64) {
+        let arenas = self.shards.iter().map(|s| &s.arena).chain(&self.adopted);
+        arenas.fold((0, 0), |(keys, bytes), a| (keys + a.keys, bytes + a.key_bytes))
+    }
+
     /// Entries sorted by bytes (the `.counts` file order).
     pub fn sorted(&self) -> Vec<(&[u8], u64)> {
         let mut v: Vec<(&[u8], u64)> = self.iter().collect();
@@ -722,11 +812,11 @@ impl Counts {
             }
             return Ok(());
         }
-        // Each worker's entries go straight into the shard tables: the shards are split into one
-        // group per thread, and each group scans the worker's table once for its own shards. No list
-        // of every entry is built beside the tables (for a stage 2's millions of distinct lines that
-        // list was the peak of the whole run).
-        let per_group = SHARDS.div_ceil(rayon::current_num_threads().clamp(1, SHARDS));
+        // Each worker's entries go straight into the shard tables: no list of every entry is built
+        // beside them (for a stage 2's millions of distinct lines that list was the peak of the
+        // whole run). Threads split the worker's short table and its arena's chunks between them,
+        // so every record is read once; a shard is locked only while a batch goes into it.
+        let threads = rayon::current_num_threads().clamp(1, SHARDS);
         let Counts { shards, adopted, .. } = self;
         // Room for every incoming entry at once (pieces two workers share are counted twice, so
         // this errs high): grown one doubling at a time, each shard's table was rehashed a dozen
@@ -734,47 +824,92 @@ impl Counts {
         let incoming = locals.iter().map(LocalCounts::len).sum::<usize>().div_ceil(SHARDS);
         shards.par_iter_mut().for_each(|shard| shard.table.reserve(incoming, |e| table_hash(e.0)));
         for local in locals {
-            adopted.push(local.arena);
+            let LocalCounts { short, arena, .. } = local;
+            adopted.push(arena);
             let src = adopted.len() as u64;
-            let (adopted, short) = (&*adopted, &local.short);
-            let arena = &adopted[adopted.len() - 1];
-            shards.par_chunks_mut(per_group).enumerate().try_for_each(|(g, group)| {
-                let first = g * per_group;
-                // The group's entries wait in one list per shard and go in a batch at a time,
-                // shard by shard, so that each shard's table is filled while it is in the CPU
-                // cache: in the worker's order every insert was a miss in a different shard.
-                let mut waiting: Vec<Vec<Entry>> = (0..group.len()).map(|_| Vec::new()).collect();
-                let mut held = 0usize;
-                let flush = |waiting: &mut [Vec<Entry>], group: &mut [Shard]| -> Result<(), String> {
-                    let none = Arena::default();
-                    for (shard, list) in group.iter_mut().zip(waiting.iter_mut()) {
-                        for (h, key, count) in list.drain(..) {
-                            // A short key or one in an adopted arena: a new entry keeps it as is.
-                            let piece = key_bytes(&key, &none, adopted);
-                            add_entry(shard, adopted, h, piece, count, move |_| key)?;
-                        }
-                    }
-                    Ok(())
-                };
-                let shorts =
-                    short.iter().filter(|e| e.0 != 0).map(|&(key, count)| (hash_short(key), key.to_le_bytes(), count));
-                let longs =
-                    arena.records().map(|(loc, h, _, count)| (h, (LONG | src << LOC_BITS | loc).to_le_bytes(), count));
-                for (h, key, count) in shorts.chain(longs) {
-                    let Some(list) = shard_of(h).checked_sub(first).and_then(|i| waiting.get_mut(i)) else {
-                        continue;
-                    };
-                    list.push((h, key, count));
-                    held += 1;
-                    if held == ABSORB_BATCH {
-                        flush(&mut waiting, group)?;
-                        held = 0;
-                    }
-                }
-                flush(&mut waiting, group)
-            })?;
+            let locked: Vec<Mutex<&mut Shard>> = shards.iter_mut().map(Mutex::new).collect();
+            let (adopted_now, arena) = (&*adopted, &adopted[adopted.len() - 1]);
+            let share = |len: usize, t: usize| t * len / threads..(t + 1) * len / threads;
+            let known = (0..threads)
+                .into_par_iter()
+                .map(|t| {
+                    let shorts = short[share(short.len(), t)]
+                        .iter()
+                        .filter(|e| e.0 != 0)
+                        .map(|&(key, count)| (hash_short(key), key.to_le_bytes(), count));
+                    let longs = arena
+                        .records_in(share(arena.chunks.len(), t))
+                        .map(|(loc, h, _, count)| (h, (LONG | src << LOC_BITS | loc).to_le_bytes(), count));
+                    add_batched(shorts.chain(longs), &locked, adopted_now, t * SHARDS / threads)
+                })
+                .try_reduce(|| (0, 0), |a, b| Ok((a.0 + b.0, a.1 + b.1)))?;
+            // The worker's keys that an entry had before are not referred to: they leave the totals.
+            let arena = adopted.last_mut().expect("just adopted");
+            arena.keys -= known.0;
+            arena.key_bytes -= known.1;
         }
         Ok(())
+    }
+}
+
+/// Add a worker's `entries` (with keys that are packed short pieces or in an adopted arena) to the
+/// shards, a batch at a time: they wait in one list per shard, and a full batch goes in shard by
+/// shard (from shard `first` on, so that threads start apart), each shard's table filled while it
+/// is in the CPU cache: in the worker's order every insert was a miss in a different shard. Returns
+/// how many of the long keys had an entry already, and their bytes.
+fn add_batched(
+    entries: impl Iterator<Item = Entry>,
+    shards: &[Mutex<&mut Shard>],
+    adopted: &[Arena],
+    first: usize,
+) -> Result<(u64, u64), String> {
+    let mut waiting: Vec<Vec<Entry>> = vec![Vec::new(); SHARDS];
+    let mut known = (0u64, 0u64);
+    let mut flush = |waiting: &mut [Vec<Entry>]| -> Result<(), String> {
+        for s in (first..first + SHARDS).map(|s| s % SHARDS) {
+            if waiting[s].is_empty() {
+                continue;
+            }
+            let mut shard = shards[s].lock().unwrap_or_else(|e| e.into_inner());
+            for (h, key, count) in waiting[s].drain(..) {
+                if let Some(len) = add_key(&mut shard, adopted, h, key, count)? {
+                    if key[7] & 0x80 != 0 {
+                        known = (known.0 + 1, known.1 + len as u64);
+                    }
+                }
+            }
+        }
+        Ok(())
+    };
+    for (i, entry) in entries.enumerate() {
+        waiting[shard_of(entry.0)].push(entry);
+        if (i + 1) % ABSORB_BATCH == 0 {
+            flush(&mut waiting)?;
+        }
+    }
+    flush(&mut waiting)?;
+    Ok(known)
+}
+
+/// Add `count` to the entry of the piece with key `key` (a packed short piece or a key in an
+/// adopted arena) and hash `h`; a new entry keeps `key`. Returns the piece's length if it had an
+/// entry already. The key's bytes are read only to compare with an entry of the same hash, so the
+/// record of a new piece (most of a stage 2's) is not read again.
+#[inline]
+fn add_key(shard: &mut Shard, adopted: &[Arena], h: u64, key: [u8; 8], count: u64) -> Result<Option<usize>, String> {
+    let Shard { table, arena } = shard;
+    // `key` is never in a shard's own arena (source 0), so reading it with this shard's is right.
+    let eq = |e: &Entry| e.0 == h && bytes_eq(key_bytes(&e.1, arena, adopted), key_bytes(&key, arena, adopted));
+    match table.entry(table_hash(h), eq, |e| table_hash(e.0)) {
+        hashbrown::hash_table::Entry::Occupied(mut e) => {
+            let e = &mut e.get_mut().2;
+            *e = e.checked_add(count).ok_or_else(|| "piece count overflows 64 bits".to_string())?;
+            Ok(Some(key_bytes(&key, arena, adopted).len()))
+        }
+        hashbrown::hash_table::Entry::Vacant(v) => {
+            v.insert((h, key, count));
+            Ok(None)
+        }
     }
 }
 
@@ -817,6 +952,9 @@ mod tests {
         let got: HashMap<Vec<u8>, u64> = into.iter().map(|(k, v)| (k.to_vec(), v)).collect();
         assert_eq!(got.len(), want.len());
         assert_eq!(got, want);
+        // The keys of the second worker that the first had (or the table before) leave the totals.
+        let long: Vec<usize> = want.keys().map(Vec::len).filter(|&n| n > SHORT_MAX).collect();
+        assert_eq!(into.long_key_totals(), (long.len() as u64, long.iter().sum::<usize>() as u64));
     }
 
     /// The memory order is listed once and kept while the table stands; a change forgets it (the

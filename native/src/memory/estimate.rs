@@ -13,10 +13,8 @@
 //! show. Distinct pairs grow ever slower as text is added (as words do), so the exponent seen on
 //! small samples errs high on the whole corpus, not low.
 
-use rayon::prelude::*;
-
 use crate::pairs::PairSketch;
-use crate::replay::{self, ChunkSyms};
+use crate::replay::ChunkSyms;
 use crate::tables::Counts;
 use crate::train::{CorpusHeap, Rules, Source, Trainer, PAIR_ENTRY_BYTES};
 
@@ -46,12 +44,6 @@ const PER_SYMBOL_X8: u64 = 8 * 9 + 1;
 /// Bytes per piece of replay's output besides its symbols: its length (4) and count (8).
 const REPLAYED_PER_PIECE: u64 = 12;
 
-/// A part's pieces (of at least 2 bytes), their bytes, and its sampled pieces with counts.
-type PartSample<'a> = (u64, u64, Vec<(&'a [u8], u64)>);
-
-/// Pieces per part of the pass over the keys (parts are what threads take).
-const PART_PIECES: usize = 1 << 16;
-
 /// The build has two peaks. At the end of replay the replayed chunks (2 or 4 bytes per symbol, see
 /// `ChunkSyms`) stand beside the counts; at the pair index the trainer's arrays stand, and counts
 /// handed over to the trainer (`consume`) were freed before they were laid out. Which is higher
@@ -63,44 +55,44 @@ pub fn estimate(
     rules: &Rules,
     consume: bool,
 ) -> Result<Estimate, String> {
-    // One pass over the keys in the order they lie in memory, in parallel (the build reads them
-    // in that order too, and reuses it): the pieces and bytes of each part, and every
-    // `SAMPLE`-th piece of it.
+    // The pieces and their bytes without reading every key: short keys are held in the memory
+    // order itself, and the long ones (all of at least 2 bytes) are the arenas' totals. The sample
+    // is every `SAMPLE`-th entry of the memory order (the build reads the keys in that order too,
+    // and reuses it), so only those keys are read.
     let order = counts.memory_order();
-    let per_part: Vec<PartSample> = replay::parts(&order, PART_PIECES)
-        .into_par_iter()
-        .map(|part| {
-            let (mut pieces, mut bytes, mut picked) = (0u64, 0u64, Vec::new());
-            for (piece, count) in part.pieces(counts).filter(|(p, c)| p.len() >= 2 && *c > 0) {
-                if pieces.is_multiple_of(SAMPLE as u64) {
-                    picked.push((piece, count));
-                }
-                pieces += 1;
-                bytes += piece.len() as u64;
-            }
-            (pieces, bytes, picked)
-        })
-        .collect();
-    let pieces: u64 = per_part.iter().map(|s| s.0).sum();
-    let bytes: u64 = per_part.iter().map(|s| s.1).sum();
+    let (long_pieces, long_bytes) = counts.long_key_totals();
+    let (pieces, bytes) = order
+        .short
+        .iter()
+        .map(|(key, count)| (key[7] as u64, *count))
+        .filter(|&(len, count)| len >= 2 && count > 0)
+        .fold((long_pieces, long_bytes), |(pieces, bytes), (len, _)| (pieces + 1, bytes + len));
     let step = if pieces <= EXACT_BELOW as u64 { 1 } else { SAMPLE };
     let mut sample = Counts::default();
     let mut sample_bytes = 0u64;
     let mut add = |piece: &[u8], count: u64| {
+        if piece.len() < 2 || count == 0 {
+            return Ok(());
+        }
         sample_bytes += piece.len() as u64;
         sample.add(piece, count)
     };
     if step == 1 {
         // Few pieces: all of them, so the estimate of a small stage is exact.
-        for (piece, count) in counts.iter().filter(|(p, c)| p.len() >= 2 && *c > 0) {
+        for (piece, count) in counts.iter() {
             add(piece, count)?;
         }
     } else {
-        for &(piece, count) in per_part.iter().flat_map(|s| &s.2) {
-            add(piece, count)?;
+        for (key, count) in order.short.iter().step_by(SAMPLE) {
+            add(&key[..key[7] as usize], *count)?;
+        }
+        for (arena, list) in order.long.iter().enumerate() {
+            for &(loc, count) in list.iter().step_by(SAMPLE) {
+                add(counts.arena_key(arena, loc), count)?;
+            }
         }
     }
-    drop(per_part);
+    drop(order);
     let scale = |sampled: u64| {
         if sample_bytes == 0 {
             0
