@@ -93,7 +93,7 @@ impl<'a, F: FnMut(&'a [u8])> Pieces<'a> for F {
 /// [`blocks`] with the block starts `$starts` classifying by the best [`Classify`] this CPU
 /// has: AVX-512 where it is there, and then the whole scan compiled for it.
 macro_rules! best_blocks {
-    ($s:expr, $emit:expr, $starts:ident, $scalar:expr) => {
+    ($s:expr, $emit:expr, $starts:path, $scalar:expr) => {
         match Avx512::detect() {
             Some(c) => c.run(|| blocks($s, $emit, |s, p| $starts(c, s, p), $scalar)),
             None => blocks($s, $emit, |s, p| $starts(Baseline, s, p), $scalar),
@@ -163,8 +163,10 @@ impl Splitter {
                 match kind {
                     Builtin::Gpt2 => best_blocks!(s, emit, gpt2_block_starts, gpt2),
                     Builtin::Cl100k => best_blocks!(s, emit, cl100k_block_starts, cl100k),
-                    Builtin::O200k => best_blocks!(s, emit, o200k_block_starts, |s, i| o200k(s, i, true)),
-                    Builtin::SuperbpeStage1 => best_blocks!(s, emit, o200k_block_starts, |s, i| o200k(s, i, false)),
+                    Builtin::O200k => best_blocks!(s, emit, o200k_block_starts::<true>, |s, i| o200k(s, i, true)),
+                    Builtin::SuperbpeStage1 => {
+                        best_blocks!(s, emit, o200k_block_starts::<false>, |s, i| o200k(s, i, false))
+                    }
                     Builtin::Superbpe => superbpe(s, &mut |p| emit.piece(p)),
                     Builtin::SuperbpePaper => digit_groups(s, &mut |p| emit.piece(p)),
                 }
@@ -605,7 +607,7 @@ fn fill_down(seeds: u64, mask: u64) -> u64 {
 ///   run's own start is kept, and the next block starts there.
 #[inline(always)]
 fn cl100k_block_starts(classify: impl Classify, s: &[u8], p: usize) -> Option<u64> {
-    let PlainBlock { next_kind, classes } = plain_block(classify, s, p)?;
+    let PlainBlock { next_kind, classes } = plain_block(classify, s, p, false)?;
     let Classes { letter, digit, other, ws, blank, newline, .. } = classes;
     let after = |mask: u64, kind: u8| after_kind(mask, next_kind, kind);
     let before_letter = after(letter, K_LETTER);
@@ -619,18 +621,20 @@ fn cl100k_block_starts(classify: impl Classify, s: &[u8], p: usize) -> Option<u6
 
 /// A plain block of `s` at `p` for the block scanners: the kind of the byte after it and the
 /// classes of its bytes, or None when the block holds a byte the kinds do not cover (non-ASCII,
-/// an apostrophe or a carriage return, or such a byte right after it).
+/// a carriage return, or such a byte right after it; an apostrophe unless `apostrophes`, for a
+/// pattern without contractions, where it is an other byte like any).
 struct PlainBlock {
     next_kind: u8,
     classes: Classes,
 }
 
 #[inline(always)]
-fn plain_block(classify: impl Classify, s: &[u8], p: usize) -> Option<PlainBlock> {
+fn plain_block(classify: impl Classify, s: &[u8], p: usize, apostrophes: bool) -> Option<PlainBlock> {
     let block: &[u8; 65] = s.get(p..p + 65)?.try_into().unwrap();
     let next = block[64];
     let classes = classify.classes(block[..64].try_into().unwrap());
     let Classes { letter, digit, other, ws, apostrophe, cr, .. } = classes;
+    let apostrophe = if apostrophes { 0 } else { apostrophe };
     if (letter | digit | other | ws) != u64::MAX || apostrophe | cr != 0 || next >= 0x80 || next == b'\r' {
         return None;
     }
@@ -711,8 +715,8 @@ fn cl100k(s: &[u8], i: usize) -> usize {
 /// a word too; digits never take a prefix either; and what ends an other run's piece is the run
 /// of newlines and slashes right after it (`[\r\n/]*`), whose slashes start no other run.
 #[inline(always)]
-fn o200k_block_starts(classify: impl Classify, s: &[u8], p: usize) -> Option<u64> {
-    let PlainBlock { next_kind, classes } = plain_block(classify, s, p)?;
+fn o200k_block_starts<const CONTRACTIONS: bool>(classify: impl Classify, s: &[u8], p: usize) -> Option<u64> {
+    let PlainBlock { next_kind, classes } = plain_block(classify, s, p, !CONTRACTIONS)?;
     let Classes { letter, digit, other, ws, blank, newline, slash, lower, .. } = classes;
     let after = |mask: u64, kind: u8| after_kind(mask, next_kind, kind);
     // The newlines and slashes that end an other run's piece: from a newline right after an
@@ -1307,7 +1311,7 @@ mod tests {
     /// words and newlines after it.
     #[test]
     fn block_scanners_match_the_scalar_ones() {
-        let alphabets: [&[&str]; 7] = [
+        let alphabets: [&[&str]; 8] = [
             &["a", "Z", "q", "0", "7", " ", "  ", "\t", "\n", "\r", ".", ";", "(", "{", "-", "\x0b", "\x0c"],
             &["ab", " ", "x", "1", "\n\t\t", "    ", "()", ";\n", "'s", "'", "é", "\u{a0}", "中", "\u{3000}"],
             &["aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", " ", "\n", "1", "."],
@@ -1315,6 +1319,7 @@ mod tests {
             &["\n    ", "\n\t", "if", " (", "x_1", "->", "{\n", "}\n", ";\n", " = ", "12345", "0x1f", "/*", " */"],
             &[" ", "  ", "\n", "\n\n", "\t", "(", "((", "a", "b", "1", "22", "4444", " \n ", "=", ".\n\n", "x"],
             &["A", "b", "Cd", "EF", "/", "//", "\n", "/\n", "*", " ", "{\n/", "1", "_", "'", "é", "\n  "],
+            &["don", "'t", "'", "'s", "''", " '", "x'y", "A", "b", " ", "\n", "1", ".", "'\n", "/"],
         ];
         let state = &mut 0x1234_5678_9ABC_DEF1u64;
         for alphabet in alphabets {
@@ -1346,14 +1351,14 @@ mod tests {
             (
                 "o200k",
                 pieces_of(s, |s, o| {
-                    blocks(s, &mut |p| o.push(p), |s, p| o200k_block_starts(c, s, p), |s, i| o200k(s, i, true))
+                    blocks(s, &mut |p| o.push(p), |s, p| o200k_block_starts::<true>(c, s, p), |s, i| o200k(s, i, true))
                 }),
                 pieces_of(s, |s, o| cover(s, &mut |p| o.push(p), |s, i| o200k(s, i, true))),
             ),
             (
                 "superbpe-stage1",
                 pieces_of(s, |s, o| {
-                    blocks(s, &mut |p| o.push(p), |s, p| o200k_block_starts(c, s, p), |s, i| o200k(s, i, false))
+                    blocks(s, &mut |p| o.push(p), |s, p| o200k_block_starts::<false>(c, s, p), |s, i| o200k(s, i, false))
                 }),
                 pieces_of(s, |s, o| cover(s, &mut |p| o.push(p), |s, i| o200k(s, i, false))),
             ),
