@@ -3,9 +3,9 @@
 //! A stage-2 piece is a stretch of words, so it rarely repeats and the encoder's piece cache does
 //! little; rank-based BPE of it from single bytes is what costs. Its words repeat, though. Merges
 //! below the transition `t` (stage 1's, which never join a word to the space after it) are run
-//! first: they can never join across a byte pair that no such merge joins (`Joins`), so the piece
-//! is cut there into segments (words, nearly always), each merged once per thread and then copied
-//! from a cache. The merges at or above `t` then run over the short sequence of the piece's tokens.
+//! first: they can never join across a byte pair that no such merge joins (`JoinedPairs`), so the
+//! piece is cut there into segments (words, nearly always), each merged once per thread and then
+//! copied from a cache. The merges at or above `t` then run over the short sequence of the piece's tokens.
 //!
 //! This equals rank-based BPE of the whole piece when no merge below `t` has a part that a merge
 //! at or above `t` makes (so a later merge never enables an earlier one); `plan` checks that and
@@ -17,7 +17,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use crate::bpe::{self, pair_key, unpack};
 use crate::bytesmap::hash_short;
-use crate::joins::Joins;
+use crate::joins::JoinedPairs;
 use crate::memory::prefetch;
 use crate::replay::{hash_segment, pack_segment, SegmentCache, Syms, MANY, PACKED_MAX};
 use crate::unicode::{class_of, WS};
@@ -113,7 +113,7 @@ impl PairTable {
 pub struct Levels {
     transition: u32,
     /// Byte pairs a merge below the transition may join.
-    joins: Joins,
+    joins: JoinedPairs,
     /// The merges below the transition.
     first: PairTable,
     /// The merges at or above the transition.
@@ -244,7 +244,7 @@ impl Levels {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).max(MIN_WORKER_SLOTS);
         Levels {
             transition,
-            joins: Joins::of(&merges[..transition as usize]),
+            joins: JoinedPairs::of(&merges[..transition as usize]),
             first,
             second,
             second_left,

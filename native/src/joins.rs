@@ -52,8 +52,32 @@ const GROUPS: usize = 8;
 /// position, they end and start with the bytes there, so no merge can ever join across a position
 /// whose byte pair is not set: a piece cut at such positions replays as its parts, concatenated.
 #[derive(Clone)]
-pub struct Joins {
+pub struct JoinedPairs {
     bits: Vec<u64>,
+}
+
+impl JoinedPairs {
+    pub fn of(merges: &[(Vec<u8>, Vec<u8>)]) -> JoinedPairs {
+        let mut bits = vec![0u64; 256 * 256 / 64];
+        for (l, r) in merges {
+            if let (Some(&a), Some(&b)) = (l.last(), r.first()) {
+                let i = (a as usize) << 8 | b as usize;
+                bits[i / 64] |= 1 << (i % 64);
+            }
+        }
+        JoinedPairs { bits }
+    }
+
+    #[inline(always)]
+    pub fn may_join(&self, a: u8, b: u8) -> bool {
+        joined(&self.bits, a, b)
+    }
+}
+
+/// The [`JoinedPairs`] of some merges with what finds their cuts 64 positions at a time.
+#[derive(Clone)]
+pub struct Joins {
+    pairs: JoinedPairs,
     /// The tables of the 64-byte lookups (boxed: a `Joins` lives inside encoders that move).
     tables: Box<GroupTables>,
     /// Whether `cuts` looks bytes up 64 at a time (the CPU has AVX-512 with VBMI).
@@ -62,15 +86,9 @@ pub struct Joins {
 
 impl Joins {
     pub fn of(merges: &[(Vec<u8>, Vec<u8>)]) -> Joins {
-        let mut bits = vec![0u64; 256 * 256 / 64];
-        for (l, r) in merges {
-            if let (Some(&a), Some(&b)) = (l.last(), r.first()) {
-                let i = (a as usize) << 8 | b as usize;
-                bits[i / 64] |= 1 << (i % 64);
-            }
-        }
-        let tables = Box::new(GroupTables::of(&groups(&bits)));
-        Joins { bits, tables, wide: wide_available() }
+        let pairs = JoinedPairs::of(merges);
+        let tables = Box::new(GroupTables::of(&groups(&pairs.bits)));
+        Joins { pairs, tables, wide: wide_available() }
     }
 
     /// These joins, finding cuts a pair at a time (the exact rule), whatever the CPU has.
@@ -82,7 +100,7 @@ impl Joins {
 
     #[inline(always)]
     pub fn may_join(&self, a: u8, b: u8) -> bool {
-        joined(&self.bits, a, b)
+        self.pairs.may_join(a, b)
     }
 
     /// Among the positions `at..at + 64` of `piece` (`at` below its length), positions where no
