@@ -1358,7 +1358,12 @@ mod tests {
             (
                 "superbpe-stage1",
                 pieces_of(s, |s, o| {
-                    blocks(s, &mut |p| o.push(p), |s, p| o200k_block_starts::<false>(c, s, p), |s, i| o200k(s, i, false))
+                    blocks(
+                        s,
+                        &mut |p| o.push(p),
+                        |s, p| o200k_block_starts::<false>(c, s, p),
+                        |s, i| o200k(s, i, false),
+                    )
                 }),
                 pieces_of(s, |s, o| cover(s, &mut |p| o.push(p), |s, i| o200k(s, i, false))),
             ),
