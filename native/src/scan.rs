@@ -139,7 +139,17 @@ impl Splitter {
     /// Give `emit` every piece of `text` in order.
     pub fn split<'a, P: Pieces<'a>>(&self, text: &'a [u8], emit: &mut P) -> Result<(), String> {
         if let Splitter::Builtin { kind: Builtin::Superbpe, line_units: true } = self {
-            best_blocks!(text, emit, superbpe_line_starts, superbpe_line_piece);
+            match Avx512::detect() {
+                Some(c) => c.run(|| {
+                    blocks(text, emit, |s, p| superbpe_line_starts(c, s, p), |s, p| superbpe_line_piece(c, s, p))
+                }),
+                None => blocks(
+                    text,
+                    emit,
+                    |s, p| superbpe_line_starts(Baseline, s, p),
+                    |s, p| superbpe_line_piece(Baseline, s, p),
+                ),
+            }
             return Ok(());
         }
         if self.line_units() {
@@ -996,7 +1006,7 @@ fn superbpe<'a, F: FnMut(&'a [u8])>(s: &'a [u8], emit: &mut F) {
                 i = e;
                 gap = e;
             }
-            None => i = superbpe_gap_step::<false>(s, i),
+            None => i = superbpe_gap_step::<false>(Baseline, s, i),
         }
     }
     if gap < s.len() {
@@ -1004,12 +1014,73 @@ fn superbpe<'a, F: FnMut(&'a [u8])>(s: &'a [u8], emit: &mut F) {
     }
 }
 
+/// [`superbpe_skips`] for the 64 positions from `i`, as bits (`s` must hold `i + 65` bytes): the
+/// gaps of English lines run for hundreds of bytes, and 16 positions at a time was a tenth of
+/// counting them with the stage-2 pattern.
+trait Skips64: Copy {
+    fn superbpe_skips64<const LINES: bool>(self, s: &[u8], i: usize) -> u64;
+}
+
+impl Skips64 for Baseline {
+    #[inline(always)]
+    fn superbpe_skips64<const LINES: bool>(self, s: &[u8], i: usize) -> u64 {
+        (0..4).fold(0, |bits, k| bits | (superbpe_skips16::<LINES>(s, i + 16 * k) as u64) << (16 * k))
+    }
+}
+
+impl Skips64 for Avx512 {
+    #[inline(always)]
+    fn superbpe_skips64<const LINES: bool>(self, s: &[u8], i: usize) -> u64 {
+        #[cfg(target_arch = "x86_64")]
+        {
+            assert!(i + 65 <= s.len());
+            // SAFETY: `self` exists only where the CPU has AVX-512BW (`Avx512::detect`), and the
+            // assert keeps the two 64-byte loads (from `i` and `i + 1`) inside `s`.
+            unsafe { superbpe_skips64_avx512::<LINES>(s.as_ptr().add(i)) }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        match self {}
+    }
+}
+
+/// [`superbpe_skips16`] with AVX-512BW, 64 positions: the same tests, one compare per class.
+///
+/// # Safety
+/// The CPU must have AVX-512F and AVX-512BW, and `p..p + 65` must be readable.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+unsafe fn superbpe_skips64_avx512<const LINES: bool>(p: *const u8) -> u64 {
+    use std::arch::x86_64::*;
+    // SAFETY: the caller guarantees both 64-byte loads are readable.
+    let (x, next) = unsafe { (_mm512_loadu_si512(p.cast()), _mm512_loadu_si512(p.add(1).cast())) };
+    let splat = |b: u8| _mm512_set1_epi8(b as i8);
+    // Bytes of `v` in `lo..lo + n` (a subtraction and one unsigned compare).
+    let within = |v: __m512i, lo: u8, n: u8| _mm512_cmplt_epu8_mask(_mm512_sub_epi8(v, splat(lo)), splat(n));
+    let is = |v: __m512i, b: u8| _mm512_cmpeq_epi8_mask(v, splat(b));
+    let letter = |v: __m512i| within(_mm512_or_si512(v, splat(0x20)), b'a', 26);
+    let digit = |v: __m512i| within(v, b'0', 10);
+    let breaks = |v: __m512i| is(v, b'\t') | is(v, b'\n') | is(v, b'\r');
+    let (x_letter, next_letter) = (letter(x), letter(next));
+    let punct = within(x, 0x21, 0x7e - 0x21 + 1) & !(x_letter | digit(x));
+    let after_punct = next_letter | digit(next) | is(next, b' ') | breaks(next);
+    let x_breaks = if LINES { is(x, b'\t') | is(x, b'\r') } else { breaks(x) };
+    x_letter | x_breaks | (is(x, b' ') & next_letter) | (punct & after_punct)
+}
+
 /// From `i`, where no match starts, the next position where one may: past the character at `i`,
-/// then past the positions where none can (`superbpe_skips`), 16 at a time while 17 bytes are
-/// left, then one by one.
+/// then past the positions where none can (`superbpe_skips`), 64 at a time while 65 bytes are
+/// left, then 16 at a time while 17 are, then one by one.
 #[inline(always)]
-fn superbpe_gap_step<const LINES: bool>(s: &[u8], i: usize) -> usize {
+fn superbpe_gap_step<const LINES: bool>(skips: impl Skips64, s: &[u8], i: usize) -> usize {
     let mut i = i + class_at(s, i).1;
+    while i + 65 <= s.len() {
+        let bits = skips.superbpe_skips64::<LINES>(s, i);
+        i += bits.trailing_ones() as usize;
+        if bits != u64::MAX {
+            return i;
+        }
+    }
     while i + 17 <= s.len() {
         let skips = superbpe_skips16::<LINES>(s, i);
         i += skips.trailing_ones() as usize;
@@ -1026,14 +1097,14 @@ fn superbpe_gap_step<const LINES: bool>(s: &[u8], i: usize) -> usize {
 /// The end of the superbpe piece at `p` when each line (up to and including its "\n") is split
 /// on its own: the match there, or the gap up to the next match or through the line's end.
 #[inline]
-fn superbpe_line_piece(s: &[u8], p: usize) -> usize {
+fn superbpe_line_piece(skips: impl Skips64, s: &[u8], p: usize) -> usize {
     if s[p] == b'\n' {
         return p + 1;
     }
     if let Some(e) = superbpe_match::<true>(s, p) {
         return e;
     }
-    let mut i = superbpe_gap_step::<true>(s, p);
+    let mut i = superbpe_gap_step::<true>(skips, s, p);
     while i < s.len() {
         if s[i] == b'\n' {
             return i + 1;
@@ -1041,7 +1112,7 @@ fn superbpe_line_piece(s: &[u8], p: usize) -> usize {
         if superbpe_match::<true>(s, i).is_some() {
             return i;
         }
-        i = superbpe_gap_step::<true>(s, i);
+        i = superbpe_gap_step::<true>(skips, s, i);
     }
     i
 }
@@ -1278,6 +1349,44 @@ mod tests {
         }
     }
 
+    /// The 64-position skip test agrees with the byte one for every byte and following byte, with
+    /// every classifier this CPU has.
+    #[test]
+    fn superbpe_skips64_agrees_with_the_byte_test() {
+        fn check(c: impl Skips64, name: &str) {
+            for b in 0..=255u8 {
+                for next in 0..=255u8 {
+                    for at in [0, 15, 16, 40, 63] {
+                        let mut s = [b'a'; 65];
+                        (s[at], s[at + 1]) = (b, next);
+                        let got = |lines: bool| {
+                            let bits = if lines {
+                                c.superbpe_skips64::<true>(&s, 0)
+                            } else {
+                                c.superbpe_skips64::<false>(&s, 0)
+                            };
+                            bits >> at & 1 == 1
+                        };
+                        assert_eq!(
+                            got(false),
+                            superbpe_skips::<false>(b, next),
+                            "{name}: {b:#x} then {next:#x} at {at}"
+                        );
+                        assert_eq!(
+                            got(true),
+                            superbpe_skips::<true>(b, next),
+                            "{name} lines: {b:#x}, {next:#x} at {at}"
+                        );
+                    }
+                }
+            }
+        }
+        check(Baseline, "baseline");
+        if let Some(c) = Avx512::detect() {
+            c.run(|| check(c, "avx512"));
+        }
+    }
+
     /// The block classifier agrees with the byte table for every byte value at every position.
     #[test]
     fn kind_masks_agree_with_the_table() {
@@ -1335,7 +1444,7 @@ mod tests {
     }
 
     /// The check of [`block_scanners_match_the_scalar_ones`] on one text with one classifier.
-    fn block_scanners_match_on(c: impl Classify, text: &str, classifier: &str) {
+    fn block_scanners_match_on(c: impl Classify + Skips64, text: &str, classifier: &str) {
         let s = text.as_bytes();
         for (name, fast, slow) in [
             (
@@ -1370,7 +1479,12 @@ mod tests {
             (
                 "superbpe lines",
                 pieces_of(s, |s, o| {
-                    blocks(s, &mut |p| o.push(p), |s, p| superbpe_line_starts(c, s, p), superbpe_line_piece)
+                    blocks(
+                        s,
+                        &mut |p| o.push(p),
+                        |s, p| superbpe_line_starts(c, s, p),
+                        |s, p| superbpe_line_piece(c, s, p),
+                    )
                 }),
                 pieces_of(s, |s, o| {
                     for line in s.split_inclusive(|&b| b == b'\n') {
