@@ -140,8 +140,8 @@ impl Arena {
         (ci as u64) << POS_BITS | pos as u64
     }
 
-    /// Free the chunks wholly before the one holding `loc` (their records are read no more; the
-    /// others keep their places).
+    /// Free the chunks wholly before the one holding `loc`, all of them for `u64::MAX` (their
+    /// records are read no more; the others keep their places, and the totals stay).
     fn release_before(&mut self, loc: u64) {
         let end = ((loc >> POS_BITS) as usize).min(self.chunks.len());
         for chunk in &mut self.chunks[..end] {
@@ -756,8 +756,8 @@ impl Counts {
         self.forget_order();
         for a in 0..arena.min(SHARDS + self.adopted.len()) {
             match a.checked_sub(SHARDS) {
-                None => self.shards[a].arena = Arena::default(),
-                Some(k) => self.adopted[k] = Arena::default(),
+                None => self.shards[a].arena.release_before(u64::MAX),
+                Some(k) => self.adopted[k].release_before(u64::MAX),
             }
         }
         match arena.checked_sub(SHARDS) {

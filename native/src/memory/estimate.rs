@@ -56,7 +56,8 @@ pub fn estimate(
     consume: bool,
 ) -> Result<Estimate, String> {
     // The pieces and their bytes without reading every key: short keys are held in the memory
-    // order itself, and the long ones (all of at least 2 bytes) are the arenas' totals. The sample
+    // order itself, and the long ones (all of at least 2 bytes; a count of 0 is only there when
+    // added so, and counts as a piece) are the arenas' totals. The sample
     // is every `SAMPLE`-th entry of the memory order (the build reads the keys in that order too,
     // and reuses it), so only those keys are read.
     let order = counts.memory_order();
