@@ -577,6 +577,10 @@ fn fill_runs(mask: u64, seeds: u64) -> u64 {
 /// (seeds are in `mask`): a fill in doubling steps.
 #[inline(always)]
 fn fill_up(seeds: u64, mask: u64) -> u64 {
+    // Most blocks have no seed (no newline after an other byte, say): skip the six steps.
+    if seeds == 0 {
+        return 0;
+    }
     let (mut g, mut m) = (seeds, mask);
     for shift in [1, 2, 4, 8, 16, 32] {
         g |= m & (g << shift);
@@ -589,6 +593,10 @@ fn fill_up(seeds: u64, mask: u64) -> u64 {
 /// in `mask`): a fill towards bit 0 in doubling steps.
 #[inline(always)]
 fn fill_down(seeds: u64, mask: u64) -> u64 {
+    // Most blocks have no seed (no newline in a whitespace run, say): skip the six steps.
+    if seeds == 0 {
+        return 0;
+    }
     let (mut g, mut m) = (seeds, mask);
     for shift in [1, 2, 4, 8, 16, 32] {
         g |= m & (g >> shift);
