@@ -204,12 +204,6 @@ impl<V: Copy + Default> PieceMap<V> {
         }
     }
 
-    /// Ask the CPU for the line of the home pair of a key with this hash (a hint).
-    #[inline(always)]
-    pub fn prefetch(&self, hash: u64) {
-        crate::memory::prefetch(&self.pairs[self.home(hash) / 2]);
-    }
-
     /// The first slot of the home pair of `hash`.
     #[inline(always)]
     fn home(&self, hash: u64) -> usize {
@@ -325,7 +319,7 @@ impl<'a, V: Copy + Default> Probe<'a, V> {
         self.map.walk(k0, k1, at * 2 + 2)
     }
 
-    /// [`PieceMap::prefetch`].
+    /// Ask the CPU for the line of the home pair of a key with this hash (a hint).
     #[inline(always)]
     pub fn prefetch(self, hash: u64) {
         crate::memory::prefetch(&self.pairs[self.home_pair(hash)]);
