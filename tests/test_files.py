@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import tokenizers
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import superbpe
@@ -15,7 +17,16 @@ from superbpe.api.tokenizer import Tokenizer
 from superbpe.core.byte_table import byte_to_unicode, bytes_to_token_str, token_str_to_bytes
 from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.pretokenize import PATTERNS, get_pretokenizer
-from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE, read_merges, read_vocab, write_merges, write_vocab
+from superbpe.formats import gpt2 as gpt2_files
+from superbpe.formats.gpt2 import (
+    MERGES_FILE,
+    VOCAB_FILE,
+    read_merges,
+    read_vocab,
+    vocab_from_mapping,
+    write_merges,
+    write_vocab,
+)
 from superbpe.formats.hf import (
     HF_CONFIG_FILE,
     HF_FILE,
@@ -23,6 +34,7 @@ from superbpe.formats.hf import (
     pretokenizer_from_hf,
     read_hf_tokenizer,
 )
+from superbpe.formats.json_files import read_json
 from superbpe.formats.manifest import MANIFEST_FILE, read_manifest
 from superbpe.formats.tokenizer_dir import save_tokenizer_dir
 
@@ -174,6 +186,99 @@ def test_missing_and_unreadable_files(tmp_path: Path) -> None:
         read_merges(tmp_path / "latin1.txt")
     with pytest.raises(InputError, match="file not found"):
         Tokenizer.from_files(tmp_path / "vocab.json", tmp_path / "merges.txt")
+
+
+# Token strings from a few table characters and a few that are not (space, tab, soft hyphen, CJK), so
+# that random files are sometimes refused.
+_TOKEN_TEXT = st.text(alphabet=st.sampled_from([*"abĠĊé!", " ", "\t", "\u00ad", "\u4e2d"]), max_size=3)
+
+
+def _read_with_and_without_native(read: Callable[[], object]) -> list[tuple[str, object]]:
+    """``read()`` with the extension's decoding and with Python's alone: the result, or the error."""
+    results: list[tuple[str, object]] = []
+    for native in (gpt2_files._native, None):
+        with mock.patch.object(gpt2_files, "_native", native):
+            try:
+                results.append(("read", read()))
+            except InputError as exc:
+                results.append(("error", str(exc)))
+    return results
+
+
+needs_native = pytest.mark.skipif(gpt2_files._native is None, reason="the extension is not built")
+
+
+@needs_native
+@SETTINGS
+@example(entries=[(" ", 0), ("Ġ", 1)], specials=[" "], from_hf=True)  # one token verbatim, one in the table
+@given(
+    entries=st.lists(st.tuples(_TOKEN_TEXT, st.one_of(st.integers(-1, 12), st.just("3"), st.booleans())),
+                     max_size=8),
+    specials=st.lists(_TOKEN_TEXT, max_size=2),
+    from_hf=st.booleans(),
+)
+def test_vocab_read_alike_with_and_without_the_extension(
+    tmp_path_factory: pytest.TempPathFactory,
+    entries: list[tuple[str, object]],
+    specials: list[str],
+    from_hf: bool,
+) -> None:
+    mapping = dict(entries)
+    path = tmp_path_factory.mktemp("vocab") / "vocab.json"
+    path.write_text(json.dumps(mapping), encoding="utf-8")
+    # tokenizer.json marks its added tokens (written verbatim) by id.
+    verbatim = {text: mapping[text] for text in specials if text in mapping} if from_hf else None
+    first, second = _read_with_and_without_native(
+        lambda: vocab_from_mapping(path, read_json(path), specials, verbatim))
+    assert first == second
+
+
+_TABLE_TOKEN = st.text(alphabet=st.sampled_from([*"abĠĊé!"]), min_size=1, max_size=3)
+
+
+@needs_native
+@SETTINGS
+@given(
+    pairs=st.lists(st.tuples(_TABLE_TOKEN, _TABLE_TOKEN), max_size=6),
+    header=st.booleans(),
+    ending=st.sampled_from(["\n", "\r\n", "\n\n"]),
+    flaw=st.sampled_from([None, "a", "a  b", "a b c", " a", "a \u4e2d", "a\tb c", "#version: 0.2"]),
+    data=st.data(),
+)
+def test_merges_read_alike_with_and_without_the_extension(
+    tmp_path_factory: pytest.TempPathFactory,
+    pairs: list[tuple[str, str]],
+    header: bool,
+    ending: str,
+    flaw: str | None,
+    data: st.DataObject,
+) -> None:
+    lines = [f"{left} {right}" for left, right in pairs]
+    if flaw is not None:  # one malformed line (or a header that is not on the first line)
+        lines.insert(data.draw(st.integers(0, len(lines))), flaw)
+    text = "#version: 0.2" * header + ending + ending.join(lines)
+    path = tmp_path_factory.mktemp("merges") / "merges.txt"
+    path.write_text(text, encoding="utf-8", newline="")
+    # A vocab of every part and every token a merge makes, or of some of them, or none to check against.
+    made = {token_str_to_bytes(text) for left, right in pairs for text in (left, right, left + right)}
+    kept = data.draw(st.sets(st.sampled_from(sorted(made)))) if made else set()
+    vocab = data.draw(st.sampled_from([None, dict(enumerate(sorted(made))), dict(enumerate(sorted(kept)))]))
+    first, second = _read_with_and_without_native(lambda: read_merges(path, vocab))
+    assert first == second
+
+
+def test_tokenizer_copies_a_vocab_and_merges_of_other_byte_types() -> None:
+    """Whole-list checks let plain bytes through as they are; anything else is copied to bytes."""
+    vocab = {0: bytearray(b"a"), 1: b"b", 2: memoryview(b"ab").tobytes()}
+    tok = Tokenizer(vocab, [(bytearray(b"a"), b"b")], engine="python")
+    assert tok.vocab == {0: b"a", 1: b"b", 2: b"ab"}
+    assert all(type(token) is bytes for token in tok.vocab.values())
+    assert tok.merges == [(b"a", b"b")] and type(tok.merges[0][0]) is bytes
+    assert tok.encode("ab") == [2]
+    with pytest.raises(ConfigError, match=r"token b'a' is in the vocab twice \(ids 0 and 3\)"):
+        Tokenizer({0: b"a", 1: b"b", 3: b"a"}, [], engine="python")
+    with pytest.raises(ConfigError, match="non-negative integers, got True"):
+        Tokenizer({True: b"a"}, [], engine="python")
 
 
 # -- tokenizer.json ------------------------------------------------------------------------------------------

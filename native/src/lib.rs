@@ -20,6 +20,7 @@ pub mod scan;
 pub mod specials;
 pub mod symbols;
 pub mod tables;
+pub mod tokenfiles;
 pub mod train;
 pub mod unicode;
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import array
 import io
+import operator
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from itertools import repeat
+from itertools import chain, repeat, starmap
 from pathlib import Path
 from typing import Any
 
@@ -55,10 +56,10 @@ class Tokenizer:
     ) -> None:
         self._vocab: dict[int, bytes] = _checked_vocab(vocab)
         self._whole_pieces = whole_pieces
-        self._merges: list[Merge] = [(bytes(left), bytes(right)) for left, right in merges]
+        self._merges: list[Merge] = _checked_merges(merges)
         self._splitter = SpecialSplitter(list(special_tokens or ()))
+        self._id_of = dict(zip(self._vocab.values(), self._vocab, strict=True))
         self._special_ids = self._add_special_tokens()
-        self._id_of = {token: token_id for token_id, token in self._vocab.items()}
         self._max_special_len = max((len(s) for s in self._special_ids), default=0)
         self._pretokenizer = get_pretokenizer(pretokenizer)
         self._engine = get_engine(engine, [self._pretokenizer])
@@ -86,7 +87,7 @@ class Tokenizer:
 
     def _add_special_tokens(self) -> dict[str, int]:
         """Ids of the special tokens; one not yet in the vocab gets the next free id (as CS336 does)."""
-        ids = {token: token_id for token_id, token in self._vocab.items()}
+        ids = self._id_of
         special_ids: dict[str, int] = {}
         for special in self._splitter.special_tokens:
             token = special.encode("utf-8")
@@ -102,13 +103,14 @@ class Tokenizer:
         A special token's bytes must never come out of ordinary text (``encode_ordinary`` treats
         ``<|endoftext|>`` as plain text, as tiktoken does), unless BPE could also make them.
         """
-        produced = {left + right for left, right in self._merges}
-        special_only = {
-            token_id
-            for token_id in self._special_ids.values()
-            if len(self._vocab[token_id]) > 1 and self._vocab[token_id] not in produced
-        }
-        return {token: token_id for token_id, token in self._vocab.items() if token_id not in special_only}
+        ordinary = dict(self._id_of)
+        candidates = {self._vocab[token_id] for token_id in self._special_ids.values()}
+        candidates = {token for token in candidates if len(token) > 1}
+        if candidates:
+            candidates.difference_update(starmap(operator.add, self._merges))
+        for token in candidates:
+            del ordinary[token]
+        return ordinary
 
     # -- properties -----------------------------------------------------------------------------------
 
@@ -513,7 +515,20 @@ def _checked_texts(texts: Iterable[str], method: str) -> list[str]:
 
 
 def _checked_vocab(vocab: Mapping[int, bytes]) -> dict[int, bytes]:
-    """Ids must be non-negative ints and tokens unique bytes (holes in the ids are fine, clashes are not)."""
+    """Ids must be non-negative ints and tokens unique bytes (holes in the ids are fine, clashes are not).
+
+    A vocab that passes is copied after whole-list checks, which run at C speed (a 200K vocab is
+    loaded before anything is encoded); one that does not is walked entry by entry to name the fault.
+    """
+    ids, tokens = list(vocab.keys()), list(vocab.values())
+    if (
+        set(map(type, ids)) <= {int}
+        and set(map(type, tokens)) <= {bytes}
+        and (not ids or min(ids) >= 0)
+        and all(tokens)
+        and len(set(tokens)) == len(tokens)
+    ):
+        return dict(zip(ids, tokens, strict=True))
     checked: dict[int, bytes] = {}
     seen: dict[bytes, int] = {}
     for token_id, token in vocab.items():
@@ -527,6 +542,15 @@ def _checked_vocab(vocab: Mapping[int, bytes]) -> dict[int, bytes]:
         seen[token] = token_id
         checked[token_id] = token
     return checked
+
+
+def _checked_merges(merges: Sequence[Merge]) -> list[Merge]:
+    """The merges as a list of ``(bytes, bytes)`` (bytearrays and memoryviews copied)."""
+    listed = list(merges)
+    pairs = set(map(type, listed)) <= {tuple} and set(map(len, listed)) <= {2}
+    if pairs and set(map(type, chain.from_iterable(listed))) <= {bytes}:
+        return listed
+    return [(bytes(left), bytes(right)) for left, right in listed]
 
 
 def _unknown(token_id: Any, vocab: Mapping[int, bytes]) -> bool:

@@ -7,7 +7,9 @@ through :func:`~superbpe.core.util.atomic_write` so a crash never leaves a half-
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import starmap
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,11 @@ from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.types import Merge
 from superbpe.core.util import atomic_write_text
 from superbpe.formats.json_files import json_text, read_json, read_text
+
+try:  # the extension reads the files' strings far faster; without it they are read here alone
+    from superbpe import _native
+except ImportError:
+    _native = None  # type: ignore[assignment]
 
 VOCAB_FILE = "vocab.json"
 MERGES_FILE = "merges.txt"
@@ -42,6 +49,9 @@ def vocab_from_mapping(
     """
     if not isinstance(mapping, dict):
         raise InputError(f"{path}: expected a JSON object mapping token strings to ids")
+    fast = _native_vocab(mapping, special_ids or {})
+    if fast is not None:
+        return fast
     specials = set(special_tokens)
     verbatim = special_ids or {}
     vocab: dict[int, bytes] = {}
@@ -58,6 +68,31 @@ def vocab_from_mapping(
         seen[token] = text
         vocab[token_id] = token
     return vocab
+
+
+def _native_vocab(mapping: dict[Any, Any], verbatim: Mapping[str, int]) -> dict[int, bytes] | None:
+    """What :func:`vocab_from_mapping` makes of ``mapping``, decoded by the extension, or None (not
+    built, or something to refuse or to read another way: then the Python loop reads it and names
+    the problem). The checks here are whole-list ones, which run at C speed."""
+    ids = list(mapping.values())
+    if _native is None or not ids or set(map(type, ids)) != {int}:
+        return None
+    if min(ids) < 0 or len(set(ids)) != len(ids):
+        return None
+    texts = list(mapping)
+    kept = {text: token_id for text, token_id in verbatim.items() if mapping.get(text) == token_id}
+    if kept:  # special tokens written verbatim are UTF-8, whatever characters they use
+        texts = ["" if text in kept else text for text in texts]
+    tokens = _native.gpt2_token_bytes(texts)
+    if tokens is None:
+        return None
+    if kept:
+        position = {text: index for index, text in enumerate(mapping)}
+        for text in kept:
+            tokens[position[text]] = text.encode("utf-8")
+    if len(set(tokens)) != len(tokens):
+        return None
+    return dict(zip(ids, tokens, strict=True))
 
 
 def check_merges(path: Path, merges: list[Merge], vocab: Mapping[int, bytes], where: list[str]) -> None:
@@ -114,14 +149,14 @@ def unmerged_tokens(vocab: Mapping[int, bytes], merges: Sequence[Merge]) -> list
     BPE can never produce such a token, so in a GPT-2 style ``vocab.json`` + ``merges.txt`` they are the
     special tokens. Ones that are not UTF-8 cannot be matched in text and are left as they are.
     """
-    made = {left + right for left, right in merges}
+    unmade = {token for token in vocab.values() if len(token) > 1}
+    unmade.difference_update(starmap(operator.add, merges))
     found = []
-    for _, token in sorted(vocab.items()):
-        if len(token) > 1 and token not in made:
-            try:
-                found.append(token.decode("utf-8"))
-            except UnicodeDecodeError:
-                continue
+    for _, token in sorted((token_id, token) for token_id, token in vocab.items() if token in unmade):
+        try:
+            found.append(token.decode("utf-8"))
+        except UnicodeDecodeError:
+            continue
     return found
 
 
@@ -136,9 +171,14 @@ def parse_merge(path: Path, place: str, left: str, right: str) -> Merge:
 def read_merges(path: str | Path, vocab: Mapping[int, bytes] | None = None) -> list[Merge]:
     """``merges.txt`` with or without the ``#version`` header; checked against ``vocab`` when given."""
     path = Path(path)
+    text = read_text(path)
+    if _native is not None:
+        fast = _native.gpt2_merges(text, None if vocab is None else list(vocab.values()))
+        if fast is not None:
+            return fast
     merges: list[Merge] = []
     where: list[str] = []
-    for number, line in enumerate(read_text(path).split("\n"), start=1):
+    for number, line in enumerate(text.split("\n"), start=1):
         line = line.rstrip("\r")
         if not line or (number == 1 and line.startswith("#version")):
             continue

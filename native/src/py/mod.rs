@@ -1,6 +1,6 @@
 //! PyO3 bindings: the `superbpe._native` module, one file per exposed concern (`counts.rs`: the
 //! count table and the streaming counter; `train.rs`: training and its memory estimate;
-//! `encode.rs`: the encoder). They convert types and release the GIL; the work is the core's.
+//! `encode.rs`: the encoder; `tokenfiles.rs`: GPT-2 tokenizer files' strings). They convert types and release the GIL; the work is the core's.
 //!
 //! Arguments are validated in Python (`superbpe/engines/native.py`) before they get here. Heavy
 //! work runs with the GIL released, and every entry point catches Rust panics so a bug surfaces
@@ -27,6 +27,7 @@ use crate::{countsfile, memory, unicode};
 
 mod counts;
 mod encode;
+mod tokenfiles;
 mod train;
 
 use counts::{Counter, NativeCounts};
@@ -143,6 +144,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(char_classes, m)?)?;
     m.add_function(wrap_pyfunction!(train::train, m)?)?;
     m.add_function(wrap_pyfunction!(train::train_memory, m)?)?;
+    m.add_function(wrap_pyfunction!(tokenfiles::gpt2_token_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(tokenfiles::gpt2_merges, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;
     Ok(())
 }

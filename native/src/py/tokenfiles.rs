@@ -1,0 +1,35 @@
+//! GPT-2 tokenizer files' strings to bytes (`tokenfiles.rs`), for `superbpe/formats/gpt2.py`.
+
+use pyo3::prelude::*;
+use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
+use pyo3::types::{PyBytes, PyList, PyTuple};
+
+use super::run_attached;
+use crate::tokenfiles;
+
+/// The bytes of each token string, or None when one is not spelt in the byte table.
+#[pyfunction]
+pub(super) fn gpt2_token_bytes<'py>(
+    py: Python<'py>,
+    strings: Vec<PyBackedStr>,
+) -> PyResult<Option<Bound<'py, PyList>>> {
+    let decoded = run_attached(|| Ok(strings.iter().map(|s| tokenfiles::token_bytes(s)).collect::<Option<Vec<_>>>()))?;
+    decoded.map(|tokens| PyList::new(py, tokens.iter().map(|t| PyBytes::new(py, t)))).transpose()
+}
+
+/// The `(left, right)` merges of a `merges.txt` text, checked against `tokens` when given, or None
+/// when the text is malformed or a merge does not fit the tokens.
+#[pyfunction]
+#[pyo3(signature = (text, tokens=None))]
+pub(super) fn gpt2_merges<'py>(
+    py: Python<'py>,
+    text: PyBackedStr,
+    tokens: Option<Vec<PyBackedBytes>>,
+) -> PyResult<Option<Bound<'py, PyList>>> {
+    let known: Option<Vec<&[u8]>> = tokens.as_ref().map(|t| t.iter().map(|b| &b[..]).collect());
+    let merges = run_attached(|| Ok(tokenfiles::merges(&text, known.as_deref())))?;
+    let Some(merges) = merges else { return Ok(None) };
+    let pairs = merges.iter().map(|(l, r)| PyTuple::new(py, [PyBytes::new(py, l), PyBytes::new(py, r)]));
+    let pairs: PyResult<Vec<Bound<'py, PyTuple>>> = pairs.collect();
+    Ok(Some(PyList::new(py, pairs?)?))
+}

@@ -1,0 +1,131 @@
+//! GPT-2 tokenizer files read fast: the token strings of `vocab.json` and the lines of `merges.txt`,
+//! spelt in GPT-2's byte table, turned into bytes.
+//!
+//! A tokenizer is loaded before anything is encoded, so its load is a serial part of every encoding
+//! job, and the released 200K SuperBPE tokenizer has 600K token strings: decoded one by one in
+//! Python they took most of a second. Here each is one pass over its characters.
+//!
+//! These functions only accept: anything the Python reader (`formats/gpt2.py`) would refuse, and
+//! anything it would read another way (a special token written verbatim), makes them answer `None`,
+//! and Python reads the file itself, naming the problem. Their results must equal the Python
+//! reader's (the tests compare them on random files).
+
+use ahash::AHashSet;
+
+/// Table characters are below this code point: the 68 shifted bytes take 256..324.
+const TABLE_CHARS: usize = 256 + 68;
+const NOT_A_BYTE: u16 = u16::MAX;
+
+/// The byte each table character stands for: printable Latin-1 bytes (`!`..`~`, `¡`..`¬`,
+/// `®`..`ÿ`) stand for themselves, and the other 68 bytes, in order, for U+0100 onwards.
+const fn char_to_byte() -> [u16; TABLE_CHARS] {
+    let mut table = [NOT_A_BYTE; TABLE_CHARS];
+    let mut shifted = 0;
+    let mut byte = 0;
+    while byte < 256 {
+        let visible = (byte >= 0x21 && byte <= 0x7E) || (byte >= 0xA1 && byte <= 0xAC) || (byte >= 0xAE);
+        if visible {
+            table[byte] = byte as u16;
+        } else {
+            table[256 + shifted] = byte as u16;
+            shifted += 1;
+        }
+        byte += 1;
+    }
+    table
+}
+
+static CHAR_TO_BYTE: [u16; TABLE_CHARS] = char_to_byte();
+
+/// The bytes a token string spells, or `None` when a character is not in the table.
+pub fn token_bytes(text: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(text.len());
+    for c in text.chars() {
+        let byte = *CHAR_TO_BYTE.get(c as usize)?;
+        if byte == NOT_A_BYTE {
+            return None;
+        }
+        out.push(byte as u8);
+    }
+    Some(out)
+}
+
+/// The merges of a `merges.txt` text (with or without the `#version` first line), or `None` when a
+/// line is not two table strings and one space, or, with `tokens` (the vocab), when a merge's parts
+/// or the token it makes are not tokens.
+pub fn merges(text: &str, tokens: Option<&[&[u8]]>) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
+    let mut merges = Vec::new();
+    for (index, line) in text.split('\n').enumerate() {
+        let line = line.trim_end_matches('\r');
+        if line.is_empty() || (index == 0 && line.starts_with("#version")) {
+            continue;
+        }
+        let (left, right) = line.split_once(' ')?;
+        if left.is_empty() || right.is_empty() || right.contains(' ') {
+            return None;
+        }
+        merges.push((token_bytes(left)?, token_bytes(right)?));
+    }
+    if let Some(tokens) = tokens {
+        let known: AHashSet<&[u8]> = tokens.iter().copied().collect();
+        let mut joined = Vec::new();
+        for (left, right) in &merges {
+            joined.clear();
+            joined.extend_from_slice(left);
+            joined.extend_from_slice(right);
+            if !(known.contains(&left[..]) && known.contains(&right[..]) && known.contains(&joined[..])) {
+                return None;
+            }
+        }
+    }
+    Some(merges)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// GPT-2's table, spelt out: a space is "Ġ" (U+0120), a newline "Ċ" (U+010A), "a" itself.
+    #[test]
+    fn table_matches_gpt2_spelling() {
+        assert_eq!(token_bytes("Ġthe"), Some(b" the".to_vec()));
+        assert_eq!(token_bytes("Ċ"), Some(b"\n".to_vec()));
+        assert_eq!(token_bytes("Ā"), Some(vec![0]));
+        assert_eq!(token_bytes("ÿ"), Some(vec![0xFF]));
+        assert_eq!(token_bytes("Ń"), Some(vec![0xAD])); // the soft hyphen is the last shifted byte
+        assert_eq!(token_bytes(""), Some(Vec::new()));
+        let bytes: Vec<u16> = CHAR_TO_BYTE.iter().copied().filter(|&b| b != NOT_A_BYTE).collect();
+        assert_eq!(bytes.len(), 256, "every byte has one character");
+        let mut sorted = bytes.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 256);
+    }
+
+    #[test]
+    fn characters_outside_the_table_are_refused() {
+        for text in [" ", "a b", "\n", "\u{AD}", "ń", "€", "é\u{0}"] {
+            assert_eq!(token_bytes(text), None, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn merges_lines_are_read_like_the_python_reader() {
+        let text = "#version: 0.2\r\nĠ t\r\r\n\nh e\n";
+        assert_eq!(merges(text, None), Some(vec![(b" ".to_vec(), b"t".to_vec()), (b"h".to_vec(), b"e".to_vec())]));
+        // The header is skipped only on the first line; elsewhere it reads as a merge.
+        let later = merges("a b\n#version: 0.2\n", None).unwrap();
+        assert_eq!(later[1], (b"#version:".to_vec(), b"0.2".to_vec()));
+        for bad in ["a\n", "a  b\n", " a\n", "a b c\n", "a b \n", "a\tb c\n", "a é\u{0}\n"] {
+            assert_eq!(merges(bad, None), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn merges_are_checked_against_the_vocab() {
+        let tokens: Vec<&[u8]> = vec![b"a", b"b", b"ab"];
+        assert!(merges("a b\n", Some(&tokens)).is_some());
+        assert_eq!(merges("b a\n", Some(&tokens)), None, "makes a token not in the vocab");
+        assert_eq!(merges("a c\n", Some(&tokens)), None, "a part not in the vocab");
+    }
+}
