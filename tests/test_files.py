@@ -233,6 +233,36 @@ def test_vocab_read_alike_with_and_without_the_extension(
     assert first == second
 
 
+@needs_native
+@SETTINGS
+@example(document='{"a": 0, "a": 1}', specials=[])
+@example(document='{"\\u0120the": 1, "\\ud83d\\ude00": 2, "\\/": 3}', specials=[])
+@given(
+    document=st.one_of(
+        st.builds(
+            lambda entries, ascii_only, indent: json.dumps(dict(entries), ensure_ascii=ascii_only,
+                                                           indent=indent),
+            st.lists(st.tuples(st.one_of(_TOKEN_TEXT, st.text(max_size=3)),
+                               st.one_of(st.integers(-1, 10**19), st.floats(0, 9), st.just(None))),
+                     max_size=6),
+            st.booleans(),
+            st.sampled_from([None, 0, 2]),
+        ),
+        st.text(alphabet=st.sampled_from([*'{}[]":, 0129aĠ\\u-.e\n']), max_size=20),
+    ),
+    specials=st.lists(_TOKEN_TEXT, max_size=1),
+)
+def test_vocab_json_parsed_alike_with_and_without_the_extension(
+    tmp_path_factory: pytest.TempPathFactory, document: str, specials: list[str]
+) -> None:
+    """The extension parses ``vocab.json`` itself: any text, well formed or not, reads as Python's
+    ``json`` reads it, or fails with the same error."""
+    path = tmp_path_factory.mktemp("vocab") / "vocab.json"
+    path.write_text(document, encoding="utf-8")
+    first, second = _read_with_and_without_native(lambda: read_vocab(path, specials))
+    assert first == second
+
+
 _TABLE_TOKEN = st.text(alphabet=st.sampled_from([*"abĠĊé!"]), min_size=1, max_size=3)
 
 

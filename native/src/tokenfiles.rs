@@ -3,7 +3,8 @@
 //!
 //! A tokenizer is loaded before anything is encoded, so its load is a serial part of every encoding
 //! job, and the released 200K SuperBPE tokenizer has 600K token strings: decoded one by one in
-//! Python they took most of a second. Here each is one pass over its characters.
+//! Python they took most of a second. Here each is one pass over its characters, and `vocab.json`
+//! is parsed on the way (it is always one flat object of strings to integers).
 //!
 //! These functions only accept: anything the Python reader (`formats/gpt2.py`) would refuse, and
 //! anything it would read another way (a special token written verbatim), makes them answer `None`,
@@ -48,6 +49,157 @@ pub fn token_bytes(text: &str) -> Option<Vec<u8>> {
         out.push(byte as u8);
     }
     Some(out)
+}
+
+/// The entries of a `vocab.json` text, `(id, token bytes)` in file order, or `None` unless it is one
+/// flat JSON object of distinct strings, each spelt in the byte table, to distinct non-negative
+/// integers (below 10^18: longer numbers are left to Python).
+pub fn vocab(text: &str) -> Option<Vec<(u64, Vec<u8>)>> {
+    let mut json = Json { text: text.as_bytes(), at: 0 };
+    let mut entries = Vec::new();
+    json.skip_space();
+    json.expect(b'{')?;
+    json.skip_space();
+    if json.peek() == Some(b'}') {
+        json.at += 1;
+    } else {
+        loop {
+            let token = json.table_string()?;
+            json.skip_space();
+            json.expect(b':')?;
+            json.skip_space();
+            entries.push((json.small_uint()?, token));
+            json.skip_space();
+            match json.next()? {
+                b',' => json.skip_space(),
+                b'}' => break,
+                _ => return None,
+            }
+        }
+    }
+    json.skip_space();
+    if json.at != text.len() {
+        return None;
+    }
+    let ids: AHashSet<u64> = entries.iter().map(|e| e.0).collect();
+    let tokens: AHashSet<&[u8]> = entries.iter().map(|e| &e.1[..]).collect();
+    (ids.len() == entries.len() && tokens.len() == entries.len()).then_some(entries)
+}
+
+/// A cursor over JSON text, for the one shape `vocab` reads.
+struct Json<'a> {
+    text: &'a [u8],
+    at: usize,
+}
+
+impl Json<'_> {
+    fn peek(&self) -> Option<u8> {
+        self.text.get(self.at).copied()
+    }
+
+    fn next(&mut self) -> Option<u8> {
+        let byte = self.peek()?;
+        self.at += 1;
+        Some(byte)
+    }
+
+    fn expect(&mut self, byte: u8) -> Option<()> {
+        (self.next()? == byte).then_some(())
+    }
+
+    fn skip_space(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.at += 1;
+        }
+    }
+
+    /// A JSON number that is a plain non-negative integer of at most 18 digits (no leading zero).
+    fn small_uint(&mut self) -> Option<u64> {
+        let start = self.at;
+        while matches!(self.peek(), Some(b'0'..=b'9')) {
+            self.at += 1;
+        }
+        let digits = &self.text[start..self.at];
+        if digits.is_empty() || digits.len() > 18 || (digits.len() > 1 && digits[0] == b'0') {
+            return None;
+        }
+        if matches!(self.peek(), Some(b'.' | b'e' | b'E')) {
+            return None;
+        }
+        Some(digits.iter().fold(0u64, |n, &d| n * 10 + (d - b'0') as u64))
+    }
+
+    /// A JSON string whose characters (escapes decoded) are all table characters, as the bytes they
+    /// spell. Raw control characters are refused, as JSON (and Python's reader) refuses them.
+    fn table_string(&mut self) -> Option<Vec<u8>> {
+        self.expect(b'"')?;
+        let mut out = Vec::new();
+        loop {
+            let c = match self.next()? {
+                b'"' => return Some(out),
+                b'\\' => self.escaped()?,
+                byte if byte < 0x20 => return None,
+                byte if byte < 0x80 => byte as u32,
+                lead => self.utf8_rest(lead)?,
+            };
+            let byte = *CHAR_TO_BYTE.get(c as usize)?;
+            if byte == NOT_A_BYTE {
+                return None;
+            }
+            out.push(byte as u8);
+        }
+    }
+
+    /// The code point of an escape (after its backslash); lone surrogates are refused.
+    fn escaped(&mut self) -> Option<u32> {
+        Some(match self.next()? {
+            b'"' => '"' as u32,
+            b'\\' => '\\' as u32,
+            b'/' => '/' as u32,
+            b'b' => 8,
+            b'f' => 12,
+            b'n' => 10,
+            b'r' => 13,
+            b't' => 9,
+            b'u' => {
+                let unit = self.hex4()?;
+                if (0xD800..0xDC00).contains(&unit) {
+                    self.expect(b'\\')?;
+                    self.expect(b'u')?;
+                    let low = self.hex4()?;
+                    if !(0xDC00..0xE000).contains(&low) {
+                        return None;
+                    }
+                    0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00)
+                } else if (0xDC00..0xE000).contains(&unit) {
+                    return None;
+                } else {
+                    unit
+                }
+            }
+            _ => return None,
+        })
+    }
+
+    fn hex4(&mut self) -> Option<u32> {
+        let digits = self.text.get(self.at..self.at + 4)?;
+        self.at += 4;
+        digits.iter().try_fold(0u32, |n, &d| Some(n * 16 + (d as char).to_digit(16)?))
+    }
+
+    /// The code point of a multi-byte UTF-8 character whose first byte was `lead` (the text is a
+    /// `str`, so it is valid UTF-8).
+    fn utf8_rest(&mut self, lead: u8) -> Option<u32> {
+        let len = match lead {
+            0xC0..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            _ => 4,
+        };
+        let start = self.at - 1;
+        let c = std::str::from_utf8(self.text.get(start..start + len)?).ok()?.chars().next()?;
+        self.at = start + len;
+        Some(c as u32)
+    }
 }
 
 /// The merges of a `merges.txt` text (with or without the `#version` first line), or `None` when a
@@ -118,6 +270,37 @@ mod tests {
         assert_eq!(later[1], (b"#version:".to_vec(), b"0.2".to_vec()));
         for bad in ["a\n", "a  b\n", " a\n", "a b c\n", "a b \n", "a\tb c\n", "a é\u{0}\n"] {
             assert_eq!(merges(bad, None), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn vocab_json_is_read_like_python_json() {
+        let text = "{\"a\": 0,\n \"\\u0120the\": 7 , \"\u{120}\\\"\\/\":2}\n";
+        let read = vocab(text).unwrap();
+        assert_eq!(read, vec![(0, b"a".to_vec()), (7, b" the".to_vec()), (2, b" \"/".to_vec())]);
+        assert_eq!(vocab(" {} "), Some(Vec::new()));
+        for bad in [
+            "",
+            "[]",
+            "{\"a\": 0,}",
+            "{\"a\": 01}",
+            "{\"a\": -1}",
+            "{\"a\": 1.0}",
+            "{\"a\": 1e3}",
+            "{\"a\": true}",
+            "{\"a\": 0} x",
+            "{\"a\": 0, \"a\": 1}",
+            "{\"a\": 0, \"b\": 0}",
+            "{\"a b\": 0}",
+            "{\"a\\n\": 0}",
+            "{\"\\ud800\": 0}",
+            "{\"\u{1}\": 0}",
+            "{\"a\": 1234567890123456789}",
+            "{\"a\" 0}",
+            "{\"a\": 0",
+            "{\"\\x\": 0}",
+        ] {
+            assert_eq!(vocab(bad), None, "{bad:?}");
         }
     }
 

@@ -13,11 +13,9 @@ Python objects.
 from __future__ import annotations
 
 import json
-import operator
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from itertools import starmap
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -443,23 +441,25 @@ class NativeEncoder:
         if transition is not None and (type(transition) is not int or transition < 0):
             raise ConfigError(f"transition must be a merge count (an int >= 0), not {transition!r}")
         ids = dict(vocab)
-        made = list(starmap(operator.add, merges))
-        if not all(map(ids.__contains__, made)):  # one pass at C speed; the loop only names the fault
-            rank = next(rank for rank, token in enumerate(made) if token not in ids)
-            left, right = merges[rank]
-            raise ConfigError(f"merge #{rank} ({left!r}, {right!r}) makes a token not in the vocab")
         _require_exact(pretokenizer)
-        self._core = lib.Encoder(
-            ids,
-            list(merges),
-            pretokenizer.pattern,
-            pretokenizer.line_units,
-            0 if workers is None else resolve_workers(workers, 0),  # 0: rayon's own default
-            whole_pieces,
-            two_level,
-            transition,
-            [token.encode("utf-8") for token in watched],
-        )
+        try:
+            self._core = lib.Encoder(
+                ids,
+                list(merges),
+                pretokenizer.pattern,
+                pretokenizer.line_units,
+                0 if workers is None else resolve_workers(workers, 0),  # 0: rayon's own default
+                whole_pieces,
+                two_level,
+                transition,
+                [token.encode("utf-8") for token in watched],
+            )
+        except ValueError as exc:  # the core refuses a merge making a token not in the vocab: name it
+            for rank, (left, right) in enumerate(merges):
+                if left + right not in ids:
+                    fault = f"merge #{rank} ({left!r}, {right!r}) makes a token not in the vocab"
+                    raise ConfigError(fault) from None
+            raise ConfigError(str(exc)) from None
         # `plain` and `plain_array` are the Rust methods themselves: they never raise for a bad text
         # (they answer None), so there is nothing to translate, and a per-document call is one call.
         self.plain = self._core.plain

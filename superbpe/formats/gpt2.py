@@ -17,7 +17,7 @@ from superbpe.core.byte_table import bytes_to_token_str, token_str_to_bytes
 from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.types import Merge
 from superbpe.core.util import atomic_write_text
-from superbpe.formats.json_files import json_text, read_json, read_text
+from superbpe.formats.json_files import json_text, parse_json, read_text
 
 try:  # the extension reads the files' strings far faster; without it they are read here alone
     from superbpe import _native
@@ -140,7 +140,12 @@ def write_merges(path: str | Path, merges: Sequence[Merge]) -> None:
 def read_vocab(path: str | Path, special_tokens: Sequence[str] = ()) -> dict[int, bytes]:
     """``vocab.json`` -> ``{id: bytes}``. Special tokens may appear verbatim rather than byte-mapped."""
     path = Path(path)
-    return vocab_from_mapping(path, read_json(path), special_tokens)
+    text = read_text(path)
+    if _native is not None:
+        fast = _native.gpt2_vocab(text)
+        if fast is not None:
+            return fast
+    return vocab_from_mapping(path, parse_json(path, text), special_tokens)
 
 
 def unmerged_tokens(vocab: Mapping[int, bytes], merges: Sequence[Merge]) -> list[str]:
@@ -149,8 +154,9 @@ def unmerged_tokens(vocab: Mapping[int, bytes], merges: Sequence[Merge]) -> list
     BPE can never produce such a token, so in a GPT-2 style ``vocab.json`` + ``merges.txt`` they are the
     special tokens. Ones that are not UTF-8 cannot be matched in text and are left as they are.
     """
-    unmade = {token for token in vocab.values() if len(token) > 1}
+    unmade = set(vocab.values())  # whole-set steps at C speed: a 200K vocab is loaded before any encoding
     unmade.difference_update(starmap(operator.add, merges))
+    unmade = {token for token in unmade if len(token) > 1}
     found = []
     for _, token in sorted((token_id, token) for token_id, token in vocab.items() if token in unmade):
         try:

@@ -44,7 +44,11 @@ def _no_duplicate_keys(path: Path) -> Callable[[list[tuple[str, Any]]], dict[str
 
 
 def read_json(path: Path) -> Any:
-    text = read_text(path)
+    return parse_json(path, read_text(path))
+
+
+def parse_json(path: Path, text: str) -> Any:
+    """The JSON document ``text`` read from ``path`` (named in errors); a repeated key is an error."""
     try:
         return json.loads(text, object_pairs_hook=_no_duplicate_keys(path))
     except json.JSONDecodeError as exc:

@@ -144,6 +144,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(char_classes, m)?)?;
     m.add_function(wrap_pyfunction!(train::train, m)?)?;
     m.add_function(wrap_pyfunction!(train::train_memory, m)?)?;
+    m.add_function(wrap_pyfunction!(tokenfiles::gpt2_vocab, m)?)?;
     m.add_function(wrap_pyfunction!(tokenfiles::gpt2_token_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(tokenfiles::gpt2_merges, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;

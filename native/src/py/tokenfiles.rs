@@ -2,10 +2,22 @@
 
 use pyo3::prelude::*;
 use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
-use pyo3::types::{PyBytes, PyList, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use super::run_attached;
 use crate::tokenfiles;
+
+/// `{id: token bytes}` of a `vocab.json` text, or None unless it is a flat object of distinct table
+/// strings to distinct non-negative integers.
+#[pyfunction]
+pub(super) fn gpt2_vocab<'py>(py: Python<'py>, text: PyBackedStr) -> PyResult<Option<Bound<'py, PyDict>>> {
+    let Some(entries) = run_attached(|| Ok(tokenfiles::vocab(&text)))? else { return Ok(None) };
+    let vocab = PyDict::new(py);
+    for (id, token) in entries {
+        vocab.set_item(id, PyBytes::new(py, &token))?;
+    }
+    Ok(Some(vocab))
+}
 
 /// The bytes of each token string, or None when one is not spelt in the byte table.
 #[pyfunction]
