@@ -69,7 +69,9 @@ def export(directory: Path, compat: str | None, out: Path) -> bool:
 
 def timed(kind: str, directory: Path, compat: str | None, out: Path, repeats: int) -> list[float]:
     args = [sys.executable, "-c", CHILD, kind, str(directory), compat or "", str(out), str(repeats)]
-    done = subprocess.run(args, capture_output=True, text=True, check=False)
+    # Run from the scratch directory: `-c` puts the working directory first on the path, and a checkout's
+    # own `superbpe/` there would shadow the installed package.
+    done = subprocess.run(args, capture_output=True, text=True, check=False, cwd=out)
     if done.returncode != 0:
         raise SystemExit(f"{kind} on {directory} failed: {done.stderr.strip().splitlines()[-1]}")
     return json.loads(done.stdout)
