@@ -21,6 +21,7 @@ from superbpe.formats import gpt2 as gpt2_files
 from superbpe.formats.gpt2 import (
     MERGES_FILE,
     VOCAB_FILE,
+    check_merges,
     read_merges,
     read_vocab,
     vocab_from_mapping,
@@ -34,6 +35,7 @@ from superbpe.formats.hf import (
     pretokenizer_from_hf,
     read_hf_tokenizer,
 )
+from superbpe.formats.hf import _hf_merges as hf_merges
 from superbpe.formats.json_files import read_json
 from superbpe.formats.manifest import MANIFEST_FILE, read_manifest
 from superbpe.formats.tokenizer_dir import save_tokenizer_dir
@@ -294,6 +296,38 @@ def test_merges_read_alike_with_and_without_the_extension(
     kept = data.draw(st.sets(st.sampled_from(sorted(made)))) if made else set()
     vocab = data.draw(st.sampled_from([None, dict(enumerate(sorted(made))), dict(enumerate(sorted(kept)))]))
     first, second = _read_with_and_without_native(lambda: read_merges(path, vocab))
+    assert first == second
+
+
+@needs_native
+@SETTINGS
+@given(
+    pairs=st.lists(st.tuples(_TABLE_TOKEN, _TABLE_TOKEN), max_size=6),
+    as_lists=st.booleans(),
+    flaw=st.sampled_from([None, "", "a", "a  b", "a b c", "#version: 0.2", "a\nb c", "a b\r", ["a"],
+                          ["a", ""], ["a", "b", "c"], ["a", 1], 3, ["a b", "c"], ["a", "\u4e2d"]]),
+    data=st.data(),
+)
+def test_tokenizer_json_merges_read_alike_with_and_without_the_extension(
+    tmp_path_factory: pytest.TempPathFactory,
+    pairs: list[tuple[str, str]],
+    as_lists: bool,
+    flaw: object,
+    data: st.DataObject,
+) -> None:
+    items: list[object] = [[left, right] if as_lists else f"{left} {right}" for left, right in pairs]
+    if flaw is not None:
+        items.insert(data.draw(st.integers(0, len(items))), flaw)
+    path = tmp_path_factory.mktemp("hf") / "tokenizer.json"
+    made = {token_str_to_bytes(text) for left, right in pairs for text in (left, right, left + right)}
+    vocab = dict(enumerate(sorted(made)))
+
+    def read() -> object:
+        merges, where = hf_merges(path, items)
+        check_merges(path, merges, vocab, where)
+        return merges
+
+    first, second = _read_with_and_without_native(read)
     assert first == second
 
 

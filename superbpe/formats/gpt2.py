@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import operator
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import starmap
+from itertools import chain, starmap
 from pathlib import Path
 from typing import Any
 
@@ -95,10 +95,39 @@ def _native_vocab(mapping: dict[Any, Any], verbatim: Mapping[str, int]) -> dict[
     return dict(zip(ids, tokens, strict=True))
 
 
-def check_merges(path: Path, merges: list[Merge], vocab: Mapping[int, bytes], where: list[str]) -> None:
-    """Every merge must join two tokens into a token, all in the vocab (else ids cannot be given)."""
+def decode_merge_items(items: list[Any]) -> list[Merge] | None:
+    """Merges from ``tokenizer.json`` items, all ``"left right"`` strings or all ``[left, right]`` lists
+    of byte-table strings, decoded by the extension; None when it is not built or any item is not two
+    such strings (the caller's own loop then reads them and names the fault)."""
+    if _native is None or not items:
+        return None
+    kinds = set(map(type, items))
+    if kinds == {str}:  # as the lines of a merges.txt, each line exactly one item
+        text = "\n".join(items)
+        if "\r" in text or text.count("\n") != len(items) - 1:
+            return None
+        merges = _native.gpt2_merges(text, None)
+        return merges if merges is not None and len(merges) == len(items) else None
+    if kinds != {list} or set(map(len, items)) != {2}:
+        return None
+    texts = list(chain.from_iterable(items))
+    if set(map(type, texts)) - {str} or not all(texts):
+        return None
+    tokens = _native.gpt2_token_bytes(texts)
+    return None if tokens is None else list(zip(tokens[::2], tokens[1::2], strict=True))
+
+
+def check_merges(
+    path: Path, merges: list[Merge], vocab: Mapping[int, bytes], where: list[str] | None = None
+) -> None:
+    """Every merge must join two tokens into a token, all in the vocab (else ids cannot be given).
+
+    ``where`` names each merge's place in the file for errors (default: ``merge #i``)."""
     tokens = set(vocab.values())
-    for (left, right), place in zip(merges, where, strict=True):
+    if tokens.issuperset(chain.from_iterable(merges)) and tokens.issuperset(starmap(operator.add, merges)):
+        return  # whole-set steps at C speed; the loop below only names the fault
+    places = where if where is not None else [f"merge #{index}" for index in range(len(merges))]
+    for (left, right), place in zip(merges, places, strict=True):
         for part in (left, right):
             if part not in tokens:
                 shown = bytes_to_token_str(part)

@@ -12,7 +12,7 @@ from superbpe.core.byte_table import bytes_to_token_str
 from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.pretokenize import PATTERNS, Pretokenizer, get_pretokenizer
 from superbpe.core.types import Merge
-from superbpe.formats.gpt2 import check_merges, parse_merge, vocab_from_mapping
+from superbpe.formats.gpt2 import check_merges, decode_merge_items, parse_merge, vocab_from_mapping
 from superbpe.formats.json_files import read_json
 
 HF_FILE = "tokenizer.json"
@@ -158,10 +158,13 @@ def _add_added_tokens(path: Path, vocab: dict[int, bytes], added: list[dict[str,
         by_bytes[token] = token_id
 
 
-def _hf_merges(path: Path, raw: Any) -> tuple[list[Merge], list[str]]:
+def _hf_merges(path: Path, raw: Any) -> tuple[list[Merge], list[str] | None]:
     """Merges as ``"a b"`` strings (older files) or ``["a", "b"]`` pairs (tokenizers >= 0.20)."""
     if not isinstance(raw, list):
         raise InputError(f"{path}: model.merges must be a list")
+    fast = decode_merge_items(raw)
+    if fast is not None:
+        return fast, None
     merges: list[Merge] = []
     where: list[str] = []
     for index, item in enumerate(raw):
