@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import pytest
@@ -265,6 +266,13 @@ def test_vocab_json_parsed_alike_with_and_without_the_extension(
     assert first == second
 
 
+def _with_flaw(items: list[Any], flaw: object, data: st.DataObject) -> list[Any]:
+    """``items`` with ``flaw``, when there is one, inserted at a drawn place."""
+    if flaw is not None:
+        items.insert(data.draw(st.integers(0, len(items))), flaw)
+    return items
+
+
 _TABLE_TOKEN = st.text(alphabet=st.sampled_from([*"abĠĊé!"]), min_size=1, max_size=3)
 
 
@@ -285,9 +293,8 @@ def test_merges_read_alike_with_and_without_the_extension(
     flaw: str | None,
     data: st.DataObject,
 ) -> None:
-    lines = [f"{left} {right}" for left, right in pairs]
-    if flaw is not None:  # one malformed line (or a header that is not on the first line)
-        lines.insert(data.draw(st.integers(0, len(lines))), flaw)
+    # One malformed line, or a header that is not on the first line.
+    lines = _with_flaw([f"{left} {right}" for left, right in pairs], flaw, data)
     text = "#version: 0.2" * header + ending + ending.join(lines)
     path = tmp_path_factory.mktemp("merges") / "merges.txt"
     path.write_text(text, encoding="utf-8", newline="")
@@ -315,9 +322,8 @@ def test_tokenizer_json_merges_read_alike_with_and_without_the_extension(
     flaw: object,
     data: st.DataObject,
 ) -> None:
-    items: list[object] = [[left, right] if as_lists else f"{left} {right}" for left, right in pairs]
-    if flaw is not None:
-        items.insert(data.draw(st.integers(0, len(items))), flaw)
+    items = [[left, right] if as_lists else f"{left} {right}" for left, right in pairs]
+    items = _with_flaw(items, flaw, data)
     path = tmp_path_factory.mktemp("hf") / "tokenizer.json"
     made = {token_str_to_bytes(text) for left, right in pairs for text in (left, right, left + right)}
     vocab = dict(enumerate(sorted(made)))
