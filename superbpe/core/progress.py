@@ -15,8 +15,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tqdm import tqdm
-
 from superbpe.core.util import human_size, peak_rss_bytes
 
 log = logging.getLogger("superbpe")
@@ -68,6 +66,9 @@ def task(
     says little about the rest; a bar's smoothed rate adapts by itself.
     """
     if want_bars(enabled):
+        # Imported here, not at the top: only bars need it, and importing it slows every `import superbpe`.
+        from tqdm import tqdm
+
         with tqdm(
             total=total,
             initial=initial,
