@@ -337,6 +337,17 @@ def test_tokenizer_json_merges_read_alike_with_and_without_the_extension(
     assert first == second
 
 
+@pytest.mark.parametrize("engine", ["python", pytest.param("native", marks=needs_native)])
+def test_a_merge_making_a_token_not_in_the_vocab_is_named(engine: str) -> None:
+    # Runs of x doubled up to 32 bytes: tokens past 15 bytes take the encoder's other table.
+    runs = [b"x" * 2**k for k in range(6)]
+    vocab = {i: bytes([i]) for i in range(256)} | dict(enumerate(runs[1:], start=256)) | {300: b"ab"}
+    merges = [(run, run) for run in runs[:-1]] + [(b"a", b"b"), (b"b", b"c")]
+    with pytest.raises(ConfigError, match=r"^merge #6 \(b'b', b'c'\) makes a token not in the vocab$"):
+        Tokenizer(vocab, merges, engine=engine)
+    assert Tokenizer(vocab, merges[:-1], engine=engine).encode("x" * 48 + "ab") == [260, 259, 300]
+
+
 def test_tokenizer_copies_a_vocab_and_merges_of_other_byte_types() -> None:
     """Whole-list checks let plain bytes through as they are; anything else is copied to bytes."""
     vocab = {0: bytearray(b"a"), 1: b"b", 2: memoryview(b"ab").tobytes()}

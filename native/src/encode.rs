@@ -55,6 +55,35 @@ type Packed = u64;
 const NO_MERGE: Packed = u64::MAX;
 
 #[inline(always)]
+/// The id of each of `tokens` in `map`, each slot fetched `AHEAD` lookups before it is read: a large
+/// vocabulary's table outgrows the CPU caches, and looking up every merge's parts and result one
+/// miss at a time was most of building the encoder.
+fn ids_of(map: &PieceMap<u32>, tokens: &[&[u8]]) -> Vec<Option<u32>> {
+    const AHEAD: usize = 16;
+    let keys: Vec<Option<(u64, u64, u64)>> = tokens
+        .iter()
+        .map(|t| {
+            (1..=PACKED_MAX).contains(&t.len()).then(|| {
+                let (k0, k1) = pack(t);
+                (k0, k1, hash_packed(k0, k1))
+            })
+        })
+        .collect();
+    let probe = map.probe();
+    keys.iter().take(AHEAD).flatten().for_each(|k| probe.prefetch(k.2));
+    (0..tokens.len())
+        .map(|i| {
+            if let Some(Some(ahead)) = keys.get(i + AHEAD) {
+                probe.prefetch(ahead.2);
+            }
+            match keys[i] {
+                Some((k0, k1, hash)) => probe.get(k0, k1, hash).copied(),
+                None => map.get(tokens[i]),
+            }
+        })
+        .collect()
+}
+
 fn packed(rank: u32, merged: u32) -> Packed {
     (rank as u64) << 32 | merged as u64
 }
@@ -418,13 +447,24 @@ impl Encoder {
         }
         let lacks_bytes = byte_ids.contains(&MISSING);
         let mut ranks: HashMap<u64, Packed, BuildHasherDefault<PairHasher>> = HashMap::default();
-        for (rank, (l, r)) in merges.iter().enumerate() {
-            let merged = [l.as_slice(), r.as_slice()].concat();
-            let Some(mi) = map.get(&merged) else {
+        let joined: Vec<u8> = merges.iter().flat_map(|(l, r)| l.iter().chain(r)).copied().collect();
+        let mut at = 0;
+        let made: Vec<&[u8]> = merges
+            .iter()
+            .map(|(l, r)| {
+                at += l.len() + r.len();
+                &joined[at - l.len() - r.len()..at]
+            })
+            .collect();
+        let made = ids_of(&map, &made);
+        let lefts = ids_of(&map, &merges.iter().map(|m| &m.0[..]).collect::<Vec<_>>());
+        let rights = ids_of(&map, &merges.iter().map(|m| &m.1[..]).collect::<Vec<_>>());
+        for (rank, ((mi, li), ri)) in made.into_iter().zip(lefts).zip(rights).enumerate() {
+            let Some(mi) = mi else {
                 return Err(format!("merge {rank}: the token it makes is not in the vocabulary"));
             };
             // A part that is not a token can never be formed, so the merge can never apply.
-            if let (Some(li), Some(ri)) = (map.get(l), map.get(r)) {
+            if let (Some(li), Some(ri)) = (li, ri) {
                 ranks.entry(bpe::pair_key(li, ri)).or_insert(packed(rank as u32, mi));
             }
         }
