@@ -54,7 +54,6 @@ const GROUP_MIN_BYTES: usize = 1 << 16;
 type Packed = u64;
 const NO_MERGE: Packed = u64::MAX;
 
-#[inline(always)]
 /// The id of each of `tokens` in `map`, each slot fetched `AHEAD` lookups before it is read: a large
 /// vocabulary's table outgrows the CPU caches, and looking up every merge's parts and result one
 /// miss at a time was most of building the encoder.
@@ -84,6 +83,7 @@ fn ids_of(map: &PieceMap<u32>, tokens: &[&[u8]]) -> Vec<Option<u32>> {
         .collect()
 }
 
+#[inline(always)]
 fn packed(rank: u32, merged: u32) -> Packed {
     (rank as u64) << 32 | merged as u64
 }
