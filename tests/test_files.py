@@ -350,7 +350,7 @@ def test_a_merge_making_a_token_not_in_the_vocab_is_named(engine: str) -> None:
 
 def test_tokenizer_copies_a_vocab_and_merges_of_other_byte_types() -> None:
     """Whole-list checks let plain bytes through as they are; anything else is copied to bytes."""
-    vocab = {0: bytearray(b"a"), 1: b"b", 2: memoryview(b"ab").tobytes()}
+    vocab = {0: bytearray(b"a"), 1: b"b", 2: b"ab"}
     tok = Tokenizer(vocab, [(bytearray(b"a"), b"b")], engine="python")
     assert tok.vocab == {0: b"a", 1: b"b", 2: b"ab"}
     assert all(type(token) is bytes for token in tok.vocab.values())

@@ -447,15 +447,15 @@ impl Encoder {
         }
         let lacks_bytes = byte_ids.contains(&MISSING);
         let mut ranks: HashMap<u64, Packed, BuildHasherDefault<PairHasher>> = HashMap::default();
-        let joined: Vec<u8> = merges.iter().flat_map(|(l, r)| l.iter().chain(r)).copied().collect();
-        let mut at = 0;
-        let made: Vec<&[u8]> = merges
-            .iter()
-            .map(|(l, r)| {
-                at += l.len() + r.len();
-                &joined[at - l.len() - r.len()..at]
-            })
-            .collect();
+        // The tokens the merges make, side by side in one buffer (not an allocation each).
+        let (mut joined, mut ends) = (Vec::new(), Vec::with_capacity(merges.len()));
+        for (l, r) in merges {
+            joined.extend_from_slice(l);
+            joined.extend_from_slice(r);
+            ends.push(joined.len());
+        }
+        let starts = std::iter::once(0).chain(ends.iter().copied());
+        let made: Vec<&[u8]> = starts.zip(&ends).map(|(start, &end)| &joined[start..end]).collect();
         let made = ids_of(&map, &made);
         let lefts = ids_of(&map, &merges.iter().map(|m| &m.0[..]).collect::<Vec<_>>());
         let rights = ids_of(&map, &merges.iter().map(|m| &m.1[..]).collect::<Vec<_>>());

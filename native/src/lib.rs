@@ -5,6 +5,7 @@
 
 pub mod ascii_classes;
 pub mod bpe;
+pub mod byte_table;
 pub mod bytesmap;
 pub mod count;
 pub mod countsfile;

@@ -13,49 +13,18 @@
 
 use ahash::AHashSet;
 
-/// Table characters are below this code point: the 68 shifted bytes take 256..324.
-const TABLE_CHARS: usize = 256 + 68;
-const NOT_A_BYTE: u16 = u16::MAX;
-
-/// The byte each table character stands for: printable Latin-1 bytes (`!`..`~`, `¡`..`¬`,
-/// `®`..`ÿ`) stand for themselves, and the other 68 bytes, in order, for U+0100 onwards.
-const fn char_to_byte() -> [u16; TABLE_CHARS] {
-    let mut table = [NOT_A_BYTE; TABLE_CHARS];
-    let mut shifted = 0;
-    let mut byte = 0;
-    while byte < 256 {
-        let visible = (byte >= 0x21 && byte <= 0x7E) || (byte >= 0xA1 && byte <= 0xAC) || (byte >= 0xAE);
-        if visible {
-            table[byte] = byte as u16;
-        } else {
-            table[256 + shifted] = byte as u16;
-            shifted += 1;
-        }
-        byte += 1;
-    }
-    table
-}
-
-static CHAR_TO_BYTE: [u16; TABLE_CHARS] = char_to_byte();
+use crate::byte_table::byte_of;
 
 /// The bytes a token string spells, or `None` when a character is not in the table.
 pub fn token_bytes(text: &str) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(text.len());
-    for c in text.chars() {
-        let byte = *CHAR_TO_BYTE.get(c as usize)?;
-        if byte == NOT_A_BYTE {
-            return None;
-        }
-        out.push(byte as u8);
-    }
-    Some(out)
+    text.chars().map(|c| byte_of(c as u32)).collect()
 }
 
 /// The entries of a `vocab.json` text, `(id, token bytes)` in file order, or `None` unless it is one
 /// flat JSON object of distinct strings, each spelt in the byte table, to distinct non-negative
 /// integers (below 10^18: longer numbers are left to Python).
 pub fn vocab(text: &str) -> Option<Vec<(u64, Vec<u8>)>> {
-    let mut json = Json { text: text.as_bytes(), at: 0 };
+    let mut json = Json { text, at: 0 };
     let mut entries = Vec::new();
     json.skip_space();
     json.expect(b'{')?;
@@ -88,13 +57,13 @@ pub fn vocab(text: &str) -> Option<Vec<(u64, Vec<u8>)>> {
 
 /// A cursor over JSON text, for the one shape `vocab` reads.
 struct Json<'a> {
-    text: &'a [u8],
+    text: &'a str,
     at: usize,
 }
 
 impl Json<'_> {
     fn peek(&self) -> Option<u8> {
-        self.text.get(self.at).copied()
+        self.text.as_bytes().get(self.at).copied()
     }
 
     fn next(&mut self) -> Option<u8> {
@@ -119,7 +88,7 @@ impl Json<'_> {
         while matches!(self.peek(), Some(b'0'..=b'9')) {
             self.at += 1;
         }
-        let digits = &self.text[start..self.at];
+        let digits = &self.text.as_bytes()[start..self.at];
         if digits.is_empty() || digits.len() > 18 || (digits.len() > 1 && digits[0] == b'0') {
             return None;
         }
@@ -140,13 +109,9 @@ impl Json<'_> {
                 b'\\' => self.escaped()?,
                 byte if byte < 0x20 => return None,
                 byte if byte < 0x80 => byte as u32,
-                lead => self.utf8_rest(lead)?,
+                _ => self.rest_of_char()?,
             };
-            let byte = *CHAR_TO_BYTE.get(c as usize)?;
-            if byte == NOT_A_BYTE {
-                return None;
-            }
-            out.push(byte as u8);
+            out.push(byte_of(c)?);
         }
     }
 
@@ -182,22 +147,15 @@ impl Json<'_> {
     }
 
     fn hex4(&mut self) -> Option<u32> {
-        let digits = self.text.get(self.at..self.at + 4)?;
+        let digits = self.text.as_bytes().get(self.at..self.at + 4)?;
         self.at += 4;
         digits.iter().try_fold(0u32, |n, &d| Some(n * 16 + (d as char).to_digit(16)?))
     }
 
-    /// The code point of a multi-byte UTF-8 character whose first byte was `lead` (the text is a
-    /// `str`, so it is valid UTF-8).
-    fn utf8_rest(&mut self, lead: u8) -> Option<u32> {
-        let len = match lead {
-            0xC0..=0xDF => 2,
-            0xE0..=0xEF => 3,
-            _ => 4,
-        };
-        let start = self.at - 1;
-        let c = std::str::from_utf8(self.text.get(start..start + len)?).ok()?.chars().next()?;
-        self.at = start + len;
+    /// The code point of the multi-byte character whose first byte was just read.
+    fn rest_of_char(&mut self) -> Option<u32> {
+        let c = self.text.get(self.at - 1..)?.chars().next()?;
+        self.at += c.len_utf8() - 1;
         Some(c as u32)
     }
 }
@@ -239,19 +197,13 @@ mod tests {
 
     /// GPT-2's table, spelt out: a space is "Ġ" (U+0120), a newline "Ċ" (U+010A), "a" itself.
     #[test]
-    fn table_matches_gpt2_spelling() {
+    fn token_strings_are_spelt_in_the_table() {
         assert_eq!(token_bytes("Ġthe"), Some(b" the".to_vec()));
         assert_eq!(token_bytes("Ċ"), Some(b"\n".to_vec()));
         assert_eq!(token_bytes("Ā"), Some(vec![0]));
         assert_eq!(token_bytes("ÿ"), Some(vec![0xFF]));
         assert_eq!(token_bytes("Ń"), Some(vec![0xAD])); // the soft hyphen is the last shifted byte
         assert_eq!(token_bytes(""), Some(Vec::new()));
-        let bytes: Vec<u16> = CHAR_TO_BYTE.iter().copied().filter(|&b| b != NOT_A_BYTE).collect();
-        assert_eq!(bytes.len(), 256, "every byte has one character");
-        let mut sorted = bytes.clone();
-        sorted.sort_unstable();
-        sorted.dedup();
-        assert_eq!(sorted.len(), 256);
     }
 
     #[test]

@@ -545,7 +545,7 @@ def _checked_vocab(vocab: Mapping[int, bytes]) -> dict[int, bytes]:
 
 
 def _checked_merges(merges: Sequence[Merge]) -> list[Merge]:
-    """The merges as a list of ``(bytes, bytes)`` (bytearrays and memoryviews copied)."""
+    """The merges as a list of ``(bytes, bytes)`` (other byte types copied to bytes)."""
     listed = list(merges)
     pairs = set(map(type, listed)) <= {tuple} and set(map(len, listed)) <= {2}
     if pairs and set(map(type, chain.from_iterable(listed))) <= {bytes}:

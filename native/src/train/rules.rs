@@ -1,6 +1,8 @@
 //! Which merged tokens a trainer may create (`MergeRules` in docs/DESIGN.md), and the tie-break
 //! keys of the official recipe's ids.
 
+use crate::byte_table;
+
 /// Which merged tokens may be created, and how the official recipe's choices are made (see
 /// `MergeRules` in docs/DESIGN.md and `superbpe.compat`).
 #[derive(Clone, Debug, Default)]
@@ -28,19 +30,8 @@ impl Rules {
 /// byte-to-unicode character, then each new token in order; the key is big-endian and reversed so
 /// the heap's "greatest key wins" picks the lowest ids.
 pub(super) fn hf_tie_key(id: usize) -> Vec<u8> {
-    let rank = if id < 256 { byte_table_char(id as u8) } else { 0x144 + (id as u32 - 256) };
+    let rank = if id < 256 { byte_table::char_of(id as u8) } else { 0x144 + (id as u32 - 256) };
     (u32::MAX - rank).to_be_bytes().to_vec()
-}
-
-/// The code point GPT-2's byte-to-unicode table gives byte `b`: printable Latin-1 bytes keep
-/// theirs, the other 68 get 256, 257, ... in byte order.
-pub(super) fn byte_table_char(b: u8) -> u32 {
-    let visible = |x: u8| (0x21..=0x7E).contains(&x) || (0xA1..=0xAC).contains(&x) || x >= 0xAE;
-    if visible(b) {
-        b as u32
-    } else {
-        256 + (0..b).filter(|&x| !visible(x)).count() as u32
-    }
 }
 
 impl Rules {

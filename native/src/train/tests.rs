@@ -1,7 +1,7 @@
 #[cfg(test)]
 mod choosing {
-    use super::super::rules::byte_table_char;
     use super::super::*;
+    use crate::byte_table::char_of;
 
     fn counts(items: &[(&str, u64)]) -> Counts {
         let mut c = Counts::default();
@@ -45,7 +45,7 @@ mod choosing {
     #[test]
     fn hf_ids_break_ties_by_lowest_ids() {
         // GPT-2's byte table: space is U+0120 and newline U+010A, so both rank after every letter.
-        assert_eq!((byte_table_char(b' '), byte_table_char(b'\n'), byte_table_char(b'a')), (0x120, 0x10A, 0x61));
+        assert_eq!((char_of(b' '), char_of(b'\n'), char_of(b'a')), (0x120, 0x10A, 0x61));
         let rules = Rules { min_frequency: 1, tie_break_ids: true, ..Default::default() };
         // "ab", "cd" and " x" tie at 5: HF takes (a, b) first, then (c, d); (" ", x) comes last.
         let m = train(&[("ab", 5), ("cd", 5), (" x", 5)], 3, &rules);
