@@ -1,6 +1,7 @@
 """Per-document arrays: ``encode_array`` and ``encode_ordinary_array`` equal ``encode`` and
 ``encode_ordinary`` on both engines (special tokens, non-ASCII text, empty strings, random texts), in the
-dtype asked for; bad input fails as ``encode`` does, a bad dtype as ``encode_batch_flat`` does."""
+dtype asked for; bad input fails as ``encode`` does, a bad dtype as ``encode_batch_flat`` does.
+``encode_utf8`` of bytes equals ``encode_array`` of the text they decode to, and fails where decoding does."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 from superbpe import train_bpe
 from superbpe.api import tokenizer as tokenizer_module
 from superbpe.api.tokenizer import Tokenizer
-from superbpe.core.errors import ConfigError, InputError
+from superbpe.core.errors import ConfigError, InputError, SuperBPEError
 from superbpe.engines import native as native_engine
 
 EOT = "<|endoftext|>"
@@ -75,6 +76,58 @@ _parts = st.sampled_from(
 def test_random_texts(tokenizers: list[Tokenizer], text: str) -> None:
     for tok in tokenizers:
         check_equal(tok, text)
+
+
+def check_utf8(tok: Tokenizer, data: bytes) -> None:
+    """``encode_utf8(data)`` against ``encode_array`` of what ``bytes.decode`` makes of it, both modes."""
+    for dtype in (None, np.uint32):
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as expected:
+            with pytest.raises(UnicodeDecodeError) as raised:
+                tok.encode_utf8(data, dtype)
+            assert (raised.value.start, raised.value.end) == (expected.start, expected.end), data
+        else:
+            got = tok.encode_utf8(data, dtype)
+            assert got.dtype == tok.encode_array(text, dtype).dtype
+            assert got.tolist() == tok.encode(text), (tok.engine, data[:80])
+        replaced = tok.encode_utf8(data, dtype, errors="replace")
+        assert replaced.tolist() == tok.encode(data.decode("utf-8", "replace")), (tok.engine, data[:80])
+
+
+def test_utf8_bytes_encode_as_their_text(tokenizers: list[Tokenizer], documents: list[str]) -> None:
+    for tok in tokenizers:
+        for text in documents:
+            check_utf8(tok, text.encode("utf-8"))
+        check_utf8(tok, bytearray(b"a bytearray " + EOT.encode()))
+
+
+_flawed = st.tuples(
+    st.lists(_parts, max_size=30).map("".join), st.binary(min_size=1, max_size=4), st.integers(0, 200)
+)
+
+
+@SETTINGS
+@given(
+    data=st.lists(_parts, max_size=40).map(lambda parts: "".join(parts).encode("utf-8"))
+    | st.binary(max_size=200)
+    | _flawed.map(lambda t: t[0].encode("utf-8")[: t[2]] + t[1] + t[0].encode("utf-8")[t[2] :])
+)
+def test_random_bytes_encode_as_their_text(tokenizers: list[Tokenizer], data: bytes) -> None:
+    """Valid text, any bytes, and text with a few arbitrary bytes put in (truncated sequences,
+    surrogates, overlong forms): the ids, the error's span and the replacements all as decoding has them."""
+    for tok in tokenizers:
+        check_utf8(tok, data)
+
+
+def test_encode_utf8_refuses_what_it_cannot_take(tokenizers: list[Tokenizer]) -> None:
+    for tok in tokenizers:
+        with pytest.raises(InputError, match="^encode_utf8 takes bytes, not str$"):
+            tok.encode_utf8("text")  # type: ignore[arg-type]
+        with pytest.raises(SuperBPEError, match="^errors must be 'strict' or 'replace', not 'ignore'$"):
+            tok.encode_utf8(b"text", errors="ignore")
+        with pytest.raises(ConfigError, match="dtype must be uint16 or uint32, not int8"):
+            tok.encode_utf8(b"text", np.int8)
 
 
 @pytest.mark.parametrize("count", [1, tokenizer_module.FEW_SPECIALS + 3])

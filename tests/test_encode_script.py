@@ -253,6 +253,26 @@ def test_an_error_on_a_worker_leaves_no_output(tokenizer_dir, tmp_path):
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
+def test_invalid_utf8_replaced_as_decoding_replaces_it(tokenizer_dir, documents, tmp_path):
+    """``errors=replace``: text with bad bytes (split across chunks too) encodes as its text decoded with
+    U+FFFD, on both engines and any worker count; strict names the first bad byte."""
+    data = "\n".join(documents).encode("utf-8")
+    for at, bad in [(10, b"\xff"), (3000, b"\xe2\x82"), (7000, b"\xed\xa0\x80"), (len(data), b"\xc3")]:
+        data = data[:at] + bad + data[at:]
+    corpus = tmp_path / "bad.txt"
+    corpus.write_bytes(data)
+    tok = Tokenizer.load(tokenizer_dir)
+    expected = [*tok.encode(data.decode("utf-8", "replace")), tok.token_to_id(EOT)]
+    for engine in ENGINES:
+        for workers in (1, 3):
+            out = tmp_path / f"{engine}{workers}.bin"
+            encode_corpus(tokenizer_dir, corpus, out, workers=workers, chunk_bytes=1024, engine=engine,
+                          errors="replace")  # fmt: skip
+            assert np.fromfile(out, dtype=np.uint16).tolist() == expected, (engine, workers)
+        with pytest.raises(InputError, match=r"bad.txt: invalid UTF-8 at byte 10; "):
+            encode_corpus(tokenizer_dir, corpus, tmp_path / "s.bin", workers=2, engine=engine)
+
+
 @pytest.mark.parametrize("workers", [0, -2, True])
 def test_bad_worker_counts_are_refused_before_any_output(tokenizer_dir, sample_texts, tmp_path, workers):
     out = tmp_path / "x.bin"

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from superbpe.core.compat import CompatConfig, check_directory_compat, encoding_for, recorded_compat
+from superbpe.core.counts import check_errors_mode
 from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.pretokenize import Pretokenizer, SpecialSplitter, get_pretokenizer
 from superbpe.core.sources import open_binary
@@ -210,6 +211,18 @@ class Tokenizer:
         if type(text) is not str:
             _check_text(text)
         return self._encode_ordinary_array(text, name)
+
+    def encode_utf8(self, data: bytes, dtype: Any = None, *, errors: str = "strict") -> np.ndarray:
+        """``encode_array(data.decode("utf-8", errors))`` without making that str: text read from a file as
+        bytes is encoded as it is. The native engine checks and encodes it in Rust with the GIL released
+        throughout, so threads encoding chunks side by side do not wait for each other. ``errors`` is
+        ``"strict"`` (invalid UTF-8 raises the ``UnicodeDecodeError`` decoding would) or ``"replace"``.
+        """
+        if not isinstance(data, (bytes, bytearray)):
+            raise InputError(f"encode_utf8 takes bytes, not {type(data).__name__}")
+        check_errors_mode(errors)
+        name = self._default_dtype if dtype is None else self._array_dtype(dtype)
+        return self._core.encode_utf8(bytes(data), self._special_ids, name, errors == "replace")
 
     def encode_batch(self, texts: Iterable[str], threads: int | None = None) -> list[list[int]]:
         """``[encode(t) for t in texts]``, encoded in parallel over the texts.

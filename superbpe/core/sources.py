@@ -252,6 +252,11 @@ class Chunk:
     documents: tuple[str, ...] | None = None  # a block of a document stream: its texts, no bytes
 
     @property
+    def is_text(self) -> bool:
+        """One text given as its bytes: not JSON lines, a table's rows or a stream's documents."""
+        return not self.jsonl and self.table_parts is None and self.documents is None
+
+    @property
     def read_bytes(self) -> int:
         """The bytes of the file on disk this chunk stands for: what progress counts, so that it ends at
         the file's size (a gzip file's chunks hold several times more bytes than it has)."""

@@ -69,6 +69,12 @@ class EncoderCore(Protocol):
         self, texts: list[str], specials: Mapping[str, int], threads: int, dtype: str
     ) -> tuple[np.ndarray, np.ndarray]: ...
 
+    def encode_utf8(self, data: bytes, specials: Mapping[str, int], dtype: str, replace: bool) -> np.ndarray:
+        """The ids of ``data.decode("utf-8", "replace" if replace else "strict")`` (special tokens in
+        ``specials`` cut out first) as one array of ``dtype``; invalid UTF-8 without ``replace`` raises
+        the ``UnicodeDecodeError`` that decoding raises."""
+        ...
+
 
 class Engine(Protocol):
     """Counting, training and encoding: the three places where speed matters."""

@@ -532,6 +532,18 @@ class NativeEncoder:
         except ValueError as exc:
             raise _encode_error(exc) from None
 
+    def encode_utf8(self, data: bytes, specials: Mapping[str, int], dtype: str, replace: bool) -> np.ndarray:
+        """As ``encode_texts_flat`` of the one text ``data`` decodes to, without making that str: the
+        bytes are checked and encoded in Rust with the GIL released throughout."""
+        _check_dtype(dtype)
+        pairs = [(token.encode("utf-8"), token_id) for token, token_id in specials.items()]
+        try:
+            return self._core.encode_utf8(data, pairs, dtype, replace)  # type: ignore[no-any-return]
+        except UnicodeDecodeError:
+            raise
+        except ValueError as exc:
+            raise _encode_error(exc) from None
+
     def encode_batch(self, texts: Sequence[str], dtype: str = "uint32") -> tuple[np.ndarray, np.ndarray]:
         """Encode many texts on all cores: flat ids (``dtype`` uint16/uint32) and each text's end offset."""
         _check_dtype(dtype)

@@ -133,6 +133,11 @@ class PythonEncoder:
             raise ConfigError(f"id {int(flat.max())} does not fit in {dtype}")
         return flat.astype(dtype), offsets
 
+    def encode_utf8(self, data: bytes, specials: Mapping[str, int], dtype: str, replace: bool) -> np.ndarray:
+        """``encode_texts_flat`` of the one text ``data`` decodes to."""
+        text = data.decode("utf-8", "replace" if replace else "strict")
+        return self.encode_texts_flat([text], specials, 1, dtype)[0]
+
     def _encode_piece(self, piece: str) -> tuple[int, ...]:
         try:
             data = piece.encode("utf-8")

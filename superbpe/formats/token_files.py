@@ -74,9 +74,10 @@ def token_dtype(vocab: Mapping[int, bytes]) -> np.dtype:
 
 
 def write_ids(handle: Any, ids: Sequence[int] | np.ndarray, dtype: np.dtype) -> int:
-    """Append ``ids`` (a list or an array) little-endian; the number written."""
+    """Append ``ids`` (a list or an array) little-endian; the number written. An array of that type is
+    written from its own buffer, not copied first."""
     if len(ids):
-        handle.write(np.asarray(ids, dtype=dtype.newbyteorder("<")).tobytes())
+        handle.write(np.ascontiguousarray(ids, dtype=dtype.newbyteorder("<")))
     return len(ids)
 
 

@@ -36,6 +36,7 @@ from superbpe.core.sources import (
     InputSpec,
     chunk_documents,
     corpus_size,
+    invalid_utf8,
     is_jsonl,
     is_table,
     iter_chunks,
@@ -86,14 +87,22 @@ class ChunkEncoder:
         One thread per chunk: the chunks are what runs in parallel, so a batch's own threads would only
         compete with them. The ids never become Python ints (``encode_batch_flat``).
         """
-        documents = list(chunk_documents(chunk, self.errors, self.text_field))
-        ids, offsets = self.tokenizer.encode_batch_flat(documents, threads=1, dtype=self.dtype)
-        if not chunk.jsonl:  # a text chunk is one text; its separators are special tokens in it
+        if chunk.is_text:  # one text; its separators are special tokens in it
+            ids = self._encode_text(chunk)
             ended = 0 if self.separator_id is None else int(np.count_nonzero(ids == self.separator_id))
             return ids, ended
+        documents = list(chunk_documents(chunk, self.errors, self.text_field))
+        ids, offsets = self.tokenizer.encode_batch_flat(documents, threads=1, dtype=self.dtype)
         if self.separator_id is not None:  # after every record
             ids = np.insert(ids, offsets[1:], np.asarray(self.separator_id, dtype=self.dtype))
         return ids, len(documents)
+
+    def _encode_text(self, chunk: Chunk) -> np.ndarray:
+        """A text chunk's bytes encoded as they are, never made a str (see ``Tokenizer.encode_utf8``)."""
+        try:
+            return self.tokenizer.encode_utf8(chunk.data, self.dtype, errors=self.errors)
+        except UnicodeDecodeError as exc:
+            raise invalid_utf8(chunk.path, chunk.offset + exc.start) from None
 
 
 def _init_worker(

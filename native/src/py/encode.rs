@@ -5,6 +5,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
 use numpy::{PyArray1, PyArrayMethods};
+use pyo3::exceptions::PyUnicodeDecodeError;
+use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::PyString;
 
 use super::*;
@@ -213,6 +215,38 @@ impl NativeEncoder {
             ids.map_err(NativeError::from)
         })?;
         Ok((joined_array(py, ids), PyArray1::from_vec(py, offsets).into_any()))
+    }
+
+    /// The ids of `data`, UTF-8 text given as bytes, special tokens cut out, as one numpy array
+    /// (`dtype` "uint16" or "uint32"), on the calling thread with the GIL released throughout:
+    /// a corpus read as bytes needs no str (decoding one, and Python's UTF-8 copy of a non-ASCII
+    /// one, held the GIL, which threads encoding chunks side by side then waited for). Invalid
+    /// UTF-8 raises `UnicodeDecodeError` as `bytes.decode` does, or with `replace` becomes
+    /// U+FFFD as `bytes.decode(errors="replace")` makes it.
+    fn encode_utf8<'py>(
+        &self,
+        py: Python<'py>,
+        data: PyBackedBytes,
+        specials: Vec<(Vec<u8>, u32)>,
+        dtype: &str,
+        replace: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        check_dtype(dtype)?;
+        let (inner, specials) = (&self.inner, SpecialIds::new(specials));
+        let encoded = run_detached(py, || {
+            let text = match std::str::from_utf8(&data) {
+                Ok(_) => std::borrow::Cow::Borrowed(&data[..]),
+                Err(e) if !replace => return Ok(Err(e)),
+                Err(_) => std::borrow::Cow::Owned(String::from_utf8_lossy(&data).into_owned().into_bytes()),
+            };
+            let mut ids = ids_room(text.len());
+            specials.encode(inner, &text, &mut ids)?;
+            Ok(Ok(joined(vec![ids], dtype)?))
+        })?;
+        match encoded {
+            Ok(ids) => Ok(joined_array(py, ids)),
+            Err(e) => Err(PyErr::from_value(PyUnicodeDecodeError::new_utf8(py, &data, e)?.into_any())),
+        }
     }
 
     /// Encode texts in parallel into one numpy array of ids (`dtype` "uint16" or "uint32") plus
