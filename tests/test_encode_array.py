@@ -100,6 +100,11 @@ def test_utf8_bytes_encode_as_their_text(tokenizers: list[Tokenizer], documents:
         for text in documents:
             check_utf8(tok, text.encode("utf-8"))
         check_utf8(tok, bytearray(b"a bytearray " + EOT.encode()))
+        # Long enough to be encoded with the GIL released, a bad byte deep inside.
+        whole = "\n".join(documents).encode("utf-8")
+        assert len(whole) > 100_000
+        check_utf8(tok, whole)
+        check_utf8(tok, whole[:70_000] + b"\xc3(" + whole[70_000:])
 
 
 _flawed = st.tuples(

@@ -218,11 +218,14 @@ class Tokenizer:
         throughout, so threads encoding chunks side by side do not wait for each other. ``errors`` is
         ``"strict"`` (invalid UTF-8 raises the ``UnicodeDecodeError`` decoding would) or ``"replace"``.
         """
-        if not isinstance(data, (bytes, bytearray)):
-            raise InputError(f"encode_utf8 takes bytes, not {type(data).__name__}")
-        check_errors_mode(errors)
+        if type(data) is not bytes:
+            if not isinstance(data, (bytes, bytearray)):
+                raise InputError(f"encode_utf8 takes bytes, not {type(data).__name__}")
+            data = bytes(data)
+        if errors != "strict":
+            check_errors_mode(errors)
         name = self._default_dtype if dtype is None else self._array_dtype(dtype)
-        return self._core.encode_utf8(bytes(data), self._special_ids, name, errors == "replace")
+        return self._core.encode_utf8(data, self._special_ids, name, errors == "replace")
 
     def encode_batch(self, texts: Iterable[str], threads: int | None = None) -> list[list[int]]:
         """``[encode(t) for t in texts]``, encoded in parallel over the texts.

@@ -464,6 +464,8 @@ class NativeEncoder:
         # (they answer None), so there is nothing to translate, and a per-document call is one call.
         self.plain = self._core.plain
         self.plain_array = self._core.plain_array
+        # The specials `encode_utf8` was last given, and them as the core takes them.
+        self._utf8_specials: tuple[Mapping[str, int] | None, list[tuple[bytes, int]]] = (None, [])
 
     @property
     def levels(self) -> int:
@@ -536,9 +538,10 @@ class NativeEncoder:
         """As ``encode_texts_flat`` of the one text ``data`` decodes to, without making that str: the
         bytes are checked and encoded in Rust with the GIL released throughout."""
         _check_dtype(dtype)
-        pairs = [(token.encode("utf-8"), token_id) for token, token_id in specials.items()]
+        if specials is not self._utf8_specials[0]:  # a tokenizer passes the same mapping every call
+            self._utf8_specials = (specials, [(token.encode("utf-8"), i) for token, i in specials.items()])
         try:
-            return self._core.encode_utf8(data, pairs, dtype, replace)  # type: ignore[no-any-return]
+            return self._core.encode_utf8(data, self._utf8_specials[1], dtype, replace)  # type: ignore[no-any-return]
         except UnicodeDecodeError:
             raise
         except ValueError as exc:

@@ -218,11 +218,12 @@ impl NativeEncoder {
     }
 
     /// The ids of `data`, UTF-8 text given as bytes, special tokens cut out, as one numpy array
-    /// (`dtype` "uint16" or "uint32"), on the calling thread with the GIL released throughout:
-    /// a corpus read as bytes needs no str (decoding one, and Python's UTF-8 copy of a non-ASCII
-    /// one, held the GIL, which threads encoding chunks side by side then waited for). Invalid
-    /// UTF-8 raises `UnicodeDecodeError` as `bytes.decode` does, or with `replace` becomes
-    /// U+FFFD as `bytes.decode(errors="replace")` makes it.
+    /// (`dtype` "uint16" or "uint32"), on the calling thread with the GIL released (but for a
+    /// short text, where releasing it costs more than it frees): a corpus read as bytes needs no
+    /// str (decoding one, and Python's UTF-8 copy of a non-ASCII one, held the GIL, which threads
+    /// encoding chunks side by side then waited for). Invalid UTF-8 raises `UnicodeDecodeError`
+    /// as `bytes.decode` does, or with `replace` becomes U+FFFD as `bytes.decode(errors="replace")`
+    /// makes it.
     fn encode_utf8<'py>(
         &self,
         py: Python<'py>,
@@ -232,17 +233,23 @@ impl NativeEncoder {
         replace: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         check_dtype(dtype)?;
-        let (inner, specials) = (&self.inner, SpecialIds::new(specials));
-        let encoded = run_detached(py, || {
+        let inner = &self.inner;
+        let encode = || {
             let text = match std::str::from_utf8(&data) {
                 Ok(_) => std::borrow::Cow::Borrowed(&data[..]),
                 Err(e) if !replace => return Ok(Err(e)),
                 Err(_) => std::borrow::Cow::Owned(String::from_utf8_lossy(&data).into_owned().into_bytes()),
             };
             let mut ids = ids_room(text.len());
-            specials.encode(inner, &text, &mut ids)?;
+            // A text holding none of the specials (most) needs no finder of them built.
+            if specials.iter().any(|(s, _)| memchr::memmem::find(&text, s).is_some()) {
+                SpecialIds::new(specials).encode(inner, &text, &mut ids)?;
+            } else {
+                inner.encode_ordinary(&text, &mut ids)?;
+            }
             Ok(Ok(joined(vec![ids], dtype)?))
-        })?;
+        };
+        let encoded = if data.len() < DETACH_MIN_BYTES { run_attached(encode) } else { run_detached(py, encode) }?;
         match encoded {
             Ok(ids) => Ok(joined_array(py, ids)),
             Err(e) => Err(PyErr::from_value(PyUnicodeDecodeError::new_utf8(py, &data, e)?.into_any())),
