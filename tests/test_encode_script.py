@@ -8,14 +8,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from script_helpers import assert_one_line_error, run_script, train_small_tokenizer
 
 import superbpe.jobs.encode as encode_module
 from superbpe.api.tokenizer import Tokenizer
 from superbpe.core.errors import ConfigError, InputError
+from superbpe.core.sources import Chunk
 from superbpe.engines.interface import native_available
 from superbpe.jobs.encode import encode_corpus
-from superbpe.jobs.evaluate import evaluate
+from superbpe.jobs.evaluate import _cuts_as_special, chunk_counts, evaluate
 from superbpe.training.config import DataConfig, EngineConfig, TrainConfig
 from superbpe.training.run import run_training
 
@@ -294,3 +297,33 @@ def test_evaluate_script_takes_workers(tokenizer_dir, documents, tmp_path):
     refused = run_script("evaluate.py", f"tokenizer={tokenizer_dir}", f"input={source}", "workers=0",
                          cwd=tmp_path)
     assert_one_line_error(refused, "workers must be an integer >= 1, not 0")
+
+
+_STRETCH_PARTS = st.sampled_from([EOT, "<|s|>", "<|", "|>", "a", " the", "\n", "\u00e9", "\u65e5", "  ", "1"])
+
+
+_SLOW_OK = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=_SLOW_OK)
+@given(text=st.lists(_STRETCH_PARTS, max_size=60).map("".join))
+def test_text_chunks_count_as_their_decoded_text(tokenizer_dir, text):
+    """A text chunk's stretches counted from its bytes (encoded whole, cut at the separator's id) equal
+    those of its decoded text split at the separator, on both engines, for separators that another
+    special token may or may not overlap (then the decoded path is taken)."""
+    base = Tokenizer.load(tokenizer_dir)
+    chunk = Chunk("t.txt", 0, text.encode("utf-8"), False)
+    for specials in ([EOT, "<|s|>"], [EOT, "<|s|>", "|><|s"], [EOT, "t|><"]):
+        for engine in ENGINES:
+            tok = Tokenizer(base.vocab, base.merges, specials, base.pretokenizer.name, engine)
+            for separator in (EOT, "<|s|>", None, "the"):
+                fast = chunk_counts(tok, chunk, separator, "strict", "text")
+                decoded = chunk_counts(tok, chunk, separator, "replace", "text")  # the str path
+                assert fast == decoded, (specials, engine, separator)
+
+
+def test_only_a_special_nothing_overlaps_cuts_whole_chunks():
+    assert _cuts_as_special((EOT, "<|s|>"), EOT) and _cuts_as_special((EOT,), None)
+    assert not _cuts_as_special((EOT,), "the")  # not a special token: split as text
+    for other in ["x<|endoftext|>", "<|end", "text|>x", "t|><", "x<|"]:
+        assert not _cuts_as_special((EOT, other), EOT), other
