@@ -6,7 +6,8 @@ one thread count against another within the same minutes.
   ``threads=1`` and ``threads=2`` (``--threads``) interleaved, ``--rounds`` times each.
 - ``corpus TOKENIZER CORPUS``: ``encode_corpus`` (what ``superbpe-encode`` runs, tokenizer load included)
   with ``workers=1`` and ``workers=2`` interleaved (every output must be byte-identical), then its
-  encoding phase alone (the tokenizer loaded once; the load is a serial part of the whole).
+  encoding phase alone (the tokenizer loaded once; the load is a serial part of the whole), then
+  ``evaluate`` (what ``superbpe-evaluate`` runs, the tokenizer loaded once) with the same worker counts.
 - ``stream TOKENIZER TEXT``: ``encode_iterable`` over ``--mb`` MB of the text's lines (repeated), with the
   peak of Python memory (tracemalloc) and of RSS above the start.
 
@@ -37,6 +38,7 @@ from superbpe.api.tokenizer import Tokenizer
 from superbpe.core.sources import iter_chunks
 from superbpe.formats.token_files import token_dtype
 from superbpe.jobs.encode import ChunkEncoder, encode_corpus
+from superbpe.jobs.evaluate import evaluate
 from superbpe.jobs.executors import threads_in_order
 
 
@@ -173,6 +175,14 @@ def bench_corpus(args: argparse.Namespace) -> None:
 
     extra = {"mb": round(size / 1e6, 1), "tokenizer_load_seconds": round(load, 2)}
     compare("encode_corpus_encoding_phase", {n: lambda n=n: phase(n) for n in counts}, args.rounds, extra)
+    results = {}
+
+    def measured(workers: int) -> None:
+        results[workers] = evaluate(tok, args.corpus, separator=separator, workers=workers)
+
+    compare("evaluate", {n: lambda n=n: measured(n) for n in counts}, args.rounds, extra)
+    if len({(r.bytes, r.tokens, r.documents) for r in results.values()}) != 1:
+        raise SystemExit("the evaluations differ between worker counts")
 
 
 def bench_stream(args: argparse.Namespace) -> None:
