@@ -214,8 +214,9 @@ class Tokenizer:
 
     def encode_utf8(self, data: bytes, dtype: Any = None, *, errors: str = "strict") -> np.ndarray:
         """``encode_array(data.decode("utf-8", errors))`` without making that str: text read from a file as
-        bytes is encoded as it is. The native engine checks and encodes it in Rust with the GIL released
-        throughout, so threads encoding chunks side by side do not wait for each other. ``errors`` is
+        bytes is encoded as it is. The native engine checks and encodes it in Rust with the GIL released (but
+        for a short text, where releasing it costs more than it frees), so threads encoding chunks side by
+        side do not wait for each other. ``errors`` is
         ``"strict"`` (invalid UTF-8 raises the ``UnicodeDecodeError`` decoding would) or ``"replace"``.
         """
         if type(data) is not bytes:

@@ -536,13 +536,13 @@ class NativeEncoder:
 
     def encode_utf8(self, data: bytes, specials: Mapping[str, int], dtype: str, replace: bool) -> np.ndarray:
         """As ``encode_texts_flat`` of the one text ``data`` decodes to, without making that str: the
-        bytes are checked and encoded in Rust with the GIL released throughout."""
+        bytes are checked and encoded in Rust, with the GIL released (but for a short text)."""
         _check_dtype(dtype)
         if specials is not self._utf8_specials[0]:  # a tokenizer passes the same mapping every call
             self._utf8_specials = (specials, [(token.encode("utf-8"), i) for token, i in specials.items()])
         try:
             return self._core.encode_utf8(data, self._utf8_specials[1], dtype, replace)  # type: ignore[no-any-return]
-        except UnicodeDecodeError:
+        except UnicodeDecodeError:  # a ValueError too, but the caller's to place in its file
             raise
         except ValueError as exc:
             raise _encode_error(exc) from None

@@ -85,7 +85,8 @@ class ChunkEncoder:
         """Ids of the chunk (the token file's dtype) and the number of documents it ends.
 
         One thread per chunk: the chunks are what runs in parallel, so a batch's own threads would only
-        compete with them. The ids never become Python ints (``encode_batch_flat``).
+        compete with them. The ids never become Python ints (``encode_utf8`` of a text chunk's bytes,
+        ``encode_batch_flat`` of a JSON-lines or table chunk's documents).
         """
         if chunk.is_text:  # one text; its separators are special tokens in it
             ids = self._encode_text(chunk)

@@ -116,8 +116,8 @@ def chunk_counts(
 ) -> ChunkCounts:
     """What one chunk adds to a tally; the part that runs on a worker thread.
 
-    The stretches of a chunk are encoded as one batch on one thread (chunks run in parallel), and only
-    their lengths are kept.
+    A text chunk is encoded from its bytes where that is exact (``_text_stretch_counts``), any other chunk's
+    stretches as one batch; on one thread either way (chunks run in parallel), and only the lengths are kept.
     """
     if chunk.is_text and errors == "strict" and _cuts_as_special(tuple(tokenizer.special_tokens), separator):
         return [_text_stretch_counts(tokenizer, chunk, separator)]
