@@ -16,6 +16,7 @@ import tiktoken
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import superbpe
 import superbpe.api.tokenizer as tokenizer_module
 import superbpe.core.pretokenize as pretokenize_module
 from superbpe.api.tokenizer import Tokenizer
@@ -393,6 +394,35 @@ def test_encode_file_matches_encode(tmp_path: Path, gpt2: Tokenizer, wikitext_te
     wide = gpt2.encode_file(packed, dtype=np.uint32)
     assert wide.dtype == np.uint32
     assert wide.tolist() == expected
+
+
+@pytest.mark.parametrize("pretokenizer", ["gpt2", "superbpe"])
+def test_encode_file_in_many_chunks_matches_encode(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    wikitext_text: str,
+    multilingual_text: str,
+    pretokenizer: str,
+) -> None:
+    """Read in chunks far smaller than the file (cut where no piece or special token crosses, as the
+    encoding jobs cut), a file gives the ids of its whole text on both engines, with the patterns that cut
+    at lines and the one that does not; a bad byte deep inside is named with its offset."""
+    monkeypatch.setattr(tokenizer_module, "FILE_READ_BYTES", 3000)
+    specials = [EOT, "<|s|>"]
+    corpus = iter([wikitext_text[:150_000]])
+    vocab, merges = superbpe.train_bpe(corpus, 700, specials, pretokenizer=pretokenizer)
+    tail = multilingual_text[:20_000] + "<|s|>  \n\n" + wikitext_text[-20_000:]
+    text = (wikitext_text[:60_000] + EOT + tail) * 2
+    path = tmp_path / "t.txt"
+    path.write_bytes(text.encode("utf-8"))
+    engines = ["python", "native"] if native_engine.available() else ["python"]
+    for engine in engines:
+        tok = Tokenizer(vocab, merges, specials, pretokenizer, engine)
+        assert tok.encode_file(path).tolist() == tok.encode(text), engine
+    data = text.encode("utf-8")
+    path.write_bytes(data[:50_000] + b"\xff" + data[50_000:])
+    with pytest.raises(InputError, match=r"t\.txt: invalid UTF-8 at byte 50000; "):
+        tok.encode_file(path)
 
 
 def test_encode_file_uses_uint32_for_large_ids(tmp_path: Path) -> None:

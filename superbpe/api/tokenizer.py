@@ -8,8 +8,6 @@ the engine's encoder, which is the only part whose speed matters.
 
 from __future__ import annotations
 
-import array
-import io
 import operator
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -23,7 +21,7 @@ from superbpe.core.compat import CompatConfig, check_directory_compat, encoding_
 from superbpe.core.counts import check_errors_mode
 from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.pretokenize import Pretokenizer, SpecialSplitter, get_pretokenizer
-from superbpe.core.sources import open_binary
+from superbpe.core.sources import ChunkCutter, cut_stream, invalid_utf8, open_binary
 from superbpe.core.types import Merge
 from superbpe.core.util import import_optional, resolve_threads
 from superbpe.engines.interface import EncoderCore, Engine, get_engine
@@ -38,8 +36,8 @@ from superbpe.formats.tokenizer_dir import save_tokenizer_dir
 FEW_SPECIALS = 8
 #: encode_iterable encodes once this much new text has been buffered (and a cut point exists).
 STREAM_FLUSH_CHARS = 1 << 16
-#: encode_file reads the file in pieces of this many characters.
-FILE_READ_CHARS = 1 << 20
+#: encode_file reads and encodes the file in chunks of about this many bytes.
+FILE_READ_BYTES = 1 << 20
 
 
 class Tokenizer:
@@ -331,12 +329,17 @@ class Tokenizer:
         chosen = np.dtype(dtype) if dtype is not None else self._smallest_dtype()
         if np.iinfo(chosen).max < max(self._vocab):
             raise ConfigError(f"dtype {chosen} cannot hold ids up to {max(self._vocab)}")
-        out = array.array("H" if chosen.itemsize == 2 else "I" if chosen.itemsize == 4 else "Q")
-        with open_binary(path) as raw, io.TextIOWrapper(raw, encoding="utf-8", newline="") as reader:
-            chunks = iter(lambda: reader.read(FILE_READ_CHARS), "")
-            for ids in self._encode_batches(_decode_errors_named(chunks, path)):
-                out.extend(ids)
-        return np.frombuffer(out, dtype=out.typecode).astype(chosen, copy=False)
+        # Chunks of bytes cut where no piece or special token crosses, as the encoding jobs cut them, each
+        # encoded without a str: the ids of the whole text, at the speed of `encode_utf8`.
+        cutter = ChunkCutter(self.special_tokens, self._pretokenizer.safe_cuts_hold, self._pretokenizer)
+        parts = []
+        with open_binary(path) as raw:
+            for chunk in cut_stream(raw, str(path), False, cutter, FILE_READ_BYTES):
+                try:
+                    parts.append(self.encode_utf8(chunk.data))
+                except UnicodeDecodeError as exc:
+                    raise invalid_utf8(path, chunk.offset + exc.start) from None
+        return np.concatenate(parts or [np.zeros(0, self._default_dtype)]).astype(chosen, copy=False)
 
     def _array_dtype(self, dtype: Any) -> str:
         """The name of ``dtype`` when it is uint16 or uint32 and holds every id; else a ``ConfigError``."""
@@ -575,11 +578,3 @@ def _unknown(token_id: Any, vocab: Mapping[int, bytes]) -> bool:
         return token_id not in vocab
     except TypeError:  # unhashable
         return True
-
-
-def _decode_errors_named(chunks: Iterable[str], path: Path) -> Iterator[str]:
-    """Re-raise a decoding failure as a one-line error that names the file."""
-    try:
-        yield from chunks
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: invalid UTF-8") from None
