@@ -21,7 +21,7 @@ from superbpe.core.compat import CompatConfig, check_directory_compat, encoding_
 from superbpe.core.counts import check_errors_mode
 from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.pretokenize import Pretokenizer, SpecialSplitter, get_pretokenizer
-from superbpe.core.sources import ChunkCutter, cut_stream, invalid_utf8, open_binary
+from superbpe.core.sources import Chunk, ChunkCutter, cut_stream, invalid_utf8, open_binary
 from superbpe.core.types import Merge
 from superbpe.core.util import import_optional, resolve_threads
 from superbpe.engines.interface import EncoderCore, Engine, get_engine
@@ -327,18 +327,14 @@ class Tokenizer:
         """All ids of a UTF-8 (or gzip) text file, streamed; uint16 when every id fits, else uint32."""
         path = Path(path)
         chosen = np.dtype(dtype) if dtype is not None else self._smallest_dtype()
-        if np.iinfo(chosen).max < max(self._vocab):
-            raise ConfigError(f"dtype {chosen} cannot hold ids up to {max(self._vocab)}")
+        if np.iinfo(chosen).max < self._max_id:
+            raise ConfigError(f"dtype {chosen} cannot hold ids up to {self._max_id}")
         # Chunks of bytes cut where no piece or special token crosses, as the encoding jobs cut them, each
         # encoded without a str: the ids of the whole text, at the speed of `encode_utf8`.
         cutter = ChunkCutter(self.special_tokens, self._pretokenizer.safe_cuts_hold, self._pretokenizer)
-        parts = []
         with open_binary(path) as raw:
-            for chunk in cut_stream(raw, str(path), False, cutter, FILE_READ_BYTES):
-                try:
-                    parts.append(self.encode_utf8(chunk.data))
-                except UnicodeDecodeError as exc:
-                    raise invalid_utf8(path, chunk.offset + exc.start) from None
+            chunks = cut_stream(raw, str(path), False, cutter, FILE_READ_BYTES)
+            parts = [encode_text_chunk(self, chunk) for chunk in chunks]
         return np.concatenate(parts or [np.zeros(0, self._default_dtype)]).astype(chosen, copy=False)
 
     def _array_dtype(self, dtype: Any) -> str:
@@ -532,6 +528,17 @@ def _checked_texts(texts: Iterable[str], method: str) -> list[str]:
         hint = " (decode bytes to str first)" if isinstance(bad, (bytes, bytearray)) else ""
         raise InputError(f"{method}: texts[{index}] is of type {type(bad).__name__}, not str{hint}")
     return batch
+
+
+def encode_text_chunk(
+    tokenizer: Tokenizer, chunk: Chunk, dtype: Any = None, errors: str = "strict"
+) -> np.ndarray:
+    """The ids of a text chunk's bytes (``Tokenizer.encode_utf8``), a bad byte named by its file and offset:
+    how ``encode_file`` and the encoding jobs encode a file's chunks."""
+    try:
+        return tokenizer.encode_utf8(chunk.data, dtype, errors=errors)
+    except UnicodeDecodeError as exc:
+        raise invalid_utf8(chunk.path, chunk.offset + exc.start) from None
 
 
 def _checked_vocab(vocab: Mapping[int, bytes]) -> dict[int, bytes]:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from superbpe.api.tokenizer import Tokenizer
+from superbpe.api.tokenizer import Tokenizer, encode_text_chunk
 from superbpe.core.compat import CompatConfig
 from superbpe.core.errors import ConfigError, InputError, SuperBPEError
 from superbpe.core.progress import task
@@ -36,7 +36,6 @@ from superbpe.core.sources import (
     InputSpec,
     chunk_documents,
     corpus_size,
-    invalid_utf8,
     is_jsonl,
     is_table,
     iter_chunks,
@@ -89,7 +88,7 @@ class ChunkEncoder:
         ``encode_batch_flat`` of a JSON-lines or table chunk's documents).
         """
         if chunk.is_text:  # one text; its separators are special tokens in it
-            ids = self._encode_text(chunk)
+            ids = encode_text_chunk(self.tokenizer, chunk, self.dtype, self.errors)
             ended = 0 if self.separator_id is None else int(np.count_nonzero(ids == self.separator_id))
             return ids, ended
         documents = list(chunk_documents(chunk, self.errors, self.text_field))
@@ -97,13 +96,6 @@ class ChunkEncoder:
         if self.separator_id is not None:  # after every record
             ids = np.insert(ids, offsets[1:], np.asarray(self.separator_id, dtype=self.dtype))
         return ids, len(documents)
-
-    def _encode_text(self, chunk: Chunk) -> np.ndarray:
-        """A text chunk's bytes encoded as they are, never made a str (see ``Tokenizer.encode_utf8``)."""
-        try:
-            return self.tokenizer.encode_utf8(chunk.data, self.dtype, errors=self.errors)
-        except UnicodeDecodeError as exc:
-            raise invalid_utf8(chunk.path, chunk.offset + exc.start) from None
 
 
 def _init_worker(

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from superbpe.api.tokenizer import Tokenizer
+from superbpe.api.tokenizer import Tokenizer, encode_text_chunk
 from superbpe.core.compat import CompatConfig
 from superbpe.core.errors import InputError
 from superbpe.core.sources import (
@@ -27,7 +27,6 @@ from superbpe.core.sources import (
     InputSpec,
     chunk_documents,
     corpus_size,
-    invalid_utf8,
     iter_chunks,
     resolve_inputs,
 )
@@ -142,10 +141,7 @@ def _text_stretch_counts(tokenizer: Tokenizer, chunk: Chunk, separator: str | No
     makes no str, so threads counting chunks side by side do not wait for each other. The chunk is encoded
     whole and its ids cut at the separator's id: the same stretches and ids as splitting the decoded text
     when the separator is a special token nothing else can overlap (see ``_cuts_as_special``)."""
-    try:
-        ids = tokenizer.encode_utf8(chunk.data)
-    except UnicodeDecodeError as exc:
-        raise invalid_utf8(chunk.path, chunk.offset + exc.start) from None
+    ids = encode_text_chunk(tokenizer, chunk)
     if not separator:
         return [(len(chunk.data), len(ids))]
     sizes = [len(stretch) for stretch in chunk.data.split(separator.encode("utf-8"))]
