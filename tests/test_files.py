@@ -337,6 +337,46 @@ def test_tokenizer_json_merges_read_alike_with_and_without_the_extension(
     assert first == second
 
 
+@needs_native
+@SETTINGS
+@example(tokens=["", "a", "b", "ab"], pairs=[("a", "b")], order=[2, 0, 3, 1], specials=None)  # an empty token
+@example(tokens=["ab", "a", "b", "é", "aé", "<s>"], pairs=[("a", "b")], order=[5, 4, 3, 2, 1, 0],
+         specials=None)
+@given(
+    tokens=st.lists(_TABLE_TOKEN, min_size=1, max_size=10, unique=True),
+    pairs=st.lists(st.tuples(_TABLE_TOKEN, _TABLE_TOKEN), max_size=6),
+    order=st.permutations(range(10)),
+    specials=st.one_of(st.none(), st.lists(st.sampled_from(["a", "<s>", "ab"]), max_size=2, unique=True)),
+)
+def test_gpt2_files_load_alike_with_and_without_the_extension(
+    tmp_path_factory: pytest.TempPathFactory,
+    tokens: list[str],
+    pairs: list[tuple[str, str]],
+    order: list[int],
+    specials: list[str] | None,
+) -> None:
+    """``Tokenizer.from_files`` takes files the extension found valid without checking them again, and
+    finds the unmade tokens (the special tokens) with it: the same tokenizer as Python's reading, or the
+    same error. Ids come in a shuffled file order, some tokens are not UTF-8 (``é`` is byte 0xE9), and
+    some merges make a token outside the vocab."""
+    ids = [i for i in order if i < len(tokens)]
+    directory = tmp_path_factory.mktemp("gpt2")
+    vocab = {text: token_id for token_id, text in zip(ids, tokens, strict=True)}
+    (directory / VOCAB_FILE).write_text(json.dumps(vocab), encoding="utf-8")
+    lines = "".join(f"{left} {right}\n" for left, right in pairs)
+    (directory / MERGES_FILE).write_text(lines, encoding="utf-8")
+
+    def load() -> object:
+        try:
+            tok = Tokenizer.from_files(directory / VOCAB_FILE, directory / MERGES_FILE, specials)
+        except ConfigError as exc:
+            return str(exc)
+        return tok.vocab, tok.merges, tok.special_tokens
+
+    first, second = _read_with_and_without_native(load)
+    assert first == second
+
+
 @pytest.mark.parametrize("engine", ["python", pytest.param("native", marks=needs_native)])
 def test_a_merge_making_a_token_not_in_the_vocab_is_named(engine: str) -> None:
     # Runs of x doubled up to 32 bytes: tokens past 15 bytes take the encoder's other table.

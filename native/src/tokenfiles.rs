@@ -11,7 +11,7 @@
 //! and Python reads the file itself, naming the problem. Their results must equal the Python
 //! reader's (the tests compare them on random files).
 
-use ahash::AHashSet;
+use ahash::{AHashMap, AHashSet};
 
 use crate::byte_table::byte_of;
 
@@ -21,8 +21,9 @@ pub fn token_bytes(text: &str) -> Option<Vec<u8>> {
 }
 
 /// The entries of a `vocab.json` text, `(id, token bytes)` in file order, or `None` unless it is one
-/// flat JSON object of distinct strings, each spelt in the byte table, to distinct non-negative
-/// integers (below 10^18: longer numbers are left to Python).
+/// flat JSON object of distinct non-empty strings, each spelt in the byte table, to distinct
+/// non-negative integers (below 10^18: longer numbers are left to Python). What it returns is then
+/// a valid vocab as it stands.
 pub fn vocab(text: &str) -> Option<Vec<(u64, Vec<u8>)>> {
     let mut json = Json { text, at: 0 };
     let mut entries = Vec::new();
@@ -33,7 +34,7 @@ pub fn vocab(text: &str) -> Option<Vec<(u64, Vec<u8>)>> {
         json.at += 1;
     } else {
         loop {
-            let token = json.table_string()?;
+            let token = json.table_string().filter(|t| !t.is_empty())?;
             json.skip_space();
             json.expect(b':')?;
             json.skip_space();
@@ -163,7 +164,39 @@ impl Json<'_> {
 /// The merges of a `merges.txt` text (with or without the `#version` first line), or `None` when a
 /// line is not two table strings and one space, or, with `tokens` (the vocab), when a merge's parts
 /// or the token it makes are not tokens.
-pub fn merges(text: &str, tokens: Option<&[&[u8]]>) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
+pub fn merges(text: &str, tokens: Option<&[&[u8]]>) -> Option<Merges> {
+    match tokens {
+        Some(tokens) => merges_and_unmade(text, tokens).map(|(merges, _)| merges),
+        None => parse_merges(text),
+    }
+}
+
+/// Merges as `(left, right)` token bytes.
+pub type Merges = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// [`merges`] checked against `tokens`, and the positions in `tokens` of those of two or more bytes
+/// that no merge makes (in a GPT-2 style pair of files, the special tokens), in order.
+pub fn merges_and_unmade(text: &str, tokens: &[&[u8]]) -> Option<(Merges, Vec<usize>)> {
+    let merges = parse_merges(text)?;
+    let position: AHashMap<&[u8], usize> = tokens.iter().enumerate().map(|(i, &t)| (t, i)).collect();
+    let mut made = vec![false; tokens.len()];
+    let mut joined = Vec::new();
+    for (left, right) in &merges {
+        joined.clear();
+        joined.extend_from_slice(left);
+        joined.extend_from_slice(right);
+        if !(position.contains_key(&left[..]) && position.contains_key(&right[..])) {
+            return None;
+        }
+        made[*position.get(&joined[..])?] = true;
+    }
+    let unmade = (0..tokens.len()).filter(|&i| !made[i] && tokens[i].len() > 1).collect();
+    Some((merges, unmade))
+}
+
+/// The lines of a `merges.txt` text as merges, or `None` when one is not two table strings and
+/// one space.
+fn parse_merges(text: &str) -> Option<Merges> {
     let mut merges = Vec::new();
     for (index, line) in text.split('\n').enumerate() {
         let line = line.trim_end_matches('\r');
@@ -175,18 +208,6 @@ pub fn merges(text: &str, tokens: Option<&[&[u8]]>) -> Option<Vec<(Vec<u8>, Vec<
             return None;
         }
         merges.push((token_bytes(left)?, token_bytes(right)?));
-    }
-    if let Some(tokens) = tokens {
-        let known: AHashSet<&[u8]> = tokens.iter().copied().collect();
-        let mut joined = Vec::new();
-        for (left, right) in &merges {
-            joined.clear();
-            joined.extend_from_slice(left);
-            joined.extend_from_slice(right);
-            if !(known.contains(&left[..]) && known.contains(&right[..]) && known.contains(&joined[..])) {
-                return None;
-            }
-        }
     }
     Some(merges)
 }
@@ -251,6 +272,7 @@ mod tests {
             "{\"a\" 0}",
             "{\"a\": 0",
             "{\"\\x\": 0}",
+            "{\"\": 0}",
         ] {
             assert_eq!(vocab(bad), None, "{bad:?}");
         }
@@ -262,5 +284,17 @@ mod tests {
         assert!(merges("a b\n", Some(&tokens)).is_some());
         assert_eq!(merges("b a\n", Some(&tokens)), None, "makes a token not in the vocab");
         assert_eq!(merges("a c\n", Some(&tokens)), None, "a part not in the vocab");
+    }
+
+    /// The unmade tokens are those of two or more bytes that no merge makes, by position.
+    #[test]
+    fn unmade_tokens_are_the_long_ones_no_merge_makes() {
+        let tokens: Vec<&[u8]> = vec![b"<s>", b"a", b"b", b"ab", b"\xff\xfe", b"abb", b"c", b"ba"];
+        let (merges, unmade) = merges_and_unmade("a b\nab b\n", &tokens).unwrap();
+        assert_eq!(merges.len(), 2);
+        assert_eq!(unmade, vec![0, 4, 7]);
+        assert_eq!(merges_and_unmade("a b\nb a\nab b\n", &tokens).unwrap().1, vec![0, 4]);
+        assert_eq!(merges_and_unmade("a c\n", &tokens), None, "makes a token not in the vocab");
+        assert_eq!(merges_and_unmade("a d\n", &tokens), None, "a part not in the vocab");
     }
 }

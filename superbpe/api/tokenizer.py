@@ -25,7 +25,7 @@ from superbpe.core.sources import Chunk, ChunkCutter, cut_stream, invalid_utf8, 
 from superbpe.core.types import Merge
 from superbpe.core.util import import_optional, resolve_threads
 from superbpe.engines.interface import EncoderCore, Engine, get_engine
-from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE, read_merges, read_vocab, unmerged_tokens
+from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE, Gpt2Files, read_gpt2_files
 from superbpe.formats.hf import HF_FILE, pretokenizer_from_hf, read_hf_tokenizer
 from superbpe.formats.manifest import MANIFEST_FILE, manifest_pretokenizer, read_manifest
 from superbpe.formats.tiktoken_files import check_ranks_follow_merges, tiktoken_pattern, tiktoken_ranks
@@ -53,9 +53,40 @@ class Tokenizer:
         *,
         whole_pieces: bool = True,
     ) -> None:
-        self._vocab: dict[int, bytes] = _checked_vocab(vocab)
+        vocab, merges = _checked_vocab(vocab), _checked_merges(merges)
+        self._build(vocab, merges, special_tokens, pretokenizer, engine, whole_pieces)
+
+    @classmethod
+    def _from_files(
+        cls,
+        files: Gpt2Files,
+        special_tokens: Sequence[str] | None,
+        pretokenizer: str | Pretokenizer,
+        engine: str | Engine,
+        *,
+        whole_pieces: bool,
+    ) -> Tokenizer:
+        """From files just read: ones the extension found valid are not checked (nor copied) again."""
+        vocab, merges = files.vocab, files.merges
+        if not files.valid:
+            return cls(vocab, merges, special_tokens, pretokenizer, engine, whole_pieces=whole_pieces)
+        tokenizer = cls.__new__(cls)
+        tokenizer._build(vocab, merges, special_tokens, pretokenizer, engine, whole_pieces)
+        return tokenizer
+
+    def _build(
+        self,
+        vocab: dict[int, bytes],
+        merges: list[Merge],
+        special_tokens: Sequence[str] | None,
+        pretokenizer: str | Pretokenizer,
+        engine: str | Engine,
+        whole_pieces: bool,
+    ) -> None:
+        """Set up from a checked vocab and merges list, which it keeps (and adds special tokens to)."""
+        self._vocab = vocab
         self._whole_pieces = whole_pieces
-        self._merges: list[Merge] = _checked_merges(merges)
+        self._merges = merges
         self._splitter = SpecialSplitter(list(special_tokens or ()))
         self._id_of = dict(zip(self._vocab.values(), self._vocab, strict=True))
         self._special_ids = self._add_special_tokens()
@@ -102,11 +133,13 @@ class Tokenizer:
         A special token's bytes must never come out of ordinary text (``encode_ordinary`` treats
         ``<|endoftext|>`` as plain text, as tiktoken does), unless BPE could also make them.
         """
-        ordinary = dict(self._id_of)
         candidates = {self._vocab[token_id] for token_id in self._special_ids.values()}
         candidates = {token for token in candidates if len(token) > 1}
         if candidates:
             candidates.difference_update(starmap(operator.add, self._merges))
+        if not candidates:
+            return self._id_of  # the engines copy what they keep; it changes no more
+        ordinary = dict(self._id_of)
         for token in candidates:
             del ordinary[token]
         return ordinary
@@ -387,11 +420,10 @@ class Tokenizer:
         ``special_tokens``, the tokens that no merge makes (GPT-2's ``<|endoftext|>``) are the special
         tokens: BPE could never produce them, so that is the only way they are ever used.
         """
-        vocab = read_vocab(vocab_filepath, special_tokens or ())
-        merges = read_merges(merges_filepath, vocab)
-        if special_tokens is None:
-            special_tokens = unmerged_tokens(vocab, merges)
-        return cls(vocab, merges, special_tokens, pretokenizer, engine, whole_pieces=whole_pieces)
+        unmade = special_tokens is None
+        files = read_gpt2_files(vocab_filepath, merges_filepath, special_tokens or (), unmade=unmade)
+        specials = files.unmade if unmade else special_tokens
+        return cls._from_files(files, specials, pretokenizer, engine, whole_pieces=whole_pieces)
 
     @classmethod
     def load(
@@ -443,14 +475,13 @@ class Tokenizer:
             recorded = recorded_compat(manifest.training)
             check_directory_compat(str(directory), compat, pre, manifest.whole_pieces, recorded)
         vocab_path, hf_path = directory / VOCAB_FILE, directory / HF_FILE
+        specials, whole_pieces = manifest.special_tokens, manifest.whole_pieces
         if vocab_path.exists() or not hf_path.exists():
-            vocab = read_vocab(vocab_path, manifest.special_tokens)
-            merges = read_merges(directory / MERGES_FILE, vocab)
+            files = read_gpt2_files(vocab_path, directory / MERGES_FILE, specials)
+            tokenizer = cls._from_files(files, specials, pre, engine, whole_pieces=whole_pieces)
         else:
             data = read_hf_tokenizer(hf_path)
-            vocab, merges = data.vocab, data.merges
-        specials, whole_pieces = manifest.special_tokens, manifest.whole_pieces
-        tokenizer = cls(vocab, merges, specials, pre, engine, whole_pieces=whole_pieces)
+            tokenizer = cls(data.vocab, data.merges, specials, pre, engine, whole_pieces=whole_pieces)
         if tokenizer.vocab_size != manifest.vocab_size:
             found, stated = tokenizer.vocab_size, manifest.vocab_size
             raise InputError(f"{manifest_path}: vocab_size {stated}, but the files hold {found}")

@@ -440,12 +440,12 @@ class NativeEncoder:
         lib = _require_native()
         if transition is not None and (type(transition) is not int or transition < 0):
             raise ConfigError(f"transition must be a merge count (an int >= 0), not {transition!r}")
-        ids = dict(vocab)
+        ids = vocab if type(vocab) is dict else dict(vocab)  # read once below; a 200K copy is not free
         _require_exact(pretokenizer)
         try:
             self._core = lib.Encoder(
                 ids,
-                list(merges),
+                merges if type(merges) is list else list(merges),
                 pretokenizer.pattern,
                 pretokenizer.line_units,
                 0 if workers is None else resolve_workers(workers, 0),  # 0: rayon's own default

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import operator
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from itertools import chain, starmap
 from pathlib import Path
 from typing import Any
@@ -207,6 +208,55 @@ def parse_merge(path: Path, place: str, left: str, right: str) -> Merge:
         return token_str_to_bytes(left), token_str_to_bytes(right)
     except KeyError as exc:
         raise InputError(f"{path}: {place}: {exc.args[0]!r} is outside the byte table") from None
+
+
+@dataclass(frozen=True)
+class Gpt2Files:
+    """A ``vocab.json`` + ``merges.txt`` pair as read by :func:`read_gpt2_files`."""
+
+    vocab: dict[int, bytes]
+    merges: list[Merge]
+    unmade: list[str] | None
+    """:func:`unmerged_tokens` of the two, when asked for."""
+    valid: bool
+    """Whether the extension read both and found them a valid vocab (distinct non-negative int ids,
+    distinct non-empty tokens) and merges that fit it, so a tokenizer need not check them again."""
+
+
+def read_gpt2_files(
+    vocab_path: str | Path,
+    merges_path: str | Path,
+    special_tokens: Sequence[str] = (),
+    *,
+    unmade: bool = False,
+) -> Gpt2Files:
+    """:func:`read_vocab` and :func:`read_merges` checked against it, and with ``unmade`` the
+    :func:`unmerged_tokens`. The extension reads both files and finds the unmade tokens in one pass
+    (a 200K vocab is loaded before anything is encoded); without it, or for what it leaves to Python
+    (e.g. special tokens written verbatim), the functions above read them and name any fault."""
+    if _native is not None:
+        vocab = _native.gpt2_vocab(read_text(Path(vocab_path)))
+        if vocab is not None:
+            read = _native.gpt2_merges_unmade(read_text(Path(merges_path)), list(vocab.values()))
+            if read is not None:
+                merges, positions = read
+                found = _unmade_text(vocab, positions) if unmade else None
+                return Gpt2Files(vocab, merges, found, valid=True)
+    vocab = read_vocab(vocab_path, special_tokens)
+    merges = read_merges(merges_path, vocab)
+    return Gpt2Files(vocab, merges, unmerged_tokens(vocab, merges) if unmade else None, valid=False)
+
+
+def _unmade_text(vocab: Mapping[int, bytes], positions: Sequence[int]) -> list[str]:
+    """:func:`unmerged_tokens` from the positions (in ``vocab``'s order) of its unmade tokens."""
+    ids, tokens = list(vocab), list(vocab.values())
+    found = []
+    for _, token in sorted((ids[position], tokens[position]) for position in positions):
+        try:
+            found.append(token.decode("utf-8"))
+        except UnicodeDecodeError:
+            continue
+    return found
 
 
 def read_merges(path: str | Path, vocab: Mapping[int, bytes] | None = None) -> list[Merge]:

@@ -148,6 +148,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tokenfiles::gpt2_vocab, m)?)?;
     m.add_function(wrap_pyfunction!(tokenfiles::gpt2_token_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(tokenfiles::gpt2_merges, m)?)?;
+    m.add_function(wrap_pyfunction!(tokenfiles::gpt2_merges_unmade, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;
     Ok(())
 }

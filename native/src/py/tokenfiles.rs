@@ -45,3 +45,20 @@ pub(super) fn gpt2_merges<'py>(
     let pairs: PyResult<Vec<Bound<'py, PyTuple>>> = pairs.collect();
     Ok(Some(PyList::new(py, pairs?)?))
 }
+
+/// [`gpt2_merges`] checked against `tokens`, with the positions in `tokens` of the ones of two or
+/// more bytes that no merge makes; None as there.
+#[pyfunction]
+pub(super) fn gpt2_merges_unmade<'py>(
+    py: Python<'py>,
+    text: PyBackedStr,
+    tokens: Vec<PyBackedBytes>,
+) -> PyResult<Option<(Bound<'py, PyList>, Vec<usize>)>> {
+    let known: Vec<&[u8]> = tokens.iter().map(|b| &b[..]).collect();
+    let Some((merges, unmade)) = run_attached(|| Ok(tokenfiles::merges_and_unmade(&text, &known)))? else {
+        return Ok(None);
+    };
+    let pairs = merges.iter().map(|(l, r)| PyTuple::new(py, [PyBytes::new(py, l), PyBytes::new(py, r)]));
+    let pairs: PyResult<Vec<Bound<'py, PyTuple>>> = pairs.collect();
+    Ok(Some((PyList::new(py, pairs?)?, unmade)))
+}
