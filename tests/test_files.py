@@ -377,6 +377,45 @@ def test_gpt2_files_load_alike_with_and_without_the_extension(
     assert first == second
 
 
+@needs_native
+@SETTINGS
+@example(tokens=["", "a", "b", "ab"], pairs=[("a", "b")], as_lists=False, added=[])  # an empty token
+@example(tokens=["a", "b", "ab"], pairs=[("a", "b"), ("b", "a")], as_lists=True, added=["<s>"])
+@given(
+    tokens=st.lists(_TABLE_TOKEN, min_size=1, max_size=8, unique=True),
+    pairs=st.lists(st.tuples(_TABLE_TOKEN, _TABLE_TOKEN), max_size=5),
+    as_lists=st.booleans(),
+    added=st.lists(st.sampled_from(["<s>", "a", "ab", "é"]), max_size=2, unique=True),
+)
+def test_tokenizer_json_loads_alike_with_and_without_the_extension(
+    tmp_path_factory: pytest.TempPathFactory,
+    tokens: list[str],
+    pairs: list[tuple[str, str]],
+    as_lists: bool,
+    added: list[str],
+) -> None:
+    """A ``tokenizer.json`` alone: the extension checks its merges against the vocab as it decodes them,
+    and the tokenizer takes what was read without checking it again; the same tokenizer as Python's
+    reading, or the same error. Added tokens may be in the model vocab (verbatim) or not."""
+    vocab = {text: token_id for token_id, text in enumerate(tokens)}
+    added_tokens = [{"id": vocab.get(text, len(tokens) + i), "content": text, "special": True}
+                    for i, text in enumerate(added)]
+    merges = [[left, right] if as_lists else f"{left} {right}" for left, right in pairs]
+    document = {"added_tokens": added_tokens, "model": {"type": "BPE", "vocab": vocab, "merges": merges}}
+    directory = tmp_path_factory.mktemp("hf")
+    (directory / HF_FILE).write_text(json.dumps(document), encoding="utf-8")
+
+    def load() -> object:
+        try:
+            tok = Tokenizer.load(directory)
+        except ConfigError as exc:
+            return str(exc)
+        return tok.vocab, tok.merges, tok.special_tokens
+
+    first, second = _read_with_and_without_native(load)
+    assert first == second
+
+
 @pytest.mark.parametrize("engine", ["python", pytest.param("native", marks=needs_native)])
 def test_a_merge_making_a_token_not_in_the_vocab_is_named(engine: str) -> None:
     # Runs of x doubled up to 32 bytes: tokens past 15 bytes take the encoder's other table.
@@ -516,6 +555,33 @@ def test_malformed_tokenizer_json(tmp_path: Path, edit, message: str) -> None:  
     with pytest.raises(InputError, match=message) as caught:
         read_hf_tokenizer(path)
     assert str(path) in str(caught.value)
+
+
+
+@pytest.mark.parametrize("engine", ["python", pytest.param("native", marks=needs_native)])
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d: d["model"]["vocab"].update({"": 900}), "non-empty bytes"),
+        (lambda d: d["added_tokens"].append({"id": -1, "content": "<x>", "special": True}), "non-negative"),
+    ],
+)
+def test_tokenizer_json_faults_left_to_the_tokenizer_are_refused_on_load(
+    tmp_path: Path, engine: str, edit, message: str  # noqa: ANN001
+) -> None:
+    """What the reader leaves to the tokenizer to check (an empty token, an added token's negative id)
+    is checked on load."""
+    _hand_made("gpt2").save(tmp_path)
+    path = tmp_path / HF_FILE
+    document = json.loads(path.read_text(encoding="utf-8"))
+    edit(document)
+    path.write_text(json.dumps(document), encoding="utf-8")
+    directory = tmp_path / "json_only"
+    directory.mkdir()
+    path.rename(directory / HF_FILE)
+    assert not read_hf_tokenizer(directory / HF_FILE).valid
+    with pytest.raises(ConfigError, match=message):
+        Tokenizer.load(directory, engine=engine)
 
 
 # -- manifest and directories -----------------------------------------------------------------------------

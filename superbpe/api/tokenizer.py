@@ -25,7 +25,7 @@ from superbpe.core.sources import Chunk, ChunkCutter, cut_stream, invalid_utf8, 
 from superbpe.core.types import Merge
 from superbpe.core.util import import_optional, resolve_threads
 from superbpe.engines.interface import EncoderCore, Engine, get_engine
-from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE, Gpt2Files, read_gpt2_files
+from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE, read_gpt2_files
 from superbpe.formats.hf import HF_FILE, pretokenizer_from_hf, read_hf_tokenizer
 from superbpe.formats.manifest import MANIFEST_FILE, manifest_pretokenizer, read_manifest
 from superbpe.formats.tiktoken_files import check_ranks_follow_merges, tiktoken_pattern, tiktoken_ranks
@@ -57,18 +57,20 @@ class Tokenizer:
         self._build(vocab, merges, special_tokens, pretokenizer, engine, whole_pieces)
 
     @classmethod
-    def _from_files(
+    def _from_read(
         cls,
-        files: Gpt2Files,
+        vocab: dict[int, bytes],
+        merges: list[Merge],
+        valid: bool,
         special_tokens: Sequence[str] | None,
         pretokenizer: str | Pretokenizer,
         engine: str | Engine,
         *,
         whole_pieces: bool,
     ) -> Tokenizer:
-        """From files just read: ones the extension found valid are not checked (nor copied) again."""
-        vocab, merges = files.vocab, files.merges
-        if not files.valid:
+        """From files just read: a vocab and merges found valid as they were read are not checked (nor
+        copied) again."""
+        if not valid:
             return cls(vocab, merges, special_tokens, pretokenizer, engine, whole_pieces=whole_pieces)
         tokenizer = cls.__new__(cls)
         tokenizer._build(vocab, merges, special_tokens, pretokenizer, engine, whole_pieces)
@@ -423,7 +425,9 @@ class Tokenizer:
         unmade = special_tokens is None
         files = read_gpt2_files(vocab_filepath, merges_filepath, special_tokens or (), unmade=unmade)
         specials = files.unmade if unmade else special_tokens
-        return cls._from_files(files, specials, pretokenizer, engine, whole_pieces=whole_pieces)
+        return cls._from_read(
+            files.vocab, files.merges, files.valid, specials, pretokenizer, engine, whole_pieces=whole_pieces
+        )
 
     @classmethod
     def load(
@@ -451,8 +455,9 @@ class Tokenizer:
             pre = pretokenizer_from_hf(data)
             if compat is not None:
                 check_directory_compat(str(hf_path), compat, pre, data.ignore_merges)
-            return cls(
-                data.vocab, data.merges, data.special_tokens, pre, engine, whole_pieces=data.ignore_merges
+            vocab, merges, specials = data.vocab, data.merges, data.special_tokens
+            return cls._from_read(
+                vocab, merges, data.valid, specials, pre, engine, whole_pieces=data.ignore_merges
             )
         if vocab_path.exists() or merges_path.exists():
             if compat is not None:
@@ -478,10 +483,11 @@ class Tokenizer:
         specials, whole_pieces = manifest.special_tokens, manifest.whole_pieces
         if vocab_path.exists() or not hf_path.exists():
             files = read_gpt2_files(vocab_path, directory / MERGES_FILE, specials)
-            tokenizer = cls._from_files(files, specials, pre, engine, whole_pieces=whole_pieces)
+            vocab, merges, valid = files.vocab, files.merges, files.valid
         else:
             data = read_hf_tokenizer(hf_path)
-            tokenizer = cls(data.vocab, data.merges, specials, pre, engine, whole_pieces=whole_pieces)
+            vocab, merges, valid = data.vocab, data.merges, data.valid
+        tokenizer = cls._from_read(vocab, merges, valid, specials, pre, engine, whole_pieces=whole_pieces)
         if tokenizer.vocab_size != manifest.vocab_size:
             found, stated = tokenizer.vocab_size, manifest.vocab_size
             raise InputError(f"{manifest_path}: vocab_size {stated}, but the files hold {found}")

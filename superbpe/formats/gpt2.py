@@ -96,26 +96,31 @@ def _native_vocab(mapping: dict[Any, Any], verbatim: Mapping[str, int]) -> dict[
     return dict(zip(ids, tokens, strict=True))
 
 
-def decode_merge_items(items: list[Any]) -> list[Merge] | None:
+def decode_merge_items(items: list[Any], tokens: list[bytes] | None = None) -> list[Merge] | None:
     """Merges from ``tokenizer.json`` items, all ``"left right"`` strings or all ``[left, right]`` lists
-    of byte-table strings, decoded by the extension; None when it is not built or any item is not two
-    such strings (the caller's own loop then reads them and names the fault)."""
+    of byte-table strings, decoded by the extension and, given the vocab's ``tokens``, checked against
+    them there; None when it is not built, any item is not two such strings or, with ``tokens``, a
+    merge does not fit them (the caller's own loop then reads them and names the fault)."""
     if _native is None or not items:
         return None
     kinds = set(map(type, items))
-    if kinds == {str}:  # as the lines of a merges.txt, each line exactly one item
-        text = "\n".join(items)
-        if "\r" in text or text.count("\n") != len(items) - 1:
+    if kinds == {list} and set(map(len, items)) == {2}:
+        texts = list(chain.from_iterable(items))
+        if set(map(type, texts)) - {str}:
             return None
-        merges = _native.gpt2_merges(text, None)
-        return merges if merges is not None and len(merges) == len(items) else None
-    if kinds != {list} or set(map(len, items)) != {2}:
+        # Table strings hold no space or line break, so each pair is one "left right" line.
+        if "".join(texts).count(" "):
+            return None
+        lines = list(map(" ".join, items))
+    elif kinds == {str}:
+        lines = items
+    else:
         return None
-    texts = list(chain.from_iterable(items))
-    if set(map(type, texts)) - {str} or not all(texts):
+    text = "\n".join(lines)  # as the lines of a merges.txt, each line exactly one item
+    if "\r" in text or text.count("\n") != len(items) - 1:
         return None
-    tokens = _native.gpt2_token_bytes(texts)
-    return None if tokens is None else list(zip(tokens[::2], tokens[1::2], strict=True))
+    merges = _native.gpt2_merges(text, tokens)
+    return merges if merges is not None and len(merges) == len(items) else None
 
 
 def _merges_fit(merges: Sequence[Merge], tokens: set[bytes]) -> bool:

@@ -119,6 +119,9 @@ class HFTokenizerData:
     pattern: str | None  # the Split regex, when the pre-tokenizer has one
     line_units: bool  # whether a Split on "\n" (merged with previous) comes first
     ignore_merges: bool = False  # the model's flag (HF's default when absent is off)
+    valid: bool = False
+    """Whether the vocab and merges are as a tokenizer needs them (non-negative int ids, distinct non-empty
+    byte tokens, merges of two tokens into a token), so that it need not check them again."""
 
 
 def read_hf_tokenizer(path: str | Path) -> HFTokenizerData:
@@ -136,11 +139,16 @@ def read_hf_tokenizer(path: str | Path) -> HFTokenizerData:
     added_ids = {str(a.get("content")): a.get("id") for a in added}
     vocab = vocab_from_mapping(path, model.get("vocab"), special_tokens, added_ids)
     _add_added_tokens(path, vocab, added)
-    merges, where = _hf_merges(path, model.get("merges", []))
-    check_merges(path, merges, vocab, where)
+    tokens = list(vocab.values())
+    merges, where = _hf_merges(path, model.get("merges", []), tokens)
+    if where is not None:  # read item by item: checked here, where a fault is named
+        check_merges(path, merges, vocab, where)
     pattern, line_units = _hf_split(document.get("pre_tokenizer"))
     ignore_merges = bool(model.get("ignore_merges", False))
-    return HFTokenizerData(vocab, merges, special_tokens, pattern, line_units, ignore_merges)
+    # Ids and tokens were checked as they were read, but for empty tokens and an added token's negative
+    # id (the tokenizer names those).
+    valid = all(tokens) and min(vocab, default=0) >= 0
+    return HFTokenizerData(vocab, merges, special_tokens, pattern, line_units, ignore_merges, valid)
 
 
 def _add_added_tokens(path: Path, vocab: dict[int, bytes], added: list[dict[str, Any]]) -> None:
@@ -158,11 +166,15 @@ def _add_added_tokens(path: Path, vocab: dict[int, bytes], added: list[dict[str,
         by_bytes[token] = token_id
 
 
-def _hf_merges(path: Path, raw: Any) -> tuple[list[Merge], list[str] | None]:
-    """Merges as ``"a b"`` strings (older files) or ``["a", "b"]`` pairs (tokenizers >= 0.20)."""
+def _hf_merges(
+    path: Path, raw: Any, tokens: list[bytes] | None = None
+) -> tuple[list[Merge], list[str] | None]:
+    """Merges as ``"a b"`` strings (older files) or ``["a", "b"]`` pairs (tokenizers >= 0.20), and where
+    each was in the file. Where is None when the extension read them, checked against ``tokens`` when
+    given."""
     if not isinstance(raw, list):
         raise InputError(f"{path}: model.merges must be a list")
-    fast = decode_merge_items(raw)
+    fast = decode_merge_items(raw, tokens)
     if fast is not None:
         return fast, None
     merges: list[Merge] = []
