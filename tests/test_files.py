@@ -342,6 +342,7 @@ def test_tokenizer_json_merges_read_alike_with_and_without_the_extension(
 @example(tokens=["", "a", "b", "ab"], pairs=[("a", "b")], order=[2, 0, 3, 1], specials=None)  # an empty token
 @example(tokens=["ab", "a", "b", "é", "aé", "<s>"], pairs=[("a", "b")], order=[5, 4, 3, 2, 1, 0],
          specials=None)
+@example(tokens=["a", "b", "ab", "<s> "], pairs=[("a", "b")], order=[0, 1, 2, 3], specials=["<s> "])
 @given(
     tokens=st.lists(_TABLE_TOKEN, min_size=1, max_size=10, unique=True),
     pairs=st.lists(st.tuples(_TABLE_TOKEN, _TABLE_TOKEN), max_size=6),

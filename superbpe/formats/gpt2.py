@@ -186,6 +186,11 @@ def read_vocab(path: str | Path, special_tokens: Sequence[str] = ()) -> dict[int
         fast = _native.gpt2_vocab(text)
         if fast is not None:
             return fast
+    return _vocab_in_python(path, text, special_tokens)
+
+
+def _vocab_in_python(path: Path, text: str, special_tokens: Sequence[str]) -> dict[int, bytes]:
+    """:func:`read_vocab` of ``text`` without the extension (which names what it refuses)."""
     return vocab_from_mapping(path, parse_json(path, text), special_tokens)
 
 
@@ -239,16 +244,19 @@ def read_gpt2_files(
     :func:`unmerged_tokens`. The extension reads both files and finds the unmade tokens in one pass
     (a 200K vocab is loaded before anything is encoded); without it, or for what it leaves to Python
     (e.g. special tokens written verbatim), the functions above read them and name any fault."""
-    if _native is not None:
-        vocab = _native.gpt2_vocab(read_text(Path(vocab_path)))
-        if vocab is not None:
-            read = _native.gpt2_merges_unmade(read_text(Path(merges_path)), list(vocab.values()))
-            if read is not None:
-                merges, positions = read
-                found = _unmade_text(vocab, positions) if unmade else None
-                return Gpt2Files(vocab, merges, found, valid=True)
-    vocab = read_vocab(vocab_path, special_tokens)
-    merges = read_merges(merges_path, vocab)
+    vocab_path, merges_path = Path(vocab_path), Path(merges_path)
+    vocab_text, merges_text = read_text(vocab_path), read_text(merges_path)
+    vocab = None if _native is None else _native.gpt2_vocab(vocab_text)
+    if vocab is not None:
+        read = _native.gpt2_merges_unmade(merges_text, list(vocab.values()))
+        if read is not None:
+            merges, positions = read
+            found = _unmade_text(vocab, positions) if unmade else None
+            return Gpt2Files(vocab, merges, found, valid=True)
+    else:
+        vocab = _vocab_in_python(vocab_path, vocab_text, special_tokens)
+    # What the extension did not take is read here, once more, so that the fault is named.
+    merges = _merges_in_python(merges_path, merges_text, vocab)
     return Gpt2Files(vocab, merges, unmerged_tokens(vocab, merges) if unmade else None, valid=False)
 
 
@@ -272,6 +280,11 @@ def read_merges(path: str | Path, vocab: Mapping[int, bytes] | None = None) -> l
         fast = _native.gpt2_merges(text, None if vocab is None else list(vocab.values()))
         if fast is not None:
             return fast
+    return _merges_in_python(path, text, vocab)
+
+
+def _merges_in_python(path: Path, text: str, vocab: Mapping[int, bytes] | None) -> list[Merge]:
+    """:func:`read_merges` of ``text`` without the extension: line by line, so a fault is named."""
     merges: list[Merge] = []
     where: list[str] = []
     for number, line in enumerate(text.split("\n"), start=1):
