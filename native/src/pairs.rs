@@ -6,8 +6,8 @@
 //! CPU caches. Here a pair's count is added to its bucket's counter, which sums every pair hashed
 //! there: no pair counts more than its bucket, so a pair in a bucket below θ counts below θ and
 //! cutting at it stays exact. The pairs that count θ or more are a few tens of thousands among up
-//! to a million buckets, so few rare pairs share a bucket with one (they only stay uncut). The
-//! counters are a few megabytes per thread and mostly stay in the caches.
+//! to a million buckets, so few rare pairs share a bucket with one (they only stay uncut). What
+//! each update touches is a megabyte per thread, which stays in the caches.
 
 /// A key's bits mixed, for table slots (pair keys are two small ids side by side).
 #[inline(always)]
@@ -16,17 +16,24 @@ pub fn spread(key: u64) -> u64 {
     h ^ (h >> 29)
 }
 
-/// Fewest and most buckets, as powers of two. The most keep one thread's counters at a few megabytes,
-/// so that replay's updates mostly hit the caches, while a bucket's noise (the replayed pairs over
+/// Fewest and most buckets, as powers of two. The most keep the low bytes one thread updates at a
+/// megabyte, so that replay's updates mostly hit the caches, while a bucket's noise (the replayed pairs over
 /// the buckets) stays well below the counts of the pairs a stage merges; more buckets made replay
 /// slower without cutting much more.
 const MIN_BITS: u32 = 12;
 const MAX_BITS: u32 = 20;
 
-/// Bucket -> summed count of the pairs hashed there (saturating: a counter at `u32::MAX` only
-/// claims more than it may hold, which leaves its pairs uncut).
+/// The most a bucket holds: its high part saturated, its low byte full.
+const MAX_COUNT: u64 = (u32::MAX as u64) << 8 | 0xFF;
+
+/// Bucket -> summed count of the pairs hashed there, split in two arrays: the low byte of each
+/// count, which every update touches, and the rest, touched once per 256 of a bucket's count.
+/// The low bytes of a million buckets take a megabyte, which stays in a core's second-level cache
+/// beside replay's other tables, where four-byte counters outgrew it and replay waited on them.
+/// A count saturates at `MAX_COUNT`, which only claims more than it may hold: its pairs stay uncut.
 pub struct PairSketch {
-    counters: Vec<u32>,
+    low: Vec<u8>,
+    high: Vec<u32>,
     shift: u32,
 }
 
@@ -39,21 +46,21 @@ impl PairSketch {
 
     pub fn with_bits(bits: u32) -> PairSketch {
         assert!((1..64).contains(&bits), "pair sketch of 2^{bits} buckets");
-        PairSketch { counters: vec![0; 1 << bits], shift: 64 - bits }
+        PairSketch { low: vec![0; 1 << bits], high: vec![0; 1 << bits], shift: 64 - bits }
     }
 
     /// Bytes a sketch of `2^bits` buckets holds.
     pub fn bytes_for(bits: u32) -> u64 {
-        4 << bits
+        5 << bits
     }
 
     pub fn buckets(&self) -> usize {
-        self.counters.len()
+        self.low.len()
     }
 
     /// Bytes it holds.
     pub fn heap_bytes(&self) -> u64 {
-        Self::bytes_for(self.counters.len().trailing_zeros())
+        Self::bytes_for(self.low.len().trailing_zeros())
     }
 
     #[inline(always)]
@@ -61,13 +68,41 @@ impl PairSketch {
         (spread(key) >> self.shift) as usize
     }
 
+    /// Bucket `b`'s count.
+    #[inline(always)]
+    fn count(&self, b: usize) -> u64 {
+        (self.high[b] as u64) << 8 | self.low[b] as u64
+    }
+
+    /// Set bucket `b`'s count to `count` (at most `MAX_COUNT`).
+    fn set(&mut self, b: usize, count: u64) {
+        self.low[b] = count as u8;
+        self.high[b] = (count >> 8) as u32;
+    }
+
     /// Add `f` (at least 1) to the bucket of each adjacent pair of `syms`.
     #[inline]
     pub fn add_pairs(&mut self, syms: &[u32], f: i64) {
-        let f = u32::try_from(f).unwrap_or(u32::MAX);
+        let f = u64::try_from(f).unwrap_or(0).min(MAX_COUNT);
         for w in syms.windows(2) {
             let b = self.bucket(crate::bpe::pair_key(w[0], w[1]));
-            self.counters[b] = self.counters[b].saturating_add(f);
+            let sum = self.low[b] as u64 + f;
+            self.low[b] = sum as u8;
+            if sum > 0xFF {
+                self.carry(b, sum >> 8);
+            }
+        }
+    }
+
+    /// Add `carry` to bucket `b`'s high part, saturating the whole count at `MAX_COUNT`.
+    #[cold]
+    #[inline(never)]
+    fn carry(&mut self, b: usize, carry: u64) {
+        let high = self.high[b] as u64 + carry;
+        if high > u32::MAX as u64 {
+            self.set(b, MAX_COUNT);
+        } else {
+            self.high[b] = high as u32;
         }
     }
 
@@ -76,17 +111,18 @@ impl PairSketch {
         let mut sketches = sketches.into_iter();
         let mut all = sketches.next().expect("one sketch per thread");
         for s in sketches {
-            assert_eq!(s.counters.len(), all.counters.len(), "pair sketches of one size");
-            for (a, b) in all.counters.iter_mut().zip(&s.counters) {
-                *a = a.saturating_add(*b);
+            assert_eq!(s.buckets(), all.buckets(), "pair sketches of one size");
+            for b in 0..all.buckets() {
+                let sum = (all.count(b) + s.count(b)).min(MAX_COUNT);
+                all.set(b, sum);
             }
         }
         all
     }
 
-    /// The `rank`-th highest counter (1-based), or 0 when fewer than `rank` buckets hold a pair.
+    /// The `rank`-th highest count (1-based), or 0 when fewer than `rank` buckets hold a pair.
     pub fn threshold(&self, rank: usize) -> i64 {
-        let mut values: Vec<u32> = self.counters.iter().copied().filter(|&c| c > 0).collect();
+        let mut values: Vec<u64> = (0..self.buckets()).map(|b| self.count(b)).filter(|&c| c > 0).collect();
         if rank == 0 || rank > values.len() {
             return 0;
         }
@@ -96,14 +132,14 @@ impl PairSketch {
     /// Whether bucket `b` counts `theta` or more.
     #[inline(always)]
     pub fn at_least(&self, b: usize, theta: i64) -> bool {
-        self.counters[b] as i64 >= theta
+        self.count(b) as i64 >= theta
     }
 
     /// About how many distinct pairs were added (linear counting: from the share of buckets left
     /// empty; when none is, the buckets times their logarithm, the most it can tell apart).
     pub fn distinct_pairs(&self) -> u64 {
-        let m = self.counters.len() as f64;
-        let empty = self.counters.iter().filter(|&&c| c == 0).count().max(1) as f64;
+        let m = self.buckets() as f64;
+        let empty = (0..self.buckets()).filter(|&b| self.count(b) == 0).count().max(1) as f64;
         (m * (m / empty).ln()).round() as u64
     }
 }
@@ -135,7 +171,7 @@ mod tests {
         for (&key, &f) in &want {
             sums[all.bucket(key)] += f;
         }
-        assert_eq!(all.counters.iter().map(|&c| c as i64).collect::<Vec<_>>(), sums);
+        assert_eq!((0..all.buckets()).map(|b| all.count(b) as i64).collect::<Vec<_>>(), sums);
         for (&key, &f) in &want {
             assert!(all.at_least(all.bucket(key), f));
         }
@@ -169,6 +205,24 @@ mod tests {
         let mut s = PairSketch::with_bits(4);
         s.add_pairs(&[1, 2], i64::MAX);
         s.add_pairs(&[1, 2], 5);
-        assert_eq!(s.threshold(1), u32::MAX as i64);
+        assert_eq!(s.threshold(1), MAX_COUNT as i64);
+        let mut t = PairSketch::with_bits(4);
+        t.add_pairs(&[1, 2], MAX_COUNT as i64 - 3);
+        let merged = PairSketch::merged(vec![s, t]);
+        assert_eq!(merged.threshold(1), MAX_COUNT as i64);
+    }
+
+    /// Counts carried from the low bytes into the high parts, one by one and in large steps,
+    /// equal the sums (a bucket hit 300 times by 1 and once by 70,000).
+    #[test]
+    fn low_bytes_carry_into_the_high_parts() {
+        let mut s = PairSketch::with_bits(6);
+        for _ in 0..300 {
+            s.add_pairs(&[7, 9], 1);
+        }
+        s.add_pairs(&[7, 9], 70_000);
+        assert_eq!(s.threshold(1), 70_300);
+        assert!(s.at_least(s.bucket(crate::bpe::pair_key(7, 9)), 70_300));
+        assert!(!s.at_least(s.bucket(crate::bpe::pair_key(7, 9)), 70_301));
     }
 }
