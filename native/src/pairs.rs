@@ -17,9 +17,9 @@ pub fn spread(key: u64) -> u64 {
 }
 
 /// Fewest and most buckets, as powers of two. The most keep the low bytes one thread updates at a
-/// megabyte, so that replay's updates mostly hit the caches, while a bucket's noise (the replayed pairs over
-/// the buckets) stays well below the counts of the pairs a stage merges; more buckets made replay
-/// slower without cutting much more.
+/// megabyte, so that replay's updates mostly hit the caches, while a bucket's noise (the replayed
+/// pairs over the buckets) stays well below the counts of the pairs a stage merges; more buckets
+/// made replay slower without cutting much more.
 const MIN_BITS: u32 = 12;
 const MAX_BITS: u32 = 20;
 
