@@ -558,7 +558,6 @@ def test_malformed_tokenizer_json(tmp_path: Path, edit, message: str) -> None:  
     assert str(path) in str(caught.value)
 
 
-
 @pytest.mark.parametrize("engine", ["python", pytest.param("native", marks=needs_native)])
 @pytest.mark.parametrize(
     ("edit", "message"),

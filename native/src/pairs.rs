@@ -80,10 +80,11 @@ impl PairSketch {
         self.high[b] = (count >> 8) as u32;
     }
 
-    /// Add `f` (at least 1) to the bucket of each adjacent pair of `syms`.
+    /// Add `f` (at least 1) to the bucket of each adjacent pair of `syms`. A count outside
+    /// `1..=MAX_COUNT` adds `MAX_COUNT`, which only claims too much (its pairs stay uncut).
     #[inline]
     pub fn add_pairs(&mut self, syms: &[u32], f: i64) {
-        let f = u64::try_from(f).unwrap_or(0).min(MAX_COUNT);
+        let f = u64::try_from(f).ok().filter(|&f| f >= 1).unwrap_or(MAX_COUNT).min(MAX_COUNT);
         for w in syms.windows(2) {
             let b = self.bucket(crate::bpe::pair_key(w[0], w[1]));
             let sum = self.low[b] as u64 + f;
@@ -210,6 +211,12 @@ mod tests {
         t.add_pairs(&[1, 2], MAX_COUNT as i64 - 3);
         let merged = PairSketch::merged(vec![s, t]);
         assert_eq!(merged.threshold(1), MAX_COUNT as i64);
+        // A count out of range claims the most, never less than it may hold.
+        for f in [0, -1] {
+            let mut u = PairSketch::with_bits(4);
+            u.add_pairs(&[1, 2], f);
+            assert_eq!(u.threshold(1), MAX_COUNT as i64);
+        }
     }
 
     /// Counts carried from the low bytes into the high parts, one by one and in large steps,

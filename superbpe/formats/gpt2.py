@@ -203,8 +203,13 @@ def unmerged_tokens(vocab: Mapping[int, bytes], merges: Sequence[Merge]) -> list
     unmade = set(vocab.values())  # whole-set steps at C speed: a 200K vocab is loaded before any encoding
     unmade.difference_update(starmap(operator.add, merges))
     unmade = {token for token in unmade if len(token) > 1}
+    return _utf8_in_id_order((token_id, token) for token_id, token in vocab.items() if token in unmade)
+
+
+def _utf8_in_id_order(entries: Iterable[tuple[int, bytes]]) -> list[str]:
+    """The tokens of ``(id, token)`` entries as text, in id order; those that are not UTF-8 are left out."""
     found = []
-    for _, token in sorted((token_id, token) for token_id, token in vocab.items() if token in unmade):
+    for _, token in sorted(entries):
         try:
             found.append(token.decode("utf-8"))
         except UnicodeDecodeError:
@@ -263,13 +268,7 @@ def read_gpt2_files(
 def _unmade_text(vocab: Mapping[int, bytes], positions: Sequence[int]) -> list[str]:
     """:func:`unmerged_tokens` from the positions (in ``vocab``'s order) of its unmade tokens."""
     ids, tokens = list(vocab), list(vocab.values())
-    found = []
-    for _, token in sorted((ids[position], tokens[position]) for position in positions):
-        try:
-            found.append(token.decode("utf-8"))
-        except UnicodeDecodeError:
-            continue
-    return found
+    return _utf8_in_id_order((ids[position], tokens[position]) for position in positions)
 
 
 def read_merges(path: str | Path, vocab: Mapping[int, bytes] | None = None) -> list[Merge]:
