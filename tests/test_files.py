@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from superbpe.core.byte_table import byte_to_unicode, bytes_to_token_str, token_
 from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.pretokenize import PATTERNS, get_pretokenizer
 from superbpe.formats import gpt2 as gpt2_files
+from superbpe.formats import hf as hf_files
 from superbpe.formats.gpt2 import (
     MERGES_FILE,
     VOCAB_FILE,
@@ -200,7 +202,7 @@ def _read_with_and_without_native(read: Callable[[], object]) -> list[tuple[str,
     """``read()`` with the extension's decoding and with Python's alone: the result, or the error."""
     results: list[tuple[str, object]] = []
     for native in (gpt2_files._native, None):
-        with mock.patch.object(gpt2_files, "_native", native):
+        with mock.patch.object(gpt2_files, "_native", native), mock.patch.object(hf_files, "_native", native):
             try:
                 results.append(("read", read()))
             except InputError as exc:
@@ -415,6 +417,101 @@ def test_tokenizer_json_loads_alike_with_and_without_the_extension(
 
     first, second = _read_with_and_without_native(load)
     assert first == second
+
+
+# Edits of a tokenizer.json's text that the extension must leave to Python (or read as Python does).
+_DOCUMENT_EDITS: dict[str, Callable[[str], str]] = {
+    "none": lambda text: text,
+    "vocab twice": lambda text: text.replace('"vocab": {', '"vocab": {}, "vocab": {', 1),
+    "merges twice": lambda text: text.replace('"merges": [', '"merges": [], "merges": [', 1),
+    "model twice": lambda text: text[:-1] + ', "model": {"vocab": {}}}',
+    "escaped key": lambda text: text.replace('"model"', '"\\u006dodel"', 1),
+    "no vocab": lambda text: text.replace('"vocab": {', '"vocab_": {', 1),
+    "merges an object": lambda text: text.replace('"merges": [', '"merges": {"x": 1}, "merges_": [', 1),
+    "trailing text": lambda text: text + " x",
+    "truncated": lambda text: text[:-2],
+    "a float id": lambda text: text.replace(": 0,", ": 0.0,", 1),
+    "a bool id": lambda text: text.replace(": 0,", ": true,", 1),
+    "a dangling comma": lambda text: text.replace('"ignore_merges"', ', "ignore_merges"', 1),
+    "model not an object": lambda text: text.replace('"model": {', '"model": [{', 1)[:-1] + "]}",
+}
+
+
+@needs_native
+@SETTINGS
+@example(tokens=["a", "b", "ab"], pairs=[("a", "b")], as_lists=True, added=["é"], indent=None, ascii=False,
+         edit="none")
+@given(
+    tokens=st.lists(_TABLE_TOKEN, min_size=1, max_size=8, unique=True),
+    pairs=st.lists(st.tuples(_TABLE_TOKEN, _TABLE_TOKEN), max_size=5),
+    as_lists=st.booleans(),
+    added=st.lists(st.sampled_from(["<s>", "a", "ab", "é", "Ġx"]), max_size=2, unique=True),
+    indent=st.sampled_from([None, 1]),
+    ascii=st.booleans(),
+    edit=st.sampled_from(sorted(_DOCUMENT_EDITS)),
+)
+def test_tokenizer_json_documents_read_alike_with_and_without_the_extension(
+    tmp_path_factory: pytest.TempPathFactory,
+    tokens: list[str],
+    pairs: list[tuple[str, str]],
+    as_lists: bool,
+    added: list[str],
+    indent: int | None,
+    ascii: bool,
+    edit: str,
+) -> None:
+    """The extension finds the model's vocab and merges in the document's text and reads them there: the
+    same result as Python's reading of the whole document, or the same error, whatever the layout and
+    escapes, with keys repeated or misplaced and values malformed."""
+    vocab = {text: token_id for token_id, text in enumerate(tokens)}
+    added_tokens = [{"id": vocab.get(text, len(tokens) + i), "content": text, "special": True}
+                    for i, text in enumerate(added)]
+    merges = [[left, right] if as_lists else f"{left} {right}" for left, right in pairs]
+    document = {"version": "1.0", "added_tokens": added_tokens, "pre_tokenizer": {"type": "ByteLevel"},
+                "model": {"type": "BPE", "vocab": vocab, "merges": merges, "ignore_merges": False}}
+    text = _DOCUMENT_EDITS[edit](json.dumps(document, indent=indent, ensure_ascii=ascii))
+    path = tmp_path_factory.mktemp("hf") / HF_FILE
+    path.write_text(text, encoding="utf-8")
+    first, second = _read_with_and_without_native(lambda: read_hf_tokenizer(path))
+    assert first == second
+
+
+@needs_native
+def test_the_extension_reads_the_model_of_a_saved_tokenizer_json(tmp_path: Path) -> None:
+    """The fast path is taken for the files we write (the alike tests above would pass without it), when
+    the special tokens are table strings (``<pad token>``, with its space, is not: that vocab is read by
+    Python)."""
+    hand_made = _hand_made("gpt2")
+    vocab = {token_id: token for token_id, token in hand_made.vocab.items() if token_id < 268}
+    Tokenizer(vocab, hand_made.merges, ["<s>"]).save(tmp_path)
+    path = tmp_path / HF_FILE
+    read = hf_files._model_read_natively(path, path.read_text(encoding="utf-8"))
+    assert read is not None
+    document, vocab, merges = read
+    assert document["model"]["vocab"] == {} and document["model"]["merges"] == []
+    with mock.patch.object(hf_files, "_native", None):
+        python = read_hf_tokenizer(path)
+    assert (vocab, merges) == (python.vocab, python.merges)
+
+
+def _vocab_size_of(directory: str) -> int:
+    return Tokenizer.load(directory).vocab_size
+
+
+@needs_native
+def test_a_tokenizer_json_loads_in_a_forked_worker(tmp_path: Path) -> None:
+    """Encoding jobs fork their workers from a process whose thread pool runs (rayon's, started by a batch
+    encode): a worker loading a tokenizer must not wait on that pool, which the fork did not copy."""
+    hand_made = _hand_made("gpt2")
+    vocab = {token_id: token for token_id, token in hand_made.vocab.items() if token_id < 268}
+    Tokenizer(vocab, hand_made.merges, ["<s>"]).save(tmp_path)
+    directory = tmp_path / "json_only"
+    directory.mkdir()
+    (tmp_path / HF_FILE).rename(directory / HF_FILE)
+    loaded = Tokenizer.load(directory, engine="native")
+    loaded.encode_batch(["the pool starts here"] * 256, threads=2)
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply_async(_vocab_size_of, (str(directory),)).get(timeout=120) == loaded.vocab_size
 
 
 @pytest.mark.parametrize("engine", ["python", pytest.param("native", marks=needs_native)])

@@ -12,6 +12,7 @@ pub mod countsfile;
 pub mod cuts;
 pub mod encode;
 pub mod encode_levels;
+pub mod hf_model;
 pub mod joins;
 pub mod memory;
 pub mod pairs;

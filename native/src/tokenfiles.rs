@@ -26,58 +26,61 @@ pub fn token_bytes(text: &str) -> Option<Vec<u8>> {
 /// a valid vocab as it stands.
 pub fn vocab(text: &str) -> Option<Vec<(u64, Vec<u8>)>> {
     let mut json = Json { text, at: 0 };
-    let mut entries = Vec::new();
     json.skip_space();
-    json.expect(b'{')?;
+    let entries = json.vocab()?;
     json.skip_space();
-    if json.peek() == Some(b'}') {
-        json.at += 1;
-    } else {
-        loop {
-            let token = json.table_string().filter(|t| !t.is_empty())?;
-            json.skip_space();
-            json.expect(b':')?;
-            json.skip_space();
-            entries.push((json.small_uint()?, token));
-            json.skip_space();
-            match json.next()? {
-                b',' => json.skip_space(),
-                b'}' => break,
-                _ => return None,
-            }
-        }
-    }
-    json.skip_space();
-    if json.at != text.len() {
-        return None;
-    }
-    let ids: AHashSet<u64> = entries.iter().map(|e| e.0).collect();
-    let tokens: AHashSet<&[u8]> = entries.iter().map(|e| &e.1[..]).collect();
-    (ids.len() == entries.len() && tokens.len() == entries.len()).then_some(entries)
+    (json.at == text.len()).then_some(entries)
 }
 
-/// A cursor over JSON text, for the one shape `vocab` reads.
-struct Json<'a> {
-    text: &'a str,
-    at: usize,
+/// A cursor over JSON text, for the shapes `vocab` and `hf_model.rs` read.
+pub(crate) struct Json<'a> {
+    pub(crate) text: &'a str,
+    pub(crate) at: usize,
 }
 
 impl Json<'_> {
-    fn peek(&self) -> Option<u8> {
+    pub(crate) fn peek(&self) -> Option<u8> {
         self.text.as_bytes().get(self.at).copied()
     }
 
-    fn next(&mut self) -> Option<u8> {
+    pub(crate) fn next(&mut self) -> Option<u8> {
         let byte = self.peek()?;
         self.at += 1;
         Some(byte)
     }
 
-    fn expect(&mut self, byte: u8) -> Option<()> {
+    pub(crate) fn expect(&mut self, byte: u8) -> Option<()> {
         (self.next()? == byte).then_some(())
     }
 
-    fn skip_space(&mut self) {
+    /// The `vocab.json`-shaped object at the cursor, read as [`vocab`] reads a whole text.
+    pub(crate) fn vocab(&mut self) -> Option<Vec<(u64, Vec<u8>)>> {
+        let mut entries = Vec::new();
+        self.expect(b'{')?;
+        self.skip_space();
+        if self.peek() == Some(b'}') {
+            self.at += 1;
+        } else {
+            loop {
+                let token = self.table_string().filter(|t| !t.is_empty())?;
+                self.skip_space();
+                self.expect(b':')?;
+                self.skip_space();
+                entries.push((self.small_uint()?, token));
+                self.skip_space();
+                match self.next()? {
+                    b',' => self.skip_space(),
+                    b'}' => break,
+                    _ => return None,
+                }
+            }
+        }
+        let ids: AHashSet<u64> = entries.iter().map(|e| e.0).collect();
+        let tokens: AHashSet<&[u8]> = entries.iter().map(|e| &e.1[..]).collect();
+        (ids.len() == entries.len() && tokens.len() == entries.len()).then_some(entries)
+    }
+
+    pub(crate) fn skip_space(&mut self) {
         while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
             self.at += 1;
         }
@@ -101,17 +104,28 @@ impl Json<'_> {
 
     /// A JSON string whose characters (escapes decoded) are all table characters, as the bytes they
     /// spell. Raw control characters are refused, as JSON (and Python's reader) refuses them.
-    fn table_string(&mut self) -> Option<Vec<u8>> {
+    pub(crate) fn table_string(&mut self) -> Option<Vec<u8>> {
+        self.spelt_string(false).map(|(bytes, _)| bytes)
+    }
+
+    /// [`Self::table_string`], or with `split` one space (not a table character) allowed, and
+    /// where it stands among the bytes.
+    pub(crate) fn spelt_string(&mut self, split: bool) -> Option<(Vec<u8>, Option<usize>)> {
         self.expect(b'"')?;
         let mut out = Vec::new();
+        let mut space = None;
         loop {
             let c = match self.next()? {
-                b'"' => return Some(out),
+                b'"' => return Some((out, space)),
                 b'\\' => self.escaped()?,
                 byte if byte < 0x20 => return None,
                 byte if byte < 0x80 => byte as u32,
                 _ => self.rest_of_char()?,
             };
+            if c == ' ' as u32 && split && space.is_none() {
+                space = Some(out.len());
+                continue;
+            }
             out.push(byte_of(c)?);
         }
     }
@@ -178,10 +192,18 @@ pub type Merges = Vec<(Vec<u8>, Vec<u8>)>;
 /// that no merge makes (in a GPT-2 style pair of files, the special tokens), in order.
 pub fn merges_and_unmade(text: &str, tokens: &[&[u8]]) -> Option<(Merges, Vec<usize>)> {
     let merges = parse_merges(text)?;
+    let made = made_tokens(&merges, tokens)?;
+    let unmade = (0..tokens.len()).filter(|&i| !made[i] && tokens[i].len() > 1).collect();
+    Some((merges, unmade))
+}
+
+/// Which of `tokens` a merge makes, by position, or `None` when a merge's parts or the token it
+/// makes are not among them.
+pub fn made_tokens(merges: &Merges, tokens: &[&[u8]]) -> Option<Vec<bool>> {
     let position: AHashMap<&[u8], usize> = tokens.iter().enumerate().map(|(i, &t)| (t, i)).collect();
     let mut made = vec![false; tokens.len()];
     let mut joined = Vec::new();
-    for (left, right) in &merges {
+    for (left, right) in merges {
         joined.clear();
         joined.extend_from_slice(left);
         joined.extend_from_slice(right);
@@ -190,8 +212,7 @@ pub fn merges_and_unmade(text: &str, tokens: &[&[u8]]) -> Option<(Merges, Vec<us
         }
         made[*position.get(&joined[..])?] = true;
     }
-    let unmade = (0..tokens.len()).filter(|&i| !made[i] && tokens[i].len() > 1).collect();
-    Some((merges, unmade))
+    Some(made)
 }
 
 /// The lines of a `merges.txt` text as merges, or `None` when one is not two table strings and

@@ -8,12 +8,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from superbpe.core.byte_table import bytes_to_token_str
+from superbpe.core.byte_table import bytes_to_token_str, token_str_to_bytes
 from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.pretokenize import PATTERNS, Pretokenizer, get_pretokenizer
 from superbpe.core.types import Merge
 from superbpe.formats.gpt2 import check_merges, decode_merge_items, parse_merge, vocab_from_mapping
-from superbpe.formats.json_files import read_json
+from superbpe.formats.json_files import parse_json, read_text
+
+try:  # the extension reads a large model's vocab and merges far faster; without it they are read here
+    from superbpe import _native
+except ImportError:
+    _native = None  # type: ignore[assignment]
 
 HF_FILE = "tokenizer.json"
 HF_CONFIG_FILE = "tokenizer_config.json"
@@ -127,7 +132,9 @@ class HFTokenizerData:
 def read_hf_tokenizer(path: str | Path) -> HFTokenizerData:
     """Read a byte-level BPE ``tokenizer.json`` (ours or HF's), e.g. to extend an existing tokenizer."""
     path = Path(path)
-    document = read_json(path)
+    text = read_text(path)
+    native = _model_read_natively(path, text)
+    document = native[0] if native is not None else parse_json(path, text)
     model = document.get("model") if isinstance(document, dict) else None
     if not isinstance(model, dict) or model.get("type", "BPE") != "BPE":
         raise InputError(f"{path}: not a BPE tokenizer.json (no model of type BPE)")
@@ -136,34 +143,77 @@ def read_hf_tokenizer(path: str | Path) -> HFTokenizerData:
         raise InputError(f"{path}: added_tokens must be a list of objects")
     # HF cuts every added token out of the text before the model sees it, special or not.
     special_tokens = [str(a.get("content")) for a in added]
-    added_ids = {str(a.get("content")): a.get("id") for a in added}
-    vocab = vocab_from_mapping(path, model.get("vocab"), special_tokens, added_ids)
-    _add_added_tokens(path, vocab, added)
-    tokens = list(vocab.values())
-    merges, where = _hf_merges(path, model.get("merges", []), tokens)
+    if native is not None:  # checked as the extension read them, merges against the model's vocab
+        vocab, merges, where = native[1], native[2], None
+        _add_added_tokens(path, vocab, added)
+    else:
+        added_ids = {str(a.get("content")): a.get("id") for a in added}
+        vocab = vocab_from_mapping(path, model.get("vocab"), special_tokens, added_ids)
+        _add_added_tokens(path, vocab, added)
+        merges, where = _hf_merges(path, model.get("merges", []), list(vocab.values()))
     if where is not None:  # read item by item: checked here, where a fault is named
         check_merges(path, merges, vocab, where)
     pattern, line_units = _hf_split(document.get("pre_tokenizer"))
     ignore_merges = bool(model.get("ignore_merges", False))
     # Ids and tokens were checked as they were read, but for empty tokens and an added token's negative
     # id (the tokenizer names those).
-    valid = all(tokens) and min(vocab, default=0) >= 0
+    valid = all(vocab.values()) and min(vocab, default=0) >= 0
     return HFTokenizerData(vocab, merges, special_tokens, pattern, line_units, ignore_merges, valid)
 
 
+NativeModel = tuple[dict[str, Any], dict[int, bytes], list[Merge]]
+
+
+def _model_read_natively(path: Path, text: str) -> NativeModel | None:
+    """The document without its model's vocab and merges, and those two as the extension read them; None
+    when it is not built or leaves the document to the reader above (which names any problem).
+
+    The extension reads every vocab string as a byte-table string. An added token found in the model's
+    vocab at its own id is UTF-8 text there instead; where the two spellings differ, the whole document is
+    read above."""
+    if _native is None:
+        return None
+    parts = _native.hf_model_parts(text)
+    if parts is None:
+        return None
+    skeleton, vocab, merges = parts
+    try:
+        document = parse_json(path, skeleton)
+    except InputError:
+        return None  # named from the whole text, where the line and column are the file's
+    added = document.get("added_tokens", [])
+    if not isinstance(added, list) or not all(isinstance(a, dict) for a in added):
+        return None
+    for entry in added:
+        content, token_id = entry.get("content"), entry.get("id")
+        if not isinstance(content, str) or type(token_id) is not int:
+            return None
+        try:
+            spelt = token_str_to_bytes(content)
+        except KeyError:
+            continue  # not a table string, so not the model's string at that id either
+        if vocab.get(token_id) == spelt and spelt != content.encode("utf-8"):
+            return None
+    return document, vocab, merges
+
+
 def _add_added_tokens(path: Path, vocab: dict[int, bytes], added: list[dict[str, Any]]) -> None:
-    """Added tokens missing from the model vocab still own their ids."""
-    by_bytes = {token: token_id for token_id, token in vocab.items()}
+    """Added tokens missing from the model vocab still own their ids (the vocab's tokens are distinct)."""
+    by_bytes: dict[bytes, int] | None = None  # made only for a token not in the vocab yet (a 200K vocab)
     for entry in added:
         content, token_id = entry.get("content"), entry.get("id")
         bad_id = isinstance(token_id, bool) or not isinstance(token_id, int)
         if not isinstance(content, str) or not content or bad_id:
             raise InputError(f"{path}: added token needs non-empty 'content' and integer 'id': {entry!r}")
         token = content.encode("utf-8")
-        if by_bytes.get(token, token_id) != token_id or vocab.get(token_id, token) != token:
+        held = vocab.get(token_id)
+        if held is None:
+            if by_bytes is None:
+                by_bytes = {known: known_id for known_id, known in vocab.items()}
+            held = token if by_bytes.setdefault(token, token_id) == token_id else None
+        if held != token:
             raise InputError(f"{path}: added token {content!r} (id {token_id}) clashes with the model vocab")
         vocab[token_id] = token
-        by_bytes[token] = token_id
 
 
 def _hf_merges(

@@ -1,7 +1,7 @@
 //! PyO3 bindings: the `superbpe._native` module, one file per exposed concern (`counts.rs`: the
 //! count table and the streaming counter; `train.rs`: training and its memory estimate;
-//! `encode.rs`: the encoder; `tokenfiles.rs`: the strings of GPT-2 tokenizer files). They convert
-//! types and release the GIL; the work is the core's.
+//! `encode.rs`: the encoder; `tokenfiles.rs`: the strings of GPT-2 tokenizer files and of a
+//! `tokenizer.json`'s model). They convert types and release the GIL; the work is the core's.
 //!
 //! Arguments are validated in Python (`superbpe/engines/native.py`) before they get here. Heavy
 //! work runs with the GIL released, and every entry point catches Rust panics so a bug surfaces
@@ -149,6 +149,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tokenfiles::gpt2_token_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(tokenfiles::gpt2_merges, m)?)?;
     m.add_function(wrap_pyfunction!(tokenfiles::gpt2_merges_unmade, m)?)?;
+    m.add_function(wrap_pyfunction!(tokenfiles::hf_model_parts, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;
     Ok(())
 }

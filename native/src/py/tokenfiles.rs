@@ -1,11 +1,12 @@
-//! GPT-2 tokenizer files' strings to bytes (`tokenfiles.rs`), for `superbpe/formats/gpt2.py`.
+//! GPT-2 tokenizer files' strings to bytes (`tokenfiles.rs`) and a `tokenizer.json`'s model
+//! (`hf_model.rs`), for `superbpe/formats/gpt2.py` and `hf.py`.
 
 use pyo3::prelude::*;
 use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use super::run_attached;
-use crate::tokenfiles;
+use crate::{hf_model, tokenfiles};
 
 /// `{id: token bytes}` of a `vocab.json` text, or None unless it is a flat object of distinct table
 /// strings to distinct non-negative integers.
@@ -61,4 +62,22 @@ pub(super) fn gpt2_merges_unmade<'py>(
     let pairs = merges.iter().map(|(l, r)| PyTuple::new(py, [PyBytes::new(py, l), PyBytes::new(py, r)]));
     let pairs: PyResult<Vec<Bound<'py, PyTuple>>> = pairs.collect();
     Ok(Some((PyList::new(py, pairs?)?, unmade)))
+}
+
+/// What `hf_model_parts` hands Python: the skeleton, the vocab and the merges.
+type ModelParts<'py> = (String, Bound<'py, PyDict>, Bound<'py, PyList>);
+
+/// A `tokenizer.json` text's model read here (`hf_model.rs`): the document without its vocab and
+/// merges (written `{}` and `[]`), `{id: token bytes}` in file order and the `(left, right)`
+/// merges; None when Python must read the whole document.
+#[pyfunction]
+pub(super) fn hf_model_parts<'py>(py: Python<'py>, text: PyBackedStr) -> PyResult<Option<ModelParts<'py>>> {
+    let Some(parts) = run_attached(|| Ok(hf_model::model_parts(&text)))? else { return Ok(None) };
+    let vocab = PyDict::new(py);
+    for (id, token) in &parts.vocab {
+        vocab.set_item(id, PyBytes::new(py, token))?;
+    }
+    let pairs = parts.merges.iter().map(|(l, r)| PyTuple::new(py, [PyBytes::new(py, l), PyBytes::new(py, r)]));
+    let pairs: PyResult<Vec<Bound<'py, PyTuple>>> = pairs.collect();
+    Ok(Some((parts.skeleton, vocab, PyList::new(py, pairs?)?)))
 }
