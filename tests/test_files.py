@@ -439,13 +439,21 @@ _DOCUMENT_EDITS: dict[str, Callable[[str], str]] = {
 
 @needs_native
 @SETTINGS
-@example(tokens=["a", "b", "ab"], pairs=[("a", "b")], as_lists=True, added=["é"], indent=None, ascii=False,
-         edit="none")
+@example(tokens=["a", "b", "ab"], pairs=[("a", "b")], as_lists=True, added=["é"], verbatim=[], indent=None,
+         ascii=False, edit="none")
+@example(tokens=["a", "b", "ab"], pairs=[("a", "b")], as_lists=False, added=["<pad token>", "\u4e2d"],
+         verbatim=["<pad token>", "\u4e2d"], indent=1, ascii=True, edit="none")
+@example(tokens=["a", "b", "ab"], pairs=[], as_lists=False, added=[], verbatim=["x y"], indent=None,
+         ascii=False, edit="none")  # not a special token: refused
+@example(tokens=["a", "<padĠtoken>"], pairs=[], as_lists=False, added=["<pad token>"],
+         verbatim=["<pad token>"], indent=None, ascii=False, edit="none")  # same bytes twice: refused
 @given(
     tokens=st.lists(_TABLE_TOKEN, min_size=1, max_size=8, unique=True),
     pairs=st.lists(st.tuples(_TABLE_TOKEN, _TABLE_TOKEN), max_size=5),
     as_lists=st.booleans(),
-    added=st.lists(st.sampled_from(["<s>", "a", "ab", "é", "Ġx"]), max_size=2, unique=True),
+    added=st.lists(st.sampled_from(["<s>", "a", "ab", "é", "Ġx", "<pad token>", "\u4e2d"]), max_size=3,
+                   unique=True),
+    verbatim=st.lists(st.sampled_from(["<pad token>", "\u4e2d", "<s>", "x y"]), max_size=2, unique=True),
     indent=st.sampled_from([None, 1]),
     ascii=st.booleans(),
     edit=st.sampled_from(sorted(_DOCUMENT_EDITS)),
@@ -456,15 +464,17 @@ def test_tokenizer_json_documents_read_alike_with_and_without_the_extension(
     pairs: list[tuple[str, str]],
     as_lists: bool,
     added: list[str],
+    verbatim: list[str],
     indent: int | None,
     ascii: bool,
     edit: str,
 ) -> None:
     """The extension finds the model's vocab and merges in the document's text and reads them there: the
     same result as Python's reading of the whole document, or the same error, whatever the layout and
-    escapes, with keys repeated or misplaced and values malformed."""
-    vocab = {text: token_id for token_id, text in enumerate(tokens)}
-    added_tokens = [{"id": vocab.get(text, len(tokens) + i), "content": text, "special": True}
+    escapes, with keys repeated or misplaced and values malformed. ``verbatim`` strings are in the model's
+    vocab as they are (as HF writes special tokens), each a special token or not."""
+    vocab = {text: token_id for token_id, text in enumerate([*tokens, *verbatim])}
+    added_tokens = [{"id": vocab.get(text, len(vocab) + i), "content": text, "special": True}
                     for i, text in enumerate(added)]
     merges = [[left, right] if as_lists else f"{left} {right}" for left, right in pairs]
     document = {"version": "1.0", "added_tokens": added_tokens, "pre_tokenizer": {"type": "ByteLevel"},
@@ -478,12 +488,9 @@ def test_tokenizer_json_documents_read_alike_with_and_without_the_extension(
 
 @needs_native
 def test_the_extension_reads_the_model_of_a_saved_tokenizer_json(tmp_path: Path) -> None:
-    """The fast path is taken for the files we write (the alike tests above would pass without it), when
-    the special tokens are table strings (``<pad token>``, with its space, is not: that vocab is read by
-    Python)."""
-    hand_made = _hand_made("gpt2")
-    vocab = {token_id: token for token_id, token in hand_made.vocab.items() if token_id < 268}
-    Tokenizer(vocab, hand_made.merges, ["<s>"]).save(tmp_path)
+    """The fast path is taken for the files we write (the alike tests above would pass without it), special
+    tokens outside the byte table (``<pad token>``, with its space) included."""
+    _hand_made("gpt2").save(tmp_path)
     path = tmp_path / HF_FILE
     read = hf_files._model_read_natively(path, path.read_text(encoding="utf-8"))
     assert read is not None

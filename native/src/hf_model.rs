@@ -6,19 +6,23 @@
 //! was most of loading one. What is left, the skeleton, is small and Python parses it as before.
 //!
 //! Like `tokenfiles.rs`, this only accepts: anything unusual (a key written with an escape, a
-//! repeated `model`, `vocab` or `merges`, a token outside the byte table, a merge that does not fit
-//! the vocab) makes it answer `None`, and Python reads the whole document itself, naming the problem.
+//! repeated `model`, `vocab` or `merges`, a merge that does not fit the vocab) makes it answer
+//! `None`, and Python reads the whole document itself, naming the problem. A vocab string not spelt
+//! in the byte table is handed back as it is: HF writes special tokens into the model's vocab
+//! verbatim, and Python, which knows the added tokens, judges them.
 
 use std::ops::Range;
 
-use crate::tokenfiles::{self, Json, Merges};
+use crate::tokenfiles::{self, Json, Merges, Spelt};
 
 /// The model's vocab and merges, and the document without them.
 pub struct ModelParts {
     /// The document with the model's vocab written as `{}` and its merges as `[]`.
     pub skeleton: String,
-    /// `(id, token bytes)` in file order: distinct ids, distinct non-empty tokens.
-    pub vocab: Vec<(u64, Vec<u8>)>,
+    /// `(id, token)` in file order: distinct ids; the tokens spelt in the byte table as their
+    /// bytes (distinct, non-empty), any other string (a special token written verbatim, for
+    /// Python to judge) as it is.
+    pub vocab: Vec<(u64, Spelt)>,
     /// The merges, each of two tokens of the vocab into a token of the vocab.
     pub merges: Merges,
 }
@@ -31,11 +35,17 @@ pub fn model_parts(text: &str) -> Option<ModelParts> {
     let (vocab_span, merges_span) = model_spans(text)?;
     let (vocab, merges) = std::thread::scope(|scope| {
         let merges = scope.spawn(|| merges_span.clone().map_or(Some(Vec::new()), |span| merge_items(&text[span])));
-        let vocab = tokenfiles::vocab(&text[vocab_span.clone()]);
+        let vocab = tokenfiles::vocab_entries(&text[vocab_span.clone()], true);
         (vocab, merges.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
     });
     let (vocab, merges) = (vocab?, merges?);
-    let tokens: Vec<&[u8]> = vocab.iter().map(|(_, token)| &token[..]).collect();
+    let tokens: Vec<&[u8]> = vocab
+        .iter()
+        .filter_map(|(_, token)| match token {
+            Spelt::Table(bytes) => Some(&bytes[..]),
+            Spelt::Text(_) => None,
+        })
+        .collect();
     tokenfiles::made_tokens(&merges, &tokens)?;
     let mut holes = vec![(vocab_span, "{}")];
     holes.extend(merges_span.map(|span| (span, "[]")));
@@ -238,18 +248,22 @@ mod tests {
 
     const DOC: &str = r#"{"version": "1.0", "added_tokens": [{"id": 3, "content": "<s>"}],
  "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "a\"[}]"}},
- "model": {"type": "BPE", "dropout": null, "vocab": {"a": 0, "b": 1, "ab": 2, "<s>": 3},
+ "model": {"type": "BPE", "dropout": null, "vocab": {"a": 0, "b": 1, "ab": 2, "<s>": 3, "<a \u00e9>": 4},
   "merges": [["a", "b"]], "ignore_merges": false}, "extra": [1, -2.5e3, true, {"x": []}]}"#;
 
     #[test]
     fn the_model_is_cut_out_of_the_document() {
         let parts = model_parts(DOC).unwrap();
-        assert_eq!(
-            parts.vocab,
-            vec![(0, b"a".to_vec()), (1, b"b".to_vec()), (2, b"ab".to_vec()), (3, b"<s>".to_vec())]
-        );
+        let table = |id: u64, token: &[u8]| (id, Spelt::Table(token.to_vec()));
+        let want = [table(0, b"a"), table(1, b"b"), table(2, b"ab"), table(3, b"<s>")];
+        assert_eq!(parts.vocab[..4], want[..]);
+        // A string with a character outside the byte table (the space) is kept as text, its
+        // escapes decoded.
+        assert_eq!(parts.vocab[4], (4, Spelt::Text("<a \u{e9}>".to_string())));
         assert_eq!(parts.merges, vec![(b"a".to_vec(), b"b".to_vec())]);
-        let want = DOC.replace(r#"{"a": 0, "b": 1, "ab": 2, "<s>": 3}"#, "{}").replace(r#"[["a", "b"]]"#, "[]");
+        let want = DOC
+            .replace(r#"{"a": 0, "b": 1, "ab": 2, "<s>": 3, "<a \u00e9>": 4}"#, "{}")
+            .replace(r#"[["a", "b"]]"#, "[]");
         assert_eq!(parts.skeleton, want);
     }
 
@@ -289,7 +303,9 @@ mod tests {
             model(r#"{"vocab": {"a": 0}, "merges": [], "merges": []}"#),
             model(r#"{"vocab": {"a": 0}, "merges": ["a a"]}"#),
             model(r#"{"vocab": {"a": 0, "b": 1}, "merges": ["a b"]}"#),
-            model(r#"{"vocab": {"a b": 0}}"#),
+            model(r#"{"vocab": {"a b": 0}, "merges": ["a b"]}"#),
+            model(r#"{"vocab": {"": 0}}"#),
+            model(r#"{"vocab": {"\ud800": 0}}"#),
             model(r#"{"vocab": []}"#),
             model("[]"),
             r#"{"model": {"vocab": {}}, "model": {"vocab": {}}}"#.to_string(),

@@ -25,11 +25,31 @@ pub fn token_bytes(text: &str) -> Option<Vec<u8>> {
 /// non-negative integers (below 10^18: longer numbers are left to Python). What it returns is then
 /// a valid vocab as it stands.
 pub fn vocab(text: &str) -> Option<Vec<(u64, Vec<u8>)>> {
+    vocab_entries(text, false)?
+        .into_iter()
+        .map(|(id, token)| match token {
+            Spelt::Table(bytes) => Some((id, bytes)),
+            Spelt::Text(_) => None,
+        })
+        .collect()
+}
+
+/// [`vocab`], or with `texts` a vocab whose strings not spelt in the byte table are kept as
+/// [`Spelt::Text`] (distinct ids; distinct tokens among those spelt in the table).
+pub fn vocab_entries(text: &str, texts: bool) -> Option<Vec<(u64, Spelt)>> {
     let mut json = Json { text, at: 0 };
     json.skip_space();
-    let entries = json.vocab()?;
+    let entries = json.vocab(texts)?;
     json.skip_space();
     (json.at == text.len()).then_some(entries)
+}
+
+/// A vocab entry's token string: the bytes it spells in the byte table, or, when it is not spelt
+/// in it (a special token written verbatim, for the caller to judge), the string itself.
+#[derive(Debug, PartialEq)]
+pub enum Spelt {
+    Table(Vec<u8>),
+    Text(String),
 }
 
 /// A cursor over JSON text, for the shapes `vocab` and `hf_model.rs` read.
@@ -53,8 +73,10 @@ impl Json<'_> {
         (self.next()? == byte).then_some(())
     }
 
-    /// The `vocab.json`-shaped object at the cursor, read as [`vocab`] reads a whole text.
-    pub(crate) fn vocab(&mut self) -> Option<Vec<(u64, Vec<u8>)>> {
+    /// The `vocab.json`-shaped object at the cursor, read as [`vocab`] reads a whole text; with
+    /// `texts`, a string not spelt in the byte table is taken as [`Spelt::Text`]. Ids are distinct,
+    /// and so are the tokens spelt in the table.
+    pub(crate) fn vocab(&mut self, texts: bool) -> Option<Vec<(u64, Spelt)>> {
         let mut entries = Vec::new();
         self.expect(b'{')?;
         self.skip_space();
@@ -62,7 +84,7 @@ impl Json<'_> {
             self.at += 1;
         } else {
             loop {
-                let token = self.table_string().filter(|t| !t.is_empty())?;
+                let token = self.token_string(texts)?;
                 self.skip_space();
                 self.expect(b':')?;
                 self.skip_space();
@@ -76,8 +98,39 @@ impl Json<'_> {
             }
         }
         let ids: AHashSet<u64> = entries.iter().map(|e| e.0).collect();
-        let tokens: AHashSet<&[u8]> = entries.iter().map(|e| &e.1[..]).collect();
-        (ids.len() == entries.len() && tokens.len() == entries.len()).then_some(entries)
+        let spelt: Vec<&[u8]> = entries
+            .iter()
+            .filter_map(|(_, token)| match token {
+                Spelt::Table(bytes) => Some(&bytes[..]),
+                Spelt::Text(_) => None,
+            })
+            .collect();
+        let distinct: AHashSet<&[u8]> = spelt.iter().copied().collect();
+        (ids.len() == entries.len() && distinct.len() == spelt.len()).then_some(entries)
+    }
+
+    /// A non-empty token string: spelt in the byte table, or with `texts` any string.
+    fn token_string(&mut self, texts: bool) -> Option<Spelt> {
+        let start = self.at;
+        if let Some(bytes) = self.table_string() {
+            return (!bytes.is_empty()).then_some(Spelt::Table(bytes));
+        }
+        if !texts {
+            return None;
+        }
+        self.at = start;
+        self.expect(b'"')?;
+        let mut text = String::new();
+        loop {
+            let c = match self.next()? {
+                b'"' => return (!text.is_empty()).then_some(Spelt::Text(text)),
+                b'\\' => self.escaped()?,
+                byte if byte < 0x20 => return None,
+                byte if byte < 0x80 => byte as u32,
+                _ => self.rest_of_char()?,
+            };
+            text.push(char::from_u32(c)?);
+        }
     }
 
     pub(crate) fn skip_space(&mut self) {

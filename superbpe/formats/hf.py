@@ -168,15 +168,15 @@ def _model_read_natively(path: Path, text: str) -> NativeModel | None:
     """The document without its model's vocab and merges, and those two as the extension read them; None
     when it is not built or leaves the document to the reader above (which names any problem).
 
-    The extension reads every vocab string as a byte-table string. An added token found in the model's
-    vocab at its own id is UTF-8 text there instead; where the two spellings differ, the whole document is
-    read above."""
+    The extension reads a vocab string as a byte-table string where it can, and hands back any other as
+    text. An added token found in the model's vocab is UTF-8 text there: as text, it is taken as such
+    here; where its byte-table reading differs from its UTF-8, the whole document is read above."""
     if _native is None:
         return None
     parts = _native.hf_model_parts(text)
     if parts is None:
         return None
-    skeleton, vocab, merges = parts
+    skeleton, vocab, merges, texts = parts
     try:
         document = parse_json(path, skeleton)
     except InputError:
@@ -184,16 +184,24 @@ def _model_read_natively(path: Path, text: str) -> NativeModel | None:
     added = document.get("added_tokens", [])
     if not isinstance(added, list) or not all(isinstance(a, dict) for a in added):
         return None
+    contents: set[str] = set()
     for entry in added:
         content, token_id = entry.get("content"), entry.get("id")
         if not isinstance(content, str) or type(token_id) is not int:
             return None
+        contents.add(content)
         try:
             spelt = token_str_to_bytes(content)
         except KeyError:
-            continue  # not a table string, so not the model's string at that id either
+            continue  # not a table string, so not read as one
         if vocab.get(token_id) == spelt and spelt != content.encode("utf-8"):
             return None
+    for token_id in texts:
+        if vocab[token_id] not in contents:
+            return None  # a token outside the byte table that is no special token: named above
+        vocab[token_id] = vocab[token_id].encode("utf-8")
+    if texts and len(set(vocab.values())) != len(vocab):
+        return None
     return document, vocab, merges
 
 

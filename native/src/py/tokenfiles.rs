@@ -6,6 +6,7 @@ use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use super::run_attached;
+use crate::tokenfiles::Spelt;
 use crate::{hf_model, tokenfiles};
 
 /// `{id: token bytes}` of a `vocab.json` text, or None unless it is a flat object of distinct table
@@ -64,20 +65,29 @@ pub(super) fn gpt2_merges_unmade<'py>(
     Ok(Some((PyList::new(py, pairs?)?, unmade)))
 }
 
-/// What `hf_model_parts` hands Python: the skeleton, the vocab and the merges.
-type ModelParts<'py> = (String, Bound<'py, PyDict>, Bound<'py, PyList>);
+/// What `hf_model_parts` hands Python: the skeleton, the vocab, the merges and the ids whose
+/// tokens are text.
+type ModelParts<'py> = (String, Bound<'py, PyDict>, Bound<'py, PyList>, Vec<u64>);
 
 /// A `tokenizer.json` text's model read here (`hf_model.rs`): the document without its vocab and
-/// merges (written `{}` and `[]`), `{id: token bytes}` in file order and the `(left, right)`
-/// merges; None when Python must read the whole document.
+/// merges (written `{}` and `[]`), `{id: token}` in file order (bytes, or a `str` for a string not
+/// spelt in the byte table), the `(left, right)` merges and the ids of the `str` tokens; None when
+/// Python must read the whole document.
 #[pyfunction]
 pub(super) fn hf_model_parts<'py>(py: Python<'py>, text: PyBackedStr) -> PyResult<Option<ModelParts<'py>>> {
     let Some(parts) = run_attached(|| Ok(hf_model::model_parts(&text)))? else { return Ok(None) };
     let vocab = PyDict::new(py);
+    let mut texts = Vec::new();
     for (id, token) in &parts.vocab {
-        vocab.set_item(id, PyBytes::new(py, token))?;
+        match token {
+            Spelt::Table(bytes) => vocab.set_item(id, PyBytes::new(py, bytes))?,
+            Spelt::Text(text) => {
+                vocab.set_item(id, text)?;
+                texts.push(*id);
+            }
+        }
     }
     let pairs = parts.merges.iter().map(|(l, r)| PyTuple::new(py, [PyBytes::new(py, l), PyBytes::new(py, r)]));
     let pairs: PyResult<Vec<Bound<'py, PyTuple>>> = pairs.collect();
-    Ok(Some((parts.skeleton, vocab, PyList::new(py, pairs?)?)))
+    Ok(Some((parts.skeleton, vocab, PyList::new(py, pairs?)?, texts)))
 }
