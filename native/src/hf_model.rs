@@ -39,14 +39,7 @@ pub fn model_parts(text: &str) -> Option<ModelParts> {
         (vocab, merges.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
     });
     let (vocab, merges) = (vocab?, merges?);
-    let tokens: Vec<&[u8]> = vocab
-        .iter()
-        .filter_map(|(_, token)| match token {
-            Spelt::Table(bytes) => Some(&bytes[..]),
-            Spelt::Text(_) => None,
-        })
-        .collect();
-    tokenfiles::made_tokens(&merges, &tokens)?;
+    tokenfiles::made_tokens(&merges, &tokenfiles::table_tokens(&vocab))?;
     let mut holes = vec![(vocab_span, "{}")];
     holes.extend(merges_span.map(|span| (span, "[]")));
     holes.sort_by_key(|(span, _)| span.start);

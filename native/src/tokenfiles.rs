@@ -52,6 +52,17 @@ pub enum Spelt {
     Text(String),
 }
 
+/// The bytes of the entries spelt in the byte table, in order.
+pub fn table_tokens(entries: &[(u64, Spelt)]) -> Vec<&[u8]> {
+    entries
+        .iter()
+        .filter_map(|(_, token)| match token {
+            Spelt::Table(bytes) => Some(&bytes[..]),
+            Spelt::Text(_) => None,
+        })
+        .collect()
+}
+
 /// A cursor over JSON text, for the shapes `vocab` and `hf_model.rs` read.
 pub(crate) struct Json<'a> {
     pub(crate) text: &'a str,
@@ -98,13 +109,7 @@ impl Json<'_> {
             }
         }
         let ids: AHashSet<u64> = entries.iter().map(|e| e.0).collect();
-        let spelt: Vec<&[u8]> = entries
-            .iter()
-            .filter_map(|(_, token)| match token {
-                Spelt::Table(bytes) => Some(&bytes[..]),
-                Spelt::Text(_) => None,
-            })
-            .collect();
+        let spelt = table_tokens(&entries);
         let distinct: AHashSet<&[u8]> = spelt.iter().copied().collect();
         (ids.len() == entries.len() && distinct.len() == spelt.len()).then_some(entries)
     }

@@ -161,10 +161,10 @@ def read_hf_tokenizer(path: str | Path) -> HFTokenizerData:
     return HFTokenizerData(vocab, merges, special_tokens, pattern, line_units, ignore_merges, valid)
 
 
-NativeModel = tuple[dict[str, Any], dict[int, bytes], list[Merge]]
+_NativeModel = tuple[dict[str, Any], dict[int, bytes], list[Merge]]
 
 
-def _model_read_natively(path: Path, text: str) -> NativeModel | None:
+def _model_read_natively(path: Path, text: str) -> _NativeModel | None:
     """The document without its model's vocab and merges, and those two as the extension read them; None
     when it is not built or leaves the document to the reader above (which names any problem).
 
