@@ -29,15 +29,6 @@ pub mod unicode;
 #[cfg(feature = "python")]
 mod py;
 
-/// Every allocation of the crate (and of the extension) goes through mimalloc. A SuperBPE stage 2
-/// frees gigabytes while the next phase asks for as much (replay frees the count's arenas as it
-/// passes them and writes its symbols; the cut, the index and the trainer follow). The system
-/// allocator gives each large block back to the kernel when it is freed, and the next one faults in
-/// fresh pages that the kernel zeroes first; mimalloc keeps freed memory for the next request
-/// (and its small allocations, the trainer's many short vectors, are cheaper too).
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// A small deterministic generator for the randomised unit tests (xorshift64).
 #[cfg(test)]
 pub(crate) fn test_random(state: &mut u64) -> u64 {
