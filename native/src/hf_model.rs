@@ -33,10 +33,16 @@ pub struct ModelParts {
 /// are also loaded in forked worker processes, where rayon's pool is not.
 pub fn model_parts(text: &str) -> Option<ModelParts> {
     let (vocab_span, merges_span) = model_spans(text)?;
+    let read_merges = || merges_span.clone().map_or(Some(Vec::new()), |span| merge_items(&text[span]));
     let (vocab, merges) = std::thread::scope(|scope| {
-        let merges = scope.spawn(|| merges_span.clone().map_or(Some(Vec::new()), |span| merge_items(&text[span])));
+        // Where no thread can be started, the merges are read after the vocab.
+        let merges = std::thread::Builder::new().spawn_scoped(scope, read_merges);
         let vocab = tokenfiles::vocab_entries(&text[vocab_span.clone()], true);
-        (vocab, merges.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+        let merges = match merges {
+            Ok(thread) => thread.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            Err(_) => read_merges(),
+        };
+        (vocab, merges)
     });
     let (vocab, merges) = (vocab?, merges?);
     tokenfiles::made_tokens(&merges, &tokenfiles::table_tokens(&vocab))?;
