@@ -108,26 +108,13 @@ fn model_members(json: &mut Json) -> Option<(Span, Span)> {
 /// value (which `member` must read past).
 fn members<'a>(json: &mut Json<'a>, mut member: impl FnMut(&mut Json<'a>, &'a str) -> Option<()>) -> Option<()> {
     json.skip_space();
-    json.expect(b'{')?;
-    json.skip_space();
-    if json.peek() == Some(b'}') {
-        json.at += 1;
-        return Some(());
-    }
-    loop {
-        json.skip_space();
+    json.items(b'{', b'}', |json| {
         let key = plain_key(json)?;
         json.skip_space();
         json.expect(b':')?;
         json.skip_space();
-        member(json, key)?;
-        json.skip_space();
-        match json.next()? {
-            b',' => continue,
-            b'}' => return Some(()),
-            _ => return None,
-        }
-    }
+        member(json, key)
+    })
 }
 
 /// A key without escapes (a key with one is refused: it could spell `model` another way).
@@ -193,27 +180,14 @@ fn skip_string(json: &mut Json) -> Option<()> {
 /// The merges of a `model.merges` array: items `"left right"` (one space between two table
 /// strings) or `["left", "right"]`, as Python's reader takes them.
 fn merge_items(text: &str) -> Option<Merges> {
-    let mut json = Json { text, at: 0 };
     let mut merges = Vec::new();
-    json.skip_space();
-    json.expect(b'[')?;
-    json.skip_space();
-    if json.peek() == Some(b']') {
-        json.at += 1;
-    } else {
-        loop {
-            json.skip_space();
-            merges.push(merge_item(&mut json)?);
-            json.skip_space();
-            match json.next()? {
-                b',' => continue,
-                b']' => break,
-                _ => return None,
-            }
-        }
-    }
-    json.skip_space();
-    (json.at == text.len()).then_some(merges)
+    Json::whole(text, |json| {
+        json.items(b'[', b']', |json| {
+            merges.push(merge_item(json)?);
+            Some(())
+        })
+    })?;
+    Some(merges)
 }
 
 /// The merge item at the cursor, in either spelling, of two non-empty table strings.

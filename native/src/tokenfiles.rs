@@ -37,11 +37,7 @@ pub fn vocab(text: &str) -> Option<Vec<(u64, Vec<u8>)>> {
 /// [`vocab`], or with `texts` a vocab whose strings not spelt in the byte table are kept as
 /// [`Spelt::Text`] (distinct ids; distinct tokens among those spelt in the table).
 pub fn vocab_entries(text: &str, texts: bool) -> Option<Vec<(u64, Spelt)>> {
-    let mut json = Json { text, at: 0 };
-    json.skip_space();
-    let entries = json.vocab(texts)?;
-    json.skip_space();
-    (json.at == text.len()).then_some(entries)
+    Json::whole(text, |json| json.vocab(texts))
 }
 
 /// A vocab entry's token string: the bytes it spells in the byte table, or, when it is not spelt
@@ -69,7 +65,37 @@ pub(crate) struct Json<'a> {
     pub(crate) at: usize,
 }
 
-impl Json<'_> {
+impl<'a> Json<'a> {
+    /// What `read` makes of `text`, which must hold that one value (spaces around it allowed).
+    pub(crate) fn whole<T>(text: &'a str, read: impl FnOnce(&mut Self) -> Option<T>) -> Option<T> {
+        let mut json = Json { text, at: 0 };
+        json.skip_space();
+        let value = read(&mut json)?;
+        json.skip_space();
+        (json.at == text.len()).then_some(value)
+    }
+
+    /// The items of the array or object at the cursor (`open`, items separated by commas, `close`),
+    /// each read by `item` from its first byte (spaces around it skipped here).
+    pub(crate) fn items(&mut self, open: u8, close: u8, mut item: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.expect(open)?;
+        self.skip_space();
+        if self.peek() == Some(close) {
+            self.at += 1;
+            return Some(());
+        }
+        loop {
+            self.skip_space();
+            item(self)?;
+            self.skip_space();
+            match self.next()? {
+                b',' => continue,
+                byte if byte == close => return Some(()),
+                _ => return None,
+            }
+        }
+    }
+
     pub(crate) fn peek(&self) -> Option<u8> {
         self.text.as_bytes().get(self.at).copied()
     }
@@ -89,25 +115,14 @@ impl Json<'_> {
     /// and so are the tokens spelt in the table.
     pub(crate) fn vocab(&mut self, texts: bool) -> Option<Vec<(u64, Spelt)>> {
         let mut entries = Vec::new();
-        self.expect(b'{')?;
-        self.skip_space();
-        if self.peek() == Some(b'}') {
-            self.at += 1;
-        } else {
-            loop {
-                let token = self.token_string(texts)?;
-                self.skip_space();
-                self.expect(b':')?;
-                self.skip_space();
-                entries.push((self.small_uint()?, token));
-                self.skip_space();
-                match self.next()? {
-                    b',' => self.skip_space(),
-                    b'}' => break,
-                    _ => return None,
-                }
-            }
-        }
+        self.items(b'{', b'}', |json| {
+            let token = json.token_string(texts)?;
+            json.skip_space();
+            json.expect(b':')?;
+            json.skip_space();
+            entries.push((json.small_uint()?, token));
+            Some(())
+        })?;
         let ids: AHashSet<u64> = entries.iter().map(|e| e.0).collect();
         let spelt = table_tokens(&entries);
         let distinct: AHashSet<&[u8]> = spelt.iter().copied().collect();
