@@ -513,6 +513,8 @@ def test_a_tokenizer_json_loads_in_a_forked_worker(tmp_path: Path) -> None:
     directory = tmp_path / "json_only"
     directory.mkdir()
     (tmp_path / HF_FILE).rename(directory / HF_FILE)
+    path = directory / HF_FILE  # read by the extension (its merges on a thread of their own), not by Python
+    assert hf_files._model_read_natively(path, path.read_text(encoding="utf-8")) is not None
     loaded = Tokenizer.load(directory, engine="native")
     loaded.encode_batch(["the pool starts here"] * 256, threads=2)
     with multiprocessing.get_context("fork").Pool(1) as pool:
