@@ -249,3 +249,29 @@ def test_batches_from_several_python_threads_at_once(
             for future in flat:
                 ids, offsets = future.result()
                 assert [ids[a:b].tolist() for a, b in zip(offsets, offsets[1:], strict=False)] == expected
+
+
+@needs_native
+@pytest.mark.parametrize("threads", [1, 2])
+def test_arrays_keep_their_ids_while_later_batches_reuse_buffers(
+    trained: tuple[dict[int, bytes], list[tuple[bytes, bytes]]], documents: list[str], threads: int
+) -> None:
+    """Large id buffers go back for reuse when their array goes (``memory::spare``): an array still
+    alive, or a view of it, keeps its ids however many batches follow, and a reused buffer holds only
+    the new batch's ids, even after the array that held it was written to."""
+    (tok,) = [t for t in tokenizers(trained) if t.engine == "native"]
+    big = documents * 8  # megabytes of ids: buffers large enough to be kept
+    want_ids, want_offsets = tok.encode_batch_flat(big, threads, dtype=np.uint32)
+    want_ids, want_offsets = want_ids.copy(), want_offsets.copy()
+    kept, _ = tok.encode_batch_flat(big, threads, dtype=np.uint32)
+    view = kept[len(kept) // 2 :]
+    del kept
+    for dtype in [np.uint32, np.uint16, np.uint32]:
+        ids, offsets = tok.encode_batch_flat(big, threads, dtype=dtype)
+        assert np.array_equal(ids, want_ids) and np.array_equal(offsets, want_offsets)
+        ids[:] = 7  # written by the caller, then given back
+        del ids
+        gc.collect()
+    assert np.array_equal(view, want_ids[len(want_ids) // 2 :])
+    whole = tok.encode_array("".join(big[:2000]), dtype=np.uint32)
+    assert whole.tolist() == tok.encode("".join(big[:2000]))

@@ -33,7 +33,7 @@ use rayon::prelude::*;
 
 use crate::bpe::{self, PairHasher};
 use crate::encode_levels::{Levels, Plan, Request, Worker};
-use crate::memory::advise_huge;
+use crate::memory::spare;
 use crate::piecemap::{hash_packed, pack, pack_within, PieceMap, Probe, NO_KEY, PACKED_MAX};
 use crate::scan::{Pieces, Splitter};
 
@@ -362,12 +362,12 @@ pub fn batch_ends(parts: &[BatchPart]) -> impl Iterator<Item = u64> + '_ {
 /// the threads of the current rayon pool, each part's copy and its freeing on whichever thread
 /// takes it. Joined on one thread, a large batch's copy into fresh memory (faulting it in page by
 /// page) came after the parallel encoding and took as long as a good part of it; the new memory is
-/// asked for huge pages, as in [`ids_room`].
+/// taken as in [`ids_room`], and the parts are given back for reuse.
 pub fn join_ids(mut parts: Vec<Vec<u32>>) -> Vec<u32> {
     if parts.len() == 1 {
         return parts.pop().unwrap_or_default();
     }
-    let joined = join_parts(parts, |dst, part| {
+    let joined = join_parts(parts, &spare::IDS, |dst, part| {
         dst.write_copy_of_slice(part);
         Ok::<(), std::convert::Infallible>(())
     });
@@ -380,7 +380,7 @@ pub fn join_ids(mut parts: Vec<Vec<u32>>) -> Vec<u32> {
 /// The ids of `parts` joined in order as 16-bit ids, in parallel as [`join_ids`]; the error is an
 /// id that does not fit (the first in order).
 pub fn join_narrow(parts: Vec<Vec<u32>>) -> Result<Vec<u16>, u32> {
-    join_parts(parts, |dst, part| {
+    join_parts(parts, &spare::NARROW_IDS, |dst, part| {
         for (d, &id) in dst.iter_mut().zip(part) {
             d.write(u16::try_from(id).map_err(|_| id)?);
         }
@@ -388,15 +388,16 @@ pub fn join_narrow(parts: Vec<Vec<u32>>) -> Result<Vec<u16>, u32> {
     })
 }
 
-/// `parts` joined in order into one new vector, each part written into its own span by `write`
-/// (on the current rayon pool's threads); the error is the first part's error, in order.
-fn join_parts<T: Send, E: Send>(
+/// `parts` joined in order into one vector from `spares`, each part written into its own span by
+/// `write` (on the current rayon pool's threads) and then given back for reuse; the error is the
+/// first part's error, in order.
+fn join_parts<T: Copy + Send, E: Send>(
     parts: Vec<Vec<u32>>,
+    spares: &spare::Spares<T>,
     write: impl Fn(&mut [std::mem::MaybeUninit<T>], &[u32]) -> Result<(), E> + Sync,
 ) -> Result<Vec<T>, E> {
     let total = parts.iter().map(Vec::len).sum();
-    let mut out: Vec<T> = Vec::with_capacity(total);
-    advise_huge(out.as_ptr() as usize, total * std::mem::size_of::<T>());
+    let mut out: Vec<T> = spares.take(total);
     let mut room = &mut out.spare_capacity_mut()[..total];
     let mut spans = Vec::with_capacity(parts.len());
     for part in parts {
@@ -404,7 +405,14 @@ fn join_parts<T: Send, E: Send>(
         spans.push((dst, part));
         room = rest;
     }
-    let written: Vec<Result<(), E>> = spans.into_par_iter().map(|(dst, part)| write(dst, &part)).collect();
+    let written: Vec<Result<(), E>> = spans
+        .into_par_iter()
+        .map(|(dst, part)| {
+            let written = write(dst, &part);
+            spare::IDS.give(part);
+            written
+        })
+        .collect();
     written.into_iter().collect::<Result<(), E>>()?;
     // SAFETY: the spans are consecutive and together exactly the first `total` elements of the
     // spare capacity (each part's length in order, split off the front), and `write` filled each
@@ -768,12 +776,11 @@ impl Encoder {
 }
 
 /// An empty vector with room for the ids of `bytes` bytes of text (about one id per two bytes
-/// of code, fewer for prose), whose memory is asked for huge pages before it is first written: a
-/// large batch's ids are fresh memory, and faulting it in 4 KiB pages was a good part of the batch.
+/// of code, fewer for prose): a large one given back earlier (`memory::spare`), else fresh memory
+/// asked for huge pages before it is first written (faulting a large batch's ids in 4 KiB pages
+/// was a good part of the batch).
 pub fn ids_room(bytes: usize) -> Vec<u32> {
-    let ids = Vec::with_capacity(bytes / 2 + 1);
-    advise_huge(ids.as_ptr() as usize, ids.capacity() * 4);
-    ids
+    spare::IDS.take(bytes / 2 + 1)
 }
 
 /// The packed key of `text[at..at + len]` (see [`pack`]), or `(0, NO_KEY)` for a piece longer

@@ -1,9 +1,10 @@
-//! Memory: what building a trainer will take (`estimate`), and the low-level page and cache hints
+//! Memory: what building a trainer will take (`estimate`), the low-level page and cache hints
 //! the tables and the trainer use (`pages`: prefetch, huge-page advice, file mappings whose read
-//! pages are given back).
+//! pages are given back), and id buffers kept for reuse between encoding calls (`spare`).
 
 mod estimate;
 mod pages;
+pub mod spare;
 
 pub use estimate::{estimate, Estimate};
 pub use pages::{advise_huge, prefetch, MappedFile};

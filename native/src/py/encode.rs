@@ -12,6 +12,7 @@ use pyo3::types::PyString;
 use super::*;
 use crate::encode::{batch_ends, ids_room, join_ids, join_narrow};
 use crate::encode_levels::{Plan, Request};
+use crate::memory::spare;
 
 /// Rank-based encoder over a bytes -> id vocabulary.
 #[pyclass(module = "superbpe._native", name = "Encoder")]
@@ -214,7 +215,7 @@ impl NativeEncoder {
             };
             ids.map_err(NativeError::from)
         })?;
-        Ok((joined_array(py, ids), PyArray1::from_vec(py, offsets).into_any()))
+        Ok((joined_array(py, ids)?, PyArray1::from_vec(py, offsets).into_any()))
     }
 
     /// The ids of `data`, UTF-8 text given as bytes, special tokens cut out, as one numpy array
@@ -251,7 +252,7 @@ impl NativeEncoder {
         };
         let encoded = if data.len() < DETACH_MIN_BYTES { run_attached(encode) } else { run_detached(py, encode) }?;
         match encoded {
-            Ok(ids) => Ok(joined_array(py, ids)),
+            Ok(ids) => joined_array(py, ids),
             Err(e) => Err(PyErr::from_value(PyUnicodeDecodeError::new_utf8(py, &data, e)?.into_any())),
         }
     }
@@ -273,7 +274,7 @@ impl NativeEncoder {
             let ids = pool.install(|| joined(parts.into_iter().map(|p| p.0).collect(), dtype))?;
             Ok((ids, ends))
         })?;
-        Ok((joined_array(py, ids), PyArray1::from_vec(py, ends).into_any()))
+        Ok((joined_array(py, ids)?, PyArray1::from_vec(py, ends).into_any()))
     }
 
     /// Encode one large text in parallel, cut only where pieces cannot cross; ids as in
@@ -293,7 +294,7 @@ impl NativeEncoder {
             pool.install(|| joined(inner.encode_batch_parts(&chunks)?.into_iter().map(|p| p.0).collect(), dtype))
                 .map_err(NativeError::from)
         })?;
-        Ok(joined_array(py, ids))
+        joined_array(py, ids)
     }
 }
 
@@ -390,7 +391,9 @@ impl NativeEncoder {
             inner.encode_ordinary(bytes, &mut out)?;
             Ok(out)
         })?;
-        f(&ids)
+        let built = f(&ids);
+        spare::IDS.give(ids);
+        built
     }
 
     /// `Some(f(ids))` for a plain text (see `plain`), None for anything else: not a str, not
@@ -418,7 +421,11 @@ impl NativeEncoder {
             let mut out = ids_room(bytes.len());
             Ok(inner.encode_ordinary(bytes, &mut out).map(|()| out))
         })?;
-        encoded.map_or(Ok(None), |ids| f(&ids).map(Some))
+        encoded.map_or(Ok(None), |ids| {
+            let built = f(&ids).map(Some);
+            spare::IDS.give(ids);
+            built
+        })
     }
 
     /// A pool of `threads` threads, the one kept from the last call when its size fits.
@@ -768,10 +775,11 @@ fn joined(parts: Vec<Vec<u32>>, dtype: &str) -> Result<Joined, String> {
     join_narrow(parts).map(Joined::Narrow).map_err(|id| format!("id {id} does not fit in uint16"))
 }
 
-/// Joined ids as a numpy array that takes over their buffer. One part of uint32 ids is that
-/// buffer as it is (a batch on one thread is one part): copying a large batch's ids, and faulting
-/// in the fresh memory of the copy, was a good part of the batch.
-fn joined_array(py: Python<'_>, ids: Joined) -> Bound<'_, PyAny> {
+/// Joined ids as a numpy array that takes over their buffer, and gives it back for reuse when it
+/// goes (`ids_array`). One part of uint32 ids is that buffer as it is (a batch on one thread is one
+/// part): copying a large batch's ids, and faulting in the fresh memory of the copy, was a good part
+/// of the batch.
+fn joined_array(py: Python<'_>, ids: Joined) -> PyResult<Bound<'_, PyAny>> {
     match ids {
         Joined::Wide(mut ids) => {
             // The array keeps the whole allocation: give back a spare quarter or more (shrinking
@@ -779,8 +787,50 @@ fn joined_array(py: Python<'_>, ids: Joined) -> Bound<'_, PyAny> {
             if ids.capacity() - ids.len() > ids.len() / 4 {
                 ids.shrink_to_fit();
             }
-            PyArray1::from_vec(py, ids).into_any()
+            ids_array(py, ids, true)
         }
-        Joined::Narrow(ids) => PyArray1::from_vec(py, ids).into_any(),
+        Joined::Narrow(ids) => ids_array(py, ids, false),
     }
+}
+
+/// Owns the buffer behind a numpy array of ids (the array's base object) and gives it back for
+/// reuse (`memory::spare`) when the array goes. It holds the buffer as raw parts: Python may write
+/// the array, and nothing in Rust reads the buffer until it is given back.
+#[pyclass(module = "superbpe._native", frozen)]
+struct IdsBuffer {
+    address: usize,
+    len: usize,
+    capacity: usize,
+    wide: bool,
+}
+
+impl Drop for IdsBuffer {
+    fn drop(&mut self) {
+        let (len, capacity) = (self.len, self.capacity);
+        // SAFETY: the parts are those of the vector `ids_array` took apart (of u32 when `wide`, else
+        // of u16), which nothing else owns; the array that viewed it is gone (this is its base).
+        unsafe {
+            if self.wide {
+                spare::IDS.give(Vec::from_raw_parts(self.address as *mut u32, len, capacity));
+            } else {
+                spare::NARROW_IDS.give(Vec::from_raw_parts(self.address as *mut u16, len, capacity));
+            }
+        }
+    }
+}
+
+/// `ids` as a numpy array whose buffer goes back to `memory::spare` when the array goes.
+fn ids_array<T: numpy::Element>(py: Python<'_>, ids: Vec<T>, wide: bool) -> PyResult<Bound<'_, PyAny>> {
+    let mut ids = std::mem::ManuallyDrop::new(ids);
+    let (pointer, len, capacity) = (ids.as_mut_ptr(), ids.len(), ids.capacity());
+    // From here the owner holds the vector (and gives it back if making it fails).
+    let owner = Bound::new(py, IdsBuffer { address: pointer as usize, len, capacity, wide })?;
+    // SAFETY: `pointer` holds `len` initialised elements, aligned, that stay where they are while
+    // `owner` lives (it never touches them before it is dropped), and `owner` becomes the array's
+    // base, so it lives as long as the array.
+    let array = unsafe {
+        let view = numpy::ndarray::ArrayView1::from_shape_ptr(len, pointer as *const T);
+        PyArray1::borrow_from_array(&view, owner.into_any())
+    };
+    Ok(array.into_any())
 }

@@ -1,0 +1,119 @@
+//! Large id buffers kept for reuse between calls.
+//!
+//! A batch's ids go into buffers of megabytes (one per group of documents, and the joined result).
+//! Memory the process has not written yet costs the kernel a page fault and a zeroed page per page
+//! when first written, a sizeable share of encoding a batch whose pieces are cached: the arrays
+//! that hand ids to Python give their buffer back here when they go, parts are given back once
+//! joined, and the next batch takes them already mapped. What is kept is bounded
+//! ([`KEPT_BYTES`]), and buffers below [`MIN_BYTES`] are left to the allocator, which reuses
+//! small blocks anyway.
+
+use std::sync::Mutex;
+
+use super::advise_huge;
+
+/// Most bytes of buffers kept at once (what reuse may hold beyond what is in use).
+pub const KEPT_BYTES: usize = 256 << 20;
+/// Smaller buffers are not kept.
+pub const MIN_BYTES: usize = 1 << 20;
+/// Most buffers kept at once.
+const KEPT: usize = 64;
+
+/// Buffers of `T` given back, for the next [`Spares::take`].
+pub struct Spares<T> {
+    kept: Mutex<Vec<Vec<T>>>,
+}
+
+/// Buffers of 32-bit ids.
+pub static IDS: Spares<u32> = Spares::new();
+/// Buffers of 16-bit ids.
+pub static NARROW_IDS: Spares<u16> = Spares::new();
+
+impl<T: Copy> Default for Spares<T> {
+    fn default() -> Self {
+        Spares::new()
+    }
+}
+
+impl<T: Copy> Spares<T> {
+    pub const fn new() -> Spares<T> {
+        Spares { kept: Mutex::new(Vec::new()) }
+    }
+
+    /// An empty vector with room for at least `n` elements: the smallest kept one that has it,
+    /// else the largest kept one grown to it (a large block grows by remapping its pages, so only
+    /// the new tail is fresh memory), else a new one whose memory is asked for huge pages before it
+    /// is first written.
+    pub fn take(&self, n: usize) -> Vec<T> {
+        if n * size_of::<T>() >= MIN_BYTES {
+            let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+            let by_capacity = |v: &(usize, &Vec<T>)| v.1.capacity();
+            let fits = kept.iter().enumerate().filter(|(_, v)| v.capacity() >= n).min_by_key(by_capacity);
+            if let Some(i) = fits.or_else(|| kept.iter().enumerate().max_by_key(by_capacity)).map(|(i, _)| i) {
+                let mut v = kept.swap_remove(i);
+                drop(kept);
+                v.reserve_exact(n);
+                return v;
+            }
+        }
+        let v = Vec::with_capacity(n);
+        advise_huge(v.as_ptr() as usize, v.capacity() * size_of::<T>());
+        v
+    }
+
+    /// Keep `v` (emptied) for a later [`Spares::take`], unless it is small; when the kept buffers
+    /// would then be too many or too large, the smallest go.
+    pub fn give(&self, mut v: Vec<T>) {
+        if v.capacity() * size_of::<T>() < MIN_BYTES || v.capacity() * size_of::<T>() > KEPT_BYTES {
+            return;
+        }
+        v.clear();
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        kept.push(v);
+        let bytes = |kept: &Vec<Vec<T>>| kept.iter().map(|v| v.capacity() * size_of::<T>()).sum::<usize>();
+        while kept.len() > KEPT || bytes(&kept) > KEPT_BYTES {
+            let smallest = (0..kept.len()).min_by_key(|&i| kept[i].capacity()).expect("not empty");
+            drop(kept.swap_remove(smallest));
+        }
+    }
+
+    /// Bytes kept now.
+    pub fn kept_bytes(&self) -> usize {
+        let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        kept.iter().map(|v| v.capacity() * size_of::<T>()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MB_IDS: usize = MIN_BYTES / 4;
+
+    /// A buffer given back is taken again by a request it fits (the smallest that fits), small
+    /// ones are never kept, and what is kept stays within its bounds.
+    #[test]
+    fn takes_back_what_was_given_within_bounds() {
+        let spares: Spares<u32> = Spares::new();
+        let (a, b) = (spares.take(2 * MB_IDS), spares.take(4 * MB_IDS));
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        spares.give(b);
+        spares.give(a);
+        let got = spares.take(MB_IDS);
+        assert_eq!(got.as_ptr(), pa, "the smallest buffer that fits");
+        assert!(got.is_empty() && got.capacity() >= MB_IDS);
+        assert_eq!(spares.take(3 * MB_IDS).as_ptr(), pb);
+        assert_eq!(spares.kept_bytes(), 0);
+        spares.give(Vec::with_capacity(2 * MB_IDS));
+        let grown = spares.take(5 * MB_IDS);
+        assert!(grown.capacity() >= 5 * MB_IDS && spares.kept_bytes() == 0, "the largest, grown");
+        spares.give(Vec::with_capacity(MB_IDS / 2));
+        assert_eq!(spares.kept_bytes(), 0, "small buffers are left to the allocator");
+        for _ in 0..KEPT + 10 {
+            spares.give(vec![7; MB_IDS]);
+        }
+        assert!(spares.kept_bytes() <= KEPT_BYTES);
+        assert!(spares.kept.lock().unwrap().len() <= KEPT);
+        assert!(spares.take(MB_IDS).is_empty(), "a kept buffer comes back empty");
+    }
+}
