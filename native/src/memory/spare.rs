@@ -8,7 +8,7 @@
 //! ([`KEPT_BYTES`]), and buffers below [`MIN_BYTES`] are left to the allocator, which reuses
 //! small blocks anyway.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use super::advise_huge;
 
@@ -45,8 +45,8 @@ impl<T: Copy> Spares<T> {
     /// the new tail is fresh memory), else a new one whose memory is asked for huge pages before it
     /// is first written.
     pub fn take(&self, n: usize) -> Vec<T> {
-        if n * size_of::<T>() >= MIN_BYTES {
-            let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        let wanted = if n * size_of::<T>() >= MIN_BYTES { self.kept() } else { None };
+        if let Some(mut kept) = wanted {
             let by_capacity = |v: &(usize, &Vec<T>)| v.1.capacity();
             let fits = kept.iter().enumerate().filter(|(_, v)| v.capacity() >= n).min_by_key(by_capacity);
             if let Some(i) = fits.or_else(|| kept.iter().enumerate().max_by_key(by_capacity)).map(|(i, _)| i) {
@@ -68,7 +68,7 @@ impl<T: Copy> Spares<T> {
             return;
         }
         v.clear();
-        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(mut kept) = self.kept() else { return };
         kept.push(v);
         let bytes = |kept: &Vec<Vec<T>>| kept.iter().map(|v| v.capacity() * size_of::<T>()).sum::<usize>();
         while kept.len() > KEPT || bytes(&kept) > KEPT_BYTES {
@@ -79,8 +79,18 @@ impl<T: Copy> Spares<T> {
 
     /// Bytes kept now.
     pub fn kept_bytes(&self) -> usize {
-        let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-        kept.iter().map(|v| v.capacity() * size_of::<T>()).sum()
+        self.kept().map_or(0, |kept| kept.iter().map(|v| v.capacity() * size_of::<T>()).sum())
+    }
+
+    /// The kept buffers, or none while another thread holds them: nothing ever waits here (a
+    /// process forked while a thread held the lock must not wait for it forever), and a buffer
+    /// then goes to or comes from the allocator as without reuse.
+    fn kept(&self) -> Option<MutexGuard<'_, Vec<Vec<T>>>> {
+        match self.kept.try_lock() {
+            Ok(kept) => Some(kept),
+            Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
     }
 }
 
@@ -114,7 +124,7 @@ mod tests {
             spares.give(vec![7; MB_IDS]);
         }
         assert!(spares.kept_bytes() <= KEPT_BYTES);
-        assert!(spares.kept.lock().unwrap().len() <= KEPT);
+        assert!(spares.kept().unwrap().len() <= KEPT);
         assert!(spares.take(MB_IDS).is_empty(), "a kept buffer comes back empty");
     }
 }
