@@ -18,6 +18,8 @@ pub const KEPT_BYTES: usize = 256 << 20;
 pub const MIN_BYTES: usize = 1 << 20;
 /// Most buffers kept at once.
 const KEPT: usize = 64;
+/// A kept buffer more than this many times the size asked for is not taken for it.
+const OVERSIZE: usize = 4;
 
 /// Buffers of `T` given back, for the next [`Spares::take`].
 pub struct Spares<T> {
@@ -40,16 +42,19 @@ impl<T: Copy> Spares<T> {
         Spares { kept: Mutex::new(Vec::new()) }
     }
 
-    /// An empty vector with room for at least `n` elements: the smallest kept one that has it,
-    /// else the largest kept one grown to it (a large block grows by remapping its pages, so only
-    /// the new tail is fresh memory), else a new one whose memory is asked for huge pages before it
-    /// is first written.
+    /// An empty vector with room for at least `n` elements: the smallest kept one that has it
+    /// without being [`OVERSIZE`] times larger, else the largest kept one below `n` grown to it (a
+    /// large block grows by remapping its pages, so only the new tail is fresh memory), else a new
+    /// one whose memory is asked for huge pages before it is first written. A much larger buffer
+    /// stays for a request its size (a small result in it would hold it all, or shrink it).
     pub fn take(&self, n: usize) -> Vec<T> {
         let wanted = if n * size_of::<T>() >= MIN_BYTES { self.kept() } else { None };
         if let Some(mut kept) = wanted {
             let by_capacity = |v: &(usize, &Vec<T>)| v.1.capacity();
-            let fits = kept.iter().enumerate().filter(|(_, v)| v.capacity() >= n).min_by_key(by_capacity);
-            if let Some(i) = fits.or_else(|| kept.iter().enumerate().max_by_key(by_capacity)).map(|(i, _)| i) {
+            let fits =
+                kept.iter().enumerate().filter(|(_, v)| (n..=n.saturating_mul(OVERSIZE)).contains(&v.capacity()));
+            let below = kept.iter().enumerate().filter(|(_, v)| v.capacity() < n);
+            if let Some(i) = fits.min_by_key(by_capacity).or_else(|| below.max_by_key(by_capacity)).map(|(i, _)| i) {
                 let mut v = kept.swap_remove(i);
                 drop(kept);
                 v.reserve_exact(n);
@@ -118,6 +123,10 @@ mod tests {
         spares.give(Vec::with_capacity(2 * MB_IDS));
         let grown = spares.take(5 * MB_IDS);
         assert!(grown.capacity() >= 5 * MB_IDS && spares.kept_bytes() == 0, "the largest, grown");
+        spares.give(Vec::with_capacity(8 * MB_IDS));
+        let _small = spares.take(MB_IDS);
+        assert_eq!(spares.kept_bytes(), 8 * MIN_BYTES, "a much larger buffer stays for its size");
+        assert_eq!(spares.take(7 * MB_IDS).capacity(), 8 * MB_IDS);
         spares.give(Vec::with_capacity(MB_IDS / 2));
         assert_eq!(spares.kept_bytes(), 0, "small buffers are left to the allocator");
         for _ in 0..KEPT + 10 {
