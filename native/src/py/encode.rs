@@ -787,9 +787,9 @@ fn joined_array(py: Python<'_>, ids: Joined) -> PyResult<Bound<'_, PyAny>> {
             if ids.capacity() - ids.len() > ids.len() / 4 {
                 ids.shrink_to_fit();
             }
-            ids_array(py, ids, true)
+            ids_array(py, ids)
         }
-        Joined::Narrow(ids) => ids_array(py, ids, false),
+        Joined::Narrow(ids) => ids_array(py, ids),
     }
 }
 
@@ -808,7 +808,8 @@ impl Drop for IdsBuffer {
     fn drop(&mut self) {
         let (len, capacity) = (self.len, self.capacity);
         // SAFETY: the parts are those of the vector `ids_array` took apart (of u32 when `wide`, else
-        // of u16), which nothing else owns; the array that viewed it is gone (this is its base).
+        // of u16: `IdType::WIDE` of its element type), which nothing else owns; the array that
+        // viewed it is gone (this is its base).
         unsafe {
             if self.wide {
                 spare::IDS.give(Vec::from_raw_parts(self.address as *mut u32, len, capacity));
@@ -819,12 +820,25 @@ impl Drop for IdsBuffer {
     }
 }
 
+/// An id type whose buffers `IdsBuffer` gives back: u32 (`wide`) or u16.
+trait IdType: numpy::Element {
+    const WIDE: bool;
+}
+
+impl IdType for u32 {
+    const WIDE: bool = true;
+}
+
+impl IdType for u16 {
+    const WIDE: bool = false;
+}
+
 /// `ids` as a numpy array whose buffer goes back to `memory::spare` when the array goes.
-fn ids_array<T: numpy::Element>(py: Python<'_>, ids: Vec<T>, wide: bool) -> PyResult<Bound<'_, PyAny>> {
+fn ids_array<T: IdType>(py: Python<'_>, ids: Vec<T>) -> PyResult<Bound<'_, PyAny>> {
     let mut ids = std::mem::ManuallyDrop::new(ids);
     let (pointer, len, capacity) = (ids.as_mut_ptr(), ids.len(), ids.capacity());
     // From here the owner holds the vector (and gives it back if making it fails).
-    let owner = Bound::new(py, IdsBuffer { address: pointer as usize, len, capacity, wide })?;
+    let owner = Bound::new(py, IdsBuffer { address: pointer as usize, len, capacity, wide: T::WIDE })?;
     // SAFETY: `pointer` holds `len` initialised elements, aligned, that stay where they are while
     // `owner` lives (it never touches them before it is dropped), and `owner` becomes the array's
     // base, so it lives as long as the array.
