@@ -743,7 +743,8 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
         "load_start": load_start,
         "load_end": os.getloadavg()[0],
         "versions": _versions(shown),
-        "command": "python benchmarks/encode_peers.py --data $D --official $O/released_180K_200K --code $C/code100M.txt"
+        "command": "python benchmarks/encode_peers.py --data $D --official $O/released_180K_200K"
+        + " --code $C/code100M.txt"
         + "".join(f" {a}" for a in _shown_options(argv)),
     }
     section = render(results, specs, shown, meta)
