@@ -16,6 +16,7 @@ from superbpe.core.counts import PieceCounts
 from superbpe.core.errors import InputError, SuperBPEError
 from superbpe.core.pretokenize import PATTERNS, Pretokenizer, SpecialSplitter, get_pretokenizer
 from superbpe.core.sources import iter_chunks, resolve_inputs
+from superbpe.engines import native as native_engine
 from superbpe.engines.python_count import count_pieces
 
 EOT = "<|endoftext|>"
@@ -201,3 +202,39 @@ def direct_counts_with(text: str, pre: Pretokenizer) -> dict[bytes, int]:
     for segment in text.split(EOT):
         counter.update(piece.encode() for piece in pre.split(segment))
     return dict(counter)
+
+
+class _Sink:
+    """A binary file that keeps what is written to it, write by write."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes) -> int:
+        self.writes.append(bytes(data))
+        return len(data)
+
+
+class _FullDisk:
+    def write(self, data: bytes) -> int:
+        raise OSError(28, "No space left on device")
+
+
+@pytest.mark.skipif(not native_engine.available(), reason="superbpe._native is not built")
+def test_native_counts_save_the_same_file_a_chunk_at_a_time(tmp_path: Path, sample_texts: Path) -> None:
+    """Native counts are written a chunk at a time (a stage 2's file is gigabytes): the same bytes as the
+    Python format, whatever the chunk size; a failed write is raised."""
+    text = sample_texts / "tinystories_sample.txt"
+    native = native_engine.NativeEngine().count(text, get_pretokenizer("gpt2"), [EOT])
+    python = PieceCounts(native.to_dict(), native.meta)
+    native.save(tmp_path / "n.counts")
+    python.save(tmp_path / "p.counts")
+    assert (tmp_path / "n.counts").read_bytes() == (tmp_path / "p.counts").read_bytes() == native.to_bytes()
+    meta = json.dumps(native.meta, sort_keys=True).encode("utf-8")
+    for chunk_bytes in [1, 100, 1 << 20]:
+        sink = _Sink()
+        native.native().write_to(sink, meta, chunk_bytes)
+        assert b"".join(sink.writes) == native.to_bytes()
+        assert chunk_bytes > 1 << 16 or len(sink.writes) > 10
+    with pytest.raises(OSError, match="No space left"):
+        native.native().write_to(_FullDisk(), meta)

@@ -8,19 +8,57 @@ pub const MAGIC: &[u8] = b"SBPC\x01\n";
 
 /// File bytes for `counts` with the given (already serialized) JSON meta.
 pub fn serialize(counts: &Counts, meta: &[u8]) -> Vec<u8> {
-    let entries = counts.sorted();
-    let size = MAGIC.len() + 4 + meta.len() + 8 + entries.iter().map(|(k, _)| 12 + k.len()).sum::<usize>();
-    let mut out = Vec::with_capacity(size);
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&(meta.len() as u32).to_le_bytes());
-    out.extend_from_slice(meta);
-    out.extend_from_slice(&(entries.len() as u64).to_le_bytes());
-    for (k, c) in entries {
-        out.extend_from_slice(&(k.len() as u32).to_le_bytes());
-        out.extend_from_slice(k);
-        out.extend_from_slice(&c.to_le_bytes());
+    let mut chunks = Chunks::new(counts, meta);
+    let mut out = Vec::with_capacity(chunks.size());
+    while let Some(chunk) = chunks.next_chunk(usize::MAX) {
+        out.extend_from_slice(&chunk);
     }
     out
+}
+
+/// The file bytes of some counts a chunk at a time, for a writer that should not hold them whole:
+/// a stage 2's counts of gigabytes of text make a file of gigabytes.
+pub struct Chunks<'a> {
+    header: Vec<u8>,
+    entries: Vec<(&'a [u8], u64)>,
+    next: usize,
+}
+
+impl<'a> Chunks<'a> {
+    /// The entries of `counts` sorted, behind the header with `meta`.
+    pub fn new(counts: &'a Counts, meta: &[u8]) -> Chunks<'a> {
+        let entries = counts.sorted();
+        let mut header = Vec::with_capacity(MAGIC.len() + 4 + meta.len() + 8);
+        header.extend_from_slice(MAGIC);
+        header.extend_from_slice(&(meta.len() as u32).to_le_bytes());
+        header.extend_from_slice(meta);
+        header.extend_from_slice(&(entries.len() as u64).to_le_bytes());
+        Chunks { header, entries, next: 0 }
+    }
+
+    /// Bytes of the whole file.
+    pub fn size(&self) -> usize {
+        self.header.len() + self.entries.iter().map(|(k, _)| 12 + k.len()).sum::<usize>()
+    }
+
+    /// The next bytes of the file: the header, then whole entries up to about `max` bytes (at least
+    /// one); None at the end.
+    pub fn next_chunk(&mut self, max: usize) -> Option<Vec<u8>> {
+        let mut out = std::mem::take(&mut self.header);
+        if out.is_empty() && self.next == self.entries.len() {
+            return None;
+        }
+        for &(k, c) in &self.entries[self.next..] {
+            if out.len() >= max {
+                break;
+            }
+            out.extend_from_slice(&(k.len() as u32).to_le_bytes());
+            out.extend_from_slice(k);
+            out.extend_from_slice(&c.to_le_bytes());
+            self.next += 1;
+        }
+        Some(out)
+    }
 }
 
 fn take<'a>(data: &'a [u8], pos: &mut usize, n: usize) -> Result<&'a [u8], String> {
@@ -67,5 +105,25 @@ mod tests {
         assert_eq!(meta, b"{}");
         assert_eq!(back.sorted(), vec![(&b"a"[..], 1), (&b"b"[..], 2)]);
         assert!(parse(&data[..data.len() - 1]).is_err());
+    }
+
+    /// Chunk by chunk, of any size, the file is the same bytes.
+    #[test]
+    fn chunks_make_the_same_file() {
+        let mut c = Counts::default();
+        for i in 0..500u32 {
+            c.add(format!("piece {i} {}", "x".repeat(i as usize % 40)).as_bytes(), i as u64 + 1).unwrap();
+        }
+        let whole = serialize(&c, b"{\"a\": 1}");
+        for max in [1, 7, 100, 4096, usize::MAX] {
+            let mut chunks = Chunks::new(&c, b"{\"a\": 1}");
+            assert_eq!(chunks.size(), whole.len());
+            let mut joined = Vec::new();
+            while let Some(chunk) = chunks.next_chunk(max) {
+                joined.extend_from_slice(&chunk);
+            }
+            assert_eq!(joined, whole, "chunks of {max} bytes");
+        }
+        assert_eq!(parse(&whole).unwrap().1.len(), 500);
     }
 }

@@ -158,10 +158,11 @@ class NativePieceCounts(PieceCounts):
         return bytes(self._table().serialize(json.dumps(self.meta, sort_keys=True).encode("utf-8")))
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Same bytes as :meth:`PieceCounts.save`, serialised in Rust."""
-        data = self.to_bytes()
+        """Same bytes as :meth:`PieceCounts.save`, serialised in Rust and written a chunk at a time: a
+        stage 2's counts of gigabytes of text make a file of gigabytes, which whole (and copied into a
+        Python ``bytes``) stood beside the table twice over."""
         with atomic_write(Path(path)) as out:
-            out.write(data)
+            self._table().write_to(out, json.dumps(self.meta, sort_keys=True).encode("utf-8"))
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle as a plain :class:`PieceCounts` (the Rust table cannot cross processes)."""

@@ -76,6 +76,19 @@ impl NativeCounts {
         Ok(PyBytes::new(py, &data))
     }
 
+    /// Write the `.counts` file bytes with the given JSON meta to `out` (a binary file object), a
+    /// chunk of about `chunk_bytes` at a time, so that they never stand whole in memory beside the
+    /// table.
+    #[pyo3(signature = (out, meta, chunk_bytes = 16 << 20))]
+    fn write_to(&self, py: Python<'_>, out: &Bound<'_, PyAny>, meta: &[u8], chunk_bytes: usize) -> PyResult<()> {
+        let inner = &self.inner;
+        let mut chunks = run_detached(py, || Ok(countsfile::Chunks::new(inner, meta)))?;
+        while let Some(chunk) = run_detached(py, || Ok(chunks.next_chunk(chunk_bytes.max(1))))? {
+            out.call_method1("write", (PyBytes::new(py, &chunk),))?;
+        }
+        Ok(())
+    }
+
     /// Parse `.counts` file bytes: `(meta_json_bytes, NativeCounts)`.
     #[staticmethod]
     fn parse<'py>(py: Python<'py>, data: &[u8]) -> PyResult<(Bound<'py, PyBytes>, NativeCounts)> {
