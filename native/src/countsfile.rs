@@ -20,14 +20,14 @@ pub fn serialize(counts: &Counts, meta: &[u8]) -> Vec<u8> {
 /// a stage 2's counts of gigabytes of text make a file of gigabytes.
 pub struct Chunks<'a> {
     header: Vec<u8>,
-    entries: Vec<(&'a [u8], u64)>,
+    entries: Vec<([u64; 2], &'a [u8], u64)>,
     next: usize,
 }
 
 impl<'a> Chunks<'a> {
     /// The entries of `counts` sorted, behind the header with `meta`.
     pub fn new(counts: &'a Counts, meta: &[u8]) -> Chunks<'a> {
-        let entries = counts.sorted();
+        let entries = counts.sorted_with_prefixes();
         let mut header = Vec::with_capacity(MAGIC.len() + 4 + meta.len() + 8);
         header.extend_from_slice(MAGIC);
         header.extend_from_slice(&(meta.len() as u32).to_le_bytes());
@@ -38,7 +38,7 @@ impl<'a> Chunks<'a> {
 
     /// Bytes of the whole file.
     pub fn size(&self) -> usize {
-        self.header.len() + self.entries.iter().map(|(k, _)| 12 + k.len()).sum::<usize>()
+        self.header.len() + self.entries.iter().map(|(_, k, _)| 12 + k.len()).sum::<usize>()
     }
 
     /// The next bytes of the file: the header, then whole entries up to about `max` bytes (at least
@@ -48,7 +48,7 @@ impl<'a> Chunks<'a> {
         if out.is_empty() && self.next == self.entries.len() {
             return None;
         }
-        for &(k, c) in &self.entries[self.next..] {
+        for &(_, k, c) in &self.entries[self.next..] {
             if out.len() >= max {
                 break;
             }

@@ -786,11 +786,12 @@ impl Counts {
         arenas.fold((0, 0), |(keys, bytes), a| (keys + a.keys, bytes + a.key_bytes))
     }
 
-    /// Entries sorted by bytes (the `.counts` file order). A stage 2's tens of millions of keys lie
+    /// Entries sorted by bytes (the `.counts` file order), each with its first 16 bytes as
+    /// [`sort_prefix`] gives them. A stage 2's tens of millions of keys lie
     /// all over memory: they are gathered in the order they lie there ([`Counts::memory_order`],
     /// which the build reuses) and sorted with their first 16 bytes beside them, so that most
     /// comparisons read no key (in place, nearly every step missed the caches).
-    pub fn sorted(&self) -> Vec<(&[u8], u64)> {
+    pub fn sorted_with_prefixes(&self) -> Vec<([u64; 2], &[u8], u64)> {
         let order = self.memory_order();
         let mut v: Vec<([u64; 2], &[u8], u64)> = Vec::with_capacity(order.len());
         v.extend(self.shards.iter().flat_map(|s| s.table.iter()).filter(|e| e.1[7] & 0x80 == 0).map(|e| {
@@ -804,7 +805,12 @@ impl Counts {
             }));
         }
         v.par_sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)));
-        v.into_iter().map(|(_, k, c)| (k, c)).collect()
+        v
+    }
+
+    /// [`Counts::sorted_with_prefixes`] without the prefixes.
+    pub fn sorted(&self) -> Vec<(&[u8], u64)> {
+        self.sorted_with_prefixes().into_iter().map(|(_, k, c)| (k, c)).collect()
     }
 
     /// Add all of `other` into `self`, shard by shard in parallel.
