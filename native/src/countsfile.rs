@@ -8,11 +8,9 @@ pub const MAGIC: &[u8] = b"SBPC\x01\n";
 
 /// File bytes for `counts` with the given (already serialized) JSON meta.
 pub fn serialize(counts: &Counts, meta: &[u8]) -> Vec<u8> {
-    let mut chunks = Chunks::new(counts, meta);
-    let mut out = Vec::with_capacity(chunks.size());
-    while let Some(chunk) = chunks.next_chunk(usize::MAX) {
-        out.extend_from_slice(&chunk);
-    }
+    let chunks = Chunks::new(counts, meta);
+    let mut out = vec![0; chunks.size()];
+    chunks.fill(&mut out);
     out
 }
 
@@ -52,13 +50,34 @@ impl<'a> Chunks<'a> {
             if out.len() >= max {
                 break;
             }
-            out.extend_from_slice(&(k.len() as u32).to_le_bytes());
-            out.extend_from_slice(k);
-            out.extend_from_slice(&c.to_le_bytes());
+            entry(k, c, |bytes| out.extend_from_slice(bytes));
             self.next += 1;
         }
         Some(out)
     }
+
+    /// Write the rest of the file into `out`, which is exactly that long (a buffer made for it,
+    /// so that the bytes are not made once more and copied).
+    pub fn fill(mut self, out: &mut [u8]) {
+        let mut at = 0;
+        let mut put = |bytes: &[u8]| {
+            out[at..at + bytes.len()].copy_from_slice(bytes);
+            at += bytes.len();
+        };
+        put(&std::mem::take(&mut self.header));
+        for &(_, k, c) in &self.entries[self.next..] {
+            entry(k, c, &mut put);
+        }
+        assert_eq!(at, out.len(), "the buffer is the rest of the file");
+    }
+}
+
+/// An entry's bytes (length, key, count), handed to `put` in order.
+#[inline]
+fn entry(key: &[u8], count: u64, mut put: impl FnMut(&[u8])) {
+    put(&(key.len() as u32).to_le_bytes());
+    put(key);
+    put(&count.to_le_bytes());
 }
 
 fn take<'a>(data: &'a [u8], pos: &mut usize, n: usize) -> Result<&'a [u8], String> {

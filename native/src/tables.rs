@@ -949,8 +949,6 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    /// Two workers' counts (short and long pieces, many shared) drained into a table that already
-    /// holds some of them: every piece ends with the sum of all its counts.
     /// The prefix sort orders as the bytes do: keys sharing their first 16 bytes, keys that are
     /// prefixes of others, zero bytes (the prefix's padding), short and long keys.
     #[test]
@@ -973,6 +971,8 @@ mod tests {
         assert_eq!(got, want);
     }
 
+    /// Two workers' counts (short and long pieces, many shared) drained into a table that already
+    /// holds some of them: every piece ends with the sum of all its counts.
     #[test]
     fn drained_workers_add_up() {
         let splitter = crate::scan::Splitter::new(r"\S+|\s+", false).unwrap();

@@ -83,7 +83,8 @@ impl<T: Copy> Spares<T> {
     }
 
     /// Bytes kept now.
-    pub fn kept_bytes(&self) -> usize {
+    #[cfg(test)]
+    fn kept_bytes(&self) -> usize {
         self.kept().map_or(0, |kept| kept.iter().map(|v| v.capacity() * size_of::<T>()).sum())
     }
 

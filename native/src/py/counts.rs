@@ -72,8 +72,14 @@ impl NativeCounts {
     /// The `.counts` file bytes with the given JSON meta (docs/DESIGN.md).
     fn serialize<'py>(&self, py: Python<'py>, meta: &[u8]) -> PyResult<Bound<'py, PyBytes>> {
         let inner = &self.inner;
-        let data = run_detached(py, || Ok(countsfile::serialize(inner, meta)))?;
-        Ok(PyBytes::new(py, &data))
+        let chunks = run_detached(py, || Ok(countsfile::Chunks::new(inner, meta)))?;
+        // Made straight into the bytes object: made first and copied, the file stood twice.
+        PyBytes::new_with(py, chunks.size(), |buf| {
+            run_detached(py, || {
+                chunks.fill(buf);
+                Ok(())
+            })
+        })
     }
 
     /// Write the `.counts` file bytes with the given JSON meta to `out` (a binary file object), a
