@@ -114,3 +114,49 @@ def test_stage2_continued_half_way_equals_one_run(english_lines: Path, engine) -
             engine.count(english_lines, pre, [EOT]), TOTAL_MERGES, rules=RULES, replay=part.merges
         )
         assert rest.merges == whole.merges, f"continued after {stop}"
+
+
+@pytest.mark.skipif(not native_engine.available(), reason="superbpe._native is not built")
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs Linux's /proc/self/maps")
+def test_stage2_counts_that_borrow_the_file_equal_copied_counts(
+    english_lines: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Windows of distinct English lines leave their lines in the mapped file, windows of repeated
+    code-like lines copy theirs; counts, merges and the counts file are the same as when every
+    piece is copied, and stay so once the file is gone. Counts that borrow keep the file mapped
+    while they live; counts of code alone copy every piece and keep nothing."""
+    code = "".join(f"    x = f({i % 40}, y)  # {i % 3}\n" for i in range(4000))
+    english = english_lines.read_text(encoding="utf-8")
+    mixed = tmp_path / "mixed.txt"
+    mixed.write_text(english + code + english[: len(english) // 2] + code, encoding="utf-8")
+    monkeypatch.setattr(native_engine, "MAP_WINDOW_BYTES", 8192)
+    native, pre = native_engine.NativeEngine(), get_pretokenizer("superbpe")
+    stage1 = native.train(native.count(mixed, get_pretokenizer("superbpe-stage1"), [EOT]), 240).merges
+    copied = native.count(mixed, pre, [EOT], workers=2)
+    expected = PythonEngine().count(mixed, pre, [EOT]).to_dict()
+    assert copied.to_dict() == expected
+    whole = native.train(copied, TOTAL_MERGES, rules=RULES, replay=stage1).merges
+    copied.save(tmp_path / "copied.counts")
+    for workers in (1, 2):
+        borrowed = native.count(mixed, pre, [EOT], workers=workers, borrow_files=True)
+        assert borrowed.to_dict() == expected
+        borrowed.save(tmp_path / "borrowed.counts")
+        assert (tmp_path / "borrowed.counts").read_bytes() == (tmp_path / "copied.counts").read_bytes()
+        assert native.train(borrowed, TOTAL_MERGES, rules=RULES, replay=stage1).merges == whole
+    borrowed = native.count(mixed, pre, [EOT], borrow_files=True)
+    mixed.unlink()
+    assert mapped(mixed)
+    assert borrowed.to_dict() == expected
+    assert native.train(borrowed, TOTAL_MERGES, rules=RULES, replay=stage1).merges == whole
+    del borrowed
+    assert not mapped(mixed)
+    code_only = tmp_path / "code.txt"
+    code_only.write_text(code * 3, encoding="utf-8")
+    kept = native.count(code_only, pre, [EOT], borrow_files=True)
+    assert kept.to_dict() == PythonEngine().count(code_only, pre, [EOT]).to_dict()
+    assert not mapped(code_only)
+
+
+def mapped(path: Path) -> bool:
+    """Whether this process maps ``path`` (Linux: /proc/self/maps)."""
+    return str(path) in Path("/proc/self/maps").read_text()

@@ -10,7 +10,7 @@ use hashbrown::HashTable;
 use rayon::prelude::*;
 
 use crate::bytesmap::{bytes_eq, hash_short, pack_short, unpack_short, SHORT_MAX};
-use crate::memory::{advise_huge, prefetch};
+use crate::memory::{advise_huge, prefetch, MappedFile};
 use crate::scan::Splitter;
 
 /// Number of hash shards (a power of two); the top bits of a key's hash pick its shard.
@@ -95,8 +95,20 @@ struct Shard {
 /// their arenas have many chunks (freeing the chunks replay has passed is tested).
 const ARENA_CHUNK: usize = if cfg!(test) { 1 << 12 } else { 1 << 24 };
 const POS_BITS: u32 = ARENA_CHUNK.trailing_zeros();
-/// Arena record header: hash (u64 LE), count (u64 LE), key length (u64 LE); the key follows.
+/// Arena record header: hash (u64 LE), count (u64 LE), key length (u64 LE); the key follows, or
+/// its address when the length has [`REFERS`] set.
 const RECORD_HEADER: usize = 24;
+/// Set in a record's length when the key is left where it lies, in a file the arena keeps mapped,
+/// and the record holds its address (8 bytes) instead of its bytes.
+const REFERS: u64 = 1 << 63;
+/// Set in a record's length when the record was replaced by a later one (a referred key copied
+/// on its first repeat, see [`LocalCounts::add_hashed`]): walks skip it.
+const REPLACED: u64 = 1 << 62;
+/// Keys at least this long are left in a kept file rather than copied (see [`Arena::refer_to`]):
+/// a stage 2's lines, most of its text, whose copies were most of what its count wrote and held.
+/// A shorter key is cheaper copied: its record stays beside the others, where reading it later
+/// costs no page of the file.
+const REFER_FROM: usize = 64;
 
 /// Append-only storage of long keys with their hash and count. A record's location is
 /// `chunk << POS_BITS | position` (a record starts inside the first `ARENA_CHUNK` bytes of its
@@ -109,9 +121,57 @@ pub struct Arena {
     /// memory estimate needs no pass over every key). Freeing chunks leaves them as they were.
     keys: u64,
     key_bytes: u64,
+    /// Bytes of the new keys of at least [`REFER_FROM`] bytes pushed so far, referred to or not
+    /// (what referring to them would save: see [`Tally::long_key_bytes`]).
+    long_key_bytes: u64,
+    /// Files whose bytes records refer to ([`REFERS`]); they stay mapped while the arena lives.
+    files: Vec<Arc<MappedFile>>,
+    /// While set, the addresses of the last of `files`: new keys of at least [`REFER_FROM`] bytes
+    /// lying wholly inside are referred to there.
+    refer: Option<std::ops::Range<usize>>,
 }
 
 impl Arena {
+    /// Refer to keys in `file` from now on instead of copying them (until [`Self::copy_keys`]);
+    /// the arena keeps the map.
+    fn refer_to(&mut self, file: &Arc<MappedFile>) {
+        let bytes = file.bytes().as_ptr_range();
+        self.refer = Some(bytes.start as usize..bytes.end as usize);
+        if !self.files.iter().any(|f| Arc::ptr_eq(f, file)) {
+            self.files.push(file.clone());
+        }
+    }
+
+    /// Copy every new key again.
+    fn copy_keys(&mut self) {
+        self.refer = None;
+    }
+
+    /// Whether `key` is to be referred to where it lies.
+    #[inline(always)]
+    fn refers(&self, key: &[u8]) -> bool {
+        let at = key.as_ptr() as usize;
+        key.len() >= REFER_FROM && self.refer.as_ref().is_some_and(|r| r.start <= at && at + key.len() <= r.end)
+    }
+
+    /// The key of the record at `pos` of `chunk` (one of this arena's chunks), and where the next
+    /// record starts.
+    #[inline(always)]
+    fn stored_key<'a>(&'a self, chunk: &'a [u8], pos: usize) -> (&'a [u8], usize) {
+        let word = read_u64(chunk, pos + 16);
+        let len = (word & !(REFERS | REPLACED)) as usize;
+        let at = pos + RECORD_HEADER;
+        if word & REFERS == 0 {
+            return (&chunk[at..at + len], at + len);
+        }
+        let address = read_u64(chunk, at) as usize;
+        // SAFETY: `push` writes an address only for a key lying wholly inside the mapping of one
+        // of `self.files`, which stays mapped while `self` lives (the borrow of `self` bounds the
+        // slice) and whose bytes do not change (the contract of `MappedFile::open`; dropping its
+        // pages keeps what reading them gives).
+        (unsafe { std::slice::from_raw_parts(address as *const u8, len) }, at + 8)
+    }
+
     /// Bytes its chunks hold.
     fn heap_bytes(&self) -> u64 {
         self.chunks.iter().map(|c| c.capacity() as u64).sum()
@@ -120,7 +180,8 @@ impl Arena {
     /// Store a new record; returns its location.
     #[inline]
     fn push(&mut self, h: u64, key: &[u8], count: u64) -> u64 {
-        let need = RECORD_HEADER + key.len();
+        let refers = self.refers(key);
+        let need = RECORD_HEADER + if refers { 8 } else { key.len() };
         let fits = self.chunks.last().is_some_and(|c| c.capacity() - c.len() >= need);
         if !fits {
             // Small pages: chunks are written in order, and a fresh huge page can cost the kernel
@@ -130,13 +191,21 @@ impl Arena {
         }
         self.keys += 1;
         self.key_bytes += key.len() as u64;
+        if key.len() >= REFER_FROM {
+            self.long_key_bytes += key.len() as u64;
+        }
         let ci = self.chunks.len() - 1;
         let chunk = &mut self.chunks[ci];
         let pos = chunk.len();
         chunk.extend_from_slice(&h.to_le_bytes());
         chunk.extend_from_slice(&count.to_le_bytes());
-        chunk.extend_from_slice(&(key.len() as u64).to_le_bytes());
-        chunk.extend_from_slice(key);
+        if refers {
+            chunk.extend_from_slice(&(key.len() as u64 | REFERS).to_le_bytes());
+            chunk.extend_from_slice(&(key.as_ptr() as u64).to_le_bytes());
+        } else {
+            chunk.extend_from_slice(&(key.len() as u64).to_le_bytes());
+            chunk.extend_from_slice(key);
+        }
         (ci as u64) << POS_BITS | pos as u64
     }
 
@@ -155,17 +224,45 @@ impl Arena {
         prefetch(&chunk[(loc & ((1 << POS_BITS) - 1)) as usize]);
     }
 
+    /// When the record at `loc` refers to its key in a file: copy it to a new record with `n` more
+    /// counts, mark the old one [`REPLACED`] and return the new location; else None.
+    #[inline]
+    fn copy_referred(&mut self, loc: u64, n: u64) -> Option<u64> {
+        let pos = (loc & ((1 << POS_BITS) - 1)) as usize;
+        let chunk = &self.chunks[(loc >> POS_BITS) as usize];
+        if read_u64(chunk, pos + 16) & REFERS == 0 {
+            return None;
+        }
+        let (h, count) = (read_u64(chunk, pos), read_u64(chunk, pos + 8));
+        let key = self.key(loc);
+        // SAFETY: the record refers, so the key lies in one of `self.files`, which `push` below
+        // never unmaps or changes (it writes to `self.chunks` only).
+        let key = unsafe { std::slice::from_raw_parts(key.as_ptr(), key.len()) };
+        let refer = self.refer.take();
+        let new = self.push(h, key, count + n);
+        self.refer = refer;
+        self.keys -= 1;
+        self.key_bytes -= key.len() as u64;
+        self.long_key_bytes -= key.len() as u64;
+        let chunk = &mut self.chunks[(loc >> POS_BITS) as usize];
+        let word = read_u64(chunk, pos + 16) | REPLACED;
+        chunk[pos + 16..pos + 24].copy_from_slice(&word.to_le_bytes());
+        Some(new)
+    }
+
+    /// Add `n` to the count of the record at `loc`.
     #[inline(always)]
-    fn record_mut(&mut self, loc: u64) -> &mut [u8] {
-        &mut self.chunks[(loc >> POS_BITS) as usize][(loc & ((1 << POS_BITS) - 1)) as usize..]
+    fn add_count(&mut self, loc: u64, n: u64) {
+        let pos = (loc & ((1 << POS_BITS) - 1)) as usize;
+        let count = &mut self.chunks[(loc >> POS_BITS) as usize][pos + 8..pos + 16];
+        let c = u64::from_le_bytes(count.try_into().expect("8 bytes")) + n;
+        count.copy_from_slice(&c.to_le_bytes());
     }
 
     /// The key stored at `loc`.
     #[inline(always)]
     fn key(&self, loc: u64) -> &[u8] {
-        let rec = &self.chunks[(loc >> POS_BITS) as usize][(loc & ((1 << POS_BITS) - 1)) as usize..];
-        let len = read_u64(rec, 16) as usize;
-        &rec[RECORD_HEADER..RECORD_HEADER + len]
+        self.stored_key(&self.chunks[(loc >> POS_BITS) as usize], (loc & ((1 << POS_BITS) - 1)) as usize).0
     }
 
     /// Every record as (location, hash, key, count).
@@ -197,14 +294,17 @@ impl Arena {
                 walks.swap_remove(turn);
                 continue;
             }
-            let (h, count, len) = (read_u64(chunk, pos), read_u64(chunk, pos + 8), read_u64(chunk, pos + 16) as usize);
-            let next = pos + RECORD_HEADER + len;
+            let (h, count) = (read_u64(chunk, pos), read_u64(chunk, pos + 8));
+            let (key, next) = self.stored_key(chunk, pos);
             if let Some(ahead) = chunk.get(next) {
                 prefetch(ahead);
             }
             walks[turn].1 = next;
             turn += 1;
-            return Some(((ci as u64) << POS_BITS | pos as u64, h, &chunk[pos + RECORD_HEADER..next], count));
+            if read_u64(chunk, pos + 16) & REPLACED != 0 {
+                continue;
+            }
+            return Some(((ci as u64) << POS_BITS | pos as u64, h, key, count));
         })
     }
 }
@@ -331,14 +431,16 @@ impl LocalCounts {
                 }
                 return;
             }
-            if slot_h == h {
-                let rec = self.arena.record_mut(slot_loc & LOC_MASK);
-                let len = read_u64(rec, 16) as usize;
-                if bytes_eq(&rec[RECORD_HEADER..RECORD_HEADER + len], piece) {
-                    let c = read_u64(rec, 8) + 1;
-                    rec[8..16].copy_from_slice(&c.to_le_bytes());
-                    return;
+            if slot_h == h && bytes_eq(self.arena.key(slot_loc & LOC_MASK), piece) {
+                let loc = slot_loc & LOC_MASK;
+                // A first repeat of a key left in a file copies it: later ones compare with the
+                // copy rather than bring the file's page in again (unique lines, most of a stage
+                // 2's, never do).
+                match self.arena.copy_referred(loc, 1) {
+                    Some(copy) => self.long[i] = [h, LONG | copy],
+                    None => self.arena.add_count(loc, 1),
                 }
+                return;
             }
             i = (i + 1) & mask;
         }
@@ -481,6 +583,29 @@ impl Tally {
     /// For up to `workers` threads (more are fine, they share).
     pub fn new(workers: usize) -> Tally {
         Tally { locals: (0..workers.max(1)).map(|_| Mutex::new(LocalCounts::default())).collect() }
+    }
+
+    /// Leave the keys of at least [`REFER_FROM`] bytes that lie in `file` where they are, until
+    /// [`Self::copy_keys`]: the counts then keep `file` mapped, and must not outlive a change to
+    /// it (see `MappedFile::open`). For counts handed straight to a trainer: a stage 2's count of
+    /// web text otherwise copies most of the text into its arenas.
+    pub fn refer_to(&self, file: &Arc<MappedFile>) {
+        for local in &self.locals {
+            local.lock().unwrap_or_else(|e| e.into_inner()).arena.refer_to(file);
+        }
+    }
+
+    /// Copy every new key again (see [`Self::refer_to`]).
+    pub fn copy_keys(&self) {
+        for local in &self.locals {
+            local.lock().unwrap_or_else(|e| e.into_inner()).arena.copy_keys();
+        }
+    }
+
+    /// Bytes of the distinct keys of at least [`REFER_FROM`] bytes counted so far, whether left
+    /// in a file or copied: what a file's pages kept mapped would stand in for.
+    pub fn long_key_bytes(&self) -> u64 {
+        self.locals.iter().map(|l| l.lock().unwrap_or_else(|e| e.into_inner()).arena.long_key_bytes).sum()
     }
 
     pub(crate) fn local(&self) -> std::sync::MutexGuard<'_, LocalCounts> {
@@ -969,6 +1094,54 @@ mod tests {
         want.sort();
         let got: Vec<(Vec<u8>, u64)> = counts.sorted().into_iter().map(|(k, c)| (k.to_vec(), c)).collect();
         assert_eq!(got, want);
+    }
+
+    /// Keys left in a mapped file (`Tally::refer_to`) count as copied keys do: the same entries,
+    /// counts, sorted list, key totals and memory order, a key's first repeat copied and later
+    /// ones added to the copy. Their records hold an address instead of the key, and the counts
+    /// keep the file mapped after its owner lets go of it.
+    #[test]
+    fn keys_left_in_a_file_count_as_copies() {
+        let mut text = Vec::new();
+        for i in 0..3000 {
+            // Lines of 64 bytes or more (left in the file), a fifth of them repeated, and short pieces.
+            text.extend(format!("line {} {}\n{}\n", i % 2500, "word ".repeat(12 + i % 2500 % 5), i % 7).bytes());
+        }
+        let path = std::env::temp_dir().join(format!("superbpe-refer-test-{}", std::process::id()));
+        std::fs::write(&path, &text).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        // SAFETY: the test's own file, unchanged while mapped (removed only once unmapped or
+        // unlinked, which keeps the mapping's bytes).
+        let map = Arc::new(unsafe { MappedFile::open(&file) }.unwrap());
+        let splitter = crate::scan::Splitter::new(r"[^\n]+|\n", false).unwrap();
+        let bytes = map.bytes();
+        let half = bytes[..bytes.len() / 2].iter().rposition(|&b| b == b'\n').unwrap() + 1;
+        let count = |refer: bool| {
+            let mut tally = Tally::new(2);
+            if refer {
+                tally.refer_to(&map);
+            }
+            for (w, part) in [&bytes[..half], &bytes[half..]].into_iter().enumerate() {
+                tally.locals[w].lock().unwrap().count(&splitter, part).unwrap();
+            }
+            tally.copy_keys();
+            let mut counts = Counts::default();
+            tally.drain_into(&mut counts).unwrap();
+            counts
+        };
+        let (copied, referred) = (count(false), count(true));
+        let as_map = |c: &Counts| c.iter().map(|(k, v)| (k.to_vec(), v)).collect::<HashMap<Vec<u8>, u64>>();
+        let want = as_map(&copied);
+        assert_eq!(want.len(), 2500 + 7 + 1);
+        assert_eq!(want[format!("line 5 {}", "word ".repeat(12)).as_bytes()], 2);
+        let sorted = |c: &Counts| c.sorted().into_iter().map(|(k, v)| (k.to_vec(), v)).collect::<Vec<_>>();
+        assert_eq!(sorted(&referred), sorted(&copied));
+        assert_eq!(referred.long_key_totals(), copied.long_key_totals());
+        assert_eq!(referred.memory_order().len(), copied.memory_order().len());
+        assert!(referred.heap_bytes() + 80_000 < copied.heap_bytes(), "keys were copied");
+        drop((map, file));
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(as_map(&referred), want);
     }
 
     /// Two workers' counts (short and long pieces, many shared) drained into a table that already

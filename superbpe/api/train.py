@@ -245,7 +245,12 @@ def _count_stages(
     if is_document_stream(inputs):
         stream = engine.count_documents
         return list(stream(inputs, pretokenizers, special_tokens, workers=workers, **read_options))
-    return [engine.count(inputs, p, special_tokens, workers=workers, **read_options) for p in pretokenizers]
+    # Each stage's trainer takes its counts over and frees them, so a later stage's count, whose
+    # pieces cross words, may leave them in the files (see `Engine.count`).
+    return [
+        engine.count(inputs, p, special_tokens, workers=workers, borrow_files=i > 0, **read_options)
+        for i, p in enumerate(pretokenizers)
+    ]
 
 
 def _rule_options(options: dict[str, Any], caller: str = "train_bpe") -> dict[str, Any]:

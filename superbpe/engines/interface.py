@@ -92,7 +92,12 @@ class Engine(Protocol):
         errors: str = "strict",
         text_field: str = "text",
         progress: ProgressFn | None = None,
-    ) -> PieceCounts: ...
+        borrow_files: bool = False,
+    ) -> PieceCounts:
+        """Piece counts of files. With ``borrow_files`` an engine may leave long pieces in the files they
+        lie in (mapped) rather than copy them: for counts handed straight to a trainer, which must
+        not outlive a change to the files."""
+        ...
 
     def count_documents(
         self,

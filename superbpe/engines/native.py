@@ -65,6 +65,9 @@ except ImportError:  # not built: get_engine("auto") falls back to the python en
     _native = None  # type: ignore[assignment]
 
 _U64_MAX = (1 << 64) - 1
+# A mapped file is counted a window of about this many bytes at a time; each window's pages are
+# given back or, for counts that borrow the file, kept as a whole (the counts never depend on it).
+MAP_WINDOW_BYTES = 256 << 20
 
 
 def available() -> bool:
@@ -217,7 +220,13 @@ class NativeEngine:
         errors: str = "strict",
         text_field: str = "text",
         progress: ProgressFn | None = None,
+        borrow_files: bool = False,
     ) -> PieceCounts:
+        """With ``borrow_files``, a plain-text file's pieces of 64 bytes or more may stay where they lie
+        in its map instead of being copied: window by window (``MAP_WINDOW_BYTES``), when most of the
+        window before was such new pieces (a SuperBPE stage 2's distinct lines of web text). Those
+        windows' pages stay mapped until the counts are freed, and the files must not change
+        meanwhile; the counts are the same either way."""
         if is_document_stream(inputs):
             pre = get_pretokenizer(pretokenizer)
             return self.count_documents(
@@ -232,7 +241,7 @@ class NativeEngine:
             pre.pattern, pre.line_units, [s.encode("utf-8") for s in specials], max(1, chunk_bytes), threads
         )
         for path in paths:
-            _count_path(counter, path, specials, chunk_bytes, errors, text_field, progress)
+            _count_path(counter, path, specials, chunk_bytes, errors, text_field, progress, borrow_files)
         return NativePieceCounts(counter.take(), counts_meta(pre, specials))
 
     def count_chunks(
@@ -377,8 +386,10 @@ def _count_path(
     errors: str,
     text_field: str,
     progress: ProgressFn | None,
+    borrow: bool = False,
 ) -> None:
-    """One input file: JSON lines via the shared Python reader, gzip decoded here, plain text mmapped."""
+    """One input file: JSON lines via the shared Python reader, gzip decoded here, plain text mmapped
+    (its long pieces left in the map with ``borrow``)."""
     if is_jsonl(path) or is_table(path):
         # JSON lines and tables are cut between documents; line_cuts only matters for plain text.
         _count_chunks(counter, iter_chunks(path, specials, chunk_bytes, line_cuts=False), errors, text_field,
@@ -394,7 +405,7 @@ def _count_path(
                     raise InputError(f"{path}: cannot read ({exc})") from None
             counter.count_bytes(data, replace)
         else:
-            counter.count_file(str(path), replace)
+            counter.count_file(str(path), replace, MAP_WINDOW_BYTES, borrow)
     except _native.InvalidUtf8 as exc:
         raise invalid_utf8(path, exc.args[0]) from None
     if progress:

@@ -48,11 +48,13 @@ def count_pieces(
     errors: str = "strict",
     text_field: str = "text",
     progress: ProgressFn | None = None,
+    borrow_files: bool = False,
 ) -> PieceCounts:
     """Pre-tokenize and count a corpus with the python engine.
 
     The result never depends on ``workers`` or ``chunk_bytes``: chunks are cut only where
-    pieces cannot cross, and per-worker counts are summed.
+    pieces cannot cross, and per-worker counts are summed. ``borrow_files`` changes nothing here:
+    Python's counts always hold their own keys.
     """
     if is_document_stream(inputs):
         pre = get_pretokenizer(pretokenizer)

@@ -48,9 +48,11 @@ def count_corpus(
     errors: str = "strict",
     text_field: str = "text",
     progress: ProgressFn | None = None,
+    borrow_files: bool = False,
 ) -> PieceCounts:
-    """``engine.count`` with executor ``local`` (unchanged), shard tasks with any other executor; with
-    ``sample`` (a fraction below 1), the approximate count of :func:`count_sample`."""
+    """``engine.count`` with executor ``local`` (unchanged, ``borrow_files`` passed on), shard tasks with
+    any other executor; with ``sample`` (a fraction below 1), the approximate count of
+    :func:`count_sample`."""
     spec = spec_from(executor)
     if sample is not None and sample < 1:
         return count_sample(
@@ -60,7 +62,7 @@ def count_corpus(
     if spec.name == "local":
         return engine.count(
             inputs, pretokenizer, special_tokens, workers=workers, errors=errors, text_field=text_field,
-            progress=progress,
+            progress=progress, borrow_files=borrow_files,
         )  # fmt: skip
     return count_on_executor(
         inputs, pretokenizer, special_tokens, executor=spec, engine=engine.name, errors=errors,

@@ -510,6 +510,7 @@ def _load_or_count(job: _Job, plan: StagePlan, *, progress: bool | None, workers
                 errors=job.cfg.data.errors,
                 text_field=job.cfg.data.text_field,
                 progress=update,
+                borrow_files=plan.index > 0,  # a later stage's pieces cross words: long, mostly distinct
             )
         if path is not None:
             counts.save(path)

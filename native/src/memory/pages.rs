@@ -99,6 +99,13 @@ impl PageReleaser<'_> {
             self.dropped = end;
         }
     }
+
+    /// Keep the pages below byte `upto` (clamped to the map; a page it ends inside included):
+    /// later releases start above them.
+    pub fn keep_below(&mut self, upto: usize) {
+        let end = upto.min(self.len).div_ceil(self.page) * self.page;
+        self.dropped = self.dropped.max(end);
+    }
 }
 
 #[cfg(test)]
@@ -122,6 +129,31 @@ mod tests {
             assert_eq!(data, &content[..], "after releasing below {upto}");
         }
         assert_eq!(pages.dropped, content.len() / page_size() * page_size());
+        drop(file);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    /// Pages kept (a page a kept range ends inside included) are never given back by later
+    /// releases, which start above them.
+    #[test]
+    fn kept_pages_stay_mapped() {
+        let page = page_size();
+        let path = std::env::temp_dir().join(format!("superbpe-keep-test-{}", std::process::id()));
+        std::fs::File::create(&path).unwrap().write_all(&vec![7u8; 6 * page]).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        // SAFETY: the test's own file, unchanged while mapped.
+        let map = unsafe { MappedFile::open(&file) }.unwrap();
+        let mut pages = map.pages();
+        pages.release_below(page + 10);
+        assert_eq!(pages.dropped, page);
+        pages.keep_below(2 * page + 10);
+        assert_eq!(pages.dropped, 3 * page);
+        pages.keep_below(page);
+        pages.release_below(2 * page);
+        assert_eq!(pages.dropped, 3 * page);
+        pages.release_below(5 * page);
+        assert_eq!(pages.dropped, 5 * page);
+        assert!(map.bytes().iter().all(|&b| b == 7));
         drop(file);
         std::fs::remove_file(&path).unwrap();
     }
