@@ -1,8 +1,9 @@
 //! Wall time of counting a file as a run's stage counts it (memory-mapped, window by window, two
 //! workers) and of what follows before a build: merging the workers' tables, listing the entries in
 //! memory order, and the memory estimate:
-//! `cargo run --release --example bench_count -- FILE [PATTERN_NAME]` (default `Superbpe`, a
-//! SuperBPE stage 2's pattern, with line units).
+//! `cargo run --release --example bench_count -- FILE [PATTERN_NAME] [copy]` (default `Superbpe`, a
+//! SuperBPE stage 2's pattern, with line units; long keys left in the file where a run leaves
+//! them, or all copied with `copy`).
 
 use std::time::Instant;
 
@@ -25,7 +26,9 @@ fn main() {
     };
     let file = std::fs::File::open(&args[1]).expect("open corpus");
     // SAFETY: the corpus is not modified while this benchmark maps it.
-    let map = unsafe { MappedFile::open(&file) }.expect("map corpus");
+    let map = std::sync::Arc::new(unsafe { MappedFile::open(&file) }.expect("map corpus"));
+    // As a run counts a stage after the first (`borrow_files`); `copy` as it counts the first.
+    let borrow = args.get(3).map(String::as_str) != Some("copy");
     let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
     let timed = |what: &str, f: &mut (dyn FnMut() + Send)| {
         let t = Instant::now();
@@ -33,7 +36,7 @@ fn main() {
         eprintln!("{what}: {:.2}s", t.elapsed().as_secs_f64());
     };
     let mut tally = Tally::new(2);
-    timed("count", &mut || spec.count_windows(map.bytes(), &tally, DEFAULT_BLOCK_BYTES, |_| {}).unwrap());
+    timed("count", &mut || spec.count_mapped(&map, &tally, DEFAULT_BLOCK_BYTES, borrow).unwrap());
     let mut counts = Counts::default();
     timed("merge the workers' tables", &mut || tally.drain_into(&mut counts).unwrap());
     timed("memory order", &mut || drop(counts.memory_order()));

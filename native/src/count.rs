@@ -8,10 +8,12 @@
 //! block of input is held at a time.
 
 use std::io::Read;
+use std::sync::Arc;
 
 use rayon::prelude::*;
 
 use crate::cuts::{next_cut, prev_cut};
+use crate::memory::MappedFile;
 use crate::scan::Splitter;
 use crate::specials::Specials;
 use crate::tables::{Counts, Tally};
@@ -226,6 +228,46 @@ impl CountSpec {
             release(start);
         }
         Ok(())
+    }
+
+    /// Count a mapped file window by window ([`Self::count_windows`]), giving each window's pages
+    /// back once it is counted. With `borrow`, a window's new keys of at least
+    /// [`crate::tables::REFER_FROM`] bytes stay where they lie in the map ([`Tally::refer_to`])
+    /// when most of the window before was such keys (distinct lines, as in a stage 2 of web
+    /// text), and those windows' pages stay mapped: the keys are read again (a later piece of the
+    /// same hash, the merge of the workers' tables, replay), and each page given back would be
+    /// mapped in again with 64 KB around it (the kernel's fault-around). The first window, and
+    /// windows of repeated or short pieces (as in code), copy their keys and give their pages
+    /// back, so that the map holds little more than the keys it stands in for.
+    pub fn count_mapped(
+        &self,
+        map: &Arc<MappedFile>,
+        tally: &Tally,
+        block: usize,
+        borrow: bool,
+    ) -> Result<(), CountError> {
+        let mut pages = map.pages();
+        let (mut window_start, mut long_before, mut referring) = (0, tally.long_key_bytes(), false);
+        let counted = self.count_windows(map.bytes(), tally, block, |upto| {
+            if referring {
+                pages.keep_below(upto);
+            } else {
+                pages.release_below(upto);
+            }
+            if !borrow {
+                return;
+            }
+            let long = tally.long_key_bytes();
+            referring = 2 * (long - long_before) >= (upto - window_start) as u64;
+            if referring {
+                tally.refer_to(map);
+            } else {
+                tally.copy_keys();
+            }
+            (window_start, long_before) = (upto, long);
+        });
+        tally.copy_keys();
+        counted
     }
 
     /// The end of the window of `data` that starts at `start` (a cut): about `block` bytes

@@ -108,7 +108,7 @@ const REPLACED: u64 = 1 << 62;
 /// a stage 2's lines, most of its text, whose copies were most of what its count wrote and held.
 /// A shorter key is cheaper copied: its record stays beside the others, where reading it later
 /// costs no page of the file.
-const REFER_FROM: usize = 64;
+pub const REFER_FROM: usize = 64;
 
 /// Append-only storage of long keys with their hash and count. A record's location is
 /// `chunk << POS_BITS | position` (a record starts inside the first `ARENA_CHUNK` bytes of its

@@ -159,11 +159,9 @@ impl Counter {
     /// about a block of the file. With `replace` it is read in blocks instead (invalid bytes are
     /// decoded into new text). The file must not change meanwhile.
     ///
-    /// With `borrow` (mapped files only), long pieces are left where they lie in the file instead
-    /// of being copied (`Tally::refer_to`) and the file's pages stay mapped: the counts keep the
-    /// map, and the file must not change until they are freed. For counts of long pieces handed
-    /// straight to a trainer (a SuperBPE stage 2 of web text, whose distinct lines are most of
-    /// the text): the file's pages then stand in for copies that would be fresh memory.
+    /// With `borrow` (mapped files only), long pieces may stay where they lie in the file
+    /// ([`CountSpec::count_mapped`]): the counts keep the map, and the file must not change until
+    /// they are freed.
     #[pyo3(signature = (path, replace, block_bytes = DEFAULT_BLOCK_BYTES, borrow = false))]
     fn count_file(
         &mut self,
@@ -192,38 +190,7 @@ impl Counter {
             unsafe { MappedFile::open(&file) }
                 .map_err(|e| PyValueError::new_err(format!("{path}: cannot map ({e})")))?,
         );
-        let counted = run_detached(py, || {
-            let mut pages = map.pages();
-            let (mut window_start, mut long_before, mut referring) = (0, tally.long_key_bytes(), false);
-            // Window by window, the pages of a window whose long keys were left in it stay mapped:
-            // those keys are read again (a later piece of the same hash, the merge of the workers'
-            // tables, replay), and each page given back would be mapped in again with 64 KB around
-            // it (the kernel's fault-around). The next window refers to its keys when most of
-            // this one's bytes were new long keys (distinct lines, as in web text); the first,
-            // and windows of repeated or short pieces (as in code), copy theirs and give their
-            // pages back, so that the map holds no more than the keys it stands in for.
-            let release = |upto: usize| {
-                if referring {
-                    pages.keep_below(upto);
-                } else {
-                    pages.release_below(upto);
-                }
-                if !borrow {
-                    return;
-                }
-                let long = tally.long_key_bytes();
-                referring = 2 * (long - long_before) >= (upto - window_start) as u64;
-                if referring {
-                    tally.refer_to(&map);
-                } else {
-                    tally.copy_keys();
-                }
-                (window_start, long_before) = (upto, long);
-            };
-            pool.install(|| spec.count_windows(map.bytes(), tally, block_bytes, release)).map_err(read_error)
-        });
-        tally.copy_keys();
-        counted
+        run_detached(py, || pool.install(|| spec.count_mapped(&map, tally, block_bytes, borrow)).map_err(read_error))
     }
 
     /// Count one whole text given as bytes (e.g. a decompressed file).
