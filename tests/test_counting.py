@@ -223,13 +223,15 @@ class _FullDisk:
 @pytest.mark.skipif(not native_engine.available(), reason="superbpe._native is not built")
 def test_native_counts_save_the_same_file_a_chunk_at_a_time(tmp_path: Path, sample_texts: Path) -> None:
     """Native counts are written a chunk at a time (a stage 2's file is gigabytes): the same bytes as the
-    Python format, whatever the chunk size; a failed write is raised."""
+    Python format, whatever the chunk size, of the size ``file_size`` gives; a failed write is raised."""
     text = sample_texts / "tinystories_sample.txt"
     native = native_engine.NativeEngine().count(text, get_pretokenizer("gpt2"), [EOT])
     python = PieceCounts(native.to_dict(), native.meta)
     native.save(tmp_path / "n.counts")
     python.save(tmp_path / "p.counts")
     assert (tmp_path / "n.counts").read_bytes() == (tmp_path / "p.counts").read_bytes() == native.to_bytes()
+    # The size a cache entry would have, known without writing it.
+    assert native.file_size() == python.file_size() == (tmp_path / "n.counts").stat().st_size
     meta = json.dumps(native.meta, sort_keys=True).encode("utf-8")
     for chunk_bytes in [1, 100, 1 << 20]:
         sink = _Sink()

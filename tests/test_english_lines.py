@@ -160,3 +160,55 @@ def test_stage2_counts_that_borrow_the_file_equal_copied_counts(
 def mapped(path: Path) -> bool:
     """Whether this process maps ``path`` (Linux: /proc/self/maps)."""
     return str(path) in Path("/proc/self/maps").read_text()
+
+
+@pytest.mark.parametrize("engine", engines(), ids=lambda e: e.name)
+def test_counts_larger_than_a_share_of_the_corpus_are_not_cached(
+    english_lines: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    engine,
+) -> None:
+    """Stage 2's counts of distinct lines make a file nearly the size of the corpus: it is not cached
+    (reading it back is slower than counting again) while stage 1's smaller one is, and the runs that
+    count again train the same merges."""
+    from run_helpers import superbpe_schedule
+
+    from superbpe.training import cache as run_cache
+    from superbpe.training.config import DataConfig, EngineConfig, PretokenizerConfig, TrainConfig
+    from superbpe.training.run import run_training
+
+    sizes = [
+        engine.count(english_lines, get_pretokenizer(name), [EOT]).file_size()
+        for name in ("superbpe-stage1", "superbpe")
+    ]
+    assert sizes[1] > run_cache.COUNTS_MAX_SHARE * english_lines.stat().st_size
+    # This corpus is small: what is always cached is set between the two stages' files.
+    monkeypatch.setattr(run_cache, "COUNTS_ALWAYS_BYTES", (sizes[0] + sizes[1]) // 2)
+    assert sizes[0] <= run_cache.COUNTS_ALWAYS_BYTES < sizes[1]
+
+    def run(name: str, cache_dir: Path | None) -> bytes:
+        cfg = TrainConfig(
+            data=DataConfig(paths=[str(english_lines)]),
+            pretokenizer=PretokenizerConfig(name="superbpe-stage1"),
+            engine=EngineConfig(name=engine.name),
+            schedule=superbpe_schedule(STAGE1_MERGES),
+            vocab_size=256 + 1 + TOTAL_MERGES,
+            special_tokens=[EOT],
+            cache_dir=None if cache_dir is None else str(cache_dir),
+            output_dir=str(tmp_path / name),
+            progress=False,
+        )
+        return (run_training(cfg).output_dir / "merges.txt").read_bytes()
+
+    uncached = run("uncached", None)
+    with caplog.at_level("INFO", logger="superbpe"):
+        assert run("first", tmp_path / "cache") == uncached
+        assert run("again", tmp_path / "cache") == uncached
+    cached = list((tmp_path / "cache").rglob("*.counts"))
+    assert len(cached) == 1 and cached[0].stat().st_size == sizes[0]
+    skipped = [r.getMessage() for r in caplog.records if "piece counts not cached" in r.getMessage()]
+    assert len(skipped) == 2 and all(m.startswith("stage stage2: ") for m in skipped)
+    assert "reading it back takes longer than counting again" in skipped[0]
+    assert sum("piece counts from cache" in r.getMessage() for r in caplog.records) == 1

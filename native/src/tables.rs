@@ -911,6 +911,19 @@ impl Counts {
         arenas.fold((0, 0), |(keys, bytes), a| (keys + a.keys, bytes + a.key_bytes))
     }
 
+    /// The bytes of all keys, short and long (with 12 bytes per entry, what the `.counts` file of
+    /// the table holds), without reading a long key.
+    pub fn key_bytes(&self) -> u64 {
+        let short: u64 = self
+            .shards
+            .iter()
+            .flat_map(|s| s.table.iter())
+            .filter(|e| e.1[7] & 0x80 == 0)
+            .map(|e| e.1[7] as u64)
+            .sum();
+        short + self.long_key_totals().1
+    }
+
     /// Entries sorted by bytes (the `.counts` file order), each with its first 16 bytes as
     /// [`sort_prefix`] gives them. A stage 2's tens of millions of keys lie
     /// all over memory: they are gathered in the order they lie there ([`Counts::memory_order`],
@@ -1181,6 +1194,7 @@ mod tests {
         // The keys of the second worker that the first had (or the table before) leave the totals.
         let long: Vec<usize> = want.keys().map(Vec::len).filter(|&n| n > SHORT_MAX).collect();
         assert_eq!(into.long_key_totals(), (long.len() as u64, long.iter().sum::<usize>() as u64));
+        assert_eq!(into.key_bytes(), want.keys().map(|k| k.len() as u64).sum::<u64>());
     }
 
     /// The memory order is listed once and kept while the table stands; a change forgets it (the

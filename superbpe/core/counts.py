@@ -84,6 +84,15 @@ class PieceCounts(Mapping[bytes, int]):
         result.update(other)
         return result
 
+    def key_bytes(self) -> int:
+        """The bytes of all pieces."""
+        return sum(map(len, self.counts))
+
+    def file_size(self) -> int:
+        """Bytes of the ``.counts`` file :meth:`save` writes, without making it."""
+        meta = json.dumps(self.meta, sort_keys=True).encode("utf-8")
+        return len(COUNTS_MAGIC) + 4 + len(meta) + 8 + 12 * len(self) + self.key_bytes()
+
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the ``.counts`` binary format (see docs/DESIGN.md) atomically."""
         with atomic_write(Path(path)) as out:

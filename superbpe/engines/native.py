@@ -150,6 +150,10 @@ class NativePieceCounts(PieceCounts):
     def total(self) -> int:
         return int(self._table().total())
 
+    def key_bytes(self) -> int:
+        """In Rust, without reading the long pieces (their arenas keep the totals)."""
+        return int(self._table().key_bytes())
+
     def update(self, other: PieceCounts) -> None:
         """Add ``other`` in place, in Rust."""
         self.check_addable(other)

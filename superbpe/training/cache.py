@@ -39,6 +39,25 @@ from superbpe.engines import native as native_engine
 
 log = logging.getLogger("superbpe")
 CACHE_FORMAT = 1
+#: Piece counts of plain text whose file would be larger than this share of the corpus are not
+#: cached: reading such a file back takes longer than counting the corpus again (a SuperBPE stage 2
+#: of web text, nearly every line distinct, makes a file nearly the size of the corpus), and writing
+#: it delays the run that counted.
+COUNTS_MAX_SHARE = 0.25
+#: Counts files up to this size are cached whatever their share: reading them back is quick.
+COUNTS_ALWAYS_BYTES = 64 << 20
+
+
+def counts_not_worth_caching(counts: PieceCounts, corpus_bytes: int, plain_text: bool) -> str | None:
+    """Why ``counts`` of a corpus of ``corpus_bytes`` (all ``plain_text`` files, which count fastest)
+    are not worth a cache entry, or None when they are."""
+    size = counts.file_size()
+    if not plain_text or size <= COUNTS_ALWAYS_BYTES or size <= COUNTS_MAX_SHARE * corpus_bytes:
+        return None
+    return (
+        f"their file would hold {human_size(size, 'B')}, {100 * size / max(corpus_bytes, 1):.0f}% of the "
+        "corpus, and reading it back takes longer than counting again"
+    )
 
 
 def cache_key(**parts: Any) -> str:

@@ -28,7 +28,15 @@ from superbpe.core.memory import StageMemory, check_fits, parse_size
 from superbpe.core.pretokenize import SpecialSplitter
 from superbpe.core.progress import StageStats, build_reporter, current_rss_bytes, measure, task
 from superbpe.core.rules import MergeRules
-from superbpe.core.sources import check_not_empty, corpus_size, input_fingerprint, resolve_inputs
+from superbpe.core.sources import (
+    check_not_empty,
+    corpus_size,
+    input_fingerprint,
+    is_gzipped,
+    is_jsonl,
+    is_table,
+    resolve_inputs,
+)
 from superbpe.core.types import Merge
 from superbpe.core.util import remove_stale_temps
 from superbpe.core.vocab import (
@@ -56,7 +64,7 @@ from superbpe.formats.tokenizer_dir import save_tokenizer_dir
 from superbpe.jobs.count import count_corpus
 from superbpe.jobs.evaluate import evaluate_dir
 from superbpe.jobs.executors import check_executor
-from superbpe.training.cache import RunCache, cache_key, token_prefix, tokens_made
+from superbpe.training.cache import RunCache, cache_key, counts_not_worth_caching, token_prefix, tokens_made
 from superbpe.training.config import TrainConfig
 from superbpe.training.metrics import build_metrics, write_metrics
 from superbpe.training.stages import (
@@ -513,7 +521,11 @@ def _load_or_count(job: _Job, plan: StagePlan, *, progress: bool | None, workers
                 borrow_files=plan.index > 0,  # a later stage's pieces cross words: long, mostly distinct
             )
         if path is not None:
-            counts.save(path)
+            plain = not any(is_gzipped(p) or is_jsonl(p) or is_table(p) for p in job.paths)
+            if (reason := counts_not_worth_caching(counts, total, plain)) is None:
+                counts.save(path)
+            else:
+                log.info("stage %s: piece counts not cached: %s", plan.name, reason)
         return counts
 
 

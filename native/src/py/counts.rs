@@ -20,6 +20,11 @@ impl NativeCounts {
         self.inner.len()
     }
 
+    /// The bytes of all pieces (what the `.counts` file holds besides 12 bytes per entry).
+    fn key_bytes(&self) -> u64 {
+        self.inner.key_bytes()
+    }
+
     /// Number of piece occurrences.
     fn total(&self) -> u128 {
         self.inner.total()
