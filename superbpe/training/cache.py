@@ -40,7 +40,7 @@ from superbpe.engines import native as native_engine
 log = logging.getLogger("superbpe")
 CACHE_FORMAT = 1
 #: Piece counts of plain text whose file would be larger than this share of the corpus are not
-#: cached: reading such a file back takes longer than counting the corpus again (a SuperBPE stage 2
+#: cached: reading such a file back takes as long as counting the corpus again (a SuperBPE stage 2
 #: of web text, nearly every line distinct, makes a file nearly the size of the corpus), and writing
 #: it delays the run that counted.
 COUNTS_MAX_SHARE = 0.25
@@ -56,7 +56,7 @@ def counts_not_worth_caching(counts: PieceCounts, corpus_bytes: int, plain_text:
         return None
     return (
         f"their file would hold {human_size(size, 'B')}, {100 * size / max(corpus_bytes, 1):.0f}% of the "
-        "corpus, and reading it back takes longer than counting again"
+        "corpus, and reading it back saves no time over counting again"
     )
 
 
