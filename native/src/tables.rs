@@ -914,13 +914,8 @@ impl Counts {
     /// The bytes of all keys, short and long (with 12 bytes per entry, what the `.counts` file of
     /// the table holds), without reading a long key.
     pub fn key_bytes(&self) -> u64 {
-        let short: u64 = self
-            .shards
-            .iter()
-            .flat_map(|s| s.table.iter())
-            .filter(|e| e.1[7] & 0x80 == 0)
-            .map(|e| e.1[7] as u64)
-            .sum();
+        let short: u64 =
+            self.shards.iter().flat_map(|s| s.table.iter()).filter(|e| e.1[7] & 0x80 == 0).map(|e| e.1[7] as u64).sum();
         short + self.long_key_totals().1
     }
 
