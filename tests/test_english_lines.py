@@ -143,6 +143,11 @@ def test_stage2_counts_that_borrow_the_file_equal_copied_counts(
         borrowed.save(tmp_path / "borrowed.counts")
         assert (tmp_path / "borrowed.counts").read_bytes() == (tmp_path / "copied.counts").read_bytes()
         assert native.train(borrowed, TOTAL_MERGES, rules=RULES, replay=stage1).merges == whole
+    # Several files: each is borrowed window by window in turn, and counted as one corpus.
+    both = [mixed, english_lines]
+    several = native.count(both, pre, [EOT], borrow_files=True)
+    assert several.to_dict() == PythonEngine().count(both, pre, [EOT]).to_dict()
+    del several
     borrowed = native.count(mixed, pre, [EOT], borrow_files=True)
     mixed.unlink()
     assert mapped(mixed)
