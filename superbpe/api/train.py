@@ -245,11 +245,11 @@ def _count_stages(
     if is_document_stream(inputs):
         stream = engine.count_documents
         return list(stream(inputs, pretokenizers, special_tokens, workers=workers, **read_options))
-    # Each stage's trainer takes its counts over and frees them, so a later stage's count, whose
-    # pieces cross words, may leave them in the files (see `Engine.count`).
+    # Each stage's trainer takes its counts over and frees them, so the counts may leave pieces in
+    # the files (see `Engine.count`: only long, mostly distinct ones, a stage 2's lines of web text).
     return [
-        engine.count(inputs, p, special_tokens, workers=workers, borrow_files=i > 0, **read_options)
-        for i, p in enumerate(pretokenizers)
+        engine.count(inputs, p, special_tokens, workers=workers, borrow_files=True, **read_options)
+        for p in pretokenizers
     ]
 
 

@@ -88,10 +88,13 @@ class PieceCounts(Mapping[bytes, int]):
         """The bytes of all pieces."""
         return sum(map(len, self.counts))
 
+    def meta_bytes(self) -> bytes:
+        """The meta as the ``.counts`` file holds it."""
+        return json.dumps(self.meta, sort_keys=True).encode("utf-8")
+
     def file_size(self) -> int:
         """Bytes of the ``.counts`` file :meth:`save` writes, without making it."""
-        meta = json.dumps(self.meta, sort_keys=True).encode("utf-8")
-        return len(COUNTS_MAGIC) + 4 + len(meta) + 8 + 12 * len(self) + self.key_bytes()
+        return len(COUNTS_MAGIC) + 4 + len(self.meta_bytes()) + 8 + 12 * len(self) + self.key_bytes()
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the ``.counts`` binary format (see docs/DESIGN.md) atomically."""
@@ -103,7 +106,7 @@ class PieceCounts(Mapping[bytes, int]):
         return b"".join(self._serialized())
 
     def _serialized(self) -> Iterator[bytes]:
-        meta = json.dumps(self.meta, sort_keys=True).encode("utf-8")
+        meta = self.meta_bytes()
         yield COUNTS_MAGIC + struct.pack("<I", len(meta)) + meta
         yield struct.pack("<Q", len(self.counts))
         pack = struct.Struct("<I").pack

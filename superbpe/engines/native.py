@@ -162,14 +162,14 @@ class NativePieceCounts(PieceCounts):
 
     def to_bytes(self) -> bytes:
         """Same bytes as :meth:`PieceCounts.to_bytes`, serialised in Rust."""
-        return bytes(self._table().serialize(json.dumps(self.meta, sort_keys=True).encode("utf-8")))
+        return bytes(self._table().serialize(self.meta_bytes()))
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Same bytes as :meth:`PieceCounts.save`, serialised in Rust and written a chunk at a time: a
         stage 2's counts of gigabytes of text make a file of gigabytes, which whole (and copied into a
         Python ``bytes``) stood beside the table twice over."""
         with atomic_write(Path(path)) as out:
-            self._table().write_to(out, json.dumps(self.meta, sort_keys=True).encode("utf-8"))
+            self._table().write_to(out, self.meta_bytes())
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle as a plain :class:`PieceCounts` (the Rust table cannot cross processes)."""

@@ -518,7 +518,7 @@ def _load_or_count(job: _Job, plan: StagePlan, *, progress: bool | None, workers
                 errors=job.cfg.data.errors,
                 text_field=job.cfg.data.text_field,
                 progress=update,
-                borrow_files=plan.index > 0,  # a later stage's pieces cross words: long, mostly distinct
+                borrow_files=True,  # the trainer takes the counts over; the engine decides what to leave
             )
         if path is not None:
             plain = not any(is_gzipped(p) or is_jsonl(p) or is_table(p) for p in job.paths)
