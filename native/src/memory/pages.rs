@@ -21,6 +21,16 @@ pub fn advise_huge(addr: usize, len: usize) {
     let _ = (addr, len);
 }
 
+/// `n` copies of `value` in memory asked for huge pages before it is first written: for large
+/// tables probed at random, whose empty slot is not all zero bytes (`vec!` would write every page
+/// before any advice could reach it).
+pub fn filled_huge<T: Clone>(n: usize, value: T) -> Vec<T> {
+    let mut v = Vec::with_capacity(n);
+    advise_huge(v.as_ptr() as usize, n * size_of::<T>());
+    v.resize(n, value);
+    v
+}
+
 /// Hint the CPU to load the cache line of `r` (a no-op where there is no prefetch instruction).
 #[inline(always)]
 pub fn prefetch<T>(r: &T) {
