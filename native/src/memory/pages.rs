@@ -123,6 +123,15 @@ mod tests {
     use super::*;
     use std::io::Write;
 
+    /// The table is what `vec!` would make, past the huge pages its advice covers.
+    #[test]
+    fn filled_huge_holds_n_copies() {
+        let n = (5 << 20) / 24 + 3;
+        let v = filled_huge(n, ([1u64, 2], [u32::MAX, 7u32]));
+        assert_eq!(v.len(), n);
+        assert!(v.iter().all(|e| *e == ([1, 2], [u32::MAX, 7])));
+    }
+
     /// Pages given back read the same bytes again, whatever the order and size of the releases.
     #[test]
     fn released_pages_still_read_the_file() {
