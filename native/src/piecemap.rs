@@ -15,6 +15,7 @@
 use hashbrown::HashTable;
 
 use crate::bytesmap::bytes_eq;
+use crate::memory::huge_vec;
 
 /// Longest key stored packed.
 pub const PACKED_MAX: usize = 15;
@@ -119,6 +120,9 @@ struct Pair<V>([Slot<V>; 2]);
 
 /// Byte strings to copyable values, packed keys inline (see the module doc).
 pub struct PieceMap<V: Copy + Default> {
+    /// Made by `huge_vec`: a table is megabytes of fresh memory (a cache's first copy of the
+    /// vocabulary's, then each growth), and faulting it in 4 KiB pages was a good part of a first
+    /// pass over short texts.
     pairs: Vec<Pair<V>>,
     /// The number of slots minus one (a power of two minus one).
     mask: usize,
@@ -138,7 +142,7 @@ impl<V: Copy + Default> PieceMap<V> {
     pub fn with_capacity(n: usize) -> Self {
         let slots = (n * SLOTS_PER_KEY).next_power_of_two().max(16);
         PieceMap {
-            pairs: fresh_pairs(slots / 2, std::iter::repeat(Pair::default())),
+            pairs: huge_vec(slots / 2, std::iter::repeat(Pair::default())),
             mask: slots - 1,
             packed: 0,
             state: ahash::RandomState::with_seeds(7, 11, 13, 17),
@@ -224,7 +228,7 @@ impl<V: Copy + Default> PieceMap<V> {
     /// again: copying a table is a pass over its slots). Long keys are left out.
     pub fn map_packed<W: Copy + Default>(&self, f: impl Fn(V) -> W) -> PieceMap<W> {
         let map = |s: &Slot<V>| Slot { k0: s.k0, k1: s.k1, value: f(s.value) };
-        let pairs = fresh_pairs(self.pairs.len(), self.pairs.iter().map(|p| Pair([map(&p.0[0]), map(&p.0[1])])));
+        let pairs = huge_vec(self.pairs.len(), self.pairs.iter().map(|p| Pair([map(&p.0[0]), map(&p.0[1])])));
         PieceMap { pairs, mask: self.mask, packed: self.packed, state: self.state.clone(), long: HashTable::new() }
     }
 
@@ -269,24 +273,13 @@ impl<V: Copy + Default> PieceMap<V> {
 
     fn grow(&mut self) {
         let bigger = (self.mask + 1) * 2;
-        let old = std::mem::replace(&mut self.pairs, fresh_pairs(bigger / 2, std::iter::repeat(Pair::default())));
+        let old = std::mem::replace(&mut self.pairs, huge_vec(bigger / 2, std::iter::repeat(Pair::default())));
         self.mask = bigger - 1;
         self.packed = 0;
         for s in old.iter().flat_map(|p| p.0.iter()).filter(|s| s.k1 != 0) {
             self.put(s.k0, s.k1, s.value);
         }
     }
-}
-
-/// The first `n` pairs of `pairs` in a vector whose memory is asked for huge pages before it is
-/// first written: a table is megabytes of fresh memory (a cache's first copy of the vocabulary's,
-/// then each growth), and faulting it in 4 KiB pages was a good part of a first pass over short
-/// texts.
-fn fresh_pairs<V: Copy + Default>(n: usize, pairs: impl Iterator<Item = Pair<V>>) -> Vec<Pair<V>> {
-    let mut out = Vec::with_capacity(n);
-    crate::memory::advise_huge(out.as_ptr() as usize, n * std::mem::size_of::<Pair<V>>());
-    out.extend(pairs.take(n));
-    out
 }
 
 /// The map's lookups with its slots and their mask in locals: a loop that writes ids between

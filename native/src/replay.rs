@@ -16,7 +16,7 @@ use rayon::prelude::*;
 use crate::bpe::{self, Ranks};
 use crate::bytesmap::{hash_short, pack_short, BytesMap, SHORT_MAX};
 use crate::joins::{for_each_run, Joins};
-use crate::memory::{filled_huge, prefetch};
+use crate::memory::{huge_vec, prefetch};
 use crate::pairs::PairSketch;
 use crate::tables::{Counts, MemoryOrder};
 
@@ -113,7 +113,7 @@ impl PackedTable {
         let size = (2 * self.slots.len()).max(1 << 12);
         // Huge pages: a thread's table reaches tens of megabytes on a stage 2 of gigabytes, and
         // with small pages nearly every lookup missed the TLB besides the cache.
-        let old = std::mem::replace(&mut self.slots, filled_huge(size, ([0, 0], EMPTY)));
+        let old = std::mem::replace(&mut self.slots, huge_vec(size, std::iter::repeat(([0, 0], EMPTY))));
         self.len = 0;
         for (key, syms) in old.into_iter().filter(|e| e.1 != EMPTY) {
             self.insert_new(key, hash_segment(key), syms);

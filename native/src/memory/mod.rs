@@ -7,4 +7,4 @@ mod pages;
 pub mod spare;
 
 pub use estimate::{estimate, Estimate};
-pub use pages::{advise_huge, filled_huge, prefetch, MappedFile};
+pub use pages::{advise_huge, huge_vec, prefetch, MappedFile};

@@ -21,13 +21,13 @@ pub fn advise_huge(addr: usize, len: usize) {
     let _ = (addr, len);
 }
 
-/// `n` copies of `value` in memory asked for huge pages before it is first written: for large
-/// tables probed at random, whose empty slot is not all zero bytes (`vec!` would write every page
-/// before any advice could reach it).
-pub fn filled_huge<T: Clone>(n: usize, value: T) -> Vec<T> {
+/// The first `n` items of `items` in a vector whose memory is asked for huge pages before it is
+/// first written: large tables probed at random are fresh memory (first filled, then at each
+/// growth), and `vec!` or `collect` would write their pages before any advice could reach them.
+pub fn huge_vec<T>(n: usize, items: impl Iterator<Item = T>) -> Vec<T> {
     let mut v = Vec::with_capacity(n);
     advise_huge(v.as_ptr() as usize, n * size_of::<T>());
-    v.resize(n, value);
+    v.extend(items.take(n));
     v
 }
 
@@ -123,13 +123,14 @@ mod tests {
     use super::*;
     use std::io::Write;
 
-    /// The table is what `vec!` would make, past the huge pages its advice covers.
+    /// The vector holds the first `n` items, past the huge pages its advice covers.
     #[test]
-    fn filled_huge_holds_n_copies() {
+    fn huge_vec_holds_the_first_n_items() {
         let n = (5 << 20) / 24 + 3;
-        let v = filled_huge(n, ([1u64, 2], [u32::MAX, 7u32]));
+        let v = huge_vec(n, (0u64..).map(|i| ([i, 2], [u32::MAX, i as u32])));
         assert_eq!(v.len(), n);
-        assert!(v.iter().all(|e| *e == ([1, 2], [u32::MAX, 7])));
+        assert!(v.iter().enumerate().all(|(i, e)| *e == ([i as u64, 2], [u32::MAX, i as u32])));
+        assert_eq!(huge_vec(10, [1u8, 2, 3].into_iter()), [1, 2, 3]);
     }
 
     /// Pages given back read the same bytes again, whatever the order and size of the releases.
