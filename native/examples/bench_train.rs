@@ -1,7 +1,8 @@
 //! CPU-time cost of the trainer phases on a corpus:
 //! `cargo run --release --example bench_train -- FILE NUM_MERGES [PATTERN_NAME [STAGE2_PATTERN_NAME TRANSITION]]`.
 //! With a stage-2 pattern it also times a SuperBPE stage 2: re-count with that pattern, build as a
-//! run does (`with_rules`: replay the first TRANSITION merges, cut), then choose up to NUM_MERGES.
+//! run does (`with_rules`: replay the first TRANSITION merges, cut), then choose up to NUM_MERGES
+//! (the wall time to the 1st, 10th, 100th, ... of the stage's own merges printed as it goes).
 
 use _native::count::CountSpec;
 use _native::scan::{builtin_pattern, Splitter, ALL_BUILTINS};
@@ -65,9 +66,21 @@ fn superbpe(data: &[u8], spec1: &CountSpec, spec2: &CountSpec, transition: usize
         eprintln!("  {phase}: {:.2}s wall", since.elapsed().as_secs_f64());
     });
     let mut stage2 = stage2.unwrap();
+    // Wall seconds to each power of ten of stage 2's own merges: where choosing spends its time.
+    let (start, mut marks) = (std::time::Instant::now(), Vec::new());
     let t2 = timed(&mut || {
-        stage2.choose(num_merges, &rules2, usize::MAX, |_| Ok::<_, ()>(false)).unwrap();
+        let (base, mut next) = (stage2.parts.len(), 1);
+        stage2
+            .choose(num_merges, &rules2, 1, |t| {
+                if t.parts.len() - base == next {
+                    marks.push(format!("{next}: {:.2}s", start.elapsed().as_secs_f64()));
+                    next *= 10;
+                }
+                Ok::<_, ()>(false)
+            })
+            .unwrap();
     });
+    eprintln!("  choosing, wall to each count of stage-2 merges: {}", marks.join(", "));
     println!(
         "stage 1: count {c1:.2}s + build/choose {t1:.2}s ({} merges, {} pieces); stage 2: count {c2:.2}s, \
          replay {r2:.2}s, choose {t2:.2}s ({} merges, {} pieces); CPU seconds",
