@@ -42,7 +42,18 @@ fn superbpe(data: &[u8], spec1: &CountSpec, spec2: &CountSpec, transition: usize
     });
     let replay: Vec<(Vec<u8>, Vec<u8>)> = stage1.merges().map(|(l, r)| (l.to_vec(), r.to_vec())).collect();
     let mut counts2 = Counts::default();
-    let c2 = timed(&mut || spec2.count_docs(&[data], &mut counts2).unwrap());
+    let mut tally = _native::tables::Tally::new(rayon::current_num_threads());
+    let c2 = timed(&mut || spec2.count_into(&[data], &tally).unwrap());
+    let wall = std::time::Instant::now();
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: plain syscall writing into a local struct.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    eprintln!("  stage-2 drain starts at {}.{:09}", ts.tv_sec, ts.tv_nsec);
+    let d2 = timed(&mut || tally.drain_into(&mut counts2).unwrap());
+    eprintln!("  stage-2 drain: {d2:.2}s CPU, {:.2}s wall", wall.elapsed().as_secs_f64());
+    let wall = std::time::Instant::now();
+    let o2 = timed(&mut || drop(counts2.memory_order()));
+    eprintln!("  stage-2 memory order: {o2:.2}s CPU, {:.2}s wall", wall.elapsed().as_secs_f64());
     let rules2 = Rules { max_words_per_token: Some(4), forbidden_substrings: vec![b": ".to_vec()], ..rules.clone() };
     let mut stage2 = None;
     let r2 = timed(&mut || {

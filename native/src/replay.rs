@@ -389,8 +389,7 @@ pub fn parts(order: &MemoryOrder, size: usize) -> Vec<Part<'_>> {
     let long = order
         .long
         .iter()
-        .enumerate()
-        .flat_map(move |(arena, list)| list.chunks(size).map(move |entries| Part::Long { arena, entries }));
+        .flat_map(move |&(arena, ref list)| list.chunks(size).map(move |entries| Part::Long { arena, entries }));
     short.chain(long).collect()
 }
 

@@ -2,7 +2,9 @@
 //! the [`Tally`] of one count in progress, and the owned, hash-sharded [`Counts`] they are merged
 //! into. Each worker table owns its keys (copied into an append-only arena the first time a piece
 //! is seen), so a block of input can be dropped as soon as it is counted; merging shards runs in
-//! parallel instead of as one long serial tail.
+//! parallel instead of as one long serial tail. Workers drained into an empty table are only listed
+//! (each piece once, in the order the keys lie in memory, see [`Counts::listed`]): a trainer reads
+//! them so and never looks one up; the shard tables are filled when a lookup or a change needs them.
 
 use std::sync::{Arc, Mutex};
 
@@ -62,15 +64,16 @@ type Entry = (u64, [u8; 8], u64);
 pub struct MemoryOrder {
     /// Short pieces: their packed key (bytes, length in byte 7) and count.
     pub short: Vec<([u8; 8], u64)>,
-    /// For each arena (a shard's own first, then the adopted ones, see [`Counts::arena_key`]):
-    /// its long keys' locations with their counts, by location.
-    pub long: Vec<Vec<(u64, u64)>>,
+    /// Long keys in runs: an arena (a shard's own first, then the adopted ones, see
+    /// [`Counts::arena_key`]) and some of its keys' locations with their counts, by location. The
+    /// runs of an arena follow each other in location order, the arenas in theirs.
+    pub long: Vec<(usize, Vec<(u64, u64)>)>,
 }
 
 impl MemoryOrder {
     /// How many entries it lists.
     pub fn len(&self) -> usize {
-        self.short.len() + self.long.iter().map(Vec::len).sum::<usize>()
+        self.short.len() + self.long.iter().map(|r| r.1.len()).sum::<usize>()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -98,6 +101,8 @@ const POS_BITS: u32 = ARENA_CHUNK.trailing_zeros();
 /// Arena record header: hash (u64 LE), count (u64 LE), key length (u64 LE); the key follows, or
 /// its address when the length has [`REFERS`] set.
 const RECORD_HEADER: usize = 24;
+/// The smallest record: a header and a key of more than [`SHORT_MAX`] bytes, or its address.
+const MIN_RECORD: usize = RECORD_HEADER + 8;
 /// Set in a record's length when the key is left where it lies, in a file the arena keeps mapped,
 /// and the record holds its address (8 bytes) instead of its bytes.
 const REFERS: u64 = 1 << 63;
@@ -259,6 +264,23 @@ impl Arena {
         count.copy_from_slice(&c.to_le_bytes());
     }
 
+    /// The hash stored in the record at `loc`.
+    #[inline(always)]
+    fn hash_at(&self, loc: u64) -> u64 {
+        read_u64(&self.chunks[(loc >> POS_BITS) as usize], (loc & ((1 << POS_BITS) - 1)) as usize)
+    }
+
+    /// Drop the record at `loc` from walks and totals: another arena's record holds its piece.
+    fn drop_record(&mut self, loc: u64) {
+        let len = self.key(loc).len() as u64;
+        let pos = (loc & ((1 << POS_BITS) - 1)) as usize;
+        let chunk = &mut self.chunks[(loc >> POS_BITS) as usize];
+        let word = read_u64(chunk, pos + 16) | REPLACED;
+        chunk[pos + 16..pos + 24].copy_from_slice(&word.to_le_bytes());
+        self.keys -= 1;
+        self.key_bytes -= len;
+    }
+
     /// The key stored at `loc`.
     #[inline(always)]
     fn key(&self, loc: u64) -> &[u8] {
@@ -388,6 +410,29 @@ impl LocalCounts {
     /// built (it is a large part of the count's peak). Nothing can be added afterwards.
     fn drop_long_index(&mut self) {
         self.long = Vec::new();
+    }
+
+    /// The arena location of the long piece `key`, whose hash is `h`, if it holds it.
+    #[inline]
+    fn find_long(&self, h: u64, key: &[u8]) -> Option<u64> {
+        let mask = (1usize << self.long_bits) - 1;
+        let mut i = slot_of(h, self.long_bits);
+        loop {
+            let [slot_h, slot_loc] = self.long[i];
+            if slot_loc == 0 {
+                return None;
+            }
+            if slot_h == h && bytes_eq(self.arena.key(slot_loc & LOC_MASK), key) {
+                return Some(slot_loc & LOC_MASK);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Fetch the slot where a lookup of hash `h` starts into the CPU cache.
+    #[inline(always)]
+    fn prefetch_long(&self, h: u64) {
+        prefetch(&self.long[slot_of(h, self.long_bits)]);
     }
 
     /// How many distinct pieces it holds (the hot cache flushed).
@@ -613,21 +658,67 @@ impl Tally {
         self.locals[i].lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Add everything counted into `into` and start again from empty.
+    /// Add everything counted into `into` and start again from empty. Into empty counts the
+    /// entries are only listed ([`Counts::listed`]); into others they are added to the tables.
     pub fn drain_into(&mut self, into: &mut Counts) -> Result<(), String> {
         let n = self.locals.len();
         let locals = std::mem::replace(self, Tally::new(n)).locals;
-        let locals: Vec<LocalCounts> = locals
+        let mut locals: Vec<LocalCounts> = locals
             .into_iter()
             .map(|m| {
                 let mut local = m.into_inner().unwrap_or_else(|e| e.into_inner());
                 local.flush_hot();
-                local.drop_long_index();
                 local
             })
             .collect();
+        if into.is_untouched() && locals.len() <= MAX_ADOPTED {
+            *into = Counts::listed(locals);
+            return Ok(());
+        }
+        locals.iter_mut().for_each(LocalCounts::drop_long_index);
         into.absorb(locals)
     }
+}
+
+/// A piece a later worker's record holds that an earlier worker has too: (the earlier worker,
+/// its record's location, the later record's location, the later record's count).
+type Shared = (usize, u64, u64, u64);
+
+/// Long keys' (location, count) in runs, each by location (see [`MemoryOrder::long`]).
+type Runs = Vec<Vec<(u64, u64)>>;
+
+/// Walk the records of `arena`'s `chunks` (in the order they lie) looking each piece up in the
+/// `earlier` workers' indexes: the pieces none of them holds, as (location, count) by location
+/// (one list per chunk), and the others ([`Shared`]). Each lookup's slot is fetched [`DEPTH`]
+/// records ahead (the indexes outgrow the CPU caches, and the lookups are independent).
+fn walk_records(arena: &Arena, chunks: std::ops::Range<usize>, earlier: &[LocalCounts]) -> (Runs, Vec<Shared>) {
+    let first = chunks.start;
+    // `records_in` takes a few chunks in turn: one list per chunk keeps each in location order.
+    // Each is made as long as its chunk's records could be, so that it never moves: the pages of a
+    // list are only taken as it is written, and a stage 2's lists, grown and copied together
+    // afterwards, spent most of their time in fresh pages.
+    let mut kept: Vec<Vec<(u64, u64)>> =
+        arena.chunks[chunks.clone()].iter().map(|c| Vec::with_capacity(c.len() / MIN_RECORD)).collect();
+    let mut shared = Vec::new();
+    let mut settle = |(loc, h, key, count): (u64, u64, &[u8], u64)| match earlier
+        .iter()
+        .enumerate()
+        .find_map(|(w, local)| local.find_long(h, key).map(|at| (w, at)))
+    {
+        Some((w, at)) => shared.push((w, at, loc, count)),
+        None => kept[(loc >> POS_BITS) as usize - first].push((loc, count)),
+    };
+    let mut ring = std::collections::VecDeque::with_capacity(DEPTH);
+    for record in arena.records_in(chunks) {
+        earlier.iter().for_each(|local| local.prefetch_long(record.1));
+        if ring.len() == DEPTH {
+            settle(ring.pop_front().expect("full"));
+        }
+        ring.push_back(record);
+    }
+    ring.into_iter().for_each(&mut settle);
+    kept.iter_mut().for_each(Vec::shrink_to_fit);
+    (kept, shared)
 }
 
 /// Entries a thread of `Counts::absorb` holds before adding them to their shards (24 bytes each;
@@ -644,6 +735,10 @@ pub struct Counts {
     /// The memory order, once asked for and until the table changes: the memory estimate reads
     /// every key in it, and the build that follows reads them again (see [`Counts::memory_order`]).
     order: Mutex<Option<Arc<MemoryOrder>>>,
+    /// Set while the entries are only listed, here, and the shard tables are empty: counts
+    /// drained from workers into an empty table ([`Counts::listed`]) until a lookup or a change
+    /// indexes them ([`Counts::index`]).
+    listed: Option<Arc<MemoryOrder>>,
 }
 
 impl Default for Counts {
@@ -653,6 +748,7 @@ impl Default for Counts {
             shards: (0..SHARDS).map(|_| Shard::default()).collect(),
             adopted: Vec::new(),
             order: Mutex::new(None),
+            listed: None,
         }
     }
 }
@@ -709,7 +805,86 @@ fn own_key(arena: &mut Arena, h: u64, piece: &[u8]) -> [u8; 8] {
 
 impl Counts {
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.table.len()).sum()
+        self.listed.as_ref().map_or(0, |l| l.len()) + self.shards.iter().map(|s| s.table.len()).sum::<usize>()
+    }
+
+    /// Whether nothing was ever added (a fresh table).
+    fn is_untouched(&self) -> bool {
+        self.listed.is_none()
+            && self.adopted.is_empty()
+            && self.shards.iter().all(|s| s.table.is_empty() && s.arena.chunks.is_empty())
+    }
+
+    /// The workers' counts as one list of distinct entries, without the shard tables: a trainer
+    /// reads every entry once in memory order and looks nothing up, and for a stage 2's tens of
+    /// millions of distinct lines, filling the tables (and listing their order after) was the
+    /// longest serial part of handing the count over. A piece several workers counted is kept by
+    /// the first of them, with all their counts (a later worker's records are looked up in the
+    /// earlier workers' indexes, the only lookups made); each worker's arena is adopted whole.
+    /// The tables are filled when something needs them ([`Counts::index`]).
+    fn listed(mut locals: Vec<LocalCounts>) -> Counts {
+        let threads = rayon::current_num_threads().max(1);
+        let mut runs: Vec<Runs> = (0..locals.len()).map(|_| Vec::new()).collect();
+        // Later workers first: the counts they give an earlier worker's records are in by the
+        // time that worker's records are listed.
+        for w in (0..locals.len()).rev() {
+            let (earlier, rest) = locals.split_at_mut(w);
+            let arena = &mut rest[0].arena;
+            let chunks = arena.chunks.len();
+            let walked: Vec<(Runs, Vec<Shared>)> = (0..threads)
+                .into_par_iter()
+                .map(|t| walk_records(arena, t * chunks / threads..(t + 1) * chunks / threads, earlier))
+                .collect();
+            for (kept, shared) in walked {
+                runs[w].extend(kept.into_iter().filter(|run| !run.is_empty()));
+                for (owner, at, loc, count) in shared {
+                    earlier[owner].arena.add_count(at, count);
+                    arena.drop_record(loc);
+                }
+            }
+        }
+        let long = runs.into_iter().enumerate().flat_map(|(w, r)| r.into_iter().map(move |run| (SHARDS + w, run)));
+        let long = long.collect();
+        let (first, rest) = locals.split_first_mut().expect("a tally has a worker");
+        for local in rest {
+            for &(key, count) in local.short.iter().filter(|e| e.0 != 0) {
+                first.add_short(key, count);
+            }
+        }
+        let short = first.short.iter().filter(|e| e.0 != 0).map(|&(key, count)| (key.to_le_bytes(), count)).collect();
+        Counts {
+            adopted: locals.into_iter().map(|l| l.arena).collect(),
+            listed: Some(Arc::new(MemoryOrder { short, long })),
+            ..Counts::default()
+        }
+    }
+
+    /// Fill the shard tables from the list of entries, if the counts are only listed.
+    pub fn index(&mut self) {
+        let Some(listed) = self.listed.take() else { return };
+        let threads = rayon::current_num_threads().clamp(1, SHARDS);
+        let Counts { shards, adopted, .. } = self;
+        let per_shard = listed.len().div_ceil(SHARDS) * 9 / 8;
+        shards.par_iter_mut().for_each(|shard| shard.table.reserve(per_shard, |e| table_hash(e.0)));
+        let locked: Vec<Mutex<&mut Shard>> = shards.iter_mut().map(Mutex::new).collect();
+        let adopted = &*adopted;
+        let share = |len: usize, t: usize| t * len / threads..(t + 1) * len / threads;
+        (0..threads).into_par_iter().for_each(|t| {
+            let shorts = listed.short[share(listed.short.len(), t)]
+                .iter()
+                .map(|&(key, count)| (hash_short(u64::from_le_bytes(key)), key, count));
+            // Only adopted arenas hold listed keys (a listed table has no keys of its own).
+            let longs = listed.long.iter().flat_map(|&(a, ref list)| {
+                let (src, arena) = ((a - SHARDS + 1) as u64, &adopted[a - SHARDS]);
+                list[share(list.len(), t)]
+                    .iter()
+                    .map(move |&(loc, count)| (arena.hash_at(loc), (LONG | src << LOC_BITS | loc).to_le_bytes(), count))
+            });
+            // Listed entries are distinct with their counts summed: no addition that could overflow.
+            add_batched(shorts.chain(longs), &locked, adopted, t * SHARDS / threads).expect("distinct entries");
+        });
+        // The list is still the tables' memory order.
+        *self.order.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(listed);
     }
 
     pub fn is_empty(&self) -> bool {
@@ -722,12 +897,15 @@ impl Counts {
 
     /// Add `count` to `piece` (copying the key on first sight).
     pub fn add(&mut self, piece: &[u8], count: u64) -> Result<(), String> {
+        self.index();
         self.forget_order();
         let h = piece_hash(&self.state, piece);
         add_entry(&mut self.shards[shard_of(h)], &self.adopted, h, piece, count, |a| own_key(a, h, piece))
     }
 
-    pub fn get(&self, piece: &[u8]) -> u64 {
+    /// The count of `piece` (indexing listed counts first).
+    pub fn get(&mut self, piece: &[u8]) -> u64 {
+        self.index();
         let h = piece_hash(&self.state, piece);
         let shard = &self.shards[shard_of(h)];
         shard
@@ -736,28 +914,35 @@ impl Counts {
             .map_or(0, |e| e.2)
     }
 
-    /// How many entries shard `s` holds (without reading their keys).
-    pub fn shard_len(&self, s: usize) -> usize {
-        self.shards[s].table.len()
-    }
-
-    /// Bytes the table holds: its shards' slots and every arena (what dropping it gives back).
+    /// Bytes the table holds: its shards' slots or its list, and every arena (what dropping it
+    /// gives back).
     pub fn heap_bytes(&self) -> u64 {
         let entry = std::mem::size_of::<Entry>() as u64 + 1;
         let shards: u64 = self.shards.iter().map(|s| s.table.capacity() as u64 * entry + s.arena.heap_bytes()).sum();
-        shards + self.adopted.iter().map(Arena::heap_bytes).sum::<u64>()
+        let listed = self.listed.as_ref().map_or(0, |l| 16 * l.len() as u64);
+        shards + listed + self.adopted.iter().map(Arena::heap_bytes).sum::<u64>()
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], u64)> {
-        self.shards
+        let listed = self.listed.as_deref().into_iter();
+        let short = listed.clone().flat_map(|l| l.short.iter().map(|(key, count)| (&key[..key[7] as usize], *count)));
+        let long = listed.flat_map(move |l| {
+            l.long.iter().flat_map(move |&(a, ref list)| list.iter().map(move |&(loc, c)| (self.arena_key(a, loc), c)))
+        });
+        let tables = self
+            .shards
             .iter()
-            .flat_map(move |s| s.table.iter().map(move |e| (key_bytes(&e.1, &s.arena, &self.adopted), e.2)))
+            .flat_map(move |s| s.table.iter().map(move |e| (key_bytes(&e.1, &s.arena, &self.adopted), e.2)));
+        short.chain(long).chain(tables)
     }
 
     /// Every entry in the order its key lies in memory (see [`MemoryOrder`]), kept until the
     /// table changes or a reader takes it ([`Counts::take_memory_order`]): listing and sorting the
     /// entries of a stage 2 is a large part of reading its keys once.
     pub fn memory_order(&self) -> Arc<MemoryOrder> {
+        if let Some(listed) = &self.listed {
+            return listed.clone();
+        }
         let mut kept = self.order.lock().unwrap_or_else(|e| e.into_inner());
         kept.get_or_insert_with(|| Arc::new(self.list_memory_order())).clone()
     }
@@ -765,6 +950,9 @@ impl Counts {
     /// [`Counts::memory_order`], no longer kept here: the last reader frees it when done (the
     /// build drops it after replay, before its own peak).
     pub fn take_memory_order(&self) -> Arc<MemoryOrder> {
+        if let Some(listed) = &self.listed {
+            return listed.clone();
+        }
         let kept = self.order.lock().unwrap_or_else(|e| e.into_inner()).take();
         kept.unwrap_or_else(|| Arc::new(self.list_memory_order()))
     }
@@ -855,7 +1043,7 @@ impl Counts {
             }
         }
         chunks.par_iter_mut().for_each(|c| c.sort_unstable_by_key(|e| e.0));
-        MemoryOrder { short, long }
+        MemoryOrder { short, long: long.into_iter().enumerate().filter(|r| !r.1.is_empty()).collect() }
     }
 
     /// The long key at `loc` of arena `arena`: shard `s`'s own arena is `s`, adopted arena `k` is
@@ -878,9 +1066,10 @@ impl Counts {
         }
     }
 
-    /// Free every shard's table, keeping the arenas: for a consumer that reads the keys in
-    /// [`MemoryOrder`] and needs no lookups. The counts read as empty from then on.
+    /// Free every shard's table (or the list), keeping the arenas: for a consumer that reads the
+    /// keys in [`MemoryOrder`] and needs no lookups. The counts read as empty from then on.
     pub fn release_tables(&mut self) {
+        self.listed = None;
         for shard in &mut self.shards {
             shard.table = HashTable::new();
         }
@@ -890,6 +1079,7 @@ impl Counts {
     /// and the chunks of `arena` before the one holding `loc`.
     pub fn release_keys_before(&mut self, arena: usize, loc: u64) {
         self.forget_order();
+        self.listed = None;
         for a in 0..arena.min(SHARDS + self.adopted.len()) {
             match a.checked_sub(SHARDS) {
                 None => self.shards[a].arena.release_before(u64::MAX),
@@ -916,7 +1106,8 @@ impl Counts {
     pub fn key_bytes(&self) -> u64 {
         let short: u64 =
             self.shards.iter().flat_map(|s| s.table.iter()).filter(|e| e.1[7] & 0x80 == 0).map(|e| e.1[7] as u64).sum();
-        short + self.long_key_totals().1
+        let listed: u64 = self.listed.iter().flat_map(|l| l.short.iter()).map(|e| e.0[7] as u64).sum();
+        short + listed + self.long_key_totals().1
     }
 
     /// Entries sorted by bytes (the `.counts` file order), each with its first 16 bytes as
@@ -931,7 +1122,11 @@ impl Counts {
             let k = &e.1[..e.1[7] as usize];
             (sort_prefix(k), k, e.2)
         }));
-        for (arena, list) in order.long.iter().enumerate() {
+        v.extend(self.listed.iter().flat_map(|l| l.short.iter()).map(|(key, c)| {
+            let k = &key[..key[7] as usize];
+            (sort_prefix(k), k, *c)
+        }));
+        for &(arena, ref list) in &order.long {
             v.extend(list.iter().map(|&(loc, c)| {
                 let k = self.arena_key(arena, loc);
                 (sort_prefix(k), k, c)
@@ -946,9 +1141,14 @@ impl Counts {
         self.sorted_with_prefixes().into_iter().map(|(_, k, c)| (k, c)).collect()
     }
 
-    /// Add all of `other` into `self`, shard by shard in parallel.
+    /// Add all of `other` into `self`, shard by shard in parallel (entry by entry when `other` is
+    /// only listed: index it first for speed).
     pub fn merge(&mut self, other: &Counts) -> Result<(), String> {
+        self.index();
         self.forget_order();
+        if other.listed.is_some() {
+            return other.iter().try_for_each(|(piece, count)| self.add(piece, count));
+        }
         let adopted = &self.adopted;
         self.shards.par_iter_mut().zip(other.shards.par_iter()).try_for_each(|(mine, theirs)| {
             for e in theirs.table.iter() {
@@ -962,6 +1162,7 @@ impl Counts {
     /// Add the workers' counts, shard by shard in parallel. Their arenas are adopted, so new
     /// long keys are not copied.
     fn absorb(&mut self, locals: Vec<LocalCounts>) -> Result<(), String> {
+        self.index();
         self.forget_order();
         if self.adopted.len() + locals.len() > MAX_ADOPTED {
             // Far more worker arenas than any real count makes: copy the keys instead.
@@ -1152,44 +1353,86 @@ mod tests {
         assert_eq!(as_map(&referred), want);
     }
 
-    /// Two workers' counts (short and long pieces, many shared) drained into a table that already
-    /// holds some of them: every piece ends with the sum of all its counts.
+    /// Three workers' counts (short and long pieces, many shared) drained into a table that
+    /// already holds some of them, and into an empty one (which only lists them until a lookup
+    /// or a change indexes it): every piece ends with the sum of all its counts, the same totals,
+    /// order and sorted list either way.
     #[test]
     fn drained_workers_add_up() {
         let splitter = crate::scan::Splitter::new(r"\S+|\s+", false).unwrap();
-        let mut want: HashMap<Vec<u8>, u64> = HashMap::new();
-        let mut into = Counts::default();
-        for i in 0..500 {
-            let piece = format!("pre{}-{}", i % 90, "x".repeat(i % 13));
-            into.add(piece.as_bytes(), 2).unwrap();
-            *want.entry(piece.into_bytes()).or_default() += 2;
-        }
-        let mut tally = Tally::new(2);
-        for (w, worker) in tally.locals.iter().enumerate() {
-            let mut local = worker.lock().unwrap();
-            for i in 0..4000 {
-                let text =
-                    format!("pre{}-{} w{} {} ", (i * 7 + w) % 90, "x".repeat(i % 13), i % 300, "long".repeat(i % 5));
-                local.count(&splitter, text.as_bytes()).unwrap();
-                // The pattern's pieces: maximal runs of spaces and of anything else.
-                let bytes = text.as_bytes();
-                let mut start = 0;
-                for end in 1..=bytes.len() {
-                    if end == bytes.len() || (bytes[end] == b' ') != (bytes[start] == b' ') {
-                        *want.entry(bytes[start..end].to_vec()).or_default() += 1;
-                        start = end;
+        let before: Vec<String> = (0..500).map(|i| format!("pre{}-{}", i % 90, "x".repeat(i % 13))).collect();
+        for into_empty in [false, true] {
+            let mut want: HashMap<Vec<u8>, u64> = HashMap::new();
+            let mut into = Counts::default();
+            let add_before = |into: &mut Counts, want: &mut HashMap<Vec<u8>, u64>| {
+                for piece in &before {
+                    into.add(piece.as_bytes(), 2).unwrap();
+                    *want.entry(piece.as_bytes().to_vec()).or_default() += 2;
+                }
+            };
+            if !into_empty {
+                add_before(&mut into, &mut want);
+            }
+            let mut tally = Tally::new(3);
+            for (w, worker) in tally.locals.iter().enumerate() {
+                let mut local = worker.lock().unwrap();
+                for i in 0..4000 {
+                    let text = format!(
+                        "pre{}-{} w{} {} ",
+                        (i * 7 + w) % 90,
+                        "x".repeat(i % 13),
+                        i % (300 + 50 * w),
+                        "long".repeat(i % 5)
+                    );
+                    local.count(&splitter, text.as_bytes()).unwrap();
+                    // The pattern's pieces: maximal runs of spaces and of anything else.
+                    let bytes = text.as_bytes();
+                    let mut start = 0;
+                    for end in 1..=bytes.len() {
+                        if end == bytes.len() || (bytes[end] == b' ') != (bytes[start] == b' ') {
+                            *want.entry(bytes[start..end].to_vec()).or_default() += 1;
+                            start = end;
+                        }
                     }
                 }
             }
+            tally.drain_into(&mut into).unwrap();
+            assert_eq!(into.listed.is_some(), into_empty);
+            let got: HashMap<Vec<u8>, u64> = into.iter().map(|(k, v)| (k.to_vec(), v)).collect();
+            assert_eq!(into.len(), got.len());
+            assert_eq!(got, want);
+            let order = into.memory_order();
+            assert_eq!(order.len(), want.len());
+            assert!(in_place_order(&order));
+            let from_order: HashMap<Vec<u8>, u64> = order
+                .short
+                .iter()
+                .map(|(k, c)| (k[..k[7] as usize].to_vec(), *c))
+                .chain(long_entries(&order).map(|(a, loc, c)| (into.arena_key(a, loc).to_vec(), c)))
+                .collect();
+            assert_eq!(from_order, want);
+            // The keys of later workers that an earlier one (or the table before) had leave the totals.
+            let long: Vec<usize> = want.keys().map(Vec::len).filter(|&n| n > SHORT_MAX).collect();
+            assert_eq!(into.long_key_totals(), (long.len() as u64, long.iter().sum::<usize>() as u64));
+            assert_eq!(into.key_bytes(), want.keys().map(|k| k.len() as u64).sum::<u64>());
+            let mut sorted: Vec<(Vec<u8>, u64)> = want.clone().into_iter().collect();
+            sorted.sort();
+            assert_eq!(into.sorted().into_iter().map(|(k, c)| (k.to_vec(), c)).collect::<Vec<_>>(), sorted);
+            if into_empty {
+                // Merged into indexed counts as they are, then indexed: the same entries.
+                let mut copy = Counts::default();
+                copy.merge(&into).unwrap();
+                assert!(copy.listed.is_none());
+                let key = b"pre5-xxxxx".as_slice();
+                assert_eq!(into.get(key), want[key]);
+                assert!(into.listed.is_none() && Arc::ptr_eq(&order, &into.memory_order()));
+                add_before(&mut into, &mut want);
+                add_before(&mut copy, &mut HashMap::new());
+                for c in [&into, &copy] {
+                    assert_eq!(c.iter().map(|(k, v)| (k.to_vec(), v)).collect::<HashMap<_, _>>(), want);
+                }
+            }
         }
-        tally.drain_into(&mut into).unwrap();
-        let got: HashMap<Vec<u8>, u64> = into.iter().map(|(k, v)| (k.to_vec(), v)).collect();
-        assert_eq!(got.len(), want.len());
-        assert_eq!(got, want);
-        // The keys of the second worker that the first had (or the table before) leave the totals.
-        let long: Vec<usize> = want.keys().map(Vec::len).filter(|&n| n > SHORT_MAX).collect();
-        assert_eq!(into.long_key_totals(), (long.len() as u64, long.iter().sum::<usize>() as u64));
-        assert_eq!(into.key_bytes(), want.keys().map(|k| k.len() as u64).sum::<u64>());
     }
 
     /// The memory order is listed once and kept while the table stands; a change forgets it (the
@@ -1236,25 +1479,31 @@ mod tests {
         for (key, count) in &order.short {
             assert!(got.insert(key[..key[7] as usize].to_vec(), *count).is_none());
         }
-        for (arena, list) in order.long.iter().enumerate() {
-            assert!(list.windows(2).all(|w| w[0].0 < w[1].0), "arena {arena} out of order");
-            for &(loc, count) in list {
-                assert!(got.insert(counts.arena_key(arena, loc).to_vec(), count).is_none());
-            }
+        assert!(in_place_order(&order));
+        for (arena, loc, count) in long_entries(&order) {
+            assert!(got.insert(counts.arena_key(arena, loc).to_vec(), count).is_none());
         }
         assert_eq!(got, want);
-        assert!(
-            order.long[..SHARDS].iter().any(|l| !l.is_empty()) && order.long[SHARDS..].iter().any(|l| !l.is_empty())
-        );
+        assert!(order.long.iter().any(|r| r.0 < SHARDS) && order.long.iter().any(|r| r.0 >= SHARDS));
         // Free what a reader of the first adopted arena's first half has passed; the rest reads the same.
-        let (arena, list) = (SHARDS, &order.long[SHARDS]);
-        let (mid, _) = list[list.len() / 2];
+        let first_adopted: Vec<(u64, u64)> =
+            long_entries(&order).filter(|e| e.0 == SHARDS).map(|(_, loc, c)| (loc, c)).collect();
+        let (arena, (mid, _)) = (SHARDS, first_adopted[first_adopted.len() / 2]);
         counts.release_tables();
         counts.release_keys_before(arena, mid);
-        for (a, l) in order.long.iter().enumerate().skip(arena) {
-            for &(loc, count) in l.iter().filter(|e| a > arena || e.0 >= mid) {
-                assert_eq!(want[counts.arena_key(a, loc)], count);
-            }
+        for (a, loc, count) in long_entries(&order).filter(|e| e.0 > arena || (e.0 == arena && e.1 >= mid)) {
+            assert_eq!(want[counts.arena_key(a, loc)], count);
         }
+    }
+
+    /// Every long entry of `order` as (arena, location, count), run after run.
+    fn long_entries(order: &MemoryOrder) -> impl Iterator<Item = (usize, u64, u64)> + '_ {
+        order.long.iter().flat_map(|&(a, ref run)| run.iter().map(move |&(loc, c)| (a, loc, c)))
+    }
+
+    /// Whether the runs of `order` list arenas in order and each arena's keys by location, none empty.
+    fn in_place_order(order: &MemoryOrder) -> bool {
+        let places: Vec<(usize, u64)> = long_entries(order).map(|(a, loc, _)| (a, loc)).collect();
+        places.windows(2).all(|w| w[0] < w[1]) && order.long.iter().all(|r| !r.1.is_empty())
     }
 }

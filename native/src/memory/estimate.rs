@@ -96,7 +96,7 @@ pub fn estimate(
         for (key, count) in order.short.iter().step_by(step) {
             add(&key[..key[7] as usize], *count)?;
         }
-        for (arena, list) in order.long.iter().enumerate() {
+        for &(arena, ref list) in &order.long {
             for &(loc, count) in list.iter().step_by(step) {
                 add(counts.arena_key(arena, loc), count)?;
             }

@@ -30,7 +30,7 @@ impl NativeCounts {
         self.inner.total()
     }
 
-    fn get(&self, piece: &[u8]) -> u64 {
+    fn get(&mut self, piece: &[u8]) -> u64 {
         self.inner.get(piece)
     }
 
@@ -68,10 +68,13 @@ impl NativeCounts {
     }
 
     /// Add `other` into these counts.
-    fn update(&mut self, py: Python<'_>, other: &NativeCounts) -> PyResult<()> {
-        let inner = &mut self.inner;
-        let theirs = &other.inner;
-        run_detached(py, || inner.merge(theirs).map_err(NativeError::from))
+    fn update(&mut self, py: Python<'_>, mut other: PyRefMut<'_, NativeCounts>) -> PyResult<()> {
+        let (inner, theirs) = (&mut self.inner, &mut other.inner);
+        run_detached(py, || {
+            // Counts only listed are indexed once here, so that they merge shard by shard.
+            theirs.index();
+            inner.merge(theirs).map_err(NativeError::from)
+        })
     }
 
     /// The `.counts` file bytes with the given JSON meta (docs/DESIGN.md).
