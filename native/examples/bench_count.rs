@@ -1,6 +1,6 @@
 //! Wall time of counting a file as a run's stage counts it (memory-mapped, window by window, two
-//! workers) and of what follows before a build: merging the workers' tables, listing the entries in
-//! memory order, and the memory estimate:
+//! workers) and of what follows before a build: draining the workers' tables into one list of
+//! entries in memory order, and the memory estimate:
 //! `cargo run --release --example bench_count -- FILE [PATTERN_NAME] [copy]` (default `Superbpe`, a
 //! SuperBPE stage 2's pattern, with line units; long keys left in the file where a run leaves
 //! them, or all copied with `copy`).
@@ -38,8 +38,7 @@ fn main() {
     let mut tally = Tally::new(2);
     timed("count", &mut || spec.count_mapped(&map, &tally, DEFAULT_BLOCK_BYTES, borrow).unwrap());
     let mut counts = Counts::default();
-    timed("merge the workers' tables", &mut || tally.drain_into(&mut counts).unwrap());
-    timed("memory order", &mut || drop(counts.memory_order()));
+    timed("drain the workers' tables", &mut || tally.drain_into(&mut counts).unwrap());
     // One merge to replay: the estimate's own work (the pass over the keys, the sample) is what is timed.
     let replay = [(b"t".to_vec(), b"h".to_vec())];
     let rules = Rules { min_frequency: 1, ..Default::default() };
