@@ -919,8 +919,13 @@ impl Counts {
     pub fn heap_bytes(&self) -> u64 {
         let entry = std::mem::size_of::<Entry>() as u64 + 1;
         let shards: u64 = self.shards.iter().map(|s| s.table.capacity() as u64 * entry + s.arena.heap_bytes()).sum();
-        let listed = self.listed.as_ref().map_or(0, |l| 16 * l.len() as u64);
-        shards + listed + self.adopted.iter().map(Arena::heap_bytes).sum::<u64>()
+        shards + self.list_bytes() + self.adopted.iter().map(Arena::heap_bytes).sum::<u64>()
+    }
+
+    /// Bytes of the list of entries of counts that are only listed (0 once indexed; part of
+    /// [`Counts::heap_bytes`]).
+    pub fn list_bytes(&self) -> u64 {
+        self.listed.as_ref().map_or(0, |l| 16 * l.len() as u64)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], u64)> {

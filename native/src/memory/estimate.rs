@@ -123,13 +123,15 @@ pub fn estimate(
     }
     let width = if ChunkSyms::fits_narrow(256 + replay.len()) { 2 } else { 4 };
     let replayed = width * symbols + REPLAYED_PER_PIECE * pieces;
-    let freed = if consume { counts.heap_bytes() } else { 0 };
+    // Handed-over counts that are only listed keep their list until replay ends (replay reads it).
+    let (freed, listed) = if consume { (counts.heap_bytes(), counts.list_bytes()) } else { (0, 0) };
     // The sample's distinct pairs are at most the whole corpus's: when they alone are many, the
     // build cuts (see `CUT_FROM_PAIRS`).
     let peak_bytes = if sampled_pairs < CUT_FROM_PAIRS {
         replayed.max(index.saturating_sub(freed))
     } else {
-        cut_peak(replayed, PairSketch::bytes_for(PairSketch::bits_for(counts.heap_bytes())), index, freed)
+        let sketch = PairSketch::bytes_for(PairSketch::bits_for(counts.heap_bytes()));
+        cut_peak(replayed, sketch, index, freed, listed)
     };
     Ok(Estimate { pieces, bytes, symbols, peak_bytes })
 }
@@ -146,10 +148,11 @@ const CUT_SHARE: u64 = 8;
 /// bytes each) beside the replayed chunks; then the chunks (kept), the summed sketch and the copy
 /// of its counters θ is picked from, and the cut pieces' trainer, the counts freed. Counts handed
 /// over (`freed` is their size, else 0) are freed as replay passes them, so the chunks grow into
-/// their memory and add only what they outgrow it by.
-fn cut_peak(replayed: u64, sketch: u64, index: u64, freed: u64) -> u64 {
+/// their memory and add only what they outgrow it by; but for their list of entries (`listed`
+/// bytes of `freed`), which replay reads to the end.
+fn cut_peak(replayed: u64, sketch: u64, index: u64, freed: u64, listed: u64) -> u64 {
     let threads = rayon::current_num_threads().max(1) as u64;
-    let replay = threads * sketch + replayed.saturating_sub(freed);
+    let replay = threads * sketch + replayed.saturating_sub(freed - listed);
     let cut = (replayed + 2 * sketch + index / CUT_SHARE).saturating_sub(freed);
     replay.max(cut)
 }
