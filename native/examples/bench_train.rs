@@ -1,8 +1,9 @@
 //! CPU-time cost of the trainer phases on a corpus:
 //! `cargo run --release --example bench_train -- FILE NUM_MERGES [PATTERN_NAME [STAGE2_PATTERN_NAME TRANSITION]]`.
-//! With a stage-2 pattern it also times a SuperBPE stage 2: re-count with that pattern, build as a
-//! run does (`with_rules`: replay the first TRANSITION merges, cut), then choose up to NUM_MERGES
-//! (the wall time to the 1st, 10th, 100th, ... of the stage's own merges printed as it goes).
+//! With a stage-2 pattern it also times a SuperBPE stage 2: re-count with that pattern (the drain of
+//! the workers' tables timed apart), build as a run does (`with_rules`: replay the first TRANSITION
+//! merges, cut), then choose up to NUM_MERGES (the wall time to the 1st, 10th, 100th, ... of the
+//! stage's own merges printed as it goes).
 
 use _native::count::CountSpec;
 use _native::scan::{builtin_pattern, Splitter, ALL_BUILTINS};
@@ -51,9 +52,6 @@ fn superbpe(data: &[u8], spec1: &CountSpec, spec2: &CountSpec, transition: usize
     eprintln!("  stage-2 drain starts at {}.{:09}", ts.tv_sec, ts.tv_nsec);
     let d2 = timed(&mut || tally.drain_into(&mut counts2).unwrap());
     eprintln!("  stage-2 drain: {d2:.2}s CPU, {:.2}s wall", wall.elapsed().as_secs_f64());
-    let wall = std::time::Instant::now();
-    let o2 = timed(&mut || drop(counts2.memory_order()));
-    eprintln!("  stage-2 memory order: {o2:.2}s CPU, {:.2}s wall", wall.elapsed().as_secs_f64());
     let rules2 = Rules { max_words_per_token: Some(4), forbidden_substrings: vec![b": ".to_vec()], ..rules.clone() };
     let mut stage2 = None;
     let r2 = timed(&mut || {

@@ -829,6 +829,8 @@ impl Counts {
         // time that worker's records are listed.
         for w in (0..locals.len()).rev() {
             let (earlier, rest) = locals.split_at_mut(w);
+            // Only the later workers, walked already, look pieces up in this one.
+            rest[0].drop_long_index();
             let arena = &mut rest[0].arena;
             let chunks = arena.chunks.len();
             let walked: Vec<(Runs, Vec<Shared>)> = (0..threads)
