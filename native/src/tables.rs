@@ -246,12 +246,8 @@ impl Arena {
         let refer = self.refer.take();
         let new = self.push(h, key, count + n);
         self.refer = refer;
-        self.keys -= 1;
-        self.key_bytes -= key.len() as u64;
+        self.drop_record(loc);
         self.long_key_bytes -= key.len() as u64;
-        let chunk = &mut self.chunks[(loc >> POS_BITS) as usize];
-        let word = read_u64(chunk, pos + 16) | REPLACED;
-        chunk[pos + 16..pos + 24].copy_from_slice(&word.to_le_bytes());
         Some(new)
     }
 
@@ -270,7 +266,8 @@ impl Arena {
         read_u64(&self.chunks[(loc >> POS_BITS) as usize], (loc & ((1 << POS_BITS) - 1)) as usize)
     }
 
-    /// Drop the record at `loc` from walks and totals: another arena's record holds its piece.
+    /// Drop the record at `loc` from walks and totals: another record (of this arena or another)
+    /// holds its piece.
     fn drop_record(&mut self, loc: u64) {
         let len = self.key(loc).len() as u64;
         let pos = (loc & ((1 << POS_BITS) - 1)) as usize;
@@ -955,7 +952,8 @@ impl Counts {
     }
 
     /// [`Counts::memory_order`], no longer kept here: the last reader frees it when done (the
-    /// build drops it after replay, before its own peak).
+    /// build drops it after replay, before its own peak). Counts only listed keep it (it is their
+    /// entries) until [`Counts::release_tables`].
     pub fn take_memory_order(&self) -> Arc<MemoryOrder> {
         if let Some(listed) = &self.listed {
             return listed.clone();
@@ -1083,7 +1081,8 @@ impl Counts {
     }
 
     /// Free the keys a consumer reading in [`MemoryOrder`] has passed: every arena before `arena`
-    /// and the chunks of `arena` before the one holding `loc`.
+    /// and the chunks of `arena` before the one holding `loc`. Counts only listed read as empty
+    /// from then on (their list would name freed keys).
     pub fn release_keys_before(&mut self, arena: usize, loc: u64) {
         self.forget_order();
         self.listed = None;
