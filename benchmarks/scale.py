@@ -105,7 +105,10 @@ def train(corpus: Path, run: str, vocab: int, transition: float, out: Path) -> t
     metrics = json.loads((out / "metrics.json").read_text())
     stages = metrics.get("stages", [])
     last = stages[-1] if stages else {}
-    keys = ("distinct_pieces", "distinct_bytes", "estimated_symbols", "estimated_peak_bytes")
+    keys = (
+        "distinct_pieces", "distinct_bytes", "estimated_symbols", "estimated_build_peak_bytes",
+        "estimated_peak_bytes",
+    )  # fmt: skip
     sizes = {k: last[k] for k in keys if k in last}
     return seconds, usage.ru_maxrss * 1024, sizes
 
@@ -118,18 +121,22 @@ def bytes_per_token(tokenizer_dir: Path, held_out: Path) -> float:
     return evaluate(Tokenizer.load(tokenizer_dir), held_out).bytes_per_token
 
 
-def _estimate_cell(r: Measure) -> str:
-    """The run's memory estimate at its last stage's build, against the measured peak."""
+def _estimate_cells(r: Measure) -> str:
+    """The memory estimates made at the last stage's build (what the build will reach; the stage's peak,
+    which is the build's unless the stage peaked before it), the second against the measured peak."""
+    build = r.stage2.get("estimated_build_peak_bytes")
     estimate = r.stage2.get("estimated_peak_bytes")
-    return f"| {estimate / 2**30:.2f} GiB ({r.peak_rss / estimate:.2f}) " if estimate else "| "
+    build_cell = f"| {build / 2**30:.2f} GiB " if build else "| "
+    return build_cell + (f"| {estimate / 2**30:.2f} GiB ({r.peak_rss / estimate:.2f}) " if estimate else "| ")
 
 
 def table(rows: list[Measure]) -> str:
     """One line per run, each against the bpe run of its size and round."""
     lines = [
         "| corpus | round | run | wall | peak RSS | wall / bpe | stage-2 distinct bytes | stage-2 symbols "
-        "| RSS per distinct stage-2 byte | estimated peak (measured / estimated) | bytes/token held out |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| RSS per distinct stage-2 byte | estimated build peak | estimated peak (measured / estimated) "
+        "| bytes/token held out |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     bpes = {(r.size, r.round): r for r in rows if r.schedule == "bpe"}
     for r in rows:
@@ -141,9 +148,9 @@ def table(rows: list[Measure]) -> str:
             + (
                 f"| {distinct / 1e6:.0f} MB | {r.stage2.get('estimated_symbols', 0) / 1e6:.0f}M "
                 f"| {r.peak_rss / distinct:.2f} "
-                + _estimate_cell(r)
+                + _estimate_cells(r)
                 if distinct
-                else "| | | | "
+                else "| | | | | "
             )
             + (f"| {r.bytes_per_token:.4f} |" if r.bytes_per_token is not None else "| |")
         )

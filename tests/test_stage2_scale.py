@@ -15,12 +15,13 @@ import pytest
 from fixture_texts import code_line, long_lines_corpus
 
 from superbpe.core.errors import ConfigError, SuperBPEError
-from superbpe.core.memory import MemoryLimitError, parse_size
+from superbpe.core.memory import CountCeiling, MemoryLimitError, parse_size
 from superbpe.core.pretokenize import get_pretokenizer
 from superbpe.core.rules import MergeRules
 from superbpe.engines import native as native_engine
 from superbpe.engines.python import PythonEngine
 from superbpe.formats.checkpoints import load_checkpoint
+from superbpe.jobs.count import count_corpus, count_on_executor
 from superbpe.training.config import DataConfig, EngineConfig, PretokenizerConfig, TrainConfig, to_dataclass
 from superbpe.training.run import run_training
 
@@ -109,10 +110,11 @@ def test_a_stage_over_memory_limit_is_refused_in_one_line_leaving_nothing(tmp_pa
     corpus = long_lines_corpus(tmp_path / "lines.txt")
     reference = run_training(_superbpe_config(corpus, tmp_path / "reference", None))
     out = tmp_path / "run"
-    # 1 MB is less than the process holds already: the first stage to build stops.
+    # 1 MB is less than the process holds already: the first count stops after its first window.
     with pytest.raises(MemoryLimitError) as refused:
         run_training(_superbpe_config(corpus, out, "1MB"))
     message = str(refused.value)
+    assert message.startswith("stage stage1: counting took the process to ")
     assert "\n" not in message and "memory_limit 1.0 MB" in message and "smaller corpus" in message
     assert "approx_sample" in message
     assert not out.exists()  # refused before the first checkpoint: nothing to resume, nothing left
@@ -141,6 +143,67 @@ def test_stage1_checkpoint_survives_a_refused_stage2(tmp_path: Path, monkeypatch
     monkeypatch.setattr(run_module, "check_fits", real_check)
     resumed = run_training(to_dataclass(_resume(corpus, out, None), TrainConfig))
     assert resumed.merges == reference.merges
+
+
+def test_a_stage2_count_over_its_ceiling_is_refused_and_stage1_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stage-2 count runs on a helper thread while stage 1 trains; past its ceiling it stops, and
+    the run says so once stage 1 is saved."""
+    corpus = long_lines_corpus(tmp_path / "lines.txt")
+    reference = run_training(_superbpe_config(corpus, tmp_path / "reference", None))
+    out = tmp_path / "run"
+    import superbpe.training.run as run_module
+
+    ceilings = iter([CountCeiling(), CountCeiling(limit=1)])  # stage 1's count, then stage 2's
+    monkeypatch.setattr(run_module.CountCeiling, "for_run", lambda memory_limit: next(ceilings))
+    with pytest.raises(MemoryLimitError, match=r"^stage stage2: counting took the process to .* more than "
+                       r"memory_limit 1 B: count this stage on a share of the corpus"):  # fmt: skip
+        run_training(_superbpe_config(corpus, out, None))
+    saved = load_checkpoint(out)
+    assert saved is not None and saved.stage == 1
+    assert saved.merges == reference.merges[: reference.stage_ends[0]]
+    monkeypatch.undo()
+    assert run_training(to_dataclass(_resume(corpus, out, None), TrainConfig)).merges == reference.merges
+
+
+@pytest.mark.parametrize("engine", ["native", "python"])
+def test_counts_stop_past_their_ceiling_and_count_alike_under_it(tmp_path: Path, engine: str) -> None:
+    corpus = long_lines_corpus(tmp_path / "lines.txt")
+    counter = native_engine.NativeEngine() if engine == "native" else PythonEngine()
+    pre = get_pretokenizer("superbpe")
+    plain = dict(counter.count(corpus, pre, [EOT]).items())
+    over = r"^counting took the process to .*, more than memory_limit 1 B$"
+    with pytest.raises(MemoryLimitError, match=over):
+        counter.count(corpus, pre, [EOT], ceiling=CountCeiling(limit=1))
+    with pytest.raises(MemoryLimitError, match=r"RAM available, less than the .* a count keeps free$"):
+        counter.count(corpus, pre, [EOT], ceiling=CountCeiling(reserve=2**62))
+    with pytest.raises(MemoryLimitError, match="memory_limit 1 B"):
+        documents = iter([{"text": line} for line in corpus.read_text().splitlines()])
+        counter.count_documents(documents, [pre], [EOT], ceiling=CountCeiling(limit=1))
+    roomy = CountCeiling(limit=2**62, reserve=1)
+    assert dict(counter.count(corpus, pre, [EOT], ceiling=roomy).items()) == plain
+
+
+def test_sampled_and_sharded_counts_check_the_ceiling_as_shards_add_up(tmp_path: Path) -> None:
+    corpus = long_lines_corpus(tmp_path / "lines.txt")
+    pre = get_pretokenizer("superbpe")
+    engine = native_engine.NativeEngine()
+    over = CountCeiling(limit=1)
+    with pytest.raises(MemoryLimitError, match="memory_limit 1 B"):
+        count_corpus(engine, "local", corpus, pre, [EOT], sample=0.5, ceiling=over)
+    # What count_corpus hands a shard count on an executor: its progress, watching the ceiling.
+    with pytest.raises(MemoryLimitError, match="memory_limit 1 B"):
+        count_on_executor(corpus, pre, [EOT], engine="native", progress=CountCeiling.watching(over, None))
+    whole = count_corpus(engine, "local", corpus, pre, [EOT], ceiling=CountCeiling(limit=2**62))
+    assert dict(whole.items()) == dict(engine.count(corpus, pre, [EOT]).items())
+
+
+def test_a_run_ceiling_is_its_memory_limit_or_a_reserve_of_the_machine() -> None:
+    assert CountCeiling.for_run("8GB") == CountCeiling(limit=8 * 10**9)
+    meminfo = Path("/proc/meminfo").read_text().splitlines()
+    total = int(next(line for line in meminfo if line.startswith("MemTotal:")).split()[1]) * 1024
+    assert CountCeiling.for_run(None) == CountCeiling(reserve=int(total / 16))
 
 
 def _resume(corpus: Path, out: Path, memory_limit: str | None) -> TrainConfig:

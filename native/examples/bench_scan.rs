@@ -30,7 +30,12 @@ fn main() {
         let mut n = 0usize;
         splitter.split(&data, &mut |_p: &[u8]| n += 1).unwrap();
         let scan = cpu_seconds() - t;
-        let spec = CountSpec { splitter, specials: Specials::new(&[b"<|endoftext|>".to_vec()]), chunk_bytes: 4 << 20 };
+        let spec = CountSpec {
+            splitter,
+            specials: Specials::new(&[b"<|endoftext|>".to_vec()]),
+            chunk_bytes: 4 << 20,
+            ceiling: Default::default(),
+        };
         let mut counts = Counts::default();
         let count = pool.install(|| {
             let t = cpu_seconds();

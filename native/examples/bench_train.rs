@@ -25,6 +25,7 @@ fn count_spec(name: &str) -> CountSpec {
         splitter: Splitter::new(&builtin_pattern(builtin), line_units).unwrap(),
         specials: Specials::new(&[b"<|endoftext|>".to_vec()]),
         chunk_bytes: 4 << 20,
+        ceiling: Default::default(),
     }
 }
 

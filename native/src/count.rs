@@ -13,7 +13,7 @@ use std::sync::Arc;
 use rayon::prelude::*;
 
 use crate::cuts::{next_cut, prev_cut};
-use crate::memory::MappedFile;
+use crate::memory::{Ceiling, Exceeded, MappedFile};
 use crate::scan::Splitter;
 use crate::specials::Specials;
 use crate::tables::{Counts, Tally};
@@ -28,6 +28,8 @@ pub enum CountError {
     /// Invalid UTF-8 at this byte offset of the input.
     Utf8(u64),
     Io(std::io::Error),
+    /// The count went past its memory ceiling (`CountSpec::ceiling`).
+    Memory(Exceeded),
 }
 
 impl From<String> for CountError {
@@ -36,11 +38,14 @@ impl From<String> for CountError {
     }
 }
 
-/// How a corpus is pre-tokenized: the splitter plus the special tokens.
+/// How a corpus is pre-tokenized (the splitter plus the special tokens), and when its count must
+/// stop for memory.
 pub struct CountSpec {
     pub splitter: Splitter,
     pub specials: Specials,
     pub chunk_bytes: usize,
+    /// Checked after each batch of text is counted (a window of a file, a block of a stream).
+    pub ceiling: Ceiling,
 }
 
 impl CountSpec {
@@ -79,23 +84,24 @@ impl CountSpec {
         units
     }
 
-    /// Count the pieces of independent documents (files, JSON lines) into `tally`. Nothing
-    /// borrows `docs` afterwards.
-    pub fn count_into(&self, docs: &[&[u8]], tally: &Tally) -> Result<(), String> {
+    /// Count the pieces of independent documents (files, JSON lines) into `tally`, then check the
+    /// memory ceiling. Nothing borrows `docs` afterwards.
+    pub fn count_into(&self, docs: &[&[u8]], tally: &Tally) -> Result<(), CountError> {
         self.units(docs).par_iter().try_for_each(|unit| {
             let mut local = tally.local();
             for seg in unit {
                 local.count(&self.splitter, seg)?;
             }
-            Ok(())
-        })
+            Ok::<_, String>(())
+        })?;
+        self.ceiling.check().map_err(CountError::Memory)
     }
 
     /// Count the pieces of independent documents (files, JSON lines) into `into`.
-    pub fn count_docs(&self, docs: &[&[u8]], into: &mut Counts) -> Result<(), String> {
+    pub fn count_docs(&self, docs: &[&[u8]], into: &mut Counts) -> Result<(), CountError> {
         let mut tally = Tally::new(rayon::current_num_threads());
         self.count_into(docs, &tally)?;
-        tally.drain_into(into)
+        Ok(tally.drain_into(into)?)
     }
 
     /// The last position `c` where `text`, a prefix of a longer text, can be cut so that
@@ -178,7 +184,7 @@ impl CountSpec {
             }
             let cut = if eof { decoded } else { self.last_cut(&buf[..decoded]) };
             if eof {
-                return Ok(self.count_into(&[&buf[..cut]], tally)?);
+                return self.count_into(&[&buf[..cut]], tally);
             }
             // Count up to the cut while the next block is read behind the carried tail. Read at
             // least a block, and as much again as is pending, so a document longer than a block
@@ -315,6 +321,7 @@ mod tests {
             splitter: Splitter::new(&builtin_pattern(b), line_units).unwrap(),
             specials: Specials::new(&specials.iter().map(|s| s.as_bytes().to_vec()).collect::<Vec<_>>()),
             chunk_bytes: chunk,
+            ceiling: Ceiling::default(),
         }
     }
 
@@ -340,6 +347,7 @@ mod tests {
             splitter: Splitter::new(pattern, line_units).unwrap(),
             specials: Specials::new(&specials.iter().map(|s| s.as_bytes().to_vec()).collect::<Vec<_>>()),
             chunk_bytes: chunk,
+            ceiling: Ceiling::default(),
         }
     }
 
@@ -367,6 +375,24 @@ mod tests {
         let mut c = Counts::default();
         tally.drain_into(&mut c)?;
         Ok(c.sorted().into_iter().map(|(k, v)| (k.to_vec(), v)).collect())
+    }
+
+    #[test]
+    fn a_count_past_its_ceiling_stops_after_the_window_that_went_past() {
+        let text = block_corpus();
+        let mut s = spec(Builtin::Gpt2, false, &["<|e|>"], 64);
+        s.ceiling = Ceiling { rss: Some(1), reserve: None };
+        let mut windows = 0;
+        let tally = Tally::new(2);
+        match s.count_windows(text.as_bytes(), &tally, 100, |_| windows += 1) {
+            Err(CountError::Memory(Exceeded::Rss { held, limit: 1 })) => assert!(held > 1),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(windows, 0, "the first window went past: none is released as counted");
+        assert!(matches!(count_streamed(&s, text.as_bytes(), 100, false), Err(CountError::Memory(_))));
+        assert!(matches!(s.count_docs(&[text.as_bytes()], &mut Counts::default()), Err(CountError::Memory(_))));
+        s.ceiling = Ceiling { rss: Some(u64::MAX), reserve: None };
+        assert_eq!(count_windowed(&s, text.as_bytes(), 100).unwrap(), count(&s, &text));
     }
 
     /// A corpus with specials at every offset modulo small block sizes, a document far longer

@@ -5,12 +5,17 @@ exceed the machine. The kernel's OOM killer would end the run with nothing said,
 trainer builds its state the run estimates what the build adds (``_native.train_memory``: a sample of
 the pieces is replayed to learn symbols per byte) and compares it with ``memory_limit``. The checkpoints
 of earlier stages are already on disk then, so a refused run resumes once it fits.
+
+Counting comes before any build and grows with the distinct text it meets, so a count is watched too:
+its :class:`CountCeiling` is checked after each window of text (in Rust for the native counter, here
+for shard tables added up in this process), and a count past it stops with the same error.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,9 +53,14 @@ def parse_size(value: str | int | float) -> int:
 
 def available_bytes() -> int | None:
     """Memory the kernel can still give (MemAvailable), or None where /proc is missing."""
+    return _meminfo("MemAvailable:")
+
+
+def _meminfo(field: str) -> int | None:
+    """A ``/proc/meminfo`` field in bytes, or None where /proc is missing."""
     with contextlib.suppress(OSError):
         for line in _MEMINFO.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
+            if line.startswith(field):
                 return int(line.split()[1]) * 1024
     return None
 
@@ -63,6 +73,80 @@ class StageMemory:
     symbols: int
     pieces: int
     piece_bytes: int
+
+
+#: What a refusal advises (every earlier stage is checkpointed when a stage is refused).
+_ADVICE = (
+    "count this stage on a share of the corpus (approx_sample, e.g. schedule.stage2_approx_sample=0.25: "
+    "an approximation), train it on a smaller corpus, raise memory_limit or use a machine with more RAM "
+    "(earlier stages are checkpointed: resume continues)"
+)
+
+#: Without a memory_limit, a count stops once the machine has less than this share of its memory
+#: available: room for a window's growth (a table doubling) before the kernel would kill the run.
+RESERVE_SHARE = 1 / 16
+
+
+@dataclass(frozen=True)
+class CountCeiling:
+    """When a count must stop: this process holding more than ``limit`` bytes, or the machine having
+    less than ``reserve`` bytes available (None: not checked)."""
+
+    limit: int | None = None
+    reserve: int | None = None
+
+    @classmethod
+    def for_run(cls, memory_limit: str | int | None) -> CountCeiling:
+        """A run's: its ``memory_limit``, else a reserve of :data:`RESERVE_SHARE` of the machine's memory
+        (none where /proc is missing)."""
+        if memory_limit is not None:
+            return cls(limit=parse_size(memory_limit))
+        total = _meminfo("MemTotal:")
+        return cls(reserve=None if total is None else int(total * RESERVE_SHARE))
+
+    @staticmethod
+    def watching(
+        ceiling: CountCeiling | None, progress: Callable[[int], None] | None
+    ) -> Callable[[int], None] | None:
+        """A count's ``progress`` that checks ``ceiling`` first each time the count reports (unchanged
+        without a ceiling)."""
+        if ceiling is None:
+            return progress
+
+        def report(done: int) -> None:
+            ceiling.check()
+            if progress:
+                progress(done)
+
+        return report
+
+    def check(self) -> None:
+        """Raise :class:`MemoryLimitError` once past the ceiling (as the native counter does)."""
+        held = current_rss_bytes()
+        if self.limit is not None and held > self.limit:
+            raise count_over_memory(held, self.limit, None, None)
+        available = None if self.reserve is None else available_bytes()
+        if self.reserve is not None and available is not None and available < self.reserve:
+            raise count_over_memory(held, None, available, self.reserve)
+
+
+def count_over_memory(
+    held: int, limit: int | None, available: int | None, reserve: int | None
+) -> MemoryLimitError:
+    """The error of a count past its ceiling (the native counter's ``OverMemory`` arguments)."""
+    if limit is not None:
+        return MemoryLimitError(
+            f"counting took the process to {_size(held)}, more than memory_limit {_size(limit)}"
+        )
+    return MemoryLimitError(
+        f"counting took the process to {_size(held)} and left {_size(available or 0)} of RAM available, "
+        f"less than the {_size(reserve or 0)} a count keeps free"
+    )
+
+
+def refused_stage(stage: str, error: MemoryLimitError) -> MemoryLimitError:
+    """``error`` (a count's) as the refusal of ``stage``, with what to do about it."""
+    return MemoryLimitError(f"stage {stage}: {error}: {_ADVICE}")
 
 
 def check_fits(stage: str, need: StageMemory, memory_limit: str | int | None) -> None:
@@ -85,10 +169,7 @@ def check_fits(stage: str, need: StageMemory, memory_limit: str | int | None) ->
     raise MemoryLimitError(
         f"stage {stage} needs about {_size(held + need.build_bytes)} ({_size(held)} held now + "
         f"{_size(need.build_bytes)} for {need.symbols / 1e6:.1f}M symbols of {need.pieces / 1e6:.2f}M "
-        f"distinct pieces, {_size(need.piece_bytes)}), more than {what}: count this stage on a share of "
-        "the corpus (approx_sample, e.g. schedule.stage2_approx_sample=0.25: an approximation), train it "
-        "on a smaller corpus, raise memory_limit or use a machine with more RAM (earlier stages are "
-        "checkpointed: resume continues)"
+        f"distinct pieces, {_size(need.piece_bytes)}), more than {what}: {_ADVICE}"
     )
 
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from superbpe.core.counts import PieceCounts, ProgressFn
 from superbpe.core.errors import ConfigError
-from superbpe.core.memory import StageMemory
+from superbpe.core.memory import CountCeiling, StageMemory
 from superbpe.core.pretokenize import Pretokenizer
 from superbpe.core.progress import BuildProgress
 from superbpe.core.rules import MergeCallback, MergeRules, TrainResult
@@ -93,10 +93,12 @@ class Engine(Protocol):
         text_field: str = "text",
         progress: ProgressFn | None = None,
         borrow_files: bool = False,
+        ceiling: CountCeiling | None = None,
     ) -> PieceCounts:
         """Piece counts of files. With ``borrow_files`` an engine may leave long pieces in the files they
         lie in (mapped) rather than copy them: for counts handed straight to a trainer, which must
-        not outlive a change to the files."""
+        not outlive a change to the files. Past ``ceiling`` (checked as the count goes, in the process
+        that holds the counts) the count stops with ``MemoryLimitError``."""
         ...
 
     def count_documents(
@@ -109,6 +111,7 @@ class Engine(Protocol):
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         errors: str = "strict",
         text_field: str = "text",
+        ceiling: CountCeiling | None = None,
     ) -> Sequence[PieceCounts]: ...
 
     def count_chunks(

@@ -31,7 +31,7 @@ from superbpe.core.counts import (
     resolve_workers,
 )
 from superbpe.core.errors import ConfigError, InputError, SuperBPEError
-from superbpe.core.memory import StageMemory
+from superbpe.core.memory import CountCeiling, StageMemory, count_over_memory
 from superbpe.core.pretokenize import Pretokenizer, get_pretokenizer
 from superbpe.core.progress import BuildProgress
 from superbpe.core.rules import (
@@ -225,27 +225,33 @@ class NativeEngine:
         text_field: str = "text",
         progress: ProgressFn | None = None,
         borrow_files: bool = False,
+        ceiling: CountCeiling | None = None,
     ) -> PieceCounts:
         """With ``borrow_files``, a plain-text file's pieces of 64 bytes or more may stay where they lie
         in its map instead of being copied: window by window (``MAP_WINDOW_BYTES``), when most of the
         window before was such new pieces (a SuperBPE stage 2's distinct lines of web text). Those
         windows' pages stay mapped until the counts are freed, and the files must not change
-        meanwhile; the counts are the same either way."""
+        meanwhile; the counts are the same either way. ``ceiling`` is checked after each window."""
         if is_document_stream(inputs):
             pre = get_pretokenizer(pretokenizer)
             return self.count_documents(
                 inputs, [pre], special_tokens, workers=workers, chunk_bytes=chunk_bytes, errors=errors,
-                text_field=text_field,
+                text_field=text_field, ceiling=ceiling,
             )[0]  # fmt: skip
         pre, specials, paths = prepare_count(inputs, pretokenizer, special_tokens, errors)
         threads = thread_count(workers)
         lib = _require_native()
         _require_exact(pre)
+        ceiling = ceiling or CountCeiling()
         counter = lib.Counter(
-            pre.pattern, pre.line_units, [s.encode("utf-8") for s in specials], max(1, chunk_bytes), threads
-        )
-        for path in paths:
-            _count_path(counter, path, specials, chunk_bytes, errors, text_field, progress, borrow_files)
+            pre.pattern, pre.line_units, [s.encode("utf-8") for s in specials], max(1, chunk_bytes), threads,
+            ceiling.limit, ceiling.reserve,
+        )  # fmt: skip
+        try:
+            for path in paths:
+                _count_path(counter, path, specials, chunk_bytes, errors, text_field, progress, borrow_files)
+        except lib.OverMemory as exc:
+            raise count_over_memory(*exc.args) from None
         return NativePieceCounts(counter.take(), counts_meta(pre, specials))
 
     def count_chunks(
@@ -288,11 +294,13 @@ class NativeEngine:
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         errors: str = "strict",
         text_field: str = "text",
+        ceiling: CountCeiling | None = None,
     ) -> list[NativePieceCounts]:
         """Count a stream of documents with each of ``pretokenizers`` in one pass (a stream is read once).
 
         Blocks of about ``chunk_bytes`` characters are counted in Rust on all threads while Python reads
         the next block from the stream (the count releases the GIL), so at most two blocks are held.
+        ``ceiling`` is checked after each block.
         """
         specials = prepare_stream(pretokenizers, special_tokens, errors)
         lib = _require_native()
@@ -301,7 +309,11 @@ class NativeEngine:
         threads = thread_count(workers)
         encoded = [s.encode("utf-8") for s in specials]
         unit = max(1, chunk_bytes)
-        counters = [lib.Counter(pre.pattern, pre.line_units, encoded, unit, threads) for pre in pretokenizers]
+        ceiling = ceiling or CountCeiling()
+        counters = [
+            lib.Counter(pre.pattern, pre.line_units, encoded, unit, threads, ceiling.limit, ceiling.reserve)
+            for pre in pretokenizers
+        ]
 
         def count(block: list[str]) -> None:
             for counter in counters:
@@ -309,12 +321,15 @@ class NativeEngine:
 
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="superbpe-count-documents") as pool:
             pending: Future[None] | None = None
-            for block in document_blocks(documents, max(1, chunk_bytes), errors, text_field):
+            try:
+                for block in document_blocks(documents, max(1, chunk_bytes), errors, text_field):
+                    if pending is not None:
+                        pending.result()
+                    pending = pool.submit(count, block)
                 if pending is not None:
                     pending.result()
-                pending = pool.submit(count, block)
-            if pending is not None:
-                pending.result()
+            except lib.OverMemory as exc:
+                raise count_over_memory(*exc.args) from None
         return [
             NativePieceCounts(counter.take(), counts_meta(pre, specials))
             for counter, pre in zip(counters, pretokenizers, strict=True)

@@ -25,6 +25,7 @@ from superbpe.core.counts import (
     resolve_workers,
 )
 from superbpe.core.errors import InputError, SuperBPEError
+from superbpe.core.memory import CountCeiling
 from superbpe.core.pretokenize import Pretokenizer, SpecialSplitter, get_pretokenizer
 from superbpe.core.sources import (
     DEFAULT_CHUNK_BYTES,
@@ -49,18 +50,20 @@ def count_pieces(
     text_field: str = "text",
     progress: ProgressFn | None = None,
     borrow_files: bool = False,
+    ceiling: CountCeiling | None = None,
 ) -> PieceCounts:
     """Pre-tokenize and count a corpus with the python engine.
 
     The result never depends on ``workers`` or ``chunk_bytes``: chunks are cut only where
     pieces cannot cross, and per-worker counts are summed. ``borrow_files`` changes nothing here:
-    Python's counts always hold their own keys.
+    Python's counts always hold their own keys. ``ceiling`` is checked in this process after each
+    chunk (worker processes hold their own tables until the end).
     """
     if is_document_stream(inputs):
         pre = get_pretokenizer(pretokenizer)
         return count_documents(
             inputs, [pre], special_tokens, workers=workers, chunk_bytes=chunk_bytes, errors=errors,
-            text_field=text_field,
+            text_field=text_field, ceiling=ceiling,
         )[0]  # fmt: skip
     pre, specials, paths = prepare_count(inputs, pretokenizer, special_tokens, errors)
     chunks = (
@@ -70,11 +73,13 @@ def count_pieces(
     )
     job = CountJob((pre,), tuple(specials), errors, text_field)
     n_workers = resolve_workers(workers, sum(p.stat().st_size for p in paths))
+    watched = CountCeiling.watching(ceiling, progress)
     if n_workers <= 1:
-        counters = job.count_serial(chunks, progress)
+        counters = job.count_serial(chunks, watched)
     else:
-        counters = _count_parallel(job, chunks, n_workers, progress)
+        counters = _count_parallel(job, chunks, n_workers, watched)
     return _piece_counts(counters[0], pre, specials)
+
 
 
 def _piece_counts(counter: Mapping[str, int], pre: Pretokenizer, specials: Iterable[str]) -> PieceCounts:
@@ -90,6 +95,7 @@ def count_documents(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     errors: str = "strict",
     text_field: str = "text",
+    ceiling: CountCeiling | None = None,
 ) -> list[PieceCounts]:
     """Count a stream of documents with each of ``pretokenizers`` in one pass (the python engine).
 
@@ -106,9 +112,9 @@ def count_documents(
     job = CountJob(tuple(pretokenizers), tuple(specials), errors, text_field)
     n_workers = resolve_workers(workers, size)
     if n_workers <= 1:
-        counters = job.count_serial(chunks, None)
+        counters = job.count_serial(chunks, CountCeiling.watching(ceiling, None))
     else:
-        counters = _count_parallel(job, chunks, n_workers, None)
+        counters = _count_parallel(job, chunks, n_workers, CountCeiling.watching(ceiling, None))
     return [_piece_counts(c, pre, specials) for c, pre in zip(counters, pretokenizers, strict=True)]
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from superbpe.core.counts import PieceCounts, ProgressFn, counts_meta, prepare_count
 from superbpe.core.errors import InputError
+from superbpe.core.memory import CountCeiling
 from superbpe.core.pretokenize import Pretokenizer
 from superbpe.core.sources import DEFAULT_CHUNK_BYTES, Chunk, InputSpec
 from superbpe.engines.interface import Engine, get_engine
@@ -49,24 +50,26 @@ def count_corpus(
     text_field: str = "text",
     progress: ProgressFn | None = None,
     borrow_files: bool = False,
+    ceiling: CountCeiling | None = None,
 ) -> PieceCounts:
-    """``engine.count`` with executor ``local`` (unchanged, ``borrow_files`` passed on), shard tasks with
-    any other executor; with ``sample`` (a fraction below 1), the approximate count of
-    :func:`count_sample`."""
+    """``engine.count`` with executor ``local`` (unchanged, ``borrow_files`` and ``ceiling`` passed on),
+    shard tasks with any other executor; with ``sample`` (a fraction below 1), the approximate count of
+    :func:`count_sample`. Those two check ``ceiling`` in this process as each shard is added."""
     spec = spec_from(executor)
+    watched = CountCeiling.watching(ceiling, progress)
     if sample is not None and sample < 1:
         return count_sample(
             inputs, pretokenizer, special_tokens, sample, executor=spec, engine=engine.name, errors=errors,
-            text_field=text_field, workers=workers, progress=progress,
+            text_field=text_field, workers=workers, progress=watched,
         )  # fmt: skip
     if spec.name == "local":
         return engine.count(
             inputs, pretokenizer, special_tokens, workers=workers, errors=errors, text_field=text_field,
-            progress=progress, borrow_files=borrow_files,
+            progress=progress, borrow_files=borrow_files, ceiling=ceiling,
         )  # fmt: skip
     return count_on_executor(
         inputs, pretokenizer, special_tokens, executor=spec, engine=engine.name, errors=errors,
-        text_field=text_field, workers=workers, progress=progress,
+        text_field=text_field, workers=workers, progress=watched,
     )  # fmt: skip
 
 

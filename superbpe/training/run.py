@@ -24,7 +24,14 @@ from superbpe.core.compat import DEFAULT as DEFAULT_COMPAT
 from superbpe.core.compat import CompatConfig, check_compat, encoding_pretokenizer
 from superbpe.core.counts import PieceCounts, check_errors_mode
 from superbpe.core.errors import ConfigError, InputError
-from superbpe.core.memory import StageMemory, check_fits, parse_size
+from superbpe.core.memory import (
+    CountCeiling,
+    MemoryLimitError,
+    StageMemory,
+    check_fits,
+    parse_size,
+    refused_stage,
+)
 from superbpe.core.pretokenize import SpecialSplitter
 from superbpe.core.progress import StageStats, build_reporter, current_rss_bytes, measure, task
 from superbpe.core.rules import MergeRules
@@ -38,7 +45,7 @@ from superbpe.core.sources import (
     resolve_inputs,
 )
 from superbpe.core.types import Merge
-from superbpe.core.util import remove_stale_temps
+from superbpe.core.util import peak_rss_bytes, remove_stale_temps
 from superbpe.core.vocab import (
     alphabet_order,
     build_vocab,
@@ -507,19 +514,23 @@ def _load_or_count(job: _Job, plan: StagePlan, *, progress: bool | None, workers
             )
         total = corpus_size(job.paths)  # on disk: a gzip file's progress counts its compressed bytes
         with task(f"counting ({plan.pretokenizer.name})", total, "B", enabled=progress) as update:
-            counts = count_corpus(
-                job.engine,
-                job.cfg.executor,
-                job.paths,
-                plan.pretokenizer,
-                job.specials,
-                sample=plan.approx_sample,
-                workers=workers,
-                errors=job.cfg.data.errors,
-                text_field=job.cfg.data.text_field,
-                progress=update,
-                borrow_files=True,  # the trainer takes the counts over; the engine decides what to leave
-            )
+            try:
+                counts = count_corpus(
+                    job.engine,
+                    job.cfg.executor,
+                    job.paths,
+                    plan.pretokenizer,
+                    job.specials,
+                    sample=plan.approx_sample,
+                    workers=workers,
+                    errors=job.cfg.data.errors,
+                    text_field=job.cfg.data.text_field,
+                    progress=update,
+                    borrow_files=True,  # the trainer takes the counts over; the engine decides what to leave
+                    ceiling=CountCeiling.for_run(job.cfg.memory_limit),
+                )
+            except MemoryLimitError as exc:
+                raise refused_stage(plan.name, exc) from None
         if path is not None:
             plain = not any(is_gzipped(p) or is_jsonl(p) or is_table(p) for p in job.paths)
             if (reason := counts_not_worth_caching(counts, total, plain)) is None:
@@ -670,13 +681,18 @@ def _check_chosen_again(plan: StagePlan, known: Sequence[Merge], merges: Sequenc
 
 def _check_memory(job: _Job, plan: StagePlan, stats: StageStats, need: StageMemory) -> None:
     """Log and record what building this stage's trainer needs; refuse it if it does not fit."""
+    build_peak = current_rss_bytes() + need.build_bytes
+    peak_so_far = peak_rss_bytes()  # since the stage began (``measure`` starts a new window)
     stats.sizes.update(
         distinct_pieces=need.pieces,
         distinct_bytes=need.piece_bytes,
         estimated_symbols=need.symbols,
         estimated_build_bytes=need.build_bytes,
         # What the process will hold at the build's peak: what it holds now plus the build.
-        estimated_peak_bytes=current_rss_bytes() + need.build_bytes,
+        estimated_build_peak_bytes=build_peak,
+        # This stage's peak: the build's, unless the stage peaked before it (a count whose worker
+        # tables are drained, as on code, where many lines repeat).
+        estimated_peak_bytes=max(build_peak, peak_so_far),
     )
     log.info(
         "stage %s: building needs about %.0f MB for %.1fM symbols (%.2fM pieces, %.0f MB)",

@@ -1,10 +1,12 @@
-//! Memory: what building a trainer will take (`estimate`), the low-level page and cache hints
+//! Memory: what building a trainer will take (`estimate`), when a count must stop (`ceiling`), the low-level page and cache hints
 //! the tables and the trainer use (`pages`: prefetch, huge-page advice, file mappings whose read
 //! pages are given back), and id buffers kept for reuse between encoding calls (`spare`).
 
+mod ceiling;
 mod estimate;
 mod pages;
 pub mod spare;
 
+pub use ceiling::{Ceiling, Exceeded};
 pub use estimate::{estimate, Estimate};
 pub use pages::{advise_huge, huge_vec, prefetch, MappedFile};

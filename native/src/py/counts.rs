@@ -117,6 +117,7 @@ impl From<CountError> for NativeError {
             CountError::Msg(m) => NativeError::Msg(m),
             CountError::Utf8(offset) => NativeError::Utf8(offset as usize),
             CountError::Io(e) => NativeError::Msg(format!("cannot read ({e})")),
+            CountError::Memory(e) => NativeError::Memory(e),
         }
     }
 }
@@ -147,16 +148,23 @@ impl Counter {
 
 #[pymethods]
 impl Counter {
+    /// With `memory_limit` (bytes of this process's RSS) or `memory_reserve` (bytes the machine
+    /// must keep available), each count stops with `OverMemory` once past them
+    /// ([`crate::memory::Ceiling`]).
     #[new]
+    #[pyo3(signature = (pattern, line_units, specials, chunk_bytes, workers, memory_limit = None, memory_reserve = None))]
     fn new(
         pattern: &str,
         line_units: bool,
         specials: Vec<Vec<u8>>,
         chunk_bytes: usize,
         workers: usize,
+        memory_limit: Option<u64>,
+        memory_reserve: Option<u64>,
     ) -> PyResult<Self> {
         let splitter = Splitter::new(pattern, line_units).map_err(PyValueError::new_err)?;
-        let spec = CountSpec { splitter, specials: Specials::new(&specials), chunk_bytes };
+        let ceiling = memory::Ceiling { rss: memory_limit, reserve: memory_reserve };
+        let spec = CountSpec { splitter, specials: Specials::new(&specials), chunk_bytes, ceiling };
         let workers = workers.max(1);
         Ok(Counter { spec, tally: Tally::new(workers), counts: Counts::default(), pool: pool(workers)? })
     }

@@ -12,7 +12,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use pyo3::create_exception;
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
@@ -36,11 +36,18 @@ use counts::{Counter, NativeCounts};
 use encode::NativeEncoder;
 
 create_exception!(_native, InvalidUtf8, PyValueError, "Invalid UTF-8; args[0] is the byte offset.");
+create_exception!(
+    _native,
+    OverMemory,
+    PyMemoryError,
+    "A count went past its memory ceiling; args: (held, limit, available, reserve), bytes, None where unused."
+);
 
 /// Errors from the Rust core, before conversion to Python exceptions.
 pub(crate) enum NativeError {
     Msg(String),
     Utf8(usize),
+    Memory(memory::Exceeded),
     Py(PyErr),
 }
 
@@ -55,6 +62,12 @@ impl From<NativeError> for PyErr {
         match e {
             NativeError::Msg(m) => PyValueError::new_err(m),
             NativeError::Utf8(offset) => InvalidUtf8::new_err(offset),
+            NativeError::Memory(memory::Exceeded::Rss { held, limit }) => {
+                OverMemory::new_err((held, Some(limit), None::<u64>, None::<u64>))
+            }
+            NativeError::Memory(memory::Exceeded::Available { held, available, reserve }) => {
+                OverMemory::new_err((held, None::<u64>, Some(available), Some(reserve)))
+            }
             NativeError::Py(e) => e,
         }
     }
@@ -138,6 +151,7 @@ fn _panic_for_test(py: Python<'_>) -> PyResult<()> {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("InvalidUtf8", m.py().get_type::<InvalidUtf8>())?;
+    m.add("OverMemory", m.py().get_type::<OverMemory>())?;
     m.add_class::<NativeCounts>()?;
     m.add_class::<Counter>()?;
     m.add_class::<NativeEncoder>()?;
