@@ -206,6 +206,20 @@ def test_a_run_ceiling_is_its_memory_limit_or_a_reserve_of_the_machine() -> None
     assert CountCeiling.for_run(None) == CountCeiling(reserve=int(total / 16))
 
 
+def test_a_stage_estimates_its_peak_as_its_build_or_its_peak_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    corpus = long_lines_corpus(tmp_path / "lines.txt")
+    first = run_training(_superbpe_config(corpus, tmp_path / "first", None)).metrics["stages"][-1]
+    assert first["estimated_peak_bytes"] >= first["estimated_build_peak_bytes"] > first["estimated_build_bytes"]
+    import superbpe.training.run as run_module
+
+    # A stage whose count peaked above what its build will reach: the estimate is that peak.
+    monkeypatch.setattr(run_module, "peak_rss_bytes", lambda: 2**40)
+    stage2 = run_training(_superbpe_config(corpus, tmp_path / "second", None)).metrics["stages"][-1]
+    assert stage2["estimated_peak_bytes"] == 2**40 > stage2["estimated_build_peak_bytes"]
+
+
 def _resume(corpus: Path, out: Path, memory_limit: str | None) -> TrainConfig:
     cfg = _superbpe_config(corpus, out, memory_limit)
     cfg.output_dir = None

@@ -135,8 +135,9 @@ class TrainConfig:
     cache_dir: str | None = None  # piece-count and stage-1 cache shared by runs; None = no cache
     cache_max_gib: float | None = None  # after a run, least recently used entries go until it fits
     progress: bool | None = None  # bars (True), log lines (False), or bars only on a terminal (None)
-    # Most memory a stage's native trainer may grow the process to ("8GB", "1.5GiB"); None = what is
-    # available. A stage that would not fit stops with a one-line error before it builds.
+    # Most memory a stage's count and native trainer may grow the process to ("8GB", "1.5GiB"); None =
+    # what is available. A stage that would not fit stops with a one-line error: a count as it passes the
+    # limit, a trainer before it builds.
     memory_limit: str | None = None
     export: ExportConfig = field(default_factory=ExportConfig)
     pad_vocab_to_multiple_of: int | None = None  # reserved specials <|reserved_N|> round the vocab up
