@@ -133,15 +133,20 @@ class CountCeiling:
 def count_over_memory(
     held: int, limit: int | None, available: int | None, reserve: int | None
 ) -> MemoryLimitError:
-    """The error of a count past its ceiling (the native counter's ``OverMemory`` arguments)."""
+    """The error of a count past its ceiling (the native counter's ``OverMemory`` arguments). Sizes are
+    in whole megabytes: a count stops just past its limit, which would round to the same gigabytes."""
     if limit is not None:
         return MemoryLimitError(
-            f"counting took the process to {_size(held)}, more than memory_limit {_size(limit)}"
+            f"counting took the process to {_megabytes(held)}, more than memory_limit {_megabytes(limit)}"
         )
     return MemoryLimitError(
-        f"counting took the process to {_size(held)} and left {_size(available or 0)} of RAM available, "
-        f"less than the {_size(reserve or 0)} a count keeps free"
+        f"counting took the process to {_megabytes(held)} and left {_megabytes(available or 0)} of RAM "
+        f"available, less than the {_megabytes(reserve or 0)} a count keeps free"
     )
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / 1e6:,.0f} MB"
 
 
 def refused_stage(stage: str, error: MemoryLimitError) -> MemoryLimitError:
