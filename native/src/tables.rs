@@ -525,7 +525,7 @@ impl LocalCounts {
     fn grow_short(&mut self) {
         let bits = self.short_bits + 1;
         let mask = (1usize << bits) - 1;
-        let mut table = zeroed_table(1 << bits);
+        let mut table: Vec<(u64, u64)> = zeroed(1 << bits);
         for &(key, count) in self.short.iter().filter(|e| e.0 != 0) {
             let mut i = slot_of(hash_short(key), bits);
             while table[i].0 != 0 {
@@ -543,7 +543,7 @@ impl LocalCounts {
     fn grow_long(&mut self) {
         let bits = self.long_bits + if self.long_bits < 20 { 2 } else { 1 };
         let mask = (1usize << bits) - 1;
-        let mut table = zeroed_slots(1 << bits);
+        let mut table: Vec<[u64; 2]> = zeroed(1 << bits);
         for &[h, loc] in self.long.iter().filter(|s| s[1] != 0) {
             let mut i = slot_of(h, bits);
             while table[i][1] != 0 {
@@ -597,18 +597,12 @@ impl LocalCounts {
 /// How many long pieces ahead a slot is prefetched.
 const DEPTH: usize = 8;
 
-/// A zeroed table of `n` slots, backed by huge pages where the system allows it: lookups in
-/// the big tables are random, and with 4 KiB pages most of them also miss the TLB.
-fn zeroed_table(n: usize) -> Vec<(u64, u64)> {
-    let v = vec![(0u64, 0u64); n];
-    advise_huge(v.as_ptr() as usize, n * std::mem::size_of::<(u64, u64)>());
-    v
-}
-
-/// A zeroed index of `n` long-piece slots, on huge pages like [`zeroed_table`].
-fn zeroed_slots(n: usize) -> Vec<[u64; 2]> {
-    let v = vec![[0u64; 2]; n];
-    advise_huge(v.as_ptr() as usize, n * std::mem::size_of::<[u64; 2]>());
+/// A zeroed table of `n` slots (a short-piece table's or a long-piece index's), backed by huge
+/// pages where the system allows it: lookups in the big tables are random, and with 4 KiB pages
+/// most of them also miss the TLB. Zero slots come from zeroed pages, never written here.
+fn zeroed<T: Clone + Default>(n: usize) -> Vec<T> {
+    let v = vec![T::default(); n];
+    advise_huge(v.as_ptr() as usize, n * std::mem::size_of::<T>());
     v
 }
 
@@ -1287,6 +1281,20 @@ fn add_key(shard: &mut Shard, adopted: &[Arena], h: u64, key: [u8; 8], count: u6
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A zeroed table is asked of the allocator as zeroed memory: its pages are not written
+    /// (so the huge-page advice comes before they are first touched).
+    #[test]
+    fn zeroed_tables_are_not_written() {
+        let before = crate::memory::resident_bytes().expect("this test runs on Linux");
+        let slots: Vec<[u64; 2]> = zeroed(1 << 24);
+        let pairs: Vec<(u64, u64)> = zeroed(1 << 24);
+        let grown = crate::memory::resident_bytes().unwrap().saturating_sub(before);
+        assert!(grown < 64 << 20, "{grown} bytes resident for 512 MB of tables");
+        assert_eq!((slots.len(), pairs.len()), (1 << 24, 1 << 24));
+        assert!(slots.iter().step_by(1 << 12).all(|s| *s == [0, 0]) && pairs[(1 << 24) - 1] == (0, 0));
+    }
+
     use std::collections::HashMap;
 
     /// The prefix sort orders as the bytes do: keys sharing their first 16 bytes, keys that are

@@ -7,6 +7,6 @@ mod estimate;
 mod pages;
 pub mod spare;
 
-pub use ceiling::{Ceiling, Exceeded};
+pub use ceiling::{resident_bytes, Ceiling, Exceeded};
 pub use estimate::{estimate, Estimate};
 pub use pages::{advise_huge, huge_vec, prefetch, MappedFile};
