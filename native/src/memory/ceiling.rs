@@ -51,9 +51,7 @@ impl Ceiling {
 pub fn resident_bytes() -> Option<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    // SAFETY: sysconf only reads a system constant.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    Some(pages * u64::try_from(page).ok().filter(|&p| p > 0)?)
+    Some(pages * super::pages::page_size() as u64)
 }
 
 /// What the kernel can still give without swapping (`MemAvailable` of `/proc/meminfo`).

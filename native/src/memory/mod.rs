@@ -1,6 +1,7 @@
-//! Memory: what building a trainer will take (`estimate`), when a count must stop (`ceiling`), the low-level page and cache hints
-//! the tables and the trainer use (`pages`: prefetch, huge-page advice, file mappings whose read
-//! pages are given back), and id buffers kept for reuse between encoding calls (`spare`).
+//! Memory: what building a trainer will take (`estimate`), when a count must stop (`ceiling`),
+//! the low-level page and cache hints the tables and the trainer use (`pages`: prefetch, huge-page
+//! advice, file mappings whose read pages are given back), and id buffers kept for reuse between
+//! encoding calls (`spare`).
 
 mod ceiling;
 mod estimate;
