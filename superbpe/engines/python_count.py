@@ -81,7 +81,6 @@ def count_pieces(
     return _piece_counts(counters[0], pre, specials)
 
 
-
 def _piece_counts(counter: Mapping[str, int], pre: Pretokenizer, specials: Iterable[str]) -> PieceCounts:
     return PieceCounts({piece.encode("utf-8"): n for piece, n in counter.items()}, counts_meta(pre, specials))
 
