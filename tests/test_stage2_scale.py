@@ -15,7 +15,7 @@ import pytest
 from fixture_texts import code_line, long_lines_corpus
 
 from superbpe.core.errors import ConfigError, SuperBPEError
-from superbpe.core.memory import CountCeiling, MemoryLimitError, parse_size
+from superbpe.core.memory import CHECK_EVERY_BYTES, CountCeiling, MemoryLimitError, parse_size
 from superbpe.core.pretokenize import get_pretokenizer
 from superbpe.core.rules import MergeRules
 from superbpe.engines import native as native_engine
@@ -197,6 +197,22 @@ def test_sampled_and_sharded_counts_check_the_ceiling_as_shards_add_up(tmp_path:
         count_on_executor(corpus, pre, [EOT], engine="native", progress=CountCeiling.watching(over, None))
     whole = count_corpus(engine, "local", corpus, pre, [EOT], ceiling=CountCeiling(limit=2**62))
     assert dict(whole.items()) == dict(engine.count(corpus, pre, [EOT]).items())
+
+
+def test_a_watched_progress_checks_at_its_first_report_then_once_per_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    checks: list[int] = []
+    reported: list[int] = []
+    monkeypatch.setattr(CountCeiling, "check", lambda self: checks.append(len(reported)))
+    watched = CountCeiling.watching(CountCeiling(limit=10**6), reported.append)
+    assert watched is not None
+    for _ in range(600):
+        watched(1 << 20)
+    assert reported == [1 << 20] * 600
+    step = CHECK_EVERY_BYTES >> 20
+    assert checks == [0, step, 2 * step]
+    assert CountCeiling.watching(None, reported.append) == reported.append
 
 
 def test_a_run_ceiling_is_its_memory_limit_or_a_reserve_of_the_machine() -> None:

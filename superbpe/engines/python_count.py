@@ -56,8 +56,8 @@ def count_pieces(
 
     The result never depends on ``workers`` or ``chunk_bytes``: chunks are cut only where
     pieces cannot cross, and per-worker counts are summed. ``borrow_files`` changes nothing here:
-    Python's counts always hold their own keys. ``ceiling`` is checked in this process after each
-    chunk (worker processes hold their own tables until the end).
+    Python's counts always hold their own keys. ``ceiling`` is checked in this process as chunks are
+    counted (:meth:`CountCeiling.watching`; worker processes hold their own tables until the end).
     """
     if is_document_stream(inputs):
         pre = get_pretokenizer(pretokenizer)

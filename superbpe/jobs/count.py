@@ -54,7 +54,8 @@ def count_corpus(
 ) -> PieceCounts:
     """``engine.count`` with executor ``local`` (unchanged, ``borrow_files`` and ``ceiling`` passed on),
     shard tasks with any other executor; with ``sample`` (a fraction below 1), the approximate count of
-    :func:`count_sample`. Those two check ``ceiling`` in this process as each shard is added."""
+    :func:`count_sample`. Those two check ``ceiling`` in this process as shards are added
+    (:meth:`CountCeiling.watching`)."""
     spec = spec_from(executor)
     watched = CountCeiling.watching(ceiling, progress)
     if sample is not None and sample < 1:
