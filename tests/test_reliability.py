@@ -245,6 +245,40 @@ def test_a_full_disk_names_the_file(tmp_path: Path) -> None:
     assert caught.value.errno == errno.ENOSPC and not list(tmp_path.iterdir())
 
 
+@pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fadvise on this OS")
+def test_atomic_writes_start_writing_out_as_they_grow(tmp_path: Path, monkeypatch) -> None:
+    """Each few megabytes are handed to the OS to write out as they are written, so the closing fsync
+    waits for the tail only; a file system that refuses the hint still gets the whole file."""
+    import superbpe.core.util as util
+
+    monkeypatch.setattr(util, "WRITEBACK_BYTES", 1000)
+    started: list[tuple[int, int]] = []
+
+    def hint(fd: int, offset: int, length: int, advice: int) -> None:
+        assert advice == os.POSIX_FADV_DONTNEED and os.fstat(fd).st_size >= offset + length  # flushed first
+        started.append((offset, length))
+
+    monkeypatch.setattr(os, "posix_fadvise", hint)
+    chunks = [bytes([k]) * size for k, size in enumerate([600, 600, 2500, 10, 999, 1])]
+    target = tmp_path / "tokens.bin"
+    with atomic_write(target) as out:
+        for chunk in chunks:
+            assert out.write(chunk) == len(chunk)
+    assert target.read_bytes() == b"".join(chunks)
+    assert started == [(0, 1200), (1200, 2500), (3700, 1009)]
+
+    def refuse(*_args: object) -> None:
+        started.append((-1, -1))
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    monkeypatch.setattr(os, "posix_fadvise", refuse)
+    started.clear()
+    with atomic_write(target) as out:
+        for chunk in chunks:
+            out.write(chunk)
+    assert target.read_bytes() == b"".join(chunks) and started == [(-1, -1)]
+
+
 def test_a_full_disk_while_appending_merges_names_the_log(tmp_path: Path, monkeypatch) -> None:
     def full(*_args: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
