@@ -501,6 +501,21 @@ def test_the_extension_reads_the_model_of_a_saved_tokenizer_json(tmp_path: Path)
     assert (vocab, merges) == (python.vocab, python.merges)
 
 
+@needs_native
+def test_the_extension_makes_merges_of_the_vocabs_own_tokens(tmp_path: Path) -> None:
+    """Merges read by the extension hold the vocab's token objects, not a copy of each part: the released
+    200K vocab's 400K merge parts would otherwise be as many more ``bytes`` objects."""
+    _hand_made("gpt2").save(tmp_path)
+    path = tmp_path / HF_FILE
+    read = hf_files._model_read_natively(path, path.read_text(encoding="utf-8"))
+    assert read is not None
+    files = gpt2_files.read_gpt2_files(tmp_path / VOCAB_FILE, tmp_path / MERGES_FILE)
+    assert files.valid
+    for vocab, merges in [(read[1], read[2]), (files.vocab, files.merges)]:
+        objects = {id(token) for token in vocab.values()}
+        assert merges and all(id(left) in objects and id(right) in objects for left, right in merges)
+
+
 def _vocab_size_of(directory: str) -> int:
     return Tokenizer.load(directory).vocab_size
 

@@ -23,8 +23,9 @@ pub struct ModelParts {
     /// bytes (distinct, non-empty), any other string (a special token written verbatim, for
     /// Python to judge) as it is.
     pub vocab: Vec<(u64, Spelt)>,
-    /// The merges, each of two tokens of the vocab into a token of the vocab.
-    pub merges: Merges,
+    /// The merges, each as the positions of its two parts among the vocab's tokens spelt in the
+    /// byte table (`tokenfiles::table_tokens`), each making a token of the vocab.
+    pub merges: Vec<(usize, usize)>,
 }
 
 /// The parts of a `tokenizer.json` text whose top-level `model` object has a `vocab` object (and
@@ -45,7 +46,7 @@ pub fn model_parts(text: &str) -> Option<ModelParts> {
         (vocab, merges)
     });
     let (vocab, merges) = (vocab?, merges?);
-    tokenfiles::made_tokens(&merges, &tokenfiles::table_tokens(&vocab))?;
+    let merges = tokenfiles::place(&merges, &tokenfiles::table_tokens(&vocab))?.parts;
     let mut holes = vec![(vocab_span, "{}")];
     holes.extend(merges_span.map(|span| (span, "[]")));
     holes.sort_by_key(|(span, _)| span.start);
@@ -233,7 +234,7 @@ mod tests {
         // A string with a character outside the byte table (the space) is kept as text, its
         // escapes decoded.
         assert_eq!(parts.vocab[4], (4, Spelt::Text("<a \u{e9}>".to_string())));
-        assert_eq!(parts.merges, vec![(b"a".to_vec(), b"b".to_vec())]);
+        assert_eq!(parts.merges, vec![(0, 1)]);
         let want = DOC
             .replace(r#"{"a": 0, "b": 1, "ab": 2, "<s>": 3, "<a \u00e9>": 4}"#, "{}")
             .replace(r#"[["a", "b"]]"#, "[]");

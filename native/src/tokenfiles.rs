@@ -249,43 +249,53 @@ impl<'a> Json<'a> {
 }
 
 /// The merges of a `merges.txt` text (with or without the `#version` first line), or `None` when a
-/// line is not two table strings and one space, or, with `tokens` (the vocab), when a merge's parts
-/// or the token it makes are not tokens.
-pub fn merges(text: &str, tokens: Option<&[&[u8]]>) -> Option<Merges> {
-    match tokens {
-        Some(tokens) => merges_and_unmade(text, tokens).map(|(merges, _)| merges),
-        None => parse_merges(text),
-    }
+/// line is not two table strings and one space.
+pub fn merges(text: &str) -> Option<Merges> {
+    parse_merges(text)
 }
 
 /// Merges as `(left, right)` token bytes.
 pub type Merges = Vec<(Vec<u8>, Vec<u8>)>;
 
-/// [`merges`] checked against `tokens`, and the positions in `tokens` of those of two or more bytes
-/// that no merge makes (in a GPT-2 style pair of files, the special tokens), in order.
-pub fn merges_and_unmade(text: &str, tokens: &[&[u8]]) -> Option<(Merges, Vec<usize>)> {
-    let merges = parse_merges(text)?;
-    let made = made_tokens(&merges, tokens)?;
-    let unmade = (0..tokens.len()).filter(|&i| !made[i] && tokens[i].len() > 1).collect();
-    Some((merges, unmade))
+/// Merges placed among the tokens of a vocab, by position in it.
+#[derive(Debug, PartialEq)]
+pub struct Placed {
+    /// Each merge's left and right part.
+    pub parts: Vec<(usize, usize)>,
+    /// Whether some merge makes the token.
+    pub made: Vec<bool>,
 }
 
-/// Which of `tokens` a merge makes, by position, or `None` when a merge's parts or the token it
-/// makes are not among them.
-pub fn made_tokens(merges: &Merges, tokens: &[&[u8]]) -> Option<Vec<bool>> {
+impl Placed {
+    /// The positions of the tokens of two or more bytes that no merge makes (in a GPT-2 style pair
+    /// of files, the special tokens), in order.
+    pub fn unmade(&self, tokens: &[&[u8]]) -> Vec<usize> {
+        (0..tokens.len()).filter(|&i| !self.made[i] && tokens[i].len() > 1).collect()
+    }
+}
+
+/// The merges of a `merges.txt` text placed among `tokens` (the vocab), or `None` when a line is
+/// malformed (as for [`merges`]) or a merge's parts or the token it makes are not tokens. Positions,
+/// not bytes: a caller holding the tokens as objects hands the same objects back as the merges'
+/// parts instead of a new copy of each.
+pub fn placed_merges(text: &str, tokens: &[&[u8]]) -> Option<Placed> {
+    place(&parse_merges(text)?, tokens)
+}
+
+/// `merges` placed among `tokens`, or `None` when a merge's parts or the token it makes are not
+/// among them.
+pub fn place(merges: &Merges, tokens: &[&[u8]]) -> Option<Placed> {
     let position: AHashMap<&[u8], usize> = tokens.iter().enumerate().map(|(i, &t)| (t, i)).collect();
-    let mut made = vec![false; tokens.len()];
+    let mut placed = Placed { parts: Vec::with_capacity(merges.len()), made: vec![false; tokens.len()] };
     let mut joined = Vec::new();
     for (left, right) in merges {
         joined.clear();
         joined.extend_from_slice(left);
         joined.extend_from_slice(right);
-        if !(position.contains_key(&left[..]) && position.contains_key(&right[..])) {
-            return None;
-        }
-        made[*position.get(&joined[..])?] = true;
+        placed.parts.push((*position.get(&left[..])?, *position.get(&right[..])?));
+        placed.made[*position.get(&joined[..])?] = true;
     }
-    Some(made)
+    Some(placed)
 }
 
 /// The lines of a `merges.txt` text as merges, or `None` when one is not two table strings and
@@ -331,12 +341,12 @@ mod tests {
     #[test]
     fn merges_lines_are_read_like_the_python_reader() {
         let text = "#version: 0.2\r\nĠ t\r\r\n\nh e\n";
-        assert_eq!(merges(text, None), Some(vec![(b" ".to_vec(), b"t".to_vec()), (b"h".to_vec(), b"e".to_vec())]));
+        assert_eq!(merges(text), Some(vec![(b" ".to_vec(), b"t".to_vec()), (b"h".to_vec(), b"e".to_vec())]));
         // The header is skipped only on the first line; elsewhere it reads as a merge.
-        let later = merges("a b\n#version: 0.2\n", None).unwrap();
+        let later = merges("a b\n#version: 0.2\n").unwrap();
         assert_eq!(later[1], (b"#version:".to_vec(), b"0.2".to_vec()));
         for bad in ["a\n", "a  b\n", " a\n", "a b c\n", "a b \n", "a\tb c\n", "a é\u{0}\n"] {
-            assert_eq!(merges(bad, None), None, "{bad:?}");
+            assert_eq!(merges(bad), None, "{bad:?}");
         }
     }
 
@@ -375,20 +385,19 @@ mod tests {
     #[test]
     fn merges_are_checked_against_the_vocab() {
         let tokens: Vec<&[u8]> = vec![b"a", b"b", b"ab"];
-        assert!(merges("a b\n", Some(&tokens)).is_some());
-        assert_eq!(merges("b a\n", Some(&tokens)), None, "makes a token not in the vocab");
-        assert_eq!(merges("a c\n", Some(&tokens)), None, "a part not in the vocab");
+        assert_eq!(placed_merges("a b\n", &tokens).map(|p| p.parts), Some(vec![(0, 1)]));
+        assert_eq!(placed_merges("b a\n", &tokens), None, "makes a token not in the vocab");
+        assert_eq!(placed_merges("a c\n", &tokens), None, "a part not in the vocab");
+        assert_eq!(placed_merges("a  b\n", &tokens), None, "malformed");
     }
 
     /// The unmade tokens are those of two or more bytes that no merge makes, by position.
     #[test]
     fn unmade_tokens_are_the_long_ones_no_merge_makes() {
         let tokens: Vec<&[u8]> = vec![b"<s>", b"a", b"b", b"ab", b"\xff\xfe", b"abb", b"c", b"ba"];
-        let (merges, unmade) = merges_and_unmade("a b\nab b\n", &tokens).unwrap();
-        assert_eq!(merges.len(), 2);
-        assert_eq!(unmade, vec![0, 4, 7]);
-        assert_eq!(merges_and_unmade("a b\nb a\nab b\n", &tokens).unwrap().1, vec![0, 4]);
-        assert_eq!(merges_and_unmade("a c\n", &tokens), None, "makes a token not in the vocab");
-        assert_eq!(merges_and_unmade("a d\n", &tokens), None, "a part not in the vocab");
+        let placed = placed_merges("a b\nab b\n", &tokens).unwrap();
+        assert_eq!(placed.parts, vec![(1, 2), (3, 2)]);
+        assert_eq!(placed.unmade(&tokens), vec![0, 4, 7]);
+        assert_eq!(placed_merges("a b\nb a\nab b\n", &tokens).unwrap().unmade(&tokens), vec![0, 4]);
     }
 }

@@ -40,12 +40,13 @@ pub(super) fn gpt2_merges<'py>(
     text: PyBackedStr,
     tokens: Option<Vec<PyBackedBytes>>,
 ) -> PyResult<Option<Bound<'py, PyList>>> {
-    let known: Option<Vec<&[u8]>> = tokens.as_ref().map(|t| t.iter().map(|b| &b[..]).collect());
-    let merges = run_attached(|| Ok(tokenfiles::merges(&text, known.as_deref())))?;
-    let Some(merges) = merges else { return Ok(None) };
-    let pairs = merges.iter().map(|(l, r)| PyTuple::new(py, [PyBytes::new(py, l), PyBytes::new(py, r)]));
-    let pairs: PyResult<Vec<Bound<'py, PyTuple>>> = pairs.collect();
-    Ok(Some(PyList::new(py, pairs?)?))
+    let Some(tokens) = tokens else {
+        let Some(merges) = run_attached(|| Ok(tokenfiles::merges(&text)))? else { return Ok(None) };
+        let pairs = merges.iter().map(|(l, r)| PyTuple::new(py, [PyBytes::new(py, l), PyBytes::new(py, r)]));
+        return Ok(Some(PyList::new(py, pairs.collect::<PyResult<Vec<_>>>()?)?));
+    };
+    let Some(placed) = placed_merges(&text, &tokens)? else { return Ok(None) };
+    Ok(Some(pairs_of(py, &placed.parts, |i| object_of(py, &tokens[i]))?))
 }
 
 /// [`gpt2_merges`] checked against `tokens`, with the positions in `tokens` of the ones of two or
@@ -56,13 +57,32 @@ pub(super) fn gpt2_merges_unmade<'py>(
     text: PyBackedStr,
     tokens: Vec<PyBackedBytes>,
 ) -> PyResult<Option<(Bound<'py, PyList>, Vec<usize>)>> {
+    let Some(placed) = placed_merges(&text, &tokens)? else { return Ok(None) };
     let known: Vec<&[u8]> = tokens.iter().map(|b| &b[..]).collect();
-    let Some((merges, unmade)) = run_attached(|| Ok(tokenfiles::merges_and_unmade(&text, &known)))? else {
-        return Ok(None);
-    };
-    let pairs = merges.iter().map(|(l, r)| PyTuple::new(py, [PyBytes::new(py, l), PyBytes::new(py, r)]));
-    let pairs: PyResult<Vec<Bound<'py, PyTuple>>> = pairs.collect();
-    Ok(Some((PyList::new(py, pairs?)?, unmade)))
+    Ok(Some((pairs_of(py, &placed.parts, |i| object_of(py, &tokens[i]))?, placed.unmade(&known))))
+}
+
+/// The merges of `text` placed among `tokens` (`tokenfiles::placed_merges`), read without the GIL.
+fn placed_merges(text: &str, tokens: &[PyBackedBytes]) -> PyResult<Option<tokenfiles::Placed>> {
+    let known: Vec<&[u8]> = tokens.iter().map(|b| &b[..]).collect();
+    run_attached(|| Ok(tokenfiles::placed_merges(text, &known)))
+}
+
+/// The `(left, right)` tuples of merges given as positions of tokens, made of the tokens' own
+/// objects (`token(position)`): a 200K vocab's 400K merge parts are then no new `bytes` each.
+fn pairs_of<'py>(
+    py: Python<'py>,
+    parts: &[(usize, usize)],
+    token: impl Fn(usize) -> Bound<'py, PyBytes>,
+) -> PyResult<Bound<'py, PyList>> {
+    let pairs = parts.iter().map(|&(l, r)| PyTuple::new(py, [token(l), token(r)]));
+    PyList::new(py, pairs.collect::<PyResult<Vec<_>>>()?)
+}
+
+/// The object of a token held as [`PyBackedBytes`] (the caller's own `bytes`).
+fn object_of<'py>(py: Python<'py>, token: &PyBackedBytes) -> Bound<'py, PyBytes> {
+    let Ok(object) = token.into_pyobject(py);
+    object
 }
 
 /// What `hf_model_parts` hands Python: the skeleton, the vocab, the merges and the ids whose
@@ -78,16 +98,20 @@ pub(super) fn hf_model_parts<'py>(py: Python<'py>, text: PyBackedStr) -> PyResul
     let Some(parts) = run_attached(|| Ok(hf_model::model_parts(&text)))? else { return Ok(None) };
     let vocab = PyDict::new(py);
     let mut texts = Vec::new();
+    // The table tokens' objects in order, which the merges' positions refer to.
+    let mut table = Vec::with_capacity(parts.vocab.len());
     for (id, token) in &parts.vocab {
         match token {
-            Spelt::Table(bytes) => vocab.set_item(id, PyBytes::new(py, bytes))?,
+            Spelt::Table(bytes) => {
+                let token = PyBytes::new(py, bytes);
+                vocab.set_item(id, &token)?;
+                table.push(token);
+            }
             Spelt::Text(text) => {
                 vocab.set_item(id, text)?;
                 texts.push(*id);
             }
         }
     }
-    let pairs = parts.merges.iter().map(|(l, r)| PyTuple::new(py, [PyBytes::new(py, l), PyBytes::new(py, r)]));
-    let pairs: PyResult<Vec<Bound<'py, PyTuple>>> = pairs.collect();
-    Ok(Some((parts.skeleton, vocab, PyList::new(py, pairs?)?, texts)))
+    Ok(Some((parts.skeleton, vocab, pairs_of(py, &parts.merges, |i| table[i].clone())?, texts)))
 }
