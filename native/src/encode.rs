@@ -445,10 +445,7 @@ impl Encoder {
         whole_pieces: bool,
         request: Request,
     ) -> Result<Encoder, String> {
-        let mut map: PieceMap<u32> = PieceMap::with_capacity(vocab.len());
-        for (bytes, id) in vocab {
-            map.insert(&bytes, id);
-        }
+        let map: PieceMap<u32> = PieceMap::of_entries(&vocab);
         let mut byte_ids = [MISSING; 256];
         for (b, slot) in byte_ids.iter_mut().enumerate() {
             *slot = map.get(&[b as u8]).unwrap_or(MISSING);
