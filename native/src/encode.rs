@@ -483,8 +483,9 @@ impl Encoder {
         let levels = match request {
             Request::One => Plan::One("one level was asked for".into()),
             _ => {
-                let unpacked: bpe::Ranks = ranks.iter().map(|(&k, &p)| (k, ((p >> 32) as u32, p as u32))).collect();
-                Levels::plan(merges, &unpacked, request)
+                let entries: Vec<(u64, (u32, u32))> =
+                    ranks.iter().map(|(&k, &p)| (k, ((p >> 32) as u32, p as u32))).collect();
+                Levels::plan(merges, &entries, request)
             }
         };
         let slots = std::thread::available_parallelism().map_or(1, |n| n.get()) + 1;

@@ -12,7 +12,6 @@
 //! otherwise leaves the encoder on one level, saying why. The proof is in docs/DESIGN.md.
 
 use std::collections::HashMap;
-use std::hash::BuildHasher;
 use std::sync::{Mutex, MutexGuard};
 
 use crate::bpe::{self, pair_key, unpack};
@@ -153,13 +152,9 @@ pub fn joins_word_to_space(left: &[u8], right: &[u8]) -> bool {
 
 impl Levels {
     /// Choose the levels for `merges` (in rank order) whose effective entries are `ranks`
-    /// ((left id, right id) key -> (rank, merged id); the first rank of a pair, only merges whose
-    /// parts are tokens).
-    pub fn plan<S: BuildHasher>(
-        merges: &[(Vec<u8>, Vec<u8>)],
-        ranks: &HashMap<u64, (u32, u32), S>,
-        request: Request,
-    ) -> Plan {
+    /// ((left id, right id) key, (rank, merged id)) in any order: the first rank of a pair, only
+    /// merges whose parts are tokens.
+    pub fn plan(merges: &[(Vec<u8>, Vec<u8>)], ranks: &[(u64, (u32, u32))], request: Request) -> Plan {
         let transition = match request {
             Request::One => return Plan::One("one level was asked for".into()),
             Request::Transition(t) if t > merges.len() => {
@@ -167,16 +162,14 @@ impl Levels {
             }
             Request::Transition(t) => t as u32,
             Request::Auto => {
-                let first = ranks
-                    .values()
-                    .map(|&(rank, _)| rank)
-                    .filter(|&rank| {
-                        let (l, r) = &merges[rank as usize];
-                        joins_word_to_space(l, r)
-                    })
-                    .min();
+                // The first effective merge that joins a word to a space, found in rank order.
+                let mut effective = vec![false; merges.len()];
+                for &(_, (rank, _)) in ranks {
+                    effective[rank as usize] = true;
+                }
+                let first = merges.iter().zip(&effective).position(|((l, r), &e)| e && joins_word_to_space(l, r));
                 match first {
-                    Some(t) => t,
+                    Some(t) => t as u32,
                     None => {
                         return Plan::One(
                             "no merge joins a word to the space after it: pieces are words, cached whole".into(),
@@ -185,19 +178,19 @@ impl Levels {
                 }
             }
         };
-        if ranks.contains_key(&EMPTY_PAIR) {
+        if ranks.iter().any(|&(key, _)| key == EMPTY_PAIR) {
             return Plan::One(format!("a merge joins two tokens of id {}", u32::MAX));
         }
         // Exactness: no merge below the transition may have a part that a merge at or above it makes.
         let mut made_above: HashMap<u32, u32> = HashMap::new();
-        for &(rank, merged) in ranks.values() {
+        for &(_, (rank, merged)) in ranks {
             if rank >= transition {
                 let e = made_above.entry(merged).or_insert(rank);
                 *e = (*e).min(rank);
             }
         }
         let mut clash: Option<(u32, u32)> = None;
-        for (&key, &(rank, _)) in ranks {
+        for &(key, (rank, _)) in ranks {
             if rank < transition {
                 let (l, r) = unpack(key);
                 for part in [l, r] {
@@ -219,17 +212,13 @@ impl Levels {
     }
 
     /// The two-level state at `transition`, exact or not (`plan` checks that first).
-    fn build<S: BuildHasher>(
-        merges: &[(Vec<u8>, Vec<u8>)],
-        ranks: &HashMap<u64, (u32, u32), S>,
-        transition: u32,
-    ) -> Levels {
-        let below = |&(_, &(rank, _)): &(&u64, &(u32, u32))| rank < transition;
-        let first = PairTable::new(ranks.iter().filter(below).map(|(&k, &v)| (k, v)));
-        let second = PairTable::new(ranks.iter().filter(|e| !below(e)).map(|(&k, &v)| (k, v)));
+    fn build(merges: &[(Vec<u8>, Vec<u8>)], ranks: &[(u64, (u32, u32))], transition: u32) -> Levels {
+        let below = |&&(_, (rank, _)): &&(u64, (u32, u32))| rank < transition;
+        let first = PairTable::new(ranks.iter().filter(below).copied());
+        let second = PairTable::new(ranks.iter().filter(|e| !below(e)).copied());
         // Ids past the bits (an id space too large to map) are not filtered: they are looked up.
         let bits = |part: fn((u32, u32)) -> u32| {
-            let ids: Vec<usize> = ranks.iter().filter(|e| !below(e)).map(|(&k, _)| part(unpack(k)) as usize).collect();
+            let ids: Vec<usize> = ranks.iter().filter(|e| !below(e)).map(|&(k, _)| part(unpack(k)) as usize).collect();
             let mut bits = vec![0u64; ids.iter().max().map_or(0, |&i| i.min(MAX_FILTERED_ID) / 64) + 1];
             for i in ids {
                 if i / 64 < bits.len() {
@@ -503,7 +492,7 @@ mod tests {
         }
         let m: Vec<(Vec<u8>, Vec<u8>)> =
             merges.iter().map(|(l, r)| (l.as_bytes().to_vec(), r.as_bytes().to_vec())).collect();
-        let unchecked = Levels::build(&m, &ranks, 2);
+        let unchecked = Levels::build(&m, &ranks.into_iter().collect::<Vec<_>>(), 2);
         let byte_ids: [u32; 256] = std::array::from_fn(|b| b as u32);
         let mut out = Vec::new();
         unchecked.encode(b"abcd", &byte_ids, &mut out);
@@ -580,7 +569,7 @@ mod tests {
         let byte_ids: [u32; 256] = std::array::from_fn(|b| b as u32);
         let seed = &mut 0x1234_5678_9ABC_DEF1u64;
         for max_cached in [0, 1, 2, 5] {
-            let mut levels = Levels::build(&m, &ranks, 4);
+            let mut levels = Levels::build(&m, &ranks.iter().map(|(&k, &v)| (k, v)).collect::<Vec<_>>(), 4);
             levels.max_cached = max_cached;
             for _ in 0..300 {
                 let words = ["abcd", "abcab", "cabcabca", "d", "abcdabcdabcdabcdabcd", "ab"];
