@@ -54,35 +54,6 @@ const GROUP_MIN_BYTES: usize = 1 << 16;
 type Packed = u64;
 const NO_MERGE: Packed = u64::MAX;
 
-/// The id of each of `tokens` in `map`, each slot fetched `AHEAD` lookups before it is read: a large
-/// vocabulary's table outgrows the CPU caches, and looking up every merge's parts and result one
-/// miss at a time was most of building the encoder.
-fn ids_of(map: &PieceMap<u32>, tokens: &[&[u8]]) -> Vec<Option<u32>> {
-    const AHEAD: usize = 16;
-    let keys: Vec<Option<(u64, u64, u64)>> = tokens
-        .iter()
-        .map(|t| {
-            (1..=PACKED_MAX).contains(&t.len()).then(|| {
-                let (k0, k1) = pack(t);
-                (k0, k1, hash_packed(k0, k1))
-            })
-        })
-        .collect();
-    let probe = map.probe();
-    keys.iter().take(AHEAD).flatten().for_each(|k| probe.prefetch(k.2));
-    (0..tokens.len())
-        .map(|i| {
-            if let Some(Some(ahead)) = keys.get(i + AHEAD) {
-                probe.prefetch(ahead.2);
-            }
-            match keys[i] {
-                Some((k0, k1, hash)) => probe.get(k0, k1, hash).copied(),
-                None => map.get(tokens[i]),
-            }
-        })
-        .collect()
-}
-
 #[inline(always)]
 fn packed(rank: u32, merged: u32) -> Packed {
     (rank as u64) << 32 | merged as u64
@@ -452,19 +423,7 @@ impl Encoder {
         }
         let lacks_bytes = byte_ids.contains(&MISSING);
         let mut ranks: HashMap<u64, Packed, BuildHasherDefault<PairHasher>> = HashMap::default();
-        // The tokens the merges make, side by side in one buffer (not an allocation each).
-        let (mut joined, mut ends) = (Vec::new(), Vec::with_capacity(merges.len()));
-        for (l, r) in merges {
-            joined.extend_from_slice(l);
-            joined.extend_from_slice(r);
-            ends.push(joined.len());
-        }
-        let starts = std::iter::once(0).chain(ends.iter().copied());
-        let made: Vec<&[u8]> = starts.zip(&ends).map(|(start, &end)| &joined[start..end]).collect();
-        let made = ids_of(&map, &made);
-        let lefts = ids_of(&map, &merges.iter().map(|m| &m.0[..]).collect::<Vec<_>>());
-        let rights = ids_of(&map, &merges.iter().map(|m| &m.1[..]).collect::<Vec<_>>());
-        for (rank, ((mi, li), ri)) in made.into_iter().zip(lefts).zip(rights).enumerate() {
+        for (rank, [li, ri, mi]) in map.merge_values(merges).into_iter().enumerate() {
             let Some(mi) = mi else {
                 return Err(format!("merge {rank}: the token it makes is not in the vocabulary"));
             };

@@ -261,16 +261,7 @@ impl<V: Copy + Default> PieceMap<V> {
     pub fn of_entries<K: AsRef<[u8]>>(entries: &[(K, V)]) -> Self {
         const AHEAD: usize = 16;
         let mut map = Self::with_capacity(entries.len());
-        let keys: Vec<Option<(u64, u64, u64)>> = entries
-            .iter()
-            .map(|(key, _)| {
-                let key = key.as_ref();
-                (1..=PACKED_MAX).contains(&key.len()).then(|| {
-                    let (k0, k1) = pack(key);
-                    (k0, k1, hash_packed(k0, k1))
-                })
-            })
-            .collect();
+        let keys = packed_keys(&entries.iter().map(|(key, _)| key.as_ref()).collect::<Vec<_>>());
         keys.iter().take(AHEAD).flatten().for_each(|k| map.probe().prefetch(k.2));
         for (i, (key, value)) in entries.iter().enumerate() {
             if let Some(Some(ahead)) = keys.get(i + AHEAD) {
@@ -283,6 +274,43 @@ impl<V: Copy + Default> PieceMap<V> {
             }
         }
         map
+    }
+
+    /// The value of each of `keys`, each slot fetched `AHEAD` lookups before it is read: a large
+    /// vocabulary's table outgrows the CPU caches, and looking up every merge's parts and result one
+    /// miss at a time was most of building an encoder.
+    pub fn get_many(&self, keys: &[&[u8]]) -> Vec<Option<V>> {
+        const AHEAD: usize = 16;
+        let packed = packed_keys(keys);
+        let probe = self.probe();
+        packed.iter().take(AHEAD).flatten().for_each(|k| probe.prefetch(k.2));
+        (0..keys.len())
+            .map(|i| {
+                if let Some(Some(ahead)) = packed.get(i + AHEAD) {
+                    probe.prefetch(ahead.2);
+                }
+                match packed[i] {
+                    Some((k0, k1, hash)) => probe.get(k0, k1, hash).copied(),
+                    None => self.get(keys[i]),
+                }
+            })
+            .collect()
+    }
+
+    /// The values of each merge's left part, right part and the token it makes ([`Self::get_many`]).
+    pub fn merge_values(&self, merges: &[(Vec<u8>, Vec<u8>)]) -> Vec<[Option<V>; 3]> {
+        // The tokens the merges make, side by side in one buffer (not an allocation each).
+        let (mut joined, mut ends) = (Vec::new(), Vec::with_capacity(merges.len()));
+        for (l, r) in merges {
+            joined.extend_from_slice(l);
+            joined.extend_from_slice(r);
+            ends.push(joined.len());
+        }
+        let starts = std::iter::once(0).chain(ends.iter().copied());
+        let made: Vec<&[u8]> = starts.zip(&ends).map(|(start, &end)| &joined[start..end]).collect();
+        let lefts = self.get_many(&merges.iter().map(|m| &m.0[..]).collect::<Vec<_>>());
+        let rights = self.get_many(&merges.iter().map(|m| &m.1[..]).collect::<Vec<_>>());
+        lefts.into_iter().zip(rights).zip(self.get_many(&made)).map(|((l, r), m)| [l, r, m]).collect()
     }
 
     fn put(&mut self, k0: u64, k1: u64, value: V) {
@@ -315,6 +343,18 @@ impl<V: Copy + Default> PieceMap<V> {
             self.put(s.k0, s.k1, s.value);
         }
     }
+}
+
+/// Each key packed with its hash (see [`pack`]), or `None` for a key that is empty or too long to pack.
+fn packed_keys(keys: &[&[u8]]) -> Vec<Option<(u64, u64, u64)>> {
+    keys.iter()
+        .map(|key| {
+            (1..=PACKED_MAX).contains(&key.len()).then(|| {
+                let (k0, k1) = pack(key);
+                (k0, k1, hash_packed(k0, k1))
+            })
+        })
+        .collect()
 }
 
 /// The map's lookups with its slots and their mask in locals: a loop that writes ids between

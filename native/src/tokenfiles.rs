@@ -11,9 +11,10 @@
 //! and Python reads the file itself, naming the problem. Their results must equal the Python
 //! reader's (the tests compare them on random files).
 
-use ahash::{AHashMap, AHashSet};
+use ahash::AHashSet;
 
 use crate::byte_table::byte_of;
+use crate::piecemap::PieceMap;
 
 /// The bytes a token string spells, or `None` when a character is not in the table.
 pub fn token_bytes(text: &str) -> Option<Vec<u8>> {
@@ -285,15 +286,12 @@ pub fn placed_merges(text: &str, tokens: &[&[u8]]) -> Option<Placed> {
 /// `merges` placed among `tokens`, or `None` when a merge's parts or the token it makes are not
 /// among them.
 pub fn place(merges: &Merges, tokens: &[&[u8]]) -> Option<Placed> {
-    let position: AHashMap<&[u8], usize> = tokens.iter().enumerate().map(|(i, &t)| (t, i)).collect();
+    let entries: Vec<(&[u8], u32)> = tokens.iter().enumerate().map(|(i, &t)| (t, i as u32)).collect();
+    let position = PieceMap::of_entries(&entries);
     let mut placed = Placed { parts: Vec::with_capacity(merges.len()), made: vec![false; tokens.len()] };
-    let mut joined = Vec::new();
-    for (left, right) in merges {
-        joined.clear();
-        joined.extend_from_slice(left);
-        joined.extend_from_slice(right);
-        placed.parts.push((*position.get(&left[..])?, *position.get(&right[..])?));
-        placed.made[*position.get(&joined[..])?] = true;
+    for [left, right, made] in position.merge_values(merges) {
+        placed.parts.push((left? as usize, right? as usize));
+        placed.made[made? as usize] = true;
     }
     Some(placed)
 }
