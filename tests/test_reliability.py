@@ -251,21 +251,25 @@ def test_atomic_writes_start_writing_out_as_they_grow(tmp_path: Path, monkeypatc
     waits for the tail only; a file system that refuses the hint still gets the whole file."""
     import superbpe.core.util as util
 
-    monkeypatch.setattr(util, "WRITEBACK_BYTES", 1000)
+    monkeypatch.setattr(util, "WRITEBACK_BYTES", 10_000)
     started: list[tuple[int, int]] = []
 
     def hint(fd: int, offset: int, length: int, advice: int) -> None:
-        assert advice == os.POSIX_FADV_DONTNEED and os.fstat(fd).st_size >= offset + length  # flushed first
+        assert advice == os.POSIX_FADV_DONTNEED and os.fstat(fd).st_size >= offset + length  # written first
         started.append((offset, length))
 
     monkeypatch.setattr(os, "posix_fadvise", hint)
-    chunks = [bytes([k]) * size for k, size in enumerate([600, 600, 2500, 10, 999, 1])]
+    chunks = [bytes([k % 256]) * size for k, size in enumerate([6000, 6000, 25_000, 100, 9990, 10] * 20)]
     target = tmp_path / "tokens.bin"
     with atomic_write(target) as out:
         for chunk in chunks:
             assert out.write(chunk) == len(chunk)
+    total = sum(map(len, chunks))
     assert target.read_bytes() == b"".join(chunks)
-    assert started == [(0, 1200), (1200, 2500), (3700, 1009)]
+    # Consecutive ranges from the start, each at least the threshold, the rest shorter than it.
+    ends = [offset + length for offset, length in started]
+    assert [offset for offset, _ in started] == [0, *ends[:-1]]
+    assert all(length >= 10_000 for _, length in started) and 0 <= total - ends[-1] < 10_000 + 8192
 
     def refuse(*_args: object) -> None:
         started.append((-1, -1))

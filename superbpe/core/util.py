@@ -28,7 +28,7 @@ def atomic_write(path: Path) -> Iterator[BinaryIO]:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
     try:
-        with WritebackFile(fd) as handle, naming_file(path):
+        with io.BufferedWriter(WritebackFile(fd)) as handle, naming_file(path):
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
@@ -46,32 +46,32 @@ WRITEBACK_BYTES = 8 << 20
 """How much :class:`WritebackFile` lets accumulate before it asks the OS to start writing it out."""
 
 
-class WritebackFile(io.BufferedWriter):
-    """A buffered file that asks the OS to start writing its data to disk every ``WRITEBACK_BYTES``.
+class WritebackFile(io.FileIO):
+    """A raw file that asks the OS to start writing its data to disk every ``WRITEBACK_BYTES``.
 
     Why: :func:`atomic_write` ends with an ``fsync``, which otherwise waits for everything the page
     cache still holds, a whole token file of a gigabyte written serially after the encoding. Started as
     the file grows, writing to disk overlaps the work that produces the data, and the ``fsync`` waits
     for the last few megabytes. ``POSIX_FADV_DONTNEED`` starts the write-out of the range's dirty pages
     without waiting for it (pages being written are left in the cache); where the OS lacks it, or the
-    file system refuses it, the file is only written as usual.
+    file system refuses it, the file is only written as usual. The raw file, under a buffered one, sees
+    a write per buffer's worth of small writes, not one per call.
     """
 
     def __init__(self, fd: int) -> None:
-        super().__init__(io.FileIO(fd, "wb"))
+        super().__init__(fd, "wb")
         self._started = 0  # bytes handed to the OS to write out
         self._written = 0
         self._hint = hasattr(os, "posix_fadvise")
 
     def write(self, data: Any) -> int:
-        count = super().write(data)
+        count = super().write(data) or 0
         self._written += count
         if self._hint and self._written - self._started >= WRITEBACK_BYTES:
             self._start_writeback()
         return count
 
     def _start_writeback(self) -> None:
-        self.flush()
         try:
             length = self._written - self._started
             os.posix_fadvise(self.fileno(), self._started, length, os.POSIX_FADV_DONTNEED)
