@@ -67,13 +67,14 @@ class Tokenizer:
         engine: str | Engine,
         *,
         whole_pieces: bool,
+        specials_unmade: bool = False,
     ) -> Tokenizer:
         """From files just read: a vocab and merges found valid as they were read are not checked (nor
-        copied) again."""
+        copied) again. ``specials_unmade``: the special tokens are known to be tokens no merge makes."""
         if not valid:
             return cls(vocab, merges, special_tokens, pretokenizer, engine, whole_pieces=whole_pieces)
         tokenizer = cls.__new__(cls)
-        tokenizer._build(vocab, merges, special_tokens, pretokenizer, engine, whole_pieces)
+        tokenizer._build(vocab, merges, special_tokens, pretokenizer, engine, whole_pieces, specials_unmade)
         return tokenizer
 
     def _build(
@@ -84,6 +85,7 @@ class Tokenizer:
         pretokenizer: str | Pretokenizer,
         engine: str | Engine,
         whole_pieces: bool,
+        specials_unmade: bool = False,
     ) -> None:
         """Set up from a checked vocab and merges list, which it keeps (and adds special tokens to)."""
         self._vocab = vocab
@@ -101,7 +103,7 @@ class Tokenizer:
         # here with one regex search.
         few = len(specials) <= FEW_SPECIALS
         self._core: EncoderCore = self._engine.encoder(
-            self._ordinary_ids(),
+            self._ordinary_ids(specials_unmade),
             self._merges,
             self._pretokenizer,
             whole_pieces=whole_pieces,
@@ -129,15 +131,17 @@ class Tokenizer:
             special_ids[special] = ids[token]
         return special_ids
 
-    def _ordinary_ids(self) -> dict[bytes, int]:
+    def _ordinary_ids(self, specials_unmade: bool = False) -> dict[bytes, int]:
         """bytes -> id for the encoder, minus tokens that exist only as special tokens.
 
         A special token's bytes must never come out of ordinary text (``encode_ordinary`` treats
-        ``<|endoftext|>`` as plain text, as tiktoken does), unless BPE could also make them.
+        ``<|endoftext|>`` as plain text, as tiktoken does), unless BPE could also make them. With
+        ``specials_unmade`` (the specials are the tokens the file reader found no merge makes), that is
+        known without a pass over every merge's token.
         """
         candidates = {self._vocab[token_id] for token_id in self._special_ids.values()}
         candidates = {token for token in candidates if len(token) > 1}
-        if candidates:
+        if candidates and not specials_unmade:
             candidates.difference_update(starmap(operator.add, self._merges))
         if not candidates:
             return self._id_of  # the engines copy what they keep; it changes no more
@@ -426,8 +430,9 @@ class Tokenizer:
         files = read_gpt2_files(vocab_filepath, merges_filepath, special_tokens or (), unmade=unmade)
         specials = files.unmade if unmade else special_tokens
         return cls._from_read(
-            files.vocab, files.merges, files.valid, specials, pretokenizer, engine, whole_pieces=whole_pieces
-        )
+            files.vocab, files.merges, files.valid, specials, pretokenizer, engine, whole_pieces=whole_pieces,
+            specials_unmade=unmade,
+        )  # fmt: skip
 
     @classmethod
     def load(
