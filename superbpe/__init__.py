@@ -40,6 +40,12 @@ _MODULES = {"compat": "superbpe.core.compat"}
 __all__ = sorted(_EXPORTS)
 
 
+def __dir__() -> list[str]:
+    """What ``dir(superbpe)`` and editors' completion list: the public names, which are imported on
+    first use and so are not module globals yet, not the helpers this module imports."""
+    return sorted({*(name for name in globals() if name.startswith("__")), *__all__, *_MODULES})
+
+
 def __getattr__(name: str) -> Any:
     if name in _MODULES:
         return import_module(_MODULES[name])

@@ -87,6 +87,11 @@ def test_the_public_names_and_the_compat_presets_are_handed_out_by_the_package()
     """``superbpe.X`` for every exported name, and ``superbpe.compat.OFFICIAL`` as the README writes it."""
     for name in superbpe.__all__:
         assert getattr(superbpe, name) is not None
+    # What dir() and completion offer: every public name (each one resolves), no imported helper.
+    listed = {name for name in dir(superbpe) if not name.startswith("__")}
+    assert listed == set(superbpe.__all__) | {"compat"}
+    assert "__version__" in dir(superbpe)
+    assert all(getattr(superbpe, name) is not None for name in listed)
     assert superbpe.compat.OFFICIAL.name == "official"
     assert isinstance(superbpe.compat.OFFICIAL, superbpe.CompatConfig)
     with pytest.raises(AttributeError):
