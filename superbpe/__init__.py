@@ -4,8 +4,9 @@ The library works without Hydra::
 
     import superbpe
     vocab, merges = superbpe.train_bpe("corpus.txt", 32000, ["<|endoftext|>"])
-    vocab, merges = superbpe.train_superbpe(texts, 32000, transition=0.8)  # texts: any iterable of str
     tok = superbpe.Tokenizer(vocab, merges, ["<|endoftext|>"])
+    vocab, merges = superbpe.train_superbpe(texts, 32000, transition=0.8)  # texts: any iterable of str
+    tok = superbpe.Tokenizer(vocab, merges, ["<|endoftext|>"], pretokenizer="superbpe")
 
 Heavy submodules are imported on first use so ``import superbpe`` stays cheap in worker processes.
 """

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -150,3 +151,19 @@ def test_train_superbpe_checks_its_transition_and_options():
         superbpe.train_superbpe(iter(["x y"]), 400, 0.5, compat="official")
     with pytest.raises(superbpe.SuperBPEError, match="unknown train_superbpe option"):
         superbpe.train_superbpe(iter(["x y"]), 400, 10, min_frequncy=2)
+
+
+def test_a_tokenizer_of_superbpe_merges_warns_when_its_pattern_splits_them(documents: list[str]) -> None:
+    """``Tokenizer(vocab, merges)`` takes the word-level gpt2 pattern by default, which cuts SuperBPE's
+    superwords apart, so encoding would never use them: that warns and names the pattern to give. With it,
+    and for BPE merges, nothing warns."""
+    vocab, merges = superbpe.train_superbpe(iter(documents), 900, special_tokens=[EOT])
+    with pytest.warns(UserWarning, match="pretokenizer 'gpt2' splits.*pretokenizer='superbpe'"):
+        word_level = superbpe.Tokenizer(vocab, merges, [EOT])
+    bpe_vocab, bpe_merges = superbpe.train_bpe(iter(documents), 900, [EOT])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fitting = superbpe.Tokenizer(vocab, merges, [EOT], pretokenizer="superbpe")
+        superbpe.Tokenizer(bpe_vocab, bpe_merges, [EOT])
+    text = "\n".join(documents)
+    assert len(fitting.encode(text)) < len(word_level.encode(text))  # the superwords were what it lost

@@ -11,6 +11,7 @@ import json
 import os
 import random
 import subprocess
+import warnings
 from pathlib import Path
 
 import pytest
@@ -405,3 +406,14 @@ def test_released_200k_tokenizer_loads_unpadded_and_encodes_like_hf(shared_data,
             assert tok.encode(text) == hf.encode(text).ids, (engine, name)
     ids = json.loads((released / VOCAB_FILE).read_text(encoding="utf-8"))
     assert ids["Ġthe"] == tok.token_to_id(" the")
+
+
+def test_released_200k_files_read_with_a_word_level_pattern_warn(official_data):
+    """Read without ``compat="official"``, their bare files would encode under the default gpt2 pattern,
+    which never makes their superwords: a warning says so and how to read them; with it, none."""
+    released = official_data / "released_180K_200K"
+    with pytest.warns(UserWarning, match=r"pretokenizer 'gpt2' splits.*compat='official'"):
+        Tokenizer.load(released)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Tokenizer.load(released, compat="official")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import operator
 import os
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import chain, repeat, starmap
 from pathlib import Path
@@ -20,7 +21,13 @@ import numpy as np
 from superbpe.core.compat import CompatConfig, check_directory_compat, encoding_for, recorded_compat
 from superbpe.core.counts import check_errors_mode
 from superbpe.core.errors import ConfigError, InputError
-from superbpe.core.pretokenize import Pretokenizer, SpecialSplitter, get_pretokenizer
+from superbpe.core.pretokenize import (
+    COVERING_PATTERNS,
+    PATTERNS,
+    Pretokenizer,
+    SpecialSplitter,
+    get_pretokenizer,
+)
 from superbpe.core.sources import Chunk, ChunkCutter, cut_stream, invalid_utf8, open_binary
 from superbpe.core.types import Merge
 from superbpe.core.util import import_optional, resolve_threads
@@ -34,6 +41,9 @@ from superbpe.formats.tokenizer_dir import save_tokenizer_dir
 #: Up to this many special tokens, the encoder core looks for them itself (a substring search each),
 #: so a text holding none is encoded in one call; beyond it encode() first makes one regex search.
 FEW_SPECIALS = 8
+#: The last this many merges are looked at for tokens the pre-tokenizer splits (SuperBPE's superwords
+#: come last: a stage 2 learns them after every word-level merge).
+SPLIT_MERGES_CHECKED = 64
 #: encode_iterable encodes once this much new text has been buffered (and a cut point exists).
 STREAM_FLUSH_CHARS = 1 << 16
 #: encode_file reads and encodes the file in chunks of about this many bytes.
@@ -96,6 +106,7 @@ class Tokenizer:
         self._special_ids = self._add_special_tokens()
         self._max_special_len = max((len(s) for s in self._special_ids), default=0)
         self._pretokenizer = get_pretokenizer(pretokenizer)
+        _warn_if_the_pattern_splits_merges(self._merges, self._pretokenizer)
         self._engine = get_engine(engine, [self._pretokenizer])
         specials = self._splitter.special_tokens
         # A few special tokens are the core's to look for (one substring search each), so that the
@@ -544,6 +555,32 @@ class Tokenizer:
             f"special_tokens={self.special_tokens!r}, pretokenizer={self._pretokenizer.name!r}, "
             f"engine={self.engine!r})"
         )
+
+
+def _warn_if_the_pattern_splits_merges(merges: Sequence[Merge], pretokenizer: Pretokenizer) -> None:
+    """Warn when one of the last merges makes a token a built-in word-level pattern cuts in two:
+    encoding never makes it. That is what SuperBPE merges under the default ``gpt2`` pattern come to:
+    they encode as their stage 1 would, silently. Only tokens with a space between other bytes are split
+    to find out, so a tokenizer whose pattern fits its merges costs no regex. The stage-2 patterns and
+    custom ones are left alone (tokens they split are the trainer's business, not a wrong pattern)."""
+    if pretokenizer.name not in COVERING_PATTERNS or pretokenizer.pattern != PATTERNS[pretokenizer.name]:
+        return
+    for left, right in merges[-SPLIT_MERGES_CHECKED:]:
+        token = left + right
+        if b" " not in token.strip():
+            continue
+        try:
+            text = token.decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        if len(pretokenizer.split(text)) > 1:
+            warnings.warn(
+                f"merge {text!r} makes a token that pretokenizer {pretokenizer.name!r} splits, so encoding "
+                "never uses it: SuperBPE merges need the stage-2 pattern, pretokenizer='superbpe' (the "
+                "official SuperBPE files: Tokenizer.load(directory, compat='official'))",
+                stacklevel=4,
+            )
+            return
 
 
 def _not_plain(*_: object) -> None:

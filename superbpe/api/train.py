@@ -171,6 +171,9 @@ def train_superbpe(
     :func:`count`): a stream is read once, counting both patterns as it goes. Other options, as for
     :func:`train_bpe`: ``min_frequency`` and ``max_token_bytes`` (both stages), ``chunk_bytes``,
     ``errors``, ``text_field``; ``engine``, ``workers``, ``compat`` and ``callback`` likewise.
+
+    Encode with the stage-2 pattern: ``Tokenizer(vocab, merges, special_tokens,
+    pretokenizer=stage2_pretokenizer)``; a word-level pattern never makes the superwords.
     """
     chosen_compat = get_compat(compat)
     special_tokens = list(dict.fromkeys(special_tokens))
