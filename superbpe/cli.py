@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import inspect
 import itertools
 import json
 import logging
@@ -117,6 +118,11 @@ def train() -> None:
 
     ``resume=<run dir>`` alone continues a run: its own overrides are read back first.
     """
+    if _wants_help(sys.argv[1:]):
+        footer = ("-m key=a,b ...: a sweep (one run per combination, under multirun/); "
+                  "--hydra-help: Hydra's own flags")
+        print_help("train", TrainConfig, train.__doc__ or "", sys.argv[1:], footer)
+        return
     try:
         sys.argv[1:] = resume_args(sys.argv[1:])
     except USER_ERRORS as exc:
@@ -182,27 +188,30 @@ def _wants_help(args: list[str]) -> bool:
     return "--help" in args or "-h" in args
 
 
-def print_help(config_name: str, schema: type, summary: str, args: list[str]) -> None:
+def print_help(config_name: str, schema: type, summary: str, args: list[str], footer: str = "") -> None:
     """``--help``: the config groups this command reads (with their options) and its composed config.
 
     Why not Hydra's own help: it lists every group in the shared config directory, so the encode and
-    evaluate commands offered the training groups (schedule, pretokenizer, data) that they never read.
-    The groups shown here are the command's schema fields that have a directory in ``conf/``.
+    evaluate commands offered the training groups (schedule, pretokenizer, data) that they never read,
+    and training offered the group its ``compat`` preset selects by itself (``compat_train``). The
+    groups shown here are the command's schema fields that have a directory in ``conf/``.
     """
-    overrides = [arg for arg in args if arg not in ("--help", "-h")]
+    overrides = [arg for arg in args if not arg.startswith("-")]  # --help, -m
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
             cfg = compose(config_name, overrides=overrides)
     except Exception as exc:  # a bad override: say so, as a run would
         fail(_hydra_message(exc))
     groups = [f.name for f in dataclasses.fields(schema) if (CONFIG_DIR / f.name).is_dir()]
-    lines = [summary.strip().replace("``", ""), "", "== Configuration groups ==",
+    lines = [inspect.cleandoc(summary).replace("``", ""), "", "== Configuration groups ==",
              "Compose your configuration from those groups (group=option)", ""]
     for group in groups:
         options = sorted(path.stem for path in (CONFIG_DIR / group).glob("*.yaml"))
         lines.append(f"{group}: {', '.join(options)}")
     lines += ["", "== Config ==", "Override anything in the config (foo.bar=value)", "",
               OmegaConf.to_yaml(cfg, resolve=False).rstrip()]
+    if footer:
+        lines += ["", footer]
     print("\n".join(lines))
 
 

@@ -49,14 +49,31 @@ def test_the_last_log_lines_of_a_run_with_eval_give_bytes_per_token(tmp_path, sa
     assert any(f"{metrics['eval']['bytes_per_token']:.4f} bytes/token" in line for line in last), last
 
 
-@pytest.mark.parametrize("command", ["encode.py", "evaluate.py"])
-def test_encode_and_evaluate_help_list_only_their_own_groups(tmp_path, command):
+@pytest.mark.parametrize(
+    ("command", "own_groups", "own_key"),
+    [
+        ("encode.py", {"engine", "executor", "compat"}, "tokenizer: ???"),
+        ("evaluate.py", {"engine", "executor", "compat"}, "tokenizer: ???"),
+        # Not compat_train, which the compat preset selects by itself.
+        ("train.py", {"data", "pretokenizer", "engine", "executor", "schedule", "compat"},
+         "vocab_size: 8192"),
+    ],
+)
+def test_help_lists_only_the_commands_own_groups(tmp_path, command, own_groups, own_key):
     proc = run_script(command, "--help", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0].startswith("superbpe-")  # what the command does, in one line
     listed = proc.stdout.split("== Configuration groups ==")[1].split("== Config ==")[0].splitlines()
     groups = {line.split(":")[0] for line in listed if ": " in line}
-    assert groups == {"engine", "executor", "compat"}
-    assert "tokenizer: ???" in proc.stdout
+    assert groups == own_groups
+    assert own_key in proc.stdout
+
+
+def test_train_help_shows_the_config_its_overrides_compose(tmp_path):
+    proc = run_script("train.py", "-m", "--help", "schedule=superbpe", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "transition: 0.8" in proc.stdout and "-m key=a,b" in proc.stdout
+    assert not (tmp_path / "outputs").exists() and not (tmp_path / "multirun").exists()
 
 
 def test_progress_on_gzip_input_counts_compressed_bytes_and_ends_at_100_percent(
