@@ -468,6 +468,11 @@ def test_decode_unknown_id_is_an_error(gpt2: Tokenizer, bad_id: object) -> None:
         gpt2.id_to_token(bad_id)  # type: ignore[arg-type]
 
 
+def test_decode_of_text_says_it_takes_ids(gpt2: Tokenizer) -> None:
+    with pytest.raises(InputError, match="^decode takes token ids, not a str"):
+        gpt2.decode("the")  # type: ignore[arg-type]
+
+
 def test_lookups_and_properties(gpt2: Tokenizer) -> None:
     assert gpt2.vocab_size == 50257
     assert gpt2.token_to_id(EOT) == 50256
@@ -476,7 +481,7 @@ def test_lookups_and_properties(gpt2: Tokenizer) -> None:
     assert gpt2.pretokenizer.name == "gpt2"
     assert gpt2.engine == "python"
     assert len(gpt2.merges) == 50000
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError, match="'not a single token at all' is not a token of this tokenizer"):
         gpt2.token_to_id("not a single token at all")
 
 

@@ -203,7 +203,10 @@ class Tokenizer:
         if isinstance(token, str) and token in self._special_ids:
             return self._special_ids[token]
         wanted = token.encode("utf-8") if isinstance(token, str) else bytes(token)
-        return self._id_of[wanted]
+        try:
+            return self._id_of[wanted]
+        except KeyError:
+            raise KeyError(f"{token!r} is not a token of this tokenizer") from None
 
     def id_to_token(self, token_id: int) -> bytes:
         try:
@@ -407,6 +410,8 @@ class Tokenizer:
     def decode_bytes(self, ids: Iterable[int]) -> bytes:
         """The raw bytes of ``ids`` (no UTF-8 decoding)."""
         if not isinstance(ids, (list, tuple)):
+            if isinstance(ids, str):
+                raise InputError("decode takes token ids, not a str (encode takes text)")
             ids = list(ids)
         try:
             return b"".join(map(self._vocab.__getitem__, ids))
