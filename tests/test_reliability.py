@@ -245,6 +245,19 @@ def test_a_full_disk_names_the_file(tmp_path: Path) -> None:
     assert caught.value.errno == errno.ENOSPC and not list(tmp_path.iterdir())
 
 
+def test_a_file_that_cannot_be_created_is_named_not_its_temp(tmp_path: Path, monkeypatch) -> None:
+    import superbpe.core.util as util
+
+    def refuse(prefix: str, suffix: str, dir: Path) -> tuple[int, str]:
+        raise OSError(errno.EROFS, "Read-only file system", str(dir / f"{prefix}abc{suffix}"))
+
+    monkeypatch.setattr(util.tempfile, "mkstemp", refuse)
+    target = tmp_path / "corpus.counts"
+    with pytest.raises(OSError, match="Read-only") as caught, atomic_write(target):
+        pass
+    assert caught.value.filename == str(target) and not list(tmp_path.iterdir())
+
+
 @pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fadvise on this OS")
 def test_atomic_writes_start_writing_out_as_they_grow(tmp_path: Path, monkeypatch) -> None:
     """Each few megabytes are handed to the OS to write out as they are written, so the closing fsync

@@ -26,7 +26,10 @@ def atomic_write(path: Path) -> Iterator[BinaryIO]:
     """
     with naming_file(path):
         path.parent.mkdir(parents=True, exist_ok=True)
+    try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
+    except OSError as exc:  # named after the file asked for, not the temp name nobody chose
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
     try:
         with io.BufferedWriter(WritebackFile(fd)) as handle, naming_file(path):
             yield handle
