@@ -217,6 +217,17 @@ def test_encode_iterable_over_lines_equals_encode(shared_data: Path, gpt2: Token
         assert list(gpt2.encode_iterable(lines)) == gpt2.encode(with_specials)
 
 
+def test_encode_iterable_of_bytes_says_it_takes_str(tmp_path: Path) -> None:
+    tok = _stream_tokenizer()
+    (tmp_path / "in.txt").write_text("some text\n" * 10, encoding="utf-8")
+    with open(tmp_path / "in.txt", "rb") as binary, pytest.raises(
+        InputError, match=r"^encode_iterable takes str, not bytes \(open the file in text mode\)$"
+    ):
+        list(tok.encode_iterable(binary))
+    with pytest.raises(InputError, match="^encode_iterable takes str, not int$"):
+        list(tok.encode_iterable(["text", 7]))
+
+
 _stream_parts = ["a", "b", " ", "  ", "\n", "\n\n", "<|", "|>", "<|s|>", "<|s|><|s|>", "\nX", "1", "\u00e9",
                  "'s"]
 _stream_text = st.lists(st.sampled_from(_stream_parts), max_size=40).map("".join)

@@ -333,6 +333,9 @@ class Tokenizer:
         pending = 0  # characters received since the last attempt to cut
         wait_for = STREAM_FLUSH_CHARS
         for text in iterable:
+            if not isinstance(text, str):
+                hint = " (open the file in text mode)" if isinstance(text, bytes) else ""
+                raise InputError(f"encode_iterable takes str, not {type(text).__name__}{hint}")
             parts.append(text)
             pending += len(text)
             if pending < wait_for:
