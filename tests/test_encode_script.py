@@ -164,6 +164,26 @@ def test_bad_inputs_are_one_line_errors_and_leave_no_file(tokenizer_dir, tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.txt", "in.txt"]
 
 
+def test_an_input_or_a_tokenizer_file_is_never_overwritten(tokenizer_dir, tmp_path):
+    """The token file or its sidecar at the path of an input, or of a file of the tokenizer directory,
+    would replace it once encoded: refused before anything is written, the files left as they were."""
+    source, sidecar_input = tmp_path / "in.txt", tmp_path / "tokens.json"
+    source.write_text("hello world\n")
+    sidecar_input.write_text("hello again\n")  # an input where output=tokens puts its sidecar
+    vocab = tokenizer_dir / "vocab.json"
+    before = vocab.read_bytes()
+    cases = [
+        (source, [source], "in.txt is one of the inputs"),
+        (tmp_path / "tokens", [source, sidecar_input], "tokens.json is one of the inputs"),
+        (vocab, [source], "vocab.json is a file of the tokenizer directory"),
+    ]
+    for output, inputs, named in cases:
+        with pytest.raises(ConfigError, match=named):
+            encode_corpus(tokenizer_dir, inputs, output)
+    assert source.read_text() == "hello world\n" and sidecar_input.read_text() == "hello again\n"
+    assert vocab.read_bytes() == before and not (tmp_path / "tokens").exists()
+
+
 def test_evaluate_script_reports_bytes_per_token(tokenizer_dir, documents, tmp_path):
     source = tmp_path / "held_out.txt"
     source.write_text(EOT.join(documents), encoding="utf-8")

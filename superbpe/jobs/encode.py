@@ -150,6 +150,7 @@ def encode_corpus(
     separator_id = separator_id_of(tokenizer, separator)
     paths = resolve_inputs(inputs)
     out = Path(output)
+    _check_nothing_is_overwritten(out, paths, directory)
     dtype = token_dtype(tokenizer.vocab)
     encoder = ChunkEncoder(tokenizer, separator_id, text_field, errors, dtype)
     n_workers = _workers(workers, paths)
@@ -194,6 +195,21 @@ def encode_corpus(
     )
     atomic_write_text(sidecar_path(out), json.dumps(asdict(result), indent=2, ensure_ascii=False) + "\n")
     return result
+
+
+def _check_nothing_is_overwritten(out: Path, paths: Sequence[Path], tokenizer_dir: Path) -> None:
+    """The token file and its sidecar replace what is at their paths when complete: refuse an input (the
+    corpus would be lost to its own token ids) or a file of the tokenizer directory, before anything is
+    written."""
+    for target in (out, sidecar_path(out)):
+        if not target.exists():
+            continue
+        if any(path.exists() and os.path.samefile(target, path) for path in paths):
+            raise ConfigError(f"output {target} is one of the inputs; write the token file elsewhere")
+        if tokenizer_dir.is_dir() and os.path.samefile(target.parent, tokenizer_dir):
+            raise ConfigError(
+                f"output {target} is a file of the tokenizer directory; write the token file elsewhere"
+            )
 
 
 def separator_id_of(tokenizer: Tokenizer, separator: str | None) -> int | None:
