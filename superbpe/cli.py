@@ -154,8 +154,8 @@ def _train(cfg: DictConfig) -> None:
 def _with_resume_hint(exc: BaseException, output_dir: Path) -> str:
     """The error, and how to continue when the failed run left a checkpoint (its merges are kept)."""
     message = " ".join(str(exc).split()) or type(exc).__name__
-    if not checkpoint_path(output_dir.expanduser()).is_file():
-        return message
+    if not checkpoint_path(output_dir.expanduser()).is_file() or "resume=" in message:
+        return message  # no checkpoint, or the error says how to resume already
     command = resume_command(output_dir, _entry_point())
     return f"{message} (the merges so far are kept; continue with: {command})"
 

@@ -189,5 +189,6 @@ def test_finished_run_dir_is_not_overwritten_without_resume(tmp_path, corpus):
     merges = read_merges(tmp_path / "out" / MERGES_FILE)
     again = train(tmp_path, f"data.paths=[{corpus}]", "vocab_size=400", f"output_dir={tmp_path / 'out'}")
     assert_one_line_error(again, "already holds a run", "resume=")
+    assert again.stderr.count("resume=") == 1  # said once
     assert read_merges(tmp_path / "out" / MERGES_FILE) == merges
     assert json.loads((tmp_path / "out" / MANIFEST_FILE).read_text())["vocab_size"] == 300
