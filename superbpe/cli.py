@@ -133,13 +133,16 @@ def train() -> None:
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
 def _train(cfg: DictConfig) -> None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    output_dir = Path(cfg.get("output_dir") or run_dir)
+    # A checkpoint there before the run is another run's (refused, naming how to resume it), not this one's.
+    checkpointed_before = checkpoint_path(output_dir.expanduser()).is_file()
     try:
         result = run_training(to_dataclass(cfg, TrainConfig), run_dir=run_dir)
     except USER_ERRORS as exc:
         if cfg.get("resume"):  # the user has the resume command; what failed may be the resume itself
             fail(exc)
         remove_if_only_logs(run_dir)
-        fail(_with_resume_hint(exc, Path(cfg.get("output_dir") or run_dir)))
+        fail(exc if checkpointed_before else _with_resume_hint(exc, output_dir))
     except TrainingInterrupted as stop:
         print(f"interrupted: {stop}; continue with: {resume_command(stop.output_dir, _entry_point())}")
         raise SystemExit(130) from None
@@ -154,8 +157,8 @@ def _train(cfg: DictConfig) -> None:
 def _with_resume_hint(exc: BaseException, output_dir: Path) -> str:
     """The error, and how to continue when the failed run left a checkpoint (its merges are kept)."""
     message = " ".join(str(exc).split()) or type(exc).__name__
-    if not checkpoint_path(output_dir.expanduser()).is_file() or "resume=" in message:
-        return message  # no checkpoint, or the error says how to resume already
+    if not checkpoint_path(output_dir.expanduser()).is_file():
+        return message
     command = resume_command(output_dir, _entry_point())
     return f"{message} (the merges so far are kept; continue with: {command})"
 

@@ -249,12 +249,6 @@ impl<'a> Json<'a> {
     }
 }
 
-/// The merges of a `merges.txt` text (with or without the `#version` first line), or `None` when a
-/// line is not two table strings and one space.
-pub fn merges(text: &str) -> Option<Merges> {
-    parse_merges(text)
-}
-
 /// Merges as `(left, right)` token bytes.
 pub type Merges = Vec<(Vec<u8>, Vec<u8>)>;
 
@@ -280,7 +274,7 @@ impl Placed {
 /// not bytes: a caller holding the tokens as objects hands the same objects back as the merges'
 /// parts instead of a new copy of each.
 pub fn placed_merges(text: &str, tokens: &[&[u8]]) -> Option<Placed> {
-    place(&parse_merges(text)?, tokens)
+    place(&merges(text)?, tokens)
 }
 
 /// `merges` placed among `tokens`, or `None` when a merge's parts or the token it makes are not
@@ -296,9 +290,9 @@ pub fn place(merges: &Merges, tokens: &[&[u8]]) -> Option<Placed> {
     Some(placed)
 }
 
-/// The lines of a `merges.txt` text as merges, or `None` when one is not two table strings and
-/// one space.
-fn parse_merges(text: &str) -> Option<Merges> {
+/// The merges of a `merges.txt` text (with or without the `#version` first line), or `None` when a
+/// line is not two table strings and one space.
+pub fn merges(text: &str) -> Option<Merges> {
     let mut merges = Vec::new();
     for (index, line) in text.split('\n').enumerate() {
         let line = line.trim_end_matches('\r');

@@ -21,13 +21,7 @@ import numpy as np
 from superbpe.core.compat import CompatConfig, check_directory_compat, encoding_for, recorded_compat
 from superbpe.core.counts import check_errors_mode
 from superbpe.core.errors import ConfigError, InputError
-from superbpe.core.pretokenize import (
-    COVERING_PATTERNS,
-    PATTERNS,
-    Pretokenizer,
-    SpecialSplitter,
-    get_pretokenizer,
-)
+from superbpe.core.pretokenize import Pretokenizer, SpecialSplitter, get_pretokenizer
 from superbpe.core.sources import Chunk, ChunkCutter, cut_stream, invalid_utf8, open_binary
 from superbpe.core.types import Merge
 from superbpe.core.util import import_optional, resolve_threads
@@ -571,7 +565,7 @@ def _warn_if_the_pattern_splits_merges(merges: Sequence[Merge], pretokenizer: Pr
     they encode as their stage 1 would, silently. Only tokens with a space between other bytes are split
     to find out, so a tokenizer whose pattern fits its merges costs no regex. The stage-2 patterns and
     custom ones are left alone (tokens they split are the trainer's business, not a wrong pattern)."""
-    if pretokenizer.name not in COVERING_PATTERNS or pretokenizer.pattern != PATTERNS[pretokenizer.name]:
+    if not pretokenizer.word_level:
         return
     for left, right in merges[-SPLIT_MERGES_CHECKED:]:
         token = left + right

@@ -73,7 +73,7 @@ class Pretokenizer:
     @cached_property
     def _split_line(self) -> Callable[[str], list[str]]:
         """The fastest exact isolated split for this pattern (a C-level regex call when possible)."""
-        if self.name in COVERING_PATTERNS and self.pattern == PATTERNS[self.name]:
+        if self.word_level:
             return self.compiled.findall
         if self.compiled.groups == 0:
             splitter = _compile(f"({self.pattern})").split
@@ -107,7 +107,13 @@ class Pretokenizer:
         split alone. Gap pieces of the stage-2 patterns (without line units) and custom patterns may
         span a newline, so those are cut only at special tokens.
         """
-        return self.line_units or (self.name in COVERING_PATTERNS and self.pattern == PATTERNS[self.name])
+        return self.line_units or self.word_level
+
+    @property
+    def word_level(self) -> bool:
+        """One of the built-in word-level patterns, exactly (``COVERING_PATTERNS``): their alternatives
+        cover every character, and their pieces are words, never runs of them."""
+        return self._builtin in COVERING_PATTERNS
 
     @cached_property
     def _builtin(self) -> str | None:

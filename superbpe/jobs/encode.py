@@ -204,9 +204,9 @@ def _check_nothing_is_overwritten(out: Path, paths: Sequence[Path], tokenizer_di
     for target in (out, sidecar_path(out)):
         if not target.exists():
             continue
-        if any(path.exists() and os.path.samefile(target, path) for path in paths):
+        if any(os.path.samefile(target, path) for path in paths):
             raise ConfigError(f"output {target} is one of the inputs; write the token file elsewhere")
-        if tokenizer_dir.is_dir() and os.path.samefile(target.parent, tokenizer_dir):
+        if os.path.samefile(target.parent, tokenizer_dir):
             raise ConfigError(
                 f"output {target} is a file of the tokenizer directory; write the token file elsewhere"
             )

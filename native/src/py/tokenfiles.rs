@@ -45,7 +45,8 @@ pub(super) fn gpt2_merges<'py>(
         let pairs = merges.iter().map(|(l, r)| PyTuple::new(py, [PyBytes::new(py, l), PyBytes::new(py, r)]));
         return Ok(Some(PyList::new(py, pairs.collect::<PyResult<Vec<_>>>()?)?));
     };
-    let Some(placed) = placed_merges(&text, &tokens)? else { return Ok(None) };
+    let known: Vec<&[u8]> = tokens.iter().map(|b| &b[..]).collect();
+    let Some(placed) = placed_merges(&text, &known)? else { return Ok(None) };
     Ok(Some(pairs_of(py, &placed.parts, |i| object_of(py, &tokens[i]))?))
 }
 
@@ -57,15 +58,14 @@ pub(super) fn gpt2_merges_unmade<'py>(
     text: PyBackedStr,
     tokens: Vec<PyBackedBytes>,
 ) -> PyResult<Option<(Bound<'py, PyList>, Vec<usize>)>> {
-    let Some(placed) = placed_merges(&text, &tokens)? else { return Ok(None) };
     let known: Vec<&[u8]> = tokens.iter().map(|b| &b[..]).collect();
+    let Some(placed) = placed_merges(&text, &known)? else { return Ok(None) };
     Ok(Some((pairs_of(py, &placed.parts, |i| object_of(py, &tokens[i]))?, placed.unmade(&known))))
 }
 
-/// The merges of `text` placed among `tokens` (`tokenfiles::placed_merges`), read without the GIL.
-fn placed_merges(text: &str, tokens: &[PyBackedBytes]) -> PyResult<Option<tokenfiles::Placed>> {
-    let known: Vec<&[u8]> = tokens.iter().map(|b| &b[..]).collect();
-    run_attached(|| Ok(tokenfiles::placed_merges(text, &known)))
+/// The merges of `text` placed among `known` (`tokenfiles::placed_merges`), read without the GIL.
+fn placed_merges(text: &str, known: &[&[u8]]) -> PyResult<Option<tokenfiles::Placed>> {
+    run_attached(|| Ok(tokenfiles::placed_merges(text, known)))
 }
 
 /// The `(left, right)` tuples of merges given as positions of tokens, made of the tokens' own
