@@ -27,7 +27,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException, ValidationError
 
 from superbpe.core.errors import SuperBPEError
 from superbpe.core.util import atomic_write_text, human_size
@@ -54,7 +54,8 @@ def config_dir() -> Path:
 
 def fail(exc: BaseException | str) -> None:
     """Print ``exc`` as one line and exit 1."""
-    message = " ".join(str(exc).split()) or type(exc).__name__
+    message = _config_message(exc) if isinstance(exc, OmegaConfBaseException) else None
+    message = message or " ".join(str(exc).split()) or type(exc).__name__
     print(f"error: {message}", file=sys.stderr)
     raise SystemExit(1)
 
@@ -88,9 +89,26 @@ def _hydra_message(exc: BaseException) -> str:
         options = list(itertools.takewhile(lambda line: line.startswith("\t"), lines[start + 1 :]))
         return f"{first} (choose one of: {', '.join(option.strip() for option in options)})"
     cause = exc.__cause__
+    given = first.rpartition("=")[2] if first.startswith("Error merging override ") else None
+    if isinstance(cause, OmegaConfBaseException) and (message := _config_message(cause, given)):
+        return message
     if cause is not None and str(cause).strip():
         first = f"{first.rstrip('.')}: {str(cause).strip().splitlines()[0]}"
     return first
+
+
+def _config_message(exc: OmegaConfBaseException, given: str | None = None) -> str | None:
+    """What to write instead, for the two config errors OmegaConf words for its own developers: a
+    required key left out (``superbpe-encode`` without ``output=``) and one value where a list goes
+    (``data.paths=a.txt``, the value ``given``). None for the others, whose first line says it already."""
+    key = getattr(exc, "full_key", None)
+    if not key:
+        return None
+    if isinstance(exc, MissingMandatoryValue):
+        return f"{key} is required: add {key}=..."
+    if isinstance(exc, ValidationError) and "is not a ListConfig" in str(exc):
+        return f"{key} takes a list: {key}=[{given or 'a'}] (several: {key}=[a,b])"
+    return None
 
 
 def remove_if_only_logs(run_dir: Path) -> None:

@@ -127,6 +127,13 @@ def test_hydra_errors_are_one_line(tmp_path: Path) -> None:
     assert_one_line_error(evaluate_typo, "separater")
 
 
+def test_a_list_key_given_one_value_and_a_required_key_left_out_say_what_to_write(tmp_path: Path) -> None:
+    one_path = train(tmp_path, "data.paths=a.txt")
+    assert_one_line_error(one_path, "data.paths takes a list: data.paths=[a.txt]")
+    no_output = run_script("encode.py", "tokenizer=x", "input=y", cwd=tmp_path)
+    assert_one_line_error(no_output, "output is required: add output=")
+
+
 # -- bug 4: the engine is chosen once, never switched silently -------------------------------------------
 
 
