@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -140,6 +142,12 @@ def test_train_bpe_warns_when_the_corpus_runs_out_of_pairs(engine, caplog):
     made = len(merges)
     assert f"made {made} of the 43 merges" in message and "no pair of adjacent tokens is left" in message
     assert message in caplog.text and len(vocab) == 257 + made
+
+
+def test_the_short_vocabulary_warning_is_printed_once_where_logging_is_not_set_up():
+    code = "import superbpe; superbpe.train_bpe(iter(['abcabc', 'abd']), 300, engine='python')"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stderr.count("merges asked for") == 1, proc.stderr
 
 
 def test_train_superbpe_checks_its_transition_and_options():

@@ -126,8 +126,9 @@ def train_bpe(
 
 
 def warn_if_short(caller: str, merges: Sequence[Merge], wanted: int, rules: MergeRules) -> None:
-    """Warn (``warnings`` and the log) when training made fewer tokens than asked: the vocabulary is
-    smaller than ``vocab_size``, which a caller sizing an embedding table must know."""
+    """Warn when training made fewer tokens than asked: the vocabulary is smaller than ``vocab_size``,
+    which a caller sizing an embedding table must know. Logged too where logging is set up (an
+    unconfigured logger would print the same line a second time, beside the warning)."""
     made = len({left + right for left, right in merges})
     if made >= wanted:
         return
@@ -140,7 +141,8 @@ def warn_if_short(caller: str, merges: Sequence[Merge], wanted: int, rules: Merg
         f"{caller} made {made} of the {wanted} merges asked for, so the vocabulary is {wanted - made} "
         f"tokens smaller than vocab_size: {why}; give more text or a smaller vocab_size"
     )
-    log.warning(message)
+    if log.hasHandlers():
+        log.warning(message)
     warnings.warn(message, UserWarning, stacklevel=3)
 
 
