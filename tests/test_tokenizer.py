@@ -551,6 +551,7 @@ def test_load_falls_back_to_tokenizer_json_then_gpt2_files(tmp_path: Path) -> No
     plain = Tokenizer.load(tmp_path, engine="python")
     assert plain.pretokenizer.name == "gpt2"
     assert plain.vocab == tok.vocab
+    assert len(plain) == plain.vocab_size == 259
 
 
 def test_load_errors(tmp_path: Path) -> None:
@@ -560,6 +561,8 @@ def test_load_errors(tmp_path: Path) -> None:
         Tokenizer.load(tmp_path)
     tok = Tokenizer({i: bytes([i]) for i in range(256)}, [], engine="python")
     tok.save(tmp_path)
+    with pytest.raises(InputError, match=r"vocab.json is a file: load takes the tokenizer's directory"):
+        Tokenizer.load(tmp_path / "vocab.json")
     manifest = tmp_path / "superbpe.json"
     original = manifest.read_text(encoding="utf-8")
     manifest.write_text(original.replace('"vocab_size": 256', '"vocab_size": 300'), encoding="utf-8")

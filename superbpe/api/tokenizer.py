@@ -170,6 +170,10 @@ class Tokenizer:
     def vocab_size(self) -> int:
         return len(self._vocab)
 
+    def __len__(self) -> int:
+        """The vocabulary size, specials included (as ``len`` of an HF tokenizer)."""
+        return len(self._vocab)
+
     @property
     def special_tokens(self) -> list[str]:
         return list(self._special_ids)
@@ -482,6 +486,9 @@ class Tokenizer:
                 pre, whole_pieces = encoding_for(compat)
                 return cls.from_files(vocab_path, merges_path, None, pre, engine, whole_pieces=whole_pieces)
             return cls.from_files(vocab_path, merges_path, engine=engine)
+        if directory.is_file():
+            parent = directory.parent
+            raise InputError(f"{directory} is a file: load takes the tokenizer's directory ({parent})")
         if not directory.is_dir():
             raise InputError(f"{directory}: tokenizer directory not found")
         raise InputError(f"{directory}: none of {MANIFEST_FILE}, {HF_FILE}, {VOCAB_FILE}")
