@@ -262,6 +262,7 @@ def _encode(cfg: DictConfig) -> None:
             progress=args.progress,
             executor=args.executor,
             compat=args.compat,
+            dtype=args.dtype,
         )
     except USER_ERRORS as exc:
         fail(exc)

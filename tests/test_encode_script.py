@@ -132,6 +132,27 @@ def test_uint32_above_65536_ids(tokenizer_dir, documents, tmp_path):
     ids = np.memmap(out, dtype=np.uint32, mode="r").tolist()
     assert ids == expected_ids(big, documents)
     assert ids.count(70_000) == len(documents)
+    narrow = run_script(
+        "encode.py", f"tokenizer={tmp_path / 'big'}", f"input={source}", f"output={tmp_path / 'n.bin'}",
+        "dtype=uint16", cwd=tmp_path,
+    )  # fmt: skip
+    assert_one_line_error(narrow, "dtype=uint16 cannot hold token id 70000", "use uint32")
+    assert not (tmp_path / "n.bin").exists() and not (tmp_path / "n.bin.json").exists()
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+def test_dtype_uint32_for_a_small_vocabulary(tokenizer_dir, documents, tmp_path, sharded):
+    source = tmp_path / "docs.txt"
+    source.write_text(EOT.join(documents), encoding="utf-8")
+    out = tmp_path / ("shards" if sharded else "wide.bin")
+    target = f"{out}/" if sharded else out
+    result = encode_corpus(tokenizer_dir, source, target, dtype="uint32", progress=False)
+    assert result.dtype == "uint32"
+    file = out / "shard-000000.bin" if sharded else out
+    assert np.fromfile(file, dtype="<u4").tolist() == expected_ids(Tokenizer.load(tokenizer_dir), documents)
+    with pytest.raises(ConfigError, match=r"dtype 'int32' must be one of uint16, uint32"):
+        encode_corpus(tokenizer_dir, source, tmp_path / "x.bin", dtype="int32", progress=False)
+    assert not (tmp_path / "x.bin").exists()
 
 
 def test_bad_inputs_are_one_line_errors_and_leave_no_file(tokenizer_dir, tmp_path):

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from superbpe.core.errors import InputError
+from superbpe.core.errors import ConfigError, InputError
 from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE
 from superbpe.formats.hf import HF_FILE
 from superbpe.formats.manifest import MANIFEST_FILE
@@ -68,9 +68,25 @@ class ShardedEncodeResult(EncodeResult):
     format_version: int = 1
 
 
-def token_dtype(vocab: Mapping[int, bytes]) -> np.dtype:
-    """uint16 when every id fits in 16 bits, else uint32."""
-    return np.dtype(np.uint16) if max(vocab) < 1 << 16 else np.dtype(np.uint32)
+#: The element types a token file may have (``dtype=`` of ``superbpe-encode``).
+TOKEN_DTYPES = ("uint16", "uint32")
+
+
+def token_dtype(vocab: Mapping[int, bytes], requested: str | None = None) -> np.dtype:
+    """``requested`` (one of :data:`TOKEN_DTYPES`), checked to hold every id; by default uint16 when
+    every id fits in 16 bits, else uint32. A loader that expects uint32 whatever the vocabulary asks
+    for it; uint16 for a larger vocabulary is refused before anything is written."""
+    largest = max(vocab)
+    if requested is None:
+        return np.dtype(np.uint16) if largest < 1 << 16 else np.dtype(np.uint32)
+    if requested not in TOKEN_DTYPES:
+        choices = ", ".join(TOKEN_DTYPES)
+        raise ConfigError(f"dtype {requested!r} must be one of {choices} (or null: the smallest)")
+    dtype = np.dtype(requested)
+    if largest > np.iinfo(dtype).max:
+        size = len(vocab)
+        raise ConfigError(f"dtype={requested} cannot hold token id {largest} (vocab size {size}); use uint32")
+    return dtype
 
 
 def write_ids(handle: Any, ids: Sequence[int] | np.ndarray, dtype: np.dtype) -> int:

@@ -129,10 +129,12 @@ def encode_corpus(
     progress: bool | None = None,
     executor: ExecutorSpec | str | None = None,
     compat: str | CompatConfig | None = None,
+    dtype: str | None = None,
 ) -> EncodeResult | ShardedEncodeResult:
     """Write the flat token file and its sidecar; both appear only when complete.
 
     ``compat`` is passed to :meth:`Tokenizer.load` (``"official"``: bare official files encode as theirs).
+    ``dtype`` (``"uint16"`` or ``"uint32"``) fixes the ids' type; None takes the smallest that holds them.
 
     With an ``executor`` other than local, or when ``output`` is a directory (existing, or named with a
     trailing ``/``), write one token file per shard plus ``index.json`` instead
@@ -143,7 +145,7 @@ def encode_corpus(
         return encode_sharded(
             tokenizer_dir, inputs, output, separator=separator, executor=spec, workers=workers,
             chunk_bytes=chunk_bytes, text_field=text_field, errors=errors, engine=engine, progress=progress,
-            compat=compat,
+            compat=compat, dtype=dtype,
         )  # fmt: skip
     directory = Path(tokenizer_dir)
     tokenizer = Tokenizer.load(directory, engine=engine, compat=compat)
@@ -151,8 +153,8 @@ def encode_corpus(
     paths = resolve_inputs(inputs)
     out = Path(output)
     _check_nothing_is_overwritten(out, paths, directory)
-    dtype = token_dtype(tokenizer.vocab)
-    encoder = ChunkEncoder(tokenizer, separator_id, text_field, errors, dtype)
+    ids_dtype = token_dtype(tokenizer.vocab, dtype)
+    encoder = ChunkEncoder(tokenizer, separator_id, text_field, errors, ids_dtype)
     n_workers = _workers(workers, paths)
     tokens = documents = 0
     try:
@@ -166,24 +168,24 @@ def encode_corpus(
                     path, tokenizer.special_tokens, chunk_bytes, line_cuts=line_cuts,
                     pretokenizer=tokenizer.pretokenizer,
                 )  # fmt: skip
-                args = (str(directory), engine, compat, separator_id, text_field, errors, dtype.name)
+                args = (str(directory), engine, compat, separator_id, text_field, errors, ids_dtype.name)
                 open_document = False
                 for chunk, (ids, ended) in _encoded(chunks, encoder, n_workers, args):
                     if len(ids):
                         open_document = int(ids[-1]) != separator_id
-                    tokens += write_ids(handle, ids, dtype)
+                    tokens += write_ids(handle, ids, ids_dtype)
                     documents += ended
                     update(chunk.read_bytes)
                 one_per_record = is_jsonl(path) or is_table(path)
                 if not one_per_record and open_document:  # a text file ends its last document
                     documents += 1
                     if separator_id is not None:
-                        tokens += write_ids(handle, [separator_id], dtype)
+                        tokens += write_ids(handle, [separator_id], ids_dtype)
     except OSError as exc:
         raise InputError(f"cannot write {out}: {exc.strerror or exc}") from None
     result = EncodeResult(
         str(out),
-        dtype.name,
+        ids_dtype.name,
         tokens,
         documents,
         separator,
@@ -272,6 +274,7 @@ def encode_sharded(
     engine: str = "auto",
     progress: bool | None = None,
     compat: str | CompatConfig | None = None,
+    dtype: str | None = None,
 ) -> ShardedEncodeResult:
     """Encode ``inputs`` into one token file per shard under ``output_dir`` plus ``index.json``.
 
@@ -283,7 +286,7 @@ def encode_sharded(
     tokenizer = Tokenizer.load(directory, engine=engine, compat=compat)
     separator_id = separator_id_of(tokenizer, separator)
     paths = resolve_inputs(inputs)
-    dtype = token_dtype(tokenizer.vocab)
+    ids_dtype = token_dtype(tokenizer.vocab, dtype)
     fingerprint = tokenizer_hash(directory)
     runner = get_executor(spec, workers)
     try:
@@ -302,7 +305,7 @@ def encode_sharded(
             chunk_bytes,
             str(out),
         )
-        tasks = [(shard, number, *common, dtype.name) for number, shard in enumerate(shards)]
+        tasks = [(shard, number, *common, ids_dtype.name) for number, shard in enumerate(shards)]
         entries: list[ShardEntry | None] = [None] * len(shards)
         try:
             with task("encoding", sum(s.size() for s in shards), "B", enabled=progress) as update:
@@ -314,7 +317,7 @@ def encode_sharded(
                 out,
                 entries,
                 shards,
-                dtype.name,
+                ids_dtype.name,
                 separator,
                 separator_id,
                 tokenizer,

@@ -161,6 +161,7 @@ class EncodeConfig:
     # How the tokenizer directory is read (the ``compat`` group, as in training): None = as it says;
     # ``compat=official`` reads bare official vocab.json + merges.txt as their encoder does.
     compat: CompatConfig | None = None
+    dtype: str | None = None  # the ids' type, uint16 or uint32; None = the smallest that holds every id
 
 
 @dataclass
