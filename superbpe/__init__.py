@@ -34,6 +34,8 @@ _EXPORTS = {
     "run_training": "superbpe.training.run",
     "TrainConfig": "superbpe.training.config",
     "CompatConfig": "superbpe.core.compat",
+    "open_tokens": "superbpe.formats.token_files",
+    "open_shards": "superbpe.formats.token_files",
 }
 #: Modules handed out whole: ``superbpe.compat.OFFICIAL`` names a preset.
 _MODULES = {"compat": "superbpe.core.compat"}

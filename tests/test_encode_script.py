@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from script_helpers import assert_one_line_error, run_script, train_small_tokenizer
 
+import superbpe
 import superbpe.jobs.encode as encode_module
 from superbpe.api.tokenizer import Tokenizer
 from superbpe.core.errors import ConfigError, InputError
@@ -138,6 +139,30 @@ def test_uint32_above_65536_ids(tokenizer_dir, documents, tmp_path):
     )  # fmt: skip
     assert_one_line_error(narrow, "dtype=uint16 cannot hold token id 70000", "use uint32")
     assert not (tmp_path / "n.bin").exists() and not (tmp_path / "n.bin.json").exists()
+
+
+def test_open_tokens_maps_a_token_file_with_its_sidecars_dtype(tokenizer_dir, documents, tmp_path):
+    source = tmp_path / "docs.txt"
+    source.write_text(EOT.join(documents), encoding="utf-8")
+    for dtype in ("uint16", "uint32"):
+        encode_corpus(tokenizer_dir, source, tmp_path / f"{dtype}.bin", dtype=dtype, progress=False)
+        ids = superbpe.open_tokens(tmp_path / f"{dtype}.bin")
+        assert ids.dtype == np.dtype(dtype)
+        assert ids.tolist() == expected_ids(Tokenizer.load(tokenizer_dir), documents)
+    cut = tmp_path / "cut.bin"
+    cut.write_bytes((tmp_path / "uint16.bin").read_bytes()[:-2])
+    (tmp_path / "cut.bin.json").write_bytes((tmp_path / "uint16.bin.json").read_bytes())
+    with pytest.raises(InputError, match=r"cut.bin: \d+ bytes, but its sidecar records \d+ uint16 ids"):
+        superbpe.open_tokens(cut)
+    (tmp_path / "bare.bin").write_bytes(b"\0\0")
+    with pytest.raises(InputError, match=r"bare.bin.json: no such file"):
+        superbpe.open_tokens(tmp_path / "bare.bin")
+    with pytest.raises(InputError, match=r"is a directory of shards: open_shards"):
+        superbpe.open_tokens(tmp_path)
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    encode_corpus(tokenizer_dir, empty, tmp_path / "none.bin", separator=None, progress=False)
+    assert superbpe.open_tokens(tmp_path / "none.bin").tolist() == []
 
 
 @pytest.mark.parametrize("sharded", [False, True])

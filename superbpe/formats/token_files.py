@@ -1,10 +1,11 @@
 """Token files for language-model training: what an encoding job writes, and how to read it back.
 
 A flat encoding is raw little-endian ``uint16`` ids when every id of the tokenizer fits, else ``uint32``,
-so it loads with ``np.memmap(path, dtype=...)``, plus a JSON sidecar (``<output>.json``) recording dtype,
-token and document counts and a hash of the tokenizer files, so a training job can check it reads what it
-thinks it reads. A sharded encoding is a directory of such files (``shard-NNNNNN.bin``) and an
-``index.json`` written last: a directory without it is not a finished encoding.
+so it loads with ``np.memmap(path, dtype=...)`` (:func:`open_tokens` takes the dtype from the sidecar and
+checks the file against it), plus a JSON sidecar (``<output>.json``) recording dtype, token and document
+counts and a hash of the tokenizer files, so a training job can check it reads what it thinks it reads. A
+sharded encoding is a directory of such files (``shard-NNNNNN.bin``) and an ``index.json`` written last: a
+directory without it is not a finished encoding.
 """
 
 from __future__ import annotations
@@ -136,3 +137,35 @@ def open_shards(directory: str | os.PathLike[str]) -> list[np.ndarray]:
         path = Path(directory) / entry["file"]
         arrays.append(np.memmap(path, dtype=dtype, mode="r") if entry["tokens"] else np.zeros(0, dtype))
     return arrays
+
+
+def open_tokens(path: str | os.PathLike[str]) -> np.ndarray:
+    """A flat token file as a read-only memory map, its dtype read from its sidecar (``<path>.json``).
+
+    The file's size must be the sidecar's token count in that dtype: a file cut short (a copy that
+    stopped) or another encoding's sidecar would otherwise read as plausible ids.
+    """
+    file = Path(path)
+    if file.is_dir():
+        raise InputError(f"{file} is a directory of shards: open_shards({str(file)!r}) maps each shard")
+    side = sidecar_path(file)
+    try:
+        record = json.loads(side.read_text(encoding="utf-8"))
+        dtype, tokens = np.dtype(record["dtype"]).newbyteorder("<"), int(record["tokens"])
+    except FileNotFoundError:
+        missing = file if not file.exists() else side
+        raise InputError(f"{missing}: no such file (open_tokens reads a token file and its .json)") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"{side}: not a token file's sidecar ({exc})") from None
+    try:
+        size = file.stat().st_size
+    except FileNotFoundError:
+        raise InputError(f"{file}: no such file (its sidecar is there)") from None
+    if size != tokens * dtype.itemsize:
+        raise InputError(
+            f"{file}: {size} bytes, but its sidecar records {tokens} {dtype.name} ids "
+            f"({tokens * dtype.itemsize} bytes): not the file it describes, or cut short"
+        )
+    if tokens == 0:  # np.memmap cannot map an empty file
+        return np.zeros(0, dtype)
+    return np.memmap(file, dtype=dtype, mode="r")
