@@ -126,8 +126,12 @@ def test_jsonl_documents_are_independent_and_text_field_is_configurable(tmp_path
         handle.write(json.dumps({"body": "a  "}) + "\n" + json.dumps({"body": "b"}) + "\n")
     counts = count_pieces(path, "gpt2", text_field="body", chunk_bytes=8)
     assert counts.to_dict() == {b"a": 1, b"  ": 1, b"b": 1}
-    with pytest.raises(InputError, match=r"docs.jsonl.gz: line 1: no string field 'text'"):
+    with pytest.raises(InputError, match=r"line 1: no string field 'text' \(its fields: 'body';"):
         count_pieces(path, "gpt2")
+    listed = tmp_path / "list.jsonl"
+    listed.write_text('["a", "b"]\n')
+    with pytest.raises(InputError, match=r"list.jsonl: line 1: a JSON list, not an object with"):
+        count_pieces(listed, "gpt2")
 
 
 def test_invalid_json_line_names_file_and_line(tmp_path: Path) -> None:

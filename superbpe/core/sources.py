@@ -494,8 +494,15 @@ def _json_text(line: str, path: str, number: int, field: str) -> str:
         record = json.loads(line)
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}: line {number}: invalid JSON ({exc.msg})") from None
-    if not isinstance(record, dict) or not isinstance(record.get(field), str):
-        raise InputError(f"{path}: line {number}: no string field {field!r}")
+    if not isinstance(record, dict):
+        kind = type(record).__name__
+        raise InputError(f"{path}: line {number}: a JSON {kind}, not an object with a {field!r} field")
+    if not isinstance(record.get(field), str):
+        held = ", ".join(repr(key) for key in list(record)[:8]) or "none"
+        raise InputError(
+            f"{path}: line {number}: no string field {field!r} (its fields: {held}; the text_field option "
+            "picks another)"
+        )
     return record[field]
 
 
