@@ -112,7 +112,10 @@ def _document_text(item: Any, number: int, text_field: str) -> str:
         text = item.get(text_field)
         if isinstance(text, str):
             return text
-        raise InputError(f"document {number}: no string field {text_field!r} (set text_field)")
+        held = ", ".join(repr(key) for key in list(item)[:8]) or "none"
+        raise InputError(
+            f"document {number}: no string field {text_field!r} (its fields: {held}; set text_field)"
+        )
     raise InputError(
         f"document {number} is a {type(item).__name__}, not a string (give texts, or rows with a "
         f"{text_field!r} field)"
