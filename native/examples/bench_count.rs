@@ -24,6 +24,7 @@ fn main() {
         specials: Specials::new(&[b"<|endoftext|>".to_vec()]),
         chunk_bytes: 4 << 20,
         ceiling: Default::default(),
+        stop: Default::default(),
     };
     let file = std::fs::File::open(&args[1]).expect("open corpus");
     // SAFETY: the corpus is not modified while this benchmark maps it.

@@ -35,6 +35,7 @@ fn main() {
             specials: Specials::new(&[b"<|endoftext|>".to_vec()]),
             chunk_bytes: 4 << 20,
             ceiling: Default::default(),
+            stop: Default::default(),
         };
         let mut counts = Counts::default();
         let count = pool.install(|| {

@@ -26,6 +26,7 @@ fn count_spec(name: &str) -> CountSpec {
         specials: Specials::new(&[b"<|endoftext|>".to_vec()]),
         chunk_bytes: 4 << 20,
         ceiling: Default::default(),
+        stop: Default::default(),
     }
 }
 

@@ -8,6 +8,7 @@
 //! block of input is held at a time.
 
 use std::io::Read;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use rayon::prelude::*;
@@ -30,6 +31,40 @@ pub enum CountError {
     Io(std::io::Error),
     /// The count went past its memory ceiling (`CountSpec::ceiling`).
     Memory(Exceeded),
+    /// [`stop_counts`] was called while the count ran.
+    Stopped,
+}
+
+/// How many times [`stop_counts`] has been called.
+static STOPS: AtomicU64 = AtomicU64::new(0);
+
+/// Stop every count running now, each after the work unit it is on: what Ctrl-C does to a count
+/// of a large file, which would otherwise run to its end (a 10 GB corpus counts for half a minute)
+/// before the process could act on it. A signal is for the whole process, hence one call for every
+/// count; counts made afterwards are not affected.
+pub fn stop_counts() {
+    STOPS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// When a count's [`CountSpec`] was made, against [`stop_counts`] calls.
+#[derive(Clone, Copy, Debug)]
+pub struct Stop(u64);
+
+impl Stop {
+    /// A count made now: stopped by any later [`stop_counts`].
+    pub fn now() -> Stop {
+        Stop(STOPS.load(Ordering::Relaxed))
+    }
+
+    fn requested(self) -> bool {
+        STOPS.load(Ordering::Relaxed) != self.0
+    }
+}
+
+impl Default for Stop {
+    fn default() -> Self {
+        Stop::now()
+    }
 }
 
 impl From<String> for CountError {
@@ -46,6 +81,8 @@ pub struct CountSpec {
     pub chunk_bytes: usize,
     /// Checked after each batch of text is counted (a window of a file, a block of a stream).
     pub ceiling: Ceiling,
+    /// Checked before each work unit is counted.
+    pub stop: Stop,
 }
 
 impl CountSpec {
@@ -88,11 +125,14 @@ impl CountSpec {
     /// memory ceiling. Nothing borrows `docs` afterwards.
     pub fn count_into(&self, docs: &[&[u8]], tally: &Tally) -> Result<(), CountError> {
         self.units(docs).par_iter().try_for_each(|unit| {
+            if self.stop.requested() {
+                return Err(CountError::Stopped);
+            }
             let mut local = tally.local();
             for seg in unit {
                 local.count(&self.splitter, seg)?;
             }
-            Ok::<_, String>(())
+            Ok(())
         })?;
         self.ceiling.check().map_err(CountError::Memory)
     }
@@ -322,6 +362,7 @@ mod tests {
             specials: Specials::new(&specials.iter().map(|s| s.as_bytes().to_vec()).collect::<Vec<_>>()),
             chunk_bytes: chunk,
             ceiling: Ceiling::default(),
+            stop: Stop::now(),
         }
     }
 
@@ -348,6 +389,7 @@ mod tests {
             specials: Specials::new(&specials.iter().map(|s| s.as_bytes().to_vec()).collect::<Vec<_>>()),
             chunk_bytes: chunk,
             ceiling: Ceiling::default(),
+            stop: Stop::now(),
         }
     }
 
@@ -375,6 +417,24 @@ mod tests {
         let mut c = Counts::default();
         tally.drain_into(&mut c)?;
         Ok(c.sorted().into_iter().map(|(k, v)| (k.to_vec(), v)).collect())
+    }
+
+    #[test]
+    fn a_count_made_before_a_stop_stops_and_one_made_after_counts() {
+        let text = block_corpus();
+        let mut s = spec(Builtin::Gpt2, false, &["<|e|>"], 64);
+        // As if `stop_counts` had been called since `s` was made (without stopping the counts of
+        // tests running beside this one).
+        s.stop = Stop(STOPS.load(Ordering::Relaxed).wrapping_sub(1));
+        let mut windows = 0;
+        let tally = Tally::new(2);
+        let stopped = s.count_windows(text.as_bytes(), &tally, 100, |_| windows += 1);
+        assert!(matches!(stopped, Err(CountError::Stopped)), "{stopped:?}");
+        assert_eq!(windows, 0);
+        assert!(matches!(count_streamed(&s, text.as_bytes(), 100, false), Err(CountError::Stopped)));
+        assert!(matches!(s.count_docs(&[text.as_bytes()], &mut Counts::default()), Err(CountError::Stopped)));
+        s.stop = Stop::now();
+        assert_eq!(count_windowed(&s, text.as_bytes(), 100).unwrap(), count(&s, &text));
     }
 
     #[test]

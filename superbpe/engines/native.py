@@ -81,6 +81,14 @@ def _require_native() -> Any:
     return _native
 
 
+def stop_counts() -> None:
+    """Stop every native count running in this process (each raises ``KeyboardInterrupt`` after the
+    work unit it is on). A count on the main thread hears Ctrl-C itself; this is for those on other
+    threads, such as a SuperBPE run's count of its next stage, which would otherwise be waited for."""
+    if _native is not None:
+        _native.stop_all_counts()
+
+
 def splits_exactly(pre: Pretokenizer) -> bool:
     """Whether the native engine splits with ``pre`` exactly like `regex` does.
 

@@ -56,6 +56,7 @@ from superbpe.core.vocab import (
     reserved_tokens,
 )
 from superbpe.engines.interface import Engine, get_engine
+from superbpe.engines.native import stop_counts
 from superbpe.formats.checkpoints import (
     Checkpoint,
     Checkpointer,
@@ -409,10 +410,14 @@ class _CountAhead:
     def __enter__(self) -> _CountAhead:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        """Never leave a count running behind the run (an error in this stage still waits for it)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+    def __exit__(self, kind: type[BaseException] | None, *exc_info: object) -> None:
+        """Never leave a count running behind the run (an error in this stage still waits for it);
+        on Ctrl-C the count is stopped first, so the run ends within a moment, not when it is done."""
+        if self._pool is None:
+            return
+        if kind is not None and issubclass(kind, KeyboardInterrupt):
+            stop_counts()
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
     def start_after(self, plan: StagePlan) -> None:
         """Start counting for the stage after ``plan``, if it counts and the engine allows overlap."""

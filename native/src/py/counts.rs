@@ -118,6 +118,7 @@ impl From<CountError> for NativeError {
             CountError::Utf8(offset) => NativeError::Utf8(offset as usize),
             CountError::Io(e) => NativeError::Msg(format!("cannot read ({e})")),
             CountError::Memory(e) => NativeError::Memory(e),
+            CountError::Stopped => NativeError::Py(PyKeyboardInterrupt::new_err("count stopped")),
         }
     }
 }
@@ -135,7 +136,7 @@ pub struct Counter {
 impl Counter {
     fn count_text(&mut self, py: Python<'_>, data: &[u8], replace: bool) -> PyResult<()> {
         let (spec, tally, pool) = (&self.spec, &self.tally, &self.pool);
-        run_detached(py, || {
+        run_interruptible(py, || {
             let text = match std::str::from_utf8(data) {
                 Ok(_) => std::borrow::Cow::Borrowed(data),
                 Err(e) if !replace => return Err(NativeError::Utf8(e.valid_up_to())),
@@ -164,7 +165,7 @@ impl Counter {
     ) -> PyResult<Self> {
         let splitter = Splitter::new(pattern, line_units).map_err(PyValueError::new_err)?;
         let ceiling = memory::Ceiling { rss: memory_limit, reserve: memory_reserve };
-        let spec = CountSpec { splitter, specials: Specials::new(&specials), chunk_bytes, ceiling };
+        let spec = CountSpec { splitter, specials: Specials::new(&specials), chunk_bytes, ceiling, stop: Stop::now() };
         let workers = workers.max(1);
         Ok(Counter { spec, tally: Tally::new(workers), counts: Counts::default(), pool: pool(workers)? })
     }
@@ -187,26 +188,28 @@ impl Counter {
         block_bytes: usize,
         borrow: bool,
     ) -> PyResult<()> {
-        let file = File::open(path).map_err(|e| PyValueError::new_err(format!("{path}: cannot read ({e})")))?;
-        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
         let (spec, tally, pool) = (&self.spec, &self.tally, &self.pool);
         let read_error = |e: CountError| match e {
             CountError::Io(e) => NativeError::Msg(format!("{path}: cannot read ({e})")),
             e => NativeError::from(e),
         };
-        if replace || len == 0 {
-            return run_detached(py, || {
-                pool.install(|| spec.count_stream(file, tally, replace, block_bytes)).map_err(read_error)
-            });
-        }
-        // SAFETY: inputs are not modified while a count runs, nor while counts that borrow them
-        // live (documented requirement, as for any reader); unless borrowed the map is dropped
-        // before returning.
-        let map = Arc::new(
-            unsafe { MappedFile::open(&file) }
-                .map_err(|e| PyValueError::new_err(format!("{path}: cannot map ({e})")))?,
-        );
-        run_detached(py, || pool.install(|| spec.count_mapped(&map, tally, block_bytes, borrow)).map_err(read_error))
+        // Opened without the GIL too: opening a named pipe (or a file on a stalled network mount)
+        // waits, and other threads must not wait with it.
+        run_interruptible(py, || {
+            let file = File::open(path).map_err(|e| NativeError::Msg(format!("{path}: cannot read ({e})")))?;
+            let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+            if replace || len == 0 {
+                return pool.install(|| spec.count_stream(file, tally, replace, block_bytes)).map_err(read_error);
+            }
+            // SAFETY: inputs are not modified while a count runs, nor while counts that borrow them
+            // live (documented requirement, as for any reader); unless borrowed the map is dropped
+            // before returning.
+            let map = Arc::new(
+                unsafe { MappedFile::open(&file) }
+                    .map_err(|e| NativeError::Msg(format!("{path}: cannot map ({e})")))?,
+            );
+            pool.install(|| spec.count_mapped(&map, tally, block_bytes, borrow)).map_err(read_error)
+        })
     }
 
     /// Count one whole text given as bytes (e.g. a decompressed file).
@@ -217,7 +220,7 @@ impl Counter {
     /// Count independent documents (e.g. JSON lines).
     fn count_docs(&mut self, py: Python<'_>, docs: Vec<PyBackedStr>) -> PyResult<()> {
         let (spec, tally, pool) = (&self.spec, &self.tally, &self.pool);
-        run_detached(py, || {
+        run_interruptible(py, || {
             let slices: Vec<&[u8]> = docs.iter().map(|d| d.as_bytes()).collect();
             pool.install(|| spec.count_into(&slices, tally)).map_err(NativeError::from)
         })

@@ -9,15 +9,16 @@
 
 use std::fs::File;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
 
 use pyo3::create_exception;
-use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyKeyboardInterrupt, PyMemoryError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
-use crate::count::{CountError, CountSpec, DEFAULT_BLOCK_BYTES};
+use crate::count::{stop_counts, CountError, CountSpec, Stop, DEFAULT_BLOCK_BYTES};
 use crate::cuts::safe_chunks;
 use crate::encode::Encoder;
 use crate::memory::MappedFile;
@@ -81,6 +82,49 @@ where
     panic_as_error(py.detach(|| catch_unwind(AssertUnwindSafe(f))))
 }
 
+/// How often [`run_interruptible`] looks for a signal while its work runs.
+const SIGNAL_POLL: Duration = Duration::from_millis(100);
+
+/// [`run_detached`] for a count, which can take minutes: on a helper thread while the calling
+/// thread looks for signals every [`SIGNAL_POLL`]. Python runs its signal handlers (Ctrl-C's
+/// `KeyboardInterrupt`) only on the main thread, between bytecodes, so a call that holds the main
+/// thread in Rust would hear Ctrl-C only once the count ended. When a handler raises, every
+/// running count is stopped ([`stop_counts`]), this one is waited for, and the handler's error
+/// is returned. (On other threads Python handles no signals, and this only waits.)
+pub(crate) fn run_interruptible<T: Send, F>(py: Python<'_>, f: F) -> PyResult<T>
+where
+    F: FnOnce() -> Result<T, NativeError> + Send,
+{
+    let (done_tx, done_rx) = mpsc::channel();
+    let (result, signal) = py.detach(move || {
+        std::thread::scope(|scope| {
+            scope.spawn(move || {
+                let _ = done_tx.send(catch_unwind(AssertUnwindSafe(f)));
+            });
+            let mut signal = None;
+            loop {
+                match done_rx.recv_timeout(SIGNAL_POLL) {
+                    Ok(result) => return (result, signal),
+                    Err(mpsc::RecvTimeoutError::Timeout) if signal.is_none() => {
+                        if let Err(e) = Python::attach(|py| py.check_signals()) {
+                            stop_counts();
+                            signal = Some(e);
+                        }
+                    }
+                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                    Err(mpsc::RecvTimeoutError::Disconnected) => {
+                        unreachable!("the helper sends its result before it ends")
+                    }
+                }
+            }
+        })
+    });
+    match signal {
+        Some(e) => Err(e),
+        None => panic_as_error(result),
+    }
+}
+
 /// Run `f` holding the GIL (work too short to be worth releasing it), a panic as in [`run_detached`].
 pub(crate) fn run_attached<T, F>(f: F) -> PyResult<T>
 where
@@ -142,6 +186,13 @@ fn char_classes<'py>(py: Python<'py>) -> Bound<'py, PyBytes> {
     PyBytes::new(py, &v)
 }
 
+/// Stop every count running in this process ([`stop_counts`]): each raises `KeyboardInterrupt`
+/// after the work unit it is on.
+#[pyfunction]
+fn stop_all_counts() {
+    stop_counts();
+}
+
 /// Panic on purpose (tests check that it becomes a Python exception).
 #[pyfunction]
 fn _panic_for_test(py: Python<'_>) -> PyResult<()> {
@@ -165,6 +216,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tokenfiles::gpt2_merges, m)?)?;
     m.add_function(wrap_pyfunction!(tokenfiles::gpt2_merges_unmade, m)?)?;
     m.add_function(wrap_pyfunction!(tokenfiles::hf_model_parts, m)?)?;
+    m.add_function(wrap_pyfunction!(stop_all_counts, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;
     Ok(())
 }
