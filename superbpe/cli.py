@@ -89,7 +89,8 @@ def _hydra_message(exc: BaseException) -> str:
         options = list(itertools.takewhile(lambda line: line.startswith("\t"), lines[start + 1 :]))
         return f"{first} (choose one of: {', '.join(option.strip() for option in options)})"
     cause = exc.__cause__
-    given = first.rpartition("=")[2] if first.startswith("Error merging override ") else None
+    prefix = "Error merging override "
+    given = first.removeprefix(prefix).partition("=")[2] if first.startswith(prefix) else None
     if isinstance(cause, OmegaConfBaseException) and (message := _config_message(cause, given)):
         return message
     if cause is not None and str(cause).strip():
