@@ -175,3 +175,21 @@ def test_a_tokenizer_of_superbpe_merges_warns_when_its_pattern_splits_them(docum
         superbpe.Tokenizer(bpe_vocab, bpe_merges, [EOT])
     text = "\n".join(documents)
     assert len(fitting.encode(text)) < len(word_level.encode(text))  # the superwords were what it lost
+
+
+def test_library_warnings_point_at_the_users_call(documents: list[str], tmp_path: Path) -> None:
+    """Each warning names the line that called the library, whatever depth inside it warned from."""
+    vocab, merges = superbpe.train_superbpe(iter(documents), 900, special_tokens=[EOT])
+    bare = tmp_path / "bare"
+    superbpe.Tokenizer(vocab, merges, [EOT], pretokenizer="superbpe").save(bare)
+    for name in ("superbpe.json", "tokenizer.json"):
+        (bare / name).unlink()  # vocab.json + merges.txt alone: read with the gpt2 pattern
+    (tmp_path / "named.txt").write_text("a file", encoding="utf-8")
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        superbpe.Tokenizer(vocab, merges, [EOT])
+        superbpe.Tokenizer.load(bare)
+        superbpe.train_bpe(iter(["abcabc", "abd"]), 300, engine="python")
+        superbpe.count(iter([str(tmp_path / "named.txt")]), engine="python")
+    where = [(w.filename, str(w.message)[:40]) for w in warned]
+    assert len(warned) == 4 and {w.filename for w in warned} == {__file__}, where

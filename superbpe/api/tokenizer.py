@@ -24,7 +24,7 @@ from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.pretokenize import Pretokenizer, SpecialSplitter, get_pretokenizer
 from superbpe.core.sources import Chunk, ChunkCutter, cut_stream, invalid_utf8, open_binary
 from superbpe.core.types import Merge
-from superbpe.core.util import import_optional, resolve_threads
+from superbpe.core.util import caller_stacklevel, import_optional, resolve_threads
 from superbpe.engines.interface import EncoderCore, Engine, get_engine
 from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE, read_gpt2_files
 from superbpe.formats.hf import HF_FILE, pretokenizer_from_hf, read_hf_tokenizer
@@ -587,7 +587,7 @@ def _warn_if_the_pattern_splits_merges(merges: Sequence[Merge], pretokenizer: Pr
                 f"merge {text!r} makes a token that pretokenizer {pretokenizer.name!r} splits, so encoding "
                 "never uses it: SuperBPE merges need the stage-2 pattern, pretokenizer='superbpe' (the "
                 "official SuperBPE files: Tokenizer.load(directory, compat='official'))",
-                stacklevel=4,
+                stacklevel=caller_stacklevel(),
             )
             return
 

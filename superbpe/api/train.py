@@ -18,6 +18,7 @@ from superbpe.core.pretokenize import Pretokenizer, SpecialSplitter, get_pretoke
 from superbpe.core.rules import MergeCallback, MergeRules, make_rules
 from superbpe.core.sources import DEFAULT_CHUNK_BYTES, DocumentStream, InputSpec, is_document_stream
 from superbpe.core.types import Merge
+from superbpe.core.util import caller_stacklevel
 from superbpe.core.vocab import (
     Vocab,
     alphabet_order,
@@ -143,7 +144,7 @@ def warn_if_short(caller: str, merges: Sequence[Merge], wanted: int, rules: Merg
     )
     if log.hasHandlers():
         log.warning(message)
-    warnings.warn(message, UserWarning, stacklevel=3)
+    warnings.warn(message, UserWarning, stacklevel=caller_stacklevel())
 
 
 def train_superbpe(

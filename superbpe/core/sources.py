@@ -33,7 +33,7 @@ import regex
 
 from superbpe.core.errors import InputError
 from superbpe.core.pretokenize import Pretokenizer
-from superbpe.core.util import import_optional
+from superbpe.core.util import caller_stacklevel, import_optional
 
 TEXT_SUFFIXES = (".txt", ".jsonl", ".txt.gz", ".jsonl.gz", ".parquet")
 TABLE_SUFFIXES = (".parquet", ".arrow")
@@ -96,7 +96,7 @@ def _warn_if_a_path(text: str) -> None:
             f"the first document {text!r} is the name of a file, but an iterator is read as texts: pass "
             "paths as a list or tuple",
             UserWarning,
-            stacklevel=5,
+            stacklevel=caller_stacklevel(),
         )
 
 

@@ -205,3 +205,18 @@ def import_optional(module: str, extra: str, purpose: str) -> ModuleType:
         return importlib.import_module(module)
     except ImportError:
         raise ConfigError(f'{purpose} needs {module}: pip install "superbpe[{extra}]"') from None
+
+
+_PACKAGE_DIR = str(Path(__file__).resolve().parent.parent) + os.sep
+
+
+def caller_stacklevel() -> int:
+    """The ``stacklevel`` for a ``warnings.warn`` made by the function calling this one that names the
+    first caller outside this package: a public call reaches a warning through different depths (a
+    tokenizer built directly, or loaded from files), and a fixed level would point into the library."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+        level += 1
+    return level
