@@ -1,5 +1,6 @@
 """A native count of a large file stops when asked (Ctrl-C, or ``stop_counts`` for one on another thread)
-instead of running to the file's end first.
+instead of running to the file's end first; a run stops the count it began for its next stage, and a stage
+that waits for that count says so.
 
 Each test counts a named pipe that a writer keeps filling: a count that stops closes the pipe, and the
 writer's next write fails, long before it has written all it would. A count that ran on would read
@@ -119,3 +120,25 @@ def test_a_run_interrupted_stops_the_count_it_started_for_its_next_stage(monkeyp
         with pytest.raises(raised), ahead:
             raise raised("/out", 3) if raised is run.TrainingInterrupted else raised()
         assert stops == expected, raised
+
+
+def test_a_stage_that_waits_for_its_count_says_so(caplog) -> None:
+    import logging
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    from superbpe.training import run
+
+    ahead = run._CountAhead(job=None)  # type: ignore[arg-type]
+    pending: Future[str] = Future()
+    ahead._pending[1] = pending  # type: ignore[assignment]
+    finisher = threading.Timer(0.5, pending.set_result, ["counts"])
+    finisher.start()
+    with caplog.at_level(logging.INFO, logger="superbpe"):
+        assert ahead.take(SimpleNamespace(index=1, name="stage2")) == "counts"  # type: ignore[arg-type]
+    assert "stage stage2: waiting for its count of the corpus" in caplog.text
+    caplog.clear()
+    ahead._pending[1] = pending  # done now: nothing to wait for, nothing said
+    with caplog.at_level(logging.INFO, logger="superbpe"):
+        assert ahead.take(SimpleNamespace(index=1, name="stage2")) == "counts"  # type: ignore[arg-type]
+    assert "waiting" not in caplog.text

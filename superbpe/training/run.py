@@ -431,9 +431,16 @@ class _CountAhead:
         )
 
     def take(self, plan: StagePlan) -> PieceCounts | None:
-        """The counts started for ``plan`` (waiting for them; their error, if any, is raised here)."""
+        """The counts started for ``plan`` (waiting for them; their error, if any, is raised here). A wait
+        is logged: on a large corpus the count can end well after the previous stage, and the log would
+        otherwise say nothing meanwhile."""
         pending = self._pending.pop(plan.index, None)
-        return None if pending is None else pending.result()
+        if pending is None:
+            return None
+        if not pending.done():
+            log.info("stage %s: waiting for its count of the corpus, begun while the previous stage trained",
+                     plan.name)  # fmt: skip
+        return pending.result()
 
 
 def _run_stage(job: _Job, plan: StagePlan, checkpointer: Checkpointer, ahead: _CountAhead) -> None:
