@@ -20,7 +20,7 @@ import pytest
 from superbpe.core.pretokenize import PATTERNS
 from superbpe.engines import native as native_engine
 
-pytestmark = pytest.mark.skipif(
+needs_pipes = pytest.mark.skipif(
     not native_engine.available() or not hasattr(os, "mkfifo"),
     reason="needs the native engine and named pipes",
 )
@@ -51,6 +51,7 @@ def counter():
     return _native.Counter(PATTERNS["gpt2"], False, [], 1 << 16, 1)
 
 
+@needs_pipes
 def test_stop_counts_stops_a_count_on_another_thread(tmp_path: Path) -> None:
     pipe = tmp_path / "pipe"
     os.mkfifo(pipe)
@@ -95,6 +96,7 @@ print(outcome["writer"])
 """
 
 
+@needs_pipes
 def test_ctrl_c_stops_a_count_on_the_main_thread(tmp_path: Path) -> None:
     pipe = tmp_path / "pipe"
     os.mkfifo(pipe)
