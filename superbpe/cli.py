@@ -60,6 +60,13 @@ def fail(exc: BaseException | str) -> None:
     raise SystemExit(1)
 
 
+def interrupted(outcome: str) -> None:
+    """Ctrl-C of a command: one line saying what it left, and exit 130 (as a shell reports SIGINT),
+    not a traceback from wherever the signal landed."""
+    print(f"interrupted: {outcome}")
+    raise SystemExit(130) from None
+
+
 def run_hydra(main: Callable[[], None]) -> None:
     """Call a ``@hydra.main`` function; Hydra's own errors (bad override, unknown group) as one line.
 
@@ -163,13 +170,11 @@ def _train(cfg: DictConfig) -> None:
         remove_if_only_logs(run_dir)
         fail(exc if checkpointed_before else _with_resume_hint(exc, output_dir))
     except TrainingInterrupted as stop:
-        print(f"interrupted: {stop}; continue with: {resume_command(stop.output_dir, _entry_point())}")
-        raise SystemExit(130) from None
+        interrupted(f"{stop}; continue with: {resume_command(stop.output_dir, _entry_point())}")
     except KeyboardInterrupt:  # before training started: nothing to keep
         if not cfg.get("resume"):
             remove_if_only_logs(run_dir)
-        print("interrupted before training started")
-        raise SystemExit(130) from None
+        interrupted("before training started, nothing kept")
     print(f"tokenizer: {Path(result.output_dir).absolute()}")
 
 
@@ -267,6 +272,8 @@ def _encode(cfg: DictConfig) -> None:
         )
     except USER_ERRORS as exc:
         fail(exc)
+    except KeyboardInterrupt:
+        interrupted("nothing written: the token file appears only when it is complete")
     print(f"{result.output}: {result.tokens} tokens ({result.dtype}), {result.documents} documents")
 
 
@@ -289,6 +296,8 @@ def _evaluate(cfg: DictConfig) -> None:
             atomic_write_text(Path(args.output), json.dumps(result.to_json(), indent=2) + "\n")
     except USER_ERRORS as exc:
         fail(exc)
+    except KeyboardInterrupt:
+        interrupted("nothing written")
     print(
         f"bytes/token {result.bytes_per_token:.4f}  tokens/document {result.tokens_per_document:.2f}  "
         f"({result.bytes} bytes, {result.tokens} tokens, {result.documents} documents)"

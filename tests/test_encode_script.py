@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -393,3 +395,43 @@ def test_only_a_special_nothing_overlaps_cuts_whole_chunks():
     assert not _cuts_as_special((EOT,), "the")  # not a special token: split as text
     for other in ["x<|endoftext|>", "<|end", "text|>x", "t|><", "x<|"]:
         assert not _cuts_as_special((EOT, other), EOT), other
+
+
+CTRL_C_CHILD = """
+import sys
+import superbpe.cli as cli
+import superbpe.jobs.encode as encode
+
+calls = []
+def write_then_ctrl_c(*args, **kwargs):
+    calls.append(1)
+    if len(calls) == 2:  # some ids are in the temporary file by now
+        raise KeyboardInterrupt
+    return write_ids(*args, **kwargs)
+
+def evaluate_ctrl_c(*args, **kwargs):
+    raise KeyboardInterrupt
+
+write_ids, encode.write_ids, cli.evaluate_dir = encode.write_ids, write_then_ctrl_c, evaluate_ctrl_c
+command = sys.argv[1]
+sys.argv = [command, *sys.argv[2:]]
+cli.encode() if command == "superbpe-encode" else cli.evaluate()
+"""
+
+
+def test_ctrl_c_of_encode_and_evaluate_is_one_line_and_leaves_nothing(tokenizer_dir, documents, tmp_path):
+    source = tmp_path / "docs.txt"
+    source.write_text(EOT.join(documents * 4), encoding="utf-8")
+    common = [f"tokenizer={tokenizer_dir}", f"input={source}"]
+    runs = {
+        "superbpe-encode": [*common, f"output={tmp_path / 'out.bin'}", "chunk_bytes=4096", "workers=1"],
+        "superbpe-evaluate": [*common, f"output={tmp_path / 'numbers.json'}"],
+    }
+    for command, args in runs.items():
+        proc = subprocess.run(
+            [sys.executable, "-c", CTRL_C_CHILD, command, *args], capture_output=True, text=True, cwd=tmp_path
+        )
+        assert proc.returncode == 130, proc.stderr
+        assert proc.stdout.strip().startswith("interrupted: nothing written"), proc.stdout
+        assert "Traceback" not in proc.stderr, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["docs.txt"]
