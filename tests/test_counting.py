@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -154,6 +155,10 @@ def test_invalid_utf8_names_file_and_byte_offset(tmp_path: Path, workers: int) -
 def test_missing_and_empty_inputs_are_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"nope.txt: no such file or directory"):
         count_pieces(tmp_path / "nope.txt")
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(tmp_path / "pipe.txt")
+        with pytest.raises(InputError, match=r"pipe.txt: not a regular file \(a pipe or device"):
+            resolve_inputs(tmp_path / "pipe.txt")
     empty = tmp_path / "empty.txt"
     empty.write_text("")
     with pytest.raises(InputError, match=r"empty.txt: corpus is empty"):

@@ -174,6 +174,8 @@ def _expand(item: str) -> list[Path]:
             f"{shown!r}: no such file or directory (a list is read as paths: pass texts as an iterator, "
             "e.g. iter(texts))"
         )
+    if path.exists():  # a pipe, /dev/stdin, a device: read more than once (sizes, fingerprints, stages)
+        raise InputError(f"{path}: not a regular file (a pipe or device cannot be read twice): save it first")
     raise InputError(f"{path}: no such file or directory")
 
 
