@@ -131,16 +131,21 @@ def test_a_stage_that_waits_for_its_count_says_so(caplog) -> None:
 
     from superbpe.training import run
 
-    ahead = run._CountAhead(job=None)  # type: ignore[arg-type]
-    pending: Future[str] = Future()
-    ahead._pending[1] = pending  # type: ignore[assignment]
-    finisher = threading.Timer(0.5, pending.set_result, ["counts"])
-    finisher.start()
-    with caplog.at_level(logging.INFO, logger="superbpe"):
-        assert ahead.take(SimpleNamespace(index=1, name="stage2")) == "counts"  # type: ignore[arg-type]
-    assert "stage stage2: waiting for its count of the corpus" in caplog.text
-    caplog.clear()
-    ahead._pending[1] = pending  # done now: nothing to wait for, nothing said
-    with caplog.at_level(logging.INFO, logger="superbpe"):
-        assert ahead.take(SimpleNamespace(index=1, name="stage2")) == "counts"  # type: ignore[arg-type]
-    assert "waiting" not in caplog.text
+    class CountedWhenAsked(Future):
+        """A count still running when its stage takes it: it ends when waited for."""
+
+        def result(self, timeout: float | None = None) -> str:
+            if not self.done():
+                self.set_result("counts")
+            return super().result(timeout)
+
+    plan = SimpleNamespace(index=1, name="stage2")
+    for pending, waits in ((CountedWhenAsked(), True), (Future(), False)):
+        if not waits:
+            pending.set_result("counts")  # ended before the stage took it: nothing to say
+        ahead = run._CountAhead(job=None)  # type: ignore[arg-type]
+        ahead._pending[1] = pending  # type: ignore[assignment]
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="superbpe"):
+            assert ahead.take(plan) == "counts"  # type: ignore[arg-type]
+        assert ("stage stage2: waiting for its count of the corpus" in caplog.text) is waits

@@ -154,7 +154,7 @@ def test_open_tokens_maps_a_token_file_with_its_sidecars_dtype(tokenizer_dir, do
     cut = tmp_path / "cut.bin"
     cut.write_bytes((tmp_path / "uint16.bin").read_bytes()[:-2])
     (tmp_path / "cut.bin.json").write_bytes((tmp_path / "uint16.bin.json").read_bytes())
-    with pytest.raises(InputError, match=r"cut.bin: \d+ bytes, but its sidecar records \d+ uint16 ids"):
+    with pytest.raises(InputError, match=r"cut.bin: \d+ bytes, but its record says \d+ uint16 ids"):
         superbpe.open_tokens(cut)
     (tmp_path / "bare.bin").write_bytes(b"\0\0")
     with pytest.raises(InputError, match=r"bare.bin.json: no such file"):
@@ -177,6 +177,11 @@ def test_dtype_uint32_for_a_small_vocabulary(tokenizer_dir, documents, tmp_path,
     assert result.dtype == "uint32"
     file = out / "shard-000000.bin" if sharded else out
     assert np.fromfile(file, dtype="<u4").tolist() == expected_ids(Tokenizer.load(tokenizer_dir), documents)
+    if sharded:
+        assert [len(shard) for shard in superbpe.open_shards(out)] == [result.tokens]
+        file.write_bytes(file.read_bytes()[:-4])  # a shard cut short
+        with pytest.raises(InputError, match=r"shard-000000.bin: \d+ bytes, but its record says"):
+            superbpe.open_shards(out)
     with pytest.raises(ConfigError, match=r"dtype 'int32' must be one of uint16, uint32"):
         encode_corpus(tokenizer_dir, source, tmp_path / "x.bin", dtype="int32", progress=False)
     assert not (tmp_path / "x.bin").exists()

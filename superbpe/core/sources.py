@@ -112,10 +112,7 @@ def _document_text(item: Any, number: int, text_field: str) -> str:
         text = item.get(text_field)
         if isinstance(text, str):
             return text
-        held = ", ".join(repr(key) for key in list(item)[:8]) or "none"
-        raise InputError(
-            f"document {number}: no string field {text_field!r} (its fields: {held}; set text_field)"
-        )
+        raise InputError(f"document {number}: {_no_text_field(item, text_field)}")
     raise InputError(
         f"document {number} is a {type(item).__name__}, not a string (give texts, or rows with a "
         f"{text_field!r} field)"
@@ -503,12 +500,14 @@ def _json_text(line: str, path: str, number: int, field: str) -> str:
         kind = type(record).__name__
         raise InputError(f"{path}: line {number}: a JSON {kind}, not an object with a {field!r} field")
     if not isinstance(record.get(field), str):
-        held = ", ".join(repr(key) for key in list(record)[:8]) or "none"
-        raise InputError(
-            f"{path}: line {number}: no string field {field!r} (its fields: {held}; the text_field option "
-            "picks another)"
-        )
+        raise InputError(f"{path}: line {number}: {_no_text_field(record, field)}")
     return record[field]
+
+
+def _no_text_field(record: Mapping[str, Any], field: str) -> str:
+    """What a record lacking its text field is told: the fields it has, and the option that picks one."""
+    held = ", ".join(repr(key) for key in list(record)[:8]) or "none"
+    return f"no string field {field!r} (its fields: {held}; the text_field option picks another)"
 
 
 def _pyarrow() -> Any:

@@ -129,22 +129,17 @@ def read_index(directory: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def open_shards(directory: str | os.PathLike[str]) -> list[np.ndarray]:
-    """The shard token files as read-only memory maps, in order (what a data loader reads)."""
+    """The shard token files as read-only memory maps, in order (what a data loader reads), each
+    checked against the token count ``index.json`` gives it."""
     index = read_index(directory)
     dtype = np.dtype(index["dtype"]).newbyteorder("<")
-    arrays: list[np.ndarray] = []
-    for entry in index["shards"]:
-        path = Path(directory) / entry["file"]
-        arrays.append(np.memmap(path, dtype=dtype, mode="r") if entry["tokens"] else np.zeros(0, dtype))
-    return arrays
+    shards = index["shards"]
+    return [_mapped(Path(directory) / entry["file"], dtype, int(entry["tokens"])) for entry in shards]
 
 
 def open_tokens(path: str | os.PathLike[str]) -> np.ndarray:
-    """A flat token file as a read-only memory map, its dtype read from its sidecar (``<path>.json``).
-
-    The file's size must be the sidecar's token count in that dtype: a file cut short (a copy that
-    stopped) or another encoding's sidecar would otherwise read as plausible ids.
-    """
+    """A flat token file as a read-only memory map, its dtype read from its sidecar (``<path>.json``),
+    its size checked against the sidecar's token count."""
     file = Path(path)
     if file.is_dir():
         raise InputError(f"{file} is a directory of shards: open_shards({str(file)!r}) maps each shard")
@@ -157,13 +152,19 @@ def open_tokens(path: str | os.PathLike[str]) -> np.ndarray:
         raise InputError(f"{missing}: no such file (open_tokens reads a token file and its .json)") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise InputError(f"{side}: not a token file's sidecar ({exc})") from None
+    return _mapped(file, dtype, tokens)
+
+
+def _mapped(file: Path, dtype: np.dtype, tokens: int) -> np.ndarray:
+    """``file`` mapped read-only as ``tokens`` ids of ``dtype``, which its size must be: a file cut
+    short (a copy that stopped) or another encoding's record would otherwise read as plausible ids."""
     try:
         size = file.stat().st_size
     except FileNotFoundError:
-        raise InputError(f"{file}: no such file (its sidecar is there)") from None
+        raise InputError(f"{file}: no such file (its record is there)") from None
     if size != tokens * dtype.itemsize:
         raise InputError(
-            f"{file}: {size} bytes, but its sidecar records {tokens} {dtype.name} ids "
+            f"{file}: {size} bytes, but its record says {tokens} {dtype.name} ids "
             f"({tokens * dtype.itemsize} bytes): not the file it describes, or cut short"
         )
     if tokens == 0:  # np.memmap cannot map an empty file
