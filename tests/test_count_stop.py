@@ -109,15 +109,16 @@ def test_ctrl_c_stops_a_count_on_the_main_thread(tmp_path: Path) -> None:
 
 def test_a_run_interrupted_stops_the_count_it_started_for_its_next_stage(monkeypatch) -> None:
     from concurrent.futures import ThreadPoolExecutor
+    from types import SimpleNamespace
 
     from superbpe.training import run
 
     stops: list[str] = []
-    monkeypatch.setattr(run, "stop_counts", lambda: stops.append("stop"))
+    job = SimpleNamespace(engine=SimpleNamespace(stop_counts=lambda: stops.append("stop")))
     cases = ((ValueError, []), (KeyboardInterrupt, ["stop"]), (run.TrainingInterrupted, ["stop"]))
     for raised, expected in cases:
         stops.clear()
-        ahead = run._CountAhead(job=None)  # type: ignore[arg-type]
+        ahead = run._CountAhead(job=job)  # type: ignore[arg-type]
         ahead._pool = ThreadPoolExecutor(max_workers=1)
         with pytest.raises(raised), ahead:
             raise raised("/out", 3) if raised is run.TrainingInterrupted else raised()

@@ -80,6 +80,14 @@ class Engine(Protocol):
     """Counting, training and encoding: the three places where speed matters."""
 
     name: str
+    #: Whether a count may run on another thread while this engine trains (both release the GIL), as
+    #: a SuperBPE run's count of its next stage does.
+    counts_beside_training: bool
+
+    def stop_counts(self) -> None:
+        """Stop every count of this engine running in the process (each raises ``KeyboardInterrupt``);
+        for counts on other threads, which do not hear Ctrl-C themselves."""
+        ...
 
     def count(
         self,

@@ -220,6 +220,8 @@ class NativeEngine:
     """Counting, training and encoding in Rust; results identical to the python engine."""
 
     name = "native"
+    counts_beside_training = True
+    stop_counts = staticmethod(stop_counts)
 
     def count(
         self,

@@ -20,9 +20,14 @@ class PythonEngine:
     """The pure-Python reference engine: `regex` pre-tokenization, process-parallel counting."""
 
     name = "python"
+    #: The python counter and trainer hold the GIL: a count beside training would only take turns.
+    counts_beside_training = False
 
     #: The python counter already has the interface's signature (files in, ``PieceCounts`` out).
     count = staticmethod(count_pieces)
+
+    def stop_counts(self) -> None:
+        """Python counts run on the main thread (or in worker processes it waits for), which hear Ctrl-C."""
 
     def train(
         self,

@@ -56,7 +56,6 @@ from superbpe.core.vocab import (
     reserved_tokens,
 )
 from superbpe.engines.interface import Engine, get_engine
-from superbpe.engines.native import stop_counts
 from superbpe.formats.checkpoints import (
     Checkpoint,
     Checkpointer,
@@ -416,12 +415,12 @@ class _CountAhead:
         if self._pool is None:
             return
         if kind is not None and issubclass(kind, KeyboardInterrupt):
-            stop_counts()
+            self.job.engine.stop_counts()
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     def start_after(self, plan: StagePlan) -> None:
         """Start counting for the stage after ``plan``, if it counts and the engine allows overlap."""
-        if self.job.engine.name != "native" or plan.index + 1 >= len(self.job.plans):
+        if not self.job.engine.counts_beside_training or plan.index + 1 >= len(self.job.plans):
             return
         following = self.job.plans[plan.index + 1]
         if self._pool is None:
