@@ -104,6 +104,18 @@ pub fn hash_packed(k0: u64, k1: u64) -> u64 {
 /// lookup's time (a second line, and a branch that mispredicts); the table is twice the memory
 /// for it, but its hot lines are as many.
 const SLOTS_PER_KEY: usize = 4;
+/// A table of at least this many bytes holds up to one key per [`BIG_SLOTS_PER_KEY`] slots instead.
+/// That large, its lines are beyond the CPU caches at either fill, while each doubling is fresh
+/// memory the kernel zeroes and a rehash: a fresh encoder's piece cache on a large corpus spent a
+/// fifth of its first pass on that, once per thread.
+const BIG_TABLE_BYTES: usize = 16 << 20;
+const BIG_SLOTS_PER_KEY: usize = 2;
+
+/// Whether `keys` packed keys are more than a table of `slots` slots of `slot_bytes` holds.
+fn full(keys: usize, slots: usize, slot_bytes: usize) -> bool {
+    let per_key = if slots * slot_bytes >= BIG_TABLE_BYTES { BIG_SLOTS_PER_KEY } else { SLOTS_PER_KEY };
+    keys * per_key > slots
+}
 
 #[derive(Clone, Copy, Default)]
 struct Slot<V> {
@@ -140,7 +152,11 @@ impl<V: Copy + Default> Default for PieceMap<V> {
 impl<V: Copy + Default> PieceMap<V> {
     /// A map that holds `n` packed keys before it grows.
     pub fn with_capacity(n: usize) -> Self {
-        let slots = (n * SLOTS_PER_KEY).next_power_of_two().max(16);
+        let slot_bytes = std::mem::size_of::<Pair<V>>() / 2;
+        let mut slots = (n * SLOTS_PER_KEY).next_power_of_two().max(16);
+        while slots > 16 && !full(n, slots / 2, slot_bytes) {
+            slots /= 2;
+        }
         PieceMap {
             pairs: huge_vec(slots / 2, std::iter::repeat(Pair::default())),
             mask: slots - 1,
@@ -247,7 +263,7 @@ impl<V: Copy + Default> PieceMap<V> {
         if key.is_empty() {
             return;
         }
-        if (self.packed + 1) * SLOTS_PER_KEY > self.mask + 1 {
+        if self.full_at(self.packed + 1) {
             self.grow();
         }
         let (k0, k1) = pack(key);
@@ -332,6 +348,10 @@ impl<V: Copy + Default> PieceMap<V> {
             }
             i = (i + 1) & self.mask;
         }
+    }
+
+    fn full_at(&self, keys: usize) -> bool {
+        full(keys, self.mask + 1, std::mem::size_of::<Pair<V>>() / 2)
     }
 
     fn grow(&mut self) {
@@ -500,5 +520,21 @@ mod tests {
         for (key, _) in &entries {
             assert_eq!(built.get(key), inserted.get(key), "{key:?}");
         }
+    }
+
+    /// Past `BIG_TABLE_BYTES` a table fills to one key per two slots, whether it grew there one
+    /// insert at a time or was sized at once, and finds every key it took on the way.
+    #[test]
+    fn big_tables_fill_to_half() {
+        let keys: Vec<[u8; 8]> = (0..400_000u64).map(|i| (i * 0x9E37_79B9 + 1).to_le_bytes()).collect();
+        let mut grown: PieceMap<u32> = PieceMap::default();
+        for (i, key) in keys.iter().enumerate() {
+            grown.insert(key, i as u32);
+        }
+        let sized: PieceMap<u32> = PieceMap::with_capacity(keys.len());
+        assert_eq!(grown.mask + 1, 1 << 20);
+        assert_eq!(sized.mask + 1, 1 << 20);
+        assert!(PieceMap::<u32>::with_capacity(100_000).mask < 1 << 19, "a small table stays a quarter full");
+        assert!(keys.iter().enumerate().all(|(i, key)| grown.get(key) == Some(i as u32)));
     }
 }
