@@ -36,7 +36,7 @@ from superbpe.jobs.encode import encode_corpus
 from superbpe.jobs.evaluate import evaluate_dir
 from superbpe.training.cache import clear_cache, describe_cache, parse_age, resolve_cache_dir
 from superbpe.training.config import EncodeConfig, EvaluateConfig, TrainConfig, register_configs, to_dataclass
-from superbpe.training.directories import made_parents, resume_args, resume_command
+from superbpe.training.directories import existed_before, made_parents, place_run, resume_args, resume_command
 from superbpe.training.run import TrainingInterrupted, run_training
 from superbpe.training.summary import collect, plot, table
 
@@ -124,9 +124,16 @@ def remove_if_only_logs(run_dir: Path) -> None:
     and the directories made to hold it (``outputs/DATE``) once they are empty."""
     if not run_dir.is_dir():
         return
-    for item in run_dir.iterdir():
-        if item.name != ".hydra" and not item.name.endswith(".log"):
-            return
+    items = list(run_dir.iterdir())
+    if any(item.name != ".hydra" and not item.name.endswith(".log") for item in items):
+        return
+    if existed_before(run_dir):  # the user's own directory: only what Hydra put there goes
+        for item in items:
+            if item.is_dir():
+                shutil.rmtree(item, ignore_errors=True)
+            else:
+                item.unlink(missing_ok=True)
+        return
     shutil.rmtree(run_dir, ignore_errors=True)
     for parent in made_parents(run_dir) or [run_dir.parent]:
         if parent.is_dir() and not any(parent.iterdir()):
@@ -150,7 +157,7 @@ def train() -> None:
         print_help("train", TrainConfig, train.__doc__ or "", sys.argv[1:], footer)
         return
     try:
-        sys.argv[1:] = resume_args(sys.argv[1:])
+        sys.argv[1:] = place_run(resume_args(sys.argv[1:]))
     except USER_ERRORS as exc:
         fail(exc)
     run_hydra(_train)

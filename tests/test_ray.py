@@ -194,10 +194,10 @@ def test_train_with_address_local_starts_ray_in_process(cluster, corpus, tmp_pat
     local = tmp_path / "local"
     ray_out = tmp_path / "ray"
     run_training_dir = [sys.executable, str(SCRIPTS / "train.py"), *args]
-    cluster.run(*run_training_dir, f"output_dir={local}", f"hydra.run.dir={tmp_path / 'h1'}")
+    cluster.run(*run_training_dir, f"output_dir={local}")
     cluster.run(
         *run_training_dir, "executor=ray", "executor.address=local", "executor.shard_bytes=100000",
-        f"output_dir={ray_out}", f"hydra.run.dir={tmp_path / 'h2'}",
+        f"output_dir={ray_out}",
     )  # fmt: skip
     assert (ray_out / "merges.txt").read_bytes() == (local / "merges.txt").read_bytes()
 

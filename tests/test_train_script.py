@@ -22,11 +22,13 @@ def corpus(sample_texts: Path) -> Path:
 
 def train(tmp_path: Path, *overrides: str, run_dir: Path | None = None, default_dir: bool = False):
     """``train.py`` in ``tmp_path`` with its cache in ``tmp_path/cache``; the run in ``run_dir`` (default
-    ``tmp_path/run``), or with ``default_dir`` where a user's run goes: ``outputs/DATE/TIME``."""
+    ``tmp_path/run``), in the ``output_dir=`` given, or with ``default_dir`` where a user's run goes:
+    ``outputs/DATE/TIME``."""
     run_dir = run_dir or tmp_path / "run"
+    placed = default_dir or any(override.startswith("output_dir=") for override in overrides)
     return run_script(
         "train.py",
-        *([] if default_dir else [f"hydra.run.dir={run_dir}"]),
+        *([] if placed else [f"hydra.run.dir={run_dir}"]),
         "engine=python",
         *overrides,
         cwd=tmp_path,
@@ -183,12 +185,52 @@ def test_bad_override_is_reported_by_hydra_without_a_run(tmp_path):
     assert_nothing_left(tmp_path)
 
 
-def test_finished_run_dir_is_not_overwritten_without_resume(tmp_path, corpus):
-    first = train(tmp_path, f"data.paths=[{corpus}]", "vocab_size=300", f"output_dir={tmp_path / 'out'}")
+@pytest.mark.parametrize("key", ["output_dir", "hydra.run.dir"])
+def test_finished_run_dir_is_not_overwritten_without_resume(tmp_path, corpus, key):
+    out = tmp_path / "out"
+    first = train(tmp_path, f"data.paths=[{corpus}]", "vocab_size=300", f"{key}={out}", default_dir=True)
     assert first.returncode == 0, first.stderr
-    merges = read_merges(tmp_path / "out" / MERGES_FILE)
-    again = train(tmp_path, f"data.paths=[{corpus}]", "vocab_size=400", f"output_dir={tmp_path / 'out'}")
+    merges = read_merges(out / MERGES_FILE)
+    recorded = {path.name: path.read_bytes() for path in (out / ".hydra").iterdir()}
+    again = train(tmp_path, f"data.paths=[{corpus}]", "vocab_size=400", f"{key}={out}", default_dir=True)
     assert_one_line_error(again, "already holds a run", "resume=")
     assert again.stderr.count("resume=") == 1  # said once
-    assert read_merges(tmp_path / "out" / MERGES_FILE) == merges
-    assert json.loads((tmp_path / "out" / MANIFEST_FILE).read_text())["vocab_size"] == 300
+    assert read_merges(out / MERGES_FILE) == merges
+    assert json.loads((out / MANIFEST_FILE).read_text())["vocab_size"] == 300
+    # The refused run wrote nothing there: the run is still resumed from what it recorded.
+    assert {path.name: path.read_bytes() for path in (out / ".hydra").iterdir()} == recorded
+    resumed = train(tmp_path, f"resume={out}", default_dir=True)
+    assert resumed.returncode == 0 and "nothing to do" in resumed.stdout + resumed.stderr, resumed.stderr
+
+
+def test_output_dir_is_the_whole_run(tmp_path, corpus):
+    """The overrides and log of a run go where its tokenizer goes, so that directory alone resumes it."""
+    out = tmp_path / "out"
+    proc = train(tmp_path, f"data.paths=[{corpus}]", "vocab_size=300", "eval=" + str(corpus), f"output_dir={out}")
+    assert proc.returncode == 0, proc.stderr
+    assert (out / ".hydra" / "overrides.yaml").is_file() and (out / "train.log").is_file()
+    assert not (tmp_path / "outputs").exists() and not (tmp_path / "run").exists()
+    (out / "metrics.json").unlink()  # the resume has the evaluation to do again, with the run's own eval
+    resumed = train(tmp_path, f"resume={out}", default_dir=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((out / "metrics.json").read_text())["config"]["vocab_size"] == 300
+
+
+def test_output_dir_conflicts_are_refused_before_anything_is_made(tmp_path, corpus):
+    sweep = train(tmp_path, "-m", f"data.paths=[{corpus}]", "vocab_size=300,400", f"output_dir={tmp_path / 'out'}")
+    assert_one_line_error(sweep, "a sweep writes each job into its own directory", "hydra.sweep.dir")
+    both = run_script(
+        "train.py", f"data.paths=[{corpus}]", f"output_dir={tmp_path / 'out'}", f"hydra.run.dir={tmp_path / 'h'}",
+        cwd=tmp_path, cache_dir=tmp_path / "cache",
+    )  # fmt: skip
+    assert_one_line_error(both, "output_dir and hydra.run.dir name different directories")
+    assert_nothing_left(tmp_path)
+    assert not (tmp_path / "multirun").exists() and not (tmp_path / "h").exists()
+
+
+def test_a_failed_run_leaves_a_directory_it_did_not_make(tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    proc = train(tmp_path, f"data.paths=[{tmp_path / 'nope.txt'}]", f"output_dir={mine}")
+    assert_one_line_error(proc, "nope.txt", "no such file")
+    assert mine.is_dir() and not list(mine.iterdir())

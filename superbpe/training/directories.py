@@ -32,6 +32,7 @@ RESUME_MAY_CHANGE = frozenset(
 _RESUME_HYDRA = ("hydra.run.dir", "hydra.output_subdir")
 
 _claimed: dict[str, str] = {}
+_existed: set[Path] = set()
 _made_parents: dict[Path, list[Path]] = {}
 
 
@@ -87,12 +88,80 @@ def _is_override(arg: str) -> bool:
     return "=" in arg and not arg.startswith("-")
 
 
-def _resume_value(args: Sequence[str]) -> str | None:
+def _value(args: Sequence[str], key: str) -> str | None:
+    """The value the last override of ``key`` gives it (quotes stripped), or None (also for ``null``)."""
+    value = None
     for arg in args:
-        if _is_override(arg) and _key(arg) == "resume":
+        if _is_override(arg) and _key(arg) == key:
             value = arg.split("=", 1)[1].strip().strip("'\"")
-            return None if value in ("", "null") else value
-    return None
+    return None if value in (None, "", "null") else value
+
+
+def _resume_value(args: Sequence[str]) -> str | None:
+    return _value(args, "resume")
+
+
+def place_run(args: Sequence[str]) -> list[str]:
+    """The command-line overrides of a new run, with ``output_dir=<dir>`` made the Hydra run directory.
+
+    Why: a run is continued by naming one directory (``resume=<dir>``), which must hold the tokenizer,
+    the checkpoint, the overrides Hydra records and the log together; with Hydra's run directory
+    elsewhere, ``resume=<output_dir>`` found no overrides and composed the defaults. A directory that
+    already holds a run is refused here, before Hydra writes its files there (it would overwrite the
+    overrides that run is resumed from). A sweep names its jobs' directories itself, so ``output_dir``
+    (one directory for every job) is refused with ``-m``. Resumes are placed by :func:`resume_args`.
+    """
+    if _resume_value(args) is not None:
+        return list(args)
+    output, run_dir = _value(args, "output_dir"), _value(args, "hydra.run.dir")
+    if "-m" in args or "--multirun" in args:
+        if output is not None:
+            raise ConfigError(
+                f"a sweep writes each job into its own directory under hydra.sweep.dir; drop "
+                f"output_dir={output} (or set hydra.sweep.dir={output})"
+            )
+        return list(args)
+    if output is not None and run_dir is not None and _same_dir(output, run_dir) is False:
+        raise ConfigError(
+            "output_dir and hydra.run.dir name different directories; a run keeps its tokenizer, "
+            "checkpoint, overrides and log in one: give only output_dir"
+        )
+    target = output or run_dir
+    if target is None:
+        return list(args)
+    path = Path(target).expanduser()
+    if checkpoint_path(path).is_file():
+        raise ConfigError(f"{path} already holds a run; continue it with resume={path}")
+    _check_can_make(path)
+    if path.is_dir():
+        _existed.add(path.absolute())
+    else:  # Hydra makes it, and its parents: a run that fails early takes out what was made
+        _made_parents[path.absolute()] = _missing_parents(path.absolute())
+    if run_dir is not None:
+        return list(args)
+    return [*args, f"hydra.run.dir={_quote(str(path))}"]
+
+
+def _check_can_make(path: Path) -> None:
+    """Refuse a run directory that cannot be made or written, before Hydra tries (its error is a traceback)."""
+    existing = next(p for p in (path.absolute(), *path.absolute().parents) if p.exists())
+    problem = None
+    if not existing.is_dir():
+        problem = "Not a directory" if existing != path.absolute() else "File exists"
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        problem = "Permission denied"
+    if problem:
+        raise InputError(f"output directory {path} is not writable ({problem})")
+
+
+def _same_dir(a: str, b: str) -> bool:
+    return Path(a).expanduser().absolute() == Path(b).expanduser().absolute()
+
+
+def existed_before(run_dir: Path) -> bool:
+    """Whether ``run_dir`` was there before this process placed a run in it (then a run that fails
+    early takes out only the files Hydra put there, not the directory)."""
+    return Path(run_dir).absolute() in _existed
 
 
 def _quote(value: str) -> str:
