@@ -206,7 +206,7 @@ def test_finished_run_dir_is_not_overwritten_without_resume(tmp_path, corpus, ke
 def test_output_dir_is_the_whole_run(tmp_path, corpus):
     """The overrides and log of a run go where its tokenizer goes, so that directory alone resumes it."""
     out = tmp_path / "out"
-    proc = train(tmp_path, f"data.paths=[{corpus}]", "vocab_size=300", "eval=" + str(corpus), f"output_dir={out}")
+    proc = train(tmp_path, f"data.paths=[{corpus}]", "vocab_size=300", f"eval={corpus}", f"output_dir={out}")
     assert proc.returncode == 0, proc.stderr
     assert (out / ".hydra" / "overrides.yaml").is_file() and (out / "train.log").is_file()
     assert not (tmp_path / "outputs").exists() and not (tmp_path / "run").exists()
@@ -217,10 +217,11 @@ def test_output_dir_is_the_whole_run(tmp_path, corpus):
 
 
 def test_output_dir_conflicts_are_refused_before_anything_is_made(tmp_path, corpus):
-    sweep = train(tmp_path, "-m", f"data.paths=[{corpus}]", "vocab_size=300,400", f"output_dir={tmp_path / 'out'}")
+    out = f"output_dir={tmp_path / 'out'}"
+    sweep = train(tmp_path, "-m", f"data.paths=[{corpus}]", "vocab_size=300,400", out)
     assert_one_line_error(sweep, "a sweep writes each job into its own directory", "hydra.sweep.dir")
     both = run_script(
-        "train.py", f"data.paths=[{corpus}]", f"output_dir={tmp_path / 'out'}", f"hydra.run.dir={tmp_path / 'h'}",
+        "train.py", f"data.paths=[{corpus}]", out, f"hydra.run.dir={tmp_path / 'h'}",
         cwd=tmp_path, cache_dir=tmp_path / "cache",
     )  # fmt: skip
     assert_one_line_error(both, "output_dir and hydra.run.dir name different directories")

@@ -143,7 +143,7 @@ def place_run(args: Sequence[str]) -> list[str]:
 
 
 def _check_can_make(path: Path) -> None:
-    """Refuse a run directory that cannot be made or written, before Hydra tries (its error is a traceback)."""
+    """Refuse a run directory that cannot be made or written before Hydra tries (its error is a traceback)."""
     existing = next(p for p in (path.absolute(), *path.absolute().parents) if p.exists())
     problem = None
     if not existing.is_dir():
