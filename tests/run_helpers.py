@@ -11,26 +11,14 @@ from superbpe.training.config import (
     EngineConfig,
     PretokenizerConfig,
     ScheduleConfig,
-    StageConfig,
     TrainConfig,
 )
 from superbpe.training.run import run_training
 
 
 def superbpe_schedule(transition: int, **source: str) -> ScheduleConfig:
-    """The built-in superbpe schedule as conf/schedule/superbpe.yaml composes it."""
-    stage2 = StageConfig(
-        name="stage2",
-        pretokenizer=PretokenizerConfig(name="superbpe"),
-        max_words_per_token=4,
-        forbidden_substrings=[": "],
-    )
-    return ScheduleConfig(
-        name="superbpe",
-        transition=transition,
-        stages=[StageConfig(name="stage1", until=transition), stage2],
-        **source,
-    )
+    """The built-in superbpe schedule, stage 1 on the run's top-level pre-tokenizer."""
+    return ScheduleConfig.superbpe(transition, stage1_pattern=None, **source)
 
 
 def official_run(tmp_path: Path, corpus: Path, engine: str, schedule: ScheduleConfig, name: str) -> Path:

@@ -10,8 +10,17 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 
 from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.pretokenize import PATTERNS
-from superbpe.training.config import EncodeConfig, EvaluateConfig, TrainConfig, register_configs, to_dataclass
-from superbpe.training.run import prepare
+from superbpe.training.config import (
+    DataConfig,
+    EncodeConfig,
+    EvaluateConfig,
+    PretokenizerConfig,
+    ScheduleConfig,
+    TrainConfig,
+    register_configs,
+    to_dataclass,
+)
+from superbpe.training.run import prepare, run_training
 from superbpe.training.stages import plan_stages, resolve_pretokenizer
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -227,3 +236,34 @@ def test_superbpe_schedule_defaults_stage1_to_the_official_pattern_but_the_comma
     assert train_config("schedule=superbpe", "pretokenizer=gpt2").pretokenizer.name == "gpt2"
     assert train_config("pretokenizer=o200k", "schedule=superbpe").pretokenizer.name == "o200k"
     assert train_config("schedule=bpe").pretokenizer.name == "gpt2"
+
+
+@pytest.mark.parametrize(
+    "knobs",
+    [{}, {"transition": 100, "stage2_pattern": "superbpe-paper", "stage2_approx_sample": 0.25}],
+)
+def test_the_library_superbpe_schedule_is_the_commands(knobs):
+    overrides = [f"schedule.{key}={value}" for key, value in knobs.items()]
+    composed = train_config("schedule=superbpe", *overrides).schedule
+    assert ScheduleConfig.superbpe(**knobs, stage1_pattern=None) == composed
+    assert ScheduleConfig.superbpe().stages[0].pretokenizer == PretokenizerConfig(name="superbpe-stage1")
+
+
+def test_a_library_config_of_the_wrong_shape_is_refused_by_name(tmp_path):
+    corpus = str(tmp_path / "a.txt")
+    cases = {
+        "data.paths takes a list, not str": TrainConfig(data=DataConfig(paths="/")),
+        "data takes a DataConfig, not dict": TrainConfig(data={"paths": [corpus]}),  # type: ignore[arg-type]
+        "schedule.stages[0] takes a StageConfig": TrainConfig(
+            schedule=ScheduleConfig(stages=[{"name": "x"}])  # type: ignore[list-item]
+        ),
+        "schedule.transition=0.8 is used by none": TrainConfig(
+            schedule=ScheduleConfig(name="superbpe", transition=0.8)
+        ),
+        "special_tokens takes a list": TrainConfig(special_tokens="<|endoftext|>"),  # type: ignore[arg-type]
+    }
+    for message, cfg in cases.items():
+        cfg.output_dir = str(tmp_path / "out")
+        with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
+            run_training(cfg)
+        assert not (tmp_path / "out").exists()

@@ -21,7 +21,7 @@ import numpy as np
 from superbpe.core.compat import CompatConfig, check_directory_compat, encoding_for, recorded_compat
 from superbpe.core.counts import check_errors_mode
 from superbpe.core.errors import ConfigError, InputError
-from superbpe.core.pretokenize import Pretokenizer, SpecialSplitter, get_pretokenizer
+from superbpe.core.pretokenize import Pretokenizer, SpecialSplitter, get_pretokenizer, special_token_list
 from superbpe.core.sources import Chunk, ChunkCutter, cut_stream, invalid_utf8, open_binary
 from superbpe.core.types import Merge
 from superbpe.core.util import caller_stacklevel, import_optional, resolve_threads
@@ -95,7 +95,7 @@ class Tokenizer:
         self._vocab = vocab
         self._whole_pieces = whole_pieces
         self._merges = merges
-        self._splitter = SpecialSplitter(list(special_tokens or ()))
+        self._splitter = SpecialSplitter(special_token_list(special_tokens or ()))
         self._id_of = dict(zip(self._vocab.values(), self._vocab, strict=True))
         self._special_ids = self._add_special_tokens()
         self._max_special_len = max((len(s) for s in self._special_ids), default=0)

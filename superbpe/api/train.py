@@ -14,7 +14,7 @@ from typing import Any
 from superbpe.core.compat import CompatConfig, get_compat, training_pretokenizer, training_rules
 from superbpe.core.counts import PieceCounts
 from superbpe.core.errors import ConfigError
-from superbpe.core.pretokenize import Pretokenizer, SpecialSplitter, get_pretokenizer
+from superbpe.core.pretokenize import Pretokenizer, SpecialSplitter, get_pretokenizer, special_token_list
 from superbpe.core.rules import MergeCallback, MergeRules, make_rules
 from superbpe.core.sources import DEFAULT_CHUNK_BYTES, DocumentStream, InputSpec, is_document_stream
 from superbpe.core.types import Merge
@@ -90,7 +90,7 @@ def train_bpe(
     ``vocab_size``, the smaller vocabulary is returned with a warning (``warnings`` and the log).
     """
     chosen_compat = get_compat(compat)
-    special_tokens = list(dict.fromkeys(special_tokens))
+    special_tokens = special_token_list(special_tokens)
     SpecialSplitter(special_tokens)
     check_special_tokens(special_tokens)
     seen_alphabet = chosen_compat.alphabet == "seen"
@@ -179,7 +179,7 @@ def train_superbpe(
     pretokenizer=stage2_pretokenizer)``; a word-level pattern never makes the superwords.
     """
     chosen_compat = get_compat(compat)
-    special_tokens = list(dict.fromkeys(special_tokens))
+    special_tokens = special_token_list(special_tokens)
     SpecialSplitter(special_tokens)
     check_special_tokens(special_tokens)
     seen_alphabet = chosen_compat.alphabet == "seen"

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from superbpe.core.errors import InputError, SuperBPEError
-from superbpe.core.pretokenize import Pretokenizer, SpecialSplitter, get_pretokenizer
+from superbpe.core.pretokenize import Pretokenizer, SpecialSplitter, get_pretokenizer, special_token_list
 from superbpe.core.sources import (
     InputSpec,
     check_not_empty,
@@ -167,7 +167,7 @@ def prepare_count(
 ) -> tuple[Pretokenizer, list[str], list[Path]]:
     """The checks every engine runs before reading a byte: options first, then the inputs."""
     pre = get_pretokenizer(pretokenizer)
-    specials = list(dict.fromkeys(special_tokens))
+    specials = special_token_list(special_tokens)
     SpecialSplitter(specials)
     check_errors_mode(errors)
     paths = resolve_inputs(inputs)
@@ -181,7 +181,7 @@ def prepare_stream(
     """The checks a stream count runs before reading a document (both engines)."""
     if not pretokenizers:
         raise SuperBPEError("count_documents needs at least one pre-tokenizer")
-    specials = list(dict.fromkeys(special_tokens))
+    specials = special_token_list(special_tokens)
     SpecialSplitter(specials)
     check_errors_mode(errors)
     return specials

@@ -9,7 +9,7 @@ stays together, which is what lets superword tokens form.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -309,11 +309,19 @@ def last_safe_cut(text: str) -> int:
 _SUBSTRING_SEARCHES_MAX = 8
 
 
+def special_token_list(special_tokens: Iterable[str]) -> list[str]:
+    """The special tokens once each, in order; one string given where a list goes is an error (it
+    would otherwise be read as its characters, each a special token)."""
+    if isinstance(special_tokens, str | bytes):
+        raise ConfigError(f"special_tokens takes a list of strings: [{special_tokens!r}]")
+    return list(dict.fromkeys(special_tokens))
+
+
 class SpecialSplitter:
     """Splits text at special tokens, longest first, so specials are never counted or merged."""
 
     def __init__(self, special_tokens: Sequence[str]) -> None:
-        specials = list(dict.fromkeys(special_tokens))
+        specials = special_token_list(special_tokens)
         for token in specials:
             if not isinstance(token, str) or not token:
                 raise ConfigError("special tokens must be non-empty strings")

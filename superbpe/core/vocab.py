@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 
 from superbpe.core.byte_table import byte_to_unicode, unicode_to_byte
 from superbpe.core.errors import ConfigError
+from superbpe.core.pretokenize import special_token_list
 from superbpe.core.types import Merge
 
 Vocab = dict[int, bytes]
@@ -38,7 +39,9 @@ def check_special_tokens(special_tokens: Sequence[str]) -> None:
     differently, so they are errors before any training. A special that is a plain word is allowed
     but worth a warning: text is cut at every occurrence, inside longer words too.
     """
-    for token in special_tokens:
+    for token in special_token_list(special_tokens):
+        if not isinstance(token, str):
+            raise ConfigError(f"special token {token!r} is not a string")
         if len(token.encode("utf-8")) == 1 or token in unicode_to_byte():
             raise ConfigError(
                 f"special token {token!r} is spelled like a byte token; use a longer text, say '<|{token}|>'"

@@ -90,6 +90,39 @@ class ScheduleConfig:
     from_tokenizer: str | None = None
     stages: list[StageConfig] = field(default_factory=lambda: [StageConfig()])
 
+    @classmethod
+    def superbpe(
+        cls,
+        transition: int | float = 0.8,
+        *,
+        stage1_pattern: str | None = "superbpe-stage1",
+        stage2_pattern: str = "superbpe",
+        stage2_approx_sample: float | None = None,
+        from_run: str | None = None,
+        from_tokenizer: str | None = None,
+    ) -> ScheduleConfig:
+        """The schedule ``superbpe-train schedule=superbpe`` composes (``conf/schedule/superbpe.yaml``), for
+        library runs: a dataclass does not fill its stages from the knobs as the config's interpolations
+        do. ``stage1_pattern`` is stage 1's pre-tokenizer, as the command's default for that schedule;
+        None takes the run's top-level ``pretokenizer``."""
+        stage1 = StageConfig(
+            name="stage1",
+            pretokenizer=None if stage1_pattern is None else PretokenizerConfig(name=stage1_pattern),
+            until=transition,
+        )
+        stage2 = StageConfig(
+            name="stage2",
+            pretokenizer=PretokenizerConfig(name=stage2_pattern),
+            max_words_per_token=4,
+            forbidden_substrings=[": "],
+            approx_sample=stage2_approx_sample,
+        )
+        return cls(
+            name="superbpe", transition=transition, stage2_pattern=stage2_pattern,
+            stage2_approx_sample=stage2_approx_sample, from_run=from_run, from_tokenizer=from_tokenizer,
+            stages=[stage1, stage2],
+        )  # fmt: skip
+
 
 @dataclass
 class CheckpointConfig:
@@ -233,6 +266,58 @@ def to_dataclass(cfg: Any, schema: type) -> Any:
     if OmegaConf.get_type(cfg) is not schema:  # untyped input: type it first (merging keeps ??? values)
         cfg = OmegaConf.merge(OmegaConf.structured(schema), cfg)
     return OmegaConf.to_object(cfg)
+
+
+def check_shape(cfg: Any, prefix: str = "") -> None:
+    """Refuse a config built by hand whose parts are of the wrong kind, naming the key.
+
+    Why: the commands get this from OmegaConf's typed schema, but a library caller's
+    ``DataConfig(paths="a.txt")`` was read character by character (``"/"`` is the whole filesystem),
+    and ``TrainConfig(data={...})`` failed deep inside the run.
+    """
+    hints = typing.get_type_hints(type(cfg))
+    for f in dataclasses.fields(cfg):
+        key, value, hint = f"{prefix}{f.name}", getattr(cfg, f.name), hints[f.name]
+        inner = _dataclass_in(hint)
+        listed = typing.get_origin(hint) is list
+        if value is None and type(None) in typing.get_args(hint):
+            continue
+        if listed and not isinstance(value, list | tuple):
+            raise ConfigError(f"{key} takes a list, not {type(value).__name__}: {f.name}=[{value!r}]")
+        if inner is None:
+            continue
+        for index, item in enumerate(value if listed else [value]):
+            where = f"{key}[{index}]" if listed else key
+            if not isinstance(item, inner):
+                raise ConfigError(
+                    f"{where} takes a {inner.__name__}, not {type(item).__name__}: "
+                    f"{f.name}={'[' if listed else ''}{inner.__name__}(...){']' if listed else ''}"
+                )
+            check_shape(item, f"{where}.")
+
+
+def check_schedule_knobs(schedule: ScheduleConfig) -> None:
+    """Refuse a knob (``transition``, ``stage2_pattern``, ``stage2_approx_sample``) that no stage uses.
+
+    Why: in the commands the built-in schedules' stages take the knobs through interpolations, and
+    :func:`unused_options` refuses a knob they ignore; a library ``ScheduleConfig(name="superbpe",
+    transition=0.8)`` kept its default single BPE stage and trained plain BPE without a word.
+    """
+    stages = schedule.stages
+    used = {
+        "transition": any(stage.until == schedule.transition for stage in stages),
+        "stage2_pattern": any(stage.pretokenizer and stage.pretokenizer.name == schedule.stage2_pattern
+                              for stage in stages),
+        "stage2_approx_sample": any(stage.approx_sample == schedule.stage2_approx_sample for stage in stages),
+    }  # fmt: skip
+    defaults = ScheduleConfig()
+    for knob, is_used in used.items():
+        value = getattr(schedule, knob)
+        if value != getattr(defaults, knob) and not is_used:
+            raise ConfigError(
+                f"schedule.{knob}={value} is used by none of the schedule's stages "
+                f"({', '.join(stage.name for stage in stages)}); SuperBPE: ScheduleConfig.superbpe(...)"
+            )
 
 
 def unknown_keys(values: Any, schema: type, prefix: str = "") -> list[str]:

@@ -72,7 +72,7 @@ from superbpe.jobs.count import count_corpus
 from superbpe.jobs.evaluate import evaluate_dir
 from superbpe.jobs.executors import check_executor
 from superbpe.training.cache import RunCache, cache_key, counts_not_worth_caching, token_prefix, tokens_made
-from superbpe.training.config import TrainConfig
+from superbpe.training.config import TrainConfig, check_schedule_knobs, check_shape
 from superbpe.training.metrics import build_metrics, write_metrics
 from superbpe.training.stages import (
     SourceMerges,
@@ -150,6 +150,8 @@ def run_training(cfg: TrainConfig, *, run_dir: str | os.PathLike[str] | None = N
     A run that fails before its first checkpoint removes the output directory it created; one that
     fails later keeps its checkpoint, to resume from.
     """
+    check_shape(cfg)
+    check_schedule_knobs(cfg.schedule)
     job = prepare(cfg, run_dir)
     try:
         return _run(job)
