@@ -50,6 +50,16 @@ def test_training_from_saved_counts_equals_training_from_text(shared_data: Path,
     assert superbpe.train_bpe(loaded, 500, [EOT])[1] == reference_merges(shared_data)
 
 
+def test_counts_are_trained_as_they_were_made(sample_texts: Path) -> None:
+    counts = superbpe.count(sample_texts / "german.txt", [EOT], pretokenizer="o200k")
+    _, merges = superbpe.train_bpe(counts, 300, [EOT])
+    assert superbpe.train_bpe(counts, 300, [EOT], pretokenizer="o200k")[1] == merges
+    with pytest.raises(ConfigError, match="made with pretokenizer o200k, not gpt2"):
+        superbpe.train_bpe(counts, 300, [EOT], pretokenizer="gpt2")
+    with pytest.raises(ConfigError, match=r"cut at special tokens \['<\|endoftext\|>'\], not \['<\|x\|>'\]"):
+        superbpe.train_bpe(counts, 300, ["<|x|>"])
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
@@ -62,6 +72,7 @@ def test_training_from_saved_counts_equals_training_from_text(shared_data: Path,
         ({"min_frequency": 0}, ConfigError, "min_frequency must be an integer >= 1"),
         ({"forbidden_substrings": [""]}, ConfigError, "forbidden_substrings must be non-empty"),
         ({"workers": 0}, SuperBPEError, "workers must be an integer >= 1"),
+        ({"special_tokens": EOT}, ConfigError, r"special_tokens takes a list of strings: \['<\|endoftext"),
     ],
 )
 def test_bad_arguments_are_one_line_errors(

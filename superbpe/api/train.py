@@ -71,7 +71,7 @@ def train_bpe(
     vocab_size: int,
     special_tokens: Sequence[str] = (),
     *,
-    pretokenizer: str | Pretokenizer = "gpt2",
+    pretokenizer: str | Pretokenizer | None = None,
     engine: str | Engine = "auto",
     workers: int | None = None,
     replay: Sequence[Merge] = (),
@@ -83,6 +83,8 @@ def train_bpe(
     """Train byte-level BPE on text files, documents (see :func:`count`) or saved piece counts and return
     ``(vocab, merges)``.
 
+    ``pretokenizer`` (default ``gpt2``) splits text; piece counts are trained as they were made, and a
+    ``pretokenizer`` or ``special_tokens`` other than theirs is refused.
     Options: ``min_frequency``, ``max_token_bytes``, ``max_words_per_token``,
     ``forbidden_substrings``, ``chunk_bytes``, ``errors`` ("strict" or "replace"), ``text_field``.
     ``compat="official"`` trains as HF ``tokenizers`` does (see :mod:`superbpe.core.compat`): line units,
@@ -99,7 +101,9 @@ def train_bpe(
     num_merges = 0 if seen_alphabet else merge_budget(vocab_size, special_tokens)
     read_options = {k: options.pop(k) for k in ("chunk_bytes", "errors", "text_field") if k in options}
     rules = training_rules(make_rules(**_rule_options(options)), chosen_compat)
-    pretokenizer = training_pretokenizer(get_pretokenizer(pretokenizer), chosen_compat)
+    if isinstance(input_path, PieceCounts):
+        _check_counts_made_alike(input_path, pretokenizer, special_tokens)
+    pretokenizer = training_pretokenizer(get_pretokenizer(pretokenizer or "gpt2"), chosen_compat)
     splits = [] if isinstance(input_path, PieceCounts) else [pretokenizer]
     chosen = get_engine(engine, splits)
     if isinstance(input_path, PieceCounts):
@@ -124,6 +128,29 @@ def train_bpe(
     if alphabet is not None:
         return hf_vocab(alphabet, result.merges, special_tokens), result.merges
     return build_vocab(result.merges, special_tokens), result.merges
+
+
+def _check_counts_made_alike(
+    counts: PieceCounts, pretokenizer: str | Pretokenizer | None, special_tokens: list[str]
+) -> None:
+    """Refuse a pre-tokenizer or special tokens other than those ``counts`` were made with.
+
+    Why: counts are text already split, so training on them cannot apply another pattern or cut at
+    other specials; both used to be ignored without a word (merges of the counts' pattern under the
+    name given, or a special token whose text was trained on as ordinary text).
+    """
+    made = counts.meta.get("pretokenizer") or {}
+    if pretokenizer is not None and made and get_pretokenizer(pretokenizer).pattern != made.get("pattern"):
+        raise ConfigError(
+            f"these counts were made with pretokenizer {made.get('name')}, not "
+            f"{get_pretokenizer(pretokenizer).name}: leave pretokenizer out, or count again with it"
+        )
+    counted = counts.meta.get("special_tokens")
+    if counted is not None and set(counted) != set(special_tokens):
+        raise ConfigError(
+            f"these counts were cut at special tokens {counted}, not {special_tokens}: train with the "
+            "same special tokens, or count again with these"
+        )
 
 
 def warn_if_short(caller: str, merges: Sequence[Merge], wanted: int, rules: MergeRules) -> None:
