@@ -294,6 +294,7 @@ def _evaluate(cfg: DictConfig) -> None:
             args.input,
             separator=args.separator,
             text_field=args.text_field,
+            errors=args.errors,
             engine=args.engine.name,
             executor=args.executor,
             compat=args.compat,

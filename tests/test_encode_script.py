@@ -258,6 +258,18 @@ def test_evaluate_script_reports_bytes_per_token(tokenizer_dir, documents, tmp_p
     assert evaluate(tok, source).tokens_per_document == pytest.approx(n_tokens / len(documents))
 
 
+def test_evaluate_script_reads_invalid_utf8_with_errors_replace(tokenizer_dir, tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"fine\nthen \xff here\n")
+    args = ("evaluate.py", f"tokenizer={tokenizer_dir}", f"input={bad}")
+    strict = run_script(*args, cwd=tmp_path)
+    assert_one_line_error(strict, "bad.txt: invalid UTF-8 at byte 10", "superbpe-evaluate")
+    replaced = run_script(*args, "errors=replace", cwd=tmp_path)
+    assert replaced.returncode == 0, replaced.stderr
+    size = len("fine\nthen \ufffd here\n".encode())
+    assert f"({size} bytes," in replaced.stdout
+
+
 # -- workers ---------------------------------------------------------------------------------------------
 
 ENGINES = ["python", "native"] if native_available() else ["python"]

@@ -6,6 +6,7 @@ import errno
 import json
 import logging
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from superbpe.jobs.evaluate import evaluate
 from superbpe.training.cache import RunCache
 from superbpe.training.config import DataConfig, TrainConfig, register_configs, to_dataclass
 from superbpe.training.directories import claim_unique_dir, resume_args
+from superbpe.training.run import RunResult
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 EOT = "<|endoftext|>"
@@ -341,6 +343,36 @@ def test_evaluating_an_empty_file_is_an_error(tmp_path: Path, corpus: Path) -> N
         superbpe.run_training(TrainConfig(data=DataConfig(paths=[str(corpus)]),
                                           eval=str(empty), output_dir=str(tmp_path / "out")))  # fmt: skip
     assert not (tmp_path / "out").exists()
+
+
+def test_a_bad_eval_file_stops_the_run_before_training(tmp_path: Path, corpus: Path) -> None:
+    """The held-out file is read as the corpus is (``data.errors``, ``data.text_field``), and a byte or
+    record it cannot read is an error before training, not after it (when no resume could change it)."""
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"fine\nthen \xff here\n")
+    records = tmp_path / "bad.jsonl"
+    records.write_text('{"body": "a"}\n{"text": "b"}\n')
+
+    def run(eval_file: Path, **data: str) -> RunResult:
+        cfg = TrainConfig(data=DataConfig(paths=[str(corpus)], **data), vocab_size=300, eval=str(eval_file),
+                          cache_dir=None, output_dir=str(tmp_path / "out"))  # fmt: skip
+        return superbpe.run_training(cfg)
+
+    started = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("superbpe.training.run._run", lambda job: started.append(job))
+        with pytest.raises(InputError, match="bad.txt: invalid UTF-8 at byte 10"):
+            run(bad)
+        with pytest.raises(InputError, match="bad.jsonl: line 1: no string field 'text'"):
+            run(records)
+        with pytest.raises(InputError, match="a directory; eval takes one file"):
+            run(tmp_path)
+    assert not started and not (tmp_path / "out").exists()
+    replaced = run(bad, errors="replace")
+    assert replaced.metrics["eval"]["bytes"] == len("fine\nthen \ufffd here\n".encode())
+    shutil.rmtree(tmp_path / "out")
+    records.write_text('{"body": "a"}\n{"body": "bc"}\n')
+    assert run(records, text_field="body").metrics["eval"]["bytes"] == 3
 
 
 def test_tokenizer_misuse_raises_superbpe_errors(tmp_path: Path) -> None:

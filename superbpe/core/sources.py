@@ -464,7 +464,8 @@ def decode_chunk(chunk: Chunk, errors: str = "strict") -> str:
 
 #: How to read text with invalid UTF-8 anyway, in each place that reads a corpus.
 REPLACE_HINT = (
-    "data.errors=replace (superbpe-train), errors=replace (superbpe-encode) or errors='replace' (library) "
+    "data.errors=replace (superbpe-train), errors=replace (superbpe-encode, superbpe-evaluate) or "
+    "errors='replace' (library) "
     "reads such bytes as U+FFFD"
 )
 

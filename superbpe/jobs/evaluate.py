@@ -21,6 +21,7 @@ import numpy as np
 
 from superbpe.api.tokenizer import Tokenizer, encode_text_chunk
 from superbpe.core.compat import CompatConfig
+from superbpe.core.counts import check_errors_mode
 from superbpe.core.errors import InputError
 from superbpe.core.sources import (
     Chunk,
@@ -185,6 +186,7 @@ def evaluate(
     on two threads at once and uses one); by default one for a small corpus, else ``default_threads()``.
     The numbers never depend on it.
     """
+    check_errors_mode(errors)
     paths = resolve_inputs(inputs)
     threads = _threads(tokenizer, workers, paths)
     tally = Tally()
@@ -247,6 +249,7 @@ def evaluate_dir(
     *,
     separator: str | None = "<|endoftext|>",
     text_field: str = "text",
+    errors: str = "strict",
     engine: str = "auto",
     executor: ExecutorSpec | str | None = None,
     compat: str | CompatConfig | None = None,
@@ -261,11 +264,13 @@ def evaluate_dir(
     spec = check_executor(executor)
     if spec.name != "local":
         return evaluate_sharded(
-            directory, inputs, separator=separator, text_field=text_field, engine=engine, executor=spec,
-            compat=compat, workers=workers,
+            directory, inputs, separator=separator, text_field=text_field, errors=errors, engine=engine,
+            executor=spec, compat=compat, workers=workers,
         )  # fmt: skip
     tokenizer = Tokenizer.load(Path(directory), engine=engine, compat=compat)
-    return evaluate(tokenizer, inputs, separator=separator, text_field=text_field, workers=workers)
+    return evaluate(
+        tokenizer, inputs, separator=separator, text_field=text_field, errors=errors, workers=workers
+    )
 
 
 def evaluate_sharded(
@@ -285,6 +290,7 @@ def evaluate_sharded(
     Bytes and tokens add up; a document that spans shards is counted once, by the shard where it ends
     (a shard reports whether its first document end closes a document begun before it).
     """
+    check_errors_mode(errors)
     spec = spec_from(executor)
     tokenizer_dir = Path(directory)
     tokenizer = Tokenizer.load(tokenizer_dir, engine=engine, compat=compat)

@@ -205,6 +205,7 @@ class EvaluateConfig:
     input: Any = "???"  # a file, directory, glob, or a list of them
     separator: str | None = "<|endoftext|>"  # documents are split at this special token
     text_field: str = "text"
+    errors: str = "strict"  # "strict": invalid UTF-8 is an error; "replace": U+FFFD
     workers: int | None = None  # threads (native engine); None = all CPUs or RAYON_NUM_THREADS
     engine: EngineConfig = field(default_factory=EngineConfig)
     executor: ExecutorSpec = field(default_factory=ExecutorSpec)

@@ -37,11 +37,13 @@ from superbpe.core.progress import StageStats, build_reporter, current_rss_bytes
 from superbpe.core.rules import MergeRules
 from superbpe.core.sources import (
     check_not_empty,
+    chunk_documents,
     corpus_size,
     input_fingerprint,
     is_gzipped,
     is_jsonl,
     is_table,
+    iter_chunks,
     resolve_inputs,
 )
 from superbpe.core.types import Merge
@@ -245,7 +247,7 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
         raise InputError("no corpus given: set data.paths")
     paths = resolve_inputs(list(cfg.data.paths))
     check_not_empty(paths)
-    eval_path = _check_eval(cfg.eval)
+    eval_path = _check_eval(cfg.eval, cfg.data.errors, cfg.data.text_field)
     counted = plans[1:] if source is not None else plans
     engine = get_engine(cfg.engine.name, [plan.pretokenizer for plan in counted])
     check_executor(cfg.executor)
@@ -267,14 +269,22 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
     )
 
 
-def _check_eval(eval_file: str | None) -> Path | None:
+def _check_eval(eval_file: str | None, errors: str, text_field: str) -> Path | None:
+    """The held-out file, read through once as the evaluation after training will read it (with the
+    corpus's ``data.errors`` and ``data.text_field``), so that a bad byte or record in it stops the run
+    before training rather than after it, when no resume could change it."""
     if not eval_file:
         return None
     path = Path(eval_file).expanduser()
+    if path.is_dir():
+        raise InputError(f"eval file {path}: a directory; eval takes one file")
     if not path.is_file():
         raise InputError(f"eval file {path}: no such file")
     if path.stat().st_size == 0:
         raise InputError(f"eval file {path}: empty, so no bytes/token to measure")
+    for chunk in iter_chunks(path, [], line_cuts=True):
+        for _ in chunk_documents(chunk, errors, text_field):
+            pass
     return path
 
 
@@ -775,7 +785,11 @@ def _write_outputs(job: _Job, checkpoint: Checkpoint, seconds: float) -> dict[st
     )
     evaluation = None
     if job.eval_path is not None:
-        evaluation = evaluate_dir(job.output_dir, [job.eval_path], engine=job.engine.name).to_json()
+        data = job.cfg.data
+        evaluation = evaluate_dir(
+            job.output_dir, [job.eval_path], text_field=data.text_field, errors=data.errors,
+            engine=job.engine.name,
+        ).to_json()  # fmt: skip
     metrics = build_metrics(
         job.cfg, job.compat_config(), checkpoint, seconds, evaluation, len(vocab), engine=job.engine.name
     )
