@@ -23,7 +23,7 @@ from superbpe.jobs import count as sharded
 from superbpe.jobs.executors import ExecutorSpec, LocalExecutor
 from superbpe.jobs.shards import Shard, plan_shards, sample_evenly
 from superbpe.training.config import DataConfig, EngineConfig, PretokenizerConfig, TrainConfig, to_dataclass
-from superbpe.training.run import run_training
+from superbpe.training.run import prepare, run_training
 
 EOT = "<|endoftext|>"
 ENGINES = ["python", *(["native"] if native_available() else [])]
@@ -159,6 +159,15 @@ def test_a_sampled_stage_trains_on_its_share_and_says_so(tmp_path: Path, small_b
     exact_stages = json.loads((tmp_path / "exact" / "metrics.json").read_text())["stages"]
     assert "approx_sample" not in exact_stages[1]
     assert stages[1]["distinct_pieces"] < exact_stages[1]["distinct_pieces"]
+
+
+def test_a_sampled_stage_of_a_corpus_it_cannot_sample_is_refused_before_training(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus.txt.gz"
+    with gzip.open(corpus, "wt", encoding="utf-8") as out:
+        out.write("hello world\n" * 100)
+    with pytest.raises(InputError, match="cuts files into byte ranges"):
+        prepare(_config(corpus, tmp_path / "out", 0.25))
+    assert not (tmp_path / "out").exists()
 
 
 def test_the_cache_keeps_sampled_and_exact_stages_apart(tmp_path: Path, small_blocks: int) -> None:

@@ -73,6 +73,7 @@ from superbpe.formats.tokenizer_dir import save_tokenizer_dir
 from superbpe.jobs.count import count_corpus
 from superbpe.jobs.evaluate import evaluate_dir
 from superbpe.jobs.executors import check_executor
+from superbpe.jobs.shards import check_sampleable
 from superbpe.training.cache import RunCache, cache_key, counts_not_worth_caching, token_prefix, tokens_made
 from superbpe.training.config import TrainConfig, check_schedule_knobs, check_shape
 from superbpe.training.metrics import build_metrics, write_metrics
@@ -249,6 +250,8 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
     check_not_empty(paths)
     eval_path = _check_eval(cfg.eval, cfg.data.errors, cfg.data.text_field)
     counted = plans[1:] if source is not None else plans
+    if any(plan.approx_sample is not None for plan in counted):
+        check_sampleable(paths)  # now, not when stage 1 has trained
     engine = get_engine(cfg.engine.name, [plan.pretokenizer for plan in counted])
     check_executor(cfg.executor)
     output_dir = _output_dir(cfg, run_dir)
