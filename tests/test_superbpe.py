@@ -184,3 +184,20 @@ def test_native_run_counts_stage2_ahead_with_the_same_merges(superbpe_run, wiki,
     assert any("counted while the previous stage trained" in r.getMessage() for r in caplog.records)
     assert result.merges == superbpe_run[0].merges
     assert result.stage_ends == superbpe_run[0].stage_ends
+
+
+def test_inherited_merges_dropped_by_the_rules_are_logged_as_such_not_as_a_mismatch(caplog) -> None:
+    from types import SimpleNamespace
+
+    from superbpe.core.rules import MergeRules
+    from superbpe.training import run
+
+    known = [(b" ", b"\n"), (b"a", b"b")]
+    chosen = [(b"a", b"b"), (b"c", b"d")]
+    for absent_inherited, level in (("drop", "INFO"), ("keep", "WARNING")):
+        caplog.clear()
+        plan = SimpleNamespace(name="stage2", rules=MergeRules(absent_inherited=absent_inherited))
+        with caplog.at_level("INFO", logger="superbpe"):
+            run._check_chosen_again(plan, known, chosen)  # type: ignore[arg-type]
+        assert [record.levelname for record in caplog.records] == [level], absent_inherited
+    assert "1 inherited merge(s) never occur" not in caplog.text and "as known before" in caplog.text

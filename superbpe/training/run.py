@@ -691,13 +691,28 @@ def _choose(
 
 def _check_chosen_again(plan: StagePlan, known: Sequence[Merge], merges: Sequence[Merge]) -> None:
     """Merges chosen again must be the ones known; say so loudly if not (the new ones are kept: they
-    are what this engine and corpus give now)."""
+    are what this engine and corpus give now). Under rules that drop inherited merges the stage's
+    corpus never makes (``absent_inherited: drop``, HF's way in ``compat=official``), those are
+    expected to be missing, and are logged as dropped."""
+    if plan.rules.absent_inherited == "drop":
+        present = set(merges)
+        dropped = [merge for merge in known if merge not in present]
+        if dropped:
+            log.info(
+                "stage %s: %d inherited merge(s) never occur in its corpus and are dropped, as the rules "
+                "say (absent_inherited: drop), the first %s",
+                plan.name,
+                len(dropped),
+                dropped[0],
+            )
+            known = [merge for merge in known if merge in present]
     again = list(merges[: len(known)])
     if again == list(known):
         return
     first = next(i for i in range(len(known)) if i >= len(again) or again[i] != known[i])
     log.warning(
-        "stage %s: merge %d chosen again is %s, not the checkpoint's %s; continuing with the new merges",
+        "stage %s: merge %d chosen again is %s, not %s as known before (checkpoint or inherited merges); "
+        "continuing with the new merges",
         plan.name,
         first,
         again[first] if first < len(again) else "none",
