@@ -235,3 +235,12 @@ def test_a_failed_run_leaves_a_directory_it_did_not_make(tmp_path):
     proc = train(tmp_path, f"data.paths=[{tmp_path / 'nope.txt'}]", f"output_dir={mine}")
     assert_one_line_error(proc, "nope.txt", "no such file")
     assert mine.is_dir() and not list(mine.iterdir())
+
+
+def test_a_vocabulary_smaller_than_asked_is_a_warning(tmp_path, sample_texts):
+    proc = train(tmp_path, f"data.paths=[{sample_texts / 'tinystories_sample.txt'}]", "vocab_size=5000")
+    assert proc.returncode == 0, proc.stderr
+    size = len(json.loads((tmp_path / "run" / "vocab.json").read_text()))
+    assert f"WARNING] - the vocabulary is {size} tokens, {5000 - size} fewer than vocab_size=5000" in (
+        proc.stdout + proc.stderr
+    )

@@ -760,6 +760,19 @@ def _stage_metrics(plan: StagePlan, stats: StageStats, merges: int, job: _Job) -
     }
 
 
+def _warn_if_smaller(size: int, vocab_size: int) -> None:
+    """A vocabulary smaller than asked is worth a warning (an embedding table is sized by it), as the
+    library's ``train_bpe`` gives; the stage's own log line only says that it ended early."""
+    if size < vocab_size:
+        log.warning(
+            "the vocabulary is %d tokens, %d fewer than vocab_size=%d: the corpus ran out of pairs the "
+            "rules allow; give more text or a smaller vocab_size",
+            size,
+            vocab_size - size,
+            vocab_size,
+        )
+
+
 def _write_outputs(job: _Job, checkpoint: Checkpoint, seconds: float) -> dict[str, Any]:
     """Tokenizer files, then metrics.json (with bytes/token on the eval file)."""
     merges = checkpoint.merges
@@ -778,6 +791,7 @@ def _write_outputs(job: _Job, checkpoint: Checkpoint, seconds: float) -> dict[st
         specials = job.specials + reserved_tokens(256 + len(merges) + len(job.specials),
                                                   job.cfg.pad_vocab_to_multiple_of, job.specials)
         vocab = build_vocab(merges, specials)
+    _warn_if_smaller(len(vocab) - (len(specials) - len(job.specials)), job.cfg.vocab_size)
     stages = []
     start = 0
     for plan, end in zip(job.plans, checkpoint.stage_ends, strict=False):
