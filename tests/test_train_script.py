@@ -96,6 +96,9 @@ def test_two_point_multirun_writes_two_metrics_and_a_summary(tmp_path, corpus, s
     assert all(row[2] == "superbpe-stage1>superbpe" for row in rows)
     png = sweep / "summary.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    into_dir = run_script("summarize.py", str(sweep), "--plot", str(tmp_path), cwd=tmp_path)
+    assert_one_line_error(into_dir, f"plot path {tmp_path} is a directory")
+    assert not list(tmp_path.glob(".*tmp*"))
 
 
 def test_summarize_without_runs_is_a_one_line_error(tmp_path):
@@ -175,6 +178,19 @@ def test_unwritable_output_dir(tmp_path, corpus):
     proc = train(tmp_path, f"data.paths=[{corpus}]", "vocab_size=300", f"output_dir={blocker / 'out'}")
     assert_one_line_error(proc, "output directory", "not writable")
     assert_nothing_left(tmp_path)
+    assert blocker.read_text() == "not a directory"
+
+
+def test_unusable_cache_dir(tmp_path, corpus):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    for cache_dir in (blocker, blocker / "cache"):
+        proc = run_script(
+            "train.py", f"data.paths=[{corpus}]", "vocab_size=300", f"hydra.run.dir={tmp_path / 'run'}",
+            cwd=tmp_path, cache_dir=cache_dir,
+        )  # fmt: skip
+        assert_one_line_error(proc, f"cache_dir {cache_dir} cannot be used", "is a file", "cache_dir=null")
+        assert_nothing_left(tmp_path)
     assert blocker.read_text() == "not a directory"
 
 

@@ -97,6 +97,28 @@ def naming_file(path: Path) -> Iterator[None]:
         raise OSError(exc.errno, exc.strerror, str(path)) from exc
 
 
+def directory_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be (made into) a directory to write in, or None: checked before a command
+    starts, so that the user gets one line naming the option rather than an error from deep inside."""
+    absolute = path.expanduser().absolute()
+    existing = next(p for p in (absolute, *absolute.parents) if p.exists())
+    if not existing.is_dir():
+        return "it is a file" if existing == absolute else f"{existing} is a file"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return "Permission denied"
+    if existing != absolute:  # make it and take it away again: some file systems refuse (/proc, read-only)
+        missing = [p for p in (absolute, *absolute.parents) if not p.exists()]
+        try:
+            absolute.mkdir(parents=True)
+        except OSError as exc:
+            return exc.strerror or str(exc)
+        finally:
+            for made in missing:
+                with contextlib.suppress(OSError):
+                    made.rmdir()
+    return None
+
+
 def remove_stale_temps(directory: Path) -> list[Path]:
     """Delete the temp files :func:`atomic_write` leaves when killed mid-write (``.<name>.XXXX.tmp``).
 

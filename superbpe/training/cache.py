@@ -34,7 +34,7 @@ from typing import Any
 from superbpe.core.counts import PieceCounts
 from superbpe.core.errors import ConfigError
 from superbpe.core.types import Merge
-from superbpe.core.util import atomic_write_text, human_size
+from superbpe.core.util import atomic_write_text, directory_problem, human_size
 from superbpe.engines import native as native_engine
 
 log = logging.getLogger("superbpe")
@@ -120,6 +120,9 @@ class RunCache:
 
     def __init__(self, root: str | os.PathLike[str] | None, max_gib: float | None = None) -> None:
         self.root = Path(root).expanduser() if root else None
+        problem = None if self.root is None else directory_problem(self.root)
+        if problem:
+            raise ConfigError(f"cache_dir {self.root} cannot be used ({problem}); cache_dir=null: no cache")
         if max_gib is not None and not max_gib > 0:
             raise ConfigError(f"cache_max_gib must be positive (or null for no cap), not {max_gib}")
         self.max_bytes = None if max_gib is None else int(max_gib * (1 << 30))

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from superbpe.core.errors import ConfigError, InputError
+from superbpe.core.util import directory_problem
 from superbpe.formats.checkpoints import checkpoint_path
 
 #: Settings a resume may change: they decide how fast and how visibly a run goes, never its merges
@@ -144,12 +145,7 @@ def place_run(args: Sequence[str]) -> list[str]:
 
 def _check_can_make(path: Path) -> None:
     """Refuse a run directory that cannot be made or written before Hydra tries (its error is a traceback)."""
-    existing = next(p for p in (path.absolute(), *path.absolute().parents) if p.exists())
-    problem = None
-    if not existing.is_dir():
-        problem = "Not a directory" if existing != path.absolute() else "File exists"
-    elif not os.access(existing, os.W_OK | os.X_OK):
-        problem = "Permission denied"
+    problem = directory_problem(path)
     if problem:
         raise InputError(f"output directory {path} is not writable ({problem})")
 

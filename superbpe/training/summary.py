@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from superbpe.core.errors import InputError
-from superbpe.core.util import import_optional
+from superbpe.core.util import atomic_write, import_optional
 
 COLUMNS = (
     "run", "schedule", "patterns", "vocab", "transition", "merges/stage", "seconds", "peak MB", "bytes/token"
@@ -89,6 +89,8 @@ def plot(rows: list[Row], output: Path) -> Path | None:
 
     Returns None when no run has an eval result to plot.
     """
+    if output.is_dir():
+        raise InputError(f"plot path {output} is a directory; give the PNG file's path")
     series: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
     for row in rows:
         if row.bytes_per_token is not None:
@@ -113,8 +115,9 @@ def plot(rows: list[Row], output: Path) -> Path | None:
     ax.legend()
     fig.tight_layout()
     output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = output.with_name(f".{output.name}.tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    tmp.replace(output)
+    try:
+        with atomic_write(output) as out:  # no half-written plot, nor a temporary file, on any failure
+            fig.savefig(out, format="png", dpi=120)
+    finally:
+        plt.close(fig)
     return output
