@@ -177,12 +177,12 @@ def test_missing_ray_from_the_scripts(no_ray, corpus, tokenizer_dir, tmp_path, m
         "encode.py", f"tokenizer={tokenizer_dir}", f"input={corpus[0]}", f"output={tmp_path / 'out'}",
         "executor=ray", cwd=tmp_path,
     )  # fmt: skip
-    assert_one_line_error(encode, 'pip install -e ".[ray]"')
+    assert_one_line_error(encode, 'pip install "superbpe[ray]"')
     assert not (tmp_path / "out").exists()
     train = run_script(
         "train.py", f"data.paths=[{corpus[0]}]", "executor=ray", "cache_dir=null", cwd=tmp_path
     )
-    assert_one_line_error(train, 'pip install -e ".[ray]"')
+    assert_one_line_error(train, 'pip install "superbpe[ray]"')
     assert not [p for p in tmp_path.glob("outputs/**/*") if p.is_file()]
 
 

@@ -199,6 +199,9 @@ def test_resume_args_take_the_runs_own_overrides(tmp_path: Path) -> None:
         resume_args([f"resume={run}", "hydra.run.dir=x"])
     with pytest.raises(InputError, match="no such run directory"):
         resume_args([f"resume={tmp_path / 'nope'}"])
+    (tmp_path / "texts").mkdir()
+    with pytest.raises(InputError, match="not a run directory"):
+        resume_args([f"resume={tmp_path / 'texts'}"])
     assert resume_args(["vocab_size=3"]) == ["vocab_size=3"]
     (run / ".hydra" / "overrides.yaml").write_text("")  # killed while Hydra wrote it, and no checkpoint
     with pytest.raises(InputError, match="neither its overrides nor a checkpoint"):
@@ -206,7 +209,7 @@ def test_resume_args_take_the_runs_own_overrides(tmp_path: Path) -> None:
     (run / ".hydra" / "overrides.yaml").unlink()  # killed before Hydra wrote it, and no checkpoint
     with pytest.raises(InputError, match="neither its overrides nor a checkpoint"):
         resume_args([f"resume={run}"])
-    (run / CHECKPOINT_FILE).write_text("{}")  # a run made with output_dir=: the overrides are given again
+    (run / CHECKPOINT_FILE).write_text("{}")  # a run made by the library: the overrides are given again
     assert resume_args([f"resume={run}", "vocab_size=3"])[:2] == [f"resume={run}", "vocab_size=3"]
 
 

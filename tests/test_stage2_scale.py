@@ -116,7 +116,7 @@ def test_a_stage_over_memory_limit_is_refused_in_one_line_leaving_nothing(tmp_pa
     message = str(refused.value)
     assert message.startswith("stage stage1: counting took the process to ")
     assert "\n" not in message and "memory_limit 1 MB" in message and "smaller corpus" in message
-    assert "approx_sample" in message
+    assert "its approx_sample: an approximation" in message and "stage2_approx_sample" not in message
     assert not out.exists()  # refused before the first checkpoint: nothing to resume, nothing left
     again = run_training(_superbpe_config(corpus, out, None))
     assert again.merges == reference.merges
@@ -134,7 +134,7 @@ def test_stage1_checkpoint_survives_a_refused_stage2(tmp_path: Path, monkeypatch
         real_check(stage, need, "1MB" if stage == "stage2" else memory_limit)
 
     monkeypatch.setattr(run_module, "check_fits", refuse_stage2)
-    with pytest.raises(MemoryLimitError, match="stage stage2 needs about"):
+    with pytest.raises(MemoryLimitError, match="stage stage2 needs about.*e.g. schedule.stage2_approx"):
         run_training(_superbpe_config(corpus, out, None))
     saved = load_checkpoint(out)
     assert saved is not None and saved.stage == 1

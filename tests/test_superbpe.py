@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from superbpe.core.errors import ConfigError
+from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.pretokenize import get_pretokenizer
 from superbpe.core.rules import count_words
 from superbpe.formats.gpt2 import read_merges
@@ -142,6 +142,14 @@ def test_transition_beyond_the_runs_merges_is_refused_before_writing(bpe_run, wi
     cfg.vocab_size = VOCAB + 100
     with pytest.raises(ConfigError, match=f"has only {VOCAB - 257}"):
         run_training(cfg)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_from_run_that_is_missing_or_not_a_run_is_named(wiki, tmp_path):
+    for run_dir, message in ((tmp_path / "nope", "no such directory"), (tmp_path, r"no superbpe.json \(not a")):
+        cfg = config(wiki, tmp_path / "out", "superbpe", transition=100, from_run=str(run_dir))
+        with pytest.raises(InputError, match=f"schedule.from_run {run_dir}: {message}"):
+            run_training(cfg)
     assert not (tmp_path / "out").exists()
 
 

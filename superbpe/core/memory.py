@@ -75,12 +75,15 @@ class StageMemory:
     piece_bytes: int
 
 
-#: What a refusal advises (every earlier stage is checkpointed when a stage is refused).
-_ADVICE = (
-    "count this stage on a share of the corpus (approx_sample, e.g. schedule.stage2_approx_sample=0.25: "
-    "an approximation), train it on a smaller corpus, raise memory_limit or use a machine with more RAM "
-    "(earlier stages are checkpointed: resume continues)"
-)
+def _advice(stage: str) -> str:
+    """What a refusal of ``stage`` advises (every earlier stage is checkpointed when a stage is refused);
+    the sampling knob is named only for the superbpe schedule's stage 2, the one that has it."""
+    example = ", e.g. schedule.stage2_approx_sample=0.25" if stage == "stage2" else ""
+    return (
+        f"count this stage on a share of the corpus (its approx_sample{example}: an approximation), "
+        "train it on a smaller corpus, raise memory_limit or use a machine with more RAM "
+        "(earlier stages are checkpointed: resume continues)"
+    )
 
 #: Without a memory_limit, a count stops once the machine has less than this share of its memory
 #: available: room for a window's growth (a table doubling) before the kernel would kill the run.
@@ -161,7 +164,7 @@ def _megabytes(size: int) -> str:
 
 def refused_stage(stage: str, error: MemoryLimitError) -> MemoryLimitError:
     """``error`` (a count's) as the refusal of ``stage``, with what to do about it."""
-    return MemoryLimitError(f"stage {stage}: {error}: {_ADVICE}")
+    return MemoryLimitError(f"stage {stage}: {error}: {_advice(stage)}")
 
 
 def check_fits(stage: str, need: StageMemory, memory_limit: str | int | None) -> None:
@@ -184,7 +187,7 @@ def check_fits(stage: str, need: StageMemory, memory_limit: str | int | None) ->
     raise MemoryLimitError(
         f"stage {stage} needs about {_size(held + need.build_bytes)} ({_size(held)} held now + "
         f"{_size(need.build_bytes)} for {need.symbols / 1e6:.1f}M symbols of {need.pieces / 1e6:.2f}M "
-        f"distinct pieces, {_size(need.piece_bytes)}), more than {what}: {_ADVICE}"
+        f"distinct pieces, {_size(need.piece_bytes)}), more than {what}: {_advice(stage)}"
     )
 
 

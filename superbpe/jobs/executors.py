@@ -6,7 +6,7 @@ Counting and encoding a large corpus are map-reduce shaped: the corpus is cut in
 and how results are combined lives with the data (:mod:`superbpe.jobs.count`), so the same code runs on
 one machine or many.
 
-Ray is an optional dependency (``pip install -e ".[ray]"``). It is imported only when
+Ray is an optional dependency (``pip install "superbpe[ray]"``). It is imported only when
 ``executor=ray`` is chosen, so the library and every other executor work without it.
 """
 
@@ -27,7 +27,7 @@ EXECUTOR_NAMES = ("local", "ray")
 DEFAULT_SHARD_BYTES = 128 << 20
 T = TypeVar("T")
 R = TypeVar("R")
-RAY_MISSING = 'executor=ray needs Ray: install it with `pip install -e ".[ray]"` (or `pip install ray`)'
+RAY_MISSING = 'executor=ray needs Ray: install it with `pip install "superbpe[ray]"` (or `pip install ray`)'
 
 
 @dataclass

@@ -209,6 +209,8 @@ def resume_args(args: Sequence[str]) -> list[str]:
             f"resume writes into {run_dir} itself; drop {', '.join(set_by_hydra)} from the command line"
         )
     original = read_run_overrides(run_dir)
+    if original is None and not checkpoint_path(run_dir).is_file() and not (run_dir / ".hydra").is_dir():
+        raise InputError(f"resume {run_dir}: not a run directory (no .hydra/overrides.yaml, no checkpoint)")
     if original is None and not checkpoint_path(run_dir).is_file():
         raise InputError(
             f"resume {run_dir}: the run recorded neither its overrides nor a checkpoint (killed as it "

@@ -195,6 +195,8 @@ def load_source(schedule: ScheduleConfig) -> SourceMerges | None:
 def _load_run(run_dir: Path) -> SourceMerges:
     """A finished run: its merges, cut to its first stage (later stages used other patterns)."""
     manifest_path = run_dir / MANIFEST_FILE
+    if not run_dir.is_dir():
+        raise InputError(f"schedule.from_run {run_dir}: no such directory")
     if not manifest_path.is_file():
         raise InputError(
             f"schedule.from_run {run_dir}: no {MANIFEST_FILE} (not a finished training run)"
