@@ -146,7 +146,8 @@ def test_transition_beyond_the_runs_merges_is_refused_before_writing(bpe_run, wi
 
 
 def test_a_from_run_that_is_missing_or_not_a_run_is_named(wiki, tmp_path):
-    for run_dir, message in ((tmp_path / "nope", "no such directory"), (tmp_path, r"no superbpe.json \(not a")):
+    cases = ((tmp_path / "nope", "no such directory"), (tmp_path, r"no superbpe.json \(not a"))
+    for run_dir, message in cases:
         cfg = config(wiki, tmp_path / "out", "superbpe", transition=100, from_run=str(run_dir))
         with pytest.raises(InputError, match=f"schedule.from_run {run_dir}: {message}"):
             run_training(cfg)
