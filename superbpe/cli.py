@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -61,10 +62,22 @@ def fail(exc: BaseException | str) -> None:
 
 
 def interrupted(outcome: str) -> None:
-    """Ctrl-C of a command: one line saying what it left, and exit 130 (as a shell reports SIGINT),
-    not a traceback from wherever the signal landed."""
-    print(f"interrupted: {outcome}")
-    raise SystemExit(130) from None
+    """Ctrl-C (or SIGTERM) of a command: one line saying what it left, and exit 130 (143 for SIGTERM),
+    as a shell reports the signal, not a traceback from wherever the signal landed."""
+    print(f"{'terminated' if _terminated else 'interrupted'}: {outcome}")
+    raise SystemExit(143 if _terminated else 130) from None
+
+
+_terminated = False
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM (a job scheduler's preemption, ``kill``) stops a command as Ctrl-C does: a run saves its
+    merges and says how to resume, encode and evaluate leave no output. The default action killed the
+    process on the spot, with neither."""
+    global _terminated
+    _terminated = True
+    raise KeyboardInterrupt
 
 
 def run_hydra(main: Callable[[], None]) -> None:
@@ -72,8 +85,9 @@ def run_hydra(main: Callable[[], None]) -> None:
 
     Hydra prints those as several lines plus a hint about HYDRA_FULL_ERROR, and its suggestion for a
     misspelt key (``+key=...``) is itself refused here. With HYDRA_FULL_ERROR=1 set by the user,
-    the full traceback is shown as Hydra would.
+    the full traceback is shown as Hydra would. SIGTERM is taken as Ctrl-C (:func:`_on_sigterm`).
     """
+    signal.signal(signal.SIGTERM, _on_sigterm)
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         main()
         return

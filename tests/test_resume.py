@@ -335,3 +335,21 @@ def test_killed_mid_stage2_on_distinct_english_lines_resumes_identically(english
     assert done.returncode == 0, done.stderr
     for name in OUTPUT_FILES:
         assert (run_dir / name).read_bytes() == (reference / name).read_bytes(), name
+
+
+def test_sigterm_saves_the_merges_and_says_how_to_resume(wiki, reference, tmp_path):
+    """A scheduler's SIGTERM (preemption) stops a run as Ctrl-C does, not on the spot."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, str(SCRIPTS / "train.py"), f"hydra.run.dir={run_dir}", *overrides(wiki)],
+        cwd=tmp_path, env=script_env(None), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    kill_when(proc, run_dir, in_stage(0, 300), signum=signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    assert "terminated: checkpoint of" in out and f"resume={run_dir}" in out and "Traceback" not in err
+    saved = read_checkpoint(run_dir)
+    assert saved is not None and saved["merges_count"] >= 300
+    done = resume(tmp_path, run_dir)
+    assert done.returncode == 0, done.stderr
+    assert (run_dir / "merges.txt").read_bytes() == reference
