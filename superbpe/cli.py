@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import inspect
 import itertools
 import json
@@ -30,7 +31,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException, ValidationError
 
-from superbpe.core.errors import SuperBPEError
+from superbpe.core.errors import InputError, SuperBPEError
 from superbpe.core.util import atomic_write_text, human_size
 from superbpe.formats.checkpoints import checkpoint_path
 from superbpe.jobs.encode import encode_corpus
@@ -160,11 +161,44 @@ def setup_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s", stream=sys.stderr)
 
 
+def _version() -> str:
+    from superbpe import __version__
+
+    return f"superbpe {__version__}"
+
+
+def _answered_at_once(args: list[str]) -> bool:
+    """``--version`` (Hydra would print its own version instead of ours)."""
+    if "--version" in args:
+        print(_version())
+        return True
+    return False
+
+
+def _stdout_may_close(command: Callable[..., None]) -> Callable[..., None]:
+    """A command whose reader goes away (``superbpe-train --help | head -1``) ends quietly, as a
+    shell tool does, not with a BrokenPipeError traceback."""
+
+    @functools.wraps(command)
+    def run(*args: object, **kwargs: object) -> None:
+        try:
+            command(*args, **kwargs)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush must not fail
+            raise SystemExit(1) from None
+
+    return run
+
+
+@_stdout_may_close
 def train() -> None:
     """``superbpe-train``: one training run (or a sweep with ``-m``); see ``conf/train.yaml``.
 
     ``resume=<run dir>`` alone continues a run: its own overrides are read back first.
     """
+    if _answered_at_once(sys.argv[1:]):
+        return
     if _wants_help(sys.argv[1:]):
         footer = ("-m key=a,b ...: a sweep (one run per combination, under multirun/); "
                   "--hydra-help: Hydra's own flags")
@@ -214,8 +248,11 @@ def _entry_point() -> list[str]:
     return ["python", command] if command.endswith(".py") else [Path(command).name]
 
 
+@_stdout_may_close
 def encode() -> None:
     """``superbpe-encode``: a corpus into a flat uint16/uint32 token file (+ JSON sidecar)."""
+    if _answered_at_once(sys.argv[1:]):
+        return
     if _wants_help(sys.argv[1:]):
         print_help("encode", EncodeConfig, encode.__doc__ or "", sys.argv[1:])
         return
@@ -223,8 +260,11 @@ def encode() -> None:
     run_hydra(_encode)
 
 
+@_stdout_may_close
 def evaluate() -> None:
     """``superbpe-evaluate``: bytes per token (and tokens per document) on held-out text."""
+    if _answered_at_once(sys.argv[1:]):
+        return
     if _wants_help(sys.argv[1:]):
         print_help("evaluate", EvaluateConfig, evaluate.__doc__ or "", sys.argv[1:])
         return
@@ -326,12 +366,14 @@ def _evaluate(cfg: DictConfig) -> None:
     )
 
 
+@_stdout_may_close
 def summarize(argv: list[str] | None = None) -> None:
     """``superbpe-summarize SWEEP_DIR``: a table of a sweep's runs and a bytes/token plot (PNG)."""
     parser = argparse.ArgumentParser(prog="superbpe-summarize", description=summarize.__doc__)
     parser.add_argument("sweep_dir", type=Path, help="a multirun directory (or any directory of runs)")
     parser.add_argument("--plot", type=Path, default=None, help="PNG path (default: <sweep_dir>/summary.png)")
     parser.add_argument("--no-plot", action="store_true", help="the table only (no matplotlib needed)")
+    parser.add_argument("--version", action="version", version=_version())
     args = parser.parse_args(argv)
     try:
         rows = collect(args.sweep_dir)
@@ -355,19 +397,25 @@ def _has_matplotlib() -> bool:
     return True
 
 
+@_stdout_may_close
 def cache(argv: list[str] | None = None) -> None:
     """``superbpe-cache list|clear``: what the run cache holds, and removing (old) entries."""
     parser = argparse.ArgumentParser(prog="superbpe-cache", description=cache.__doc__)
     parser.add_argument("--cache-dir", default=None,
                         help="the cache directory (default: $SUPERBPE_CACHE_DIR, else ~/.cache/superbpe)")
+    parser.add_argument("--version", action="version", version=_version())
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("list", help="entries with size and age, newest first, and the total")
+    listing = commands.add_parser("list", help="entries with size and age, newest first, and the total")
     clear = commands.add_parser("clear", help="remove entries (all, or those not used for a while)")
+    for command in (listing, clear):  # also after the command: `superbpe-cache list --cache-dir DIR`
+        command.add_argument("--cache-dir", default=argparse.SUPPRESS, help="as before the command")
     clear.add_argument("--older-than", default=None, metavar="AGE",
                        help="only entries unused for longer than AGE, unit required: e.g. 30m, 12h, 7d")
     args = parser.parse_args(argv)
     try:
         directory = resolve_cache_dir(args.cache_dir)
+        if directory.exists() and not directory.is_dir():
+            raise InputError(f"cache directory {directory} is a file")
         if args.command == "list":
             print(describe_cache(directory))
         else:

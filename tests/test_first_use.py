@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import logging
 import re
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from script_helpers import run_script, train_small_tokenizer
+from script_helpers import SCRIPTS, run_script, script_env, train_small_tokenizer
 
-from superbpe.cli import summarize
+from superbpe.cli import cache, summarize
 from superbpe.core.sources import iter_chunks
 from superbpe.jobs.encode import encode_corpus
 
@@ -67,6 +68,36 @@ def test_help_lists_only_the_commands_own_groups(tmp_path, command, own_groups, 
     groups = {line.split(":")[0] for line in listed if ": " in line}
     assert groups == own_groups
     assert own_key in proc.stdout
+
+
+@pytest.mark.parametrize("command", ["train.py", "encode.py", "evaluate.py", "summarize.py"])
+def test_every_command_gives_its_own_version_and_ends_quietly_when_its_reader_goes(tmp_path, command):
+    from superbpe import __version__
+
+    proc = run_script(command, "--version", cwd=tmp_path)
+    assert (proc.returncode, proc.stdout.strip()) == (0, f"superbpe {__version__}"), proc.stderr
+    reader_gone = subprocess.Popen(
+        [sys.executable, str(SCRIPTS / command), "--help"], cwd=tmp_path, env=script_env(None),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    reader_gone.stdout.close()  # as `| head -0` does, before the command writes
+    assert "BrokenPipeError" not in reader_gone.stderr.read()
+    reader_gone.wait(timeout=60)
+
+
+def test_the_cache_command_takes_its_directory_after_the_subcommand_too(tmp_path, capsys):
+    from superbpe import __version__
+
+    with pytest.raises(SystemExit) as version:
+        cache(["--version"])
+    assert version.value.code == 0 and capsys.readouterr().out.strip() == f"superbpe {__version__}"
+    for args in (["--cache-dir", str(tmp_path / "c"), "list"], ["list", "--cache-dir", str(tmp_path / "c")]):
+        cache(args)
+        assert "0 entries" in capsys.readouterr().out
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(SystemExit):
+        cache(["list", "--cache-dir", str(tmp_path / "f")])
+    assert "is a file" in capsys.readouterr().err
 
 
 def test_train_help_shows_the_config_its_overrides_compose(tmp_path):
