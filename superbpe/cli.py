@@ -28,6 +28,7 @@ import hydra
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException, ValidationError
 
@@ -54,11 +55,11 @@ def config_dir() -> Path:
     return CONFIG_DIR
 
 
-def fail(exc: BaseException | str) -> None:
-    """Print ``exc`` as one line and exit 1."""
+def fail(exc: BaseException | str, where: str = "") -> None:
+    """Print ``exc`` as one line (after ``where``, e.g. which job of a sweep) and exit 1."""
     message = _config_message(exc) if isinstance(exc, OmegaConfBaseException) else None
     message = message or " ".join(str(exc).split()) or type(exc).__name__
-    print(f"error: {message}", file=sys.stderr)
+    print(f"error: {where}{message}", file=sys.stderr)
     raise SystemExit(1)
 
 
@@ -220,17 +221,27 @@ def _train(cfg: DictConfig) -> None:
     try:
         result = run_training(to_dataclass(cfg, TrainConfig), run_dir=run_dir)
     except USER_ERRORS as exc:
+        job = _sweep_job()
         if cfg.get("resume"):  # the user has the resume command; what failed may be the resume itself
-            fail(exc)
+            fail(exc, job)
         remove_if_only_logs(run_dir)
-        fail(exc if checkpointed_before else _with_resume_hint(exc, output_dir))
+        fail(exc if checkpointed_before else _with_resume_hint(exc, output_dir), job)
     except TrainingInterrupted as stop:
         interrupted(f"{stop}; continue with: {resume_command(stop.output_dir, _entry_point())}")
     except KeyboardInterrupt:  # before training started: nothing to keep
         if not cfg.get("resume"):
             remove_if_only_logs(run_dir)
         interrupted("before training started, nothing kept")
-    print(f"tokenizer: {Path(result.output_dir).absolute()}")
+    print(f"tokenizer: {Path(result.output_dir).resolve()}")
+
+
+def _sweep_job() -> str:
+    """Which job of a ``-m`` sweep failed (``sweep job 1 (vocab_size=100): ``), or nothing for one run:
+    the jobs before it ran, so the error must say which combination it was."""
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode != RunMode.MULTIRUN:
+        return ""
+    return f"sweep job {hydra_cfg.job.num} ({' '.join(hydra_cfg.overrides.task)}): "
 
 
 def _with_resume_hint(exc: BaseException, output_dir: Path) -> str:

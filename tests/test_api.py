@@ -107,3 +107,12 @@ def test_the_public_names_and_the_compat_presets_are_handed_out_by_the_package()
     assert isinstance(superbpe.compat.OFFICIAL, superbpe.CompatConfig)
     with pytest.raises(AttributeError):
         superbpe.no_such_name  # noqa: B018
+
+
+def test_reprs_say_what_they_hold_in_one_short_line(sample_texts: Path) -> None:
+    counts = superbpe.count(sample_texts / "german.txt", [EOT], pretokenizer="o200k")
+    assert repr(counts).endswith(f"({len(counts)} distinct of {counts.total()} pieces, pretokenizer o200k)")
+    vocab, merges = superbpe.train_bpe(counts, 300, [EOT])
+    reserved = [f"<|reserved_{i}|>" for i in range(100)]
+    shown = repr(superbpe.Tokenizer(vocab, merges, [EOT, *reserved]))
+    assert "<|reserved_2|>', ... (101 in all)]" in shown and "reserved_3|" not in shown

@@ -261,6 +261,9 @@ def test_a_library_config_of_the_wrong_shape_is_refused_by_name(tmp_path):
             schedule=ScheduleConfig(name="superbpe", transition=0.8)
         ),
         "special_tokens takes a list": TrainConfig(special_tokens="<|endoftext|>"),  # type: ignore[arg-type]
+        "stage2_pattern=o200k splits text into words": TrainConfig(
+            schedule=ScheduleConfig.superbpe(stage2_pattern="o200k")
+        ),
     }
     for message, cfg in cases.items():
         cfg.output_dir = str(tmp_path / "out")

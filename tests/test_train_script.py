@@ -245,6 +245,16 @@ def test_output_dir_conflicts_are_refused_before_anything_is_made(tmp_path, corp
     assert not (tmp_path / "multirun").exists() and not (tmp_path / "h").exists()
 
 
+def test_a_failing_job_of_a_sweep_is_named(tmp_path, corpus):
+    sweep = tmp_path / "sweep"
+    proc = run_script(
+        "train.py", "-m", f"hydra.sweep.dir={sweep}", "engine=python", f"data.paths=[{corpus}]",
+        "vocab_size=300,100", cwd=tmp_path, cache_dir=tmp_path / "cache",
+    )  # fmt: skip
+    assert_one_line_error(proc, "sweep job 1 (", "vocab_size=100): vocab_size 100 is below")
+    assert (sweep / "0" / "merges.txt").is_file()
+
+
 def test_a_failed_run_leaves_a_directory_it_did_not_make(tmp_path):
     mine = tmp_path / "mine"
     mine.mkdir()

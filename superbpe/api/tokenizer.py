@@ -559,10 +559,13 @@ class Tokenizer:
         )
 
     def __repr__(self) -> str:
+        specials = self.special_tokens
+        shown = repr(specials)
+        if len(specials) > 8:  # a padded vocabulary's reserved tokens would fill the screen
+            shown = f"[{', '.join(map(repr, specials[:4]))}, ... ({len(specials)} in all)]"
         return (
             f"Tokenizer(vocab_size={self.vocab_size}, merges={len(self._merges)}, "
-            f"special_tokens={self.special_tokens!r}, pretokenizer={self._pretokenizer.name!r}, "
-            f"engine={self.engine!r})"
+            f"special_tokens={shown}, pretokenizer={self._pretokenizer.name!r}, engine={self.engine!r})"
         )
 
 

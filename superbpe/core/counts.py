@@ -88,6 +88,10 @@ class PieceCounts(Mapping[bytes, int]):
         """The bytes of all pieces."""
         return sum(map(len, self.counts))
 
+    def __repr__(self) -> str:
+        pre = (self.meta.get("pretokenizer") or {}).get("name", "unknown")
+        return f"{type(self).__name__}({len(self)} distinct of {self.total()} pieces, pretokenizer {pre})"
+
     def meta_bytes(self) -> bytes:
         """The meta as the ``.counts`` file holds it."""
         return json.dumps(self.meta, sort_keys=True).encode("utf-8")
