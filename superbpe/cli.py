@@ -12,15 +12,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import difflib
 import functools
 import inspect
 import itertools
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import sys
+import typing
 from collections.abc import Callable
 from pathlib import Path
 
@@ -101,11 +104,24 @@ def run_hydra(main: Callable[[], None]) -> None:
 
 
 def _hydra_message(exc: BaseException) -> str:
-    """The first line of Hydra's message, and of its cause (OmegaConf says which key is wrong)."""
+    """The first line of Hydra's message, and of its cause (OmegaConf says which key is wrong); for a
+    key the schema lacks, the key it most likely meant."""
+    message = _hydra_text(exc)
+    unknown = _UNKNOWN_KEY.match(message)
+    if not unknown:
+        return message
+    close = difflib.get_close_matches(unknown.group(1), _config_keys(unknown.group(2)), n=1)
+    return message + (f"; did you mean {close[0]}?" if close else "")
+
+
+def _hydra_text(exc: BaseException) -> str:
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     override = getattr(exc, "override", None)  # an override Hydra's grammar cannot parse
     if isinstance(override, str):
-        return f"cannot parse override {override!r} ({first}); quote the value: \"key='value'\""
+        key, _, value = override.partition("=")
+        quoted = f"\"{key}=['a','b']\"" if value.lstrip().startswith("[") else f"\"{key}='value'\""
+        return f"cannot parse override {override!r} ({first}); quote the value: {quoted}"
+
     lines = str(exc).splitlines()
     if any(line.startswith("Available options") for line in lines):  # an unknown group option
         start = next(i for i, line in enumerate(lines) if line.startswith("Available options"))
@@ -119,6 +135,35 @@ def _hydra_message(exc: BaseException) -> str:
     if cause is not None and str(cause).strip():
         first = f"{first.rstrip('.')}: {str(cause).strip().splitlines()[0]}"
     return first
+
+
+_UNKNOWN_KEY = re.compile(r"Could not override '([\w.]+)': Key '[\w.]+' not in '(\w+)'")
+
+
+def _config_keys(holder: str) -> list[str]:
+    """The dotted keys of the command schemas that have a part named ``holder`` (the class OmegaConf
+    names), for suggesting the key a misspelt one meant."""
+    keys: list[str] = []
+    classes: set[str] = set()
+
+    def walk(schema: type, prefix: str) -> None:
+        classes.add(schema.__name__)
+        hints = typing.get_type_hints(schema)
+        for field in dataclasses.fields(schema):
+            keys.append(prefix + field.name)
+            inner = next((t for t in (hints[field.name], *typing.get_args(hints[field.name]))
+                          if dataclasses.is_dataclass(t)), None)  # fmt: skip
+            if inner is not None:
+                walk(inner, f"{prefix}{field.name}.")
+
+    found: set[str] = set()
+    for schema in (TrainConfig, EncodeConfig, EvaluateConfig):
+        keys.clear()
+        classes.clear()
+        walk(schema, "")
+        if holder in classes:
+            found.update(keys)
+    return sorted(found)
 
 
 def _config_message(exc: OmegaConfBaseException, given: str | None = None) -> str | None:

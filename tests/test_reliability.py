@@ -121,12 +121,15 @@ def test_plus_unknown_key_is_refused_not_ignored(tmp_path: Path) -> None:
 
 
 def test_hydra_errors_are_one_line(tmp_path: Path) -> None:
-    assert_one_line_error(train(tmp_path, "vocab_sise=100"), "vocab_sise")
+    assert_one_line_error(train(tmp_path, "vocab_sise=100"), "vocab_sise", "did you mean vocab_size?")
+    assert_one_line_error(train(tmp_path, "data.pths=[a]"), "did you mean data.paths?")
     assert_one_line_error(train(tmp_path, "engine=turbo"), "engine/turbo", "one of: auto, native, python")
     unquoted = train(tmp_path, r"pretokenizer.name=custom:\p{L}+")
     assert_one_line_error(unquoted, "cannot parse override", "quote the value")
+    unquoted_list = train(tmp_path, "special_tokens=[<|a|>]")
+    assert_one_line_error(unquoted_list, "quote the value: \"special_tokens=['a','b']\"")
     evaluate_typo = run_script("evaluate.py", "tokenizer=x", "input=y", "separater=z", cwd=tmp_path)
-    assert_one_line_error(evaluate_typo, "separater")
+    assert_one_line_error(evaluate_typo, "separater", "did you mean separator?")
 
 
 def test_a_list_key_given_one_value_and_a_required_key_left_out_say_what_to_write(tmp_path: Path) -> None:
