@@ -23,7 +23,6 @@ import re
 import shutil
 import signal
 import sys
-import typing
 from collections.abc import Callable
 from pathlib import Path
 
@@ -41,7 +40,14 @@ from superbpe.formats.checkpoints import checkpoint_path
 from superbpe.jobs.encode import encode_corpus
 from superbpe.jobs.evaluate import evaluate_dir
 from superbpe.training.cache import clear_cache, describe_cache, parse_age, resolve_cache_dir
-from superbpe.training.config import EncodeConfig, EvaluateConfig, TrainConfig, register_configs, to_dataclass
+from superbpe.training.config import (
+    EncodeConfig,
+    EvaluateConfig,
+    TrainConfig,
+    dotted_keys,
+    register_configs,
+    to_dataclass,
+)
 from superbpe.training.directories import existed_before, made_parents, place_run, resume_args, resume_command
 from superbpe.training.run import TrainingInterrupted, run_training
 from superbpe.training.summary import collect, plot, table
@@ -85,7 +91,7 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def run_hydra(main: Callable[[], None]) -> None:
+def run_hydra(main: Callable[[], None], schema: type) -> None:
     """Call a ``@hydra.main`` function; Hydra's own errors (bad override, unknown group) as one line.
 
     Hydra prints those as several lines plus a hint about HYDRA_FULL_ERROR, and its suggestion for a
@@ -100,17 +106,17 @@ def run_hydra(main: Callable[[], None]) -> None:
     try:
         main()
     except (HydraException, OmegaConfBaseException) as exc:
-        fail(_hydra_message(exc))
+        fail(_hydra_message(exc, schema))
 
 
-def _hydra_message(exc: BaseException) -> str:
+def _hydra_message(exc: BaseException, schema: type) -> str:
     """The first line of Hydra's message, and of its cause (OmegaConf says which key is wrong); for a
-    key the schema lacks, the key it most likely meant."""
+    key the command's ``schema`` lacks, the key it most likely meant."""
     message = _hydra_text(exc)
     unknown = _UNKNOWN_KEY.match(message)
     if not unknown:
         return message
-    close = difflib.get_close_matches(unknown.group(1), _config_keys(unknown.group(2)), n=1)
+    close = difflib.get_close_matches(unknown.group(1), dotted_keys(schema), n=1)
     return message + (f"; did you mean {close[0]}?" if close else "")
 
 
@@ -121,7 +127,6 @@ def _hydra_text(exc: BaseException) -> str:
         key, _, value = override.partition("=")
         quoted = f"\"{key}=['a','b']\"" if value.lstrip().startswith("[") else f"\"{key}='value'\""
         return f"cannot parse override {override!r} ({first}); quote the value: {quoted}"
-
     lines = str(exc).splitlines()
     if any(line.startswith("Available options") for line in lines):  # an unknown group option
         start = next(i for i, line in enumerate(lines) if line.startswith("Available options"))
@@ -137,33 +142,7 @@ def _hydra_text(exc: BaseException) -> str:
     return first
 
 
-_UNKNOWN_KEY = re.compile(r"Could not override '([\w.]+)': Key '[\w.]+' not in '(\w+)'")
-
-
-def _config_keys(holder: str) -> list[str]:
-    """The dotted keys of the command schemas that have a part named ``holder`` (the class OmegaConf
-    names), for suggesting the key a misspelt one meant."""
-    keys: list[str] = []
-    classes: set[str] = set()
-
-    def walk(schema: type, prefix: str) -> None:
-        classes.add(schema.__name__)
-        hints = typing.get_type_hints(schema)
-        for field in dataclasses.fields(schema):
-            keys.append(prefix + field.name)
-            inner = next((t for t in (hints[field.name], *typing.get_args(hints[field.name]))
-                          if dataclasses.is_dataclass(t)), None)  # fmt: skip
-            if inner is not None:
-                walk(inner, f"{prefix}{field.name}.")
-
-    found: set[str] = set()
-    for schema in (TrainConfig, EncodeConfig, EvaluateConfig):
-        keys.clear()
-        classes.clear()
-        walk(schema, "")
-        if holder in classes:
-            found.update(keys)
-    return sorted(found)
+_UNKNOWN_KEY = re.compile(r"Could not override '([\w.]+)': Key '[\w.]+' not in")
 
 
 def _config_message(exc: OmegaConfBaseException, given: str | None = None) -> str | None:
@@ -254,7 +233,7 @@ def train() -> None:
         sys.argv[1:] = place_run(resume_args(sys.argv[1:]))
     except USER_ERRORS as exc:
         fail(exc)
-    run_hydra(_train)
+    run_hydra(_train, TrainConfig)
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
@@ -313,7 +292,7 @@ def encode() -> None:
         print_help("encode", EncodeConfig, encode.__doc__ or "", sys.argv[1:])
         return
     _check_compat_overrides(sys.argv[1:])
-    run_hydra(_encode)
+    run_hydra(_encode, EncodeConfig)
 
 
 @_stdout_may_close
@@ -325,7 +304,7 @@ def evaluate() -> None:
         print_help("evaluate", EvaluateConfig, evaluate.__doc__ or "", sys.argv[1:])
         return
     _check_compat_overrides(sys.argv[1:])
-    run_hydra(_evaluate)
+    run_hydra(_evaluate, EvaluateConfig)
 
 
 def _wants_help(args: list[str]) -> bool:
@@ -345,7 +324,7 @@ def print_help(config_name: str, schema: type, summary: str, args: list[str], fo
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
             cfg = compose(config_name, overrides=overrides)
     except Exception as exc:  # a bad override: say so, as a run would
-        fail(_hydra_message(exc))
+        fail(_hydra_message(exc, schema))
     groups = [f.name for f in dataclasses.fields(schema) if (CONFIG_DIR / f.name).is_dir()]
     lines = [inspect.cleandoc(summary).replace("``", ""), "", "== Configuration groups ==",
              "Compose your configuration from those groups (group=option)", ""]

@@ -432,6 +432,18 @@ def _unused_executor_keys(executor: Any) -> list[str]:
     return [f"executor.address={address} is used only by executor=ray (this command runs executor=local)"]
 
 
+def dotted_keys(schema: type, prefix: str = "") -> list[str]:
+    """Every key of ``schema`` (a dataclass) as an override names it, its parts' keys included."""
+    hints = typing.get_type_hints(schema)
+    keys: list[str] = []
+    for f in dataclasses.fields(schema):
+        keys.append(prefix + f.name)
+        inner = _dataclass_in(hints[f.name])
+        if inner is not None and typing.get_origin(hints[f.name]) is not list:
+            keys.extend(dotted_keys(inner, f"{prefix}{f.name}."))
+    return keys
+
+
 def _dataclass_in(hint: Any) -> type | None:
     """The dataclass a field holds (directly, optionally, or as list items), if any."""
     if dataclasses.is_dataclass(hint):
