@@ -122,13 +122,13 @@ def place_run(args: Sequence[str]) -> list[str]:
                 f"output_dir={output} (or set hydra.sweep.dir={output})"
             )
         return list(args)
-    if output is not None and run_dir is not None and _same_dir(output, run_dir) is False:
+    if output is not None and run_dir is not None and not _same_dir(output, run_dir):
         raise ConfigError(
             "output_dir and hydra.run.dir name different directories; a run keeps its tokenizer, "
             "checkpoint, overrides and log in one: give only output_dir"
         )
     target = output or run_dir
-    if target is None:
+    if target is None or "${" in target:  # an interpolation (``${unique_dir:...}``) is Hydra's to resolve
         return list(args)
     path = Path(target).expanduser()
     if checkpoint_path(path).is_file():
