@@ -34,6 +34,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException, ValidationError
 
+from superbpe import __version__
 from superbpe.core.errors import InputError, SuperBPEError
 from superbpe.core.util import atomic_write_text, human_size
 from superbpe.formats.checkpoints import checkpoint_path
@@ -187,8 +188,6 @@ def setup_logging() -> None:
 
 
 def _version() -> str:
-    from superbpe import __version__
-
     return f"superbpe {__version__}"
 
 
