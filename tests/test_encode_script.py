@@ -270,6 +270,24 @@ def test_evaluate_script_reads_invalid_utf8_with_errors_replace(tokenizer_dir, t
     assert f"({size} bytes," in replaced.stdout
 
 
+@pytest.mark.parametrize("engine", ["python", "native"] if native_available() else ["python"])
+def test_a_byte_the_vocabulary_lacks_is_named_by_file_and_place(tmp_path, engine):
+    kept = [byte for byte in range(256) if byte != 0x62]
+    without_b = Tokenizer({i: bytes([byte]) for i, byte in enumerate(kept)}, [], [EOT])
+    without_b.save(tmp_path / "tok")
+    text = tmp_path / "t.txt"
+    text.write_bytes(b"fine\nthen abc\n")
+    records = tmp_path / "r.jsonl"
+    records.write_text('{"text": "fine"}\n\n{"text": "abc"}\n')
+    cases = ((text, "t.txt: byte 11: text needs byte 0x62"), (records, "r.jsonl: line 3: text needs byte"))
+    for path, message in cases:
+        with pytest.raises(InputError, match=message):
+            encode_corpus(tmp_path / "tok", path, tmp_path / "ids.bin", engine=engine, separator=None)
+        with pytest.raises(InputError, match=message):
+            evaluate(Tokenizer.load(tmp_path / "tok", engine=engine), path, separator=None)
+    assert not (tmp_path / "ids.bin").exists()
+
+
 # -- workers ---------------------------------------------------------------------------------------------
 
 ENGINES = ["python", "native"] if native_available() else ["python"]

@@ -8,8 +8,10 @@ the engine's encoder, which is the only part whose speed matters.
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import os
+import re
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import chain, repeat, starmap
@@ -627,9 +629,47 @@ def encode_text_chunk(
     """The ids of a text chunk's bytes (``Tokenizer.encode_utf8``), a bad byte named by its file and offset:
     how ``encode_file`` and the encoding jobs encode a file's chunks."""
     try:
-        return tokenizer.encode_utf8(chunk.data, dtype, errors=errors)
+        with naming_chunk(chunk):
+            return tokenizer.encode_utf8(chunk.data, dtype, errors=errors)
     except UnicodeDecodeError as exc:
         raise invalid_utf8(chunk.path, chunk.offset + exc.start) from None
+
+
+_MISSING_BYTE = re.compile(r"needs byte 0x([0-9a-f]{2})")
+_TEXT_INDEX = re.compile(r"texts\[(\d+)\]: ")
+
+
+@contextlib.contextmanager
+def naming_chunk(chunk: Chunk) -> Iterator[None]:
+    """An ``InputError`` from encoding ``chunk`` (a byte the vocabulary lacks) says where it is: its file,
+    and the byte offset in a text or the line of a JSON-lines record; the encoder itself knows only the
+    text (or its index in a batch) it was given."""
+    try:
+        yield
+    except InputError as exc:
+        message = str(exc)
+        where = chunk.path
+        index = _TEXT_INDEX.match(message)
+        missing = _MISSING_BYTE.search(message)
+        if index is not None:
+            message = message[index.end() :]
+        if index is not None and chunk.jsonl and chunk.table_parts is None and chunk.documents is None:
+            where += f": line {_record_line(chunk, int(index.group(1)))}"
+        elif missing is not None and chunk.is_text:
+            at = chunk.data.find(bytes([int(missing.group(1), 16)]))
+            where += f": byte {chunk.offset + at}" if at >= 0 else ""
+        raise InputError(f"{where}: {message}") from None
+
+
+def _record_line(chunk: Chunk, index: int) -> int:
+    """The line of the chunk's ``index``-th record (blank lines hold none)."""
+    seen = 0
+    for number, line in enumerate(chunk.data.split(b"\n")):
+        if line.strip():
+            if seen == index:
+                return chunk.first_line + number
+            seen += 1
+    return chunk.first_line
 
 
 def _checked_vocab(vocab: Mapping[int, bytes]) -> dict[int, bytes]:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from superbpe.api.tokenizer import Tokenizer, encode_text_chunk
+from superbpe.api.tokenizer import Tokenizer, encode_text_chunk, naming_chunk
 from superbpe.core.compat import CompatConfig
 from superbpe.core.errors import ConfigError, InputError, SuperBPEError
 from superbpe.core.progress import task
@@ -92,7 +92,8 @@ class ChunkEncoder:
             ended = 0 if self.separator_id is None else int(np.count_nonzero(ids == self.separator_id))
             return ids, ended
         documents = list(chunk_documents(chunk, self.errors, self.text_field))
-        ids, offsets = self.tokenizer.encode_batch_flat(documents, threads=1, dtype=self.dtype)
+        with naming_chunk(chunk):
+            ids, offsets = self.tokenizer.encode_batch_flat(documents, threads=1, dtype=self.dtype)
         if self.separator_id is not None:  # after every record
             ids = np.insert(ids, offsets[1:], np.asarray(self.separator_id, dtype=self.dtype))
         return ids, len(documents)

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from superbpe.api.tokenizer import Tokenizer, encode_text_chunk
+from superbpe.api.tokenizer import Tokenizer, encode_text_chunk, naming_chunk
 from superbpe.core.compat import CompatConfig
 from superbpe.core.counts import check_errors_mode
 from superbpe.core.errors import InputError
@@ -126,7 +126,8 @@ def chunk_counts(
         for document in chunk_documents(chunk, errors, text_field)
     ]
     stretches = [stretch for document in documents for stretch in document]
-    _, offsets = tokenizer.encode_batch_flat(stretches, threads=1)
+    with naming_chunk(chunk):
+        _, offsets = tokenizer.encode_batch_flat(stretches, threads=1)
     tokens = np.diff(offsets).tolist()
     counts: ChunkCounts = []
     at = 0
