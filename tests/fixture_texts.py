@@ -2,8 +2,8 @@
 
 English prose comes from the docstrings of the Python standard library (present wherever Python is,
 like the default training corpus); the other scripts come from a seeded random generator over word
-shapes of each script. Only characters assigned by Unicode 14 are used, because HF ``tokenizers``
-(Oniguruma) does not know the letters added later and the parity tests compare with it.
+shapes of each script. Only characters assigned by Unicode 14 are used: HF ``tokenizers`` and tiktoken
+follow an older Unicode than the pinned ``regex`` and the parity tests compare with them.
 """
 
 from __future__ import annotations
