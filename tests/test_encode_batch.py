@@ -129,6 +129,15 @@ def test_bad_thread_counts_are_refused(
                 call(["text"], threads)  # type: ignore[arg-type]
 
 
+def test_a_thread_count_far_past_the_cpus_is_refused(
+    trained: tuple[dict[int, bytes], list[tuple[bytes, bytes]]]
+) -> None:
+    for tok in tokenizers(trained):
+        for call in (tok.encode_batch, tok.encode_ordinary_batch, tok.encode_batch_flat):
+            with pytest.raises(ConfigError, match=r"^threads=1000000 exceeds \d+ \(4 per CPU"):
+                call(["text"], 10**6)
+
+
 def test_flat_dtype_must_hold_the_ids(trained: tuple[dict[int, bytes], list[tuple[bytes, bytes]]]) -> None:
     vocab = {i: bytes([i]) for i in range(256)}
     vocab[70_000] = b"ab"

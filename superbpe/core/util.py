@@ -202,11 +202,18 @@ def default_threads() -> int:
 
 
 def resolve_threads(threads: int | None, what: str = "threads") -> int:
-    """An explicit thread count (an int >= 1, checked), or :func:`default_threads` for None."""
+    """An explicit thread count (an int >= 1, checked), or :func:`default_threads` for None.
+
+    A count far past the machine's CPUs is refused: each thread is made (a pool of a million threads
+    took minutes and tens of GB before it did anything), and none of them would run at once."""
     if threads is None:
         return default_threads()
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ConfigError(f"{what} must be an integer >= 1, not {threads!r}")
+    cpus = os.cpu_count() or 1
+    limit = max(64, 4 * cpus)
+    if threads > limit:
+        raise ConfigError(f"{what}={threads} exceeds {limit} (4 per CPU of this machine's {cpus}, or 64)")
     return threads
 
 
