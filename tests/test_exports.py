@@ -155,3 +155,35 @@ def test_line_units_on_a_custom_pattern_have_no_tiktoken_form() -> None:
     pre = get_pretokenizer("custom:[a-z]+", line_units=True)
     with pytest.raises(ConfigError, match="no tiktoken pattern for pre-tokenizer"):
         tiktoken_pattern(pre)
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (lambda doc: doc.update(normalizer={"type": "NFKC"}), "normalizer NFKC"),
+        (lambda doc: doc["model"].update(dropout=0.5), "BPE dropout 0.5"),
+        (lambda doc: doc["pre_tokenizer"]["pretokenizers"][-1].update(add_prefix_space=True),
+         "ByteLevel with add_prefix_space"),
+        (lambda doc: doc["pre_tokenizer"]["pretokenizers"].insert(0, {"type": "Whitespace"}),
+         "pre-tokenizer Whitespace"),
+        (lambda doc: doc["pre_tokenizer"]["pretokenizers"][-1].update(use_regex=True),
+         "ByteLevel's own regex after a Split"),
+        (lambda doc: doc.update(pre_tokenizer=None), "no ByteLevel pre-tokenizer"),
+    ],
+)
+def test_a_tokenizer_json_setting_we_do_not_reproduce_is_refused(tmp_path: Path, sample_texts: Path,
+                                                                 change, named: str) -> None:  # fmt: skip
+    """Each of these loaded without a word before and then encoded other ids than HF does."""
+    import tokenizers
+
+    vocab, merges = superbpe.train_bpe(sample_texts / "german.txt", 400, [EOT])
+    Tokenizer(vocab, merges, [EOT]).save(tmp_path / "ours")
+    document = json.loads((tmp_path / "ours" / "tokenizer.json").read_text(encoding="utf-8"))
+    change(document)
+    (tmp_path / "theirs").mkdir()
+    (tmp_path / "theirs" / "tokenizer.json").write_text(json.dumps(document), encoding="utf-8")
+    tokenizers.Tokenizer.from_file(str(tmp_path / "theirs" / "tokenizer.json"))  # HF takes it
+    with pytest.raises(superbpe.SuperBPEError, match=f"tokenizer.json: {regex.escape(named)}"):
+        Tokenizer.load(tmp_path / "theirs")
+    text = "Straße 12"
+    assert Tokenizer.load(tmp_path / "ours").encode(text) == Tokenizer(vocab, merges, [EOT]).encode(text)

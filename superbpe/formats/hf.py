@@ -153,6 +153,7 @@ def read_hf_tokenizer(path: str | Path) -> HFTokenizerData:
         merges, where = _hf_merges(path, model.get("merges", []), list(vocab.values()))
     if where is not None:  # read item by item: checked here, where a fault is named
         check_merges(path, merges, vocab, where)
+    _check_encodes_alike(path, document, model)
     pattern, line_units = _hf_split(document.get("pre_tokenizer"))
     ignore_merges = bool(model.get("ignore_merges", False))
     # Ids and tokens were checked as they were read, but for empty tokens and an added token's negative
@@ -245,6 +246,57 @@ def _hf_merges(
         merges.append(parse_merge(path, place, *parts))
         where.append(place)
     return merges, where
+
+
+def _check_encodes_alike(path: Path, document: dict[str, Any], model: dict[str, Any]) -> None:
+    """Refuse a ``tokenizer.json`` setting our encoder does not reproduce: it loaded without a word and
+    then gave other ids than HF (a normalizer, a prefix space, another pre-tokenizer, dropout).
+
+    What we read is byte-level BPE as we and the official SuperBPE write it, and as GPT-2's files are:
+    pre-tokenizer steps that are a regex Split (isolated), a newline Split merged with the previous piece
+    (line units) and ByteLevel without a prefix space (its own GPT-2 regex only when no Split comes first).
+    """
+    problems = _model_problems(document, model) + _pre_tokenizer_problems(document.get("pre_tokenizer"))
+    if problems:
+        raise InputError(
+            f"{path}: {problems[0]}: superbpe does not reproduce it (it would encode other ids than HF); "
+            "it reads byte-level BPE, a regex Split and a ByteLevel step without a prefix space"
+        )
+
+
+def _model_problems(document: dict[str, Any], model: dict[str, Any]) -> list[str]:
+    normalizer = document.get("normalizer")
+    problems = [f"normalizer {normalizer.get('type', '?')}"] if isinstance(normalizer, dict) else []
+    if model.get("dropout"):
+        problems.append(f"BPE dropout {model['dropout']}")
+    for key in ("continuing_subword_prefix", "end_of_word_suffix", "byte_fallback"):
+        if model.get(key):
+            problems.append(f"{key} {model[key]!r}")
+    return problems
+
+
+def _pre_tokenizer_problems(pre: Any) -> list[str]:
+    steps = pre.get("pretokenizers", []) if isinstance(pre, dict) and pre.get("type") == "Sequence" else [pre]
+    steps = [step if isinstance(step, dict) else {"type": repr(step)} for step in steps if step]
+    problems = []
+    split = False
+    for step in steps:
+        kind, target, behavior = step.get("type"), step.get("pattern") or {}, step.get("behavior")
+        if kind == "ByteLevel" and step.get("add_prefix_space"):
+            problems.append("ByteLevel with add_prefix_space")
+        elif kind == "ByteLevel" and step.get("use_regex", True) and split:
+            problems.append("ByteLevel's own regex after a Split")
+        elif kind == "Split" and not step.get("invert") and "Regex" in target and behavior == "Isolated":
+            split = True
+        elif kind == "Split" and target.get("String") == "\n" and behavior == "MergedWithPrevious":
+            continue
+        elif kind == "Split":
+            problems.append(f"a Split on {target} ({behavior}{', inverted' if step.get('invert') else ''})")
+        elif kind != "ByteLevel":
+            problems.append(f"pre-tokenizer {kind}")
+    if not any(step.get("type") == "ByteLevel" for step in steps):
+        problems.append("no ByteLevel pre-tokenizer (not byte-level BPE)")
+    return problems
 
 
 def _hf_split(pre: Any) -> tuple[str | None, bool]:
