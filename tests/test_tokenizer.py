@@ -436,6 +436,17 @@ def test_encode_file_in_many_chunks_matches_encode(
         tok.encode_file(path)
 
 
+def test_encode_file_reads_invalid_utf8_with_errors_replace(tmp_path: Path, gpt2: Tokenizer) -> None:
+    path = tmp_path / "bad.txt"
+    path.write_bytes(b"fine\nthen \xff here\n")
+    with pytest.raises(InputError, match="bad.txt: invalid UTF-8 at byte 10"):
+        gpt2.encode_file(path)
+    replaced = gpt2.encode_file(path, errors="replace")
+    assert replaced.tolist() == gpt2.encode("fine\nthen \ufffd here\n")
+    with pytest.raises(SuperBPEError, match="errors must be 'strict' or 'replace'"):
+        gpt2.encode_file(path, errors="ignore")
+
+
 def test_encode_file_uses_uint32_for_large_ids(tmp_path: Path) -> None:
     vocab = {i: bytes([i]) for i in range(256)}
     vocab[70_000] = b"ab"

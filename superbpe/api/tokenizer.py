@@ -379,8 +379,12 @@ class Tokenizer:
             start = end
         return best
 
-    def encode_file(self, path: str | os.PathLike[str], dtype: Any = None) -> np.ndarray:
-        """All ids of a UTF-8 (or gzip) text file, streamed; uint16 when every id fits, else uint32."""
+    def encode_file(
+        self, path: str | os.PathLike[str], dtype: Any = None, *, errors: str = "strict"
+    ) -> np.ndarray:
+        """All ids of a UTF-8 (or gzip) text file, streamed; uint16 when every id fits, else uint32.
+        ``errors="replace"`` reads bytes that are not UTF-8 as U+FFFD (by default they are an error)."""
+        check_errors_mode(errors)
         path = Path(path)
         chosen = np.dtype(dtype) if dtype is not None else self._smallest_dtype()
         if np.iinfo(chosen).max < self._max_id:
@@ -390,7 +394,7 @@ class Tokenizer:
         cutter = ChunkCutter(self.special_tokens, self._pretokenizer.safe_cuts_hold, self._pretokenizer)
         with open_binary(path) as raw:
             chunks = cut_stream(raw, str(path), False, cutter, FILE_READ_BYTES)
-            parts = [encode_text_chunk(self, chunk) for chunk in chunks]
+            parts = [encode_text_chunk(self, chunk, errors=errors) for chunk in chunks]
         return np.concatenate(parts or [np.zeros(0, self._default_dtype)]).astype(chosen, copy=False)
 
     def _array_dtype(self, dtype: Any) -> str:
