@@ -56,6 +56,8 @@ def test_counts_are_trained_as_they_were_made(sample_texts: Path) -> None:
     assert superbpe.train_bpe(counts, 300, [EOT], pretokenizer="o200k")[1] == merges
     with pytest.raises(ConfigError, match="made with pretokenizer o200k, not gpt2"):
         superbpe.train_bpe(counts, 300, [EOT], pretokenizer="gpt2")
+    with pytest.raises(ConfigError, match="train_superbpe needs the corpus"):
+        superbpe.train_superbpe(counts, 300, 0.5, [EOT])  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"cut at special tokens \['<\|endoftext\|>'\], not \['<\|x\|>'\]"):
         superbpe.train_bpe(counts, 300, ["<|x|>"])
 

@@ -205,6 +205,11 @@ def train_superbpe(
     Encode with the stage-2 pattern: ``Tokenizer(vocab, merges, special_tokens,
     pretokenizer=stage2_pretokenizer)``; a word-level pattern never makes the superwords.
     """
+    if isinstance(input_path, PieceCounts):
+        raise ConfigError(
+            "train_superbpe needs the corpus (files or documents), not piece counts: each stage counts "
+            "it with its own pattern (train_bpe trains on counts)"
+        )
     chosen_compat = get_compat(compat)
     special_tokens = special_token_list(special_tokens)
     SpecialSplitter(special_tokens)
