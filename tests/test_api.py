@@ -118,3 +118,22 @@ def test_reprs_say_what_they_hold_in_one_short_line(sample_texts: Path) -> None:
     reserved = [f"<|reserved_{i}|>" for i in range(100)]
     shown = repr(superbpe.Tokenizer(vocab, merges, [EOT, *reserved]))
     assert "<|reserved_2|>', ... (101 in all)]" in shown and "reserved_3|" not in shown
+
+
+def test_arguments_of_the_wrong_kind_are_one_line_library_errors(sample_texts: Path) -> None:
+    vocab = {i: bytes([i]) for i in range(256)} | {256: b"ab"}
+    merges = [(b"a", b"b")]
+    cases = {
+        "merge #0 must be two non-empty bytes objects": lambda: superbpe.Tokenizer(vocab, [("a", "b")]),
+        "merge #0 must be two non-empty bytes": lambda: superbpe.Tokenizer(vocab, [(b"a", b"b", b"c")]),
+        "vocab must map ids to bytes": lambda: superbpe.Tokenizer([b"a"], merges),
+        "merges must be a list": lambda: superbpe.Tokenizer(vocab, None),
+        "vocab ids must be integers from 0 to 2": lambda: superbpe.Tokenizer({**vocab, 2**40: b"x"}, merges),
+        "holds a lone surrogate": lambda: superbpe.Tokenizer(vocab, merges, ["<|\ud800|>"]),
+        "compat must be a preset": lambda: superbpe.Tokenizer.load(sample_texts, compat=5),
+        "decode takes token ids": lambda: superbpe.Tokenizer(vocab, merges).decode(None),
+        "inputs are a path or a list of paths, not int": lambda: superbpe.count(5),
+    }
+    for message, call in cases.items():
+        with pytest.raises(SuperBPEError, match=message):
+            call()

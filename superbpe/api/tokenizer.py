@@ -20,7 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from superbpe.core.compat import CompatConfig, check_directory_compat, encoding_for, recorded_compat
+from superbpe.core.compat import (
+    CompatConfig,
+    check_directory_compat,
+    encoding_for,
+    get_compat,
+    recorded_compat,
+)
 from superbpe.core.counts import check_errors_mode
 from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.pretokenize import Pretokenizer, SpecialSplitter, get_pretokenizer, special_token_list
@@ -419,6 +425,8 @@ class Tokenizer:
         if not isinstance(ids, (list, tuple)):
             if isinstance(ids, str):
                 raise InputError("decode takes token ids, not a str (encode takes text)")
+            if not isinstance(ids, Iterable):
+                raise InputError(f"decode takes token ids (a list), not {type(ids).__name__}")
             ids = list(ids)
         try:
             return b"".join(map(self._vocab.__getitem__, ids))
@@ -473,6 +481,8 @@ class Tokenizer:
         ``compat`` that contradicts it (another recorded preset, other encoding choices) is an error.
         """
         directory = Path(directory)
+        if compat is not None:
+            get_compat(compat)  # a bad value is named now, whatever the directory holds
         manifest_path = directory / MANIFEST_FILE
         vocab_path, merges_path = directory / VOCAB_FILE, directory / MERGES_FILE
         hf_path = directory / HF_FILE
@@ -676,17 +686,23 @@ def _record_line(chunk: Chunk, index: int) -> int:
     return chunk.first_line
 
 
+#: Ids are 32-bit (the encoders' and the token files' widest type).
+MAX_IDS = 1 << 32
+
+
 def _checked_vocab(vocab: Mapping[int, bytes]) -> dict[int, bytes]:
     """Ids must be non-negative ints and tokens unique bytes (holes in the ids are fine, clashes are not).
 
     A vocab that passes is copied after whole-list checks, which run at C speed (a 200K vocab is
     loaded before anything is encoded); one that does not is walked entry by entry to name the fault.
     """
+    if not isinstance(vocab, Mapping):
+        raise ConfigError(f"vocab must map ids to bytes (a dict), not {type(vocab).__name__}")
     ids, tokens = list(vocab.keys()), list(vocab.values())
     if (
         set(map(type, ids)) <= {int}
         and set(map(type, tokens)) <= {bytes}
-        and (not ids or min(ids) >= 0)
+        and (not ids or (min(ids) >= 0 and max(ids) < MAX_IDS))
         and all(tokens)
         and len(set(tokens)) == len(tokens)
     ):
@@ -694,8 +710,8 @@ def _checked_vocab(vocab: Mapping[int, bytes]) -> dict[int, bytes]:
     checked: dict[int, bytes] = {}
     seen: dict[bytes, int] = {}
     for token_id, token in vocab.items():
-        if isinstance(token_id, bool) or not isinstance(token_id, int) or token_id < 0:
-            raise ConfigError(f"vocab ids must be non-negative integers, got {token_id!r}")
+        if isinstance(token_id, bool) or not isinstance(token_id, int) or not 0 <= token_id < MAX_IDS:
+            raise ConfigError(f"vocab ids must be integers from 0 to 2**32 - 1, got {token_id!r}")
         if not isinstance(token, (bytes, bytearray)) or not token:
             raise ConfigError(f"vocab id {token_id} must map to non-empty bytes, got {token!r}")
         token = bytes(token)
@@ -708,11 +724,19 @@ def _checked_vocab(vocab: Mapping[int, bytes]) -> dict[int, bytes]:
 
 def _checked_merges(merges: Sequence[Merge]) -> list[Merge]:
     """The merges as a list of ``(bytes, bytes)`` (other byte types copied to bytes)."""
+    if isinstance(merges, str | bytes) or not isinstance(merges, Iterable):
+        raise ConfigError(f"merges must be a list of (bytes, bytes) pairs, not {type(merges).__name__}")
     listed = list(merges)
     pairs = set(map(type, listed)) <= {tuple} and set(map(len, listed)) <= {2}
     if pairs and set(map(type, chain.from_iterable(listed))) <= {bytes}:
         return listed
-    return [(bytes(left), bytes(right)) for left, right in listed]
+    checked = []
+    for index, merge in enumerate(listed):
+        parts = tuple(merge) if isinstance(merge, tuple | list) else ()
+        if len(parts) != 2 or not all(isinstance(part, bytes | bytearray) and part for part in parts):
+            raise ConfigError(f"merge #{index} must be two non-empty bytes objects, not {merge!r}")
+        checked.append((bytes(parts[0]), bytes(parts[1])))
+    return checked
 
 
 def _unknown(token_id: Any, vocab: Mapping[int, bytes]) -> bool:

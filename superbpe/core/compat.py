@@ -89,6 +89,8 @@ def get_compat(compat: str | CompatConfig | None) -> CompatConfig:
         if compat not in PRESETS:
             raise ConfigError(f"unknown compat {compat!r}; choose one of {', '.join(PRESETS)}")
         return PRESETS[compat]
+    if not isinstance(compat, CompatConfig):
+        raise ConfigError(f"compat must be a preset ({', '.join(PRESETS)}) or a CompatConfig, not {compat!r}")
     return check_compat(compat)
 
 

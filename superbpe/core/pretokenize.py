@@ -325,6 +325,11 @@ class SpecialSplitter:
         for token in specials:
             if not isinstance(token, str) or not token:
                 raise ConfigError("special tokens must be non-empty strings")
+            if not token.isascii():
+                try:
+                    token.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise ConfigError(f"special token {token!r} holds a lone surrogate, not text") from None
         self.special_tokens: tuple[str, ...] = tuple(specials)
         ordered = sorted(specials, key=len, reverse=True)
         self._pattern = regex.compile("|".join(regex.escape(t) for t in ordered)) if ordered else None

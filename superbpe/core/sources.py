@@ -135,6 +135,8 @@ def _checked_unicode(text: str, number: int, errors: str) -> str:
 
 def resolve_inputs(inputs: InputSpec) -> list[Path]:
     """Expand files, directories (recursively, sorted) and globs into a list of existing files."""
+    if not isinstance(inputs, (str, os.PathLike, Iterable)):
+        raise InputError(f"inputs are a path or a list of paths, not {type(inputs).__name__}")
     items = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
     if not items:
         raise InputError("no input paths given")
