@@ -129,6 +129,10 @@ def test_jsonl_documents_are_independent_and_text_field_is_configurable(tmp_path
     assert counts.to_dict() == {b"a": 1, b"  ": 1, b"b": 1}
     with pytest.raises(InputError, match=r"line 1: no string field 'text' \(its fields: 'body';"):
         count_pieces(path, "gpt2")
+    numbered = tmp_path / "numbered.jsonl"
+    numbered.write_text('{"text": "a"}\n{"text": 5}\n')
+    with pytest.raises(InputError, match=r"numbered.jsonl: line 2: field 'text' holds int, not a string"):
+        count_pieces(numbered, "gpt2")
     listed = tmp_path / "list.jsonl"
     listed.write_text('["a", "b"]\n')
     with pytest.raises(InputError, match=r"list.jsonl: line 1: a JSON list, not an object with"):
@@ -179,7 +183,8 @@ def test_save_load_and_sum(tmp_path: Path, sample_texts: Path) -> None:
     assert (loaded + b).to_dict() == both.to_dict()
     assert (loaded + b).total() == a.total() + b.total()
     other = count_pieces(sample_texts / "german.txt", "o200k", [EOT])
-    with pytest.raises(SuperBPEError, match="made differently"):
+    made = r"differently: pretokenizer gpt2 with special tokens \['<\|endoftext\|>'\] and pretokenizer o200k"
+    with pytest.raises(SuperBPEError, match=made):
         a + other
 
 
@@ -187,6 +192,10 @@ def test_corrupt_counts_file_is_a_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "x.counts"
     path.write_bytes(b"not counts")
     with pytest.raises(InputError, match="not a valid piece-counts file"):
+        PieceCounts.load(path)
+    PieceCounts({b"ab": 3, b"c": 1}, {"pretokenizer": {"name": "gpt2"}}).save(path)
+    path.write_bytes(path.read_bytes()[:-3])
+    with pytest.raises(InputError, match="x.counts: a piece-counts file cut short"):
         PieceCounts.load(path)
 
 

@@ -76,7 +76,8 @@ class PieceCounts(Mapping[bytes, int]):
     def check_addable(self, other: PieceCounts) -> None:
         """Refuse counts made with another pre-tokenization; take ``other``'s tag when this has none."""
         if self.meta and other.meta and self.meta != other.meta:
-            raise SuperBPEError(f"cannot add piece counts made differently: {self.meta} vs {other.meta}")
+            made = f"{_made(self.meta)} and {_made(other.meta)}"
+            raise SuperBPEError(f"cannot add piece counts made differently: {made}")
         self.meta = self.meta or dict(other.meta)
 
     def __add__(self, other: PieceCounts) -> PieceCounts:
@@ -135,7 +136,9 @@ class PieceCounts(Mapping[bytes, int]):
             raise InputError(f"{path}: cannot read piece counts ({exc.strerror})") from None
         try:
             return cls._parse(data)
-        except (struct.error, ValueError, IndexError) as exc:
+        except struct.error:
+            raise InputError(f"{path}: a piece-counts file cut short (copy it whole)") from None
+        except (ValueError, IndexError) as exc:
             raise InputError(f"{path}: not a valid piece-counts file ({exc})") from None
 
     @classmethod
@@ -159,6 +162,13 @@ class PieceCounts(Mapping[bytes, int]):
         if pos != len(data):
             raise ValueError("trailing bytes")
         return cls(counts, meta)
+
+
+def _made(meta: Mapping[str, Any]) -> str:
+    """How counts were made, in a few words (the whole tag holds a regex)."""
+    spec = meta.get("pretokenizer") or {}
+    units = ", line units" if spec.get("line_units") else ""
+    return f"pretokenizer {spec.get('name')}{units} with special tokens {meta.get('special_tokens')}"
 
 
 def counts_meta(pretokenizer: Pretokenizer, special_tokens: Iterable[str]) -> dict[str, Any]:

@@ -233,7 +233,8 @@ def open_binary(path: Path) -> BinaryIO:
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from None
     if raw.peek(2)[:2] == GZIP_MAGIC:
-        return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
+        raw.close()  # opened again by gzip, which then closes it with itself
+        return gzip.open(path, "rb")  # type: ignore[return-value]
     return raw
 
 
@@ -509,6 +510,8 @@ def _json_text(line: str, path: str, number: int, field: str) -> str:
 
 def _no_text_field(record: Mapping[str, Any], field: str) -> str:
     """What a record lacking its text field is told: the fields it has, and the option that picks one."""
+    if field in record:
+        return f"field {field!r} holds {type(record[field]).__name__}, not a string"
     held = ", ".join(repr(key) for key in list(record)[:8]) or "none"
     return f"no string field {field!r} (its fields: {held}; the text_field option picks another)"
 
