@@ -711,7 +711,7 @@ def _checked_vocab(vocab: Mapping[int, bytes]) -> dict[int, bytes]:
     seen: dict[bytes, int] = {}
     for token_id, token in vocab.items():
         if isinstance(token_id, bool) or not isinstance(token_id, int) or not 0 <= token_id < MAX_IDS:
-            raise ConfigError(f"vocab ids must be integers from 0 to 2**32 - 1, got {token_id!r}")
+            raise ConfigError(f"vocab ids must be non-negative integers, got {token_id!r} (below 2**32)")
         if not isinstance(token, (bytes, bytearray)) or not token:
             raise ConfigError(f"vocab id {token_id} must map to non-empty bytes, got {token!r}")
         token = bytes(token)
