@@ -176,7 +176,7 @@ def test_a_tokenizer_json_setting_we_do_not_reproduce_is_refused(tmp_path: Path,
     """Each of these loaded without a word before and then encoded other ids than HF does."""
     import tokenizers
 
-    vocab, merges = superbpe.train_bpe(sample_texts / "german.txt", 400, [EOT])
+    vocab, merges = superbpe.train_bpe(sample_texts / "german.txt", 300, [EOT])
     Tokenizer(vocab, merges, [EOT]).save(tmp_path / "ours")
     document = json.loads((tmp_path / "ours" / "tokenizer.json").read_text(encoding="utf-8"))
     change(document)
