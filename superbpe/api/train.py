@@ -140,10 +140,11 @@ def _check_counts_made_alike(
     name given, or a special token whose text was trained on as ordinary text).
     """
     made = counts.meta.get("pretokenizer") or {}
-    if pretokenizer is not None and made and get_pretokenizer(pretokenizer).pattern != made.get("pattern"):
+    given = None if pretokenizer is None else get_pretokenizer(pretokenizer)
+    if given is not None and made and given.pattern != made.get("pattern"):
         raise ConfigError(
-            f"these counts were made with pretokenizer {made.get('name')}, not "
-            f"{get_pretokenizer(pretokenizer).name}: leave pretokenizer out, or count again with it"
+            f"these counts were made with pretokenizer {made.get('name')}, not {given.name}: leave "
+            "pretokenizer out, or count again with it"
         )
     counted = counts.meta.get("special_tokens")
     if counted is not None and set(counted) != set(special_tokens):

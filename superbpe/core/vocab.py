@@ -9,7 +9,6 @@ from collections.abc import Iterable, Sequence
 
 from superbpe.core.byte_table import byte_to_unicode, unicode_to_byte
 from superbpe.core.errors import ConfigError
-from superbpe.core.pretokenize import special_token_list
 from superbpe.core.types import Merge
 
 Vocab = dict[int, bytes]
@@ -37,11 +36,10 @@ def check_special_tokens(special_tokens: Sequence[str]) -> None:
     under one key; a one-character special in the GPT-2 byte table ("é", "Ġ") is written verbatim in
     ``tokenizer.json`` under the key of a byte token. Both make files that do not load or that encode
     differently, so they are errors before any training. A special that is a plain word is allowed
-    but worth a warning: text is cut at every occurrence, inside longer words too.
+    but worth a warning: text is cut at every occurrence, inside longer words too. The tokens are ones
+    a :class:`SpecialSplitter` took (a list of non-empty strings), which every caller makes first.
     """
-    for token in special_token_list(special_tokens):
-        if not isinstance(token, str):
-            raise ConfigError(f"special token {token!r} is not a string")
+    for token in special_tokens:
         if len(token.encode("utf-8")) == 1 or token in unicode_to_byte():
             raise ConfigError(
                 f"special token {token!r} is spelled like a byte token; use a longer text, say '<|{token}|>'"

@@ -275,9 +275,14 @@ def _model_problems(document: dict[str, Any], model: dict[str, Any]) -> list[str
     return problems
 
 
-def _pre_tokenizer_problems(pre: Any) -> list[str]:
+def _pre_steps(pre: Any) -> list[Any]:
+    """The steps of a ``tokenizer.json`` pre-tokenizer: a Sequence's, or the one step (none for null)."""
     steps = pre.get("pretokenizers", []) if isinstance(pre, dict) and pre.get("type") == "Sequence" else [pre]
-    steps = [step if isinstance(step, dict) else {"type": repr(step)} for step in steps if step]
+    return [step for step in steps if step]
+
+
+def _pre_tokenizer_problems(pre: Any) -> list[str]:
+    steps = [step if isinstance(step, dict) else {"type": repr(step)} for step in _pre_steps(pre)]
     problems = []
     split = False
     for step in steps:
@@ -301,10 +306,9 @@ def _pre_tokenizer_problems(pre: Any) -> list[str]:
 
 def _hf_split(pre: Any) -> tuple[str | None, bool]:
     """The first regex Split and whether a newline Split precedes it (our line-units encoding)."""
-    steps = pre.get("pretokenizers", []) if isinstance(pre, dict) and pre.get("type") == "Sequence" else [pre]
     pattern: str | None = None
     line_units = False
-    for step in steps:
+    for step in _pre_steps(pre):
         if not isinstance(step, dict) or step.get("type") != "Split":
             continue
         target = step.get("pattern") or {}

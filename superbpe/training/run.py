@@ -32,7 +32,7 @@ from superbpe.core.memory import (
     parse_size,
     refused_stage,
 )
-from superbpe.core.pretokenize import SpecialSplitter
+from superbpe.core.pretokenize import SpecialSplitter, special_token_list
 from superbpe.core.progress import StageStats, build_reporter, current_rss_bytes, measure, task
 from superbpe.core.rules import MergeRules
 from superbpe.core.sources import (
@@ -217,7 +217,7 @@ def _log_eval(evaluation: dict[str, Any] | None) -> None:
 
 def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> _Job:
     """Check everything that can be checked before any output exists."""
-    specials = list(dict.fromkeys(cfg.special_tokens))
+    specials = special_token_list(cfg.special_tokens)
     SpecialSplitter(specials)
     check_special_tokens(specials)
     compat = check_compat(cfg.compat)
