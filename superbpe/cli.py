@@ -39,7 +39,7 @@ from superbpe.core.errors import InputError, SuperBPEError
 from superbpe.core.util import atomic_write_text, human_size
 from superbpe.formats.checkpoints import checkpoint_path
 from superbpe.jobs.encode import encode_corpus
-from superbpe.jobs.evaluate import evaluate_dir
+from superbpe.jobs.evaluate import check_report_path, evaluate_dir
 from superbpe.training.cache import clear_cache, describe_cache, parse_age, resolve_cache_dir
 from superbpe.training.config import (
     EncodeConfig,
@@ -377,6 +377,8 @@ def _evaluate(cfg: DictConfig) -> None:
     setup_logging()
     try:
         args = to_dataclass(cfg, EvaluateConfig)
+        if args.output:
+            check_report_path(args.output, args.input, args.tokenizer)
         result = evaluate_dir(
             args.tokenizer,
             args.input,

@@ -237,6 +237,27 @@ def test_an_input_or_a_tokenizer_file_is_never_overwritten(tokenizer_dir, tmp_pa
     assert vocab.read_bytes() == before and not (tmp_path / "tokens").exists()
 
 
+def test_evaluate_refuses_a_report_path_before_the_work(tokenizer_dir, tmp_path):
+    """The report is written after the evaluation: a path that would replace an input or a tokenizer
+    file, or that is a directory, is refused first, with the files left as they were."""
+    source = tmp_path / "held.txt"
+    source.write_text("hello world\n")
+    vocab = tokenizer_dir / "vocab.json"
+    before = vocab.read_bytes()
+    cases = [
+        (source, "held.txt is one of the inputs"),
+        (vocab, "vocab.json is a file of the tokenizer directory"),
+        (tmp_path, "is a directory; name the report's file"),
+    ]
+    for output, named in cases:
+        proc = run_script(
+            "evaluate.py", f"tokenizer={tokenizer_dir}", f"input={source}", f"output={output}", cwd=tmp_path
+        )
+        assert_one_line_error(proc, named)
+        assert "bytes/token" not in proc.stdout
+    assert source.read_text() == "hello world\n" and vocab.read_bytes() == before
+
+
 def test_evaluate_script_reports_bytes_per_token(tokenizer_dir, documents, tmp_path):
     source = tmp_path / "held_out.txt"
     source.write_text(EOT.join(documents), encoding="utf-8")

@@ -153,7 +153,7 @@ def encode_corpus(
     separator_id = separator_id_of(tokenizer, separator)
     paths = resolve_inputs(inputs)
     out = Path(output)
-    _check_nothing_is_overwritten(out, paths, directory)
+    check_nothing_is_overwritten((out, sidecar_path(out)), paths, directory)
     ids_dtype = token_dtype(tokenizer.vocab, dtype)
     encoder = ChunkEncoder(tokenizer, separator_id, text_field, errors, ids_dtype)
     n_workers = _workers(workers, paths)
@@ -200,19 +200,17 @@ def encode_corpus(
     return result
 
 
-def _check_nothing_is_overwritten(out: Path, paths: Sequence[Path], tokenizer_dir: Path) -> None:
-    """The token file and its sidecar replace what is at their paths when complete: refuse an input (the
-    corpus would be lost to its own token ids) or a file of the tokenizer directory, before anything is
-    written."""
-    for target in (out, sidecar_path(out)):
+def check_nothing_is_overwritten(targets: Sequence[Path], paths: Sequence[Path], tokenizer_dir: Path) -> None:
+    """A command's outputs (a token file and its sidecar, an evaluation report) replace what is at their
+    paths when complete: refuse an input (the corpus would be lost to what was made of it) or a file of
+    the tokenizer directory (the tokenizer would no longer load), before any work."""
+    for target in targets:
         if not target.exists():
             continue
         if any(os.path.samefile(target, path) for path in paths):
-            raise ConfigError(f"output {target} is one of the inputs; write the token file elsewhere")
+            raise ConfigError(f"output {target} is one of the inputs; write it elsewhere")
         if os.path.samefile(target.parent, tokenizer_dir):
-            raise ConfigError(
-                f"output {target} is a file of the tokenizer directory; write the token file elsewhere"
-            )
+            raise ConfigError(f"output {target} is a file of the tokenizer directory; write it elsewhere")
 
 
 def separator_id_of(tokenizer: Tokenizer, separator: str | None) -> int | None:

@@ -22,7 +22,7 @@ import numpy as np
 from superbpe.api.tokenizer import Tokenizer, encode_text_chunk, naming_chunk
 from superbpe.core.compat import CompatConfig
 from superbpe.core.counts import check_errors_mode
-from superbpe.core.errors import InputError
+from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.sources import (
     Chunk,
     InputSpec,
@@ -31,8 +31,9 @@ from superbpe.core.sources import (
     iter_chunks,
     resolve_inputs,
 )
-from superbpe.core.util import default_threads, resolve_threads
+from superbpe.core.util import default_threads, directory_problem, resolve_threads
 from superbpe.formats.token_files import tokenizer_hash
+from superbpe.jobs.encode import check_nothing_is_overwritten
 from superbpe.jobs.executors import (
     ExecutorSpec,
     check_executor,
@@ -272,6 +273,21 @@ def evaluate_dir(
     return evaluate(
         tokenizer, inputs, separator=separator, text_field=text_field, errors=errors, workers=workers
     )
+
+
+def check_report_path(
+    output: str | os.PathLike[str], inputs: InputSpec, directory: str | os.PathLike[str]
+) -> None:
+    """Where ``superbpe-evaluate`` is to write its report, checked before the evaluation: the report is
+    written after all the work, and must not replace an input or a file of the tokenizer."""
+    path = Path(output).expanduser()
+    if path.is_dir():
+        example = path / "eval.json"
+        raise ConfigError(f"output {output} is a directory; name the report's file, e.g. {example}")
+    problem = directory_problem(path.parent)
+    if problem is not None:
+        raise ConfigError(f"output {output}: cannot write in {path.parent}: {problem}")
+    check_nothing_is_overwritten((path,), resolve_inputs(inputs), Path(directory).expanduser())
 
 
 def evaluate_sharded(
