@@ -139,6 +139,20 @@ def test_jsonl_documents_are_independent_and_text_field_is_configurable(tmp_path
         count_pieces(listed, "gpt2")
 
 
+def test_a_json_file_is_read_as_json_lines(tmp_path: Path) -> None:
+    """HF datasets' ``to_json`` writes JSON lines named ``.json``: its records are the documents, as in a
+    ``.jsonl`` file; a pretty-printed JSON file is refused, saying how ``.json`` is read."""
+    records = "".join(json.dumps({"text": t}) + "\n" for t in ["hello json", "world"])
+    (tmp_path / "d.json").write_text(records)
+    (tmp_path / "d.jsonl").write_text(records)
+    as_json = count_pieces(tmp_path / "d.json", "gpt2").to_dict()
+    assert as_json == count_pieces(tmp_path / "d.jsonl", "gpt2").to_dict()
+    assert as_json == {b"hello": 1, b" json": 1, b"world": 1}
+    (tmp_path / "pretty.json").write_text('{\n  "text": "x"\n}\n')
+    with pytest.raises(InputError, match=r"pretty.json: line 1: invalid JSON .* read as JSON lines"):
+        count_pieces(tmp_path / "pretty.json", "gpt2")
+
+
 def test_invalid_json_line_names_file_and_line(tmp_path: Path) -> None:
     path = tmp_path / "bad.jsonl"
     path.write_text('{"text": "ok"}\n{"text": oops}\n')

@@ -467,6 +467,10 @@ def test_encode_file_errors(tmp_path: Path, gpt2: Tokenizer) -> None:
         gpt2.encode_file(bad)
     with pytest.raises(InputError, match="missing.txt"):
         gpt2.encode_file(tmp_path / "missing.txt")
+    records = tmp_path / "docs.jsonl"
+    records.write_text('{"text": "hello"}\n')
+    with pytest.raises(InputError, match="docs.jsonl: encode_file reads one text; .* encode_batch"):
+        gpt2.encode_file(records)  # its JSON would have been encoded as text
 
 
 # -- decoding and lookups --------------------------------------------------------------------------------

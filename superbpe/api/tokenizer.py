@@ -30,7 +30,15 @@ from superbpe.core.compat import (
 from superbpe.core.counts import check_errors_mode
 from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.pretokenize import Pretokenizer, SpecialSplitter, get_pretokenizer, special_token_list
-from superbpe.core.sources import Chunk, ChunkCutter, cut_stream, invalid_utf8, open_binary
+from superbpe.core.sources import (
+    Chunk,
+    ChunkCutter,
+    cut_stream,
+    invalid_utf8,
+    is_jsonl,
+    is_table,
+    open_binary,
+)
 from superbpe.core.types import Merge
 from superbpe.core.util import caller_stacklevel, import_optional, resolve_threads
 from superbpe.engines.interface import EncoderCore, Engine, get_engine
@@ -392,6 +400,11 @@ class Tokenizer:
         ``errors="replace"`` reads bytes that are not UTF-8 as U+FFFD (by default they are an error)."""
         check_errors_mode(errors)
         path = Path(path)
+        if is_jsonl(path) or is_table(path):  # its documents are records, not the file's bytes
+            raise InputError(
+                f"{path}: encode_file reads one text; encode a JSON-lines or table file's documents with "
+                "encode_batch of their texts, or into a token file with encode_corpus (superbpe-encode)"
+            )
         chosen = np.dtype(dtype) if dtype is not None else self._smallest_dtype()
         if np.iinfo(chosen).max < self._max_id:
             raise ConfigError(f"dtype {chosen} cannot hold ids up to {self._max_id}")

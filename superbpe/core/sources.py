@@ -206,12 +206,19 @@ def input_fingerprint(paths: Iterable[Path]) -> str:
     digest = hashlib.sha256()
     for path in paths:
         stat = path.stat()
-        digest.update(f"{path.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+        # A .json file was once read as text: its mark keeps counts cached then from being taken now.
+        read_as = "\0jsonl" if path.name.endswith(JSON_SUFFIXES) else ""
+        digest.update(f"{path.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}{read_as}\n".encode())
     return digest.hexdigest()[:32]
 
 
+#: Read as JSON lines too: HF datasets' ``to_json`` writes JSON lines under this name.
+JSON_SUFFIXES = (".json", ".json.gz")
+
+
 def is_jsonl(path: Path) -> bool:
-    return path.name.endswith((".jsonl", ".jsonl.gz"))
+    """One document per line, as a JSON object holding its text."""
+    return path.name.endswith((".jsonl", ".jsonl.gz", *JSON_SUFFIXES))
 
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -499,7 +506,9 @@ def _json_text(line: str, path: str, number: int, field: str) -> str:
     try:
         record = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: line {number}: invalid JSON ({exc.msg})") from None
+        as_lines = path.endswith(JSON_SUFFIXES)
+        hint = " (a .json file is read as JSON lines: one object per line)" if as_lines else ""
+        raise InputError(f"{path}: line {number}: invalid JSON ({exc.msg}){hint}") from None
     if not isinstance(record, dict):
         kind = type(record).__name__
         raise InputError(f"{path}: line {number}: a JSON {kind}, not an object with a {field!r} field")
