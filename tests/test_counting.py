@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import os
 from collections import Counter
 from pathlib import Path
@@ -119,6 +120,21 @@ def test_inputs_list_dir_glob_jsonl_and_gzip(tmp_path: Path) -> None:
     counts = count_pieces([tmp_path / "d", str(tmp_path / "*.jsonl")], "gpt2")
     assert counts.to_dict() == {b"hello": 3, b" world": 1, b"\n": 1, b" there": 1, b" jsonl": 1, b"world": 1}
     assert len(resolve_inputs(tmp_path / "d")) == 2
+
+
+def test_a_file_named_twice_is_read_once_and_said(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """However it is spelt (relative, through ``..``, or by an overlapping directory), a file is one input,
+    and the repeat is logged: a user who listed it twice to weight it must not believe it was."""
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.txt").write_text("hello world\n")
+    named = [tmp_path / "d" / "a.txt", f"{tmp_path}/d/../d/a.txt", tmp_path / "d"]
+    with caplog.at_level(logging.WARNING, logger="superbpe"):
+        assert resolve_inputs(named) == [tmp_path / "d" / "a.txt"]
+    assert "inputs named more than once are read once: " in caplog.text and "d/../d/a.txt" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="superbpe"):
+        resolve_inputs([tmp_path / "d"])
+    assert not caplog.text
 
 
 def test_jsonl_documents_are_independent_and_text_field_is_configurable(tmp_path: Path) -> None:

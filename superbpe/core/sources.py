@@ -22,6 +22,7 @@ import hashlib
 import io
 import itertools
 import json
+import logging
 import os
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -34,6 +35,8 @@ import regex
 from superbpe.core.errors import InputError
 from superbpe.core.pretokenize import Pretokenizer
 from superbpe.core.util import caller_stacklevel, import_optional
+
+log = logging.getLogger("superbpe")
 
 TEXT_SUFFIXES = (".txt", ".jsonl", ".txt.gz", ".jsonl.gz", ".parquet")
 TABLE_SUFFIXES = (".parquet", ".arrow")
@@ -143,10 +146,14 @@ def resolve_inputs(inputs: InputSpec) -> list[Path]:
     files: list[Path] = []
     for item in items:
         files.extend(_expand(str(item)))
-    unique = list(dict.fromkeys(files))
+    unique: dict[Path, Path] = {}  # a file by its real path, however it was named
+    repeated = [str(f) for f in files if unique.setdefault(f.resolve(), f) is not f]
     if not unique:
         raise InputError(f"no corpus files found in {', '.join(map(str, items))}")
-    return unique
+    if repeated:  # a file listed twice to weight it, or globs and directories that overlap
+        shown = ", ".join(dict.fromkeys(repeated[:3])) + (", ..." if len(repeated) > 3 else "")
+        log.warning("inputs named more than once are read once: %s", shown)
+    return list(unique.values())
 
 
 def _expand(item: str) -> list[Path]:
