@@ -151,6 +151,26 @@ def test_gpt2_files_as_tiktoken_equal_the_reference(shared_data: Path, texts: li
         assert ours.encode(text, allowed_special="all") == reference.encode(text, allowed_special="all")
 
 
+def test_a_tiktoken_export_the_official_preset_cannot_give_is_refused_before_training(
+    tmp_path: Path, sample_texts: Path
+) -> None:
+    """compat=official keeps merges that make existing tokens, only the bytes it saw and no whole-piece
+    lookup: tiktoken cannot encode like that, and finding out after training left a run no resume could
+    finish (the resume refuses a changed export)."""
+    from superbpe.core.compat import OFFICIAL  # the training modules are only needed here
+    from superbpe.training.config import DataConfig, ExportConfig, TrainConfig
+    from superbpe.training.run import run_training
+
+    out = tmp_path / "run"
+    cfg = TrainConfig(data=DataConfig(paths=[str(sample_texts / "corpus.en")]), vocab_size=1000,
+                      cache_dir=None, output_dir=str(out), compat=OFFICIAL, special_tokens=[],
+                      export=ExportConfig(tiktoken=True))  # fmt: skip
+    refused = "cannot give the same ids under compat=official: alphabet=seen .*duplicates=merge .*whole_p"
+    with pytest.raises(ConfigError, match=refused):
+        run_training(cfg)
+    assert not out.exists()
+
+
 def test_line_units_on_a_custom_pattern_have_no_tiktoken_form() -> None:
     pre = get_pretokenizer("custom:[a-z]+", line_units=True)
     with pytest.raises(ConfigError, match="no tiktoken pattern for pre-tokenizer"):

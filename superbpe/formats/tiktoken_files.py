@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping, Sequence
 
+from superbpe.core.compat import CompatConfig
 from superbpe.core.errors import ConfigError
 from superbpe.core.pretokenize import Pretokenizer, get_pretokenizer
 from superbpe.core.types import Merge
@@ -42,6 +43,23 @@ def tiktoken_pattern(pretokenizer: Pretokenizer) -> str:
         )
     match = f"(?:{confined})"
     return f"{match}|(?:(?!{match})[^\\n])+\\n?|\\n"
+
+
+def check_compat_for_tiktoken(compat: CompatConfig) -> None:
+    """tiktoken encodes with every byte a token, each token once, ranked in the order merges make them,
+    and a piece that is a token taken whole. A preset that trains or encodes otherwise could not be
+    exported with the same ids: refused before training, where the export would fail after it."""
+    reasons = []
+    if compat.alphabet == "seen":
+        reasons.append("alphabet=seen (bytes the text lacks get no token)")
+    if compat.duplicates == "merge":
+        reasons.append("duplicates=merge (a merge may make a token that exists)")
+    if not compat.whole_pieces:
+        reasons.append("whole_pieces=false (tiktoken takes a piece that is a token whole)")
+    if reasons:
+        raise ConfigError(
+            f"export.tiktoken=true cannot give the same ids under compat={compat.name}: {'; '.join(reasons)}"
+        )
 
 
 def tiktoken_ranks(vocab: Mapping[int, bytes], special_tokens: Sequence[str]) -> dict[bytes, int]:

@@ -68,7 +68,7 @@ from superbpe.formats.checkpoints import (
 from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE
 from superbpe.formats.hf import HF_FILE, resolve_roles
 from superbpe.formats.manifest import MANIFEST_FILE
-from superbpe.formats.tiktoken_files import tiktoken_pattern
+from superbpe.formats.tiktoken_files import check_compat_for_tiktoken, tiktoken_pattern
 from superbpe.formats.tokenizer_dir import save_tokenizer_dir
 from superbpe.jobs.count import count_corpus
 from superbpe.jobs.evaluate import evaluate_dir
@@ -238,6 +238,7 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
     resolve_pretokenizer(top)
     plans = plan_stages(cfg.schedule, top, total, compat)
     if cfg.export.tiktoken:
+        check_compat_for_tiktoken(compat)
         tiktoken_pattern(encoding_pretokenizer(plans[-1].pretokenizer, compat))
     source = load_source(cfg.schedule)
     source_merges: tuple[Merge, ...] = ()
