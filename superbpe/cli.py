@@ -49,7 +49,14 @@ from superbpe.training.config import (
     register_configs,
     to_dataclass,
 )
-from superbpe.training.directories import existed_before, made_parents, place_run, resume_args, resume_command
+from superbpe.training.directories import (
+    existed_before,
+    made_parents,
+    place_run,
+    resume_args,
+    resume_command,
+    run_cwd,
+)
 from superbpe.training.run import TrainingInterrupted, run_training
 from superbpe.training.summary import collect, plot, table
 
@@ -229,9 +236,13 @@ def train() -> None:
         print_help("train", TrainConfig, train.__doc__ or "", sys.argv[1:], footer)
         return
     try:
+        started_in = run_cwd(sys.argv[1:])
         sys.argv[1:] = place_run(resume_args(sys.argv[1:]))
     except USER_ERRORS as exc:
         fail(exc)
+    if started_in is not None:  # relative paths among the run's overrides mean what they meant there
+        print(f"resuming in {started_in}, where the run was started", file=sys.stderr)
+        os.chdir(started_in)
     run_hydra(_train, TrainConfig)
 
 

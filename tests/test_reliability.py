@@ -25,7 +25,7 @@ from superbpe.formats.gpt2 import MERGES_FILE
 from superbpe.jobs.evaluate import evaluate
 from superbpe.training.cache import RunCache
 from superbpe.training.config import DataConfig, TrainConfig, register_configs, to_dataclass
-from superbpe.training.directories import claim_unique_dir, resume_args
+from superbpe.training.directories import claim_unique_dir, resume_args, run_cwd
 from superbpe.training.run import RunResult
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -213,7 +213,40 @@ def test_resume_args_take_the_runs_own_overrides(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="neither its overrides nor a checkpoint"):
         resume_args([f"resume={run}"])
     (run / CHECKPOINT_FILE).write_text("{}")  # a run made by the library: the overrides are given again
-    assert resume_args([f"resume={run}", "vocab_size=3"])[:2] == [f"resume={run}", "vocab_size=3"]
+    assert resume_args([f"resume={run}", "vocab_size=3"])[:2] == ["vocab_size=3", f"resume='{run}'"]
+
+
+def test_a_resume_adds_only_what_changes_speed_or_reporting(tmp_path: Path) -> None:
+    """A run of the command recorded all it was given: another setting on its resume would train another
+    run (before the first checkpoint nothing else would notice, and its record would then disagree)."""
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "overrides.yaml").write_text("- data.paths=[a.txt]\n- memory_limit=100MB\n")
+    with pytest.raises(ConfigError, match=r"vocab_size=1000 is not one of the run's settings \(a resume"):
+        resume_args([f"resume={run}", "vocab_size=1000"])
+    args = resume_args([f"resume={run}", "memory_limit=2GB", "workers=2", "hydra.verbose=true"])
+    assert "memory_limit=2GB" in args and "memory_limit=100MB" not in args and "workers=2" in args
+
+
+def test_a_resume_composes_and_runs_as_the_run_was_started(tmp_path: Path) -> None:
+    """From the user's own config directory and primary config, and in the directory it was started in
+    (relative paths in its overrides mean what they meant there); flags stay before the overrides, where
+    Hydra's parser wants them."""
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "overrides.yaml").write_text("- data.paths=[a.txt]\n")
+    (run / ".hydra" / "hydra.yaml").write_text(
+        "hydra:\n  job:\n    config_name: mytrain\n  runtime:\n"
+        f"    cwd: {tmp_path}\n    config_sources:\n    - path: pkg\n      provider: main\n"
+        f"    - path: {tmp_path / 'myconf'}\n      provider: command-line\n"
+    )
+    args = resume_args([f"resume={run}"])
+    assert args[:4] == ["--config-dir", str(tmp_path / "myconf"), "--config-name", "mytrain"]
+    assert args[4] == "data.paths=[a.txt]"
+    given = resume_args(["-cn", "other", f"resume={run}"])
+    assert given[:4] == ["--config-dir", str(tmp_path / "myconf"), "-cn", "other"]
+    assert run_cwd([f"resume={run}"]) == (None if Path.cwd() == tmp_path else tmp_path)
+    assert run_cwd(["vocab_size=3"]) is None
 
 
 def test_resume_by_dir_alone_rewrites_the_same_files_and_leaves_no_new_dir(

@@ -156,7 +156,9 @@ def test_mismatched_resume_is_refused_naming_what_differs(wiki, tmp_path):
     )
 
     other_pattern = resume(tmp_path, run_dir, "schedule.stage2_pattern=superbpe-paper")
-    assert_one_line_error(other_pattern, "cannot resume", "stages[1].pretokenizer")
+    assert_one_line_error(
+        other_pattern, "cannot resume", "stage2_pattern=superbpe-paper is not one of the run's settings"
+    )
 
     other_corpus = tmp_path / "other.txt"
     other_corpus.write_bytes(wiki.read_bytes()[:100_000])

@@ -11,6 +11,7 @@ import os
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.util import directory_problem
@@ -27,6 +28,7 @@ RESUME_MAY_CHANGE = frozenset(
         "eval",
         "checkpoint.every_merges",
         "checkpoint.every_seconds",
+        "memory_limit",
     }
 )
 #: The Hydra settings a resume sets itself: write into the resumed directory, keep its own .hydra files.
@@ -199,10 +201,10 @@ def resume_args(args: Sequence[str]) -> list[str]:
     value = _resume_value(args)
     if value is None:
         return list(args)
-    run_dir = Path(value).expanduser()
+    run_dir = Path(value).expanduser().absolute()  # the resume runs where the run started (`run_cwd`)
     if not run_dir.is_dir():
         raise InputError(f"resume {run_dir}: no such run directory")
-    given = [arg for arg in args if _is_override(arg)]
+    given = [arg for arg in args if _is_override(arg) and _key(arg) != "resume"]
     set_by_hydra = [_key(arg) for arg in given if _key(arg) in _RESUME_HYDRA]
     if set_by_hydra:
         raise ConfigError(
@@ -225,12 +227,65 @@ def resume_args(args: Sequence[str]) -> list[str]:
         and arg != old
         and not _may_change(_key(old))
     ]
+    if read_run_overrides(run_dir) is not None:  # a run of the command: what it was given is all it was
+        recorded = {_key(old) for old in original}
+        addable = ", ".join(sorted(RESUME_MAY_CHANGE))
+        conflicts += [
+            f"{arg} is not one of the run's settings (a resume may add only: {addable})"
+            for key, arg in given_by_key.items()
+            if key not in recorded and not _may_change(key) and not key.startswith("hydra.")
+        ]
     if conflicts:
         raise ConfigError(
             f"cannot resume {run_dir}: {'; '.join(conflicts)} (resume=<dir> alone repeats its overrides)"
         )
     kept = [old for old in original if _key(old) not in given_by_key]
-    return [*kept, *args, f"hydra.run.dir={_quote(str(run_dir))}", "hydra.output_subdir=null"]
+    flags = [arg for arg in args if not _is_override(arg)]  # Hydra's parser wants them before overrides
+    return [
+        *_recorded_flags(run_dir, flags), *flags, *kept, *given, f"resume={_quote(str(run_dir))}",
+        f"hydra.run.dir={_quote(str(run_dir))}", "hydra.output_subdir=null",
+    ]  # fmt: skip
+
+
+def _run_record(run_dir: Path) -> Any:
+    """The run's ``.hydra/hydra.yaml`` (how Hydra was started for it), or None without a readable one."""
+    path = run_dir / ".hydra" / "hydra.yaml"
+    if not path.is_file():
+        return None
+    from omegaconf import OmegaConf  # loaded by the commands only: library runs never need it
+
+    try:
+        return OmegaConf.load(path).hydra
+    except Exception:  # noqa: BLE001 - without it, a resume composes as the command line says
+        return None
+
+
+def _recorded_flags(run_dir: Path, given: Sequence[str]) -> list[str]:
+    """``--config-dir`` and ``--config-name`` as the run was started with them, unless given again: a run
+    composed from a user's own config directory (or primary config) composes from it when resumed."""
+    record = _run_record(run_dir)
+    if record is None:
+        return []
+    flags: list[str] = []
+    named = {flag.split("=", 1)[0] for flag in given}
+    user_dirs = [source.path for source in record.runtime.config_sources if source.provider == "command-line"]
+    if user_dirs and not named & {"--config-dir", "-cd"}:
+        flags += ["--config-dir", str(user_dirs[-1])]
+    name = record.job.config_name
+    if name and name != "train" and not named & {"--config-name", "-cn"}:
+        flags += ["--config-name", str(name)]
+    return flags
+
+
+def run_cwd(args: Sequence[str]) -> Path | None:
+    """The directory a resumed run was started in, when it is not this one: relative paths in its
+    overrides (``data.paths=[corpus.txt]``) mean what they meant there."""
+    value = _resume_value(args)
+    record = None if value is None else _run_record(Path(value).expanduser())
+    if record is None:
+        return None
+    cwd = Path(str(record.runtime.cwd))
+    return cwd if cwd.is_dir() and cwd.resolve() != Path.cwd().resolve() else None
 
 
 def resume_command(run_dir: Path, entry_point: Sequence[str]) -> str:
