@@ -74,10 +74,13 @@ def config_dir() -> Path:
 
 def fail(exc: BaseException | str, where: str = "") -> None:
     """Print ``exc`` as one line (after ``where``, e.g. which job of a sweep) and exit 1."""
-    message = _config_message(exc) if isinstance(exc, OmegaConfBaseException) else None
-    message = message or " ".join(str(exc).split()) or type(exc).__name__
-    print(f"error: {where}{message}", file=sys.stderr)
+    print(f"error: {where}{_one_line(exc)}", file=sys.stderr)
     raise SystemExit(1)
+
+
+def _one_line(exc: BaseException | str) -> str:
+    message = _config_message(exc) if isinstance(exc, OmegaConfBaseException) else None
+    return message or " ".join(str(exc).split()) or type(exc).__name__
 
 
 def interrupted(outcome: str) -> None:
@@ -113,8 +116,28 @@ def run_hydra(main: Callable[[], None], schema: type) -> None:
     os.environ["HYDRA_FULL_ERROR"] = "1"  # let Hydra raise instead of printing, so it is caught below
     try:
         main()
+    except SweepJobFailed:  # each failed job said why; the sweep ran its other jobs first
+        fail(f"sweep: {', '.join(_failed_jobs)} failed (said above); its other jobs finished")
     except (HydraException, OmegaConfBaseException) as exc:
         fail(_hydra_message(exc, schema))
+
+
+class SweepJobFailed(Exception):
+    """A job of a ``-m`` sweep failed (its error is printed): raised as an ordinary exception, which
+    Hydra's launcher records so that it runs the sweep's other jobs before raising it, where a
+    ``SystemExit`` would end the process and silently drop the jobs after it."""
+
+
+_failed_jobs: list[str] = []
+
+
+def fail_job(exc: BaseException | str, job: str) -> None:
+    """:func:`fail` for one run, or for a job of a sweep: print its error and let the sweep go on."""
+    if not job:
+        fail(exc)
+    print(f"error: {job}{_one_line(exc)}", file=sys.stderr)
+    _failed_jobs.append(job.split(" (")[0].removeprefix("sweep "))  # "job 1": its line above has the rest
+    raise SweepJobFailed(job)
 
 
 def _hydra_message(exc: BaseException, schema: type) -> str:
@@ -257,15 +280,16 @@ def _train(cfg: DictConfig) -> None:
     except USER_ERRORS as exc:
         job = _sweep_job()
         if cfg.get("resume"):  # the user has the resume command; what failed may be the resume itself
-            fail(exc, job)
+            fail_job(exc, job)
         remove_if_only_logs(run_dir)
-        fail(exc if checkpointed_before else _with_resume_hint(exc, output_dir), job)
+        fail_job(exc if checkpointed_before else _with_resume_hint(exc, output_dir), job)
     except TrainingInterrupted as stop:
-        interrupted(f"{stop}; continue with: {resume_command(stop.output_dir, _entry_point())}")
+        resume = resume_command(stop.output_dir, _entry_point())
+        interrupted(f"{_sweep_job()}{stop}; continue with: {resume}{_jobs_not_run()}")
     except KeyboardInterrupt:  # before training started: nothing to keep
         if not cfg.get("resume"):
             remove_if_only_logs(run_dir)
-        interrupted("before training started, nothing kept")
+        interrupted(f"{_sweep_job()}before training started, nothing kept{_jobs_not_run()}")
     print(f"tokenizer: {Path(result.output_dir).resolve()}")
 
 
@@ -276,6 +300,14 @@ def _sweep_job() -> str:
     if hydra_cfg.mode != RunMode.MULTIRUN:
         return ""
     return f"sweep job {hydra_cfg.job.num} ({' '.join(hydra_cfg.overrides.task)}): "
+
+
+def _jobs_not_run() -> str:
+    """For a sweep stopped by Ctrl-C: that the jobs after this one did not run (not lost silently)."""
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode != RunMode.MULTIRUN:
+        return ""
+    return f"; the sweep's jobs after job {hydra_cfg.job.num} did not run"
 
 
 def _with_resume_hint(exc: BaseException, output_dir: Path) -> str:

@@ -245,14 +245,21 @@ def test_output_dir_conflicts_are_refused_before_anything_is_made(tmp_path, corp
     assert not (tmp_path / "multirun").exists() and not (tmp_path / "h").exists()
 
 
-def test_a_failing_job_of_a_sweep_is_named(tmp_path, corpus):
+def test_a_failing_job_of_a_sweep_is_named_and_the_others_run(tmp_path, corpus):
+    """A job's error ended the process, so the jobs after it never ran and nothing said so."""
     sweep = tmp_path / "sweep"
     proc = run_script(
         "train.py", "-m", f"hydra.sweep.dir={sweep}", "engine=python", f"data.paths=[{corpus}]",
-        "vocab_size=300,100", cwd=tmp_path, cache_dir=tmp_path / "cache",
+        "vocab_size=300,100,350,50", cwd=tmp_path, cache_dir=tmp_path / "cache",
     )  # fmt: skip
-    assert_one_line_error(proc, "sweep job 1 (", "vocab_size=100): vocab_size 100 is below")
-    assert (sweep / "0" / "merges.txt").is_file()
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 3, proc.stderr
+    assert "sweep job 1 (" in errors[0] and "vocab_size=100): vocab_size 100 is below" in errors[0]
+    assert "sweep job 3 (" in errors[1] and "vocab_size=50): vocab_size 50 is below" in errors[1]
+    assert errors[2] == "error: sweep: job 1, job 3 failed (said above); its other jobs finished"
+    assert (sweep / "0" / "merges.txt").is_file() and (sweep / "2" / "merges.txt").is_file()
+    assert not (sweep / "1").exists() and not (sweep / "3").exists()
 
 
 def test_a_failed_run_leaves_a_directory_it_did_not_make(tmp_path):
