@@ -205,7 +205,8 @@ def test_unknown_group_option_lists_the_known_ones():
 
 @pytest.mark.parametrize(
     ("transition", "message"),
-    [("1.5", "in \\(0, 1\\)"), ("743", "must be below"), ("5000", "must be below"), ("abc", "merge count")],
+    [("1.5", "in \\(0, 1\\)"), ("743", "must be below"), ("5000", "a larger vocab_size leaves more"),
+     ("abc", "merge count"), ("null", "schedule.transition is not set")],  # fmt: skip
 )
 def test_bad_transition_is_a_one_line_error(transition, message):
     cfg = train_config("schedule=superbpe", f"schedule.transition={transition}")

@@ -89,6 +89,8 @@ def test_two_point_multirun_writes_two_metrics_and_a_summary(tmp_path, corpus, s
     # The second point reuses the first one's piece counts and (a prefix of) its stage-1 merges.
     second = (sweep / "1" / "train.log").read_text()
     assert "stage1: 122 merges from cache" in second and "piece counts from cache" in second
+    sources = [[stage["from"] for stage in json.loads(m.read_text())["stages"]] for m in metrics]
+    assert sources == [["trained", "trained"], ["cache", "trained"]]
     summary = run_script("summarize.py", str(sweep), cwd=tmp_path)
     assert summary.returncode == 0, summary.stderr
     rows = [line.split() for line in summary.stdout.splitlines()[2:] if line and not line.startswith("plot")]

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from superbpe.core.util import human_size, peak_rss_bytes
+from superbpe.core.util import children_peak_rss_bytes, human_size, peak_rss_bytes
 
 log = logging.getLogger("superbpe")
 
@@ -201,6 +201,7 @@ class StageStats:
     peak_rss_bytes: int = 0
     parts: dict[str, float] = field(default_factory=dict)  # e.g. count / train seconds
     sizes: dict[str, int] = field(default_factory=dict)  # e.g. the pieces and symbols the trainer held
+    from_cache: bool = False  # its merges were found in the cache, not chosen
 
     @contextlib.contextmanager
     def part(self, name: str) -> Iterator[None]:
@@ -216,8 +217,9 @@ def measure(name: str) -> Iterator[StageStats]:
     """Time a stage and record its peak RSS; logs one summary line at the end."""
     stats = StageStats(name)
     reset_peak_rss()
+    children_before = children_peak_rss_bytes()
     start = time.monotonic()
     yield stats
     stats.seconds = time.monotonic() - start
-    stats.peak_rss_bytes = peak_rss_bytes(include_children=True)
+    stats.peak_rss_bytes = peak_rss_bytes(children_above=children_before)
     log.info("stage %s: %s, peak RSS %.0f MB", name, _seconds(stats.seconds), stats.peak_rss_bytes / 2**20)

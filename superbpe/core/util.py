@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
+import gc
 import importlib
 import io
 import os
@@ -144,14 +147,16 @@ def atomic_write_text(path: Path, text: str) -> None:
         handle.write(text.encode("utf-8"))
 
 
-def peak_rss_bytes(*, include_children: bool = False) -> int:
+def peak_rss_bytes(*, children_above: int | None = None) -> int:
     """Peak resident memory of this process, in bytes: the one definition the package uses.
 
     Linux's ``VmHWM`` first, which is the peak since the process started or since the window was last
     reset (``progress.reset_peak_rss``); ``ru_maxrss`` is inherited from the parent across fork and
     exec, so a child of a big process would report the parent's peak as its own. ``ru_maxrss``
-    elsewhere. With ``include_children``, the larger of that and the peak of the biggest finished child
-    (counting worker processes), since a stage's memory is the larger of the two.
+    elsewhere. With ``children_above`` (:func:`children_peak_rss_bytes` when the window began), also the
+    peak of the biggest finished child (counting worker processes) when it rose above that in the window,
+    since a stage's memory is the larger of the two: the children's peak is the process's whole history,
+    and an earlier run's worker (a sweep's jobs share the process) must not be taken for this one's.
     """
     own = 0
     try:
@@ -163,7 +168,23 @@ def peak_rss_bytes(*, include_children: bool = False) -> int:
         pass
     if not own:
         own = _maxrss(resource.RUSAGE_SELF)
-    return max(own, _maxrss(resource.RUSAGE_CHILDREN)) if include_children else own
+    children = children_peak_rss_bytes()
+    return max(own, children) if children_above is not None and children > children_above else own
+
+
+def release_freed_memory() -> None:
+    """Hand memory that was freed back to the OS (Python's cycles collected, then glibc's ``malloc_trim``):
+    a run that follows another in one process (the jobs of a sweep) then starts near its own size, and
+    its peak RSS is its own, not what the allocator kept of the run before."""
+    gc.collect()
+    libc = ctypes.util.find_library("c")
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
+        ctypes.CDLL(libc).malloc_trim(0)
+
+
+def children_peak_rss_bytes() -> int:
+    """The peak resident memory of the biggest child process waited for so far, in bytes."""
+    return _maxrss(resource.RUSAGE_CHILDREN)
 
 
 def _maxrss(who: int) -> int:

@@ -47,7 +47,7 @@ from superbpe.core.sources import (
     resolve_inputs,
 )
 from superbpe.core.types import Merge
-from superbpe.core.util import peak_rss_bytes, remove_stale_temps
+from superbpe.core.util import peak_rss_bytes, release_freed_memory, remove_stale_temps
 from superbpe.core.vocab import (
     alphabet_order,
     build_vocab,
@@ -155,6 +155,7 @@ def run_training(cfg: TrainConfig, *, run_dir: str | os.PathLike[str] | None = N
     """
     check_shape(cfg)
     check_schedule_knobs(cfg.schedule)
+    release_freed_memory()
     job = prepare(cfg, run_dir)
     try:
         return _run(job)
@@ -607,6 +608,7 @@ def _train(
             found = candidate
         if found is not None:
             log.info("stage %s: %d merges from cache", plan.name, len(found) - len(base))
+            stats.from_cache = True
             return found
         if tokens_made(candidate) < len(candidate):  # a duplicate merge cannot be replayed
             candidate = [*prior, *partial]
@@ -757,8 +759,16 @@ def _stage_metrics(plan: StagePlan, stats: StageStats, merges: int, job: _Job) -
         **{name: round(value, 3) for name, value in stats.parts.items()},
         **stats.sizes,
         "peak_rss_bytes": stats.peak_rss_bytes,
-        "from": job.source.description if plan.index == 0 and job.source is not None else "trained",
+        "from": _stage_source(plan, stats, job),
     }
+
+
+def _stage_source(plan: StagePlan, stats: StageStats, job: _Job) -> str:
+    """Where a stage's merges came from: the run's source (``from_run``/``from_tokenizer``), the cache (its
+    seconds are then a lookup's, not training's), or training."""
+    if plan.index == 0 and job.source is not None:
+        return job.source.description
+    return "cache" if stats.from_cache else "trained"
 
 
 def _warn_if_smaller(size: int, vocab_size: int) -> None:

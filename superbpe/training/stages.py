@@ -99,7 +99,8 @@ def resolve_until(until: Any, total: int, stage: StageConfig, last: bool, schedu
         raise ConfigError(f"{what} {until} gives {end} merges; it must be at least 1")
     if end > total or (end == total and not last):
         raise ConfigError(
-            f"{what} {until} must be below the {total} merges that vocab_size leaves (it is at or beyond it)"
+            f"{what} {until} must be below the {total} merges that vocab_size leaves (it is at or beyond "
+            "it; a larger vocab_size leaves more)"
         )
     return end
 
@@ -119,7 +120,8 @@ def _approx_sample(stage: StageConfig) -> float | None:
 
 def _until_name(stage: StageConfig, schedule: ScheduleConfig) -> str:
     """Name the knob the user set: ``schedule.transition`` when the stage takes it, else the stage's until."""
-    if schedule.transition is not None and stage.until == schedule.transition:
+    takes_it = schedule.transition is not None or schedule.name == "superbpe"  # its first stage ends there
+    if takes_it and stage.until == schedule.transition:
         return "schedule.transition"
     return f"stage {stage.name!r} until"
 
