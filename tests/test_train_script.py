@@ -132,6 +132,16 @@ def test_empty_corpus(tmp_path):
     assert_nothing_left(tmp_path)
 
 
+@pytest.mark.parametrize("content", ["\n\n  \n", '{"text": ""}\n'], ids=["blank lines", "empty records"])
+def test_json_lines_without_text_are_refused_as_no_corpus(tmp_path, content):
+    """Bytes on disk but no text: it trained a tokenizer of the bytes alone, with only a warning."""
+    records = tmp_path / "records.jsonl"
+    records.write_text(content)
+    proc = train(tmp_path, f"data.paths=[{records}]", "engine=python", "vocab_size=300")
+    assert_one_line_error(proc, "records.jsonl: no text to train on")
+    assert_nothing_left(tmp_path)
+
+
 @pytest.mark.parametrize("where", ["outputs", "output_dir"])
 def test_invalid_utf8_names_the_option_and_leaves_no_directory_or_lock(tmp_path, where):
     bad = tmp_path / "bad.txt"

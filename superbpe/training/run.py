@@ -505,8 +505,12 @@ def _counts(job: _Job, plan: StagePlan, stats: StageStats, ahead: _CountAhead) -
         counts = ahead.take(plan)
         if counts is not None:
             log.info("stage %s: corpus counted while the previous stage trained", plan.name)
-            return counts
-        return _load_or_count(job, plan, progress=job.cfg.progress, workers=job.cfg.workers)
+        else:
+            counts = _load_or_count(job, plan, progress=job.cfg.progress, workers=job.cfg.workers)
+    if not len(counts):  # bytes on disk, but no text: blank JSON lines, empty records, only special tokens
+        where = str(job.paths[0]) if len(job.paths) == 1 else f"the {len(job.paths)} input files"
+        raise InputError(f"{where}: no text to train on (empty records or lines, or only special tokens)")
+    return counts
 
 
 #: Share of a stage's merges chosen before its progress lines give an ETA (see ``progress.task``).
