@@ -505,9 +505,14 @@ def _counts(job: _Job, plan: StagePlan, stats: StageStats, ahead: _CountAhead) -
         counts = ahead.take(plan)
         if counts is not None:
             log.info("stage %s: corpus counted while the previous stage trained", plan.name)
-        else:
-            counts = _load_or_count(job, plan, progress=job.cfg.progress, workers=job.cfg.workers)
-    if not len(counts):  # bytes on disk, but no text: blank JSON lines, empty records, only special tokens
+            return counts
+        return _load_or_count(job, plan, progress=job.cfg.progress, workers=job.cfg.workers)
+
+
+def _with_text(job: _Job, counts: PieceCounts) -> PieceCounts:
+    """Counts that hold a piece: bytes on disk with no text in them (blank JSON lines, empty records, only
+    special tokens) are refused as an empty corpus is, not trained into a vocabulary of the bytes alone."""
+    if not len(counts):
         where = str(job.paths[0]) if len(job.paths) == 1 else f"the {len(job.paths)} input files"
         raise InputError(f"{where}: no text to train on (empty records or lines, or only special tokens)")
     return counts
@@ -537,7 +542,7 @@ def _load_or_count(job: _Job, plan: StagePlan, *, progress: bool | None, workers
     with job.cache.entry("counts", key, ".counts") as path:
         counts = job.cache.load_counts(path, native=job.engine.name == "native")
         if counts is not None:
-            return counts
+            return _with_text(job, counts)
         if plan.approx_sample is not None:
             log.info(
                 "stage %s: counting an evenly spread %.4g%% of the corpus (approximation: approx_sample)",
@@ -563,6 +568,7 @@ def _load_or_count(job: _Job, plan: StagePlan, *, progress: bool | None, workers
                 )
             except MemoryLimitError as exc:
                 raise refused_stage(plan.name, exc) from None
+        _with_text(job, counts)
         if path is not None:
             plain = not any(is_gzipped(p) or is_jsonl(p) or is_table(p) for p in job.paths)
             if (reason := counts_not_worth_caching(counts, total, plain)) is None:
