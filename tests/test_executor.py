@@ -58,6 +58,31 @@ def test_shards_cover_the_files_and_cut_where_chunks_may(corpus, pattern) -> Non
             assert cutter.find(Path(shard.path).read_bytes(), shard.start) == shard.start
 
 
+@pytest.mark.parametrize("pattern", ["gpt2", "superbpe"])
+def test_lines_ending_in_a_space_are_cut_into_shards_by_the_rules(
+    sample_texts, tokenizer_dir, tmp_path, pattern
+) -> None:
+    """WikiText's lines end in " \n", where no line cut is safe: a file was one shard (and one sampled
+    block). With the pre-tokenizer, its local rules cut it; the shards still count and encode as a whole."""
+    text = (sample_texts / "corpus.en").read_text(encoding="utf-8")
+    path = tmp_path / "wiki_style.txt"
+    path.write_text("".join(f" {line.strip()} \n" for line in text.splitlines() if line.strip()))
+    pre = get_pretokenizer(pattern)
+    assert len(plan_shards([path], [EOT], 20_000, line_cuts=pre.safe_cuts_hold)) == 1
+    shards = plan_shards([path], [EOT], 20_000, line_cuts=pre.safe_cuts_hold, pretokenizer=pre)
+    assert len(shards) > 3
+    executor = ExecutorSpec("local", shard_bytes=20_000)
+    local = get_engine("python").count([path], pre, [EOT])
+    assert dict(count_on_executor([path], pattern, [EOT], executor=executor, engine="python").counts) == dict(
+        local.counts
+    )
+    flat = encode_corpus(tokenizer_dir, [path], tmp_path / "flat.bin")
+    encode_corpus(tokenizer_dir, [path], str(tmp_path / "shards") + "/", executor=executor)
+    ids = np.fromfile(tmp_path / "flat.bin", dtype=flat.dtype)
+    assert np.array_equal(concatenated_shards(tmp_path / "shards"), ids)
+    assert len(read_index(tmp_path / "shards")["shards"]) > 3
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("pattern", ["gpt2", "superbpe", "custom:\\w+| ?[^\\w\\s]+"])
 def test_counting_by_shard_equals_local_counting_byte_for_byte(corpus, tmp_path, engine, pattern) -> None:

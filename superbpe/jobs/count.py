@@ -9,6 +9,7 @@ Addition is exact and order-free, so the total equals a local count byte for byt
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -17,6 +18,7 @@ from superbpe.core.errors import InputError
 from superbpe.core.memory import CountCeiling
 from superbpe.core.pretokenize import Pretokenizer
 from superbpe.core.sources import DEFAULT_CHUNK_BYTES, Chunk, InputSpec
+from superbpe.core.util import human_size
 from superbpe.engines.interface import Engine, get_engine
 from superbpe.engines.native import thread_count
 from superbpe.jobs.executors import ExecutorSpec, get_executor, spec_from
@@ -30,6 +32,8 @@ from superbpe.jobs.shards import (
     shard_chunks,
     shard_size,
 )
+
+log = logging.getLogger("superbpe")
 
 #: Blocks of a sampled count: small, so that a fraction of them spreads over the whole corpus.
 SAMPLE_BLOCK_BYTES = 1 << 20
@@ -100,7 +104,7 @@ def count_on_executor(
     runner = get_executor(spec, workers)
     try:
         size = shard_size(spec.shard_bytes, runner.parallelism, paths)
-        shards = plan_shards(paths, specials, size, line_cuts=pre.safe_cuts_hold)
+        shards = plan_shards(paths, specials, size, line_cuts=pre.safe_cuts_hold, pretokenizer=pre)
         total = _CountSum(engine_name, meta)
         for number, table in runner.run(count_task, [((shard,), *task) for shard in shards]):
             total.add(table)
@@ -136,10 +140,16 @@ def count_sample(
     pre, specials, paths = prepare_count(inputs, pretokenizer, special_tokens, errors)
     check_sampleable(paths)
     engine_name = get_engine(engine, [pre]).name
-    blocks = plan_shards(paths, specials, SAMPLE_BLOCK_BYTES, line_cuts=pre.safe_cuts_hold)
+    blocks = plan_shards(paths, specials, SAMPLE_BLOCK_BYTES, line_cuts=pre.safe_cuts_hold, pretokenizer=pre)
     kept = sample_evenly(blocks, fraction)
+    # What was counted: a small corpus (few blocks) can put it far from ``fraction``.
+    whole, taken = sum(block.size() for block in blocks), sum(block.size() for block in kept)
+    log.info(
+        "sample: %d of %d blocks, %s of %s (%.3g%%)", len(kept), len(blocks), human_size(taken),
+        human_size(whole), 100 * taken / max(whole, 1),
+    )  # fmt: skip
     if progress:
-        progress(sum(block.size() for block in blocks) - sum(block.size() for block in kept))
+        progress(whole - taken)
     task = (pre, tuple(specials), engine_name, errors, text_field, SAMPLE_BLOCK_BYTES)
     if spec.name == "local":
         return count_shards(kept, *task, _SAMPLE_UNIT_BYTES, thread_count(workers), progress=progress)

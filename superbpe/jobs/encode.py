@@ -291,7 +291,9 @@ def encode_sharded(
     try:
         size = shard_size(spec.shard_bytes, runner.parallelism, paths)
         line_cuts = tokenizer.pretokenizer.safe_cuts_hold
-        shards = plan_shards(paths, tokenizer.special_tokens, size, line_cuts=line_cuts)
+        shards = plan_shards(
+            paths, tokenizer.special_tokens, size, line_cuts=line_cuts, pretokenizer=tokenizer.pretokenizer
+        )
         out, created = _prepare_output_dir(Path(output_dir))
         common = (
             str(directory),

@@ -318,7 +318,8 @@ def evaluate_sharded(
     runner = get_executor(spec, workers)
     try:
         size = shard_size(spec.shard_bytes, runner.parallelism, paths)
-        shards = plan_shards(paths, specials, size, line_cuts=tokenizer.pretokenizer.safe_cuts_hold)
+        pre = tokenizer.pretokenizer
+        shards = plan_shards(paths, specials, size, line_cuts=pre.safe_cuts_hold, pretokenizer=pre)
         parts: list[tuple[int, int, int, bool, bool | None] | None] = [None] * len(shards)
         for number, part in runner.run(evaluate_shard, [(shard, *common) for shard in shards]):
             parts[number] = part

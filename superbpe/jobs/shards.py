@@ -57,11 +57,18 @@ class Shard:
 
 
 def plan_shards(
-    paths: Sequence[Path], special_tokens: Sequence[str], shard_bytes: int, *, line_cuts: bool
+    paths: Sequence[Path],
+    special_tokens: Sequence[str],
+    shard_bytes: int,
+    *,
+    line_cuts: bool,
+    pretokenizer: Pretokenizer | None = None,
 ) -> list[Shard]:
     """Every input cut into shards of at least ``shard_bytes`` (the last of a file may be smaller).
 
-    ``line_cuts`` comes from the pre-tokenizer (``Pretokenizer.safe_cuts_hold``), as for chunks.
+    ``line_cuts`` comes from the pre-tokenizer (``Pretokenizer.safe_cuts_hold``), as for chunks; with the
+    ``pretokenizer``, its local rules cut text without safe line cuts too (lines ending in whitespace, as
+    WikiText's do), which was otherwise one shard per file.
     """
     shards: list[Shard] = []
     for path in paths:
@@ -71,7 +78,7 @@ def plan_shards(
         if is_gzipped(path):
             shards.append(Shard(str(path), 0, None, True))
             continue
-        cutter = None if is_jsonl(path) else ChunkCutter(special_tokens, line_cuts)
+        cutter = None if is_jsonl(path) else ChunkCutter(special_tokens, line_cuts, pretokenizer)
         back = 8 + max((len(s.encode("utf-8")) for s in special_tokens), default=0)
         with open(path, "rb") as stream:
             start = 0
