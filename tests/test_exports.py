@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import superbpe
 from superbpe.api.tokenizer import Tokenizer
-from superbpe.core.errors import ConfigError
+from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.pretokenize import get_pretokenizer
 from superbpe.core.vocab import reserved_tokens
 from superbpe.formats.hf import HF_CONFIG_FILE
@@ -82,6 +82,28 @@ def test_transformers_auto_tokenizer_loads_the_directory(trained: Tokenizer, tex
         ids = trained.encode(sample)
         assert hf.encode(sample) == ids
         assert hf.decode(ids) == sample
+
+
+def test_a_tokenizer_json_saved_over_by_transformers_is_not_ignored(
+    tmp_path: Path, sample_texts: Path
+) -> None:
+    """Tokens added in transformers and saved into the directory changed tokenizer.json only: loading the
+    directory by its manifest encoded as before, so the training data and the model's tokenizer disagreed
+    with no word said. The manifest keeps tokenizer.json's fingerprint; the new file loads on its own."""
+    tokenizers = pytest.importorskip("tokenizers")
+    vocab, merges = superbpe.train_bpe(sample_texts / "corpus.en", 600, [EOT])
+    Tokenizer(vocab, merges, [EOT]).save(tmp_path / "tok")
+    assert Tokenizer.load(tmp_path / "tok").special_tokens == [EOT]  # as saved: loads
+    hf = tokenizers.Tokenizer.from_file(str(tmp_path / "tok" / "tokenizer.json"))
+    hf.add_special_tokens(["<|im_start|>"])
+    hf.save(str(tmp_path / "tok" / "tokenizer.json"))
+    with pytest.raises(InputError, match=r"tokenizer.json is not the tokenizer.json saved with superbpe"):
+        Tokenizer.load(tmp_path / "tok")
+    (tmp_path / "alone").mkdir()
+    (tmp_path / "tok" / "tokenizer.json").rename(tmp_path / "alone" / "tokenizer.json")
+    alone = Tokenizer.load(tmp_path / "alone")
+    assert alone.encode("<|im_start|>hi") == hf.encode("<|im_start|>hi").ids
+    assert Tokenizer.load(tmp_path / "tok").special_tokens == [EOT]  # no tokenizer.json: nothing to differ
 
 
 def test_roles_are_configurable_and_checked(tmp_path: Path, sample_texts: Path) -> None:

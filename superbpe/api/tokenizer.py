@@ -44,7 +44,12 @@ from superbpe.core.util import caller_stacklevel, import_optional, resolve_threa
 from superbpe.engines.interface import EncoderCore, Engine, get_engine
 from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE, read_gpt2_files
 from superbpe.formats.hf import HF_FILE, pretokenizer_from_hf, read_hf_tokenizer
-from superbpe.formats.manifest import MANIFEST_FILE, manifest_pretokenizer, read_manifest
+from superbpe.formats.manifest import (
+    MANIFEST_FILE,
+    check_hf_file_unchanged,
+    manifest_pretokenizer,
+    read_manifest,
+)
 from superbpe.formats.tiktoken_files import check_ranks_follow_merges, tiktoken_pattern, tiktoken_ranks
 from superbpe.formats.tokenizer_dir import save_tokenizer_dir
 
@@ -529,6 +534,7 @@ class Tokenizer:
         """A directory with our manifest: it says how to encode (and, from a run, under which compat)."""
         directory = manifest_path.parent
         manifest = read_manifest(manifest_path)
+        check_hf_file_unchanged(manifest, directory / HF_FILE)
         pre = manifest_pretokenizer(manifest_path, manifest)
         if compat is not None:
             recorded = recorded_compat(manifest.training)

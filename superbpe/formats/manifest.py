@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,9 @@ class Manifest:
     extra: dict[str, Any] = field(default_factory=dict)
     format_version: int = MANIFEST_VERSION
     whole_pieces: bool = True  # encoding: a piece that is a token is that token (HF ignore_merges)
+    # sha256 of the tokenizer.json saved beside it: a load from the manifest never reads that file, so one
+    # changed since (saved over by transformers with tokens added) would encode otherwise, unnoticed.
+    hf_sha256: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -39,6 +43,7 @@ class Manifest:
             "stages": self.stages,
             "training": self.training,
             "extra": self.extra,
+            **({} if self.hf_sha256 is None else {"hf_sha256": self.hf_sha256}),
         }
 
 
@@ -68,9 +73,26 @@ def read_manifest(path: str | Path) -> Manifest:
     whole_pieces = data.get("whole_pieces", True)
     if not isinstance(whole_pieces, bool):
         raise InputError(f"{path}: 'whole_pieces' must be true or false")
+    hf_sha256 = data.get("hf_sha256")
+    if hf_sha256 is not None and not isinstance(hf_sha256, str):
+        raise InputError(f"{path}: 'hf_sha256' must be a string")
     return Manifest(
-        pre, specials, vocab_size, parts["stages"], parts["training"], parts["extra"], version, whole_pieces
-    )
+        pre, specials, vocab_size, parts["stages"], parts["training"], parts["extra"], version, whole_pieces,
+        hf_sha256,
+    )  # fmt: skip
+
+
+def check_hf_file_unchanged(manifest: Manifest, hf_path: Path) -> None:
+    """Refuse a ``tokenizer.json`` that is not the one saved with the manifest (see ``hf_sha256``): what
+    transformers encodes with and what this manifest's tokenizer encodes with would differ."""
+    if manifest.hf_sha256 is None or not hf_path.is_file():
+        return
+    if hashlib.sha256(hf_path.read_bytes()).hexdigest() != manifest.hf_sha256:
+        raise InputError(
+            f"{hf_path} is not the {hf_path.name} saved with {MANIFEST_FILE} (changed since, e.g. saved over "
+            "by transformers with tokens added), so the two would encode differently; to use the new one, "
+            "load it from a directory of its own"
+        )
 
 
 def manifest_pretokenizer(path: Path, manifest: Manifest) -> Pretokenizer:

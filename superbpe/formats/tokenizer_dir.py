@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,8 @@ def save_tokenizer_dir(
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
         raise InputError(f"{directory}: exists and is not a directory; the tokenizer needs a directory")
+    hf_document = hf_tokenizer_json(vocab, merges, special_tokens, pretokenizer, whole_pieces)
+    hf_text = json_text(hf_document, indent=1)
     manifest = Manifest(
         pretokenizer=pretokenizer.spec(),
         special_tokens=list(special_tokens),
@@ -51,12 +54,12 @@ def save_tokenizer_dir(
         training=dict(training or {}),
         extra=dict(extra or {}),
         whole_pieces=whole_pieces,
+        hf_sha256=hashlib.sha256(hf_text.encode("utf-8")).hexdigest(),
     )
-    hf_document = hf_tokenizer_json(vocab, merges, special_tokens, pretokenizer, whole_pieces)
     texts = {
         VOCAB_FILE: vocab_to_json_text(vocab, vocab_style),
         MERGES_FILE: merges_to_text(merges),
-        HF_FILE: json_text(hf_document, indent=1),
+        HF_FILE: hf_text,
         MANIFEST_FILE: json_text(manifest.to_json(), indent=2),
     }
     hf_roles = resolve_roles(roles, special_tokens)
