@@ -98,7 +98,7 @@ def test_encode_command_compat_official_gives_their_ids(tmp_path, official_dirs,
     )  # fmt: skip
     assert sharded.returncode == 0, sharded.stderr
     shards = open_shards(tmp_path / "shards")
-    assert len(shards) == 3
+    assert len(shards) > 3  # each file cut where the pre-tokenizer's rules allow, not only between files
     assert np.concatenate(shards).tolist() == expected
 
 
