@@ -143,6 +143,9 @@ def open_tokens(path: str | os.PathLike[str]) -> np.ndarray:
     file = Path(path)
     if file.is_dir():
         raise InputError(f"{file} is a directory of shards: open_shards({str(file)!r}) maps each shard")
+    ids_file = file.with_name(file.name.removesuffix(".json"))
+    if file.name.endswith(".json") and ids_file.is_file() and not sidecar_path(file).exists():
+        raise InputError(f"{file} is the sidecar of {ids_file}: open_tokens({str(ids_file)!r}) maps its ids")
     side = sidecar_path(file)
     try:
         record = json.loads(side.read_text(encoding="utf-8"))
