@@ -23,6 +23,7 @@ import re
 import shutil
 import signal
 import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -110,6 +111,7 @@ def run_hydra(main: Callable[[], None], schema: type) -> None:
     the full traceback is shown as Hydra would. SIGTERM is taken as Ctrl-C (:func:`_on_sigterm`).
     """
     signal.signal(signal.SIGTERM, _on_sigterm)
+    warnings.showwarning = _warning_line
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         main()
         return
@@ -120,6 +122,12 @@ def run_hydra(main: Callable[[], None], schema: type) -> None:
         fail(f"sweep: {', '.join(_failed_jobs)} failed (said above); its other jobs finished")
     except (HydraException, OmegaConfBaseException) as exc:
         fail(_hydra_message(exc, schema))
+
+
+def _warning_line(message: Warning | str, category: type[Warning], *_: object, **__: object) -> None:
+    """A library warning as one line of the command's output: Python's own form names the file and line
+    of whatever frame called (Hydra's, for a command), which says nothing to a user."""
+    print(f"warning: {message}", file=sys.stderr)
 
 
 class SweepJobFailed(Exception):

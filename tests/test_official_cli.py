@@ -112,6 +112,10 @@ def test_bare_official_files_without_compat_encode_our_way(tmp_path, official_di
     assert proc.returncode == 0, proc.stderr
     dtype = json.loads((tmp_path / "ids.bin.json").read_text())["dtype"]
     assert np.fromfile(tmp_path / "ids.bin", dtype=dtype).tolist() != expected
+    # Said in one line of the command's own, naming its option (Python's form named a frame of Hydra's).
+    warned = [line for line in proc.stderr.splitlines() if "makes a token that pretokenizer" in line]
+    assert len(warned) == 1 and warned[0].startswith("warning: merge "), proc.stderr
+    assert warned[0].endswith("load them with compat=official)") and ".py:" not in proc.stderr
 
 
 @pytest.mark.parametrize("kind", ["bare", "theirs"])

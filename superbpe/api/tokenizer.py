@@ -624,7 +624,7 @@ def _warn_if_the_pattern_splits_merges(merges: Sequence[Merge], pretokenizer: Pr
             warnings.warn(
                 f"merge {text!r} makes a token that pretokenizer {pretokenizer.name!r} splits, so encoding "
                 "never uses it: SuperBPE merges need the stage-2 pattern, pretokenizer='superbpe' (the "
-                "official SuperBPE files: Tokenizer.load(directory, compat='official'))",
+                "official SuperBPE files: load them with compat=official)",
                 stacklevel=caller_stacklevel(),
             )
             return
