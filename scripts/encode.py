@@ -3,7 +3,7 @@
 python scripts/encode.py tokenizer=outputs/DATE/TIME input=corpus.txt output=corpus.bin
 """
 
-from superbpe.cli import encode
+from superbpe.commands import encode
 
 if __name__ == "__main__":
     encode()

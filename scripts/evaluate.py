@@ -3,7 +3,7 @@
 python scripts/evaluate.py tokenizer=outputs/DATE/TIME input=heldout.txt
 """
 
-from superbpe.cli import evaluate
+from superbpe.commands import evaluate
 
 if __name__ == "__main__":
     evaluate()

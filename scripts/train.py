@@ -5,7 +5,7 @@ python scripts/train.py schedule=superbpe schedule.transition=0.8 data.paths=[co
 python scripts/train.py -m vocab_size=8000,16000 schedule=superbpe schedule.transition=0.5,0.8
 """
 
-from superbpe.cli import train
+from superbpe.commands import train
 
 if __name__ == "__main__":
     train()

@@ -122,6 +122,8 @@ def run_hydra(main: Callable[[], None], schema: type) -> None:
         fail(f"sweep: {', '.join(_failed_jobs)} failed (said above); its other jobs finished")
     except (HydraException, OmegaConfBaseException) as exc:
         fail(_hydra_message(exc, schema))
+    except KeyboardInterrupt:  # in Hydra's own code, before or after the command's work (which says its own)
+        interrupted("while Hydra set the command up")
 
 
 def _warning_line(message: Warning | str, category: type[Warning], *_: object, **__: object) -> None:

@@ -8,6 +8,7 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -426,3 +427,24 @@ def test_tokenizer_misuse_raises_superbpe_errors(tmp_path: Path) -> None:
     with pytest.raises(SuperBPEError, match="not a directory"):
         tok.save(blocker)
     assert blocker.read_text() == "x"
+
+
+def test_ctrl_c_while_a_command_loads_ends_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A command loads Hydra and most of the package first; Ctrl-C in that second came out of the console
+    script's import line as a traceback. The entry points import their command inside the handling."""
+    import superbpe.commands as commands  # the entry points are what this test is about
+
+    class InterruptedImport:
+        def find_spec(self, name: str, path: object, target: object = None) -> None:
+            if name == "superbpe.cli":
+                raise KeyboardInterrupt
+
+    monkeypatch.delitem(sys.modules, "superbpe.cli", raising=False)
+    monkeypatch.delattr(superbpe, "cli", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [InterruptedImport(), *sys.meta_path])
+    with pytest.raises(SystemExit) as stopped:
+        commands.encode()
+    assert stopped.value.code == 130
+    assert capsys.readouterr().out == "interrupted: before the command started, nothing done\n"
