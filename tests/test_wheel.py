@@ -54,7 +54,7 @@ def test_wheel_ships_the_configs_and_no_benchmarks(wheel: Path) -> None:
     scripts = zipfile.ZipFile(wheel).read(entry_points).decode().replace(" ", "")
     for command in ("superbpe-train", "superbpe-encode", "superbpe-evaluate", "superbpe-summarize",
                     "superbpe-cache"):
-        assert f"{command}=superbpe.cli:" in scripts
+        assert f"{command}=superbpe.commands:" in scripts
 
 
 @pytest.mark.slow
