@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 import superbpe
 from superbpe.api.tokenizer import Tokenizer
 from superbpe.core.errors import ConfigError, InputError
-from superbpe.core.pretokenize import get_pretokenizer
+from superbpe.core.pretokenize import SPLIT_PROBE, get_pretokenizer
 from superbpe.core.vocab import reserved_tokens
 from superbpe.formats.hf import HF_CONFIG_FILE
 from superbpe.formats.tiktoken_files import TIKTOKEN_META_FILE, tiktoken_pattern
@@ -191,6 +192,76 @@ def test_a_tiktoken_export_the_official_preset_cannot_give_is_refused_before_tra
     with pytest.raises(ConfigError, match=refused):
         run_training(cfg)
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("pattern", "hf", "tiktoken_says"),
+    [
+        (r"\p{IsAlphabetic}+|\s+|.", "HF tokenizers cannot load the pattern (Oniguruma", None),
+        (r"(?u)\w+|.", "HF tokenizers cannot load the pattern", None),
+        (r"[[:alpha:]]+|[^[:alpha:]]", None, "tiktoken splits text otherwise"),  # fancy-regex: ASCII only
+        (r"\X", None, "tiktoken cannot use the pattern"),
+        (r"\p{L}+|\p{N}+|\s+", None, None),
+    ],
+)
+def test_a_users_pattern_is_tried_in_hf_and_tiktoken(pattern: str, hf: str | None, tiktoken_says: str | None,
+                                                     sample_texts: Path, tmp_path: Path) -> None:  # fmt: skip
+    """A pattern of the user's own went into tokenizer.json and the tiktoken files as it was: HF could not
+    load some, and tiktoken read others with other pieces ("Straße"), so the ids differed with no word."""
+    from superbpe.formats.hf import hf_split_problem  # the checks themselves, beside what they guard
+    from superbpe.formats.tiktoken_files import tiktoken_split_problem
+
+    pre = get_pretokenizer("custom", pattern=pattern)
+    for found, expected in [(hf_split_problem(pre), hf), (tiktoken_split_problem(pre), tiktoken_says)]:
+        assert (found is None) == (expected is None) and (found or "").startswith(expected or "")
+    vocab, merges = superbpe.train_bpe(sample_texts / "corpus.en", 270, [EOT], pretokenizer=pre)
+    tok = Tokenizer(vocab, merges, [EOT], pretokenizer=pre)
+    if hf is None:
+        tok.save(tmp_path / "a")
+    else:
+        with pytest.warns(UserWarning, match="tokenizer.json will not encode as this tokenizer does"):
+            tok.save(tmp_path / "a")
+    if tiktoken_says is None:
+        assert tok.to_tiktoken().encode(SPLIT_PROBE) == tok.encode(SPLIT_PROBE)
+    else:
+        with pytest.raises(ConfigError, match="tiktoken cannot give this tokenizer's ids"):
+            tok.to_tiktoken()
+        with pytest.raises(ConfigError, match="tiktoken files cannot give the same ids"):
+            tok.save(tmp_path / "b", tiktoken=True)
+        assert not (tmp_path / "b").exists()
+
+
+def test_a_run_tries_its_pattern_in_hf_and_tiktoken_before_training(
+    tmp_path: Path, sample_texts: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from superbpe.training.config import DataConfig, ExportConfig, PretokenizerConfig, TrainConfig
+    from superbpe.training.run import run_training  # the training modules are only needed here
+
+    def config(pattern: str, out: str, tiktoken: bool) -> TrainConfig:
+        return TrainConfig(data=DataConfig(paths=[str(sample_texts / "corpus.en")]), vocab_size=300,
+                           cache_dir=None, output_dir=str(tmp_path / out),
+                           export=ExportConfig(tiktoken=tiktoken),
+                           pretokenizer=PretokenizerConfig(name="custom", pattern=pattern))  # fmt: skip
+
+    with pytest.raises(ConfigError, match="export.tiktoken=true cannot give the same ids: tiktoken splits"):
+        run_training(config(r"[[:alpha:]]+|[^[:alpha:]]", "t", tiktoken=True))
+    assert not (tmp_path / "t").exists()
+    with caplog.at_level(logging.WARNING, logger="superbpe"):
+        run_training(config(r"\p{IsAlphabetic}+|\s+|.", "h", tiktoken=False))
+    assert "tokenizer.json will not encode as this tokenizer does (HF, transformers): HF" in caplog.text
+    assert (tmp_path / "h" / "merges.txt").is_file()
+
+
+def test_built_in_patterns_pass_the_probe() -> None:
+    from superbpe.formats.hf import hf_split_problem  # the checks themselves, beside what they guard
+    from superbpe.formats.tiktoken_files import tiktoken_split_problem
+
+    for name in PATTERNS:
+        built_in = get_pretokenizer(name)
+        as_users = get_pretokenizer("custom", pattern=built_in.pattern, line_units=built_in.line_units)
+        assert hf_split_problem(as_users) is None, name
+        if not built_in.line_units:
+            assert tiktoken_split_problem(as_users) is None, name
 
 
 def test_line_units_on_a_custom_pattern_have_no_tiktoken_form() -> None:

@@ -43,14 +43,19 @@ from superbpe.core.types import Merge
 from superbpe.core.util import caller_stacklevel, import_optional, resolve_threads
 from superbpe.engines.interface import EncoderCore, Engine, get_engine
 from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE, read_gpt2_files
-from superbpe.formats.hf import HF_FILE, pretokenizer_from_hf, read_hf_tokenizer
+from superbpe.formats.hf import HF_FILE, hf_split_problem, pretokenizer_from_hf, read_hf_tokenizer
 from superbpe.formats.manifest import (
     MANIFEST_FILE,
     check_hf_file_unchanged,
     manifest_pretokenizer,
     read_manifest,
 )
-from superbpe.formats.tiktoken_files import check_ranks_follow_merges, tiktoken_pattern, tiktoken_ranks
+from superbpe.formats.tiktoken_files import (
+    check_ranks_follow_merges,
+    tiktoken_pattern,
+    tiktoken_ranks,
+    tiktoken_split_problem,
+)
 from superbpe.formats.tokenizer_dir import save_tokenizer_dir
 
 #: Up to this many special tokens, the encoder core looks for them itself (a substring search each),
@@ -565,7 +570,16 @@ class Tokenizer:
     ) -> Path:
         """Write vocab.json, merges.txt, tokenizer.json (+ tokenizer_config.json, special_tokens_map.json for
         transformers, with ``roles``: bos/eos/pad/unk) and superbpe.json, each atomically; ``tiktoken=True``
-        adds tokenizer.tiktoken + tiktoken.json."""
+        adds tokenizer.tiktoken + tiktoken.json.
+
+        A pattern of the user's own is tried in HF ``tokenizers`` (and tiktoken, when asked for) first: one
+        they read otherwise would give other ids there, a warning for tokenizer.json (this tokenizer is still
+        whole) and an error for the tiktoken files, which exist only to give the same ids."""
+        if tiktoken and (problem := tiktoken_split_problem(self._pretokenizer)):
+            raise ConfigError(f"tiktoken files cannot give the same ids: {problem}")
+        if problem := hf_split_problem(self._pretokenizer):
+            warnings.warn(f"tokenizer.json will not encode as this tokenizer does: {problem}",
+                          UserWarning, stacklevel=caller_stacklevel())  # fmt: skip
         return save_tokenizer_dir(
             directory,
             self._vocab,
@@ -586,6 +600,8 @@ class Tokenizer:
         tiktoken = import_optional("tiktoken", "tiktoken", "to_tiktoken()")
         ranks = tiktoken_ranks(self._vocab, self.special_tokens)
         check_ranks_follow_merges(ranks, self._merges)
+        if problem := tiktoken_split_problem(self._pretokenizer):
+            raise ConfigError(f"tiktoken cannot give this tokenizer's ids: {problem}")
         return tiktoken.Encoding(
             name=name or self._pretokenizer.name,
             pat_str=tiktoken_pattern(self._pretokenizer),

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any
 
 from superbpe.core.byte_table import bytes_to_token_str, token_str_to_bytes
 from superbpe.core.errors import ConfigError, InputError
-from superbpe.core.pretokenize import PATTERNS, Pretokenizer, get_pretokenizer
+from superbpe.core.pretokenize import PATTERNS, SPLIT_PROBE, Pretokenizer, get_pretokenizer, split_difference
 from superbpe.core.types import Merge
 from superbpe.formats.gpt2 import check_merges, decode_merge_items, parse_merge, vocab_from_mapping
 from superbpe.formats.json_files import parse_json, read_text
@@ -90,6 +91,26 @@ def hf_tokenizer_json(
         "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
         "model": model,
     }
+
+
+def hf_split_problem(pretokenizer: Pretokenizer) -> str | None:
+    """How HF ``tokenizers`` (whose regex engine is Oniguruma) would read a user's pattern otherwise than
+    ours: not at all, or with other pieces of :data:`SPLIT_PROBE`; None when alike, for a built-in pattern
+    (tested alike), or without ``tokenizers`` installed (nothing to ask)."""
+    if PATTERNS.get(pretokenizer.name) == pretokenizer.pattern:
+        return None
+    try:
+        import tokenizers  # optional: the check is only worth its import where the library is there
+    except ImportError:
+        return None
+    byte_vocab = {i: bytes([i]) for i in range(256)}
+    document = hf_tokenizer_json(byte_vocab, [], [], pretokenizer)
+    try:
+        hf = tokenizers.Tokenizer.from_str(json.dumps(document))
+    except Exception as exc:  # noqa: BLE001 - whatever it raises, the pattern does not load there
+        return f"HF tokenizers cannot load the pattern ({' '.join(str(exc).split())})"
+    theirs = [token_str_to_bytes(piece) for piece, _ in hf.pre_tokenizer.pre_tokenize_str(SPLIT_PROBE)]
+    return split_difference(pretokenizer, theirs, "HF tokenizers")
 
 
 def _hf_vocab(vocab: Mapping[int, bytes], special_tokens: Sequence[str]) -> dict[str, int]:

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from superbpe.core.compat import CompatConfig
 from superbpe.core.errors import ConfigError
-from superbpe.core.pretokenize import Pretokenizer, get_pretokenizer
+from superbpe.core.pretokenize import PATTERNS, SPLIT_PROBE, Pretokenizer, get_pretokenizer, split_difference
 from superbpe.core.types import Merge
 from superbpe.formats.json_files import json_text
 
@@ -60,6 +60,32 @@ def check_compat_for_tiktoken(compat: CompatConfig) -> None:
         raise ConfigError(
             f"export.tiktoken=true cannot give the same ids under compat={compat.name}: {'; '.join(reasons)}"
         )
+
+
+def tiktoken_split_problem(pretokenizer: Pretokenizer) -> str | None:
+    """How tiktoken (whose regex engine is fancy-regex) would read a user's pattern otherwise than ours: not
+    at all, or with other pieces of :data:`SPLIT_PROBE`; None when alike, for a built-in pattern (tested
+    alike), or without ``tiktoken`` installed. The probe's pieces are made tokens of their own, so tiktoken
+    encodes each piece it cuts as one token exactly when its pieces are ours."""
+    if PATTERNS.get(pretokenizer.name) == pretokenizer.pattern:
+        return None
+    try:
+        import tiktoken  # optional: the check is only worth its import where the library is there
+    except ImportError:
+        return None
+    ranks = {bytes([i]): i for i in range(256)}
+    for piece in pretokenizer.split(SPLIT_PROBE):
+        ranks.setdefault(piece.encode("utf-8"), len(ranks))
+    try:
+        encoding = tiktoken.Encoding("probe", pat_str=tiktoken_pattern(pretokenizer), mergeable_ranks=ranks,
+                                     special_tokens={})  # fmt: skip
+        ids = encoding.encode(SPLIT_PROBE, disallowed_special=())
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever it raises, the pattern does not work there
+        return f"tiktoken cannot use the pattern ({' '.join(str(exc).split())})"
+    by_id = {rank: token for token, rank in ranks.items()}
+    return split_difference(pretokenizer, [by_id[i] for i in ids], "tiktoken")
 
 
 def tiktoken_ranks(vocab: Mapping[int, bytes], special_tokens: Sequence[str]) -> dict[bytes, int]:

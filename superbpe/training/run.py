@@ -66,9 +66,13 @@ from superbpe.formats.checkpoints import (
     load_checkpoint,
 )
 from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE
-from superbpe.formats.hf import HF_FILE, resolve_roles
+from superbpe.formats.hf import HF_FILE, hf_split_problem, resolve_roles
 from superbpe.formats.manifest import MANIFEST_FILE
-from superbpe.formats.tiktoken_files import check_compat_for_tiktoken, tiktoken_pattern
+from superbpe.formats.tiktoken_files import (
+    check_compat_for_tiktoken,
+    tiktoken_pattern,
+    tiktoken_split_problem,
+)
 from superbpe.formats.tokenizer_dir import save_tokenizer_dir
 from superbpe.jobs.count import count_corpus
 from superbpe.jobs.evaluate import evaluate_dir
@@ -238,9 +242,14 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
     top = cfg.pretokenizer
     resolve_pretokenizer(top)
     plans = plan_stages(cfg.schedule, top, total, compat)
+    encoding = encoding_pretokenizer(plans[-1].pretokenizer, compat)
     if cfg.export.tiktoken:
         check_compat_for_tiktoken(compat)
-        tiktoken_pattern(encoding_pretokenizer(plans[-1].pretokenizer, compat))
+        tiktoken_pattern(encoding)
+        if problem := tiktoken_split_problem(encoding):
+            raise ConfigError(f"export.tiktoken=true cannot give the same ids: {problem}")
+    if problem := hf_split_problem(encoding):  # the tokenizer is still ours to use: said, not refused
+        log.warning("tokenizer.json will not encode as this tokenizer does (HF, transformers): %s", problem)
     source = load_source(cfg.schedule)
     source_merges: tuple[Merge, ...] = ()
     if source is not None:
