@@ -95,7 +95,7 @@ def test_two_point_multirun_writes_two_metrics_and_a_summary(tmp_path, corpus, s
     assert summary.returncode == 0, summary.stderr
     rows = [line.split() for line in summary.stdout.splitlines()[2:] if line and not line.startswith("plot")]
     assert "bytes/token" in summary.stdout and [row[1] for row in rows] == ["superbpe", "superbpe"]
-    assert all(row[2] == "superbpe-stage1>superbpe" for row in rows)
+    assert all(row[2] == "superbpe-stage1>superbpe" and row[-1] == "-" for row in rows)  # nothing varies
     png = sweep / "summary.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     into_dir = run_script("summarize.py", str(sweep), "--plot", str(tmp_path), cwd=tmp_path)
@@ -255,6 +255,23 @@ def test_output_dir_conflicts_are_refused_before_anything_is_made(tmp_path, corp
     assert_one_line_error(both, "output_dir and hydra.run.dir name different directories")
     assert_nothing_left(tmp_path)
     assert not (tmp_path / "multirun").exists() and not (tmp_path / "h").exists()
+
+
+def test_the_summary_says_what_else_differs_between_runs(tmp_path, corpus, sample_texts):
+    """Runs that differed in their corpus (or a stage's sample share, rules, a custom pattern) showed as
+    identical rows, and the plot drew them as one line."""
+    other = tmp_path / "other.txt"
+    other.write_text(corpus.read_text(encoding="utf-8")[: 40_000], encoding="utf-8")
+    sweep = tmp_path / "sweep"
+    proc = run_script(
+        "train.py", "-m", f"hydra.sweep.dir={sweep}", "engine=python", f"data.paths=[{corpus}],[{other}]",
+        "vocab_size=300", f"eval={sample_texts / 'tinystories_sample.txt'}", cwd=tmp_path, cache_dir=None,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    summary = run_script("summarize.py", str(sweep), "--no-plot", cwd=tmp_path)
+    lines = summary.stdout.splitlines()
+    assert lines[0].split()[-1] == "differs"
+    assert sorted(line.split()[-1] for line in lines[2:]) == [f'data=["{corpus.name}"]', 'data=["other.txt"]']
 
 
 def test_a_failing_job_of_a_sweep_is_named_and_the_others_run(tmp_path, corpus):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,8 @@ from superbpe.core.errors import InputError
 from superbpe.core.util import atomic_write, import_optional
 
 COLUMNS = (
-    "run", "schedule", "patterns", "vocab", "transition", "merges/stage", "seconds", "peak MB", "bytes/token"
+    "run", "schedule", "patterns", "vocab", "transition", "merges/stage", "seconds", "peak MB", "bytes/token",
+    "differs",
 )
 
 
@@ -31,6 +32,8 @@ class Row:
     seconds: float
     peak_rss_mb: float
     bytes_per_token: float | None
+    settings: tuple[tuple[str, str], ...] = ()  # what else made the run (see `_settings`)
+    differs: str = ""  # the settings no other column shows that are not the same in every row
 
     def cells(self) -> list[str]:
         return [
@@ -43,17 +46,47 @@ class Row:
             f"{self.seconds:.1f}",
             f"{self.peak_rss_mb:.0f}",
             "-" if self.bytes_per_token is None else f"{self.bytes_per_token:.4f}",
+            self.differs or "-",
         ]
 
 
 def collect(sweep_dir: Path) -> list[Row]:
-    """A row per ``metrics.json`` under ``sweep_dir``, sorted by schedule, vocab size, transition."""
+    """A row per ``metrics.json`` under ``sweep_dir``, sorted by schedule, vocab size, transition; each says
+    the settings that differ between the rows beyond those columns."""
     if not sweep_dir.is_dir():
         raise InputError(f"{sweep_dir}: no such directory")
     rows = [_row(path, sweep_dir) for path in sorted(sweep_dir.rglob("metrics.json"))]
     if not rows:
         raise InputError(f"{sweep_dir}: no metrics.json found (is it a finished sweep directory?)")
-    return sorted(rows, key=lambda r: (r.schedule, r.vocab_size, r.transition or 1.0, r.patterns, r.run))
+    varying = {key for key in {k for row in rows for k, _ in row.settings}
+               if len({dict(row.settings).get(key) for row in rows}) > 1}  # fmt: skip
+    rows = [
+        replace(row, differs=" ".join(f"{key}={value}" for key, value in row.settings if key in varying))
+        for row in rows
+    ]
+    return sorted(rows, key=_order)
+
+
+def _order(row: Row) -> tuple[Any, ...]:
+    return (row.schedule, row.vocab_size, row.transition or 1.0, row.patterns, row.differs, row.run)
+
+
+def _settings(metrics: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """What made a run besides the columns of its own: the corpus, specials, engine, a custom pattern, each
+    stage's rules and sample share. Runs of a sweep over any of them differ there and nowhere else, so the
+    table shows those that vary, where the rows looked alike."""
+    config = metrics["config"]
+    found: dict[str, Any] = {
+        "data": [Path(path).name for path in config.get("data") or []],
+        **{key: config.get(key) for key in ("special_tokens", "engine", "from_run", "from_tokenizer")},
+    }
+    for stage in metrics["stages"]:
+        name, pre = stage["name"], stage["pretokenizer"]
+        found[f"{name}.pattern"] = pre["pattern"]
+        found[f"{name}.line_units"] = pre.get("line_units")
+        found.update({f"{name}.{key}": value for key, value in (stage.get("rules") or {}).items()})
+        found[f"{name}.approx_sample"] = stage.get("approx_sample")
+    return tuple((key, json.dumps(value, ensure_ascii=False)) for key, value in found.items())
 
 
 def _row(path: Path, root: Path) -> Row:
@@ -70,6 +103,7 @@ def _row(path: Path, root: Path) -> Row:
             seconds=float(metrics["seconds"]),
             peak_rss_mb=int(metrics["peak_rss_bytes"]) / 2**20,
             bytes_per_token=evaluation.get("bytes_per_token"),
+            settings=_settings(metrics),
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise InputError(f"{path}: not a superbpe metrics file ({exc})") from None
@@ -91,10 +125,11 @@ def plot(rows: list[Row], output: Path) -> Path | None:
     """
     if output.is_dir():
         raise InputError(f"plot path {output} is a directory; give the PNG file's path")
-    series: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
+    series: dict[tuple[int, str, str], list[tuple[float, float]]] = defaultdict(list)
     for row in rows:
         if row.bytes_per_token is not None:
-            key = (row.vocab_size, row.patterns.split(">")[0])  # one line per vocab and stage-1 pattern
+            # One line per vocab, stage-1 pattern and whatever else differs between the runs.
+            key = (row.vocab_size, row.patterns.split(">")[0], row.differs)
             series[key].append((1.0 if row.transition is None else row.transition, row.bytes_per_token))
     if not series:
         return None
@@ -103,10 +138,11 @@ def plot(rows: list[Row], output: Path) -> Path | None:
     import matplotlib.pyplot as plt  # an optional extra, checked just above
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    several_patterns = len({pattern for _, pattern in series}) > 1
-    for vocab_size, pattern in sorted(series):
-        points = sorted(series[(vocab_size, pattern)])
+    several_patterns = len({pattern for _, pattern, _ in series}) > 1
+    for vocab_size, pattern, differs in sorted(series):
+        points = sorted(series[(vocab_size, pattern, differs)])
         label = f"vocab {vocab_size}" + (f", stage 1 {pattern}" if several_patterns else "")
+        label += f", {differs}" if differs else ""
         ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
     ax.set_xlabel("transition (fraction of merges in stage 1; 1.0 = plain BPE)")
     ax.set_ylabel("bytes per token (eval file)")
