@@ -266,6 +266,14 @@ def test_resume_by_dir_alone_rewrites_the_same_files_and_leaves_no_new_dir(
     assert list((tmp_path / "outputs").glob("*/*")) == [run]
     log = (run / "train.log").read_text()
     assert "resuming" in log and "finished" in log and "stage 2 of 1" not in log
+    # eval= given to a finished run evaluates it into its metrics (it was "nothing to do", eval left null)
+    held_out = tmp_path / "held.txt"
+    held_out.write_text("A held-out sentence, never trained on.\n")
+    evaluated = run_script("train.py", f"resume={run}", f"eval={held_out}", cwd=tmp_path)
+    assert evaluated.returncode == 0, evaluated.stderr
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["eval"]["files"] == [str(held_out)] and metrics["config"]["eval"] == str(held_out)
+    assert (run / MERGES_FILE).read_bytes() == before
 
 
 def test_hand_edited_done_is_verified(tmp_path: Path, corpus: Path) -> None:

@@ -384,8 +384,25 @@ def _finished_result(job: _Job, checkpoint: Checkpoint) -> RunResult | None:
         metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
     except ValueError:
         return None
+    evaluated = (metrics.get("eval") or {}).get("files")
+    if job.eval_path is not None and evaluated != [str(job.eval_path)]:  # an eval= given to a finished run
+        metrics = {**metrics, "config": {**metrics.get("config", {}), "eval": job.cfg.eval},
+                   "eval": _evaluation(job)}  # fmt: skip
+        write_metrics(metrics_path, metrics)
+        log.info("the run was finished: evaluated on %s into its metrics", job.eval_path)
+        return RunResult(job.output_dir, list(checkpoint.merges), list(checkpoint.stage_ends), metrics)
     log.info("nothing to do: the tokenizer and metrics of %s are in place", job.output_dir)
     return RunResult(job.output_dir, list(checkpoint.merges), list(checkpoint.stage_ends), metrics)
+
+
+def _evaluation(job: _Job) -> dict[str, Any]:
+    """The run's tokenizer evaluated on its ``eval`` file, read as the corpus is."""
+    assert job.eval_path is not None
+    data, engine = job.cfg.data, job.engine.name
+    result = evaluate_dir(
+        job.output_dir, [job.eval_path], text_field=data.text_field, errors=data.errors, engine=engine
+    )
+    return result.to_json()
 
 
 def _check_done(checkpoint: Checkpoint, job: _Job) -> None:
@@ -845,13 +862,7 @@ def _write_outputs(job: _Job, checkpoint: Checkpoint, seconds: float) -> dict[st
         whole_pieces=job.compat.whole_pieces,
         vocab_style=job.compat.vocab_style,
     )
-    evaluation = None
-    if job.eval_path is not None:
-        data = job.cfg.data
-        evaluation = evaluate_dir(
-            job.output_dir, [job.eval_path], text_field=data.text_field, errors=data.errors,
-            engine=job.engine.name,
-        ).to_json()  # fmt: skip
+    evaluation = None if job.eval_path is None else _evaluation(job)
     metrics = build_metrics(
         job.cfg, job.compat_config(), checkpoint, seconds, evaluation, len(vocab), engine=job.engine.name
     )
