@@ -289,6 +289,13 @@ def test_a_failing_job_of_a_sweep_is_named_and_the_others_run(tmp_path, corpus):
     assert errors[2] == "error: sweep: job 1, job 3 failed (said above); its other jobs finished"
     assert (sweep / "0" / "merges.txt").is_file() and (sweep / "2" / "merges.txt").is_file()
     assert not (sweep / "1").exists() and not (sweep / "3").exists()
+    record = (sweep / "multirun.yaml").read_bytes()
+    again = run_script(
+        "train.py", "-m", f"hydra.sweep.dir={sweep}", "engine=python", f"data.paths=[{corpus}]",
+        "vocab_size=400,450", cwd=tmp_path, cache_dir=tmp_path / "cache",
+    )  # fmt: skip
+    assert_one_line_error(again, f"hydra.sweep.dir {sweep} already holds a sweep")
+    assert (sweep / "multirun.yaml").read_bytes() == record  # Hydra wrote its record over it before
 
 
 def test_a_failed_run_leaves_a_directory_it_did_not_make(tmp_path):

@@ -123,6 +123,13 @@ def place_run(args: Sequence[str]) -> list[str]:
                 f"a sweep writes each job into its own directory under hydra.sweep.dir; drop "
                 f"output_dir={output} (or set hydra.sweep.dir={output})"
             )
+        sweep = _value(args, "hydra.sweep.dir")
+        if sweep is not None and "${" not in sweep and (Path(sweep).expanduser() / "multirun.yaml").is_file():
+            # Hydra would write its record of this sweep over that one's before any job could refuse.
+            raise ConfigError(
+                f"hydra.sweep.dir {sweep} already holds a sweep; give another (its runs continue with "
+                f"resume={Path(sweep) / '<job number>'})"
+            )
         return list(args)
     if output is not None and run_dir is not None and not _same_dir(output, run_dir):
         raise ConfigError(
