@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -77,7 +78,7 @@ def test_custom_pretokenizer_takes_a_pattern():
 
 def test_custom_pretokenizer_without_pattern_is_an_error():
     cfg = train_config("pretokenizer=custom")
-    with pytest.raises(ConfigError, match="needs pretokenizer.pattern"):
+    with pytest.raises(ConfigError, match="pretokenizer=custom needs its pattern: pretokenizer.pattern="):
         resolve_pretokenizer(cfg.pretokenizer)
 
 
@@ -148,6 +149,8 @@ UNUSED = [
     ("train", ["schedule.stage2_pattern=superbpe-paper"], ["schedule.stage2_pattern", "schedule=superbpe"]),
     ("train", ["schedule.stage2_approx_sample=0.25"], ["schedule.stage2_approx_sample", "schedule=superbpe"]),
     ("train", ["pretokenizer.pattern='\\w+'"], ["pretokenizer.pattern", "pretokenizer=custom"]),
+    ("train", ["pretokenizer.name=words", "pretokenizer.pattern='\\w+'"],  # a config file of the user's own
+     ["pretokenizer name 'words' is no built-in pattern", "name: custom"]),
     ("train", ["engine=python", "memory_limit=8GB"], ["memory_limit=8GB", "engine=native"]),
     ("train", ["executor.address=auto"], ["executor.address=auto", "executor=ray"]),
     ("train", ["cache_dir=null", "cache_max_gib=20"], ["cache_max_gib=20", "cache_dir, which is null"]),
@@ -213,6 +216,22 @@ def test_bad_transition_is_a_one_line_error(transition, message):
     with pytest.raises(ConfigError, match=message) as info:
         plan_stages(cfg.schedule, cfg.pretokenizer, 743)
     assert "schedule.transition" in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["schedule=superbpe", "schedule.stage2_pattern=custom"],
+         "schedule.stage2_pattern=custom needs its pattern: schedule.stage2_pattern='custom:<regex>'"),
+        (["pretokenizer=custom"], "pretokenizer=custom needs its pattern: pretokenizer.pattern='<regex>'"),
+    ],
+)  # fmt: skip
+def test_a_custom_pattern_left_out_is_asked_for_where_it_is_set(overrides, message):
+    """``schedule.stage2_pattern=custom`` was told to set ``pretokenizer.pattern``, which is then refused."""
+    cfg = train_config(*overrides)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        resolve_pretokenizer(cfg.pretokenizer)
+        plan_stages(cfg.schedule, cfg.pretokenizer, 743)
 
 
 def test_unknown_pretokenizer_name_in_a_stage_is_an_error():

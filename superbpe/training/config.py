@@ -373,11 +373,18 @@ def unused_options(values: Any, schema: type) -> list[str]:
     if schema is TrainConfig:
         found += _unused_schedule_knobs(values.get("schedule"))
         pretokenizer = values.get("pretokenizer") or {}
-        if pretokenizer.get("pattern") is not None and pretokenizer.get("name") != "custom":
-            found.append(
-                f"pretokenizer.pattern is used only by pretokenizer=custom (this run has "
-                f"pretokenizer={pretokenizer.get('name')}, a built-in pattern)"
-            )
+        name = pretokenizer.get("name")
+        if pretokenizer.get("pattern") is not None and name != "custom":
+            if name in PATTERNS:
+                found.append(
+                    f"pretokenizer.pattern is used only by pretokenizer=custom (this run has "
+                    f"pretokenizer={name}, a built-in pattern)"
+                )
+            else:  # a config file of the user's own, named after its pattern
+                found.append(
+                    f"pretokenizer name {name!r} is no built-in pattern: a config file of your own pattern "
+                    "keeps name: custom beside its pattern"
+                )
         if values.get("cache_max_gib") is not None and values.get("cache_dir") is None:
             found.append(f"cache_max_gib={values['cache_max_gib']} caps cache_dir, which is null (no cache)")
         engine = (values.get("engine") or {}).get("name")

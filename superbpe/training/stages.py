@@ -74,7 +74,7 @@ _DEFAULT_RULES = MergeRules()
 def resolve_pretokenizer(cfg: PretokenizerConfig) -> Pretokenizer:
     """A pre-tokenizer config (built-in name, or custom with a pattern) as the object that splits text."""
     if cfg.name == "custom" and not cfg.pattern:
-        raise ConfigError("pretokenizer 'custom' needs pretokenizer.pattern")
+        raise ConfigError("pretokenizer=custom needs its pattern: pretokenizer.pattern='<regex>'")
     return get_pretokenizer(cfg.name, line_units=cfg.line_units, pattern=cfg.pattern)
 
 
@@ -126,6 +126,18 @@ def _until_name(stage: StageConfig, schedule: ScheduleConfig) -> str:
     return f"stage {stage.name!r} until"
 
 
+def _check_stage_pattern(stage: StageConfig, schedule: ScheduleConfig) -> None:
+    """A stage's own ``custom`` pre-tokenizer without its pattern, named where the user sets it (the top
+    ``pretokenizer.pattern`` a message about it would point to is refused for a stage)."""
+    own = stage.pretokenizer
+    if own is None or own.name != "custom" or own.pattern:
+        return
+    if schedule.stage2_pattern == "custom":
+        knob = "schedule.stage2_pattern"
+        raise ConfigError(f"{knob}=custom needs its pattern: {knob}='custom:<regex>'")
+    raise ConfigError(f"stage {stage.name!r}: pretokenizer custom needs its pattern (pretokenizer.pattern)")
+
+
 def plan_stages(
     schedule: ScheduleConfig,
     top_pretokenizer: PretokenizerConfig,
@@ -153,6 +165,7 @@ def plan_stages(
             raise ConfigError(
                 f"stage {stage.name!r} ends at {end} merges, not after the previous stage's {previous_end}"
             )
+        _check_stage_pattern(stage, schedule)
         pre = training_pretokenizer(resolve_pretokenizer(stage.pretokenizer or top_pretokenizer), chosen)
         rules = make_rules(
             stage.min_frequency, stage.max_token_bytes, stage.max_words_per_token, stage.forbidden_substrings
