@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,6 +28,8 @@ from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE, read_merges, read_voc
 from superbpe.formats.hf import HF_FILE, pretokenizer_from_hf, read_hf_tokenizer
 from superbpe.formats.manifest import MANIFEST_FILE, read_manifest
 from superbpe.training.config import PretokenizerConfig, ScheduleConfig, StageConfig
+
+log = logging.getLogger("superbpe")
 
 
 @dataclass(frozen=True)
@@ -253,6 +256,11 @@ def apply_source(plans: list[StagePlan], source: SourceMerges) -> tuple[list[Sta
             + (" (schedule.transition is beyond them)" if len(plans) > 1 else "")
         )
     pre = source.pretokenizer or first.pretokenizer
+    if source.pretokenizer is None:  # bare files do not say which pattern made their merges
+        log.info(
+            "stage %s: %s says no pattern; recorded as %s (pretokenizer= names the one that made them)",
+            first.name, source.description, pre.name,
+        )  # fmt: skip
     plans = [replace(first, pretokenizer=pre), *plans[1:]]
     return plans, source.merges[: first.end]
 
