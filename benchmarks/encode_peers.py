@@ -351,7 +351,7 @@ def contender(kind: str, spec: VocabSpec, threads: int) -> Contender:
         from superbpe.formats.tiktoken_files import tiktoken_ranks
 
         tok = Tokenizer.load(directory)
-        ranks = tiktoken_ranks(tok.vocab, tok.special_tokens)
+        ranks = tiktoken_ranks(tok.vocab, tok.special_tokens, tok.merges)
         specials = {s: tok.token_to_id(s) for s in tok.special_tokens}
 
         def make_tiktoken() -> Any:

@@ -3,8 +3,7 @@ called.
 
 Why a module of its own: a command first loads Hydra, OmegaConf and most of the package, which takes a
 moment, and a Ctrl-C during that import came out of the console script's own import line as a traceback.
-Imported here, it ends as a command stopped before it started does: one line, exit 130 (143 for SIGTERM's
-default, which kills at once and prints nothing, so only Ctrl-C needs it).
+Imported here, it ends as a command stopped before it started does: one line, exit 130.
 """
 
 from __future__ import annotations

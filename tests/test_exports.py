@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import regex
 import tiktoken
+import tokenizers
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -105,6 +106,24 @@ def test_a_tokenizer_json_saved_over_by_transformers_is_not_ignored(
     alone = Tokenizer.load(tmp_path / "alone")
     assert alone.encode("<|im_start|>hi") == hf.encode("<|im_start|>hi").ids
     assert Tokenizer.load(tmp_path / "tok").special_tokens == [EOT]  # no tokenizer.json: nothing to differ
+
+
+def test_a_special_token_that_merges_also_make_exports_alike(tmp_path: Path, sample_texts: Path) -> None:
+    """A special that is also a merged token (" the") was left out of tokenizer.json's model vocab, which
+    HF then refused to load (its merges name the token), and tiktoken's ranks (a misleading order error)."""
+    vocab, merges = superbpe.train_bpe(sample_texts / "corpus.en", 600, [])
+    tok = Tokenizer(vocab, merges, [" the", EOT])
+    tok.save(tmp_path / "tok")
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "tokenizer.json").write_bytes((tmp_path / "tok" / "tokenizer.json").read_bytes())
+    hf = tokenizers.Tokenizer.from_file(str(tmp_path / "tok" / "tokenizer.json"))
+    again = Tokenizer.load(tmp_path / "hf")
+    encoding = tok.to_tiktoken()
+    for text in ["in the end" + EOT, "the theater", " the", "them", "Then the  the"]:
+        ids = tok.encode(text)
+        assert ids == hf.encode(text).ids == again.encode(text)
+        assert ids == encoding.encode(text, allowed_special="all")
+    assert again.special_tokens == [" the", EOT] and again.vocab == tok.vocab
 
 
 def test_roles_are_configurable_and_checked(tmp_path: Path, sample_texts: Path) -> None:

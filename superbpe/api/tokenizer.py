@@ -598,7 +598,7 @@ class Tokenizer:
         """This tokenizer as a ``tiktoken.Encoding`` that gives the same ids (``allowed_special="all"`` for
         specials in text). Needs ``tiktoken`` (``pip install "superbpe[tiktoken]"``)."""
         tiktoken = import_optional("tiktoken", "tiktoken", "to_tiktoken()")
-        ranks = tiktoken_ranks(self._vocab, self.special_tokens)
+        ranks = tiktoken_ranks(self._vocab, self.special_tokens, self._merges)
         check_ranks_follow_merges(ranks, self._merges)
         if problem := tiktoken_split_problem(self._pretokenizer):
             raise ConfigError(f"tiktoken cannot give this tokenizer's ids: {problem}")

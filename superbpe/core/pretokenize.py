@@ -23,27 +23,6 @@ _O200K_WORD_B = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm
 _O200K_REST = r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 
 #: The built-in patterns, by the names configs and manifests use.
-#: Text on which regex engines tend to read one pattern differently (letters beyond ASCII, which POSIX classes
-#: and ``\w`` take or not; case pairs, marks, digits of other scripts, every kind of space, line ends,
-#: emoji): what a user's pattern is tried on before it is exported to an engine other than ours.
-SPLIT_PROBE = (
-    "Straße naïve Café ÜNÏCÖDÉ ĳ ǅ ǆ e\u0301 ﬁ ŉ — “quotes” ‘x’ «y» ½ ² ٣٤ ४२ 〇 Ⅻ 日本語のテキスト 한국어 "
-    "Ελληνικά русский עברית العربية ไทย 🙂👍🏽 x\t\u00a0\u2003\u3000y\r\nz\n\n  w\v\f 123 4567 3.14 a_b "
-    "foo-bar don't I'M we'll $50 #tag @user http://x.y/z?q=1&r=2 <b>bold</b> ... !!! ?? ::\x00\x1f\x7f end"
-)
-
-def split_difference(pretokenizer: Pretokenizer, theirs: list[bytes], engine: str) -> str | None:
-    """Where another engine's pieces of :data:`SPLIT_PROBE` (``theirs``) part from the pre-tokenizer's,
-    said as the next few pieces of each; None when they are the same."""
-    ours = [piece.encode("utf-8") for piece in pretokenizer.split(SPLIT_PROBE)]
-    if ours == theirs:
-        return None
-    pairs = enumerate(zip(ours, theirs, strict=False))  # one may end first
-    at = next((i for i, (a, b) in pairs if a != b), min(len(ours), len(theirs)))
-    shown = [[piece.decode("utf-8", "replace") for piece in side[at : at + 3]] for side in (theirs, ours)]
-    return f"{engine} splits text otherwise: {shown[0]} where the pattern gives {shown[1]}"
-
-
 PATTERNS: dict[str, str] = {
     "gpt2": r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
     "cl100k": (
@@ -60,6 +39,28 @@ PATTERNS: dict[str, str] = {
     # Stage 2 as in the paper's tokenizers: only digit runs, in groups of <= 3 aligned from the right.
     "superbpe-paper": r"\p{N}{1,3}(?=(?:\p{N}{3})*(?!\p{N}))",
 }
+
+#: Text on which regex engines tend to read one pattern differently (letters beyond ASCII, which POSIX classes
+#: and ``\w`` take or not; case pairs, marks, digits of other scripts, every kind of space, line ends,
+#: emoji): what a user's pattern is tried on before it is exported to an engine other than ours.
+SPLIT_PROBE = (
+    "Straße naïve Café ÜNÏCÖDÉ ĳ ǅ ǆ e\u0301 ﬁ ŉ — “quotes” ‘x’ «y» ½ ² ٣٤ ४२ 〇 Ⅻ 日本語のテキスト 한국어 "
+    "Ελληνικά русский עברית العربية ไทย 🙂👍🏽 x\t\u00a0\u2003\u3000y\r\nz\n\n  w\v\f 123 4567 3.14 a_b "
+    "foo-bar don't I'M we'll $50 #tag @user http://x.y/z?q=1&r=2 <b>bold</b> ... !!! ?? ::\x00\x1f\x7f end"
+)
+
+
+def split_difference(pretokenizer: Pretokenizer, theirs: list[bytes], engine: str) -> str | None:
+    """Where another engine's pieces of :data:`SPLIT_PROBE` (``theirs``) part from the pre-tokenizer's,
+    said as the next few pieces of each; None when they are the same."""
+    ours = [piece.encode("utf-8") for piece in pretokenizer.split(SPLIT_PROBE)]
+    if ours == theirs:
+        return None
+    pairs = enumerate(zip(ours, theirs, strict=False))  # one may end first
+    at = next((i for i, (a, b) in pairs if a != b), min(len(ours), len(theirs)))
+    shown = [[piece.decode("utf-8", "replace") for piece in side[at : at + 3]] for side in (theirs, ours)]
+    return f"{engine} splits text otherwise: {shown[0]} where the pattern gives {shown[1]}"
+
 
 #: Patterns whose alternatives match every character, so ``findall`` already is the isolated split.
 COVERING_PATTERNS = frozenset({"gpt2", "cl100k", "o200k", "superbpe-stage1"})

@@ -39,6 +39,8 @@ from superbpe.core.util import caller_stacklevel, import_optional
 log = logging.getLogger("superbpe")
 
 TEXT_SUFFIXES = (".txt", ".jsonl", ".txt.gz", ".jsonl.gz", ".parquet")
+#: Read as JSON lines too when named as inputs: HF datasets' ``to_json`` writes JSON lines under this name.
+JSON_SUFFIXES = (".json", ".json.gz")
 TABLE_SUFFIXES = (".parquet", ".arrow")
 DEFAULT_CHUNK_BYTES = 4 << 20
 _ASCII_SPACE = frozenset(b"\t\n\x0b\x0c\r ")
@@ -217,10 +219,6 @@ def input_fingerprint(paths: Iterable[Path]) -> str:
         read_as = "\0jsonl" if path.name.endswith(JSON_SUFFIXES) else ""
         digest.update(f"{path.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}{read_as}\n".encode())
     return digest.hexdigest()[:32]
-
-
-#: Read as JSON lines too: HF datasets' ``to_json`` writes JSON lines under this name.
-JSON_SUFFIXES = (".json", ".json.gz")
 
 
 def is_jsonl(path: Path) -> bool:

@@ -57,11 +57,14 @@ def vocab_from_mapping(
     verbatim = special_ids or {}
     vocab: dict[int, bytes] = {}
     seen: dict[bytes, str] = {}
+    verbatim_bytes = {text.encode("utf-8") for text in verbatim}
     for text, token_id in mapping.items():
         if isinstance(token_id, bool) or not isinstance(token_id, int) or token_id < 0:
             raise InputError(f"{path}: id of token {text!r} must be a non-negative integer, not {token_id!r}")
         is_verbatim = verbatim.get(text) == token_id
         token = text.encode("utf-8") if is_verbatim else token_bytes(path, text, specials)
+        if vocab.get(token_id) == token and token in verbatim_bytes:  # a special that merges also make,
+            continue  # spelled both ways under one id (byte-table for the merges, verbatim for HF's lookup)
         if token in seen:
             raise InputError(f"{path}: duplicate token {token!r} ({seen[token]!r} and {text!r})")
         if token_id in vocab:

@@ -77,7 +77,7 @@ def hf_tokenizer_json(
         "fuse_unk": False,
         "byte_fallback": False,
         "ignore_merges": whole_pieces,
-        "vocab": _hf_vocab(vocab, special_tokens),
+        "vocab": _hf_vocab(vocab, special_tokens, merges),
         "merges": [f"{bytes_to_token_str(left)} {bytes_to_token_str(right)}" for left, right in merges],
     }
     return {
@@ -113,23 +113,30 @@ def hf_split_problem(pretokenizer: Pretokenizer) -> str | None:
     return split_difference(pretokenizer, theirs, "HF tokenizers")
 
 
-def _hf_vocab(vocab: Mapping[int, bytes], special_tokens: Sequence[str]) -> dict[str, int]:
+def _hf_vocab(
+    vocab: Mapping[int, bytes], special_tokens: Sequence[str], merges: Sequence[Merge]
+) -> dict[str, int]:
     """Model vocab in byte-table spelling, except special tokens, which HF looks up verbatim.
 
     HF gives an added token the model's id for its *content* (and appends a new id when the content is
     missing), so each special is listed under its own text. A special whose text is the byte-table
     spelling of another token (say "é", which also spells byte 0xE9) would get that token's id in HF:
     such a tokenizer cannot be exported, which is an error rather than a file that encodes differently.
+    A special that merges also make (``" the"``) keeps its byte-table spelling too, under the same id:
+    the merges name it so, and HF refuses a merge whose token is not in the vocab.
     """
     result = {bytes_to_token_str(token): token_id for token_id, token in sorted(vocab.items())}
     by_bytes = {token: token_id for token_id, token in vocab.items()}
+    made = {left + right for left, right in merges} if special_tokens else set()
     for special in special_tokens:
-        token_id = by_bytes[special.encode("utf-8")]
+        token = special.encode("utf-8")
+        token_id = by_bytes[token]
         if result.get(special, token_id) != token_id:
             raise ConfigError(
                 f"special token {special!r} is spelled like token id {result[special]} in tokenizer.json"
             )
-        result.pop(bytes_to_token_str(special.encode("utf-8")))
+        if token not in made:
+            result.pop(bytes_to_token_str(token))
         result[special] = token_id
     return dict(sorted(result.items(), key=lambda item: item[1]))
 

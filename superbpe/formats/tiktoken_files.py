@@ -88,10 +88,14 @@ def tiktoken_split_problem(pretokenizer: Pretokenizer) -> str | None:
     return split_difference(pretokenizer, [by_id[i] for i in ids], "tiktoken")
 
 
-def tiktoken_ranks(vocab: Mapping[int, bytes], special_tokens: Sequence[str]) -> dict[bytes, int]:
+def tiktoken_ranks(
+    vocab: Mapping[int, bytes], special_tokens: Sequence[str], merges: Sequence[Merge]
+) -> dict[bytes, int]:
     """Ordinary tokens -> id. tiktoken merges the pair whose joined bytes have the lowest rank, so the ids
-    must grow in merge order (they do for trained and GPT-2 vocabs); specials are passed separately."""
-    specials = {special.encode("utf-8") for special in special_tokens}
+    must grow in merge order (they do for trained and GPT-2 vocabs); specials are passed separately, and
+    a special that merges also make (``" the"``) is a rank as well, or the merges could not reach it."""
+    made = {left + right for left, right in merges} if special_tokens else set()
+    specials = {special.encode("utf-8") for special in special_tokens} - made
     return {token: token_id for token_id, token in vocab.items() if token not in specials}
 
 
@@ -115,7 +119,7 @@ def tiktoken_texts(
     special_tokens=...)`` rebuilds the encoding."""
 
     by_bytes = {token: token_id for token_id, token in vocab.items()}
-    ranks = tiktoken_ranks(vocab, special_tokens)
+    ranks = tiktoken_ranks(vocab, special_tokens, merges)
     check_ranks_follow_merges(ranks, merges)
     lines = "".join(f"{base64.b64encode(token).decode('ascii')} {rank}\n"
                     for token, rank in sorted(ranks.items(), key=lambda item: item[1]))

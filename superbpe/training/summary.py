@@ -80,9 +80,9 @@ def _settings(metrics: dict[str, Any]) -> tuple[tuple[str, str], ...]:
         "data": [Path(path).name for path in config.get("data") or []],
         **{key: config.get(key) for key in ("special_tokens", "engine", "from_run", "from_tokenizer")},
     }
-    for stage in metrics["stages"]:
-        name, pre = stage["name"], stage["pretokenizer"]
-        found[f"{name}.pattern"] = pre["pattern"]
+    for number, stage in enumerate(metrics["stages"], start=1):  # read leniently: older files hold less
+        name, pre = stage.get("name", f"stage{number}"), stage.get("pretokenizer") or {}
+        found[f"{name}.pattern"] = pre.get("pattern")
         found[f"{name}.line_units"] = pre.get("line_units")
         found.update({f"{name}.{key}": value for key, value in (stage.get("rules") or {}).items()})
         found[f"{name}.approx_sample"] = stage.get("approx_sample")
