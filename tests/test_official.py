@@ -412,7 +412,7 @@ def test_released_200k_files_read_with_a_word_level_pattern_warn(official_data):
     """Read without ``compat="official"``, their bare files would encode under the default gpt2 pattern,
     which never makes their superwords: a warning says so and how to read them; with it, none."""
     released = official_data / "released_180K_200K"
-    with pytest.warns(UserWarning, match=r"pretokenizer 'gpt2' splits.*compat='official'"):
+    with pytest.warns(UserWarning, match=r"pretokenizer 'gpt2' splits.*load them with compat=official"):
         Tokenizer.load(released)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
