@@ -248,6 +248,9 @@ def test_a_resume_composes_and_runs_as_the_run_was_started(tmp_path: Path) -> No
     assert given[:4] == ["--config-dir", str(tmp_path / "myconf"), "-cn", "other"]
     assert run_cwd([f"resume={run}"]) == (None if Path.cwd() == tmp_path else tmp_path)
     assert run_cwd(["vocab_size=3"]) is None
+    # A path given now means a file here, not where the run started: made absolute before the move.
+    now = resume_args([f"resume={run}", "eval=held.txt", "cache_dir=null"])
+    assert f"eval='{Path.cwd() / 'held.txt'}'" in now and "cache_dir=null" in now
 
 
 def test_resume_by_dir_alone_rewrites_the_same_files_and_leaves_no_new_dir(

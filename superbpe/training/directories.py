@@ -247,11 +247,25 @@ def resume_args(args: Sequence[str]) -> list[str]:
             f"cannot resume {run_dir}: {'; '.join(conflicts)} (resume=<dir> alone repeats its overrides)"
         )
     kept = [old for old in original if _key(old) not in given_by_key]
+    given = [_absolute_path(arg) for arg in given]
     flags = [arg for arg in args if not _is_override(arg)]  # Hydra's parser wants them before overrides
     return [
         *_recorded_flags(run_dir, flags), *flags, *kept, *given, f"resume={_quote(str(run_dir))}",
         f"hydra.run.dir={_quote(str(run_dir))}", "hydra.output_subdir=null",
     ]  # fmt: skip
+
+
+#: Settings a resume may give whose values are paths.
+_PATH_KEYS = frozenset({"eval", "cache_dir"})
+
+
+def _absolute_path(arg: str) -> str:
+    """A path given now to a resume, made absolute here: the resume runs where the run was started
+    (`run_cwd`), where a relative path would name another file."""
+    key, value = _key(arg), _value([arg], _key(arg))
+    if key not in _PATH_KEYS or value is None or "${" in value or Path(value).expanduser().is_absolute():
+        return arg
+    return f"{arg.split('=', 1)[0]}={_quote(str(Path(value).absolute()))}"
 
 
 def _run_record(run_dir: Path) -> Any:
