@@ -295,7 +295,9 @@ def _train(cfg: DictConfig) -> None:
         fail_job(exc if checkpointed_before else _with_resume_hint(exc, output_dir), job)
     except TrainingInterrupted as stop:
         resume = resume_command(stop.output_dir, _entry_point())
-        interrupted(f"{_sweep_job()}{stop}; continue with: {resume}{_jobs_not_run()}")
+        outcome = f"{_sweep_job()}{stop}; continue with: {resume}{_jobs_not_run()}"
+        _into_run_log(outcome)
+        interrupted(outcome)
     except KeyboardInterrupt:  # before training started: nothing to keep
         if not cfg.get("resume"):
             remove_if_only_logs(run_dir)
@@ -310,6 +312,16 @@ def _sweep_job() -> str:
     if hydra_cfg.mode != RunMode.MULTIRUN:
         return ""
     return f"sweep job {hydra_cfg.job.num} ({' '.join(hydra_cfg.overrides.task)}): "
+
+
+def _into_run_log(outcome: str) -> None:
+    """An interrupted run's outcome in its ``train.log`` as well (the terminal gets it from
+    :func:`interrupted`): the log is the run's record, and ended mid-stage without a word."""
+    word = "terminated" if _terminated else "interrupted"
+    record = logging.LogRecord("superbpe", logging.WARNING, __file__, 0, f"{word}: {outcome}", None, None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
 
 
 def _jobs_not_run() -> str:

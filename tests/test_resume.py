@@ -202,6 +202,7 @@ def test_ctrl_c_saves_the_merges_so_far_and_prints_the_resume_command(
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "Traceback" not in err and f"continue with: python {SCRIPTS / 'train.py'} resume={run_dir}" in out
+    assert "interrupted: " in (run_dir / "train.log").read_text()  # the run's record says so too
     saved = read_checkpoint(run_dir)
     assert saved is not None and not saved["done"] and len(saved["stage_ends"]) == 1
     assert saved["merges_count"] > seen["merges_count"]  # merges no timed save had written
