@@ -91,7 +91,7 @@ def _kept_blocks_counted_one_by_one(
 
 def _wiki_style(tmp_path: Path, sample_texts: Path) -> Path:
     """corpus.en with every line ending in " \n", as WikiText's do: no line cut there is safe."""
-    text = (sample_texts / "corpus.en").read_text(encoding="utf-8")
+    text = (sample_texts / "corpus.en").read_text(encoding="utf-8").replace(EOT, " ")  # no cut before one
     path = tmp_path / "wiki_style.txt"
     path.write_text("".join(f" {line.strip()} \n" for line in text.splitlines() if line.strip()) * 3)
     return path
