@@ -96,6 +96,9 @@ def test_a_tokenizer_json_saved_over_by_transformers_is_not_ignored(
     vocab, merges = superbpe.train_bpe(sample_texts / "corpus.en", 600, [EOT])
     Tokenizer(vocab, merges, [EOT]).save(tmp_path / "tok")
     assert Tokenizer.load(tmp_path / "tok").special_tokens == [EOT]  # as saved: loads
+    saved = (tmp_path / "tok" / "tokenizer.json").read_bytes()
+    (tmp_path / "tok" / "tokenizer.json").write_bytes(saved.replace(b"\n", b"\r\n"))  # git's autocrlf
+    assert Tokenizer.load(tmp_path / "tok").special_tokens == [EOT]
     hf = tokenizers.Tokenizer.from_file(str(tmp_path / "tok" / "tokenizer.json"))
     hf.add_special_tokens(["<|im_start|>"])
     hf.save(str(tmp_path / "tok" / "tokenizer.json"))

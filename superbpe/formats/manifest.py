@@ -87,7 +87,9 @@ def check_hf_file_unchanged(manifest: Manifest, hf_path: Path) -> None:
     transformers encodes with and what this manifest's tokenizer encodes with would differ."""
     if manifest.hf_sha256 is None or not hf_path.is_file():
         return
-    if hashlib.sha256(hf_path.read_bytes()).hexdigest() != manifest.hf_sha256:
+    # Line ends as saved: a checkout that turns them into \r\n (git's autocrlf) changes no JSON value
+    # (a \r inside a JSON string is always escaped).
+    if hashlib.sha256(hf_path.read_bytes().replace(b"\r\n", b"\n")).hexdigest() != manifest.hf_sha256:
         raise InputError(
             f"{hf_path} is not the {hf_path.name} saved with {MANIFEST_FILE} (changed since, e.g. saved over "
             "by transformers with tokens added), so the two would encode differently; to use the new one, "
