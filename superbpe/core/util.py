@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import gc
 import importlib
 import io
@@ -177,9 +176,8 @@ def release_freed_memory() -> None:
     a run that follows another in one process (the jobs of a sweep) then starts near its own size, and
     its peak RSS is its own, not what the allocator kept of the run before."""
     gc.collect()
-    libc = ctypes.util.find_library("c")
     with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
-        ctypes.CDLL(libc).malloc_trim(0)
+        ctypes.CDLL(None).malloc_trim(0)  # the process's own symbols, the C library's among them
 
 
 def children_peak_rss_bytes() -> int:
