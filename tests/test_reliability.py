@@ -459,3 +459,19 @@ def test_ctrl_c_while_a_command_loads_ends_in_one_line(
         commands.encode()
     assert stopped.value.code == 130
     assert capsys.readouterr().out == "interrupted: before the command started, nothing done\n"
+
+
+def test_a_stage_counts_worker_peaks_only_when_they_rose_in_it() -> None:
+    """The children's peak RSS is the process's whole history: a sweep's later job reported an earlier
+    job's worker as its own peak. A window counts a child's peak only when it rose in the window."""
+    from superbpe.core.progress import reset_peak_rss  # the measures under test
+    from superbpe.core.util import children_peak_rss_bytes, peak_rss_bytes
+
+    big = 1 << 30
+    touch = f"b = bytearray({big}); b[::4096] = b'x' * len(b[::4096])"
+    subprocess.run([sys.executable, "-c", touch], check=True)
+    before = children_peak_rss_bytes()
+    assert reset_peak_rss() and before >= big
+    assert peak_rss_bytes() < big  # the window's own peak starts at this process's size
+    assert peak_rss_bytes(children_above=before) < big  # the child's peak was before the window
+    assert peak_rss_bytes(children_above=0) >= big
