@@ -9,6 +9,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException, MissingConfigException
 
+from superbpe.core.compat import OFFICIAL
 from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.pretokenize import PATTERNS
 from superbpe.training.config import (
@@ -216,6 +217,14 @@ def test_bad_transition_is_a_one_line_error(transition, message):
     with pytest.raises(ConfigError, match=message) as info:
         plan_stages(cfg.schedule, cfg.pretokenizer, 743)
     assert "schedule.transition" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_float_transition_past_one_is_not_called_a_fraction_under_compat_official():
+    """``1000.0`` under compat=official was told that fractions wait for the count, not that it is no
+    fraction (what the default preset says)."""
+    cfg = train_config("schedule=superbpe", "schedule.transition=1000.0")
+    with pytest.raises(ConfigError, match=r"1000.0 is a fraction and must be in \(0, 1\); use an int"):
+        plan_stages(cfg.schedule, cfg.pretokenizer, 743, OFFICIAL)
 
 
 @pytest.mark.parametrize(

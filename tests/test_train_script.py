@@ -184,6 +184,22 @@ def test_transition_beyond_the_merges_of_from_run(tmp_path, corpus):
     assert (tmp_path / "from" / MERGES_FILE).read_bytes() == before
 
 
+def test_from_run_is_refused_on_the_demo_corpus_or_across_compat_presets(tmp_path, corpus):
+    """Stage 2 from a finished run without data.paths trained on the built-in demo corpus, and one from a
+    run of the other compat preset matched neither recipe: both without a word."""
+    first = train(
+        tmp_path, f"data.paths=[{corpus}]", "vocab_size=300", "cache_dir=null", "compat=official",
+        run_dir=tmp_path / "from",
+    )  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    source = [f"schedule.from_run={tmp_path / 'from'}", "schedule=superbpe", "schedule.transition=20"]
+    demo = train(tmp_path, "vocab_size=400", "compat=official", *source)
+    assert_one_line_error(demo, "schedule.from_run continues a tokenizer on data.paths", "demo corpus")
+    other = train(tmp_path, f"data.paths=[{corpus}]", "vocab_size=400", *source)
+    assert_one_line_error(other, "was trained with compat=official, this run has compat=superbpe")
+    assert_nothing_left(tmp_path)
+
+
 def test_unwritable_output_dir(tmp_path, corpus):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")

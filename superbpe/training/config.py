@@ -385,6 +385,14 @@ def unused_options(values: Any, schema: type) -> list[str]:
                     f"pretokenizer name {name!r} is no built-in pattern: a config file of your own pattern "
                     "keeps name: custom beside its pattern"
                 )
+        schedule = values.get("schedule") or {}
+        source = next((key for key in ("from_run", "from_tokenizer") if schedule.get(key)), None)
+        paths = (values.get("data") or {}).get("paths")
+        if source is not None and isinstance(paths, str) and paths.startswith("${stdlib_sample"):
+            found.append(
+                f"schedule.{source} continues a tokenizer on data.paths, which is still the built-in demo "
+                "corpus: give the corpus to train on (data.paths=[...], the source run's own for its recipe)"
+            )
         if values.get("cache_max_gib") is not None and values.get("cache_dir") is None:
             found.append(f"cache_max_gib={values['cache_max_gib']} caps cache_dir, which is null (no cache)")
         engine = (values.get("engine") or {}).get("name")

@@ -85,6 +85,7 @@ from superbpe.training.stages import (
     SourceMerges,
     StagePlan,
     apply_source,
+    check_source_compat,
     describe,
     load_source,
     merges_fingerprint,
@@ -253,6 +254,7 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
     source = load_source(cfg.schedule)
     source_merges: tuple[Merge, ...] = ()
     if source is not None:
+        check_source_compat(source, compat)
         plans, source_merges = apply_source(plans, source)
         build_vocab(source_merges, specials)  # a special with the bytes of a source token is refused now
     if not cfg.data.paths:

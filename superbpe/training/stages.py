@@ -19,7 +19,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from superbpe.core.compat import CompatConfig, get_compat, training_pretokenizer, training_rules
+from superbpe.core.compat import (
+    CompatConfig,
+    get_compat,
+    recorded_compat,
+    training_pretokenizer,
+    training_rules,
+)
 from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.pretokenize import Pretokenizer, get_pretokenizer
 from superbpe.core.rules import MergeRules, make_rules
@@ -158,7 +164,7 @@ def plan_stages(
     previous_end = 0
     for index, stage in enumerate(schedule.stages):
         last = index == len(schedule.stages) - 1
-        if chosen.alphabet == "seen" and isinstance(stage.until, float):
+        if chosen.alphabet == "seen" and isinstance(stage.until, float) and 0.0 < stage.until < 1.0:
             raise ConfigError(
                 f"{_until_name(stage, schedule)} {stage.until} is a fraction, but with compat.alphabet=seen "
                 "the number of merges is known only once the text is counted; give a merge count"
@@ -190,6 +196,7 @@ class SourceMerges:
     description: str
     merges: tuple[Merge, ...]
     pretokenizer: Pretokenizer | None  # None: the files do not say (GPT-2 vocab.json + merges.txt)
+    compat: CompatConfig | None = None  # the preset a run of ours recorded (None: the files do not say)
 
     def spec(self) -> dict[str, Any]:
         return {
@@ -228,7 +235,17 @@ def _load_run(run_dir: Path) -> SourceMerges:
     except Exception as exc:  # a hand-edited or foreign manifest
         raise InputError(f"{manifest_path}: bad stage pretokenizer: {exc}") from None
     usable = int(first.get("end", len(merges))) if first else len(merges)
-    return SourceMerges(f"run {run_dir}", tuple(merges[:usable]), pre)
+    return SourceMerges(f"run {run_dir}", tuple(merges[:usable]), pre, recorded_compat(manifest.training))
+
+
+def check_source_compat(source: SourceMerges, compat: CompatConfig) -> None:
+    """A run of ours trained under one compat preset cannot stand in for a stage trained under another:
+    their merges break ties, lay out ids and keep duplicates otherwise, so the result would match neither."""
+    if source.compat is not None and source.compat.name != compat.name:
+        raise ConfigError(
+            f"the {source.description} was trained with compat={source.compat.name}, this run has "
+            f"compat={compat.name}: give compat={source.compat.name}"
+        )
 
 
 def _load_tokenizer_files(path: Path) -> SourceMerges:
