@@ -288,6 +288,28 @@ def test_built_in_patterns_pass_the_probe() -> None:
             assert tiktoken_split_problem(as_users) is None, name
 
 
+def test_official_preset_with_special_tokens_is_said_to_differ_from_the_recipe(
+    tmp_path: Path, sample_texts: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The command's preset sets no special tokens; a library config of compat=OFFICIAL kept the default
+    <|endoftext|> silently, and its files then differed from the official ones."""
+    from superbpe.core.compat import OFFICIAL  # the training modules are only needed here
+    from superbpe.training.config import DataConfig, TrainConfig
+    from superbpe.training.run import prepare
+
+    def config(specials: list[str]) -> TrainConfig:
+        return TrainConfig(data=DataConfig(paths=[str(sample_texts / "corpus.en")]), vocab_size=600,
+                           cache_dir=None, output_dir=str(tmp_path / "run"), compat=OFFICIAL,
+                           special_tokens=specials)  # fmt: skip
+
+    with caplog.at_level(logging.WARNING, logger="superbpe"):
+        prepare(config([]))
+    assert "compat=official with special tokens" not in caplog.text
+    with caplog.at_level(logging.WARNING, logger="superbpe"):
+        prepare(config([EOT]))
+    assert "with special tokens ['<|endoftext|>']: the official recipe has none" in caplog.text
+
+
 def test_line_units_on_a_custom_pattern_have_no_tiktoken_form() -> None:
     pre = get_pretokenizer("custom:[a-z]+", line_units=True)
     with pytest.raises(ConfigError, match="no tiktoken pattern for pre-tokenizer"):

@@ -227,6 +227,12 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
     SpecialSplitter(specials)
     check_special_tokens(specials)
     compat = check_compat(cfg.compat)
+    if compat.name == "official" and specials:  # the command's preset sets none; a library config may not
+        log.warning(
+            "compat=official with special tokens %s: the official recipe has none (special_tokens=[]), so "
+            "vocab.json and the ids will differ from its files",
+            specials,
+        )
     if compat.alphabet == "seen":  # only the bytes seen take ids: the budget is known once counted
         total = most_seen_merges(cfg.vocab_size, specials)
     else:
