@@ -37,7 +37,7 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException, Vali
 
 from superbpe import __version__
 from superbpe.core.errors import InputError, SuperBPEError
-from superbpe.core.util import atomic_write_text, human_size
+from superbpe.core.util import atomic_write_text, human_size, release_freed_memory
 from superbpe.formats.checkpoints import checkpoint_path
 from superbpe.jobs.encode import encode_corpus
 from superbpe.jobs.evaluate import check_report_path, evaluate_dir
@@ -146,7 +146,7 @@ def fail_job(exc: BaseException | str, job: str) -> None:
     if not job:
         fail(exc)
     print(f"error: {job}{_one_line(exc)}", file=sys.stderr)
-    _failed_jobs.append(job.split(" (")[0].removeprefix("sweep "))  # "job 1": its line above has the rest
+    _failed_jobs.append(f"job {HydraConfig.get().job.num}")  # its line above has the rest
     raise SweepJobFailed(job)
 
 
@@ -285,6 +285,9 @@ def _train(cfg: DictConfig) -> None:
     output_dir = Path(cfg.get("output_dir") or run_dir)
     # A checkpoint there before the run is another run's (refused, naming how to resume it), not this one's.
     checkpointed_before = checkpoint_path(output_dir.expanduser()).is_file()
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode == RunMode.MULTIRUN and hydra_cfg.job.num:  # a sweep's later job: its peak RSS is
+        release_freed_memory()  # its own, not what the allocator kept of the jobs before it
     try:
         result = run_training(to_dataclass(cfg, TrainConfig), run_dir=run_dir)
     except USER_ERRORS as exc:
@@ -334,7 +337,7 @@ def _jobs_not_run() -> str:
 
 def _with_resume_hint(exc: BaseException, output_dir: Path) -> str:
     """The error, and how to continue when the failed run left a checkpoint (its merges are kept)."""
-    message = " ".join(str(exc).split()) or type(exc).__name__
+    message = _one_line(exc)
     if not checkpoint_path(output_dir.expanduser()).is_file():
         return message
     command = resume_command(output_dir, _entry_point())

@@ -217,15 +217,15 @@ def resume_args(args: Sequence[str]) -> list[str]:
         raise ConfigError(
             f"resume writes into {run_dir} itself; drop {', '.join(set_by_hydra)} from the command line"
         )
-    original = read_run_overrides(run_dir)
-    if original is None and not checkpoint_path(run_dir).is_file() and not (run_dir / ".hydra").is_dir():
+    recorded = read_run_overrides(run_dir)
+    if recorded is None and not checkpoint_path(run_dir).is_file() and not (run_dir / ".hydra").is_dir():
         raise InputError(f"resume {run_dir}: not a run directory (no .hydra/overrides.yaml, no checkpoint)")
-    if original is None and not checkpoint_path(run_dir).is_file():
+    if recorded is None and not checkpoint_path(run_dir).is_file():
         raise InputError(
             f"resume {run_dir}: the run recorded neither its overrides nor a checkpoint (killed as it "
             "started?), so nothing says what it was; start it again"
         )
-    original = original or []
+    original = recorded or []
     given_by_key = {_key(arg): arg for arg in given}
     conflicts = [
         f"{arg} conflicts with the run's {old}"
@@ -234,13 +234,13 @@ def resume_args(args: Sequence[str]) -> list[str]:
         and arg != old
         and not _may_change(_key(old))
     ]
-    if read_run_overrides(run_dir) is not None:  # a run of the command: what it was given is all it was
-        recorded = {_key(old) for old in original}
+    if recorded is not None:  # a run of the command: what it was given is all it was
+        keys = {_key(old) for old in recorded}
         addable = ", ".join(sorted(RESUME_MAY_CHANGE))
         conflicts += [
             f"{arg} is not one of the run's settings (a resume may add only: {addable})"
             for key, arg in given_by_key.items()
-            if key not in recorded and not _may_change(key) and not key.startswith("hydra.")
+            if key not in keys and not _may_change(key) and not key.startswith("hydra.")
         ]
     if conflicts:
         raise ConfigError(
@@ -262,7 +262,8 @@ _PATH_KEYS = frozenset({"eval", "cache_dir"})
 def _absolute_path(arg: str) -> str:
     """A path given now to a resume, made absolute here: the resume runs where the run was started
     (`run_cwd`), where a relative path would name another file."""
-    key, value = _key(arg), _value([arg], _key(arg))
+    key = _key(arg)
+    value = _value([arg], key)
     if key not in _PATH_KEYS or value is None or "${" in value or Path(value).expanduser().is_absolute():
         return arg
     return f"{arg.split('=', 1)[0]}={_quote(str(Path(value).absolute()))}"
