@@ -37,7 +37,7 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException, Vali
 
 from superbpe import __version__
 from superbpe.core.errors import InputError, SuperBPEError
-from superbpe.core.util import atomic_write_text, human_size, release_freed_memory
+from superbpe.core.util import atomic_write_text, human_size
 from superbpe.formats.checkpoints import checkpoint_path
 from superbpe.jobs.encode import encode_corpus
 from superbpe.jobs.evaluate import check_report_path, evaluate_dir
@@ -285,9 +285,6 @@ def _train(cfg: DictConfig) -> None:
     output_dir = Path(cfg.get("output_dir") or run_dir)
     # A checkpoint there before the run is another run's (refused, naming how to resume it), not this one's.
     checkpointed_before = checkpoint_path(output_dir.expanduser()).is_file()
-    hydra_cfg = HydraConfig.get()
-    if hydra_cfg.mode == RunMode.MULTIRUN and hydra_cfg.job.num:  # a sweep's later job: its peak RSS is
-        release_freed_memory()  # its own, not what the allocator kept of the jobs before it
     try:
         result = run_training(to_dataclass(cfg, TrainConfig), run_dir=run_dir)
     except USER_ERRORS as exc:

@@ -47,7 +47,7 @@ from superbpe.core.sources import (
     resolve_inputs,
 )
 from superbpe.core.types import Merge
-from superbpe.core.util import peak_rss_bytes, remove_stale_temps
+from superbpe.core.util import peak_rss_bytes, release_freed_memory, remove_stale_temps
 from superbpe.core.vocab import (
     alphabet_order,
     build_vocab,
@@ -160,6 +160,7 @@ def run_training(cfg: TrainConfig, *, run_dir: str | os.PathLike[str] | None = N
     """
     check_shape(cfg)
     check_schedule_knobs(cfg.schedule)
+    release_freed_memory()
     job = prepare(cfg, run_dir)
     try:
         return _run(job)
