@@ -192,13 +192,15 @@ def test_ctrl_c_saves_the_merges_so_far_and_prints_the_resume_command(
     corpus = tmp_path / "wiki.txt"
     corpus.write_text(wikitext_text + multilingual_text, encoding="utf-8")  # ~1.6 MB: stage 2 lasts seconds
     fast = "engine=native" if native_available() else "engine=python"
-    args = [*overrides(corpus)[:-1], "vocab_size=4000", "checkpoint.every_merges=100000"]
-    args.append("checkpoint.every_seconds=0.5")
+    # Stage 2 must outlast its first timed checkpoint plus the delay: on a quiet machine with 4000 merges
+    # and a checkpoint every 0.5 s, it sometimes ended first (the SIGINT then found stage 2 done).
+    args = [*overrides(corpus)[:-1], "vocab_size=6000", "checkpoint.every_merges=100000"]
+    args.append("checkpoint.every_seconds=0.25")
     reference = run_script("train.py", f"hydra.run.dir={tmp_path / 'ref'}", *args, fast, cwd=tmp_path)
     assert reference.returncode == 0, reference.stderr
     run_dir = tmp_path / "run"
     proc = start_captured(tmp_path, run_dir, args)
-    seen = kill_when(proc, run_dir, lambda state, _: in_stage2(state), signal.SIGINT, delay=0.25)
+    seen = kill_when(proc, run_dir, lambda state, _: in_stage2(state), signal.SIGINT, delay=0.1)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "Traceback" not in err and f"continue with: python {SCRIPTS / 'train.py'} resume={run_dir}" in out
