@@ -159,6 +159,14 @@ def test_a_text_needing_a_missing_byte_is_named() -> None:
         tok = Tokenizer(vocab, [], engine=engine)
         with pytest.raises(InputError, match=r"^texts\[2\]: text needs byte 0x7a, which has no token"):
             tok.encode_batch(["a", "b", "z", "zz"], threads=2)
+        # Large enough to be cut into groups on several threads: the first failing text is named,
+        # not the first group to fail.
+        texts = ["a" * 20_000] * 60
+        texts[25], texts[33] = "a z", "z"
+        for threads in (1, 2, 3):
+            for call in (tok.encode_batch, tok.encode_batch_flat):
+                with pytest.raises(InputError, match=r"^texts\[25\]: text needs byte 0x7a"):
+                    call(texts, threads)
 
 
 # -- threads -------------------------------------------------------------------------------------------

@@ -29,11 +29,9 @@ use std::hash::BuildHasherDefault;
 use std::mem::MaybeUninit;
 use std::sync::Mutex;
 
-use rayon::prelude::*;
-
+use crate::batch::BatchIds;
 use crate::bpe::{self, PairHasher};
 use crate::encode_levels::{Levels, Plan, Request, Worker};
-use crate::memory::spare;
 use crate::piecemap::{hash_packed, pack, pack_within, PieceMap, Probe, NO_KEY, PACKED_MAX};
 use crate::scan::{Pieces, Splitter};
 
@@ -45,9 +43,6 @@ const CACHE_MAX_ENTRIES: usize = 1 << 18;
 const CACHE_MAX_ARENA: usize = 1 << 22;
 /// Pieces longer than this are not cached (they rarely repeat).
 const CACHE_MAX_PIECE: usize = 256;
-/// A batch is cut into groups of texts of about this many bytes at least, each encoded by one
-/// thread with one cache, so that a batch of short texts is not one task per text.
-const GROUP_MIN_BYTES: usize = 1 << 16;
 
 /// A merge as one word: rank in the high half, merged id in the low half, so comparing two words
 /// compares ranks; `NO_MERGE` (all ones) is above every real merge.
@@ -317,81 +312,6 @@ pub struct Encoder {
     levels: Plan,
 }
 
-/// A group of consecutive texts of a batch: their ids, and how many ids each text has.
-pub type BatchPart = (Vec<u32>, Vec<usize>);
-
-/// The end of each text's ids in the ids of `parts` (from [`Encoder::encode_batch_parts`]) joined
-/// in order.
-pub fn batch_ends(parts: &[BatchPart]) -> impl Iterator<Item = u64> + '_ {
-    parts.iter().flat_map(|(_, lens)| lens.iter()).scan(0u64, |end, &n| {
-        *end += n as u64;
-        Some(*end)
-    })
-}
-
-/// The ids of `parts` joined in order: the one part as it is, else copied into one new vector by
-/// the threads of the current rayon pool, each part's copy and its freeing on whichever thread
-/// takes it. Joined on one thread, a large batch's copy into fresh memory (faulting it in page by
-/// page) came after the parallel encoding and took as long as a good part of it; the new memory is
-/// taken as in [`ids_room`], and the parts are given back for reuse.
-pub fn join_ids(mut parts: Vec<Vec<u32>>) -> Vec<u32> {
-    if parts.len() == 1 {
-        return parts.pop().unwrap_or_default();
-    }
-    let joined = join_parts(parts, &spare::IDS, |dst, part| {
-        dst.write_copy_of_slice(part);
-        Ok::<(), std::convert::Infallible>(())
-    });
-    match joined {
-        Ok(ids) => ids,
-        Err(never) => match never {},
-    }
-}
-
-/// The ids of `parts` joined in order as 16-bit ids, in parallel as [`join_ids`]; the error is an
-/// id that does not fit (the first in order).
-pub fn join_narrow(parts: Vec<Vec<u32>>) -> Result<Vec<u16>, u32> {
-    join_parts(parts, &spare::NARROW_IDS, |dst, part| {
-        for (d, &id) in dst.iter_mut().zip(part) {
-            d.write(u16::try_from(id).map_err(|_| id)?);
-        }
-        Ok(())
-    })
-}
-
-/// `parts` joined in order into one vector from `spares`, each part written into its own span by
-/// `write` (on the current rayon pool's threads) and then given back for reuse; the error is the
-/// first part's error, in order.
-fn join_parts<T: Copy + Send, E: Send>(
-    parts: Vec<Vec<u32>>,
-    spares: &spare::Spares<T>,
-    write: impl Fn(&mut [std::mem::MaybeUninit<T>], &[u32]) -> Result<(), E> + Sync,
-) -> Result<Vec<T>, E> {
-    let total = parts.iter().map(Vec::len).sum();
-    let mut out: Vec<T> = spares.take(total);
-    let mut room = &mut out.spare_capacity_mut()[..total];
-    let mut spans = Vec::with_capacity(parts.len());
-    for part in parts {
-        let (dst, rest) = room.split_at_mut(part.len());
-        spans.push((dst, part));
-        room = rest;
-    }
-    let written: Vec<Result<(), E>> = spans
-        .into_par_iter()
-        .map(|(dst, part)| {
-            let written = write(dst, &part);
-            spare::IDS.give(part);
-            written
-        })
-        .collect();
-    written.into_iter().collect::<Result<(), E>>()?;
-    // SAFETY: the spans are consecutive and together exactly the first `total` elements of the
-    // spare capacity (each part's length in order, split off the front), and `write` filled each
-    // in full: it stops early only with an error, and then the vector is dropped unset.
-    unsafe { out.set_len(total) };
-    Ok(out)
-}
-
 /// The id of a byte the vocabulary lacks: no merge has it as a part, so it survives BPE unchanged
 /// and `encode_ordinary` reports it.
 const MISSING: u32 = u32::MAX;
@@ -564,51 +484,25 @@ impl Encoder {
 
     /// Encode many texts in parallel; returns ids and the end offset of each text's ids.
     pub fn encode_batch(&self, texts: &[&[u8]]) -> Result<(Vec<u32>, Vec<u64>), String> {
-        let parts = self.encode_batch_parts(texts)?;
-        let ends = batch_ends(&parts).collect();
-        Ok((join_ids(parts.into_iter().map(|p| p.0).collect()), ends))
+        let ids = self.encode_batch_ids(texts)?;
+        let ends = ids.ends().collect();
+        Ok((ids.into_ids(), ends))
     }
 
-    /// [`Self::encode_batch`] before its parts are joined: the ids of consecutive groups of texts
-    /// and the number of ids of each text in the group, for a caller that copies them out anyway
-    /// (a joined copy of a large batch's ids costs as much as a tenth of encoding them).
-    pub fn encode_batch_parts(&self, texts: &[&[u8]]) -> Result<Vec<BatchPart>, String> {
-        let total: usize = texts.iter().map(|t| t.len()).sum();
-        // One thread takes the batch as one group: its ids are then one vector, which a caller
-        // can hand on without joining parts.
-        let target = match rayon::current_num_threads() {
-            1 => usize::MAX,
-            n => (total / (n * 8)).max(GROUP_MIN_BYTES),
-        };
-        let mut groups: Vec<&[&[u8]]> = Vec::new();
-        let (mut start, mut bytes) = (0, 0);
-        for (i, t) in texts.iter().enumerate() {
-            bytes += t.len();
-            if bytes >= target {
-                groups.push(&texts[start..=i]);
-                (start, bytes) = (i + 1, 0);
-            }
-        }
-        if start < texts.len() {
-            groups.push(&texts[start..]);
-        }
-        let parts: Vec<BatchPart> = groups
-            .par_iter()
-            .map(|group| {
-                self.with_cache(|mut cache| {
-                    let size: usize = group.iter().map(|t| t.len()).sum();
-                    let mut ids = ids_room(size);
-                    let mut lens = Vec::with_capacity(group.len());
-                    for t in group.iter() {
-                        let before = ids.len();
-                        self.encode_with(t, &mut ids, &mut cache)?;
-                        lens.push(ids.len() - before);
-                    }
-                    Ok((ids, lens))
-                })
+    /// [`Self::encode_batch`] before the ids are joined (see [`BatchIds`]), for a caller that
+    /// joins them in another width. Each group of texts is encoded with one piece cache.
+    pub fn encode_batch_ids(&self, texts: &[&[u8]]) -> Result<BatchIds, String> {
+        BatchIds::encode(texts, |_, group, ids| {
+            self.with_cache(|mut cache| {
+                let mut lens = Vec::with_capacity(group.len());
+                for t in group {
+                    let before = ids.len();
+                    self.encode_with(t, ids, &mut cache)?;
+                    lens.push(ids.len() - before);
+                }
+                Ok(lens)
             })
-            .collect::<Result<_, String>>()?;
-        Ok(parts)
+        })
     }
 
     /// Ids of one piece the run's lookup did not settle; `(k0, k1)` is its packed key when it has
@@ -730,14 +624,6 @@ impl Encoder {
         };
         out.extend_from_slice(&bpe::merge_heap(ids, rank));
     }
-}
-
-/// An empty vector with room for the ids of `bytes` bytes of text (about one id per two bytes
-/// of code, fewer for prose): a large one given back earlier (`memory::spare`), else fresh memory
-/// asked for huge pages before it is first written (faulting a large batch's ids in 4 KiB pages
-/// was a good part of the batch).
-pub fn ids_room(bytes: usize) -> Vec<u32> {
-    spare::IDS.take(bytes / 2 + 1)
 }
 
 /// The packed key of `text[at..at + len]` (see [`pack`]), or `(0, NO_KEY)` for a piece longer
@@ -921,42 +807,6 @@ mod tests {
             assert_eq!(&out, expected);
         }
         drop(held);
-    }
-
-    /// Parts joined by the pool's threads are the parts one after another, empty parts and a
-    /// single part (handed on as it is) included.
-    #[test]
-    fn joined_ids_are_the_parts_in_order() {
-        let state = &mut 0x1405_7B7E_F767_814Fu64;
-        for count in [0, 1, 2, 7, 40] {
-            let parts: Vec<Vec<u32>> = (0..count)
-                .map(|_| {
-                    let len = if crate::test_below(state, 4) == 0 { 0 } else { crate::test_below(state, 5000) };
-                    (0..len).map(|_| crate::test_below(state, 1 << 16) as u32).collect()
-                })
-                .collect();
-            let want: Vec<u32> = parts.concat();
-            assert_eq!(join_ids(parts.clone()), want, "{count} parts");
-            let narrow: Vec<u32> = join_narrow(parts.clone()).unwrap().into_iter().map(u32::from).collect();
-            assert_eq!(narrow, want, "{count} parts, narrowed");
-            // Ids that do not fit in 16 bits: the first of them, in order, is the error.
-            if want.len() > 10 {
-                let mut wide = parts;
-                let (mut seen, mut first) = (0, None);
-                for part in wide.iter_mut() {
-                    for id in part.iter_mut() {
-                        seen += 1;
-                        if seen % 97 == 0 {
-                            *id = (1 << 16) + seen;
-                            first.get_or_insert(*id);
-                        }
-                    }
-                }
-                if let Some(first) = first {
-                    assert_eq!(join_narrow(wide), Err(first), "{count} parts");
-                }
-            }
-        }
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! bindings (`superbpe._native`) are in `py` and only built with the `python` feature.
 
 pub mod ascii_classes;
+pub mod batch;
 pub mod bpe;
 pub mod byte_table;
 pub mod bytesmap;

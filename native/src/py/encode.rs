@@ -10,7 +10,7 @@ use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::PyString;
 
 use super::*;
-use crate::encode::{batch_ends, ids_room, join_ids, join_narrow};
+use crate::batch::{ids_room, BatchIds};
 use crate::encode_levels::{Plan, Request};
 use crate::memory::spare;
 
@@ -20,10 +20,10 @@ pub struct NativeEncoder {
     inner: Encoder,
     /// The pool of `encode_batch` and `encode_array`, sized when the encoder is made.
     pool: rayon::ThreadPool,
-    /// The helpers (`threads - 1` threads) of the last `encode_texts*` call with more than one
-    /// thread, kept with their number: starting threads costs more than encoding a small batch,
-    /// and callers keep to one count.
-    sized_pool: Mutex<Option<(usize, Arc<rayon::ThreadPool>)>>,
+    /// The pools of the last `encode_texts*` calls with more than one thread (`threads - 1`
+    /// helpers for lists, `threads` for a flat batch), kept with their sizes: starting threads
+    /// costs more than encoding a small batch, and callers keep to one count.
+    sized_pools: Mutex<Vec<(usize, Arc<rayon::ThreadPool>)>>,
     /// One Python int per id (ids are dense in practice): a result list then holds new
     /// references to these instead of a fresh int object per token, which made building the
     /// list cost as much as encoding.
@@ -100,7 +100,7 @@ impl NativeEncoder {
         let inner = Encoder::with_levels(v, &merges, splitter, whole_pieces, request).map_err(PyValueError::new_err)?;
         // `workers` 0 leaves the count to rayon: RAYON_NUM_THREADS when set, else the usable cores.
         let watched = Specials::new(&watched);
-        Ok(NativeEncoder { inner, pool: pool(workers)?, sized_pool: Mutex::new(None), id_objects, watched })
+        Ok(NativeEncoder { inner, pool: pool(workers)?, sized_pools: Mutex::new(Vec::new()), id_objects, watched })
     }
 
     /// 2 when pieces are encoded on two levels (`encode_levels.rs`), else 1.
@@ -176,9 +176,10 @@ impl NativeEncoder {
         }
         let mut lists = ListBuilder::new(py, texts.len(), &self.id_objects)?;
         if threads == 1 {
-            for block in self.encode_blocks(py, &texts, specials, 1)? {
-                lists.push(&block)?;
-            }
+            let (inner, specials) = (&self.inner, SpecialIds::new(specials));
+            let block =
+                run_detached(py, || encode_range(inner, &specials, &texts, 0..texts.len()).map_err(NativeError::Msg))?;
+            lists.push(&block)?;
             return Ok(lists.finish());
         }
         self.encode_lists_overlapped(py, &texts, SpecialIds::new(specials), threads, &mut lists)?;
@@ -197,23 +198,33 @@ impl NativeEncoder {
         dtype: &str,
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
         check_dtype(dtype)?;
-        let blocks = self.encode_blocks(py, &texts, specials, threads)?;
-        let mut offsets = Vec::with_capacity(texts.len() + 1);
-        offsets.push(0i64);
-        let mut base = 0;
-        for block in &blocks {
-            offsets.extend(block.ends.iter().map(|&end| (base + end) as i64));
-            base += block.ids.len();
-        }
-        let parts: Vec<Vec<u32>> = blocks.into_iter().map(|b| b.ids).collect();
-        // Joined by the encoder's pool when the batch had helpers, else here (one block).
-        let pool = (threads > 1).then_some(&self.pool);
-        let ids = run_detached(py, || {
-            let ids = match pool {
-                Some(pool) => pool.install(|| joined(parts, dtype)),
-                None => joined(parts, dtype),
+        let pool = match threads {
+            0 => return Err(PyValueError::new_err("threads must be at least 1")),
+            1 => None,
+            n => Some(self.sized_pool(n)?),
+        };
+        let (inner, specials) = (&self.inner, SpecialIds::new(specials));
+        let (ids, offsets) = run_detached(py, || {
+            let slices: Vec<&[u8]> = texts.iter().map(|t| t.as_bytes()).collect();
+            let encode = |first: usize, group: &[&[u8]], out: &mut Vec<u32>| {
+                let lens = group.iter().enumerate().map(|(k, text)| {
+                    let before = out.len();
+                    specials.encode(inner, text, out).map_err(|e| format!("texts[{}]: {e}", first + k))?;
+                    Ok(out.len() - before)
+                });
+                lens.collect::<Result<Vec<usize>, String>>()
             };
-            ids.map_err(NativeError::from)
+            let ids = match &pool {
+                Some(pool) => pool.install(|| BatchIds::encode(&slices, encode)),
+                None => BatchIds::encode_alone(&slices, encode),
+            }
+            .map_err(NativeError::Msg)?;
+            let offsets: Vec<i64> = std::iter::once(0).chain(ids.ends().map(|end| end as i64)).collect();
+            let ids = match &pool {
+                Some(pool) => pool.install(|| joined(ids, dtype)),
+                None => joined(ids, dtype),
+            };
+            Ok((ids.map_err(NativeError::from)?, offsets))
         })?;
         Ok((joined_array(py, ids)?, PyArray1::from_vec(py, offsets).into_any()))
     }
@@ -248,7 +259,7 @@ impl NativeEncoder {
             } else {
                 inner.encode_ordinary(&text, &mut ids)?;
             }
-            Ok(Ok(joined(vec![ids], dtype)?))
+            Ok(Ok(joined(BatchIds::of_buffers(vec![ids]), dtype)?))
         };
         let encoded = if data.len() < DETACH_MIN_BYTES { run_attached(encode) } else { run_detached(py, encode) }?;
         match encoded {
@@ -269,9 +280,9 @@ impl NativeEncoder {
         let (inner, pool) = (&self.inner, &self.pool);
         let (ids, ends) = run_detached(py, || {
             let slices: Vec<&[u8]> = texts.iter().map(|t| t.as_bytes()).collect();
-            let parts = pool.install(|| inner.encode_batch_parts(&slices)).map_err(NativeError::from)?;
-            let ends: Vec<u64> = batch_ends(&parts).collect();
-            let ids = pool.install(|| joined(parts.into_iter().map(|p| p.0).collect(), dtype))?;
+            let ids = pool.install(|| inner.encode_batch_ids(&slices)).map_err(NativeError::from)?;
+            let ends: Vec<u64> = ids.ends().collect();
+            let ids = pool.install(|| joined(ids, dtype))?;
             Ok((ids, ends))
         })?;
         Ok((joined_array(py, ids)?, PyArray1::from_vec(py, ends).into_any()))
@@ -291,12 +302,14 @@ impl NativeEncoder {
         let bytes = text.as_bytes();
         let ids = run_detached(py, || {
             let chunks = safe_chunks(inner.splitter(), bytes, chunk_bytes.max(1));
-            pool.install(|| joined(inner.encode_batch_parts(&chunks)?.into_iter().map(|p| p.0).collect(), dtype))
-                .map_err(NativeError::from)
+            pool.install(|| joined(inner.encode_batch_ids(&chunks)?, dtype)).map_err(NativeError::from)
         })?;
         joined_array(py, ids)
     }
 }
+
+/// Pools of other sizes kept (see `NativeEncoder::sized_pools`): one for lists, one for flat batches.
+const KEPT_POOLS: usize = 2;
 
 /// Texts given to one rayon task: at least this many bytes of them (or one text), so a task's
 /// work outweighs handing it out, while a batch of short documents still spreads over threads.
@@ -428,52 +441,18 @@ impl NativeEncoder {
         })
     }
 
-    /// A pool of `threads` threads, the one kept from the last call when its size fits.
+    /// A pool of `threads` threads: one kept from a recent call when its size fits.
     fn sized_pool(&self, threads: usize) -> PyResult<Arc<rayon::ThreadPool>> {
-        let mut kept = self.sized_pool.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((size, pool)) = kept.as_ref() {
-            if *size == threads {
-                return Ok(Arc::clone(pool));
-            }
+        let mut kept = self.sized_pools.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, pool)) = kept.iter().find(|(size, _)| *size == threads) {
+            return Ok(Arc::clone(pool));
         }
         let fresh = Arc::new(pool(threads)?);
-        *kept = Some((threads, Arc::clone(&fresh)));
+        if kept.len() == KEPT_POOLS {
+            kept.remove(0);
+        }
+        kept.push((threads, Arc::clone(&fresh)));
         Ok(fresh)
-    }
-
-    /// Encode `texts` block by block with the GIL released, on the calling thread and
-    /// `threads - 1` helpers. An error names the first text that fails.
-    fn encode_blocks(
-        &self,
-        py: Python<'_>,
-        texts: &[PyBackedStr],
-        specials: Vec<(Vec<u8>, u32)>,
-        threads: usize,
-    ) -> PyResult<Vec<Block>> {
-        let helpers = self.helpers(threads)?;
-        let specials = SpecialIds::new(specials);
-        // On one thread the batch is one block: its ids are then one vector (see `joined_array`).
-        let block_bytes = if helpers.is_some() { BLOCK_BYTES } else { usize::MAX };
-        let work = Work::new(&self.inner, &specials, texts, block_bytes);
-        run_detached(py, || {
-            let mut results = Results::new(work.ranges.len());
-            let Some(pool) = helpers else {
-                while let Some((i, block)) = work.next() {
-                    results.add(i, block);
-                }
-                return results.into_blocks().map_err(NativeError::Msg);
-            };
-            pool.in_place_scope(|scope| {
-                let receiver = work.start_helpers(scope, pool.current_num_threads());
-                while let Some((i, block)) = work.next() {
-                    results.add(i, block);
-                }
-                for (i, block) in receiver {
-                    results.add(i, block);
-                }
-            });
-            results.into_blocks().map_err(NativeError::Msg)
-        })
     }
 
     /// Lists of ids for `threads` > 1. Making Python objects needs the GIL, so only this thread
@@ -635,17 +614,6 @@ impl Results {
     fn take(&mut self, i: usize) -> Option<Block> {
         self.waiting.get_mut(i).and_then(Option::take)
     }
-
-    /// Every block in order, or the first failure.
-    fn into_blocks(self) -> Result<Vec<Block>, String> {
-        if let Some((_, e)) = self.error {
-            return Err(e);
-        }
-        self.waiting
-            .into_iter()
-            .map(|b| b.ok_or_else(|| "a block of the batch was never encoded".to_string()))
-            .collect()
-    }
 }
 
 /// The ids of the texts in `range`, special tokens cut out, as one block.
@@ -765,14 +733,13 @@ enum Joined {
     Narrow(Vec<u16>),
 }
 
-/// The ids of a batch's parts joined in order as `dtype` ("uint16" or "uint32"), by the current
-/// pool's threads (`join_ids`, `join_narrow`: run it inside the pool); an id that does not fit in
-/// uint16 is the error.
-fn joined(parts: Vec<Vec<u32>>, dtype: &str) -> Result<Joined, String> {
+/// A batch's ids joined in order as `dtype` ("uint16" or "uint32"), by the current pool's threads
+/// (run it inside the pool); an id that does not fit in uint16 is the error.
+fn joined(ids: BatchIds, dtype: &str) -> Result<Joined, String> {
     if dtype == "uint32" {
-        return Ok(Joined::Wide(join_ids(parts)));
+        return Ok(Joined::Wide(ids.into_ids()));
     }
-    join_narrow(parts).map(Joined::Narrow).map_err(|id| format!("id {id} does not fit in uint16"))
+    ids.into_narrow().map(Joined::Narrow).map_err(|id| format!("id {id} does not fit in uint16"))
 }
 
 /// Joined ids as a numpy array that takes over their buffer, and gives it back for reuse when it
