@@ -1,6 +1,6 @@
 //! Large id buffers kept for reuse between calls.
 //!
-//! A batch's ids go into buffers of megabytes (one per group of documents, and the joined result).
+//! A batch's ids go into buffers of megabytes (one per thread of a batch, and the joined result).
 //! Memory the process has not written yet costs the kernel a page fault and a zeroed page per page
 //! when first written, a sizeable share of encoding a batch whose pieces are cached: the arrays
 //! that hand ids to Python give their buffer back here when they go, parts are given back once
