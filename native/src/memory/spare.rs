@@ -20,6 +20,10 @@ pub const MIN_BYTES: usize = 1 << 20;
 const KEPT: usize = 64;
 /// A kept buffer more than this many times the size asked for is not taken for it.
 const OVERSIZE: usize = 4;
+/// A kept buffer is grown to the size asked for only from at least this share of it: growing a
+/// much smaller one saves little fresh memory, and remapped memory was backed by huge pages less
+/// often than a fresh block asked for them.
+const GROW_FROM: usize = 2;
 
 /// Buffers of `T` given back, for the next [`Spares::take`].
 pub struct Spares<T> {
@@ -43,21 +47,26 @@ impl<T: Copy> Spares<T> {
     }
 
     /// An empty vector with room for at least `n` elements: the smallest kept one that has it
-    /// without being [`OVERSIZE`] times larger, else the largest kept one below `n` grown to it (a
-    /// large block grows by remapping its pages, so only the new tail is fresh memory), else a new
-    /// one whose memory is asked for huge pages before it is first written. A much larger buffer
-    /// stays for a request its size (a small result in it would hold it all, or shrink it).
+    /// without being [`OVERSIZE`] times larger, else the largest kept one below `n` (but not below
+    /// `n / GROW_FROM`) grown to it (a large block grows by remapping its pages, so only the new
+    /// tail is fresh memory, asked for huge pages as a new one is), else a new one whose memory is
+    /// asked for huge pages before it is first written. A much larger buffer stays for a request
+    /// its size (a small result in it would hold it all, or shrink it).
     pub fn take(&self, n: usize) -> Vec<T> {
         let wanted = if n * size_of::<T>() >= MIN_BYTES { self.kept() } else { None };
         if let Some(mut kept) = wanted {
             let by_capacity = |v: &(usize, &Vec<T>)| v.1.capacity();
             let fits =
                 kept.iter().enumerate().filter(|(_, v)| (n..=n.saturating_mul(OVERSIZE)).contains(&v.capacity()));
-            let below = kept.iter().enumerate().filter(|(_, v)| v.capacity() < n);
+            let below = kept.iter().enumerate().filter(|(_, v)| v.capacity() < n && v.capacity() * GROW_FROM >= n);
             if let Some(i) = fits.min_by_key(by_capacity).or_else(|| below.max_by_key(by_capacity)).map(|(i, _)| i) {
                 let mut v = kept.swap_remove(i);
                 drop(kept);
-                v.reserve_exact(n);
+                if v.capacity() < n {
+                    v.reserve_exact(n);
+                    // The grown part is fresh memory the first advice never covered.
+                    advise_huge(v.as_ptr() as usize, v.capacity() * size_of::<T>());
+                }
                 return v;
             }
         }
@@ -122,6 +131,10 @@ mod tests {
         assert_eq!(second.as_ptr(), pb);
         assert_eq!(spares.kept_bytes(), 0);
         spares.give(Vec::with_capacity(2 * MB_IDS));
+        let fresh = spares.take(5 * MB_IDS);
+        assert!(fresh.capacity() >= 5 * MB_IDS && spares.kept_bytes() == 2 * MIN_BYTES, "too small to grow");
+        drop(spares.take(2 * MB_IDS));
+        spares.give(Vec::with_capacity(3 * MB_IDS));
         let grown = spares.take(5 * MB_IDS);
         assert!(grown.capacity() >= 5 * MB_IDS && spares.kept_bytes() == 0, "the largest, grown");
         spares.give(Vec::with_capacity(8 * MB_IDS));
