@@ -6,6 +6,7 @@ import errno
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -89,6 +90,27 @@ def test_concurrent_runs_with_one_dir_name_get_one_dir_each(tmp_path: Path, corp
 def test_a_special_spelled_like_a_byte_token_is_refused(special: str, corpus: Path) -> None:
     with pytest.raises(ConfigError, match="spelled like a byte token"):
         superbpe.train_bpe(corpus, 300, [special], engine="python")
+
+
+@pytest.mark.parametrize(("special", "text"), [("Ġthe", " the"), ("ĊĊ", "\n\n"), ("<|Ġ|>", "<| |>")])
+def test_a_special_spelling_another_text_in_the_byte_table_is_refused_before_training(
+    special: str, text: str, corpus: Path
+) -> None:
+    """tokenizer.json would spell the special like the token of ``text`` once the merges learn it, which
+    only the end of training would tell."""
+    with pytest.raises(ConfigError, match=f"is how tokenizer.json spells the text {re.escape(repr(text))}"):
+        superbpe.train_bpe(corpus, 300, [special], engine="python")
+
+
+@pytest.mark.parametrize("special", ["<|résumé|>", "naïve"])
+def test_a_special_whose_byte_table_reading_is_no_text_is_kept(
+    special: str, corpus: Path, tmp_path: Path
+) -> None:
+    """Its "é" or "ï" reads as a lone byte in the byte table: no merge of UTF-8 text makes that."""
+    vocab, merges = superbpe.train_bpe(corpus, 300, [special], engine="python")
+    superbpe.Tokenizer(vocab, merges, [special]).save(tmp_path / "tok")
+    loaded = superbpe.Tokenizer.load(tmp_path / "tok")
+    assert loaded.encode(f"a {special} b").count(loaded.token_to_id(special)) == 1
 
 
 def test_a_special_with_the_bytes_of_a_learned_token_is_refused() -> None:

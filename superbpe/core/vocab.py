@@ -7,7 +7,7 @@ import logging
 import re
 from collections.abc import Iterable, Sequence
 
-from superbpe.core.byte_table import byte_to_unicode, unicode_to_byte
+from superbpe.core.byte_table import byte_to_unicode, token_str_to_bytes, unicode_to_byte
 from superbpe.core.errors import ConfigError
 from superbpe.core.types import Merge
 
@@ -35,14 +35,25 @@ def check_special_tokens(special_tokens: Sequence[str]) -> None:
     A one-byte special ("x") has the bytes of byte token 120, so ``vocab.json`` would hold two ids
     under one key; a one-character special in the GPT-2 byte table ("é", "Ġ") is written verbatim in
     ``tokenizer.json`` under the key of a byte token. Both make files that do not load or that encode
-    differently, so they are errors before any training. A special that is a plain word is allowed
-    but worth a warning: text is cut at every occurrence, inside longer words too. The tokens are ones
+    differently, so they are errors before any training. A longer special written in the byte table's
+    characters ("Ġthe", "ĊĊ") spells the text of another token (" the", two newlines) in
+    ``tokenizer.json`` whenever the merges learn that text, which is known only after training: it is
+    refused before too. One whose byte-table reading is not text ("<|résumé|>": its "é" reads as a lone
+    byte 0xE9) is the spelling of no learned token and is allowed. A special that is a plain word is
+    allowed but worth a warning: text is cut at every occurrence, inside longer words too. The tokens are ones
     a :class:`SpecialSplitter` took (a list of non-empty strings), which every caller makes first.
     """
     for token in special_tokens:
         if len(token.encode("utf-8")) == 1 or token in unicode_to_byte():
             raise ConfigError(
                 f"special token {token!r} is spelled like a byte token; use a longer text, say '<|{token}|>'"
+            )
+        spelled = _byte_table_spelling_of(token)
+        if spelled is not None:
+            raise ConfigError(
+                f"special token {token!r} is how tokenizer.json spells the text {spelled!r} (GPT-2's byte "
+                f"table), which the merges may learn as a token, and then the two cannot both be written; "
+                f"spell the special token in plain text"
             )
         if _PLAIN_WORD.fullmatch(token):
             log.warning(
@@ -52,6 +63,20 @@ def check_special_tokens(special_tokens: Sequence[str]) -> None:
                 token,
                 token,
             )
+
+
+def _byte_table_spelling_of(token: str) -> str | None:
+    """The text whose tokenizer.json spelling ``token`` is, when that is another text than the token's own."""
+    try:
+        spelled = token_str_to_bytes(token)
+    except KeyError:
+        return None  # a character outside the byte table: no token is spelled with it
+    if spelled == token.encode("utf-8"):
+        return None
+    try:
+        return spelled.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 RESERVED_FORMAT = "<|reserved_{}|>"
