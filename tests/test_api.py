@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import superbpe
@@ -75,6 +76,17 @@ def test_counts_are_trained_as_they_were_made(sample_texts: Path) -> None:
         ({"forbidden_substrings": [""]}, ConfigError, "forbidden_substrings must be non-empty"),
         ({"workers": 0}, SuperBPEError, "workers must be an integer >= 1"),
         ({"special_tokens": EOT}, ConfigError, r"special_tokens takes a list of strings: \['<\|endoftext"),
+        ({"special_tokens": 5}, ConfigError, "special_tokens takes a list of strings, not int"),
+        ({"forbidden_substrings": ": "}, ConfigError, r"takes a list of strings: \[': '\]"),
+        ({"forbidden_substrings": [5]}, ConfigError, r"forbidden_substrings takes strings, not int \(5\)"),
+        ({"chunk_bytes": 1.5}, ConfigError, "chunk_bytes must be an integer >= 1, not 1.5"),
+        ({"chunk_bytes": 0}, ConfigError, "chunk_bytes must be an integer >= 1, not 0"),
+        ({"callback": 5}, ConfigError, "callback must be a function of the merges so far, not int"),
+        ({"callback_every": 2.5}, ConfigError, "callback_every must be an integer >= 1, got 2.5"),
+        ({"pretokenizer": 5}, ConfigError, "pretokenizer takes a built-in name, 'custom:<regex>'"),
+        ({"input_path": b"corpus.txt"}, InputError, "not bytes: 'corpus.txt'"),
+        ({"input_path": {"text": "hello"}}, InputError, r"a row of text goes in a list, \[row\]"),
+        ({"input_path": ["corpus.txt", 5]}, InputError, r"inputs\[1\] is of type int, not a path"),
     ],
 )
 def test_bad_arguments_are_one_line_errors(
@@ -123,6 +135,7 @@ def test_reprs_say_what_they_hold_in_one_short_line(sample_texts: Path) -> None:
 def test_arguments_of_the_wrong_kind_are_one_line_library_errors(sample_texts: Path) -> None:
     vocab = {i: bytes([i]) for i in range(256)} | {256: b"ab"}
     merges = [(b"a", b"b")]
+    plain = superbpe.Tokenizer(vocab, merges)
     cases = {
         "merge #0 must be two non-empty bytes objects": lambda: superbpe.Tokenizer(vocab, [("a", "b")]),
         "merge #0 must be two non-empty bytes": lambda: superbpe.Tokenizer(vocab, [(b"a", b"b", b"c")]),
@@ -133,7 +146,44 @@ def test_arguments_of_the_wrong_kind_are_one_line_library_errors(sample_texts: P
         "compat must be a preset": lambda: superbpe.Tokenizer.load(sample_texts, compat=5),
         "decode takes token ids": lambda: superbpe.Tokenizer(vocab, merges).decode(None),
         "inputs are a path or a list of paths, not int": lambda: superbpe.count(5),
+        "this one maps strings to ids, as a vocab.json does: load such files with Tokenizer.from_files": (
+            lambda: superbpe.Tokenizer({"a": 0}, [])
+        ),
+        "encode_file takes a path .str or Path., not bytes": lambda: plain.encode_file(b"corpus.txt"),
+        "encode_batch takes a list of str, not a dict": lambda: plain.encode_batch({"a": 1}),
+        "pretokenizer takes a built-in name": lambda: superbpe.Tokenizer(vocab, merges, pretokenizer=5),
     }
     for message, call in cases.items():
         with pytest.raises(SuperBPEError, match=message):
             call()
+
+
+def test_numpy_integers_and_none_are_taken_where_python_ones_are(sample_texts: Path) -> None:
+    """A size or count from numpy works as the int it holds; None special tokens or pretokenizer mean the
+    defaults, as elsewhere in the API."""
+    corpus = sample_texts / "german.txt"
+    want = superbpe.train_bpe(corpus, 300, None, chunk_bytes=4096)
+    assert superbpe.train_bpe(corpus, np.int64(300), None, chunk_bytes=np.int64(4096)) == want
+    tok = superbpe.Tokenizer(*want, pretokenizer=None)
+    assert tok.encode_batch(["ab cd"], threads=np.int64(2)) == [tok.encode("ab cd")]
+
+
+def test_a_save_into_a_directory_removes_what_an_earlier_save_left_of_another_tokenizer(
+    sample_texts: Path, tmp_path: Path
+) -> None:
+    """tiktoken files from an earlier save with ``tiktoken=True`` would encode as the earlier tokenizer."""
+    first = superbpe.Tokenizer(*superbpe.train_bpe(sample_texts / "german.txt", 300, [EOT]), [EOT])
+    second = superbpe.Tokenizer(*superbpe.train_bpe(sample_texts / "german.txt", 280, [EOT]), [EOT])
+    first.save(tmp_path / "tok", tiktoken=True)
+    assert (tmp_path / "tok" / "tokenizer.tiktoken").is_file()
+    second.save(tmp_path / "tok")
+    assert not (tmp_path / "tok" / "tokenizer.tiktoken").exists()
+    assert not (tmp_path / "tok" / "tiktoken.json").exists()
+    assert superbpe.Tokenizer.load(tmp_path / "tok").vocab_size == second.vocab_size
+
+
+def test_a_save_where_nothing_can_be_written_is_a_library_error(sample_texts: Path, tmp_path: Path) -> None:
+    tok = superbpe.Tokenizer(*superbpe.train_bpe(sample_texts / "german.txt", 300, [EOT]), [EOT])
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(InputError, match=r"file/tok: cannot write the tokenizer there \(Not a directory\)"):
+        tok.save(tmp_path / "file" / "tok")

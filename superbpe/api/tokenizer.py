@@ -112,7 +112,7 @@ class Tokenizer:
         vocab: dict[int, bytes],
         merges: list[Merge],
         special_tokens: Sequence[str] | None,
-        pretokenizer: str | Pretokenizer,
+        pretokenizer: str | Pretokenizer | None,
         engine: str | Engine,
         whole_pieces: bool,
         specials_unmade: bool = False,
@@ -125,7 +125,7 @@ class Tokenizer:
         self._id_of = dict(zip(self._vocab.values(), self._vocab, strict=True))
         self._special_ids = self._add_special_tokens()
         self._max_special_len = max((len(s) for s in self._special_ids), default=0)
-        self._pretokenizer = get_pretokenizer(pretokenizer)
+        self._pretokenizer = get_pretokenizer("gpt2" if pretokenizer is None else pretokenizer)
         _warn_if_the_pattern_splits_merges(self._merges, self._pretokenizer)
         self._engine = get_engine(engine, [self._pretokenizer])
         specials = self._splitter.special_tokens
@@ -409,11 +409,13 @@ class Tokenizer:
         """All ids of a UTF-8 (or gzip) text file, streamed; uint16 when every id fits, else uint32.
         ``errors="replace"`` reads bytes that are not UTF-8 as U+FFFD (by default they are an error)."""
         check_errors_mode(errors)
+        if not isinstance(path, (str, os.PathLike)):
+            raise InputError(f"encode_file takes a path (str or Path), not {type(path).__name__}")
         path = Path(path)
         if is_jsonl(path) or is_table(path):  # its documents are records, not the file's bytes
             raise InputError(
                 f"{path}: encode_file reads one text; encode a JSON-lines or table file's documents with "
-                "encode_batch of their texts, or into a token file with encode_corpus (superbpe-encode)"
+                "encode_batch of their texts, or into a token file with the superbpe-encode command"
             )
         chosen = np.dtype(dtype) if dtype is not None else self._smallest_dtype()
         if np.iinfo(chosen).max < self._max_id:
@@ -569,8 +571,9 @@ class Tokenizer:
         tiktoken: bool = False,
     ) -> Path:
         """Write vocab.json, merges.txt, tokenizer.json (+ tokenizer_config.json, special_tokens_map.json for
-        transformers, with ``roles``: bos/eos/pad/unk) and superbpe.json, each atomically; ``tiktoken=True``
-        adds tokenizer.tiktoken + tiktoken.json.
+        transformers, with ``roles``: ``{"bos_token": ..., "eos_token": ..., "pad_token": ..., "unk_token":
+        ...}``) and superbpe.json, each atomically; ``tiktoken=True`` adds tokenizer.tiktoken + tiktoken.json
+        (without it, those of an earlier save into the directory are removed).
 
         A pattern of the user's own is tried in HF ``tokenizers`` (and tiktoken, when asked for) first: one
         they read otherwise would give other ids there, a warning for tokenizer.json (this tokenizer is still
@@ -662,6 +665,8 @@ def _checked_texts(texts: Iterable[str], method: str) -> list[str]:
     if isinstance(texts, (str, bytes, bytearray)):
         kind = type(texts).__name__
         raise InputError(f"{method} takes a list of str, not a {kind} (encode takes one text)")
+    if isinstance(texts, Mapping):  # iterated, it would be its keys
+        raise InputError(f"{method} takes a list of str, not a {type(texts).__name__}")
     if not isinstance(texts, Iterable):
         raise InputError(f"{method} takes a list of str, not {type(texts).__name__}")
     batch = texts if type(texts) is list else list(texts)
@@ -745,6 +750,11 @@ def _checked_vocab(vocab: Mapping[int, bytes]) -> dict[int, bytes]:
     checked: dict[int, bytes] = {}
     seen: dict[bytes, int] = {}
     for token_id, token in vocab.items():
+        if isinstance(token_id, str) and isinstance(token, int):
+            raise ConfigError(
+                "vocab maps ids to bytes; this one maps strings to ids, as a vocab.json does: load such "
+                "files with Tokenizer.from_files(vocab_json, merges_txt)"
+            )
         if isinstance(token_id, bool) or not isinstance(token_id, int) or not 0 <= token_id < MAX_IDS:
             raise ConfigError(f"vocab ids must be non-negative integers, got {token_id!r} (below 2**32)")
         if not isinstance(token, (bytes, bytearray)) or not token:

@@ -15,10 +15,10 @@ from superbpe.core.compat import CompatConfig, get_compat, training_pretokenizer
 from superbpe.core.counts import PieceCounts
 from superbpe.core.errors import ConfigError
 from superbpe.core.pretokenize import Pretokenizer, SpecialSplitter, get_pretokenizer, special_token_list
-from superbpe.core.rules import MergeCallback, MergeRules, make_rules
+from superbpe.core.rules import MergeCallback, MergeRules, check_callback, make_rules
 from superbpe.core.sources import DEFAULT_CHUNK_BYTES, DocumentStream, InputSpec, is_document_stream
 from superbpe.core.types import Merge
-from superbpe.core.util import caller_stacklevel
+from superbpe.core.util import caller_stacklevel, whole_number
 from superbpe.core.vocab import (
     Vocab,
     alphabet_order,
@@ -60,7 +60,7 @@ def count(
         pre,
         special_tokens,
         workers=workers,
-        chunk_bytes=chunk_bytes,
+        chunk_bytes=whole_number(chunk_bytes, "chunk_bytes"),
         errors=errors,
         text_field=text_field,
     )
@@ -95,11 +95,12 @@ def train_bpe(
     special_tokens = special_token_list(special_tokens)
     SpecialSplitter(special_tokens)
     check_special_tokens(special_tokens)
+    check_callback(callback, callback_every)
     seen_alphabet = chosen_compat.alphabet == "seen"
-    check_vocab_size(vocab_size)
+    vocab_size = check_vocab_size(vocab_size)
     # With the seen alphabet, the budget is known once the text is counted (see below).
     num_merges = 0 if seen_alphabet else merge_budget(vocab_size, special_tokens)
-    read_options = {k: options.pop(k) for k in ("chunk_bytes", "errors", "text_field") if k in options}
+    read_options = _read_options(options)
     rules = training_rules(make_rules(**_rule_options(options)), chosen_compat)
     if isinstance(input_path, PieceCounts):
         _check_counts_made_alike(input_path, pretokenizer, special_tokens)
@@ -201,7 +202,9 @@ def train_superbpe(
     under ``max_words_per_token`` and ``forbidden_substrings``. ``input_path`` is files or documents (see
     :func:`count`): a stream is read once, counting both patterns as it goes. Other options, as for
     :func:`train_bpe`: ``min_frequency`` and ``max_token_bytes`` (both stages), ``chunk_bytes``,
-    ``errors``, ``text_field``; ``engine``, ``workers``, ``compat`` and ``callback`` likewise.
+    ``errors``, ``text_field``; ``engine``, ``workers``, ``compat`` and ``callback`` likewise. Each stage
+    calls ``callback`` every ``callback_every`` merges it chooses, counted from its start: stage 2's calls
+    come at ``transition + callback_every``, ``transition + 2 * callback_every``, ...
 
     Encode with the stage-2 pattern: ``Tokenizer(vocab, merges, special_tokens,
     pretokenizer=stage2_pretokenizer)``; a word-level pattern never makes the superwords.
@@ -215,13 +218,14 @@ def train_superbpe(
     special_tokens = special_token_list(special_tokens)
     SpecialSplitter(special_tokens)
     check_special_tokens(special_tokens)
+    check_callback(callback, callback_every)
     seen_alphabet = chosen_compat.alphabet == "seen"
     if seen_alphabet:
         total = most_seen_merges(vocab_size, special_tokens)
     else:
         total = merge_budget(vocab_size, special_tokens)
     stage1_end = _transition_end(transition, total, seen_alphabet)
-    read_options = {k: options.pop(k) for k in ("chunk_bytes", "errors", "text_field") if k in options}
+    read_options = _read_options(options)
     shared = _rule_options(options, "train_superbpe")  # both stages: min_frequency, max_token_bytes
     rules1 = training_rules(make_rules(**shared), chosen_compat)
     words = {"max_words_per_token": max_words_per_token, "forbidden_substrings": forbidden_substrings}
@@ -290,6 +294,14 @@ def _count_stages(
         engine.count(inputs, p, special_tokens, workers=workers, borrow_files=True, **read_options)
         for p in pretokenizers
     ]
+
+
+def _read_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The options that say how the corpus is read, taken out of ``options``, ``chunk_bytes`` checked."""
+    read = {k: options.pop(k) for k in ("chunk_bytes", "errors", "text_field") if k in options}
+    if "chunk_bytes" in read:
+        read["chunk_bytes"] = whole_number(read["chunk_bytes"], "chunk_bytes")
+    return read
 
 
 def _rule_options(options: dict[str, Any], caller: str = "train_bpe") -> dict[str, Any]:

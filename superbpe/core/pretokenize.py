@@ -281,6 +281,11 @@ def get_pretokenizer(
         pre = name_or_pattern
         return pre if line_units is None else Pretokenizer(pre.name, pre.pattern, line_units)
     name = name_or_pattern
+    if not isinstance(name, str):
+        raise ConfigError(
+            "pretokenizer takes a built-in name, 'custom:<regex>' or a Pretokenizer, "
+            f"not {type(name).__name__}"
+        )
     if name in PATTERNS:
         if pattern is not None and pattern != PATTERNS[name]:
             raise ConfigError(f"pre-tokenizer {name!r} is built in; use name 'custom' to give a pattern")
@@ -331,11 +336,15 @@ def last_safe_cut(text: str) -> int:
 _SUBSTRING_SEARCHES_MAX = 8
 
 
-def special_token_list(special_tokens: Iterable[str]) -> list[str]:
-    """The special tokens once each, in order; one string given where a list goes is an error (it
-    would otherwise be read as its characters, each a special token)."""
+def special_token_list(special_tokens: Iterable[str] | None) -> list[str]:
+    """The special tokens once each, in order (None is none); one string given where a list goes is an
+    error (it would otherwise be read as its characters, each a special token)."""
+    if special_tokens is None:
+        return []
     if isinstance(special_tokens, str | bytes):
         raise ConfigError(f"special_tokens takes a list of strings: [{special_tokens!r}]")
+    if not isinstance(special_tokens, Iterable):
+        raise ConfigError(f"special_tokens takes a list of strings, not {type(special_tokens).__name__}")
     return list(dict.fromkeys(special_tokens))
 
 

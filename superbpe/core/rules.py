@@ -129,23 +129,45 @@ def make_rules(
     max_words_per_token: int | None = None,
     forbidden_substrings: Iterable[str | bytes] = (),
 ) -> MergeRules:
-    """Merge rules from user-facing option values: strings become UTF-8; ``MergeRules`` validates."""
-    forbidden = tuple(s.encode("utf-8") if isinstance(s, str) else bytes(s) for s in forbidden_substrings)
-    return MergeRules(min_frequency, max_token_bytes, max_words_per_token, forbidden)
+    """Merge rules from user-facing option values: strings become UTF-8; ``MergeRules`` validates.
+
+    One string where the list goes is an error: iterated, it would forbid each of its characters (": "
+    would forbid every space, and so every superword)."""
+    if isinstance(forbidden_substrings, str | bytes):
+        raise ConfigError(f"forbidden_substrings takes a list of strings: [{forbidden_substrings!r}]")
+    forbidden = []
+    for s in forbidden_substrings:
+        if not isinstance(s, str | bytes):
+            raise ConfigError(f"forbidden_substrings takes strings, not {type(s).__name__} ({s!r})")
+        forbidden.append(s.encode("utf-8") if isinstance(s, str) else s)
+    return MergeRules(min_frequency, max_token_bytes, max_words_per_token, tuple(forbidden))
 
 
 def check_train_args(
-    num_merges: int, replay: Sequence[Merge], callback_every: int, *, max_merges: int | None = None
+    num_merges: int,
+    replay: Sequence[Merge],
+    callback_every: int,
+    *,
+    max_merges: int | None = None,
+    callback: object = None,
 ) -> None:
     """Argument checks every engine runs before training, so both fail with the same messages."""
+    check_callback(callback, callback_every)
     if num_merges < 0:
         raise ConfigError(f"num_merges must be >= 0, got {num_merges}")
     if max_merges is not None and num_merges > max_merges:
         raise ConfigError(f"num_merges must be <= {max_merges}, got {num_merges}")
     if len(replay) > num_merges:
         raise ConfigError(f"{len(replay)} merges to replay but only {num_merges} merges in total")
-    if callback_every < 1:
-        raise ConfigError(f"callback_every must be >= 1, got {callback_every}")
+
+
+def check_callback(callback: object, callback_every: int) -> None:
+    """A training callback is callable and ``callback_every`` a whole number of merges (checked before a
+    corpus is counted, and again by each engine)."""
+    if callback is not None and not callable(callback):
+        raise ConfigError(f"callback must be a function of the merges so far, not {type(callback).__name__}")
+    if isinstance(callback_every, bool) or not isinstance(callback_every, int) or callback_every < 1:
+        raise ConfigError(f"callback_every must be an integer >= 1, got {callback_every!r}")
 
 
 def check_replay(replay: Sequence[Merge]) -> None:

@@ -140,11 +140,19 @@ def _checked_unicode(text: str, number: int, errors: str) -> str:
 
 def resolve_inputs(inputs: InputSpec) -> list[Path]:
     """Expand files, directories (recursively, sorted) and globs into a list of existing files."""
+    if isinstance(inputs, bytes):
+        named = os.fsdecode(inputs)
+        raise InputError(f"inputs are a path (str or Path) or a list of them, not bytes: {named!r}")
+    if isinstance(inputs, Mapping):
+        raise InputError("inputs are paths or documents, not a mapping: a row of text goes in a list, [row]")
     if not isinstance(inputs, (str, os.PathLike, Iterable)):
         raise InputError(f"inputs are a path or a list of paths, not {type(inputs).__name__}")
     items = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
     if not items:
         raise InputError("no input paths given")
+    for number, item in enumerate(items):
+        if not isinstance(item, (str, os.PathLike)):
+            raise InputError(f"inputs[{number}] is of type {type(item).__name__}, not a path (str or Path)")
     files: list[Path] = []
     for item in items:
         files.extend(_expand(str(item)))

@@ -7,6 +7,7 @@ import ctypes
 import gc
 import importlib
 import io
+import numbers
 import os
 import resource
 import sys
@@ -220,6 +221,14 @@ def default_threads() -> int:
     return threads or usable_cpus()
 
 
+def whole_number(value: object, name: str, low: int = 1) -> int:
+    """``value`` as an int when it is a whole number >= ``low``: a Python or numpy integer (numpy's
+    register as :class:`numbers.Integral`); a bool, a float or a string is an error naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+        raise ConfigError(f"{name} must be an integer >= {low}, not {value!r}")
+    return int(value)
+
+
 def resolve_threads(threads: int | None, what: str = "threads") -> int:
     """An explicit thread count (an int >= 1, checked), or :func:`default_threads` for None.
 
@@ -227,12 +236,14 @@ def resolve_threads(threads: int | None, what: str = "threads") -> int:
     took minutes and tens of GB before it did anything), and none of them would run at once."""
     if threads is None:
         return default_threads()
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ConfigError(f"{what} must be an integer >= 1, not {threads!r}")
+    threads = whole_number(threads, what)
     cpus = os.cpu_count() or 1
     limit = max(64, 4 * cpus)
     if threads > limit:
-        raise ConfigError(f"{what}={threads} exceeds {limit} (4 per CPU of this machine's {cpus}, or 64)")
+        raise ConfigError(
+            f"{what}={threads} exceeds the limit of {limit} threads (4 per CPU, at least 64; "
+            f"this machine has {cpus} CPUs)"
+        )
     return threads
 
 

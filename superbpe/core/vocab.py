@@ -4,6 +4,7 @@ a ``vocab_size`` leaves room for. One place, so training, runs and exports count
 from __future__ import annotations
 
 import logging
+import numbers
 import re
 from collections.abc import Iterable, Sequence
 
@@ -101,10 +102,11 @@ def reserved_tokens(size: int, multiple: int | None, taken: Iterable[str] = ()) 
 
 
 def check_vocab_size(vocab_size: int) -> int:
-    """``vocab_size`` if it is an integer (a float or a bool from a config is an error)."""
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
+    """``vocab_size`` as an int if it is an integer, numpy's too (a float or a bool from a config is an
+    error)."""
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, numbers.Integral):
         raise ConfigError(f"vocab_size must be an integer, not {vocab_size!r}")
-    return vocab_size
+    return int(vocab_size)
 
 
 def merge_budget(
@@ -117,7 +119,7 @@ def merge_budget(
     and the specials already fill gives no merges (and a vocabulary larger than asked); ``at_least`` is
     what the schedule needs (its fixed stage ends), an error when the budget is below it.
     """
-    check_vocab_size(vocab_size)
+    vocab_size = check_vocab_size(vocab_size)
     if alphabet is None:
         floor = 256 + len(special_tokens)
         if vocab_size < floor:

@@ -359,7 +359,7 @@ class NativeEngine:
         consume_counts: bool = False,
     ) -> TrainResult:
         lib = _require_native()
-        check_train_args(num_merges, replay, callback_every)
+        check_train_args(num_merges, replay, callback_every, callback=callback)
         table = native_counts(counts)
         replay = list(replay)
         check_replay(replay)

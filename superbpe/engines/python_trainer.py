@@ -169,7 +169,7 @@ def train_merges(
     (handing over a copy each time made long runs quadratic; copy it to keep it); returning True stops the
     run, and calling again with ``replay=result.merges`` continues it exactly.
     """
-    check_train_args(num_merges, replay, callback_every, max_merges=MAX_MERGES)
+    check_train_args(num_merges, replay, callback_every, max_merges=MAX_MERGES, callback=callback)
     check_replay(replay)
     table = _PairTable(counts)
     tokens = [bytes([i]) for i in range(256)]

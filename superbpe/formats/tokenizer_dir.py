@@ -15,7 +15,11 @@ from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE, merges_to_text, vocab
 from superbpe.formats.hf import HF_FILE, hf_tokenizer_json, resolve_roles, transformers_documents
 from superbpe.formats.json_files import json_text
 from superbpe.formats.manifest import MANIFEST_FILE, Manifest
-from superbpe.formats.tiktoken_files import tiktoken_texts
+from superbpe.formats.tiktoken_files import TIKTOKEN_FILE, TIKTOKEN_META_FILE, tiktoken_texts
+
+#: The files a save writes only when asked for: one left from an earlier save into the same directory
+#: is removed.
+STALE_IF_UNWRITTEN = (TIKTOKEN_FILE, TIKTOKEN_META_FILE)
 
 
 def save_tokenizer_dir(
@@ -39,7 +43,8 @@ def save_tokenizer_dir(
     ``roles`` maps transformers' ``bos_token`` / ``eos_token`` / ``pad_token`` / ``unk_token`` to special
     tokens (default: ``<|endoftext|>`` as bos and eos when it is a special token). ``whole_pieces`` is how
     the tokenizer encodes (see :class:`Manifest`); ``vocab_style`` the ``vocab.json`` layout. Every
-    document is built (and so validated) before the first file is written.
+    document is built (and so validated) before the first file is written; tiktoken files an earlier save
+    left that this one does not write are removed. A directory that cannot be written is an ``InputError``.
     """
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
@@ -67,6 +72,13 @@ def save_tokenizer_dir(
         texts[name] = json_text(document, indent=2)
     if tiktoken:
         texts.update(tiktoken_texts(vocab, merges, special_tokens, pretokenizer))
-    for name, text in texts.items():
-        atomic_write_text(directory / name, text)
+    try:
+        for name, text in texts.items():
+            atomic_write_text(directory / name, text)
+        # Files of an earlier save that this one does not write would describe another tokenizer.
+        for name in STALE_IF_UNWRITTEN:
+            if name not in texts:
+                (directory / name).unlink(missing_ok=True)
+    except OSError as exc:
+        raise InputError(f"{directory}: cannot write the tokenizer there ({exc.strerror or exc})") from None
     return directory
