@@ -10,6 +10,7 @@ import io
 import numbers
 import os
 import resource
+import signal
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -219,6 +220,18 @@ def default_threads() -> int:
     if threads < 0:
         raise ConfigError(f"{THREADS_ENV} must be a whole number of threads, not {value!r}")
     return threads or usable_cpus()
+
+
+def as_worker_process(*, ignore_interrupt: bool = False) -> None:
+    """Signal handling for a worker process forked from a command: SIGTERM kills it at once.
+
+    A fork keeps the command's SIGTERM handler, which raises KeyboardInterrupt (so that a command stops
+    as on Ctrl-C); raised in a worker, at any point, it could leave a queue's lock or pipe half used, and
+    a scheduler's SIGTERM to the whole process group then hung the command and left a worker behind.
+    With ``ignore_interrupt`` Ctrl-C is the parent's to handle too."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if ignore_interrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def whole_number(value: object, name: str, low: int = 1) -> int:

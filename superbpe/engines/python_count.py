@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import multiprocessing as mp
 import queue
-import signal
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -37,6 +36,7 @@ from superbpe.core.sources import (
     is_document_stream,
     iter_chunks,
 )
+from superbpe.core.util import as_worker_process
 
 
 def count_pieces(
@@ -169,7 +169,7 @@ class CountJob:
 
 def _worker(job: CountJob, tasks: Any, results: Any) -> None:
     """Count chunks until told to stop, then send this worker's whole map back once."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle (it stops us)
+    as_worker_process(ignore_interrupt=True)  # Ctrl-C is the parent's to handle (it stops us)
     counters = job.counters()
     splitter = SpecialSplitter(job.specials)
     failed = False

@@ -41,7 +41,13 @@ from superbpe.core.sources import (
     iter_chunks,
     resolve_inputs,
 )
-from superbpe.core.util import atomic_write, atomic_write_text, default_threads, resolve_threads
+from superbpe.core.util import (
+    as_worker_process,
+    atomic_write,
+    atomic_write_text,
+    default_threads,
+    resolve_threads,
+)
 from superbpe.formats.token_files import (
     INDEX_NAME,
     EncodeResult,
@@ -108,6 +114,7 @@ def _init_worker(
     errors: str,
     dtype_name: str,
 ) -> None:
+    as_worker_process()
     tokenizer = Tokenizer.load(directory, engine=engine, compat=compat)
     _worker_state["encoder"] = ChunkEncoder(tokenizer, separator_id, text_field, errors, np.dtype(dtype_name))
 
