@@ -36,9 +36,10 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException, ValidationError
 
 from superbpe import __version__
-from superbpe.core.errors import InputError, SuperBPEError
+from superbpe.core.errors import ConfigError, InputError, SuperBPEError
 from superbpe.core.util import atomic_write_text, human_size
 from superbpe.formats.checkpoints import checkpoint_path
+from superbpe.formats.token_files import sidecar_path
 from superbpe.jobs.encode import encode_corpus
 from superbpe.jobs.evaluate import check_report_path, evaluate_dir
 from superbpe.training.cache import clear_cache, describe_cache, parse_age, resolve_cache_dir
@@ -324,6 +325,21 @@ def _into_run_log(outcome: str) -> None:
             handler.handle(record)
 
 
+def _check_not_written_by_this_sweep(output: Path) -> None:
+    """In a ``-m`` sweep, a token file an earlier job of it wrote is refused: every job would write the
+    same file (it is named the same for all), and only the last one's ids would be left."""
+    hydra_cfg = HydraConfig.get()
+    started = Path(hydra_cfg.sweep.dir) / "multirun.yaml"  # written as the sweep starts
+    written = sidecar_path(output)
+    if hydra_cfg.mode != RunMode.MULTIRUN or not (started.is_file() and written.is_file()):
+        return
+    if written.stat().st_mtime >= started.stat().st_mtime:
+        raise ConfigError(
+            f"output {output} was written by an earlier job of this sweep; give each job its own, e.g. "
+            "'output=tokens_${hydra:job.num}.bin'"
+        )
+
+
 def _jobs_not_run() -> str:
     """For a sweep stopped by Ctrl-C: that the jobs after this one did not run (not lost silently)."""
     hydra_cfg = HydraConfig.get()
@@ -415,6 +431,7 @@ def _encode(cfg: DictConfig) -> None:
     setup_logging()
     try:
         args = to_dataclass(cfg, EncodeConfig)
+        _check_not_written_by_this_sweep(Path(args.output))
         result = encode_corpus(
             args.tokenizer,
             args.input,

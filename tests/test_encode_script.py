@@ -560,3 +560,42 @@ def test_encode_worker_processes_leave_sigterm_to_its_default_action(tokenizer_d
             assert pool.submit(signal.getsignal, signal.SIGTERM).result() == signal.SIG_DFL
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_only_a_token_file_an_encoding_wrote_is_replaced(tokenizer_dir, documents, tmp_path):
+    """Another file at the token file's path or at its sidecar's is refused before any work; an earlier
+    encoding's output is replaced (a re-run)."""
+    source = tmp_path / "docs.txt"
+    source.write_text(EOT.join(documents), encoding="utf-8")
+    (tmp_path / "notes.txt").write_text("precious")
+    (tmp_path / "config.json").write_text('{"my": "settings"}')
+    for output, kept in [("notes.txt", "notes.txt"), ("config", "config.json")]:
+        with pytest.raises(ConfigError, match=f"output .*{kept} exists and is not a token file an encoding"):
+            encode_corpus(tokenizer_dir, source, tmp_path / output, workers=1)
+    assert (tmp_path / "notes.txt").read_text() == "precious"
+    assert (tmp_path / "config.json").read_text() == '{"my": "settings"}'
+    assert not (tmp_path / "config").exists()
+    first = encode_corpus(tokenizer_dir, source, tmp_path / "t.bin", workers=1)
+    again = encode_corpus(tokenizer_dir, source, tmp_path / "t.bin", workers=1)
+    assert again == first
+
+
+def test_a_sweep_whose_jobs_write_one_token_file_stops_at_the_second(tokenizer_dir, documents, tmp_path):
+    """Each job would replace the one before it: the second is refused, naming the way out, and the
+    first job's file stays."""
+    source = tmp_path / "docs.txt"
+    source.write_text(EOT.join(documents), encoding="utf-8")
+    proc = run_script(
+        "encode.py", "-m", f"tokenizer={tokenizer_dir},{tokenizer_dir}", f"input={source}", "output=m.bin",
+        "workers=1", cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert "m.bin was written by an earlier job of this sweep" in proc.stderr, proc.stderr
+    assert "output=tokens_${hydra:job.num}.bin" in proc.stderr
+    assert json.loads((tmp_path / "m.bin.json").read_text())["tokens"] > 0
+    proc = run_script(
+        "encode.py", "-m", f"tokenizer={tokenizer_dir},{tokenizer_dir}", f"input={source}",
+        "output=m_${hydra:job.num}.bin", "workers=1", cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "m_0.bin").read_bytes() == (tmp_path / "m_1.bin").read_bytes()

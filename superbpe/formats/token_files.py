@@ -110,6 +110,17 @@ def sidecar_path(output: Path) -> Path:
     return output.with_name(output.name + ".json")
 
 
+def is_token_file_sidecar(path: Path) -> bool:
+    """Whether ``path`` is a sidecar an encoding wrote (a JSON object with every field of
+    :class:`EncodeResult`), so the token file beside it may be replaced by a new encoding."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            document = json.load(handle)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(document, dict) and set(EncodeResult.__dataclass_fields__) <= set(document)
+
+
 def shard_file_name(number: int) -> str:
     return f"shard-{number:06d}.bin"
 

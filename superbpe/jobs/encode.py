@@ -53,6 +53,7 @@ from superbpe.formats.token_files import (
     EncodeResult,
     ShardedEncodeResult,
     ShardEntry,
+    is_token_file_sidecar,
     shard_file_name,
     sidecar_path,
     token_dtype,
@@ -161,6 +162,7 @@ def encode_corpus(
     paths = resolve_inputs(inputs)
     out = Path(output)
     check_nothing_is_overwritten((out, sidecar_path(out)), paths, directory)
+    check_only_token_files_are_replaced(out)
     ids_dtype = token_dtype(tokenizer.vocab, dtype)
     encoder = ChunkEncoder(tokenizer, separator_id, text_field, errors, ids_dtype)
     n_workers = _workers(workers, paths)
@@ -218,6 +220,21 @@ def check_nothing_is_overwritten(targets: Sequence[Path], paths: Sequence[Path],
             raise ConfigError(f"output {target} is one of the inputs; write it elsewhere")
         if os.path.samefile(target.parent, tokenizer_dir):
             raise ConfigError(f"output {target} is a file of the tokenizer directory; write it elsewhere")
+
+
+def check_only_token_files_are_replaced(out: Path) -> None:
+    """A flat token file replaces only a token file an encoding wrote before (its sidecar says so), with
+    that sidecar: any other file at either path (notes, a ``config.json`` beside ``output=config``) would
+    be lost to it, so it is refused before any work."""
+    sidecar = sidecar_path(out)
+    if is_token_file_sidecar(sidecar):
+        return
+    for target in (out, sidecar):
+        if target.exists():
+            raise ConfigError(
+                f"output {target} exists and is not a token file an encoding wrote; remove it or write "
+                "elsewhere"
+            )
 
 
 def separator_id_of(tokenizer: Tokenizer, separator: str | None) -> int | None:
