@@ -325,6 +325,11 @@ def _into_run_log(outcome: str) -> None:
             handler.handle(record)
 
 
+def _count(n: int, noun: str) -> str:
+    """``1 document``, ``3 documents``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _check_not_written_by_this_sweep(output: Path) -> None:
     """In a ``-m`` sweep, a token file an earlier job of it wrote is refused: every job would write the
     same file (it is named the same for all), and only the last one's ids would be left."""
@@ -451,7 +456,8 @@ def _encode(cfg: DictConfig) -> None:
         fail(exc)
     except KeyboardInterrupt:
         interrupted("nothing written: the token file appears only when it is complete")
-    print(f"{result.output}: {result.tokens} tokens ({result.dtype}), {result.documents} documents")
+    documents = _count(result.documents, "document")
+    print(f"{result.output}: {_count(result.tokens, 'token')} ({result.dtype}), {documents}")
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="evaluate")
@@ -480,7 +486,8 @@ def _evaluate(cfg: DictConfig) -> None:
         interrupted("nothing written")
     print(
         f"bytes/token {result.bytes_per_token:.4f}  tokens/document {result.tokens_per_document:.2f}  "
-        f"({result.bytes} bytes, {result.tokens} tokens, {result.documents} documents)"
+        f"({_count(result.bytes, 'byte')}, {_count(result.tokens, 'token')}, "
+        f"{_count(result.documents, 'document')})"
     )
 
 

@@ -578,6 +578,9 @@ def test_only_a_token_file_an_encoding_wrote_is_replaced(tokenizer_dir, document
     first = encode_corpus(tokenizer_dir, source, tmp_path / "t.bin", workers=1)
     again = encode_corpus(tokenizer_dir, source, tmp_path / "t.bin", workers=1)
     assert again == first
+    for name in ("t.npy", "t.json"):  # numpy.load of raw ids fails with a misleading message
+        with pytest.raises(ConfigError, match=f"output .*{name}: a token file holds raw ids"):
+            encode_corpus(tokenizer_dir, source, tmp_path / name, workers=1)
 
 
 def test_a_sweep_whose_jobs_write_one_token_file_stops_at_the_second(tokenizer_dir, documents, tmp_path):

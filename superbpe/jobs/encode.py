@@ -222,10 +222,20 @@ def check_nothing_is_overwritten(targets: Sequence[Path], paths: Sequence[Path],
             raise ConfigError(f"output {target} is a file of the tokenizer directory; write it elsewhere")
 
 
+#: Names that promise another format than a token file's raw ids.
+NOT_TOKEN_FILE_SUFFIXES = {".npy": "NumPy's .npy format", ".npz": "NumPy's .npz format", ".json": "JSON"}
+
+
 def check_only_token_files_are_replaced(out: Path) -> None:
     """A flat token file replaces only a token file an encoding wrote before (its sidecar says so), with
     that sidecar: any other file at either path (notes, a ``config.json`` beside ``output=config``) would
-    be lost to it, so it is refused before any work."""
+    be lost to it, so it is refused before any work. A name ending ``.npy``, ``.npz`` or ``.json`` is
+    refused too: ``numpy.load`` of raw ids fails with a misleading message."""
+    if out.suffix in NOT_TOKEN_FILE_SUFFIXES:
+        raise ConfigError(
+            f"output {out}: a token file holds raw ids (read it with superbpe.open_tokens or numpy.memmap), "
+            f"not {NOT_TOKEN_FILE_SUFFIXES[out.suffix]}; name it .bin (its sidecar goes beside it, .bin.json)"
+        )
     sidecar = sidecar_path(out)
     if is_token_file_sidecar(sidecar):
         return
