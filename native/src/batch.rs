@@ -7,14 +7,14 @@
 //! A buffer per group (a few megabytes each) rarely holds a whole 2 MiB-aligned span, so it was
 //! faulted in 4 KiB pages, both threads at once; a first pass on two threads then spent as much
 //! in the kernel as it saved. A thread's buffer is large enough to be backed by huge pages
-//! ([`spare::Spares::take`]), and is given back for the next batch once joined.
+//! ([`spare::Pages::Huge`]), and is given back for the next batch once joined.
 
 use std::mem::MaybeUninit;
 use std::sync::Mutex;
 
 use rayon::prelude::*;
 
-use crate::memory::spare;
+use crate::memory::spare::{self, Pages};
 
 /// A batch is cut into groups of texts of about this many bytes at least, each encoded by one
 /// thread with one cache, so that a batch of short texts is not one task per text.
@@ -22,10 +22,11 @@ const GROUP_MIN_BYTES: usize = 1 << 16;
 /// Groups per thread of the pool: enough that a thread that finishes early takes more.
 const GROUPS_PER_THREAD: usize = 8;
 
-/// Room for the ids of `bytes` bytes of text: a token holds two bytes or more in most text, so
-/// this rarely grows; large buffers come from (and go back to) [`spare::IDS`].
+/// Room for the ids of `bytes` bytes of text, written by one thread: a token holds two bytes or
+/// more in most text, so this rarely grows; large buffers come from (and go back to)
+/// [`spare::IDS`].
 pub fn ids_room(bytes: usize) -> Vec<u32> {
-    spare::IDS.take(bytes / 2 + 1)
+    spare::IDS.take(bytes / 2 + 1, Pages::Small)
 }
 
 /// The texts of a batch in consecutive groups of about `total / (threads * GROUPS_PER_THREAD)`
@@ -102,7 +103,7 @@ impl BatchIds {
                 match shared[slot].try_lock() {
                     Ok(mut buffer) => {
                         if buffer.capacity() == 0 {
-                            *buffer = ids_room(total / threads);
+                            *buffer = spare::IDS.take(total / threads / 2 + 1, Pages::Huge);
                         }
                         let start = buffer.len();
                         let lens = encode(first, group, &mut buffer).inspect_err(|_| buffer.truncate(start))?;
@@ -203,7 +204,9 @@ impl BatchIds {
         write: impl Fn(&mut [MaybeUninit<T>], &[u32]) -> Result<(), E> + Sync,
     ) -> Result<Vec<T>, E> {
         let total = self.groups.iter().map(|g| g.end() - g.start).sum();
-        let mut out: Vec<T> = spares.take(total);
+        // Several spans are written by the pool's threads at once; one (a single text narrowed) by one.
+        let pages = if self.groups.len() > 1 { Pages::Huge } else { Pages::Small };
+        let mut out: Vec<T> = spares.take(total, pages);
         let mut room = &mut out.spare_capacity_mut()[..total];
         let mut spans = Vec::with_capacity(self.groups.len());
         for g in &self.groups {

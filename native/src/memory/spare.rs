@@ -7,6 +7,12 @@
 //! joined, and the next batch takes them already mapped. What is kept is bounded
 //! ([`KEPT_BYTES`]), and buffers below [`MIN_BYTES`] are left to the allocator, which reuses
 //! small blocks anyway.
+//!
+//! New memory is asked for huge pages only where threads write at once ([`Pages::Huge`]): their
+//! 4 KiB faults contend, and a batch's first pass on two threads spent more in the kernel than the
+//! second thread saved. One thread alone takes the allocator's pages ([`Pages::Small`]): on a VM
+//! that hands freed memory back to its host, a huge page is often fresh host memory, and a batch on
+//! one thread after other work ran at half the speed in huge pages that it ran in 4 KiB ones.
 
 use std::sync::{Mutex, MutexGuard, TryLockError};
 
@@ -21,9 +27,17 @@ const KEPT: usize = 64;
 /// A kept buffer more than this many times the size asked for is not taken for it.
 const OVERSIZE: usize = 4;
 /// A kept buffer is grown to the size asked for only from at least this share of it: growing a
-/// much smaller one saves little fresh memory, and remapped memory was backed by huge pages less
-/// often than a fresh block asked for them.
+/// much smaller one saves little fresh memory.
 const GROW_FROM: usize = 2;
+
+/// The pages new memory of a buffer is asked for (see the module doc).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Pages {
+    /// Written by one thread alone: the allocator's pages.
+    Small,
+    /// Written by several threads at once: huge pages asked for before it is first written.
+    Huge,
+}
 
 /// Buffers of `T` given back, for the next [`Spares::take`].
 pub struct Spares<T> {
@@ -49,10 +63,10 @@ impl<T: Copy> Spares<T> {
     /// An empty vector with room for at least `n` elements: the smallest kept one that has it
     /// without being [`OVERSIZE`] times larger, else the largest kept one below `n` (but not below
     /// `n / GROW_FROM`) grown to it (a large block grows by remapping its pages, so only the new
-    /// tail is fresh memory, asked for huge pages as a new one is), else a new one whose memory is
-    /// asked for huge pages before it is first written. A much larger buffer stays for a request
-    /// its size (a small result in it would hold it all, or shrink it).
-    pub fn take(&self, n: usize) -> Vec<T> {
+    /// tail is new memory), else a new one. New memory is asked for `pages` before it is first
+    /// written. A much larger buffer stays for a request its size (a small result in it would hold
+    /// it all, or shrink it).
+    pub fn take(&self, n: usize, pages: Pages) -> Vec<T> {
         let wanted = if n * size_of::<T>() >= MIN_BYTES { self.kept() } else { None };
         if let Some(mut kept) = wanted {
             let by_capacity = |v: &(usize, &Vec<T>)| v.1.capacity();
@@ -64,14 +78,14 @@ impl<T: Copy> Spares<T> {
                 drop(kept);
                 if v.capacity() < n {
                     v.reserve_exact(n);
-                    // The grown part is fresh memory the first advice never covered.
-                    advise_huge(v.as_ptr() as usize, v.capacity() * size_of::<T>());
+                    // The grown part is new memory, which an advice before never covered.
+                    advise(&v, pages);
                 }
                 return v;
             }
         }
         let v = Vec::with_capacity(n);
-        advise_huge(v.as_ptr() as usize, v.capacity() * size_of::<T>());
+        advise(&v, pages);
         v
     }
 
@@ -109,6 +123,13 @@ impl<T: Copy> Spares<T> {
     }
 }
 
+/// Ask for huge pages for `v`'s memory when `pages` says so.
+fn advise<T>(v: &Vec<T>, pages: Pages) {
+    if pages == Pages::Huge {
+        advise_huge(v.as_ptr() as usize, v.capacity() * size_of::<T>());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,27 +141,27 @@ mod tests {
     #[test]
     fn takes_back_what_was_given_within_bounds() {
         let spares: Spares<u32> = Spares::new();
-        let (a, b) = (spares.take(2 * MB_IDS), spares.take(4 * MB_IDS));
+        let (a, b) = (spares.take(2 * MB_IDS, Pages::Huge), spares.take(4 * MB_IDS, Pages::Huge));
         let (pa, pb) = (a.as_ptr(), b.as_ptr());
         spares.give(b);
         spares.give(a);
-        let got = spares.take(MB_IDS);
+        let got = spares.take(MB_IDS, Pages::Huge);
         assert_eq!(got.as_ptr(), pa, "the smallest buffer that fits");
         assert!(got.is_empty() && got.capacity() >= MB_IDS);
-        let second = spares.take(3 * MB_IDS);
+        let second = spares.take(3 * MB_IDS, Pages::Huge);
         assert_eq!(second.as_ptr(), pb);
         assert_eq!(spares.kept_bytes(), 0);
         spares.give(Vec::with_capacity(2 * MB_IDS));
-        let fresh = spares.take(5 * MB_IDS);
+        let fresh = spares.take(5 * MB_IDS, Pages::Huge);
         assert!(fresh.capacity() >= 5 * MB_IDS && spares.kept_bytes() == 2 * MIN_BYTES, "too small to grow");
-        drop(spares.take(2 * MB_IDS));
+        drop(spares.take(2 * MB_IDS, Pages::Huge));
         spares.give(Vec::with_capacity(3 * MB_IDS));
-        let grown = spares.take(5 * MB_IDS);
+        let grown = spares.take(5 * MB_IDS, Pages::Huge);
         assert!(grown.capacity() >= 5 * MB_IDS && spares.kept_bytes() == 0, "the largest, grown");
         spares.give(Vec::with_capacity(8 * MB_IDS));
-        let _small = spares.take(MB_IDS);
+        let _small = spares.take(MB_IDS, Pages::Huge);
         assert_eq!(spares.kept_bytes(), 8 * MIN_BYTES, "a much larger buffer stays for its size");
-        assert_eq!(spares.take(7 * MB_IDS).capacity(), 8 * MB_IDS);
+        assert_eq!(spares.take(7 * MB_IDS, Pages::Huge).capacity(), 8 * MB_IDS);
         spares.give(Vec::with_capacity(MB_IDS / 2));
         assert_eq!(spares.kept_bytes(), 0, "small buffers are left to the allocator");
         for _ in 0..KEPT + 10 {
@@ -148,6 +169,6 @@ mod tests {
         }
         assert!(spares.kept_bytes() <= KEPT_BYTES);
         assert!(spares.kept().unwrap().len() <= KEPT);
-        assert!(spares.take(MB_IDS).is_empty(), "a kept buffer comes back empty");
+        assert!(spares.take(MB_IDS, Pages::Huge).is_empty(), "a kept buffer comes back empty");
     }
 }
