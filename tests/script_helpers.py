@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,6 +48,37 @@ def start_script(name: str, *args: str, cwd: Path, cache_dir: Path | None = None
         stderr=subprocess.DEVNULL,
         text=True,
     )
+
+
+def start_captured_script(
+    name: str, *args: str, cwd: Path, own_group: bool = False, preexec_fn: Callable[[], None] | None = None
+) -> subprocess.Popen[str]:
+    """Start a script with its output captured (for checking what a signal makes it print); with
+    ``own_group`` in a process group of its own, so that the group can be signalled as a scheduler does."""
+    return subprocess.Popen(
+        [sys.executable, str(SCRIPTS / name), *args],
+        cwd=cwd,
+        env=script_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=own_group,
+        preexec_fn=preexec_fn,
+    )
+
+
+def signal_group_when(
+    proc: subprocess.Popen[str], ready: Callable[[], bool], signum: int, what: str, settle: float = 0.3
+) -> None:
+    """Send ``signum`` to the process group of ``proc`` (started with ``own_group``) once ``ready()`` and
+    ``settle`` seconds later, with ``what`` still under way."""
+    deadline = time.monotonic() + 120
+    while not ready():
+        assert proc.poll() is None and time.monotonic() < deadline, f"{what} never began"
+        time.sleep(0.01)
+    time.sleep(settle)
+    assert proc.poll() is None, f"{what} ended before the signal"
+    os.killpg(proc.pid, signum)
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess[str], *fragments: str) -> str:

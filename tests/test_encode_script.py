@@ -17,7 +17,13 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from script_helpers import SCRIPTS, assert_one_line_error, run_script, script_env, train_small_tokenizer
+from script_helpers import (
+    assert_one_line_error,
+    run_script,
+    signal_group_when,
+    start_captured_script,
+    train_small_tokenizer,
+)
 
 import superbpe
 import superbpe.jobs.encode as encode_module
@@ -511,22 +517,10 @@ def test_sigterm_to_the_process_group_of_a_python_engine_encode_is_one_line_and_
     out = tmp_path / "out"
     out.mkdir()
     args = [f"tokenizer={tokenizer_dir}", f"input={source}", f"output={out / 't.bin'}", "engine=python"]
-    proc = subprocess.Popen(
-        [sys.executable, str(SCRIPTS / "encode.py"), *args, "workers=2", "chunk_bytes=65536"],
-        cwd=tmp_path,
-        env=script_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 120
-    while not any(out.iterdir()):  # the temporary token file: the workers are encoding
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.02)
-    time.sleep(0.3)
-    assert proc.poll() is None, "the encoding ended before the signal"
-    os.killpg(proc.pid, signal.SIGTERM)
+    args += ["workers=2", "chunk_bytes=65536"]
+    proc = start_captured_script("encode.py", *args, cwd=tmp_path, own_group=True)
+    # The temporary token file appears: the workers are encoding.
+    signal_group_when(proc, lambda: any(out.iterdir()), signal.SIGTERM, "the encoding")
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 143, stderr
     assert stdout.strip().startswith("terminated: nothing written"), stdout

@@ -13,7 +13,15 @@ from pathlib import Path
 
 import fixture_texts
 import pytest
-from script_helpers import SCRIPTS, assert_one_line_error, run_script, script_env, start_script
+from script_helpers import (
+    SCRIPTS,
+    assert_one_line_error,
+    run_script,
+    script_env,
+    signal_group_when,
+    start_captured_script,
+    start_script,
+)
 
 from superbpe.engines.interface import native_available
 from superbpe.formats.checkpoints import CHECKPOINT_FILE
@@ -217,16 +225,8 @@ def start_captured(
     cwd: Path, run_dir: Path, args: list[str], own_group: bool = False
 ) -> subprocess.Popen[str]:
     """Start ``train.py`` with its output captured (for checking what Ctrl-C prints)."""
-    return subprocess.Popen(
-        [sys.executable, str(SCRIPTS / "train.py"), f"hydra.run.dir={run_dir}", *args],
-        cwd=cwd,
-        env=script_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=own_group,
-        preexec_fn=_default_sigint,
-    )
+    run = [f"hydra.run.dir={run_dir}", *args]
+    return start_captured_script("train.py", *run, cwd=cwd, own_group=own_group, preexec_fn=_default_sigint)
 
 
 def _default_sigint() -> None:
@@ -296,13 +296,8 @@ def test_ctrl_c_while_worker_processes_count_exits_promptly_and_quietly(wiki, tm
     args = ["engine=python", "cache_dir=null", f"data.paths=[{corpus}]", "vocab_size=300", "workers=2"]
     proc = start_captured(tmp_path, run_dir, args, own_group=True)
     log = run_dir / "train.log"
-    deadline = time.monotonic() + 120
-    while not (log.is_file() and "training" in log.read_text()):
-        assert proc.poll() is None and time.monotonic() < deadline, "the run never started counting"
-        time.sleep(0.01)
-    time.sleep(0.5)
-    assert proc.poll() is None, "counting ended before the interrupt"
-    os.killpg(proc.pid, signal.SIGINT)
+    counting = lambda: log.is_file() and "training" in log.read_text()  # noqa: E731 - a one-line condition
+    signal_group_when(proc, counting, signal.SIGINT, "counting", settle=0.5)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "continue with:" in out
