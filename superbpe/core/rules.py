@@ -4,6 +4,7 @@ core rather than beside either trainer."""
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -166,7 +167,8 @@ def check_callback(callback: object, callback_every: int) -> None:
     corpus is counted, and again by each engine)."""
     if callback is not None and not callable(callback):
         raise ConfigError(f"callback must be a function of the merges so far, not {type(callback).__name__}")
-    if isinstance(callback_every, bool) or not isinstance(callback_every, int) or callback_every < 1:
+    whole = isinstance(callback_every, numbers.Integral) and not isinstance(callback_every, bool)
+    if not whole or callback_every < 1:
         raise ConfigError(f"callback_every must be an integer >= 1, got {callback_every!r}")
 
 
