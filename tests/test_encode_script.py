@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import multiprocessing
 import signal
 import subprocess
@@ -560,3 +561,24 @@ def test_a_sweep_whose_jobs_write_one_token_file_stops_at_the_second(tokenizer_d
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "m_0.bin").read_bytes() == (tmp_path / "m_1.bin").read_bytes()
+
+
+def test_a_separator_inside_a_records_text_is_warned_about(tokenizer_dir, tmp_path, caplog):
+    """It is written as the separator's id (as ``Tokenizer.encode`` of the text gives it), so splitting the
+    token file at it gives more documents than the sidecar's records: said, flat and sharded."""
+    records = tmp_path / "r.jsonl"
+    records.write_text(
+        "\n".join(json.dumps({"text": t}) for t in [f"one {EOT} two", "plain", f"{EOT}{EOT}"]) + "\n"
+    )
+    clean = tmp_path / "clean.jsonl"
+    clean.write_text(json.dumps({"text": "plain"}) + "\n")
+    for output in (tmp_path / "flat.bin", f"{tmp_path / 'shards'}/"):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="superbpe"):
+            result = encode_corpus(tokenizer_dir, records, output, workers=1)
+        assert result.documents == 3
+        assert f"r.jsonl: the texts of its records hold the separator '{EOT}' 3 time(s)" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="superbpe"):
+        encode_corpus(tokenizer_dir, clean, tmp_path / "clean.bin", workers=1)
+    assert "hold the separator" not in caplog.text

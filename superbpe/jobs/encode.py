@@ -16,6 +16,7 @@ shard files concatenated in index order are exactly the single flat file.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import uuid
@@ -72,6 +73,7 @@ from superbpe.jobs.shards import Shard, plan_shards, shard_chunks, shard_size, w
 from superbpe.jobs.tokenizer_cache import load_tokenizer
 
 _PARALLEL_MIN_BYTES = 4 << 20
+log = logging.getLogger("superbpe")
 _worker_state: dict[str, Any] = {}
 
 
@@ -104,6 +106,29 @@ class ChunkEncoder:
         if self.separator_id is not None:  # after every record
             ids = np.insert(ids, offsets[1:], np.asarray(self.separator_id, dtype=self.dtype))
         return ids, len(documents)
+
+
+def separators_inside_records(chunk: Chunk, ids: np.ndarray, ended: int, separator_id: int | None) -> int:
+    """How many separator ids a chunk of records holds beyond the one after each record: a record whose
+    text holds the separator token is encoded with it, as ``Tokenizer.encode`` does."""
+    if separator_id is None or chunk.is_text:
+        return 0
+    return int(np.count_nonzero(ids == separator_id)) - ended
+
+
+def warn_of_separators_inside_records(
+    path: str, inside: int, separator_id: int | None, tokenizer: Tokenizer
+) -> None:
+    """Say that a reader splitting the token file at the separator sees more documents than the records
+    (the sidecar counts records): not silently."""
+    if inside and separator_id is not None:
+        log.warning(
+            "%s: the texts of its records hold the separator %r %d time(s), written as its id there too: "
+            "splitting the token file at it gives that many more documents than the sidecar's records",
+            path,
+            tokenizer.id_to_token(separator_id).decode("utf-8", "replace"),
+            inside,
+        )
 
 
 def _init_worker(
@@ -180,12 +205,15 @@ def encode_corpus(
                 )  # fmt: skip
                 args = (str(directory), engine, compat, separator_id, text_field, errors, ids_dtype.name)
                 open_document = False
+                inside = 0
                 for chunk, (ids, ended) in _encoded(chunks, encoder, n_workers, args):
                     if len(ids):
                         open_document = int(ids[-1]) != separator_id
                     tokens += write_ids(handle, ids, ids_dtype)
                     documents += ended
+                    inside += separators_inside_records(chunk, ids, ended, separator_id)
                     update(chunk.read_bytes)
+                warn_of_separators_inside_records(str(path), inside, separator_id, tokenizer)
                 one_per_record = is_jsonl(path) or is_table(path)
                 if not one_per_record and open_document:  # a text file ends its last document
                     documents += 1
@@ -342,11 +370,15 @@ def encode_sharded(
         )
         tasks = [(shard, number, *common, ids_dtype.name) for number, shard in enumerate(shards)]
         entries: list[ShardEntry | None] = [None] * len(shards)
+        inside_by_file: dict[str, int] = {}  # separators inside records (see separators_inside_records)
         try:
             with task("encoding", sum(s.size() for s in shards), "B", enabled=progress) as update:
-                for number, entry in runner.run(encode_shard, tasks):
+                for number, (entry, inside) in runner.run(encode_shard, tasks):
                     entries[number] = entry
+                    inside_by_file[entry.source] = inside_by_file.get(entry.source, 0) + inside
                     update(shards[number].size())
+            for path, inside in inside_by_file.items():
+                warn_of_separators_inside_records(path, inside, separator_id, tokenizer)
             _remove_attempts(out)
             result = _index(
                 out,
@@ -447,8 +479,9 @@ def encode_shard(
     chunk_bytes: int,
     out_dir: str,
     dtype_name: str,
-) -> ShardEntry:
-    """One task: the shard's ids into ``out_dir/shard-NNNNNN.bin``, renamed into place only when complete.
+) -> tuple[ShardEntry, int]:
+    """One task: the shard's ids into ``out_dir/shard-NNNNNN.bin``, renamed into place only when complete;
+    with the entry, how many separators the texts of its records hold (:func:`separators_inside_records`).
 
     ``continues_document`` needs the previous shard, so the driver fills it in.
     """
@@ -461,8 +494,8 @@ def encode_shard(
     line_cuts = tokenizer.pretokenizer.safe_cuts_hold
     specials = tokenizer.special_tokens
 
-    def encode(first_line: int) -> tuple[int, int, bool]:
-        tokens = documents = 0
+    def encode(first_line: int) -> tuple[int, int, bool, int]:
+        tokens = documents = inside = 0
         last: int | None = None
         with open(temp, "wb") as handle:
             for chunk in shard_chunks(
@@ -475,6 +508,7 @@ def encode_shard(
                     handle.write(np.asarray(ids, dtype=dtype).tobytes())
                 tokens += len(ids)
                 documents += ended
+                inside += separators_inside_records(chunk, ids, ended, separator_id)
             open_end = not shard.jsonl and last is not None and last != separator_id
             if shard.last_of_file and open_end:  # a text file ends its last document
                 documents += 1
@@ -482,12 +516,12 @@ def encode_shard(
                 if separator_id is not None:
                     handle.write(np.asarray([separator_id], dtype=dtype).tobytes())
                     tokens += 1
-        return tokens, documents, open_end
+        return tokens, documents, open_end, inside
 
     try:
-        tokens, documents, open_end = with_true_line_numbers(shard, encode)
+        tokens, documents, open_end, inside = with_true_line_numbers(shard, encode)
         os.replace(temp, final)
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
-    return ShardEntry(name, tokens, documents, False, open_end, shard.path, shard.start, shard.end)
+    return ShardEntry(name, tokens, documents, False, open_end, shard.path, shard.start, shard.end), inside
