@@ -82,7 +82,7 @@ def test_counts_are_trained_as_they_were_made(sample_texts: Path) -> None:
         ({"chunk_bytes": 1.5}, ConfigError, "chunk_bytes must be an integer >= 1, not 1.5"),
         ({"chunk_bytes": 0}, ConfigError, "chunk_bytes must be an integer >= 1, not 0"),
         ({"callback": 5}, ConfigError, "callback must be a function of the merges so far, not int"),
-        ({"callback_every": 2.5}, ConfigError, "callback_every must be an integer >= 1, got 2.5"),
+        ({"callback_every": 2.5}, ConfigError, "callback_every must be an integer >= 1, not 2.5"),
         ({"pretokenizer": 5}, ConfigError, "pretokenizer takes a built-in name, 'custom:<regex>'"),
         ({"input_path": b"corpus.txt"}, InputError, "not bytes: 'corpus.txt'"),
         ({"input_path": {"text": "hello"}}, InputError, r"a row of text goes in a list, \[row\]"),

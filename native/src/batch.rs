@@ -141,10 +141,10 @@ impl BatchIds {
         Ok(BatchIds { buffers: vec![buffer], groups: vec![Placed { buffer: 0, start: 0, lens }] })
     }
 
-    /// Ids already in buffers of their own, each buffer's taken as one text's, in order.
-    pub fn of_buffers(buffers: Vec<Vec<u32>>) -> BatchIds {
-        let groups = buffers.iter().enumerate().map(|(i, b)| Placed { buffer: i, start: 0, lens: vec![b.len()] });
-        BatchIds { groups: groups.collect(), buffers }
+    /// The ids of one text, already in a buffer.
+    pub fn one(ids: Vec<u32>) -> BatchIds {
+        let lens = vec![ids.len()];
+        BatchIds { buffers: vec![ids], groups: vec![Placed { buffer: 0, start: 0, lens }] }
     }
 
     /// The end of each text's ids in the joined ids.

@@ -21,7 +21,7 @@ from superbpe.core.sources import (
     check_not_empty,
     resolve_inputs,
 )
-from superbpe.core.util import atomic_write, usable_cpus
+from superbpe.core.util import atomic_write, usable_cpus, whole_number
 
 COUNTS_MAGIC = b"SBPC\x01\n"
 ProgressFn = Callable[[int], None]
@@ -213,9 +213,7 @@ def resolve_workers(workers: int | None, corpus_bytes: int) -> int:
     two-core machine counting in-process is faster than one worker plus the feeder.
     """
     if workers is not None:
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-            raise SuperBPEError(f"workers must be an integer >= 1, not {workers!r}")
-        return workers
+        return whole_number(workers, "workers")
     if corpus_bytes < PARALLEL_MIN_BYTES:
         return 1
     cores = usable_cpus()

@@ -4,12 +4,12 @@ core rather than beside either trainer."""
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from superbpe.core.errors import ConfigError, SuperBPEError
 from superbpe.core.types import Merge
+from superbpe.core.util import whole_number
 
 #: Called with the merges so far (a read-only live view); True stops training.
 MergeCallback = Callable[[Sequence[Merge]], "bool | None"]
@@ -167,9 +167,7 @@ def check_callback(callback: object, callback_every: int) -> None:
     corpus is counted, and again by each engine)."""
     if callback is not None and not callable(callback):
         raise ConfigError(f"callback must be a function of the merges so far, not {type(callback).__name__}")
-    whole = isinstance(callback_every, numbers.Integral) and not isinstance(callback_every, bool)
-    if not whole or callback_every < 1:
-        raise ConfigError(f"callback_every must be an integer >= 1, got {callback_every!r}")
+    whole_number(callback_every, "callback_every")
 
 
 def check_replay(replay: Sequence[Merge]) -> None:

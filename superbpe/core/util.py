@@ -234,10 +234,14 @@ def as_worker_process(*, ignore_interrupt: bool = False) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def whole_number(value: object, name: str, low: int = 1) -> int:
-    """``value`` as an int when it is a whole number >= ``low``: a Python or numpy integer (numpy's
-    register as :class:`numbers.Integral`); a bool, a float or a string is an error naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+def whole_number(value: object, name: str, low: int | None = 1) -> int:
+    """``value`` as an int when it is a whole number (>= ``low``, unless None): a Python or numpy integer
+    (numpy's register as :class:`numbers.Integral`); a bool, a float or a string is an error naming
+    ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        bound = "" if low is None else f" >= {low}"
+        raise ConfigError(f"{name} must be an integer{bound}, not {value!r}")
+    if low is not None and value < low:
         raise ConfigError(f"{name} must be an integer >= {low}, not {value!r}")
     return int(value)
 

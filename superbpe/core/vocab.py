@@ -4,13 +4,13 @@ a ``vocab_size`` leaves room for. One place, so training, runs and exports count
 from __future__ import annotations
 
 import logging
-import numbers
 import re
 from collections.abc import Iterable, Sequence
 
 from superbpe.core.byte_table import byte_to_unicode, token_str_to_bytes, unicode_to_byte
 from superbpe.core.errors import ConfigError
 from superbpe.core.types import Merge
+from superbpe.core.util import whole_number
 
 Vocab = dict[int, bytes]
 log = logging.getLogger("superbpe")
@@ -104,9 +104,7 @@ def reserved_tokens(size: int, multiple: int | None, taken: Iterable[str] = ()) 
 def check_vocab_size(vocab_size: int) -> int:
     """``vocab_size`` as an int if it is an integer, numpy's too (a float or a bool from a config is an
     error)."""
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, numbers.Integral):
-        raise ConfigError(f"vocab_size must be an integer, not {vocab_size!r}")
-    return int(vocab_size)
+    return whole_number(vocab_size, "vocab_size", low=None)
 
 
 def merge_budget(

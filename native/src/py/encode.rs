@@ -214,17 +214,20 @@ impl NativeEncoder {
                 });
                 lens.collect::<Result<Vec<usize>, String>>()
             };
-            let ids = match &pool {
-                Some(pool) => pool.install(|| BatchIds::encode(&slices, encode)),
-                None => BatchIds::encode_alone(&slices, encode),
-            }
-            .map_err(NativeError::Msg)?;
-            let offsets: Vec<i64> = std::iter::once(0).chain(ids.ends().map(|end| end as i64)).collect();
-            let ids = match &pool {
-                Some(pool) => pool.install(|| joined(ids, dtype)),
-                None => joined(ids, dtype),
+            // Encoded and joined on the pool's threads, or all on this one.
+            let run = || -> Result<(Joined, Vec<i64>), String> {
+                let ids = match pool {
+                    Some(_) => BatchIds::encode(&slices, encode),
+                    None => BatchIds::encode_alone(&slices, encode),
+                }?;
+                let offsets = std::iter::once(0).chain(ids.ends().map(|end| end as i64)).collect();
+                Ok((joined(ids, dtype)?, offsets))
             };
-            Ok((ids.map_err(NativeError::from)?, offsets))
+            match &pool {
+                Some(pool) => pool.install(run),
+                None => run(),
+            }
+            .map_err(NativeError::Msg)
         })?;
         Ok((joined_array(py, ids)?, PyArray1::from_vec(py, offsets).into_any()))
     }
@@ -259,7 +262,7 @@ impl NativeEncoder {
             } else {
                 inner.encode_ordinary(&text, &mut ids)?;
             }
-            Ok(Ok(joined(BatchIds::of_buffers(vec![ids]), dtype)?))
+            Ok(Ok(joined(BatchIds::one(ids), dtype)?))
         };
         let encoded = if data.len() < DETACH_MIN_BYTES { run_attached(encode) } else { run_detached(py, encode) }?;
         match encoded {
