@@ -143,8 +143,14 @@ impl BatchIds {
 
     /// The ids of one text, already in a buffer.
     pub fn one(ids: Vec<u32>) -> BatchIds {
-        let lens = vec![ids.len()];
-        BatchIds { buffers: vec![ids], groups: vec![Placed { buffer: 0, start: 0, lens }] }
+        BatchIds::of_buffers(vec![ids])
+    }
+
+    /// Ids already in buffers of their own (the blocks of a batch encoded elsewhere), in order, each
+    /// buffer's counted as one text's in [`BatchIds::ends`].
+    pub fn of_buffers(buffers: Vec<Vec<u32>>) -> BatchIds {
+        let groups = buffers.iter().enumerate().map(|(i, b)| Placed { buffer: i, start: 0, lens: vec![b.len()] });
+        BatchIds { groups: groups.collect(), buffers }
     }
 
     /// The end of each text's ids in the joined ids.

@@ -20,10 +20,10 @@ pub struct NativeEncoder {
     inner: Encoder,
     /// The pool of `encode_batch` and `encode_array`, sized when the encoder is made.
     pool: rayon::ThreadPool,
-    /// The pools of the last `encode_texts*` calls with more than one thread (`threads - 1`
-    /// helpers for lists, `threads` for a flat batch), kept with their sizes: starting threads
-    /// costs more than encoding a small batch, and callers keep to one count.
-    sized_pools: Mutex<Vec<(usize, Arc<rayon::ThreadPool>)>>,
+    /// The helpers (`threads - 1` threads) of the last `encode_texts*` call with more than one
+    /// thread, kept with their number: starting threads costs more than encoding a small batch,
+    /// and callers keep to one count.
+    sized_pool: Mutex<Option<(usize, Arc<rayon::ThreadPool>)>>,
     /// One Python int per id (ids are dense in practice): a result list then holds new
     /// references to these instead of a fresh int object per token, which made building the
     /// list cost as much as encoding.
@@ -100,7 +100,7 @@ impl NativeEncoder {
         let inner = Encoder::with_levels(v, &merges, splitter, whole_pieces, request).map_err(PyValueError::new_err)?;
         // `workers` 0 leaves the count to rayon: RAYON_NUM_THREADS when set, else the usable cores.
         let watched = Specials::new(&watched);
-        Ok(NativeEncoder { inner, pool: pool(workers)?, sized_pools: Mutex::new(Vec::new()), id_objects, watched })
+        Ok(NativeEncoder { inner, pool: pool(workers)?, sized_pool: Mutex::new(None), id_objects, watched })
     }
 
     /// 2 when pieces are encoded on two levels (`encode_levels.rs`), else 1.
@@ -176,10 +176,9 @@ impl NativeEncoder {
         }
         let mut lists = ListBuilder::new(py, texts.len(), &self.id_objects)?;
         if threads == 1 {
-            let (inner, specials) = (&self.inner, SpecialIds::new(specials));
-            let block =
-                run_detached(py, || encode_range(inner, &specials, &texts, 0..texts.len()).map_err(NativeError::Msg))?;
-            lists.push(&block)?;
+            for block in self.encode_blocks(py, &texts, specials, 1)? {
+                lists.push(&block)?;
+            }
             return Ok(lists.finish());
         }
         self.encode_lists_overlapped(py, &texts, SpecialIds::new(specials), threads, &mut lists)?;
@@ -198,36 +197,23 @@ impl NativeEncoder {
         dtype: &str,
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
         check_dtype(dtype)?;
-        let pool = match threads {
-            0 => return Err(PyValueError::new_err("threads must be at least 1")),
-            1 => None,
-            n => Some(self.sized_pool(n)?),
-        };
-        let (inner, specials) = (&self.inner, SpecialIds::new(specials));
-        let (ids, offsets) = run_detached(py, || {
-            let slices: Vec<&[u8]> = texts.iter().map(|t| t.as_bytes()).collect();
-            let encode = |first: usize, group: &[&[u8]], out: &mut Vec<u32>| {
-                let lens = group.iter().enumerate().map(|(k, text)| {
-                    let before = out.len();
-                    specials.encode(inner, text, out).map_err(|e| format!("texts[{}]: {e}", first + k))?;
-                    Ok(out.len() - before)
-                });
-                lens.collect::<Result<Vec<usize>, String>>()
+        let blocks = self.encode_blocks(py, &texts, specials, threads)?;
+        let mut offsets = Vec::with_capacity(texts.len() + 1);
+        offsets.push(0i64);
+        let mut base = 0;
+        for block in &blocks {
+            offsets.extend(block.ends.iter().map(|&end| (base + end) as i64));
+            base += block.ids.len();
+        }
+        let parts = BatchIds::of_buffers(blocks.into_iter().map(|b| b.ids).collect());
+        // Joined by the encoder's pool when the batch had helpers, else here (one block).
+        let pool = (threads > 1).then_some(&self.pool);
+        let ids = run_detached(py, || {
+            let ids = match pool {
+                Some(pool) => pool.install(|| joined(parts, dtype)),
+                None => joined(parts, dtype),
             };
-            // Encoded and joined on the pool's threads, or all on this one.
-            let run = || -> Result<(Joined, Vec<i64>), String> {
-                let ids = match pool {
-                    Some(_) => BatchIds::encode(&slices, encode),
-                    None => BatchIds::encode_alone(&slices, encode),
-                }?;
-                let offsets = std::iter::once(0).chain(ids.ends().map(|end| end as i64)).collect();
-                Ok((joined(ids, dtype)?, offsets))
-            };
-            match &pool {
-                Some(pool) => pool.install(run),
-                None => run(),
-            }
-            .map_err(NativeError::Msg)
+            ids.map_err(NativeError::from)
         })?;
         Ok((joined_array(py, ids)?, PyArray1::from_vec(py, offsets).into_any()))
     }
@@ -310,9 +296,6 @@ impl NativeEncoder {
         joined_array(py, ids)
     }
 }
-
-/// Pools of other sizes kept (see `NativeEncoder::sized_pools`): one for lists, one for flat batches.
-const KEPT_POOLS: usize = 2;
 
 /// Texts given to one rayon task: at least this many bytes of them (or one text), so a task's
 /// work outweighs handing it out, while a batch of short documents still spreads over threads.
@@ -444,18 +427,52 @@ impl NativeEncoder {
         })
     }
 
-    /// A pool of `threads` threads: one kept from a recent call when its size fits.
+    /// A pool of `threads` threads, the one kept from the last call when its size fits.
     fn sized_pool(&self, threads: usize) -> PyResult<Arc<rayon::ThreadPool>> {
-        let mut kept = self.sized_pools.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, pool)) = kept.iter().find(|(size, _)| *size == threads) {
-            return Ok(Arc::clone(pool));
+        let mut kept = self.sized_pool.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((size, pool)) = kept.as_ref() {
+            if *size == threads {
+                return Ok(Arc::clone(pool));
+            }
         }
         let fresh = Arc::new(pool(threads)?);
-        if kept.len() == KEPT_POOLS {
-            kept.remove(0);
-        }
-        kept.push((threads, Arc::clone(&fresh)));
+        *kept = Some((threads, Arc::clone(&fresh)));
         Ok(fresh)
+    }
+
+    /// Encode `texts` block by block with the GIL released, on the calling thread and
+    /// `threads - 1` helpers. An error names the first text that fails.
+    fn encode_blocks(
+        &self,
+        py: Python<'_>,
+        texts: &[PyBackedStr],
+        specials: Vec<(Vec<u8>, u32)>,
+        threads: usize,
+    ) -> PyResult<Vec<Block>> {
+        let helpers = self.helpers(threads)?;
+        let specials = SpecialIds::new(specials);
+        // On one thread the batch is one block: its ids are then one vector (see `joined_array`).
+        let block_bytes = if helpers.is_some() { BLOCK_BYTES } else { usize::MAX };
+        let work = Work::new(&self.inner, &specials, texts, block_bytes);
+        run_detached(py, || {
+            let mut results = Results::new(work.ranges.len());
+            let Some(pool) = helpers else {
+                while let Some((i, block)) = work.next() {
+                    results.add(i, block);
+                }
+                return results.into_blocks().map_err(NativeError::Msg);
+            };
+            pool.in_place_scope(|scope| {
+                let receiver = work.start_helpers(scope, pool.current_num_threads());
+                while let Some((i, block)) = work.next() {
+                    results.add(i, block);
+                }
+                for (i, block) in receiver {
+                    results.add(i, block);
+                }
+            });
+            results.into_blocks().map_err(NativeError::Msg)
+        })
     }
 
     /// Lists of ids for `threads` > 1. Making Python objects needs the GIL, so only this thread
@@ -616,6 +633,17 @@ impl Results {
     /// Block `i`, if it has arrived (and was not taken before).
     fn take(&mut self, i: usize) -> Option<Block> {
         self.waiting.get_mut(i).and_then(Option::take)
+    }
+
+    /// Every block in order, or the first failure.
+    fn into_blocks(self) -> Result<Vec<Block>, String> {
+        if let Some((_, e)) = self.error {
+            return Err(e);
+        }
+        self.waiting
+            .into_iter()
+            .map(|b| b.ok_or_else(|| "a block of the batch was never encoded".to_string()))
+            .collect()
     }
 }
 
