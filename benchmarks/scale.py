@@ -89,7 +89,6 @@ def train(corpus: Path, run: str, vocab: int, transition: float, out: Path) -> t
         "cache_dir=null",
         "progress=false",
         f"output_dir={out}",
-        f"hydra.run.dir={out}/hydra",
     ]
     if schedule == "superbpe":
         args.append(f"schedule.transition={transition}")
@@ -158,7 +157,11 @@ def table(rows: list[Measure]) -> str:
 
 
 def plot(rows: list[Measure], path: Path) -> None:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        print(f"no plot written to {path}: matplotlib is not installed (pip install \".[plot]\")")
+        return
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
