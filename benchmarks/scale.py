@@ -6,12 +6,15 @@
 Each size is a prefix of CORPUS cut at a line break (``all`` = the whole file). In every round each size
 trains ``schedule=bpe`` and then ``schedule=superbpe`` as child processes (``scripts/train.py``, native
 engine, cache off), so the pair is measured in the same minutes (this machine's speed drifts by tens of
-percent within minutes; compare ratios, not absolute times across rounds). ``--samples 0.5,0.25`` adds
-SuperBPE runs with the stage-2 approximation (``schedule.stage2_approx_sample``), named
-``superbpe@0.5``, to the same rounds; ``--eval FILE`` (held-out text) adds each tokenizer's bytes per
-token on it, the compression the approximation costs. ``--include A.json`` adds the rows an earlier run
-wrote (e.g. another corpus at another vocab) to the table and plot. Peak RSS is the child's
-(``wait4`` rusage).
+percent within minutes; compare ratios, not absolute times across rounds). Before each run the corpus is
+read into the page cache (``--page-cache warm``, the default), so both runs of a pair start from the same
+state whatever the run before left there (a superbpe run of 10 GB evicts part of the file); ``cold``
+evicts it before each run instead (a first run on data not read since boot), ``asis`` leaves it alone.
+``--samples 0.5,0.25`` adds SuperBPE runs with the stage-2 approximation
+(``schedule.stage2_approx_sample``), named ``superbpe@0.5``, to the same rounds; ``--eval FILE``
+(held-out text) adds each tokenizer's bytes per token on it, the compression the approximation costs.
+``--include A.json`` adds the rows an earlier run wrote (e.g. another corpus at another vocab) to the
+table and plot. Peak RSS is the child's (``wait4`` rusage).
 The stage-2 sizes (distinct pieces and bytes, symbols) come from the run's ``metrics.json``. Writes
 ``<out>.md`` (a table) and ``<out>.png`` (RSS and time of the exact SuperBPE runs against distinct
 stage-2 bytes), and prints the table.
@@ -45,6 +48,7 @@ class Measure:
     peak_rss: int
     stage2: dict[str, int]
     bytes_per_token: float | None = None
+    cpu_seconds: float | None = None  # user + system time of the child
 
 
 def parse_size(text: str) -> int | None:
@@ -75,9 +79,25 @@ def prefix(corpus: Path, size: int | None, workdir: Path) -> Path:
     return path
 
 
-def train(corpus: Path, run: str, vocab: int, transition: float, out: Path) -> tuple[float, int, dict]:
+def set_page_cache(path: Path, state: str) -> None:
+    """Put ``path`` in the page cache (``warm``: read through once), out of it (``cold``: the kernel is
+    told its clean pages are not needed), or leave it (``asis``)."""
+    if state == "asis":
+        return
+    with path.open("rb", buffering=0) as file:
+        if state == "cold":
+            os.posix_fadvise(file.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+            return
+        block = bytearray(1 << 24)
+        while file.readinto(block):
+            pass
+
+
+def train(
+    corpus: Path, run: str, vocab: int, transition: float, out: Path
+) -> tuple[float, float, int, dict]:
     """One training run (``bpe``, ``superbpe`` or ``superbpe@SHARE``) in a child process: wall seconds,
-    child peak RSS, stage-2 sizes."""
+    CPU seconds, child peak RSS, stage-2 sizes."""
     schedule, _, share = run.partition("@")
     args = [
         sys.executable,
@@ -109,7 +129,7 @@ def train(corpus: Path, run: str, vocab: int, transition: float, out: Path) -> t
         "estimated_peak_bytes",
     )  # fmt: skip
     sizes = {k: last[k] for k in keys if k in last}
-    return seconds, usage.ru_maxrss * 1024, sizes
+    return seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024, sizes
 
 
 def bytes_per_token(tokenizer_dir: Path, held_out: Path) -> float:
@@ -132,10 +152,11 @@ def _estimate_cells(r: Measure) -> str:
 def table(rows: list[Measure]) -> str:
     """One line per run, each against the bpe run of its size and round."""
     lines = [
-        "| corpus | round | run | wall | peak RSS | wall / bpe | stage-2 distinct bytes | stage-2 symbols "
-        "| RSS per distinct stage-2 byte | estimated build peak | estimated peak (measured / estimated) "
+        "| corpus | round | run | wall | CPU | peak RSS | wall / bpe | stage-2 distinct bytes "
+        "| stage-2 symbols | RSS per distinct stage-2 byte | estimated build peak "
+        "| estimated peak (measured / estimated) "
         "| bytes/token held out |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     bpes = {(r.size, r.round): r for r in rows if r.schedule == "bpe"}
     for r in rows:
@@ -143,7 +164,8 @@ def table(rows: list[Measure]) -> str:
         distinct = r.stage2.get("distinct_bytes", 0) if r.schedule != "bpe" else 0
         lines.append(
             f"| {r.size} ({r.corpus_bytes / 1e6:.0f} MB) | {r.round} | {r.schedule} | {r.seconds:.1f} s "
-            f"| {r.peak_rss / 2**30:.2f} GiB | {r.seconds / bpe.seconds if bpe else float('nan'):.2f}x "
+            + (f"| {r.cpu_seconds:.0f} s " if r.cpu_seconds is not None else "| ")
+            + f"| {r.peak_rss / 2**30:.2f} GiB | {r.seconds / bpe.seconds if bpe else float('nan'):.2f}x "
             + (
                 f"| {distinct / 1e6:.0f} MB | {r.stage2.get('estimated_symbols', 0) / 1e6:.0f}M "
                 f"| {r.peak_rss / distinct:.2f} "
@@ -197,6 +219,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--order", default="bpe,superbpe", help="schedules in the order each round runs them")
     parser.add_argument("--samples", default="", help="stage-2 shares for extra approximate superbpe runs")
+    parser.add_argument(
+        "--page-cache", choices=("warm", "cold", "asis"), default="warm",
+        help="the corpus in the page cache before each run (warm), out of it (cold), or as left (asis)",
+    )
     parser.add_argument("--eval", type=Path, help="held-out text: adds each tokenizer's bytes/token")
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "superbpe-scale")
     parser.add_argument("--out", type=Path, required=True, help="writes OUT.md, OUT.json and OUT.png")
@@ -213,14 +239,16 @@ def main() -> None:
         for size in sizes:
             for run in runs:
                 out = Path(tempfile.mkdtemp(dir=args.workdir, prefix=f"{run}-{size}-"))
-                seconds, rss, stage2 = train(corpora[size], run, args.vocab, args.transition, out)
+                set_page_cache(corpora[size], args.page_cache)
+                seconds, cpu, rss, stage2 = train(corpora[size], run, args.vocab, args.transition, out)
                 size_bytes = corpora[size].stat().st_size
                 label = f"{args.corpus.stem} {size}, {args.vocab // 1000}K"
-                measure = Measure(label, size_bytes, run, round_, seconds, rss, stage2)
+                measure = Measure(label, size_bytes, run, round_, seconds, rss, stage2, cpu_seconds=cpu)
                 if args.eval is not None:
                     measure.bytes_per_token = bytes_per_token(out, args.eval)
                 rows.append(measure)
-                print(f"{size} #{round_} {run}: {seconds:.1f} s, {rss / 2**30:.2f} GiB", stage2)
+                print(f"{size} #{round_} {run}: {seconds:.1f} s ({cpu:.0f} CPU s), {rss / 2**30:.2f} GiB",
+                      stage2)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps([asdict(row) for row in rows], indent=1) + "\n")
     for earlier in filter(None, args.include.split(",")):
