@@ -576,7 +576,7 @@ def render(
         f"{meta['english_docs']:,} short documents ({meta['english_bytes'] / MB:.1f} MB, "
         f"{meta['english_bytes'] / meta['english_docs']:.0f} bytes on average, WikiText-103 sentences), "
         "code the "
-        f"{meta['code_docs']:,} documents of a {meta['code_bytes'] / MB:.1f} MB prefix of code100M.txt (C). "
+        f"{meta['code_docs']:,} documents of a {meta['code_bytes'] / MB:.1f} MB prefix of {meta['code_name']} (C). "
         "*First* is the first pass of a fresh encoder object (piece caches cold), *repeated* the best of "
         f"{meta['repeats']} passes after it. Each contender runs in its own process pinned to the row's "
         "number of CPUs. Ids are compared with the reference's (tiktoken; HF for SuperBPE 200K) for every "
@@ -737,6 +737,7 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
         "english_bytes": sum(len(d.encode("utf-8")) for d in english),
         "code_docs": len(code),
         "code_bytes": sum(len(d.encode("utf-8")) for d in code),
+        "code_name": args.code.name,
         "repeats": args.repeats,
         "date": time.strftime("%Y-%m-%d"),
         "machine": f"{_cpu_model()}, {os.cpu_count()} vCPUs",
