@@ -68,6 +68,7 @@ def test_counts_are_trained_as_they_were_made(sample_texts: Path) -> None:
     [
         ({"vocab_size": 256}, ConfigError, r"vocab_size 256 is below 256 bytes \+ 1 special tokens = 257"),
         ({"vocab_size": "500"}, ConfigError, "vocab_size must be an integer"),
+        ({"vocab_size": 10**12}, ConfigError, "vocab_size 1,000,000,000,000 is above 1,114,112, the largest"),
         ({"special_tokens": [EOT, ""]}, ConfigError, "special tokens must be non-empty"),
         ({"pretokenizer": "gtp2"}, ConfigError, "unknown pre-tokenizer 'gtp2'"),
         ({"engine": "fast"}, ConfigError, "unknown engine 'fast'"),

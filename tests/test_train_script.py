@@ -132,6 +132,14 @@ def test_empty_corpus(tmp_path):
     assert_nothing_left(tmp_path)
 
 
+def test_vocab_size_beyond_every_engine_is_refused_before_anything_is_made(tmp_path, corpus):
+    for engine in ("native", "python"):
+        proc = train(tmp_path, f"data.paths=[{corpus}]", "vocab_size=700000000000", f"engine={engine}",
+                     default_dir=True)
+        assert_one_line_error(proc, "vocab_size 700,000,000,000 is above 1,114,112")
+        assert_nothing_left(tmp_path)
+
+
 @pytest.mark.parametrize("content", ["\n\n  \n", '{"text": ""}\n'], ids=["blank lines", "empty records"])
 def test_json_lines_without_text_are_refused_as_no_corpus(tmp_path, content):
     """Bytes on disk but no text: it trained a tokenizer of the bytes alone, with only a warning."""
@@ -258,6 +266,28 @@ def test_output_dir_is_the_whole_run(tmp_path, corpus):
     resumed = train(tmp_path, f"resume={out}", default_dir=True)
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads((out / "metrics.json").read_text())["config"]["vocab_size"] == 300
+
+
+def test_a_run_started_with_output_dir_resumes_where_it_was_moved(tmp_path, corpus):
+    out, moved = tmp_path / "out", tmp_path / "moved"
+    proc = train(tmp_path, f"data.paths=[{corpus}]", "vocab_size=300", f"output_dir={out}")
+    assert proc.returncode == 0, proc.stderr
+    before = (out / "merges.txt").read_bytes()
+    out.rename(moved)
+    (moved / "merges.txt").unlink()
+    resumed = train(tmp_path, f"resume={moved}", default_dir=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert (moved / "merges.txt").read_bytes() == before and not out.exists()
+    again = train(tmp_path, f"resume={moved}", f"output_dir={moved}", default_dir=True)
+    assert again.returncode == 0, again.stderr
+    elsewhere = train(tmp_path, f"resume={moved}", f"output_dir={out}", default_dir=True)
+    assert_one_line_error(elsewhere, f"resume writes into {moved} itself; drop output_dir={out}")
+    assert not out.exists()
+
+
+def test_an_empty_resume_is_refused_rather_than_starting_a_new_run(tmp_path):
+    assert_one_line_error(train(tmp_path, "resume=", default_dir=True), "resume= is empty")
+    assert_nothing_left(tmp_path)
 
 
 def test_output_dir_conflicts_are_refused_before_anything_is_made(tmp_path, corpus):

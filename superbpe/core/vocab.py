@@ -101,10 +101,20 @@ def reserved_tokens(size: int, multiple: int | None, taken: Iterable[str] = ()) 
     return names
 
 
+#: The largest vocabulary either engine trains: the python engine's symbols are characters, so its ids
+#: stop at the last code point. Checked before a corpus is counted, so a typo fails at once and alike.
+MAX_VOCAB_SIZE = 0x110000
+
+
 def check_vocab_size(vocab_size: int) -> int:
     """``vocab_size`` as an int if it is an integer, numpy's too (a float or a bool from a config is an
-    error)."""
-    return whole_number(vocab_size, "vocab_size", low=None)
+    error), at most :data:`MAX_VOCAB_SIZE`."""
+    vocab_size = whole_number(vocab_size, "vocab_size", low=None)
+    if vocab_size > MAX_VOCAB_SIZE:
+        raise ConfigError(
+            f"vocab_size {vocab_size:,} is above {MAX_VOCAB_SIZE:,}, the largest vocabulary trained"
+        )
+    return vocab_size
 
 
 def merge_budget(

@@ -101,6 +101,11 @@ def _value(args: Sequence[str], key: str) -> str | None:
 
 
 def _resume_value(args: Sequence[str]) -> str | None:
+    """The run directory ``resume=`` names, None when not resuming (``resume=null``, the default). An
+    empty value (``resume=$RUN`` with ``$RUN`` unset) is refused: it would start a new run instead."""
+    given = [arg for arg in args if _is_override(arg) and _key(arg) == "resume"]
+    if given and not given[-1].split("=", 1)[1].strip().strip("'\""):
+        raise ConfigError("resume= is empty; give the directory of the run to continue (resume=<run dir>)")
     return _value(args, "resume")
 
 
@@ -225,7 +230,9 @@ def resume_args(args: Sequence[str]) -> list[str]:
             f"resume {run_dir}: the run recorded neither its overrides nor a checkpoint (killed as it "
             "started?), so nothing says what it was; start it again"
         )
-    original = recorded or []
+    # The run's recorded output_dir is where it was started; it continues where it is now (moved or not).
+    original = [old for old in recorded or [] if _key(old) != "output_dir"]
+    given = _without_output_dir(given, run_dir)
     given_by_key = {_key(arg): arg for arg in given}
     conflicts = [
         f"{arg} conflicts with the run's {old}"
@@ -235,7 +242,7 @@ def resume_args(args: Sequence[str]) -> list[str]:
         and not _may_change(_key(old))
     ]
     if recorded is not None:  # a run of the command: what it was given is all it was
-        keys = {_key(old) for old in recorded}
+        keys = {_key(old) for old in original}
         addable = ", ".join(sorted(RESUME_MAY_CHANGE))
         conflicts += [
             f"{arg} is not one of the run's settings (a resume may add only: {addable})"
@@ -253,6 +260,15 @@ def resume_args(args: Sequence[str]) -> list[str]:
         *_recorded_flags(run_dir, flags), *flags, *kept, *given, f"resume={_quote(str(run_dir))}",
         f"hydra.run.dir={_quote(str(run_dir))}", "hydra.output_subdir=null",
     ]  # fmt: skip
+
+
+def _without_output_dir(given: Sequence[str], run_dir: Path) -> list[str]:
+    """A resume's overrides without ``output_dir``: the run continues in the directory resumed, so an
+    ``output_dir`` naming it adds nothing, and one naming another directory is refused."""
+    for arg in given:
+        if _key(arg) == "output_dir" and not _same_dir(_value([arg], "output_dir") or "", str(run_dir)):
+            raise ConfigError(f"resume writes into {run_dir} itself; drop {arg}")
+    return [arg for arg in given if _key(arg) != "output_dir"]
 
 
 #: Settings a resume may give whose values are paths.
