@@ -493,10 +493,12 @@ def _evaluate(cfg: DictConfig) -> None:
 
 @_stdout_may_close
 def summarize(argv: list[str] | None = None) -> None:
-    """``superbpe-summarize SWEEP_DIR``: a table of a sweep's runs and a bytes/token plot (PNG)."""
+    """``superbpe-summarize SWEEP_DIR``: a table of a sweep's runs and a bytes/token plot."""
     parser = argparse.ArgumentParser(prog="superbpe-summarize", description=summarize.__doc__)
     parser.add_argument("sweep_dir", type=Path, help="a multirun directory (or any directory of runs)")
-    parser.add_argument("--plot", type=Path, default=None, help="PNG path (default: <sweep_dir>/summary.png)")
+    parser.add_argument("--plot", type=Path, default=None,
+                        help="the plot's path, its type by suffix: .png, .pdf, .svg, ... "
+                        "(default: <sweep_dir>/summary.png)")
     parser.add_argument("--no-plot", action="store_true", help="the table only (no matplotlib needed)")
     parser.add_argument("--version", action="version", version=_version())
     args = parser.parse_args(argv)
@@ -509,6 +511,8 @@ def summarize(argv: list[str] | None = None) -> None:
             print('plot: none (needs matplotlib: pip install "superbpe[plot]"; --no-plot skips it)')
             return
         written = plot(rows, args.plot or args.sweep_dir / "summary.png")
+    except BrokenPipeError:  # the reader of the table went away: ends quietly (`_stdout_may_close`)
+        raise
     except USER_ERRORS as exc:
         fail(exc)
     print(f"plot: {written}" if written else "plot: none (no run has eval results; set eval=<file>)")

@@ -100,7 +100,11 @@ def test_two_point_multirun_writes_two_metrics_and_a_summary(tmp_path, corpus, s
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     into_dir = run_script("summarize.py", str(sweep), "--plot", str(tmp_path), cwd=tmp_path)
     assert_one_line_error(into_dir, f"plot path {tmp_path} is a directory")
-    assert not list(tmp_path.glob(".*tmp*"))
+    pdf = run_script("summarize.py", str(sweep), "--plot", str(tmp_path / "sweep.pdf"), cwd=tmp_path)
+    assert pdf.returncode == 0 and (tmp_path / "sweep.pdf").read_bytes()[:5] == b"%PDF-", pdf.stderr
+    unknown = run_script("summarize.py", str(sweep), "--plot", str(tmp_path / "sweep.docx"), cwd=tmp_path)
+    assert_one_line_error(unknown, "sweep.docx: matplotlib writes", "not docx")
+    assert not list(tmp_path.glob(".*tmp*")) and not (tmp_path / "sweep.docx").exists()
 
 
 def test_summarize_without_runs_is_a_one_line_error(tmp_path):
@@ -318,6 +322,12 @@ def test_the_summary_says_what_else_differs_between_runs(tmp_path, corpus, sampl
     lines = summary.stdout.splitlines()
     assert lines[0].split()[-1] == "differs"
     assert sorted(line.split()[-1] for line in lines[2:]) == [f'data=["{corpus.name}"]', 'data=["other.txt"]']
+    # One run evaluated again on another text: its bytes/token is not comparable, and the table says so.
+    again = run_script("train.py", f"resume={sweep / '1'}", f"eval={other}", cwd=tmp_path, cache_dir=None)
+    assert again.returncode == 0 and "in place of the one on" in again.stdout, again.stdout + again.stderr
+    rows = run_script("summarize.py", str(sweep), "--no-plot", cwd=tmp_path).stdout.splitlines()[2:]
+    evals = sorted(row.split("eval=")[1].split(",")[0] for row in rows)
+    assert evals == ['["other.txt"', '["tinystories_sample.txt"']
 
 
 def test_a_failing_job_of_a_sweep_is_named_and_the_others_run(tmp_path, corpus):

@@ -397,7 +397,8 @@ def _finished_result(job: _Job, checkpoint: Checkpoint) -> RunResult | None:
         metrics = {**metrics, "config": {**metrics.get("config", {}), "eval": job.cfg.eval},
                    "eval": _evaluation(job)}  # fmt: skip
         write_metrics(metrics_path, metrics)
-        log.info("the run was finished: evaluated on %s into its metrics", job.eval_path)
+        replaced = f", in place of the one on {', '.join(evaluated)}" if evaluated else ""
+        log.info("the run was finished: evaluated on %s into its metrics%s", job.eval_path, replaced)
         return RunResult(job.output_dir, list(checkpoint.merges), list(checkpoint.stage_ends), metrics)
     log.info("nothing to do: the tokenizer and metrics of %s are in place", job.output_dir)
     return RunResult(job.output_dir, list(checkpoint.merges), list(checkpoint.stage_ends), metrics)

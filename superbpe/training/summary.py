@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from superbpe.core.errors import InputError
+from superbpe.core.pretokenize import PATTERNS
 from superbpe.core.util import atomic_write, import_optional
 
 COLUMNS = (
@@ -72,17 +73,23 @@ def _order(row: Row) -> tuple[Any, ...]:
 
 
 def _settings(metrics: dict[str, Any]) -> tuple[tuple[str, str], ...]:
-    """What made a run besides the columns of its own: the corpus, specials, engine, a custom pattern, each
-    stage's rules and sample share. Runs of a sweep over any of them differ there and nowhere else, so the
-    table shows those that vary, where the rows looked alike."""
+    """What made a run besides the columns of its own: the corpus, specials, engine, a custom pattern,
+    each stage's rules and sample share, the held-out text (names and size) of its bytes/token. Runs of
+    a sweep over any of them differ there and nowhere else, so the table shows those that vary, where
+    the rows looked alike."""
     config = metrics["config"]
     found: dict[str, Any] = {
         "data": [Path(path).name for path in config.get("data") or []],
         **{key: config.get(key) for key in ("special_tokens", "engine", "from_run", "from_tokenizer")},
     }
+    evaluation = metrics.get("eval")
+    if evaluation:  # bytes/token on one held-out text is not comparable with another's
+        names = [Path(path).name for path in evaluation.get("files") or []]
+        found["eval"] = [*names, evaluation.get("bytes")]
     for number, stage in enumerate(metrics["stages"], start=1):  # read leniently: older files hold less
         name, pre = stage.get("name", f"stage{number}"), stage.get("pretokenizer") or {}
-        found[f"{name}.pattern"] = pre.get("pattern")
+        if PATTERNS.get(pre.get("name")) != pre.get("pattern"):  # a built-in one is named by `patterns`
+            found[f"{name}.pattern"] = pre.get("pattern")
         found[f"{name}.line_units"] = pre.get("line_units")
         found.update({f"{name}.{key}": value for key, value in (stage.get("rules") or {}).items()})
         found[f"{name}.approx_sample"] = stage.get("approx_sample")
@@ -120,6 +127,7 @@ def table(rows: list[Row]) -> str:
 
 def plot(rows: list[Row], output: Path) -> Path | None:
     """bytes/token against transition, one line per vocab size; one-stage runs sit at transition 1.0.
+    The file's type follows its suffix (PNG without one).
 
     Returns None when no run has an eval result to plot.
     """
@@ -150,10 +158,15 @@ def plot(rows: list[Row], output: Path) -> Path | None:
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
+    kind = output.suffix.lower().lstrip(".") or "png"
+    if kind not in fig.canvas.get_supported_filetypes():
+        plt.close(fig)
+        kinds = ", ".join(sorted(fig.canvas.get_supported_filetypes()))
+        raise InputError(f"plot path {output}: matplotlib writes {kinds}, not {kind}; name the file with one")
     output.parent.mkdir(parents=True, exist_ok=True)
     try:
         with atomic_write(output) as out:  # no half-written plot, nor a temporary file, on any failure
-            fig.savefig(out, format="png", dpi=120)
+            fig.savefig(out, format=kind, dpi=120)
     finally:
         plt.close(fig)
     return output

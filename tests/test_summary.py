@@ -1,0 +1,35 @@
+"""What ``superbpe-summarize`` says differs between runs, from their ``metrics.json`` alone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from superbpe.core.pretokenize import PATTERNS
+from superbpe.training.summary import collect
+
+
+def write_run(directory: Path, pretokenizer: str, pattern: str, eval_file: str | None = None) -> None:
+    directory.mkdir(parents=True)
+    stage = {"name": "bpe", "merges": 100, "pretokenizer": {"name": pretokenizer, "pattern": pattern}}
+    metrics = {
+        "config": {"schedule": "bpe", "data": ["/data/corpus.txt"], "engine": "native"},
+        "stages": [stage],
+        "vocab_size": 357, "seconds": 1.0, "peak_rss_bytes": 2**20,
+        "eval": {"files": [eval_file], "bytes": 1000, "bytes_per_token": 3.0} if eval_file else None,
+    }  # fmt: skip
+    (directory / "metrics.json").write_text(json.dumps(metrics))
+
+
+def test_built_in_patterns_are_named_not_spelt_out(tmp_path: Path) -> None:
+    write_run(tmp_path / "0", "gpt2", PATTERNS["gpt2"])
+    write_run(tmp_path / "1", "o200k", PATTERNS["o200k"])
+    assert [(row.patterns, row.differs) for row in collect(tmp_path)] == [("gpt2", ""), ("o200k", "")]
+
+
+def test_custom_patterns_and_eval_texts_are_shown_where_they_differ(tmp_path: Path) -> None:
+    write_run(tmp_path / "0", "custom", r"\w+", "/a/heldout.txt")
+    write_run(tmp_path / "1", "custom", r"\S+", "/b/other.txt")
+    assert sorted(row.differs for row in collect(tmp_path)) == [
+        'eval=["heldout.txt", 1000] bpe.pattern="\\\\w+"', 'eval=["other.txt", 1000] bpe.pattern="\\\\S+"'
+    ]
