@@ -14,7 +14,9 @@ from superbpe.training.cache import RunCache, cache_entries, clear_cache, enforc
 
 
 def make_entry(root: Path, kind: str, name: str, size: int, age_seconds: float) -> Path:
-    path = root / kind / name
+    """An entry named as the cache names them: ``name``'s stem padded to a 40-digit key."""
+    stem, suffix = name.split(".")
+    path = root / kind / (stem.encode().hex().rjust(40, "0") + "." + suffix)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"x" * size)
     (root / kind / (path.stem + ".lock")).touch()
@@ -28,11 +30,24 @@ def test_list_and_clear_older_than(tmp_path: Path, capsys: pytest.CaptureFixture
     new = make_entry(tmp_path, "merges", "b.json", 500, 60)
     cache_command(["--cache-dir", str(tmp_path), "list"])
     listing = capsys.readouterr().out
-    assert "a.counts" in listing and "b.json" in listing and "2 entries" in listing
+    assert old.name in listing and new.name in listing and "2 entries" in listing
     cache_command(["--cache-dir", str(tmp_path), "clear", "--older-than", "7d"])
     assert "removed 1 entries" in capsys.readouterr().out
     assert not old.exists() and new.exists()
     assert clear_cache(tmp_path) == (1, 500) and cache_entries(tmp_path) == []
+    assert not list(tmp_path.rglob("*.lock"))  # each entry's lock went with it
+
+
+def test_files_that_are_not_entries_are_neither_listed_nor_removed(tmp_path: Path) -> None:
+    """A --cache-dir naming a user's own directory: its files were listed as entries, and removed."""
+    mine = [tmp_path / "counts" / "important.txt", tmp_path / "merges" / "data.json", tmp_path / "notes.md"]
+    for path in mine:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("keep me")
+    entry = make_entry(tmp_path, "merges", "e.json", 10, 60)
+    assert [found.path for found in cache_entries(tmp_path)] == [entry]
+    assert clear_cache(tmp_path) == (1, 10)
+    assert all(path.read_text() == "keep me" for path in mine)
 
 
 def test_size_cap_removes_least_recently_used_first(tmp_path: Path) -> None:

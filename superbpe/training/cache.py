@@ -25,6 +25,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -276,15 +277,21 @@ def parse_age(text: str) -> float:
     return seconds
 
 
+#: An entry's file name: its key (:func:`cache_key`) and its kind's suffix. Nothing else in a cache
+#: directory is an entry, so a ``--cache-dir`` naming some other directory lists and removes nothing.
+_ENTRY_NAMES = {kind: re.compile(rf"[0-9a-f]{{40}}{re.escape(suffix)}") for kind, suffix in
+                (("counts", ".counts"), ("merges", ".json"))}  # fmt: skip
+
+
 def cache_entries(root: Path) -> list[CacheEntry]:
     """Every finished entry, newest use first (lock files and temp files of writes in flight excluded)."""
     entries = []
-    for kind in ("counts", "merges"):
+    for kind, name in _ENTRY_NAMES.items():
         directory = root / kind
         if not directory.is_dir():
             continue
         for path in directory.iterdir():
-            if path.suffix == ".lock" or path.name.startswith(".") or not path.is_file():
+            if not name.fullmatch(path.name) or not path.is_file():
                 continue
             with contextlib.suppress(FileNotFoundError):  # removed by a concurrent clear
                 stat = path.stat()
@@ -308,9 +315,10 @@ def remove_entry(entry: CacheEntry) -> bool:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return False
-        # The lock file stays: a job waiting on it must find the same file when it gets the lock.
-        with contextlib.suppress(FileNotFoundError):
-            entry.path.unlink()
+        entry.path.unlink(missing_ok=True)
+        # Its lock goes too, while held: a job waiting on it finds the path no longer the file it locked
+        # and locks the path anew (`locked`).
+        lock_path.unlink(missing_ok=True)
         return True
     finally:
         os.close(fd)
