@@ -196,6 +196,20 @@ def test_transition_beyond_the_merges_of_from_run(tmp_path, corpus):
     assert (tmp_path / "from" / MERGES_FILE).read_bytes() == before
 
 
+@pytest.mark.parametrize(
+    "setting", ["pretokenizer=o200k", "pretokenizer.line_units=true", "schedule.stages.0.min_frequency=50"]
+)
+def test_first_stage_settings_beside_from_run_are_refused(tmp_path, corpus, setting):
+    """Its merges stand in for the first stage: a pattern or rule given for that stage changed nothing."""
+    proc = train(
+        tmp_path, f"data.paths=[{corpus}]", "vocab_size=600", "schedule=superbpe",
+        f"schedule.from_run={tmp_path / 'from'}", "schedule.transition=100", setting,
+    )  # fmt: skip
+    key = setting.split('=')[0]
+    assert_one_line_error(proc, f"{key}: the first stage's merges come from schedule.from_run")
+    assert_nothing_left(tmp_path)
+
+
 def test_from_run_is_refused_on_the_demo_corpus_or_across_compat_presets(tmp_path, corpus):
     """Stage 2 from a finished run without data.paths trained on the built-in demo corpus, and one from a
     run of the other compat preset matched neither recipe: both without a word."""

@@ -121,6 +121,7 @@ def place_run(args: Sequence[str]) -> list[str]:
     """
     if _resume_value(args) is not None:
         return list(args)
+    _check_first_stage_not_set_beside_its_source(args)
     output, run_dir = _value(args, "output_dir"), _value(args, "hydra.run.dir")
     if "-m" in args or "--multirun" in args:
         if output is not None:
@@ -162,6 +163,27 @@ def _check_can_make(path: Path) -> None:
     problem = directory_problem(path)
     if problem:
         raise InputError(f"output directory {path} is not writable ({problem})")
+
+
+def _check_first_stage_not_set_beside_its_source(args: Sequence[str]) -> None:
+    """Refuse settings of the first stage given beside the tokenizer that stands in for it: its merges
+    were made with their own pattern and rules, so ``pretokenizer=o200k`` (or a stage-1 rule) beside
+    ``schedule.from_run`` changed nothing, silently. Bare tokenizer files do not say their pattern, so
+    ``schedule.from_tokenizer`` takes ``pretokenizer=`` as the one that made them."""
+    sources = ("schedule.from_run", "schedule.from_tokenizer")
+    source = next((key for key in sources if _value(args, key)), None)
+    if source is None:
+        return
+    overrides = [arg for arg in args if _is_override(arg)]
+    stage_keys = [_key(arg) for arg in overrides if _key(arg).startswith("schedule.stages.0.")
+                  and _key(arg).rsplit(".", 1)[1] not in ("until", "name")]  # fmt: skip
+    if source == "schedule.from_run":
+        stage_keys += [_key(arg) for arg in overrides if _key(arg).split(".")[0] == "pretokenizer"]
+    if stage_keys:
+        raise ConfigError(
+            f"{', '.join(stage_keys)}: the first stage's merges come from {source}, made with its own "
+            "pattern and rules; drop it"
+        )
 
 
 def _same_dir(a: str, b: str) -> bool:
