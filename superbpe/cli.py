@@ -350,7 +350,11 @@ def _jobs_not_run() -> str:
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode != RunMode.MULTIRUN:
         return ""
-    return f"; the sweep's jobs after job {hydra_cfg.job.num} did not run"
+    return (
+        f"; the sweep's jobs after job {hydra_cfg.job.num} did not run (a sweep is not resumed: continue "
+        f"this job with resume=<its directory>, and give the combinations left to a new -m with another "
+        "hydra.sweep.dir)"
+    )
 
 
 def _with_resume_hint(exc: BaseException, output_dir: Path) -> str:

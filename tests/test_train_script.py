@@ -303,9 +303,13 @@ def test_a_run_started_with_output_dir_resumes_where_it_was_moved(tmp_path, corp
     assert not out.exists()
 
 
-def test_an_empty_resume_is_refused_rather_than_starting_a_new_run(tmp_path):
+def test_an_empty_resume_or_a_sweep_of_resumes_is_refused(tmp_path):
+    """``resume=`` started a new run; ``-m resume=a,b`` was taken as one directory named ``a,b``."""
     assert_one_line_error(train(tmp_path, "resume=", default_dir=True), "resume= is empty")
+    sweep = train(tmp_path, "-m", f"resume={tmp_path / 'a'},{tmp_path / 'b'}", default_dir=True)
+    assert_one_line_error(sweep, "resume continues one run: give resume=<run dir> without -m")
     assert_nothing_left(tmp_path)
+    assert not (tmp_path / "multirun").exists()
 
 
 def test_output_dir_conflicts_are_refused_before_anything_is_made(tmp_path, corpus):

@@ -235,6 +235,8 @@ def resume_args(args: Sequence[str]) -> list[str]:
     value = _resume_value(args)
     if value is None:
         return list(args)
+    if "-m" in args or "--multirun" in args:
+        raise ConfigError("resume continues one run: give resume=<run dir> without -m (one command per run)")
     run_dir = Path(value).expanduser().absolute()  # the resume runs where the run started (`run_cwd`)
     if not run_dir.is_dir():
         raise InputError(f"resume {run_dir}: no such run directory")
