@@ -80,9 +80,9 @@ def _advice(stage: str) -> str:
     the sampling knob is named only for the superbpe schedule's stage 2, the one that has it."""
     example = ", e.g. schedule.stage2_approx_sample=0.25" if stage == "stage2" else ""
     return (
-        f"count this stage on a share of the corpus (its approx_sample{example}: an approximation), "
-        "train it on a smaller corpus, raise memory_limit or use a machine with more RAM "
-        "(earlier stages are checkpointed: resume continues)"
+        f"start a run that counts this stage on a share of the corpus (its approx_sample{example}: an "
+        "approximation) or trains on a smaller corpus, or raise memory_limit or use a machine with more "
+        "RAM: earlier stages are checkpointed, and resume continues with memory_limit=<more>"
     )
 
 #: Without a memory_limit, a count stops once the machine has less than this share of its memory
