@@ -60,7 +60,7 @@ from superbpe.training.directories import (
     run_cwd,
 )
 from superbpe.training.run import TrainingInterrupted, run_training
-from superbpe.training.summary import collect, plot, table
+from superbpe.training.summary import collect, plot, table, unfinished
 
 #: Errors a user can cause: reported as one line on stderr, exit code 1, no traceback.
 USER_ERRORS = (SuperBPEError, OmegaConfBaseException, OSError)
@@ -509,6 +509,9 @@ def summarize(argv: list[str] | None = None) -> None:
     try:
         rows = collect(args.sweep_dir)
         print(table(rows))
+        left = unfinished(args.sweep_dir)
+        if left:
+            print(f"not finished (no metrics.json, no row): {', '.join(left)}")
         if args.no_plot:
             return
         if not _has_matplotlib():  # the table is the result; the plot is an extra

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from superbpe.core.pretokenize import PATTERNS
-from superbpe.training.summary import collect
+from superbpe.training.summary import collect, unfinished
 
 
 def write_run(directory: Path, pretokenizer: str, pattern: str, eval_file: str | None = None) -> None:
@@ -33,3 +33,14 @@ def test_custom_patterns_and_eval_texts_are_shown_where_they_differ(tmp_path: Pa
     assert sorted(row.differs for row in collect(tmp_path)) == [
         'eval=["heldout.txt", 1000] bpe.pattern="\\\\w+"', 'eval=["other.txt", 1000] bpe.pattern="\\\\S+"'
     ]
+
+
+def test_runs_without_metrics_are_named_as_not_finished(tmp_path: Path) -> None:
+    write_run(tmp_path / "0", "gpt2", PATTERNS["gpt2"])
+    (tmp_path / "0" / ".hydra").mkdir()
+    (tmp_path / "0" / ".hydra" / "overrides.yaml").write_text("- vocab_size=357\n")
+    (tmp_path / "1" / ".hydra").mkdir(parents=True)  # started, stopped before its first checkpoint
+    (tmp_path / "1" / ".hydra" / "overrides.yaml").write_text("- vocab_size=400\n")
+    (tmp_path / "2").mkdir()  # stopped mid-training
+    (tmp_path / "2" / "checkpoint.json").write_text("{}")
+    assert [row.run for row in collect(tmp_path)] == ["0"] and unfinished(tmp_path) == ["1", "2"]

@@ -15,6 +15,7 @@ from typing import Any
 from superbpe.core.errors import InputError
 from superbpe.core.pretokenize import PATTERNS
 from superbpe.core.util import atomic_write, import_optional
+from superbpe.formats.checkpoints import CHECKPOINT_FILE
 
 COLUMNS = (
     "run", "schedule", "patterns", "vocab", "transition", "merges/stage", "seconds", "peak MB", "bytes/token",
@@ -66,6 +67,15 @@ def collect(sweep_dir: Path) -> list[Row]:
         for row in rows
     ]
     return sorted(rows, key=_order)
+
+
+def unfinished(sweep_dir: Path) -> list[str]:
+    """The run directories under ``sweep_dir`` that hold a run but no ``metrics.json`` (stopped or failed,
+    or still running), relative to it: the table has no row for them, and must not read as the sweep."""
+    started = {path.parent.parent for path in sweep_dir.rglob(".hydra/overrides.yaml")}
+    started |= {path.parent for path in sweep_dir.rglob(CHECKPOINT_FILE)}
+    left = [run for run in started if not (run / "metrics.json").is_file()]
+    return sorted(str(run.relative_to(sweep_dir)) or "." for run in left)
 
 
 def _order(row: Row) -> tuple[Any, ...]:
