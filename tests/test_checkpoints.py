@@ -13,6 +13,7 @@ from superbpe.formats.checkpoints import (
     MERGES_LOGS,
     Checkpoint,
     Checkpointer,
+    diff,
     load_checkpoint,
     save_checkpoint,
 )
@@ -107,3 +108,11 @@ def test_an_old_or_foreign_json_is_refused(tmp_path: Path) -> None:
     (tmp_path / CHECKPOINT_FILE).write_text(json.dumps({"format": 1, "merges": []}))
     with pytest.raises(InputError, match="unsupported format"):
         load_checkpoint(tmp_path)
+
+
+def test_differences_name_the_option_a_user_gives() -> None:
+    assert diff({"vocab_size": 300, "source": "ab12"}, {"vocab_size": 400, "source": "cd34"}) == [
+        "the stage-1 source (schedule.from_run / schedule.from_tokenizer) differs "
+        '(checkpoint: "ab12", now: "cd34")',
+        "vocab_size differs (checkpoint: 300, now: 400)",
+    ]

@@ -214,8 +214,13 @@ def diff(old: Any, new: Any, path: str = "") -> list[str]:
     if isinstance(old, list) and isinstance(new, list) and len(old) == len(new) and path != "data.paths":
         return [d for i, (a, b) in enumerate(zip(old, new, strict=True)) for d in diff(a, b, f"{path}[{i}]")]
     if old != new:
-        return [f"{path} differs (checkpoint: {_short(old)}, now: {_short(new)})"]
+        return [f"{_KNOBS.get(path, path)} differs (checkpoint: {_short(old)}, now: {_short(new)})"]
     return []
+
+
+#: Checkpoint settings named as the option a user gives (the merges of a source tokenizer are recorded
+#: as their fingerprint).
+_KNOBS = {"source": "the stage-1 source (schedule.from_run / schedule.from_tokenizer)"}
 
 
 def _short(value: Any) -> str:
