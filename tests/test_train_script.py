@@ -136,6 +136,14 @@ def test_empty_corpus(tmp_path):
     assert_nothing_left(tmp_path)
 
 
+@pytest.mark.parametrize("setting", ["checkpoint.every_merges=0", "checkpoint.every_seconds=-1"])
+def test_a_checkpoint_interval_that_is_no_interval_is_refused_before_counting(tmp_path, corpus, setting):
+    proc = train(tmp_path, f"data.paths=[{corpus}]", "vocab_size=300", setting, default_dir=True)
+    assert_one_line_error(proc, setting.split("=")[0] + " must be")
+    assert "counting" not in proc.stdout + proc.stderr and "training" not in proc.stdout
+    assert_nothing_left(tmp_path)
+
+
 def test_vocab_size_beyond_every_engine_is_refused_before_anything_is_made(tmp_path, corpus):
     for engine in ("native", "python"):
         proc = train(tmp_path, f"data.paths=[{corpus}]", "vocab_size=700000000000", f"engine={engine}",

@@ -228,16 +228,21 @@ def _short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def check_checkpoint_intervals(every_merges: int, every_seconds: float) -> None:
+    """How often checkpoints are saved must be a positive interval (checked before a run counts)."""
+    if every_merges < 1:
+        raise ConfigError(f"checkpoint.every_merges must be >= 1, not {every_merges}")
+    if every_seconds <= 0:
+        raise ConfigError(f"checkpoint.every_seconds must be > 0, not {every_seconds}")
+
+
 class Checkpointer:
     """Writes the checkpoint every ``every_merges`` merges or ``every_seconds`` seconds, whichever first."""
 
     def __init__(
         self, run_dir: Path, checkpoint: Checkpoint, every_merges: int, every_seconds: float
     ) -> None:
-        if every_merges < 1:
-            raise ConfigError(f"checkpoint.every_merges must be >= 1, not {every_merges}")
-        if every_seconds <= 0:
-            raise ConfigError(f"checkpoint.every_seconds must be > 0, not {every_seconds}")
+        check_checkpoint_intervals(every_merges, every_seconds)
         self.run_dir = run_dir
         self.state = checkpoint
         self.every_merges = every_merges

@@ -61,6 +61,7 @@ from superbpe.engines.interface import Engine, get_engine
 from superbpe.formats.checkpoints import (
     Checkpoint,
     Checkpointer,
+    check_checkpoint_intervals,
     check_compatible,
     checkpoint_path,
     load_checkpoint,
@@ -223,6 +224,7 @@ def _log_eval(evaluation: dict[str, Any] | None) -> None:
 
 def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> _Job:
     """Check everything that can be checked before any output exists."""
+    check_checkpoint_intervals(cfg.checkpoint.every_merges, cfg.checkpoint.every_seconds)
     specials = special_token_list(cfg.special_tokens)
     SpecialSplitter(specials)
     check_special_tokens(specials)
