@@ -178,6 +178,28 @@ def test_padded_run_agrees_across_every_export(tmp_path: Path, sample_texts: Pat
     assert ids["<|reserved_5|>"] in tok.encode(text)
 
 
+def test_padded_run_under_the_official_preset_numbers_its_reserved_tokens_one_after_another(
+    tmp_path: Path, sample_texts: Path
+) -> None:
+    """The reserved tokens took every other id, up past the vocab size (a 384-row table met id 466)."""
+    from superbpe.core.compat import OFFICIAL
+    from superbpe.training.config import DataConfig, TrainConfig
+    from superbpe.training.run import run_training
+
+    out = tmp_path / "run"
+    cfg = TrainConfig(data=DataConfig(paths=[str(sample_texts / "corpus.en")]), vocab_size=300,
+                      special_tokens=[EOT, "<|pad|>"], cache_dir=None, output_dir=str(out),
+                      pad_vocab_to_multiple_of=128, compat=OFFICIAL)  # fmt: skip
+    run_training(cfg)
+    tok = Tokenizer.load(out, compat="official")
+    vocab_json = json.loads((out / "vocab.json").read_text(encoding="utf-8"))
+    hf_ids = sorted(token["id"] for token in json.loads((out / "tokenizer.json").read_text())["added_tokens"])
+    assert tok.vocab_size == 384 and sorted(vocab_json.values()) == list(range(384))
+    reserved = [tok.token_to_id(f"<|reserved_{i}|>") for i in range(84)]
+    assert reserved == list(range(300, 384)) and hf_ids[-84:] == reserved
+    assert tok.decode(tok.encode("a<|reserved_83|>")) == "a<|reserved_83|>"
+
+
 @SETTINGS
 @given(text=st.one_of(TRICKY, st.text(max_size=60)))
 def test_covering_pattern_matches_are_the_isolated_split(text: str) -> None:

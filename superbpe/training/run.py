@@ -843,7 +843,8 @@ def _write_outputs(job: _Job, checkpoint: Checkpoint, seconds: float) -> dict[st
         vocab = hf_vocab(alphabet, merges, job.specials)
         # Padding tokens go last (HF numbers only its own specials first).
         reserved = reserved_tokens(len(vocab), job.cfg.pad_vocab_to_multiple_of, job.specials)
-        vocab.update((len(vocab) + i, name.encode("utf-8")) for i, name in enumerate(reserved))
+        first = len(vocab)  # read once: the dict grows as the ids are added
+        vocab.update((first + i, name.encode("utf-8")) for i, name in enumerate(reserved))
         specials = job.specials + reserved
     else:
         specials = job.specials + reserved_tokens(256 + len(merges) + len(job.specials),
