@@ -20,7 +20,8 @@ from superbpe.api.tokenizer import Tokenizer
 from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.pretokenize import SPLIT_PROBE, get_pretokenizer
 from superbpe.core.vocab import reserved_tokens
-from superbpe.formats.hf import HF_CONFIG_FILE
+from superbpe.formats.hf import HF_CONFIG_FILE, HF_SPECIAL_MAP_FILE
+from superbpe.formats.manifest import MANIFEST_FILE
 from superbpe.formats.tiktoken_files import TIKTOKEN_META_FILE, tiktoken_pattern
 
 EOT = "<|endoftext|>"
@@ -176,6 +177,32 @@ def test_padded_run_agrees_across_every_export(tmp_path: Path, sample_texts: Pat
     text = "hello <|reserved_5|> world" + EOT
     assert tok.to_tiktoken().encode(text, allowed_special="all") == tok.encode(text)
     assert ids["<|reserved_5|>"] in tok.encode(text)
+
+
+def test_a_loaded_tokenizer_saved_elsewhere_keeps_its_roles_and_training_record(
+    tmp_path: Path, sample_texts: Path
+) -> None:
+    """A load and a save dropped the pad role (transformers then could not pad) and the stages."""
+    from superbpe.training.config import DataConfig, ExportConfig, TrainConfig
+    from superbpe.training.run import run_training
+
+    out, copy = tmp_path / "run", tmp_path / "copy"
+    cfg = TrainConfig(data=DataConfig(paths=[str(sample_texts / "corpus.en")]), vocab_size=400,
+                      special_tokens=[EOT, "<|pad|>"], cache_dir=None, output_dir=str(out),
+                      export=ExportConfig(pad_token="<|pad|>"))  # fmt: skip
+    run_training(cfg)
+    loaded = Tokenizer.load(out)
+    assert loaded.roles == {"bos_token": EOT, "eos_token": EOT, "pad_token": "<|pad|>"}
+    loaded.save(copy)
+    for name in (HF_SPECIAL_MAP_FILE, HF_CONFIG_FILE):
+        assert json.loads((copy / name).read_text()) == json.loads((out / name).read_text())
+    original, saved = (json.loads((d / MANIFEST_FILE).read_text()) for d in (out, copy))
+    assert saved["stages"] == original["stages"] != [] and saved["training"] == original["training"] != {}
+    assert Tokenizer.load(copy).roles == loaded.roles
+    loaded.save(tmp_path / "no_pad", roles={"pad_token": None})
+    assert "pad_token" not in Tokenizer.load(tmp_path / "no_pad").roles
+    fresh = Tokenizer(loaded.vocab, loaded.merges, [EOT, "<|pad|>"])
+    assert fresh.roles == {"bos_token": EOT, "eos_token": EOT}
 
 
 def test_padded_run_under_the_official_preset_numbers_its_reserved_tokens_one_after_another(

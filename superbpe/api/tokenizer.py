@@ -43,7 +43,14 @@ from superbpe.core.types import Merge
 from superbpe.core.util import caller_stacklevel, import_optional, resolve_threads
 from superbpe.engines.interface import EncoderCore, Engine, get_engine
 from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE, read_gpt2_files
-from superbpe.formats.hf import HF_FILE, hf_split_problem, pretokenizer_from_hf, read_hf_tokenizer
+from superbpe.formats.hf import (
+    HF_FILE,
+    hf_split_problem,
+    pretokenizer_from_hf,
+    read_hf_tokenizer,
+    read_roles,
+    resolve_roles,
+)
 from superbpe.formats.manifest import (
     MANIFEST_FILE,
     check_hf_file_unchanged,
@@ -118,6 +125,11 @@ class Tokenizer:
         specials_unmade: bool = False,
     ) -> None:
         """Set up from a checked vocab and merges list, which it keeps (and adds special tokens to)."""
+        # What the directory it is loaded from says beyond encoding (token roles, how it was trained):
+        # `save` writes it back unless given anew, so a load and a save lose nothing.
+        self._roles: dict[str, str | None] | None = None
+        self._stages: list[dict[str, Any]] = []
+        self._training: dict[str, Any] | None = None
         self._vocab = vocab
         self._whole_pieces = whole_pieces
         self._merges = merges
@@ -207,6 +219,12 @@ class Tokenizer:
     @property
     def pretokenizer(self) -> Pretokenizer:
         return self._pretokenizer
+
+    @property
+    def roles(self) -> dict[str, str]:
+        """Token roles for transformers (``{"bos_token": ..., ...}``): those of the directory it was loaded
+        from, else the defaults; :meth:`save` writes them unless given ``roles``."""
+        return resolve_roles(self._roles, self.special_tokens)
 
     @property
     def engine(self) -> str:
@@ -508,6 +526,15 @@ class Tokenizer:
         directory = Path(directory)
         if compat is not None:
             get_compat(compat)  # a bad value is named now, whatever the directory holds
+        tokenizer = cls._load_files(directory, engine, compat)
+        tokenizer._roles = read_roles(directory)
+        return tokenizer
+
+    @classmethod
+    def _load_files(
+        cls, directory: Path, engine: str | Engine, compat: str | CompatConfig | None
+    ) -> Tokenizer:
+        """The tokenizer a directory's files make (see :meth:`load`)."""
         manifest_path = directory / MANIFEST_FILE
         vocab_path, merges_path = directory / VOCAB_FILE, directory / MERGES_FILE
         hf_path = directory / HF_FILE
@@ -558,6 +585,7 @@ class Tokenizer:
         if tokenizer.vocab_size != manifest.vocab_size:
             found, stated = tokenizer.vocab_size, manifest.vocab_size
             raise InputError(f"{manifest_path}: vocab_size {stated}, but the files hold {found}")
+        tokenizer._stages, tokenizer._training = manifest.stages, manifest.training or None
         return tokenizer
 
     def save(
@@ -573,7 +601,8 @@ class Tokenizer:
         """Write vocab.json, merges.txt, tokenizer.json (+ tokenizer_config.json, special_tokens_map.json for
         transformers, with ``roles``: ``{"bos_token": ..., "eos_token": ..., "pad_token": ..., "unk_token":
         ...}``) and superbpe.json, each atomically; ``tiktoken=True`` adds tokenizer.tiktoken + tiktoken.json
-        (without it, those of an earlier save into the directory are removed).
+        (without it, those of an earlier save into the directory are removed). A tokenizer loaded from a
+        directory writes that directory's roles and training record (stages, training) unless given others.
 
         A pattern of the user's own is tried in HF ``tokenizers`` (and tiktoken, when asked for) first: one
         they read otherwise would give other ids there, a warning for tokenizer.json (this tokenizer is still
@@ -589,11 +618,11 @@ class Tokenizer:
             self._merges,
             self.special_tokens,
             self._pretokenizer,
-            stages=stages,
-            training=training,
+            stages=stages or self._stages,
+            training=training if training is not None else self._training,
             extra=manifest_extra,
             whole_pieces=self._whole_pieces,
-            roles=roles,
+            roles=roles if roles is not None else self._roles,
             tiktoken=tiktoken,
         )
 

@@ -359,6 +359,25 @@ def pretokenizer_from_hf(data: HFTokenizerData) -> Pretokenizer:
 
 
 
+def read_roles(directory: Path) -> dict[str, str | None] | None:
+    """The token roles a directory's ``special_tokens_map.json`` gives (a role it lacks has no token), or
+    None without the file. transformers writes a role as ``{"content": ...}``, we as the token itself."""
+    path = directory / HF_SPECIAL_MAP_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise InputError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: not a JSON object of token roles")
+    roles: dict[str, str | None] = {}
+    for role in TOKEN_ROLES:
+        token = data.get(role)
+        roles[role] = token.get("content") if isinstance(token, dict) else token
+    return roles
+
+
 def resolve_roles(roles: Mapping[str, str | None] | None, special_tokens: Sequence[str]) -> dict[str, str]:
     """Role -> special token (``auto``: ``<|endoftext|>`` if it is one, else no token for that role)."""
     given = {**DEFAULT_ROLES, **(roles or {})}
