@@ -20,7 +20,7 @@ from superbpe.api.tokenizer import Tokenizer
 from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.pretokenize import SPLIT_PROBE, get_pretokenizer
 from superbpe.core.vocab import reserved_tokens
-from superbpe.formats.hf import HF_CONFIG_FILE, HF_SPECIAL_MAP_FILE
+from superbpe.formats.hf import HF_CONFIG_FILE, HF_SPECIAL_MAP_FILE, resolve_roles
 from superbpe.formats.manifest import MANIFEST_FILE
 from superbpe.formats.tiktoken_files import TIKTOKEN_META_FILE, tiktoken_pattern
 
@@ -141,6 +141,8 @@ def test_roles_are_configurable_and_checked(tmp_path: Path, sample_texts: Path) 
     assert hf.pad_token_id == tok.token_to_id("<pad>")
     with pytest.raises(ConfigError, match="pad_token '<mask>' is not one of the special tokens"):
         tok.save(tmp_path / "bad", roles={"pad_token": "<mask>"})
+    with pytest.raises(ConfigError, match=r"the reserved padding tokens are made with the vocabulary"):
+        resolve_roles({"pad_token": "<|reserved_0|>"}, [EOT])
     assert not (tmp_path / "bad").exists()
 
 
@@ -225,6 +227,8 @@ def test_padded_run_under_the_official_preset_numbers_its_reserved_tokens_one_af
     reserved = [tok.token_to_id(f"<|reserved_{i}|>") for i in range(84)]
     assert reserved == list(range(300, 384)) and hf_ids[-84:] == reserved
     assert tok.decode(tok.encode("a<|reserved_83|>")) == "a<|reserved_83|>"
+    with pytest.raises(ConfigError, match=r"do not grow in merge order \(as under compat=official"):
+        tok.to_tiktoken()
 
 
 @SETTINGS

@@ -378,6 +378,13 @@ def read_roles(directory: Path) -> dict[str, str | None] | None:
     return roles
 
 
+#: Why a role cannot name a reserved padding token (``pad_vocab_to_multiple_of``) at training time.
+_RESERVED_ROLE_HINT = (
+    " (the reserved padding tokens are made with the vocabulary, after the roles are checked; give the role "
+    "a special token of your own, e.g. special_tokens=[..., '<|pad|>'])"
+)
+
+
 def resolve_roles(roles: Mapping[str, str | None] | None, special_tokens: Sequence[str]) -> dict[str, str]:
     """Role -> special token (``auto``: ``<|endoftext|>`` if it is one, else no token for that role)."""
     given = {**DEFAULT_ROLES, **(roles or {})}
@@ -391,7 +398,9 @@ def resolve_roles(roles: Mapping[str, str | None] | None, special_tokens: Sequen
         if token is None:
             continue
         if token not in special_tokens:
-            raise ConfigError(f"{role} {token!r} is not one of the special tokens {list(special_tokens)}")
+            hint = _RESERVED_ROLE_HINT if token.startswith("<|reserved_") else ""
+            listed = list(special_tokens)
+            raise ConfigError(f"{role} {token!r} is not one of the special tokens {listed}{hint}")
         resolved[role] = token
     return resolved
 

@@ -104,7 +104,10 @@ def check_ranks_follow_merges(ranks: Mapping[bytes, int], merges: Sequence[Merge
     for left, right in merges:
         rank = ranks.get(left + right)
         if rank is None or rank <= last:
-            raise ConfigError("token ids do not grow in merge order: tiktoken ranks would encode differently")
+            raise ConfigError(
+                "token ids do not grow in merge order (as under compat=official, whose ids follow HF's "
+                "layout): tiktoken ranks are ids in merge order, so tiktoken would encode differently"
+            )
         last = rank
 
 
