@@ -333,6 +333,23 @@ def test_output_dir_conflicts_are_refused_before_anything_is_made(tmp_path, corp
     assert not (tmp_path / "multirun").exists() and not (tmp_path / "h").exists()
 
 
+def test_the_cache_keeps_the_merges_of_each_text_field_apart(tmp_path, corpus):
+    """The merges cached for one field of JSON lines were taken for another: the run trained on the wrong
+    text, silently."""
+    lines = corpus.read_text(encoding="utf-8").splitlines()[:300]
+    records = tmp_path / "two.jsonl"
+    rows = [json.dumps({"text": line, "body": line.upper()[::-1]}) for line in lines]
+    records.write_text("\n".join(rows) + "\n")
+    data = [f"data.paths=[{records}]", "vocab_size=300"]
+    assert train(tmp_path, *data, "data.text_field=text", "output_dir=a").returncode == 0
+    cached = train(tmp_path, *data, "data.text_field=body", "output_dir=b")
+    alone = run_script("train.py", *data, "data.text_field=body", "engine=python", "output_dir=c",
+                       cwd=tmp_path, cache_dir=None)  # fmt: skip
+    assert cached.returncode == 0 and alone.returncode == 0, cached.stderr + alone.stderr
+    merges = {name: (tmp_path / name / MERGES_FILE).read_bytes() for name in "abc"}
+    assert merges["b"] == merges["c"] != merges["a"]
+
+
 def test_the_summary_says_what_else_differs_between_runs(tmp_path, corpus, sample_texts):
     """Runs that differed in their corpus (or a stage's sample share, rules, a custom pattern) showed as
     identical rows, and the plot drew them as one line."""

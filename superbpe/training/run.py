@@ -639,6 +639,8 @@ def _train(
         kind="merges",
         counts=counts.meta,  # the pattern and specials; a sampled count says so only in the plan
         fingerprint=job.fingerprint,
+        errors=job.cfg.data.errors,  # the files alone do not say what text was read from them
+        text_field=job.cfg.data.text_field,
         rules=rules_spec(plan.rules),
         prior=merges_fingerprint(prior),
         **_sampled(plan),
