@@ -114,6 +114,19 @@ def test_a_stream_is_read_lazily_one_block_at_a_time():
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+def test_a_lone_surrogate_escaped_in_json_lines_is_named_or_replaced(engine, tmp_path):
+    """``"\\ud800"`` is valid JSON (a cut-off emoji in scraped text); it raised UnicodeEncodeError."""
+    records = tmp_path / "records.jsonl"
+    records.write_text('{"text": "ok"}\n{"text": "bad \\ud800 text"}\n', encoding="utf-8")
+    named = r"records.jsonl: line 2: unpaired surrogate '\\ud800' .*errors='replace'"
+    with pytest.raises(InputError, match=named):
+        superbpe.count([records], engine=engine)
+    replaced = superbpe.count([records], engine=engine, errors="replace")
+    written = superbpe.count(iter(["ok", "bad \ufffd\ufffd\ufffd text"]), engine=engine)
+    assert replaced.to_dict() == written.to_dict()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 def test_bad_documents_are_one_line_errors_naming_the_document(engine):
     with pytest.raises(InputError, match=r"document 1 is a int, not a string"):
         superbpe.count(iter(["fine", 3]), engine=engine)

@@ -144,6 +144,19 @@ def test_a_checkpoint_interval_that_is_no_interval_is_refused_before_counting(tm
     assert_nothing_left(tmp_path)
 
 
+def test_an_eval_record_with_a_lone_surrogate_stops_the_run_before_training(tmp_path, corpus):
+    held_out = tmp_path / "held.jsonl"
+    held_out.write_text('{"text": "ok"}\n{"text": "bad \\ud800 here"}\n', encoding="utf-8")
+    proc = train(tmp_path, f"data.paths=[{corpus}]", "vocab_size=300", f"eval={held_out}", default_dir=True)
+    assert_one_line_error(proc, "held.jsonl: line 2: unpaired surrogate")
+    assert "training" not in proc.stdout
+    assert_nothing_left(tmp_path)
+    replaced = train(tmp_path, f"data.paths=[{corpus}]", "vocab_size=300", f"eval={held_out}",
+                     "data.errors=replace", "output_dir=r")  # fmt: skip
+    assert replaced.returncode == 0, replaced.stderr
+    assert json.loads((tmp_path / "r" / "metrics.json").read_text())["eval"]["documents"] == 2
+
+
 def test_vocab_size_beyond_every_engine_is_refused_before_anything_is_made(tmp_path, corpus):
     for engine in ("native", "python"):
         proc = train(tmp_path, f"data.paths=[{corpus}]", "vocab_size=700000000000", f"engine={engine}",

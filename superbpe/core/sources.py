@@ -77,7 +77,7 @@ def document_blocks(
         if number == 0:
             _warn_if_a_path(text)
         if not text.isascii():
-            text = _checked_unicode(text, number, errors)
+            text = _checked_unicode(text, f"document {number}", errors)
         block.append(text)
         size += len(text)
         if size >= block_chars:
@@ -124,16 +124,17 @@ def _document_text(item: Any, number: int, text_field: str) -> str:
     )
 
 
-def _checked_unicode(text: str, number: int, errors: str) -> str:
-    """``text`` if it is valid Unicode; a lone surrogate is an error, or U+FFFD per byte under "replace"."""
+def _checked_unicode(text: str, where: str, errors: str) -> str:
+    """``text`` if it is valid Unicode; a lone surrogate is an error, or U+FFFD per byte under "replace".
+    Python texts and JSON strings (``"\\ud800"``, a cut-off emoji in scraped text) can hold one."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
         if errors == "replace":
             return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
         raise InputError(
-            f"document {number}: unpaired surrogate {text[exc.start]!r} at character {exc.start} (not "
-            "UTF-8); errors='replace' (library) or data.errors=replace (superbpe-train) reads it as U+FFFD"
+            f"{where}: unpaired surrogate {text[exc.start]!r} at character {exc.start} (not UTF-8); "
+            + REPLACE_HINT.replace("such bytes", "it")
         ) from None
     return text
 
@@ -512,7 +513,8 @@ def chunk_documents(chunk: Chunk, errors: str = "strict", text_field: str = "tex
         return
     for number, line in enumerate(io.StringIO(text), start=chunk.first_line):
         if line.strip():
-            yield _json_text(line, chunk.path, number, text_field)
+            record_text = _json_text(line, chunk.path, number, text_field)
+            yield _checked_unicode(record_text, f"{chunk.path}: line {number}", errors)
 
 
 def _json_text(line: str, path: str, number: int, field: str) -> str:
