@@ -33,6 +33,7 @@ def test_checkpoint_round_trip_keeps_every_field(tmp_path: Path) -> None:
         stage_ends=[2],
         stage_stats=[{"seconds": 1.5}],
         done=True,
+        files=[["/corpus/a.txt", 1000, 1764362400123456789]],
     )
     save_checkpoint(tmp_path, checkpoint)
     assert load_checkpoint(tmp_path) == checkpoint
@@ -115,4 +116,14 @@ def test_differences_name_the_option_a_user_gives() -> None:
         "the stage-1 source (schedule.from_run / schedule.from_tokenizer) differs "
         '(checkpoint: "ab12", now: "cd34")',
         "vocab_size differs (checkpoint: 300, now: 400)",
+    ]
+
+
+def test_a_corpus_directory_that_gained_or_lost_files_names_them() -> None:
+    """The list was cut at 80 characters, where the new file's name would have been."""
+    old = {"data": {"paths": [f"/corpus/part-{i:04d}.txt" for i in range(6)]}}
+    new = {"data": {"paths": [*old["data"]["paths"][1:], "/corpus/part-9999.txt"]}}
+    assert diff(old, new) == [
+        'data.paths differs (added ["/corpus/part-9999.txt"]; removed ["/corpus/part-0000.txt"] since the '
+        "checkpoint)"
     ]

@@ -23,8 +23,9 @@ from script_helpers import (
     start_script,
 )
 
+from superbpe.core.sources import input_fingerprint
 from superbpe.engines.interface import native_available
-from superbpe.formats.checkpoints import CHECKPOINT_FILE
+from superbpe.formats.checkpoints import CHECKPOINT_FILE, load_checkpoint
 
 pytestmark = pytest.mark.slow
 
@@ -173,10 +174,18 @@ def test_mismatched_resume_is_refused_naming_what_differs(wiki, tmp_path):
     moved = resume(tmp_path, run_dir, f"data.paths=[{other_corpus}]")
     assert_one_line_error(moved, "cannot resume", "data.paths=")
 
+    original = corpus.read_bytes()
     with corpus.open("a", encoding="utf-8") as handle:
         handle.write("\nA changed corpus.\n")
     changed = resume(tmp_path, run_dir)
-    assert_one_line_error(changed, "cannot resume", "corpus files changed")
+    size = f"{len(original)} bytes at the checkpoint, {corpus.stat().st_size} now"
+    assert_one_line_error(changed, "cannot resume", f"corpus file {corpus.resolve()} changed: {size}")
+    corpus.write_bytes(original)  # the same bytes, written again: a new modification time
+    touched = resume(tmp_path, run_dir)
+    assert_one_line_error(touched, "was modified since the checkpoint (same size)", "touch -m -d @")
+    restore = touched.stderr.split("give it back its time with: ")[1].split(" (resume with")[0]
+    subprocess.run(restore, shell=True, check=True)
+    assert load_checkpoint(run_dir).fingerprint == input_fingerprint([corpus])
 
     missing = resume(tmp_path, tmp_path / "no-such-run")
     assert_one_line_error(missing, "no such run directory")

@@ -230,6 +230,16 @@ def input_fingerprint(paths: Iterable[Path]) -> str:
     return digest.hexdigest()[:32]
 
 
+def input_files_state(paths: Iterable[Path]) -> list[list[Any]]:
+    """Each corpus file as ``[path, size, mtime_ns]``: what :func:`input_fingerprint` digests, kept so that
+    a refused resume can name the file that changed."""
+    state = []
+    for path in paths:
+        stat = path.stat()
+        state.append([str(path.resolve()), stat.st_size, stat.st_mtime_ns])
+    return state
+
+
 def is_jsonl(path: Path) -> bool:
     """One document per line, as a JSON object holding its text."""
     return path.name.endswith((".jsonl", ".jsonl.gz", *JSON_SUFFIXES))

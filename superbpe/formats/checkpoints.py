@@ -23,6 +23,7 @@ import hashlib
 import json
 import logging
 import os
+import shlex
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ class Checkpoint:
     stage_ends: list[int] = field(default_factory=list)  # merge count at the end of each finished stage
     stage_stats: list[dict[str, Any]] = field(default_factory=list)  # metrics of finished stages
     done: bool = False
+    files: list[list[Any]] = field(default_factory=list)  # [path, size, mtime_ns] per corpus file
 
     @property
     def stage(self) -> int:
@@ -117,6 +119,7 @@ def _write_json(run_dir: Path, checkpoint: Checkpoint, state: _LogState) -> None
         "stage_ends": checkpoint.stage_ends,
         "stage_stats": checkpoint.stage_stats,
         "done": checkpoint.done,
+        "files": checkpoint.files,
     }
     atomic_write_text(checkpoint_path(run_dir), json.dumps(document) + "\n")
 
@@ -165,6 +168,7 @@ def _load(run_dir: Path) -> tuple[Checkpoint, _LogState] | None:
             stage_ends=[int(n) for n in data["stage_ends"]],
             stage_stats=list(data["stage_stats"]),
             done=bool(data["done"]),
+            files=list(data.get("files") or []),  # absent from checkpoints written before it was kept
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise InputError(f"{path}: not a usable checkpoint ({exc})") from None
@@ -188,16 +192,42 @@ def _read_log(path: Path, state: _LogState, sha256: str) -> list[Merge]:
     return merges
 
 
-def check_compatible(checkpoint: Checkpoint, config: dict[str, Any], fingerprint: str, run_dir: Path) -> None:
-    """Refuse to continue a run with a different corpus or settings, naming what differs."""
+def check_compatible(
+    checkpoint: Checkpoint,
+    config: dict[str, Any],
+    fingerprint: str,
+    run_dir: Path,
+    files: Sequence[Sequence[Any]] = (),
+) -> None:
+    """Refuse to continue a run with a different corpus or settings, naming what differs (``files``: the
+    corpus files' state now, as :func:`superbpe.core.sources.input_files_state` gives it)."""
     differences = diff(checkpoint.config, config)
     if checkpoint.fingerprint != fingerprint and not any(d.startswith("data.paths") for d in differences):
-        differences.insert(0, "corpus files changed (size or modification time)")
+        differences.insert(0, _changed_files(checkpoint.files, files))
     if differences:
         shown = "; ".join(differences[:4]) + ("; ..." if len(differences) > 4 else "")
         raise ConfigError(
             f"cannot resume {run_dir}: {shown} (resume with the original corpus and overrides)"
         )
+
+
+def _changed_files(then: Sequence[Sequence[Any]], now: Sequence[Sequence[Any]]) -> str:
+    """Which corpus files changed since the checkpoint, and, for one whose size is the same, how to give
+    it back its recorded time if its bytes are the same too (a copy that did not keep times)."""
+    before = {str(path): (size, mtime) for path, size, mtime in then}
+    changed = [(str(p), size, mtime) for p, size, mtime in now if before.get(str(p)) != (size, mtime)]
+    if not before or not changed:  # a checkpoint written before the files were kept
+        return "corpus files changed (size or modification time)"
+    path, size, mtime = changed[0]
+    old_size, old_mtime = before.get(path, (None, None))
+    more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
+    if old_size != size:
+        return f"corpus file {path} changed: {old_size} bytes at the checkpoint, {size} now{more}"
+    restore = f"touch -m -d @{old_mtime // 10**9}.{old_mtime % 10**9:09d} {shlex.quote(path)}"
+    return (
+        f"corpus file {path} was modified since the checkpoint (same size){more}; if its bytes are the "
+        f"same, give it back its time with: {restore}"
+    )
 
 
 def diff(old: Any, new: Any, path: str = "") -> list[str]:
@@ -211,6 +241,10 @@ def diff(old: Any, new: Any, path: str = "") -> list[str]:
             else:
                 out.extend(diff(old[key], new[key], sub))
         return out
+    if path == "data.paths" and isinstance(old, list) and isinstance(new, list) and old != new:
+        added, removed = [p for p in new if p not in old], [p for p in old if p not in new]
+        parts = [f"added {_short(added)}"] * bool(added) + [f"removed {_short(removed)}"] * bool(removed)
+        return [f"data.paths differs ({'; '.join(parts) or 'another order'} since the checkpoint)"]
     if isinstance(old, list) and isinstance(new, list) and len(old) == len(new) and path != "data.paths":
         return [d for i, (a, b) in enumerate(zip(old, new, strict=True)) for d in diff(a, b, f"{path}[{i}]")]
     if old != new:

@@ -39,6 +39,7 @@ from superbpe.core.sources import (
     check_not_empty,
     chunk_documents,
     corpus_size,
+    input_files_state,
     input_fingerprint,
     is_gzipped,
     is_jsonl,
@@ -362,13 +363,13 @@ def _initial_checkpoint(job: _Job) -> Checkpoint:
     if job.cfg.resume:
         found = load_checkpoint(job.output_dir)
         if found is not None:
-            check_compatible(found, config, job.fingerprint, job.output_dir)
+            check_compatible(found, config, job.fingerprint, job.output_dir, input_files_state(job.paths))
             _check_done(found, job)
             merges = len(found.merges)
             log.info("resuming %s: %s, %d merges so far", job.output_dir, _where(found, job), merges)
             return found
         log.info("resume %s: no checkpoint yet, starting from the beginning", job.output_dir)
-    return Checkpoint(config=config, fingerprint=job.fingerprint)
+    return Checkpoint(config=config, fingerprint=job.fingerprint, files=input_files_state(job.paths))
 
 
 def _where(checkpoint: Checkpoint, job: _Job) -> str:
