@@ -79,6 +79,30 @@ def test_saved_dataset_counts_equal_jsonl(engine: str, documents: list[str], as_
     assert count(splits, "o200k", [EOT], text_field="body").to_dict() == expected
 
 
+def test_what_a_directory_input_leaves_unread_is_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A directory is read by suffix: its .md, .zst and .json files were skipped without a word, and a
+    DatasetDict's test split was read with its train split."""
+    corpus = tmp_path / "corpus"
+    (corpus / "sub").mkdir(parents=True)
+    for name in ("a.txt", "sub/b.jsonl", "notes.md", "sub/c.txt.zst"):
+        (corpus / name).write_text('{"text": "x"}\n' if name.endswith(".jsonl") else "x\n")
+    with caplog.at_level("WARNING", logger="superbpe"):
+        assert [p.name for p in resolve_inputs(corpus)] == ["a.txt", "b.jsonl"]
+    assert "2 file(s) not read" in caplog.text and "notes.md, sub/c.txt.zst" in caplog.text
+    splits = tmp_path / "dd"
+    for split in ("train", "test"):
+        (splits / split).mkdir(parents=True)
+        (splits / split / "state.json").write_text(json.dumps({"_data_files": [{"filename": "d.arrow"}]}))
+        (splits / split / "dataset_info.json").write_text("{}")
+    (splits / "dataset_dict.json").write_text(json.dumps({"splits": ["train", "test"]}))
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="superbpe"):
+        assert resolve_inputs(splits) == [splits / "train" / "d.arrow", splits / "test" / "d.arrow"]
+    assert "a DatasetDict; reading every split: train, test" in caplog.text
+
+
 def test_encode_parquet_equals_encode_jsonl(as_jsonl: Path, as_parquet: Path, tmp_path: Path,
                                             sample_texts: Path) -> None:
     import superbpe

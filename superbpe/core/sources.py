@@ -175,9 +175,11 @@ def _expand(item: str) -> list[Path]:
     if dataset is not None:
         return dataset
     if path.is_dir():
-        found = sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(TEXT_SUFFIXES))
+        files = sorted(p for p in path.rglob("*") if p.is_file())
+        found = [p for p in files if p.name.endswith(TEXT_SUFFIXES)]
         if not found:
             raise InputError(f"{path}: directory holds no {'/'.join(TEXT_SUFFIXES)} files")
+        _log_skipped(path, [p for p in files if not p.name.endswith(TEXT_SUFFIXES)])
         return found
     if glob.has_magic(item):
         matched = sorted(Path(p) for p in glob.glob(os.path.expanduser(item), recursive=True))
@@ -196,6 +198,17 @@ def _expand(item: str) -> list[Path]:
     raise InputError(f"{path}: no such file or directory")
 
 
+def _log_skipped(directory: Path, skipped: Sequence[Path]) -> None:
+    """Say which files of a corpus directory are not read (a ``.json``, ``.md``, ``.zst``, a datasets
+    directory inside it): a directory is read by suffix, and a run on less than meant was silent."""
+    if skipped:
+        shown = ", ".join(str(p.relative_to(directory)) for p in skipped[:3]) + (", ..." * (len(skipped) > 3))
+        log.warning(
+            "%s: %d file(s) not read (a directory is read for %s; name others as inputs): %s",
+            directory, len(skipped), "/".join(TEXT_SUFFIXES), shown,
+        )  # fmt: skip
+
+
 def _saved_dataset_files(path: Path) -> list[Path] | None:
     """The Arrow files of an HF ``datasets`` directory (``save_to_disk``) in order; None if it is not one.
 
@@ -208,7 +221,11 @@ def _saved_dataset_files(path: Path) -> list[Path] | None:
             entries = json.loads(state.read_text(encoding="utf-8"))["_data_files"]
             return [path / entry["filename"] for entry in entries]
         if splits.is_file():
-            found = [_saved_dataset_files(path / split) for split in json.loads(splits.read_text())["splits"]]
+            names = json.loads(splits.read_text())["splits"]
+            if len(names) > 1:  # a test split read with train is a silent contamination
+                log.warning("%s: a DatasetDict; reading every split: %s (name a split's directory to read "
+                            "only it)", path, ", ".join(names))  # fmt: skip
+            found = [_saved_dataset_files(path / split) for split in names]
             return [file for files in found for file in files or []]
     except (ValueError, KeyError, TypeError) as exc:
         raise InputError(f"{path}: unreadable datasets directory ({exc})") from None
