@@ -14,6 +14,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 import superbpe
+from superbpe.core.counts import PieceCounts
 from superbpe.core.errors import InputError
 from superbpe.core.sources import document_blocks
 from superbpe.engines.interface import native_available
@@ -124,6 +125,25 @@ def test_a_lone_surrogate_escaped_in_json_lines_is_named_or_replaced(engine, tmp
     replaced = superbpe.count([records], engine=engine, errors="replace")
     written = superbpe.count(iter(["ok", "bad \ufffd\ufffd\ufffd text"]), engine=engine)
     assert replaced.to_dict() == written.to_dict()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_json_lines_may_start_with_a_byte_order_mark(engine, tmp_path):
+    """Windows tools write one; it failed as invalid JSON with advice (utf-8-sig) no option gave."""
+    marked, plain = tmp_path / "marked.jsonl", tmp_path / "plain.jsonl"
+    plain.write_text('{"text": "hello"}\n{"text": "world"}\n', encoding="utf-8")
+    marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+    read = [superbpe.count([path], engine=engine).to_dict() for path in (marked, plain)]
+    assert read[0] == read[1]
+
+
+def test_saved_counts_named_as_a_corpus_are_refused_saying_how_they_are_used(tmp_path, sample_texts):
+    """They were read as text: an invalid-UTF-8 error whose advice (errors=replace) trained on the bytes."""
+    counts = superbpe.count(sample_texts / "german.txt", [EOT])
+    counts.save(tmp_path / "german.counts")
+    with pytest.raises(InputError, match=r"holds saved piece counts, not text: PieceCounts.load\("):
+        superbpe.count([tmp_path / "german.counts"])
+    assert superbpe.train_bpe(PieceCounts.load(tmp_path / "german.counts"), 300, [EOT])[1]
 
 
 @pytest.mark.parametrize("engine", ENGINES)

@@ -17,13 +17,14 @@ from typing import Any
 from superbpe.core.errors import InputError, SuperBPEError
 from superbpe.core.pretokenize import Pretokenizer, SpecialSplitter, get_pretokenizer, special_token_list
 from superbpe.core.sources import (
+    SAVED_COUNTS_START,
     InputSpec,
     check_not_empty,
     resolve_inputs,
 )
 from superbpe.core.util import atomic_write, usable_cpus, whole_number
 
-COUNTS_MAGIC = b"SBPC\x01\n"
+COUNTS_MAGIC = SAVED_COUNTS_START
 ProgressFn = Callable[[int], None]
 #: Below this many bytes a corpus is counted in this process (workers would cost more than they save).
 PARALLEL_MIN_BYTES = 8 << 20

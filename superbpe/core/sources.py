@@ -167,9 +167,14 @@ def resolve_inputs(inputs: InputSpec) -> list[Path]:
     return list(unique.values())
 
 
+#: The first bytes of a file ``PieceCounts.save`` writes (``core/counts.py`` checks them on load).
+SAVED_COUNTS_START = b"SBPC\x01\n"
+
+
 def _expand(item: str) -> list[Path]:
     path = Path(item).expanduser()
     if path.is_file():
+        _check_not_saved_counts(path)
         return [path]
     dataset = _saved_dataset_files(path) if path.is_dir() else None
     if dataset is not None:
@@ -196,6 +201,16 @@ def _expand(item: str) -> list[Path]:
     if path.exists():  # a pipe, /dev/stdin, a device: read more than once (sizes, fingerprints, stages)
         raise InputError(f"{path}: not a regular file (a pipe or device cannot be read twice): save it first")
     raise InputError(f"{path}: no such file or directory")
+
+
+def _check_not_saved_counts(path: Path) -> None:
+    """Saved piece counts named as a corpus were read as text: refused, saying how they are used."""
+    with contextlib.suppress(OSError), open(path, "rb") as file:
+        if file.read(len(SAVED_COUNTS_START)) == SAVED_COUNTS_START:
+            raise InputError(
+                f"{path} holds saved piece counts, not text: PieceCounts.load({str(path)!r}) gives them, "
+                "and train_bpe takes them in place of the corpus"
+            )
 
 
 def _log_skipped(directory: Path, skipped: Sequence[Path]) -> None:
@@ -539,6 +554,8 @@ def chunk_documents(chunk: Chunk, errors: str = "strict", text_field: str = "tex
         yield text
         return
     for number, line in enumerate(io.StringIO(text), start=chunk.first_line):
+        if number == 1:  # a byte-order mark, as Windows tools write one, before the first record
+            line = line.removeprefix("\ufeff")
         if line.strip():
             record_text = _json_text(line, chunk.path, number, text_field)
             yield _checked_unicode(record_text, f"{chunk.path}: line {number}", errors)
