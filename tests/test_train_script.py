@@ -9,8 +9,10 @@ import pytest
 from script_helpers import assert_one_line_error, run_script
 
 from superbpe.api.tokenizer import Tokenizer
+from superbpe.core.errors import ConfigError
 from superbpe.formats.gpt2 import MERGES_FILE, read_merges
 from superbpe.formats.manifest import MANIFEST_FILE
+from superbpe.training.directories import place_run
 
 OUTPUT_FILES = {"vocab.json", "merges.txt", "tokenizer.json", "superbpe.json", "metrics.json"}
 
@@ -218,8 +220,10 @@ def test_transition_beyond_the_merges_of_from_run(tmp_path, corpus):
 
 
 @pytest.mark.parametrize(
-    "setting", ["pretokenizer=o200k", "pretokenizer.line_units=true", "schedule.stages.0.min_frequency=50"]
-)
+    "setting",
+    ["pretokenizer=o200k", "pretokenizer.line_units=true", "schedule.stages.0.min_frequency=50",
+     "schedule.stages.0.pretokenizer.name=o200k"],
+)  # fmt: skip
 def test_first_stage_settings_beside_from_run_are_refused(tmp_path, corpus, setting):
     """Its merges stand in for the first stage: a pattern or rule given for that stage changed nothing."""
     proc = train(
@@ -229,6 +233,21 @@ def test_first_stage_settings_beside_from_run_are_refused(tmp_path, corpus, sett
     key = setting.split('=')[0]
     assert_one_line_error(proc, f"{key}: the first stage's merges come from schedule.from_run")
     assert_nothing_left(tmp_path)
+
+
+def test_a_pattern_beside_from_tokenizer_is_taken_only_for_files_that_do_not_say_theirs(tmp_path, corpus):
+    bare, stated = tmp_path / "bare", tmp_path / "stated"
+    bare.mkdir()
+    stated.mkdir()
+    (bare / "merges.txt").write_text("#version: 0.2\n")
+    (stated / "superbpe.json").write_text("{}")
+    for source, refused in ((bare, False), (stated, True)):
+        args = [f"schedule.from_tokenizer={source}", "pretokenizer=o200k", "data.paths=[x]"]
+        if refused:
+            with pytest.raises(ConfigError, match="pretokenizer: the first stage's merges come from"):
+                place_run(args)
+        else:
+            assert place_run(args) == args
 
 
 def test_from_run_is_refused_on_the_demo_corpus_or_across_compat_presets(tmp_path, corpus):
@@ -319,9 +338,26 @@ def test_a_run_started_with_output_dir_resumes_where_it_was_moved(tmp_path, corp
     assert (moved / "merges.txt").read_bytes() == before and not out.exists()
     again = train(tmp_path, f"resume={moved}", f"output_dir={moved}", default_dir=True)
     assert again.returncode == 0, again.stderr
-    elsewhere = train(tmp_path, f"resume={moved}", f"output_dir={out}", default_dir=True)
-    assert_one_line_error(elsewhere, f"resume writes into {moved} itself; drop output_dir={out}")
-    assert not out.exists()
+    repeated = train(tmp_path, f"resume={moved}", f"output_dir={out}", default_dir=True)  # the run's own
+    assert repeated.returncode == 0 and not out.exists(), repeated.stderr
+    other = tmp_path / "other"
+    elsewhere = train(tmp_path, f"resume={moved}", f"output_dir={other}", default_dir=True)
+    assert_one_line_error(elsewhere, f"resume writes into {moved} itself; drop output_dir={other}")
+    assert not other.exists()
+
+
+def test_a_run_whose_output_dir_hydra_resolves_resumes_into_it(tmp_path, corpus):
+    """Its recorded output_dir was dropped like a plain one: the resume found no checkpoint in the Hydra
+    directory and trained again from scratch, beside the run's tokenizer."""
+    inside = "output_dir=${hydra:runtime.output_dir}/tok"
+    proc = train(tmp_path, f"data.paths=[{corpus}]", "vocab_size=300", inside, default_dir=True)
+    assert proc.returncode == 0, proc.stderr
+    (run,) = (tmp_path / "outputs").glob("*/*")
+    before = (run / "tok" / MERGES_FILE).read_bytes()
+    (run / "tok" / MERGES_FILE).unlink()
+    resumed = train(tmp_path, f"resume={run}", default_dir=True)
+    assert resumed.returncode == 0 and "resuming" in resumed.stdout, resumed.stdout + resumed.stderr
+    assert (run / "tok" / MERGES_FILE).read_bytes() == before and not (run / MERGES_FILE).exists()
 
 
 def test_an_empty_resume_or_a_sweep_of_resumes_is_refused(tmp_path):

@@ -82,3 +82,11 @@ def save_tokenizer_dir(
     except OSError as exc:
         raise InputError(f"{directory}: cannot write the tokenizer there ({exc.strerror or exc})") from None
     return directory
+
+
+def states_its_pattern(path: Path) -> bool:
+    """Whether a tokenizer at ``path`` says which pattern made its merges (a run's manifest, a
+    ``tokenizer.json``), where bare ``vocab.json`` + ``merges.txt`` do not."""
+    if path.is_dir():
+        return (path / MANIFEST_FILE).is_file() or not (path / MERGES_FILE).is_file()
+    return path.is_file()

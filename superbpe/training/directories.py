@@ -16,6 +16,7 @@ from typing import Any
 from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.util import directory_problem
 from superbpe.formats.checkpoints import checkpoint_path
+from superbpe.formats.tokenizer_dir import states_its_pattern
 
 #: Settings a resume may change: they decide how fast and how visibly a run goes, never its merges
 #: (the engines agree byte for byte).
@@ -169,15 +170,15 @@ def _check_first_stage_not_set_beside_its_source(args: Sequence[str]) -> None:
     """Refuse settings of the first stage given beside the tokenizer that stands in for it: its merges
     were made with their own pattern and rules, so ``pretokenizer=o200k`` (or a stage-1 rule) beside
     ``schedule.from_run`` changed nothing, silently. Bare tokenizer files do not say their pattern, so
-    ``schedule.from_tokenizer`` takes ``pretokenizer=`` as the one that made them."""
+    ``schedule.from_tokenizer`` naming them takes ``pretokenizer=`` as the one that made them."""
     sources = ("schedule.from_run", "schedule.from_tokenizer")
     source = next((key for key in sources if _value(args, key)), None)
     if source is None:
         return
     overrides = [arg for arg in args if _is_override(arg)]
     stage_keys = [_key(arg) for arg in overrides if _key(arg).startswith("schedule.stages.0.")
-                  and _key(arg).rsplit(".", 1)[1] not in ("until", "name")]  # fmt: skip
-    if source == "schedule.from_run":
+                  and _key(arg) not in ("schedule.stages.0.until", "schedule.stages.0.name")]  # fmt: skip
+    if source == "schedule.from_run" or states_its_pattern(Path(_value(args, source) or "").expanduser()):
         stage_keys += [_key(arg) for arg in overrides if _key(arg).split(".")[0] == "pretokenizer"]
     if stage_keys:
         raise ConfigError(
@@ -255,8 +256,10 @@ def resume_args(args: Sequence[str]) -> list[str]:
             "started?), so nothing says what it was; start it again"
         )
     # The run's recorded output_dir is where it was started; it continues where it is now (moved or not).
-    original = [old for old in recorded or [] if _key(old) != "output_dir"]
-    given = _without_output_dir(given, run_dir)
+    # One Hydra resolves (``${hydra:runtime.output_dir}/tok``) is not the run directory: it stays.
+    original = [old for old in recorded or [] if _key(old) != "output_dir" or "${" in old]
+    recorded_dirs = [old for old in recorded or [] if _key(old) == "output_dir"]
+    given = _without_output_dir(given, run_dir, recorded_dirs)
     given_by_key = {_key(arg): arg for arg in given}
     conflicts = [
         f"{arg} conflicts with the run's {old}"
@@ -286,11 +289,15 @@ def resume_args(args: Sequence[str]) -> list[str]:
     ]  # fmt: skip
 
 
-def _without_output_dir(given: Sequence[str], run_dir: Path) -> list[str]:
+def _without_output_dir(given: Sequence[str], run_dir: Path, recorded: Sequence[str]) -> list[str]:
     """A resume's overrides without ``output_dir``: the run continues in the directory resumed, so an
-    ``output_dir`` naming it adds nothing, and one naming another directory is refused."""
+    ``output_dir`` naming it (or repeating the run's own) adds nothing, and one naming another directory
+    is refused. A recorded one Hydra resolves stays the run's, and is compared as any setting."""
+    if any("${" in old for old in recorded):
+        return list(given)
     for arg in given:
-        if _key(arg) == "output_dir" and not _same_dir(_value([arg], "output_dir") or "", str(run_dir)):
+        value = _value([arg], "output_dir")
+        if _key(arg) == "output_dir" and arg not in recorded and not _same_dir(value or "", str(run_dir)):
             raise ConfigError(f"resume writes into {run_dir} itself; drop {arg}")
     return [arg for arg in given if _key(arg) != "output_dir"]
 

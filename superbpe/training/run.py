@@ -319,9 +319,15 @@ def _output_dir(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None) -> Pat
         resumed = Path(cfg.resume).expanduser()
         if not resumed.is_dir():
             raise InputError(f"resume {resumed}: no such run directory")
-        if cfg.output_dir and Path(cfg.output_dir).expanduser().resolve() != resumed.resolve():
-            raise ConfigError("resume and output_dir name different directories; give only resume")
         target = resumed
+        if cfg.output_dir and Path(cfg.output_dir).expanduser().resolve() != resumed.resolve():
+            # Only an output_dir Hydra resolved (``${hydra:runtime.output_dir}/tok``) is kept by a resume:
+            # the run's files are there, its overrides in the directory resumed.
+            target = Path(cfg.output_dir).expanduser()
+            if not checkpoint_path(target).is_file():
+                raise ConfigError(
+                    f"resume {resumed}: its output_dir {target} holds no checkpoint; give only resume"
+                )
         for stale in remove_stale_temps(target):
             log.info("removed %s, left by a run killed while writing", stale.name)
     elif cfg.output_dir or run_dir is not None:
