@@ -207,6 +207,24 @@ def test_a_loaded_tokenizer_saved_elsewhere_keeps_its_roles_and_training_record(
     assert fresh.roles == {"bos_token": EOT, "eos_token": EOT}
 
 
+@pytest.mark.parametrize(
+    "roles_file", ['["<|endoftext|>"]', "{not json", '{"pad_token": 5, "eos_token": "<|endoftext|>"}',
+                   '{"unk_token": "<unk>", "eos_token": {"content": "<|endoftext|>"}}'],
+)  # fmt: skip
+def test_token_roles_that_cannot_be_kept_are_passed_over_not_refused(
+    tmp_path: Path, sample_texts: Path, roles_file: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Encoding never reads special_tokens_map.json: a file it cannot use stopped load, encode and save."""
+    vocab, merges = superbpe.train_bpe(sample_texts / "corpus.en", 300, [EOT])
+    Tokenizer(vocab, merges, [EOT]).save(tmp_path / "tok")
+    (tmp_path / "tok" / HF_SPECIAL_MAP_FILE).write_text(roles_file)
+    with caplog.at_level("WARNING", logger="superbpe"):
+        loaded = Tokenizer.load(tmp_path / "tok")
+    assert loaded.encode("hello") == Tokenizer(vocab, merges, [EOT]).encode("hello")
+    assert HF_SPECIAL_MAP_FILE in caplog.text and set(loaded.roles.values()) <= {EOT}
+    loaded.save(tmp_path / "again")
+
+
 def test_padded_run_under_the_official_preset_numbers_its_reserved_tokens_one_after_another(
     tmp_path: Path, sample_texts: Path
 ) -> None:

@@ -527,7 +527,7 @@ class Tokenizer:
         if compat is not None:
             get_compat(compat)  # a bad value is named now, whatever the directory holds
         tokenizer = cls._load_files(directory, engine, compat)
-        tokenizer._roles = read_roles(directory)
+        tokenizer._roles = read_roles(directory, tokenizer.special_tokens)
         return tokenizer
 
     @classmethod

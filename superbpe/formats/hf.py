@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,8 @@ try:  # the extension reads a large model's vocab and merges far faster; without
     from superbpe import _native
 except ImportError:
     _native = None  # type: ignore[assignment]
+
+log = logging.getLogger("superbpe")
 
 HF_FILE = "tokenizer.json"
 HF_CONFIG_FILE = "tokenizer_config.json"
@@ -359,22 +362,30 @@ def pretokenizer_from_hf(data: HFTokenizerData) -> Pretokenizer:
 
 
 
-def read_roles(directory: Path) -> dict[str, str | None] | None:
+def read_roles(directory: Path, special_tokens: Sequence[str]) -> dict[str, str | None] | None:
     """The token roles a directory's ``special_tokens_map.json`` gives (a role it lacks has no token), or
-    None without the file. transformers writes a role as ``{"content": ...}``, we as the token itself."""
+    None without a usable file. transformers writes a role as ``{"content": ...}``, we as the token itself.
+    Encoding never depends on this file, so one that cannot be read, or a role naming no special token,
+    is passed over with a warning naming it rather than refused."""
     path = directory / HF_SPECIAL_MAP_FILE
     if not path.is_file():
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise InputError(f"{path}: not JSON ({exc})") from None
+    except (OSError, ValueError) as exc:
+        log.warning("%s: not read (%s); its token roles are not kept", path, exc)
+        return None
     if not isinstance(data, dict):
-        raise InputError(f"{path}: not a JSON object of token roles")
+        log.warning("%s: not a JSON object of token roles; its roles are not kept", path)
+        return None
     roles: dict[str, str | None] = {}
     for role in TOKEN_ROLES:
         token = data.get(role)
-        roles[role] = token.get("content") if isinstance(token, dict) else token
+        token = token.get("content") if isinstance(token, dict) else token
+        if token is not None and (not isinstance(token, str) or token not in special_tokens):
+            log.warning("%s: %s %r is not a special token here; that role is not kept", path, role, token)
+            token = None
+        roles[role] = token
     return roles
 
 
