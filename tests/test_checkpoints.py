@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from superbpe.core.errors import InputError
+from superbpe.core.errors import ConfigError, InputError
 from superbpe.formats.checkpoints import (
     CHECKPOINT_FILE,
     MERGES_LOGS,
     Checkpoint,
     Checkpointer,
+    check_compatible,
     diff,
     load_checkpoint,
     save_checkpoint,
@@ -127,3 +128,17 @@ def test_a_corpus_directory_that_gained_or_lost_files_names_them() -> None:
         'data.paths differs (added ["/corpus/part-9999.txt"]; removed ["/corpus/part-0000.txt"] since the '
         "checkpoint)"
     ]
+
+
+def test_a_changed_corpus_is_named_a_resized_file_first(tmp_path: Path) -> None:
+    then = [["/c/a.txt", 10, 5], ["/c/b.txt", 20, -1_500_000_000]]
+    checkpoint = Checkpoint(config={}, fingerprint="old", files=then)
+    resized = r"corpus file /c/b.txt changed: 20 bytes at the checkpoint, 21 now and 1 more"
+    with pytest.raises(ConfigError, match=resized):
+        check_compatible(checkpoint, {}, "new", tmp_path, [["/c/a.txt", 10, 6], ["/c/b.txt", 21, 7]])
+    restore = r"""python3 -c 'import os; os.utime\("/c/b.txt", ns=\(-1500000000, -1500000000\)\)'"""
+    with pytest.raises(ConfigError, match=restore):
+        check_compatible(checkpoint, {}, "new", tmp_path, [["/c/a.txt", 10, 5], ["/c/b.txt", 20, 7]])
+    damaged = Checkpoint(config={}, fingerprint="old", files=[["/c/a.txt"]])
+    with pytest.raises(ConfigError, match=r"corpus files changed \(size or modification time\)"):
+        check_compatible(damaged, {}, "new", tmp_path, [["/c/a.txt", 10, 6]])

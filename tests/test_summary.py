@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from superbpe.core.errors import InputError
 from superbpe.core.pretokenize import PATTERNS
 from superbpe.training.summary import collect, unfinished
 
@@ -44,3 +47,10 @@ def test_runs_without_metrics_are_named_as_not_finished(tmp_path: Path) -> None:
     (tmp_path / "2").mkdir()  # stopped mid-training
     (tmp_path / "2" / "checkpoint.json").write_text("{}")
     assert [row.run for row in collect(tmp_path)] == ["0"] and unfinished(tmp_path) == ["1", "2"]
+
+
+def test_a_sweep_with_no_finished_run_names_those_it_holds(tmp_path: Path) -> None:
+    (tmp_path / "0" / ".hydra").mkdir(parents=True)
+    (tmp_path / "0" / ".hydra" / "overrides.yaml").write_text("- vocab_size=400\n")
+    with pytest.raises(InputError, match="no metrics.json found; runs not finished: 0"):
+        collect(tmp_path)

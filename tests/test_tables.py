@@ -86,7 +86,8 @@ def test_what_a_directory_input_leaves_unread_is_said(
     DatasetDict's test split was read with its train split."""
     corpus = tmp_path / "corpus"
     (corpus / "sub").mkdir(parents=True)
-    for name in ("a.txt", "sub/b.jsonl", "notes.md", "sub/c.txt.zst"):
+    (corpus / ".git").mkdir()
+    for name in ("a.txt", "sub/b.jsonl", "notes.md", "sub/c.txt.zst", ".git/config", ".DS_Store"):
         (corpus / name).write_text('{"text": "x"}\n' if name.endswith(".jsonl") else "x\n")
     with caplog.at_level("WARNING", logger="superbpe"):
         assert [p.name for p in resolve_inputs(corpus)] == ["a.txt", "b.jsonl"]

@@ -184,7 +184,7 @@ def _expand(item: str) -> list[Path]:
         found = [p for p in files if p.name.endswith(TEXT_SUFFIXES)]
         if not found:
             raise InputError(f"{path}: directory holds no {'/'.join(TEXT_SUFFIXES)} files")
-        _log_skipped(path, [p for p in files if not p.name.endswith(TEXT_SUFFIXES)])
+        _log_skipped(path, [p for p in files if not p.name.endswith(TEXT_SUFFIXES) and not _hidden(p, path)])
         return found
     if glob.has_magic(item):
         matched = sorted(Path(p) for p in glob.glob(os.path.expanduser(item), recursive=True))
@@ -211,6 +211,11 @@ def _check_not_saved_counts(path: Path) -> None:
                 f"{path} holds saved piece counts, not text: PieceCounts.load({str(path)!r}) gives them, "
                 "and train_bpe takes them in place of the corpus"
             )
+
+
+def _hidden(path: Path, directory: Path) -> bool:
+    """A dot-file or a file under a dot-directory (``.git/``, ``.DS_Store``): no one meant it as text."""
+    return any(part.startswith(".") for part in path.relative_to(directory).parts)
 
 
 def _log_skipped(directory: Path, skipped: Sequence[Path]) -> None:
@@ -554,8 +559,8 @@ def chunk_documents(chunk: Chunk, errors: str = "strict", text_field: str = "tex
         yield text
         return
     for number, line in enumerate(io.StringIO(text), start=chunk.first_line):
-        if number == 1:  # a byte-order mark, as Windows tools write one, before the first record
-            line = line.removeprefix("\ufeff")
+        if chunk.offset == 0 and number == chunk.first_line:  # a byte-order mark opening the file, as
+            line = line.removeprefix("\ufeff")  # Windows tools write one (a shard's first line has none)
         if line.strip():
             record_text = _json_text(line, chunk.path, number, text_field)
             yield _checked_unicode(record_text, f"{chunk.path}: line {number}", errors)

@@ -212,21 +212,26 @@ def check_compatible(
 
 
 def _changed_files(then: Sequence[Sequence[Any]], now: Sequence[Sequence[Any]]) -> str:
-    """Which corpus files changed since the checkpoint, and, for one whose size is the same, how to give
-    it back its recorded time if its bytes are the same too (a copy that did not keep times)."""
-    before = {str(path): (size, mtime) for path, size, mtime in then}
-    changed = [(str(p), size, mtime) for p, size, mtime in now if before.get(str(p)) != (size, mtime)]
+    """Which corpus files changed since the checkpoint (one whose size changed first), and, for one of the
+    same size, how to give it back its recorded time if its bytes are the same too (a copy that did not
+    keep times)."""
+    try:
+        before = {str(path): (int(size), int(mtime)) for path, size, mtime in then}
+        changed = [(str(p), size, mtime) for p, size, mtime in now if before.get(str(p)) != (size, mtime)]
+    except (TypeError, ValueError):  # a hand-edited checkpoint
+        before, changed = {}, []
     if not before or not changed:  # a checkpoint written before the files were kept
         return "corpus files changed (size or modification time)"
-    path, size, mtime = changed[0]
-    old_size, old_mtime = before.get(path, (None, None))
+    changed.sort(key=lambda file: before.get(file[0], (None,))[0] == file[1])  # resized ones first
+    path, size, _ = changed[0]
+    old_size, old_mtime = before.get(path, (None, 0))
     more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
     if old_size != size:
         return f"corpus file {path} changed: {old_size} bytes at the checkpoint, {size} now{more}"
-    restore = f"touch -m -d @{old_mtime // 10**9}.{old_mtime % 10**9:09d} {shlex.quote(path)}"
+    script = f"import os; os.utime({json.dumps(path)}, ns=({old_mtime}, {old_mtime}))"  # one shell quote
     return (
         f"corpus file {path} was modified since the checkpoint (same size){more}; if its bytes are the "
-        f"same, give it back its time with: {restore}"
+        f"same, give it back its time with: python3 -c {shlex.quote(script)}"
     )
 
 

@@ -315,6 +315,8 @@ def remove_entry(entry: CacheEntry) -> bool:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return False
+        if not _same_file(fd, lock_path):  # another remover took this lock file away meanwhile
+            return False
         entry.path.unlink(missing_ok=True)
         # Its lock goes too, while held: a job waiting on it finds the path no longer the file it locked
         # and locks the path anew (`locked`).

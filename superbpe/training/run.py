@@ -369,7 +369,9 @@ def _initial_checkpoint(job: _Job) -> Checkpoint:
     if job.cfg.resume:
         found = load_checkpoint(job.output_dir)
         if found is not None:
-            check_compatible(found, config, job.fingerprint, job.output_dir, input_files_state(job.paths))
+            files = input_files_state(job.paths)
+            check_compatible(found, config, job.fingerprint, job.output_dir, files)
+            found.files = found.files or files  # a checkpoint written before the files were kept gets them
             _check_done(found, job)
             merges = len(found.merges)
             log.info("resuming %s: %s, %d merges so far", job.output_dir, _where(found, job), merges)

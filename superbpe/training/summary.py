@@ -59,7 +59,9 @@ def collect(sweep_dir: Path) -> list[Row]:
         raise InputError(f"{sweep_dir}: no such directory")
     rows = [_row(path, sweep_dir) for path in sorted(sweep_dir.rglob("metrics.json"))]
     if not rows:
-        raise InputError(f"{sweep_dir}: no metrics.json found (is it a finished sweep directory?)")
+        left = unfinished(sweep_dir)
+        runs = f"; runs not finished: {', '.join(left)}" if left else " (is it a sweep directory?)"
+        raise InputError(f"{sweep_dir}: no metrics.json found{runs}")
     varying = {key for key in {k for row in rows for k, _ in row.settings}
                if len({dict(row.settings).get(key) for row in rows}) > 1}  # fmt: skip
     rows = [
