@@ -79,6 +79,13 @@ def test_saved_dataset_counts_equal_jsonl(engine: str, documents: list[str], as_
     assert count(splits, "o200k", [EOT], text_field="body").to_dict() == expected
 
 
+def test_table_chunks_move_progress_to_the_files_size(as_parquet: Path) -> None:
+    """Their chunks hold no bytes, so progress stayed at 0 B of the file until the count ended."""
+    chunks = list(iter_chunks(as_parquet, [], 2000, line_cuts=True))
+    assert len(chunks) > 2 and all(chunk.read_bytes > 0 for chunk in chunks)
+    assert sum(chunk.read_bytes for chunk in chunks) == as_parquet.stat().st_size
+
+
 def test_what_a_directory_input_leaves_unread_is_said(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -321,7 +321,7 @@ class Chunk:
     jsonl: bool
     first_line: int = 1
     table_parts: tuple[int, int] | None = None
-    compressed_bytes: int | None = None  # gzip: the file's bytes read for this chunk
+    compressed_bytes: int | None = None  # gzip, tables: the file's bytes on disk this chunk stands for
     documents: tuple[str, ...] | None = None  # a block of a document stream: its texts, no bytes
 
     @property
@@ -649,13 +649,18 @@ def _arrow_batches(path: Path) -> Iterator[Any]:
 
 
 def _table_chunks(path: Path, chunk_bytes: int) -> Iterator[Chunk]:
-    """Runs of whole parts of about ``chunk_bytes`` (of column data) each."""
+    """Runs of whole parts of about ``chunk_bytes`` (of column data) each; each stands for its share of
+    the file on disk, so that progress moves (the last chunk ends it at the file's size)."""
     row = start = size = rows = 0
     sizes = _table_sizes(path)
+    total, on_disk, counted = sum(part for _, part in sizes) or 1, path.stat().st_size, 0
     for number, (part_rows, part_bytes) in enumerate(sizes):
         rows, size = rows + part_rows, size + part_bytes
         if size >= chunk_bytes or number == len(sizes) - 1:
-            yield Chunk(str(path), row, b"", True, row + 1, (start, number + 1))
+            last = number == len(sizes) - 1
+            share = on_disk - counted if last else on_disk * size // total
+            counted += share
+            yield Chunk(str(path), row, b"", True, row + 1, (start, number + 1), compressed_bytes=share)
             row, start, size, rows = row + rows, number + 1, 0, 0
 
 
