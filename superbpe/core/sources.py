@@ -563,7 +563,9 @@ def chunk_documents(chunk: Chunk, errors: str = "strict", text_field: str = "tex
             line = line.removeprefix("\ufeff")  # Windows tools write one (a shard's first line has none)
         if line.strip():
             record_text = _json_text(line, chunk.path, number, text_field)
-            yield _checked_unicode(record_text, f"{chunk.path}: line {number}", errors)
+            if not record_text.isascii():  # a surrogate escape (ASCII text is valid UTF-8 as it is)
+                record_text = _checked_unicode(record_text, f"{chunk.path}: line {number}", errors)
+            yield record_text
 
 
 def _json_text(line: str, path: str, number: int, field: str) -> str:
