@@ -361,7 +361,6 @@ def pretokenizer_from_hf(data: HFTokenizerData) -> Pretokenizer:
     return get_pretokenizer("custom", pattern=data.pattern, line_units=data.line_units)
 
 
-
 def read_roles(directory: Path, special_tokens: Sequence[str]) -> dict[str, str | None] | None:
     """The token roles a directory's ``special_tokens_map.json`` gives (a role it lacks has no token), or
     None without a usable file. transformers writes a role as ``{"content": ...}``, we as the token itself.
