@@ -113,6 +113,18 @@ def test_a_sampled_count_is_the_count_of_the_kept_blocks_in_both_engines(
     assert 0.2 * whole.total() < expected.total() < 0.4 * whole.total()
 
 
+def test_a_share_the_corpus_is_too_small_to_give_is_a_warning(
+    tmp_path: Path, sample_texts: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A corpus of two blocks counted one of them for a share of 0.25 and for one of 0.5 alike; the runs
+    were recorded with different shares and the same merges."""
+    path = tmp_path / "two_blocks.txt"
+    path.write_text("a line of words\n" * (sharded.SAMPLE_BLOCK_BYTES * 3 // 2 // 16))
+    with caplog.at_level("WARNING", logger="superbpe"):
+        sharded.count_sample(path, "gpt2", [EOT], 0.25, engine="python")
+    assert "counted for a share of 25%: it has only 2 blocks" in caplog.text
+
+
 def test_a_sampled_count_does_not_depend_on_workers_or_executor(
     tmp_path: Path, sample_texts: Path, small_blocks: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:

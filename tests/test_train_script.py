@@ -159,6 +159,20 @@ def test_an_eval_record_with_a_lone_surrogate_stops_the_run_before_training(tmp_
     assert json.loads((tmp_path / "r" / "metrics.json").read_text())["eval"]["documents"] == 2
 
 
+def test_an_eval_file_with_bytes_the_corpus_lacks_stops_an_official_run_before_training(tmp_path):
+    """compat=official gives tokens only to the corpus's bytes: the evaluation failed after training, and
+    the resume it suggested failed the same way."""
+    corpus, held_out = tmp_path / "ascii.txt", tmp_path / "held.txt"
+    corpus.write_text("plain ascii words for a cafe, and five more words\n" * 300)
+    held_out.write_text("café naïve\n")
+    proc = train(tmp_path, "compat=official", f"data.paths=[{corpus}]", "vocab_size=300", f"eval={held_out}",
+                 "cache_dir=null", default_dir=True)  # fmt: skip
+    unseen = "held.txt holds 3 byte(s) the corpus does not (0xa9, 0xaf, 0xc3)"
+    assert_one_line_error(proc, unseen, "eval=null")
+    assert "merging" not in proc.stdout + proc.stderr
+    assert_nothing_left(tmp_path)
+
+
 def test_vocab_size_beyond_every_engine_is_refused_before_anything_is_made(tmp_path, corpus):
     for engine in ("native", "python"):
         proc = train(tmp_path, f"data.paths=[{corpus}]", "vocab_size=700000000000", f"engine={engine}",

@@ -144,10 +144,17 @@ def count_sample(
     kept = sample_evenly(blocks, fraction)
     # What was counted: a small corpus (few blocks) can put it far from ``fraction``.
     whole, taken = sum(block.size() for block in blocks), sum(block.size() for block in kept)
+    share = taken / max(whole, 1)
     log.info(
         "sample: %d of %d blocks, %s of %s (%.3g%%)", len(kept), len(blocks), human_size(taken),
-        human_size(whole), 100 * taken / max(whole, 1),
+        human_size(whole), 100 * share,
     )  # fmt: skip
+    if abs(share - fraction) > max(0.05, fraction / 5):  # two runs with other shares may count the same
+        log.warning(
+            "sample: %.3g%% of the corpus counted for a share of %.3g%%: it has only %d blocks of about %s, "
+            "and a sample takes whole blocks", 100 * share, 100 * fraction, len(blocks),
+            human_size(SAMPLE_BLOCK_BYTES),
+        )  # fmt: skip
     if progress:
         progress(whole - taken)
     task = (pre, tuple(specials), engine_name, errors, text_field, SAMPLE_BLOCK_BYTES)

@@ -133,6 +133,7 @@ class _Job:
     output_dir: Path
     eval_path: Path | None
     cache: RunCache
+    eval_bytes: frozenset[int] = frozenset()  # with compat.alphabet "seen": the bytes the eval file holds
     compat: CompatConfig = field(default_factory=CompatConfig)
     # compat.alphabet "seen": each trained stage's alphabet (bytes in HF's order), by stage index.
     alphabets: dict[int, bytes] = field(default_factory=dict)
@@ -176,7 +177,8 @@ def run_training(cfg: TrainConfig, *, run_dir: str | os.PathLike[str] | None = N
 def _run(job: _Job) -> RunResult:
     cfg = job.cfg
     log.info(
-        "training %d merges (vocab %d) on %d file(s): %s",
+        "training %s%d merges (vocab %d) on %d file(s): %s",
+        "at most " if job.compat.alphabet == "seen" else "",  # the seen bytes, not all 256, take ids
         job.total_merges,
         cfg.vocab_size,
         len(job.paths),
@@ -270,7 +272,9 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
         raise InputError("no corpus given: set data.paths")
     paths = resolve_inputs(list(cfg.data.paths))
     check_not_empty(paths)
-    eval_path = _check_eval(cfg.eval, cfg.data.errors, cfg.data.text_field)
+    eval_path, eval_bytes = _check_eval(
+        cfg.eval, cfg.data.errors, cfg.data.text_field, bytes_held=compat.alphabet == "seen"
+    )
     counted = plans[1:] if source is not None else plans
     if any(plan.approx_sample is not None for plan in counted):
         check_sampleable(paths)  # now, not when stage 1 has trained
@@ -289,17 +293,21 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
         engine=engine,
         output_dir=output_dir,
         eval_path=eval_path,
+        eval_bytes=eval_bytes,
         cache=RunCache(cfg.cache_dir, max_gib=cfg.cache_max_gib),
         compat=compat,
     )
 
 
-def _check_eval(eval_file: str | None, errors: str, text_field: str) -> Path | None:
+def _check_eval(
+    eval_file: str | None, errors: str, text_field: str, *, bytes_held: bool = False
+) -> tuple[Path | None, frozenset[int]]:
     """The held-out file, read through once as the evaluation after training will read it (with the
     corpus's ``data.errors`` and ``data.text_field``), so that a bad byte or record in it stops the run
-    before training rather than after it, when no resume could change it."""
+    before training rather than after it, when no resume could change it; with ``bytes_held``, also the
+    bytes its texts hold (an alphabet of the bytes seen must have them all, :func:`_with_alphabet`)."""
     if not eval_file:
-        return None
+        return None, frozenset()
     path = Path(eval_file).expanduser()
     if path.is_dir():
         raise InputError(f"eval file {path}: a directory; eval takes one file")
@@ -307,10 +315,12 @@ def _check_eval(eval_file: str | None, errors: str, text_field: str) -> Path | N
         raise InputError(f"eval file {path}: no such file")
     if path.stat().st_size == 0:
         raise InputError(f"eval file {path}: empty, so no bytes/token to measure")
+    held: set[int] = set()
     for chunk in iter_chunks(path, [], line_cuts=True):
-        for _ in chunk_documents(chunk, errors, text_field):
-            pass
-    return path
+        for text in chunk_documents(chunk, errors, text_field):
+            if bytes_held:
+                held.update(text.encode("utf-8"))
+    return path, frozenset(held)
 
 
 def _output_dir(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None) -> Path:
@@ -535,6 +545,14 @@ def _with_alphabet(job: _Job, plan: StagePlan, counts: PieceCounts) -> StagePlan
         return plan
     alphabet = alphabet_order(counts.bytes_seen())
     job.alphabets[plan.index] = alphabet
+    unseen = sorted(job.eval_bytes - set(alphabet))
+    if unseen:  # the evaluation after training could not encode them
+        shown = ", ".join(f"0x{byte:02x}" for byte in unseen[:5]) + (", ..." if len(unseen) > 5 else "")
+        raise InputError(
+            f"eval file {job.eval_path} holds {len(unseen)} byte(s) the corpus does not ({shown}): with "
+            "compat=official only the corpus's bytes take tokens, so it could not be encoded; give a "
+            "held-out text of the same kind, or eval=null"
+        )
     last = job.plans[-1]
     open_end = last.end == job.total_merges  # the last stage runs up to vocab_size
     fixed = [p.end for p in job.plans if not (p is last and open_end)]
