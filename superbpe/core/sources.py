@@ -256,25 +256,29 @@ def is_table(path: Path) -> bool:
     return path.name.endswith(TABLE_SUFFIXES)
 
 
-def input_fingerprint(paths: Iterable[Path]) -> str:
-    """A cheap identity of the corpus (path, size, mtime) for caches and resume checks."""
-    digest = hashlib.sha256()
-    for path in paths:
-        stat = path.stat()
-        # A .json file was once read as text: its mark keeps counts cached then from being taken now.
-        read_as = "\0jsonl" if path.name.endswith(JSON_SUFFIXES) else ""
-        digest.update(f"{path.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}{read_as}\n".encode())
-    return digest.hexdigest()[:32]
-
-
 def input_files_state(paths: Iterable[Path]) -> list[list[Any]]:
-    """Each corpus file as ``[path, size, mtime_ns]``: what :func:`input_fingerprint` digests, kept so that
-    a refused resume can name the file that changed."""
+    """Each corpus file as ``[path, size, mtime_ns]``: the cheap identity of a corpus
+    (:func:`fingerprint_of_files`), kept whole so that a refused resume can name the file that changed."""
     state = []
     for path in paths:
         stat = path.stat()
         state.append([str(path.resolve()), stat.st_size, stat.st_mtime_ns])
     return state
+
+
+def fingerprint_of_files(state: Iterable[Sequence[Any]]) -> str:
+    """A digest of :func:`input_files_state` for caches and resume checks."""
+    digest = hashlib.sha256()
+    for path, size, mtime in state:
+        # A .json file was once read as text: its mark keeps counts cached then from being taken now.
+        read_as = "\0jsonl" if str(path).endswith(JSON_SUFFIXES) else ""
+        digest.update(f"{path}\0{size}\0{mtime}{read_as}\n".encode())
+    return digest.hexdigest()[:32]
+
+
+def input_fingerprint(paths: Iterable[Path]) -> str:
+    """The cheap identity of a corpus (path, size, mtime), as :func:`fingerprint_of_files` digests it."""
+    return fingerprint_of_files(input_files_state(paths))
 
 
 def is_jsonl(path: Path) -> bool:
@@ -321,7 +325,7 @@ class Chunk:
     jsonl: bool
     first_line: int = 1
     table_parts: tuple[int, int] | None = None
-    compressed_bytes: int | None = None  # gzip, tables: the file's bytes on disk this chunk stands for
+    file_bytes: int | None = None  # gzip, tables: the file's bytes on disk this chunk stands for
     documents: tuple[str, ...] | None = None  # a block of a document stream: its texts, no bytes
 
     @property
@@ -333,7 +337,7 @@ class Chunk:
     def read_bytes(self) -> int:
         """The bytes of the file on disk this chunk stands for: what progress counts, so that it ends at
         the file's size (a gzip file's chunks hold several times more bytes than it has)."""
-        return len(self.data) if self.compressed_bytes is None else self.compressed_bytes
+        return len(self.data) if self.file_bytes is None else self.file_bytes
 
 
 class ChunkCutter:
@@ -504,7 +508,7 @@ def cut_stream(
         compressed = None
         if raw is not None:
             compressed, read_before = raw.tell() - read_before, raw.tell()
-        yield Chunk(name, offset, data, jsonl, line, compressed_bytes=compressed)
+        yield Chunk(name, offset, data, jsonl, line, file_bytes=compressed)
         offset += len(data)
         if jsonl:
             line += data.count(b"\n")
@@ -662,7 +666,7 @@ def _table_chunks(path: Path, chunk_bytes: int) -> Iterator[Chunk]:
             last = number == len(sizes) - 1
             share = on_disk - counted if last else on_disk * size // total
             counted += share
-            yield Chunk(str(path), row, b"", True, row + 1, (start, number + 1), compressed_bytes=share)
+            yield Chunk(str(path), row, b"", True, row + 1, (start, number + 1), file_bytes=share)
             row, start, size, rows = row + rows, number + 1, 0, 0
 
 

@@ -39,8 +39,8 @@ from superbpe.core.sources import (
     check_not_empty,
     chunk_documents,
     corpus_size,
+    fingerprint_of_files,
     input_files_state,
-    input_fingerprint,
     is_gzipped,
     is_jsonl,
     is_table,
@@ -128,6 +128,7 @@ class _Job:
     source: SourceMerges | None
     source_merges: tuple[Merge, ...]
     paths: list[Path]
+    files: list[list[Any]]  # each corpus file's [path, size, mtime_ns] (sources.input_files_state)
     fingerprint: str
     engine: Engine
     output_dir: Path
@@ -272,6 +273,7 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
         raise InputError("no corpus given: set data.paths")
     paths = resolve_inputs(list(cfg.data.paths))
     check_not_empty(paths)
+    files = input_files_state(paths)
     eval_path, eval_bytes = _check_eval(
         cfg.eval, cfg.data.errors, cfg.data.text_field, bytes_held=compat.alphabet == "seen"
     )
@@ -289,7 +291,8 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
         source=source,
         source_merges=source_merges,
         paths=paths,
-        fingerprint=input_fingerprint(paths),
+        files=files,
+        fingerprint=fingerprint_of_files(files),
         engine=engine,
         output_dir=output_dir,
         eval_path=eval_path,
@@ -331,8 +334,8 @@ def _output_dir(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None) -> Pat
             raise InputError(f"resume {resumed}: no such run directory")
         target = resumed
         if cfg.output_dir and Path(cfg.output_dir).expanduser().resolve() != resumed.resolve():
-            # Only an output_dir Hydra resolved (``${hydra:runtime.output_dir}/tok``) is kept by a resume:
-            # the run's files are there, its overrides in the directory resumed.
+            # A command's resume keeps only an output_dir Hydra resolves (``${hydra:runtime.output_dir}/x``):
+            # the run's files are there, its overrides in the directory resumed. It must hold the run.
             target = Path(cfg.output_dir).expanduser()
             if not checkpoint_path(target).is_file():
                 raise ConfigError(
@@ -379,15 +382,14 @@ def _initial_checkpoint(job: _Job) -> Checkpoint:
     if job.cfg.resume:
         found = load_checkpoint(job.output_dir)
         if found is not None:
-            files = input_files_state(job.paths)
-            check_compatible(found, config, job.fingerprint, job.output_dir, files)
-            found.files = found.files or files  # a checkpoint written before the files were kept gets them
+            check_compatible(found, config, job.fingerprint, job.output_dir, job.files)
+            found.files = found.files or job.files  # one written before the files were kept gets them
             _check_done(found, job)
             merges = len(found.merges)
             log.info("resuming %s: %s, %d merges so far", job.output_dir, _where(found, job), merges)
             return found
         log.info("resume %s: no checkpoint yet, starting from the beginning", job.output_dir)
-    return Checkpoint(config=config, fingerprint=job.fingerprint, files=input_files_state(job.paths))
+    return Checkpoint(config=config, fingerprint=job.fingerprint, files=job.files)
 
 
 def _where(checkpoint: Checkpoint, job: _Job) -> str:

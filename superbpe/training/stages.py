@@ -33,6 +33,7 @@ from superbpe.core.types import Merge
 from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE, read_merges, read_vocab
 from superbpe.formats.hf import HF_FILE, pretokenizer_from_hf, read_hf_tokenizer
 from superbpe.formats.manifest import MANIFEST_FILE, read_manifest
+from superbpe.formats.tokenizer_dir import states_its_pattern
 from superbpe.training.config import PretokenizerConfig, ScheduleConfig, StageConfig
 
 log = logging.getLogger("superbpe")
@@ -252,7 +253,7 @@ def _load_tokenizer_files(path: Path) -> SourceMerges:
     """GPT-2 ``vocab.json`` + ``merges.txt`` (a directory), or an HF ``tokenizer.json`` (file or dir)."""
     if path.is_dir() and (path / MANIFEST_FILE).is_file():
         return _load_run(path)
-    if path.is_dir() and (path / MERGES_FILE).is_file():
+    if path.is_dir() and not states_its_pattern(path):  # bare vocab.json + merges.txt
         vocab_path = path / VOCAB_FILE
         vocab = read_vocab(vocab_path) if vocab_path.is_file() else None
         merges = read_merges(path / MERGES_FILE, vocab)
