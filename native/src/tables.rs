@@ -366,10 +366,12 @@ pub struct LocalCounts {
     /// CPU cache: most occurrences are of a few thousand pieces, and a hit here costs no miss in
     /// the big table. Entries are (key, count not yet in `short`); key 0 is empty.
     hot: Box<[(u64, u64)]>,
-    /// Longer pieces: their hash and [`LONG`]` | ` arena location; a location word of 0 marks an
-    /// empty slot. The full hash lets a growth rebuild the index from the index itself: rebuilt
-    /// from the records, every growth read the whole arena back (most of a stage 2's text).
-    long: Vec<[u64; 2]>,
+    /// Longer pieces: one word each, [`long_slot`] (their arena location and a tag of their hash);
+    /// 0 marks an empty slot. A growth reads each hash from its record's header. Eight bytes a
+    /// slot rather than sixteen (the full hash beside the location) halve the fresh memory each
+    /// growth writes, which the kernel zeroes first: on code, whose stage 2 keeps millions of
+    /// long pieces, most of the count's system time.
+    long: Vec<u64>,
     long_bits: u32,
     long_len: usize,
     arena: Arena,
@@ -387,7 +389,7 @@ impl Default for LocalCounts {
             short_bits: INITIAL_BITS,
             short_len: 0,
             hot: vec![(0, 0); HOT].into_boxed_slice(),
-            long: vec![[0, 0]; 1 << INITIAL_BITS],
+            long: vec![0; 1 << INITIAL_BITS],
             long_bits: INITIAL_BITS,
             long_len: 0,
             arena: Arena::default(),
@@ -415,12 +417,12 @@ impl LocalCounts {
         let mask = (1usize << self.long_bits) - 1;
         let mut i = slot_of(h, self.long_bits);
         loop {
-            let [slot_h, slot_loc] = self.long[i];
-            if slot_loc == 0 {
+            let slot = self.long[i];
+            if slot == 0 {
                 return None;
             }
-            if slot_h == h && bytes_eq(self.arena.key(slot_loc & LOC_MASK), key) {
-                return Some(slot_loc & LOC_MASK);
+            if tagged(slot, h) && bytes_eq(self.arena.key(slot & LOC_MASK), key) {
+                return Some(slot & LOC_MASK);
             }
             i = (i + 1) & mask;
         }
@@ -463,23 +465,23 @@ impl LocalCounts {
         let mask = (1usize << self.long_bits) - 1;
         let mut i = slot_of(h, self.long_bits);
         loop {
-            let [slot_h, slot_loc] = self.long[i];
-            if slot_loc == 0 {
+            let slot = self.long[i];
+            if slot == 0 {
                 let loc = self.arena.push(h, piece, 1);
-                self.long[i] = [h, LONG | loc];
+                self.long[i] = long_slot(h, loc);
                 self.long_len += 1;
                 if too_full(self.long_len, self.long_bits) {
                     self.grow_long();
                 }
                 return;
             }
-            if slot_h == h && bytes_eq(self.arena.key(slot_loc & LOC_MASK), piece) {
-                let loc = slot_loc & LOC_MASK;
+            if tagged(slot, h) && bytes_eq(self.arena.key(slot & LOC_MASK), piece) {
+                let loc = slot & LOC_MASK;
                 // A first repeat of a key left in a file copies it: later ones compare with the
                 // copy rather than bring the file's page in again (unique lines, most of a stage
                 // 2's, never do).
                 match self.arena.copy_referred(loc, 1) {
-                    Some(copy) => self.long[i] = [h, LONG | copy],
+                    Some(copy) => self.long[i] = long_slot(h, copy),
                     None => self.arena.add_count(loc, 1),
                 }
                 return;
@@ -537,19 +539,29 @@ impl LocalCounts {
         self.short_bits = bits;
     }
 
-    /// Double the table, or quadruple it while it is small (up to 32 MiB): each growth
-    /// rewrites the whole table into fresh memory, which costs page faults.
+    /// Double the table, or quadruple it while it is small (up to 8 MiB): each growth
+    /// rewrites the whole table into fresh memory, which costs page faults. Each piece's hash is
+    /// read from its record, fetched [`GROW_AHEAD`] slots ahead (the records lie all over the
+    /// arena).
     #[cold]
     fn grow_long(&mut self) {
         let bits = self.long_bits + if self.long_bits < 20 { 2 } else { 1 };
         let mask = (1usize << bits) - 1;
-        let mut table: Vec<[u64; 2]> = zeroed(1 << bits);
-        for &[h, loc] in self.long.iter().filter(|s| s[1] != 0) {
-            let mut i = slot_of(h, bits);
-            while table[i][1] != 0 {
+        let mut table: Vec<u64> = zeroed(1 << bits);
+        let old = &self.long;
+        old.iter().take(GROW_AHEAD).filter(|&&s| s != 0).for_each(|&s| self.arena.prefetch(s & LOC_MASK));
+        for (k, &slot) in old.iter().enumerate() {
+            if let Some(&ahead) = old.get(k + GROW_AHEAD).filter(|&&s| s != 0) {
+                self.arena.prefetch(ahead & LOC_MASK);
+            }
+            if slot == 0 {
+                continue;
+            }
+            let mut i = slot_of(self.arena.hash_at(slot & LOC_MASK), bits);
+            while table[i] != 0 {
                 i = (i + 1) & mask;
             }
-            table[i] = [h, loc];
+            table[i] = slot;
         }
         self.long = table;
         self.long_bits = bits;
@@ -574,9 +586,9 @@ impl LocalCounts {
                 // Halfway: the slot is likely loaded; when it holds this hash, the lookup will
                 // compare the key stored in the arena, so fetch that too.
                 let (_, mh) = ring[(n - DEPTH / 2) % DEPTH];
-                let [slot_h, slot_loc] = self.long[slot_of(mh, self.long_bits)];
-                if slot_loc != 0 && slot_h == mh {
-                    self.arena.prefetch(slot_loc & LOC_MASK);
+                let slot = self.long[slot_of(mh, self.long_bits)];
+                if slot != 0 && tagged(slot, mh) {
+                    self.arena.prefetch(slot & LOC_MASK);
                 }
             }
             if n >= DEPTH {
@@ -596,6 +608,8 @@ impl LocalCounts {
 
 /// How many long pieces ahead a slot is prefetched.
 const DEPTH: usize = 8;
+/// How many slots ahead a growth fetches the record whose hash it will read.
+const GROW_AHEAD: usize = 16;
 
 /// A zeroed table of `n` slots (a short-piece table's or a long-piece index's), backed by huge
 /// pages where the system allows it: lookups in the big tables are random, and with 4 KiB pages
@@ -608,6 +622,23 @@ fn zeroed<T: Clone + Default>(n: usize) -> Vec<T> {
 
 /// Arena locations are below `2^LOC_BITS`.
 const LOC_MASK: u64 = (1 << LOC_BITS) - 1;
+/// The bits of a long-piece slot above the location: the low bits of the piece's hash (the slot's
+/// place comes from the top ones), so that a lookup compares the key only of a slot whose tag
+/// matches (one in 2^16 of the others). Two bits in tests, so that tags often match other keys.
+const TAG_BITS: u32 = if cfg!(test) { 2 } else { 63 - LOC_BITS };
+const TAG: u64 = ((1 << TAG_BITS) - 1) << LOC_BITS;
+
+/// A long-piece index slot for the piece hashed `h` whose record is at `loc` (never 0).
+#[inline(always)]
+fn long_slot(h: u64, loc: u64) -> u64 {
+    LONG | (h << LOC_BITS) & TAG | loc
+}
+
+/// Whether the occupied `slot`'s tag is that of hash `h`.
+#[inline(always)]
+fn tagged(slot: u64, h: u64) -> bool {
+    (slot ^ h << LOC_BITS) & TAG == 0
+}
 
 /// A count in progress: one [`LocalCounts`] per worker thread, kept across calls so that
 /// counting block after block needs no merge per block.
@@ -1447,6 +1478,33 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Long pieces counted by two workers across many growths of their indexes (whose tags, two
+    /// bits in tests, often match other pieces): each piece is found again, and the pieces both
+    /// workers met are summed when they are drained.
+    #[test]
+    fn long_pieces_are_found_across_growths() {
+        let splitter = crate::scan::Splitter::new(r"\S+|\s+", false).unwrap();
+        let mut tally = Tally::new(2);
+        let mut want: HashMap<Vec<u8>, u64> = HashMap::new();
+        for (w, worker) in tally.locals.iter().enumerate() {
+            let mut local = worker.lock().unwrap();
+            for round in 0..3 {
+                for i in (w * 10_000..30_000 + w * 10_000).filter(|i| (i + round) % 3 != 0) {
+                    let piece = format!("long-piece-{i}");
+                    local.count(&splitter, piece.as_bytes()).unwrap();
+                    *want.entry(piece.into_bytes()).or_default() += 1;
+                }
+            }
+            assert!(local.long_bits >= INITIAL_BITS + 4, "grew {} bits", local.long_bits - INITIAL_BITS);
+            assert_eq!(local.long_len, 30_000);
+        }
+        let mut into = Counts::default();
+        tally.drain_into(&mut into).unwrap();
+        let got: HashMap<Vec<u8>, u64> = into.iter().map(|(k, v)| (k.to_vec(), v)).collect();
+        assert_eq!(got.len(), 40_000);
+        assert_eq!(got, want);
     }
 
     /// The memory order is listed once and kept while the table stands; a change forgets it (the
