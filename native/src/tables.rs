@@ -369,8 +369,7 @@ pub struct LocalCounts {
     /// Longer pieces: one word each, [`long_slot`] (their arena location and a tag of their hash);
     /// 0 marks an empty slot. A growth reads each hash from its record's header. Eight bytes a
     /// slot rather than sixteen (the full hash beside the location) halve the fresh memory each
-    /// growth writes, which the kernel zeroes first: on code, whose stage 2 keeps millions of
-    /// long pieces, most of the count's system time.
+    /// growth writes, which the kernel zeroes first: a stage 2 keeps millions of long pieces.
     long: Vec<u64>,
     long_bits: u32,
     long_len: usize,
