@@ -435,11 +435,22 @@ def _check_compat_overrides(args: list[str]) -> None:
         fail("compat.<key> changes a preset: choose it first (compat=official or compat=superbpe)")
 
 
+def _check_given(args: object, *keys: str) -> None:
+    """Refuse a required path left empty (``output=``, an unset ``$OUT``): it would name the working
+    directory, whose files would then be read, or written beside."""
+    for key in keys:
+        value = getattr(args, key)
+        values = [value] if isinstance(value, str) else list(value or [])
+        if not values or any(not str(v).strip() for v in values):
+            raise ConfigError(f"{key} is empty: give {key}=PATH")
+
+
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="encode")
 def _encode(cfg: DictConfig) -> None:
     setup_logging()
     try:
         args = to_dataclass(cfg, EncodeConfig)
+        _check_given(args, "tokenizer", "input", "output")
         _check_not_written_by_this_sweep(Path(args.output))
         result = encode_corpus(
             args.tokenizer,
@@ -469,7 +480,9 @@ def _evaluate(cfg: DictConfig) -> None:
     setup_logging()
     try:
         args = to_dataclass(cfg, EvaluateConfig)
-        if args.output:
+        _check_given(args, "tokenizer", "input")
+        if args.output is not None:
+            _check_given(args, "output")
             check_report_path(args.output, args.input, args.tokenizer)
         result = evaluate_dir(
             args.tokenizer,

@@ -268,6 +268,33 @@ def test_gpt2_files_as_tiktoken_equal_the_reference(shared_data: Path, texts: li
         assert ours.encode(text, allowed_special="all") == reference.encode(text, allowed_special="all")
 
 
+def test_specials_one_beginning_another_have_no_tiktoken_form(tmp_path: Path, sample_texts: Path) -> None:
+    """Where two specials start together this tokenizer takes the longer, tiktoken whichever it tries first:
+    the export would give other ids, so each way to it is refused (a run's before training)."""
+    from superbpe.training.config import DataConfig, ExportConfig, TrainConfig
+    from superbpe.training.run import run_training
+
+    specials = ["<|a|>", EOT, "<|a|><|b|>"]
+    vocab, merges = superbpe.train_bpe(sample_texts / "corpus.en", 300, specials)
+    tokenizer = Tokenizer(vocab, merges, specials)
+    assert tokenizer.encode("<|a|><|b|>") == [tokenizer.token_to_id("<|a|><|b|>")]
+    refused = "special token '<\\|a\\|>' begins '<\\|a\\|><\\|b\\|>'"
+    with pytest.raises(ConfigError, match=refused):
+        tokenizer.to_tiktoken()
+    with pytest.raises(ConfigError, match=refused):
+        tokenizer.save(tmp_path / "tok", tiktoken=True)
+    assert not (tmp_path / "tok").exists()
+    out = tmp_path / "run"
+    cfg = TrainConfig(data=DataConfig(paths=[str(sample_texts / "corpus.en")]), vocab_size=300,
+                      cache_dir=None, output_dir=str(out), special_tokens=specials,
+                      export=ExportConfig(tiktoken=True))  # fmt: skip
+    with pytest.raises(ConfigError, match=refused):
+        run_training(cfg)
+    assert not out.exists()
+    # Specials that only share a start (no one begins another) export as before.
+    Tokenizer(vocab, merges, ["<|a|>", EOT, "<|ab|>"]).to_tiktoken()
+
+
 def test_a_tiktoken_export_the_official_preset_cannot_give_is_refused_before_training(
     tmp_path: Path, sample_texts: Path
 ) -> None:

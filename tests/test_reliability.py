@@ -162,6 +162,19 @@ def test_a_list_key_given_one_value_and_a_required_key_left_out_say_what_to_writ
     assert_one_line_error(no_output, "output is required: add output=")
 
 
+def test_a_required_path_left_empty_is_refused(tmp_path: Path) -> None:
+    """``output=`` (an unset ``$OUT``) named the working directory: a traceback for encode's output, every
+    text file there read for an input."""
+    (tmp_path / "a.txt").write_text("hello\n", encoding="utf-8")
+    given = {"tokenizer": "tokenizer=x", "input": "input=a.txt", "output": "output=o.bin"}
+    for key in given:
+        args = [f"{key}=" if k == key else arg for k, arg in given.items()]
+        assert_one_line_error(run_script("encode.py", *args, cwd=tmp_path), f"{key} is empty: give {key}=PATH")
+    empty_in_list = run_script("evaluate.py", "tokenizer=x", "input=[a.txt,'']", cwd=tmp_path)
+    assert_one_line_error(empty_in_list, "input is empty: give input=PATH")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
+
+
 # -- bug 4: the engine is chosen once, never switched silently -------------------------------------------
 
 

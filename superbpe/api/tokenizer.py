@@ -59,6 +59,7 @@ from superbpe.formats.manifest import (
 )
 from superbpe.formats.tiktoken_files import (
     check_ranks_follow_merges,
+    check_specials_for_tiktoken,
     tiktoken_pattern,
     tiktoken_ranks,
     tiktoken_split_problem,
@@ -607,8 +608,10 @@ class Tokenizer:
         A pattern of the user's own is tried in HF ``tokenizers`` (and tiktoken, when asked for) first: one
         they read otherwise would give other ids there, a warning for tokenizer.json (this tokenizer is still
         whole) and an error for the tiktoken files, which exist only to give the same ids."""
-        if tiktoken and (problem := tiktoken_split_problem(self._pretokenizer)):
-            raise ConfigError(f"tiktoken files cannot give the same ids: {problem}")
+        if tiktoken:
+            check_specials_for_tiktoken(self.special_tokens)
+            if problem := tiktoken_split_problem(self._pretokenizer):
+                raise ConfigError(f"tiktoken files cannot give the same ids: {problem}")
         if problem := hf_split_problem(self._pretokenizer):
             warnings.warn(f"tokenizer.json will not encode as this tokenizer does: {problem}",
                           UserWarning, stacklevel=caller_stacklevel())  # fmt: skip
@@ -632,6 +635,7 @@ class Tokenizer:
         tiktoken = import_optional("tiktoken", "tiktoken", "to_tiktoken()")
         ranks = tiktoken_ranks(self._vocab, self.special_tokens, self._merges)
         check_ranks_follow_merges(ranks, self._merges)
+        check_specials_for_tiktoken(self.special_tokens)
         if problem := tiktoken_split_problem(self._pretokenizer):
             raise ConfigError(f"tiktoken cannot give this tokenizer's ids: {problem}")
         return tiktoken.Encoding(

@@ -99,6 +99,19 @@ def tiktoken_ranks(
     return {token: token_id for token_id, token in vocab.items() if token not in specials}
 
 
+def check_specials_for_tiktoken(special_tokens: Sequence[str]) -> None:
+    """Refuse special tokens one of which begins another (``<|a|>`` and ``<|a|><|b|>``): where both start,
+    this tokenizer takes the longer, while tiktoken tries its specials in no set order and may take the
+    shorter, which gives other ids."""
+    ordered = sorted(special_tokens)
+    for shorter, longer in zip(ordered, ordered[1:], strict=False):
+        if longer.startswith(shorter):
+            raise ConfigError(
+                f"special token {shorter!r} begins {longer!r}: where both start this tokenizer takes the "
+                "longer, tiktoken may take the shorter, so tiktoken files would not give the same ids"
+            )
+
+
 def check_ranks_follow_merges(ranks: Mapping[bytes, int], merges: Sequence[Merge]) -> None:
     last = 255
     for left, right in merges:

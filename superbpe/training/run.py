@@ -72,6 +72,7 @@ from superbpe.formats.hf import HF_FILE, hf_split_problem, resolve_roles
 from superbpe.formats.manifest import MANIFEST_FILE
 from superbpe.formats.tiktoken_files import (
     check_compat_for_tiktoken,
+    check_specials_for_tiktoken,
     tiktoken_pattern,
     tiktoken_split_problem,
 )
@@ -258,6 +259,7 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
     encoding = encoding_pretokenizer(plans[-1].pretokenizer, compat)
     if cfg.export.tiktoken:
         check_compat_for_tiktoken(compat)
+        check_specials_for_tiktoken(specials)
         tiktoken_pattern(encoding)
         if problem := tiktoken_split_problem(encoding):
             raise ConfigError(f"export.tiktoken=true cannot give the same ids: {problem}")
