@@ -169,7 +169,8 @@ def test_a_required_path_left_empty_is_refused(tmp_path: Path) -> None:
     given = {"tokenizer": "tokenizer=x", "input": "input=a.txt", "output": "output=o.bin"}
     for key in given:
         args = [f"{key}=" if k == key else arg for k, arg in given.items()]
-        assert_one_line_error(run_script("encode.py", *args, cwd=tmp_path), f"{key} is empty: give {key}=PATH")
+        refused = run_script("encode.py", *args, cwd=tmp_path)
+        assert_one_line_error(refused, f"{key} is empty: give {key}=PATH")
     empty_in_list = run_script("evaluate.py", "tokenizer=x", "input=[a.txt,'']", cwd=tmp_path)
     assert_one_line_error(empty_in_list, "input is empty: give input=PATH")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
