@@ -5,6 +5,8 @@ dtype asked for; bad input fails as ``encode`` does, a bad dtype as ``encode_bat
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from fixture_texts import lines_with_specials
@@ -148,7 +150,7 @@ def test_special_tokens_with_few_or_many(trained: tuple[dict[int, bytes], list[t
         assert tok.token_to_id(specials[-1]) not in tok.encode_ordinary_array(text).tolist()
 
 
-def test_dtypes_must_hold_the_ids(tokenizers: list[Tokenizer]) -> None:
+def test_dtypes_must_hold_the_ids(tokenizers: list[Tokenizer], tmp_path: Path) -> None:
     vocab = {i: bytes([i]) for i in range(256)}
     vocab[70_000] = b"ab"
     for engine in ENGINES:
@@ -165,6 +167,14 @@ def test_dtypes_must_hold_the_ids(tokenizers: list[Tokenizer]) -> None:
             with pytest.raises(ConfigError, match="dtype must be uint16 or uint32, not no-such-type"):
                 method("ab", "no-such-type")
         assert tok.encode_array("ab", "uint32").dtype == np.uint32
+    # A file's ids take the same dtypes (int64 and float were returned, or failed in numpy).
+    text = tmp_path / "ab.txt"
+    text.write_text("ab", encoding="utf-8")
+    for tok in tokenizers:
+        for dtype, said in ((np.int64, "int64"), (float, "float64"), ("no-such-type", "no-such-type")):
+            with pytest.raises(ConfigError, match=f"dtype must be uint16 or uint32, not {said}"):
+                tok.encode_file(text, dtype)
+        assert tok.encode_file(text, "uint32").tolist() == tok.encode("ab")
 
 
 def test_bad_texts_fail_as_encode_does(tokenizers: list[Tokenizer]) -> None:

@@ -217,7 +217,7 @@ def test_bad_inputs_are_one_line_errors_and_leave_no_file(tokenizer_dir, tmp_pat
         "separator='<|eos|>'",
         cwd=tmp_path,
     )
-    assert_one_line_error(bad_sep, "separator '<|eos|>' is not a special token")
+    assert_one_line_error(bad_sep, "separator '<|eos|>' is not a special token", "(it has: '<|endoftext|>')")
     bad_utf8 = tmp_path / "bad.txt"
     bad_utf8.write_bytes(b"fine text\n" * 50 + b"\xff\xfe broken")
     broken = run_script(
@@ -582,3 +582,14 @@ def test_a_separator_inside_a_records_text_is_warned_about(tokenizer_dir, tmp_pa
     with caplog.at_level(logging.WARNING, logger="superbpe"):
         encode_corpus(tokenizer_dir, clean, tmp_path / "clean.bin", workers=1)
     assert "hold the separator" not in caplog.text
+
+
+def test_a_wrong_separator_lists_the_specials_quoted() -> None:
+    """Specials of blanks or with a leading space were shown bare (``it has: , of``); many are counted."""
+    vocab = {i: bytes([i]) for i in range(256)}
+    few = Tokenizer(vocab, [], ["<|endoftext|>", "\n\n", " of"])
+    with pytest.raises(ConfigError, match=r"\(it has: '<\|endoftext\|>', '\\n\\n', ' of'\); separator=null"):
+        encode_module.separator_id_of(few, "<|eos|>")
+    many = Tokenizer(vocab, [], [f"<|r{i}|>" for i in range(20)])
+    with pytest.raises(ConfigError, match=r"'<\|r7\|>', \.\.\. \(20 in all\)\)"):
+        encode_module.separator_id_of(many, "<|eos|>")

@@ -425,8 +425,9 @@ class Tokenizer:
     def encode_file(
         self, path: str | os.PathLike[str], dtype: Any = None, *, errors: str = "strict"
     ) -> np.ndarray:
-        """All ids of a UTF-8 (or gzip) text file, streamed; uint16 when every id fits, else uint32.
-        ``errors="replace"`` reads bytes that are not UTF-8 as U+FFFD (by default they are an error)."""
+        """All ids of a UTF-8 (or gzip) text file, streamed; uint16 when every id fits, else uint32 (or
+        ``dtype``, which must be one of the two, as for ``encode_array``). ``errors="replace"`` reads bytes
+        that are not UTF-8 as U+FFFD (by default they are an error)."""
         check_errors_mode(errors)
         if not isinstance(path, (str, os.PathLike)):
             raise InputError(f"encode_file takes a path (str or Path), not {type(path).__name__}")
@@ -436,9 +437,7 @@ class Tokenizer:
                 f"{path}: encode_file reads one text; encode a JSON-lines or table file's documents with "
                 "encode_batch of their texts, or into a token file with the superbpe-encode command"
             )
-        chosen = np.dtype(dtype) if dtype is not None else self._smallest_dtype()
-        if np.iinfo(chosen).max < self._max_id:
-            raise ConfigError(f"dtype {chosen} cannot hold ids up to {self._max_id}")
+        chosen = np.dtype(self._array_dtype(dtype)) if dtype is not None else self._smallest_dtype()
         # Chunks of bytes cut where no piece or special token crosses, as the encoding jobs cut them, each
         # encoded without a str: the ids of the whole text, at the speed of `encode_utf8`.
         cutter = ChunkCutter(self.special_tokens, self._pretokenizer.safe_cuts_hold, self._pretokenizer)
@@ -451,7 +450,7 @@ class Tokenizer:
         """The name of ``dtype`` when it is uint16 or uint32 and holds every id; else a ``ConfigError``."""
         try:
             chosen = np.dtype(dtype)
-        except TypeError:
+        except (TypeError, ValueError):
             chosen = None
         if chosen not in (np.dtype(np.uint16), np.dtype(np.uint32)):
             raise ConfigError(f"dtype must be uint16 or uint32, not {chosen or dtype}")

@@ -281,7 +281,11 @@ def separator_id_of(tokenizer: Tokenizer, separator: str | None) -> int | None:
     if separator is None:
         return None
     if separator not in tokenizer.special_tokens:
-        known = ", ".join(tokenizer.special_tokens) or "none"
+        specials = tokenizer.special_tokens
+        # Quoted, so that "\n\n" or " of" are seen; a padded vocabulary's reserved tokens are counted.
+        known = ", ".join(map(repr, specials[:8])) or "none"
+        if len(specials) > 8:
+            known += f", ... ({len(specials)} in all)"
         raise ConfigError(
             f"separator {separator!r} is not a special token of the tokenizer (it has: {known}); "
             "separator=null writes none"
