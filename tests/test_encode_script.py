@@ -420,6 +420,14 @@ def test_bad_worker_counts_are_refused_before_any_output(tokenizer_dir, sample_t
     assert not out.exists()
 
 
+@pytest.mark.parametrize("chunk_bytes", [0, -1, True, 1.5])
+def test_bad_chunk_sizes_are_refused_before_any_output(tokenizer_dir, sample_texts, tmp_path, chunk_bytes):
+    out = tmp_path / "x.bin"
+    with pytest.raises(ConfigError, match=r"^chunk_bytes must be a whole number of bytes >= 1, not "):
+        encode_corpus(tokenizer_dir, sample_texts / "corpus.en", out, chunk_bytes=chunk_bytes)
+    assert not out.exists()
+
+
 def test_evaluate_script_takes_workers(tokenizer_dir, documents, tmp_path):
     source = tmp_path / "held_out.txt"
     source.write_text(EOT.join(documents), encoding="utf-8")

@@ -175,6 +175,8 @@ def encode_corpus(
     (:func:`encode_sharded`); the shards concatenated equal the flat file.
     """
     spec = check_executor(executor)
+    if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 1:
+        raise ConfigError(f"chunk_bytes must be a whole number of bytes >= 1, not {chunk_bytes!r}")
     if spec.name != "local" or Path(output).is_dir() or str(output).endswith(("/", os.sep)):
         return encode_sharded(
             tokenizer_dir, inputs, output, separator=separator, executor=spec, workers=workers,
