@@ -302,6 +302,28 @@ def test_unusable_cache_dir(tmp_path, corpus):
     assert blocker.read_text() == "not a directory"
 
 
+def test_a_directory_holding_a_tokenizer_is_not_trained_over(tmp_path, corpus):
+    """Only a checkpoint marked a run: a finished run whose checkpoint files were removed, or a saved
+    tokenizer, had its files replaced without a word."""
+    out = tmp_path / "out"
+    first = train(tmp_path, f"data.paths=[{corpus}]", "vocab_size=300", f"output_dir={out}", default_dir=True)
+    assert first.returncode == 0, first.stderr
+    for path in out.glob("checkpoint*"):
+        path.unlink()
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    for name in (MERGES_FILE, "vocab.json"):
+        (saved / name).write_bytes((out / name).read_bytes())
+    (saved / "notes.txt").write_text("mine\n", encoding="utf-8")
+    for target, held in ((out, "vocab.json, merges.txt, tokenizer.json, superbpe.json"),
+                         (saved, "vocab.json, merges.txt")):  # fmt: skip
+        before = {path: path.read_bytes() for path in target.rglob("*") if path.is_file()}
+        again = train(tmp_path, f"data.paths=[{corpus}]", "vocab_size=400", f"output_dir={target}",
+                      default_dir=True)  # fmt: skip
+        assert_one_line_error(again, f"already holds a tokenizer ({held})", "choose another output_dir")
+        assert {path: path.read_bytes() for path in target.rglob("*") if path.is_file()} == before
+
+
 def test_bad_override_is_reported_by_hydra_without_a_run(tmp_path):
     proc = train(tmp_path, "vocab_sise=300", default_dir=True)
     assert proc.returncode == 1

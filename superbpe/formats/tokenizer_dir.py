@@ -90,3 +90,12 @@ def states_its_pattern(path: Path) -> bool:
     if path.is_dir():
         return (path / MANIFEST_FILE).is_file() or not (path / MERGES_FILE).is_file()
     return path.is_file()
+
+
+#: The files a tokenizer directory holds that a save writes over (a directory's other files are left).
+WRITTEN_FILES = (VOCAB_FILE, MERGES_FILE, HF_FILE, MANIFEST_FILE, TIKTOKEN_FILE)
+
+
+def tokenizer_files_in(directory: Path) -> list[str]:
+    """The names of the tokenizer files in ``directory`` that saving a tokenizer there would replace."""
+    return [name for name in WRITTEN_FILES if (directory / name).is_file()]

@@ -16,7 +16,7 @@ from typing import Any
 from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.util import directory_problem
 from superbpe.formats.checkpoints import checkpoint_path
-from superbpe.formats.tokenizer_dir import states_its_pattern
+from superbpe.formats.tokenizer_dir import states_its_pattern, tokenizer_files_in
 
 #: Settings a resume may change: they decide how fast and how visibly a run goes, never its merges
 #: (the engines agree byte for byte).
@@ -110,6 +110,18 @@ def _resume_value(args: Sequence[str]) -> str | None:
     return _value(args, "resume")
 
 
+def check_nothing_to_overwrite(path: Path) -> None:
+    """Refuse a new run's directory that holds a run (continued with ``resume=``) or a tokenizer (a saved
+    one, or a run's whose checkpoint was removed): the run would write its files over them."""
+    if checkpoint_path(path).is_file():
+        raise ConfigError(f"{path} already holds a run; continue it with resume={path}")
+    if held := tokenizer_files_in(path):
+        raise ConfigError(
+            f"{path} already holds a tokenizer ({', '.join(held)}), which this run would replace: "
+            "choose another output_dir, or remove those files"
+        )
+
+
 def place_run(args: Sequence[str]) -> list[str]:
     """The command-line overrides of a new run, with ``output_dir=<dir>`` made the Hydra run directory.
 
@@ -147,8 +159,7 @@ def place_run(args: Sequence[str]) -> list[str]:
     if target is None or "${" in target:  # an interpolation (``${unique_dir:...}``) is Hydra's to resolve
         return list(args)
     path = Path(target).expanduser()
-    if checkpoint_path(path).is_file():
-        raise ConfigError(f"{path} already holds a run; continue it with resume={path}")
+    check_nothing_to_overwrite(path)
     _check_can_make(path)
     if path.is_dir():
         _existed.add(path.absolute())

@@ -83,6 +83,7 @@ from superbpe.jobs.executors import check_executor
 from superbpe.jobs.shards import check_sampleable
 from superbpe.training.cache import RunCache, cache_key, counts_not_worth_caching, token_prefix, tokens_made
 from superbpe.training.config import TrainConfig, check_schedule_knobs, check_shape
+from superbpe.training.directories import check_nothing_to_overwrite
 from superbpe.training.metrics import build_metrics, write_metrics
 from superbpe.training.stages import (
     SourceMerges,
@@ -347,8 +348,7 @@ def _output_dir(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None) -> Pat
             log.info("removed %s, left by a run killed while writing", stale.name)
     elif cfg.output_dir or run_dir is not None:
         target = Path(cfg.output_dir or run_dir).expanduser()  # type: ignore[arg-type]
-        if checkpoint_path(target).is_file():
-            raise ConfigError(f"{target} already holds a run; continue it with resume={target}")
+        check_nothing_to_overwrite(target)
     else:
         raise ConfigError("no output directory: set output_dir")
     _check_writable(target)
