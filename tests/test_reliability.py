@@ -235,6 +235,12 @@ def test_resume_args_take_the_runs_own_overrides(tmp_path: Path) -> None:
     (run / ".hydra" / "overrides.yaml").write_text("- vocab_size=300\n- data.paths=[a.txt]\n- workers=1\n")
     with pytest.raises(ConfigError, match=r"vocab_size=400 conflicts with the run's vocab_size=300"):
         resume_args([f"resume={run}", "vocab_size=400"])
+    # The same value quoted otherwise is the same setting; another value is not.
+    requoted = resume_args([f"resume={run}", "data.paths=['a.txt']"])
+    assert sum(arg.startswith("data.paths=") for arg in requoted) == 1
+    other = r"data.paths=\['b.txt'\] conflicts with the run's data.paths=\[a.txt\]"
+    with pytest.raises(ConfigError, match=other):
+        resume_args([f"resume={run}", "data.paths=['b.txt']"])
     with pytest.raises(ConfigError, match="drop hydra.run.dir"):
         resume_args([f"resume={run}", "hydra.run.dir=x"])
     with pytest.raises(InputError, match="no such run directory"):

@@ -234,6 +234,20 @@ def read_run_overrides(run_dir: Path) -> list[str] | None:
     return [item for key, item in latest.items() if key != "resume"]
 
 
+def _same_setting(given: str, recorded: str) -> bool:
+    """Whether two overrides of one key give it the same value, however quoted (``data.paths=['a']`` and
+    the run's ``data.paths=[a]``)."""
+    if given == recorded:
+        return True
+    from hydra.core.override_parser.overrides_parser import OverridesParser  # the commands' dependency
+
+    try:
+        overrides = OverridesParser.create().parse_overrides([given, recorded])
+    except Exception:  # noqa: BLE001 - an override Hydra cannot parse is only compared as written
+        return False
+    return str(overrides[0].value()) == str(overrides[1].value())
+
+
 def resume_args(args: Sequence[str]) -> list[str]:
     """The command-line overrides with a ``resume=<run dir>`` completed from that run's own overrides.
 
@@ -276,7 +290,7 @@ def resume_args(args: Sequence[str]) -> list[str]:
         f"{arg} conflicts with the run's {old}"
         for old in original
         if (arg := given_by_key.get(_key(old))) is not None
-        and arg != old
+        and not _same_setting(arg, old)
         and not _may_change(_key(old))
     ]
     if recorded is not None:  # a run of the command: what it was given is all it was
