@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import time
 from pathlib import Path
@@ -48,6 +49,35 @@ def test_files_that_are_not_entries_are_neither_listed_nor_removed(tmp_path: Pat
     assert [found.path for found in cache_entries(tmp_path)] == [entry]
     assert clear_cache(tmp_path) == (1, 10)
     assert all(path.read_text() == "keep me" for path in mine)
+
+
+def test_what_killed_jobs_left_is_listed_and_cleared_unless_a_job_holds_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A job killed while writing an entry left its temp file, one killed while computing it the entry's
+    lock: neither was listed, cleared or counted under the cap. A job still at work holds the lock."""
+    entry = make_entry(tmp_path, "counts", "a.counts", 100, 60)
+    key = "f" * 40
+    cut_short = tmp_path / "counts" / f".{key}.counts.x1y2z3.tmp"
+    cut_short.write_bytes(b"x" * 3000)
+    never_written = tmp_path / "merges" / f"{'e' * 40}.lock"
+    never_written.parent.mkdir()
+    never_written.touch()
+    busy_key = "d" * 40
+    busy = tmp_path / "counts" / f".{busy_key}.counts.q1.tmp"
+    busy.write_bytes(b"x" * 7)
+    held = os.open(tmp_path / "counts" / f"{busy_key}.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(held, fcntl.LOCK_EX)  # another open file: the remover's own lock attempt fails
+    try:
+        cache_command(["--cache-dir", str(tmp_path), "list"])
+        assert "1 entries, 100 B\n4 files left by killed jobs" in capsys.readouterr().out
+        assert clear_cache(tmp_path, older_than_seconds=3600) == (0, 3000)
+        assert not cut_short.exists() and not never_written.exists()
+        assert not (tmp_path / "counts" / f"{key}.lock").exists()  # taken to remove its temp file, then gone
+        assert busy.exists() and entry.exists() and (tmp_path / "counts" / f"{entry.stem}.lock").exists()
+    finally:
+        os.close(held)
+    assert enforce_size_cap(tmp_path, 1000) == (0, 0) and not busy.exists() and entry.exists()
 
 
 def test_size_cap_removes_least_recently_used_first(tmp_path: Path) -> None:

@@ -35,7 +35,7 @@ from typing import Any
 from superbpe.core.counts import PieceCounts
 from superbpe.core.errors import ConfigError
 from superbpe.core.types import Merge
-from superbpe.core.util import atomic_write_text, directory_problem, human_size
+from superbpe.core.util import TEMP_SUFFIX, atomic_write_text, directory_problem, human_size
 from superbpe.engines import native as native_engine
 
 log = logging.getLogger("superbpe")
@@ -279,8 +279,54 @@ def parse_age(text: str) -> float:
 
 #: An entry's file name: its key (:func:`cache_key`) and its kind's suffix. Nothing else in a cache
 #: directory is an entry, so a ``--cache-dir`` naming some other directory lists and removes nothing.
-_ENTRY_NAMES = {kind: re.compile(rf"[0-9a-f]{{40}}{re.escape(suffix)}") for kind, suffix in
-                (("counts", ".counts"), ("merges", ".json"))}  # fmt: skip
+_SUFFIXES = {"counts": ".counts", "merges": ".json"}
+_ENTRY_NAMES = {kind: re.compile(rf"[0-9a-f]{{40}}{re.escape(suffix)}") for kind, suffix in _SUFFIXES.items()}
+
+
+#: What a killed job leaves beside the entries: the temp file of an entry's write cut short (as
+#: ``atomic_write`` names it) and the lock of an entry it never wrote.
+_TEMP_NAME = re.compile(rf"\.([0-9a-f]{{40}})(\.counts|\.json)\.[^/]+{re.escape(TEMP_SUFFIX)}")
+_LOCK_NAME = re.compile(r"([0-9a-f]{40})\.lock")
+
+
+def leftovers(root: Path) -> list[tuple[Path, Path]]:
+    """Each file a killed job left in the cache, with the lock of the entry it belongs to. A lock is left
+    only while its entry is missing; a job computing or writing that entry holds it (see
+    :func:`remove_leftover`)."""
+    found = []
+    for kind, suffix in _SUFFIXES.items():
+        directory = root / kind
+        if not directory.is_dir():
+            continue
+        for path in sorted(directory.iterdir()):
+            if (temp := _TEMP_NAME.fullmatch(path.name)) and temp.group(2) == suffix:
+                found.append((path, directory / f"{temp.group(1)}.lock"))
+            elif _LOCK_NAME.fullmatch(path.name) and not path.with_suffix(suffix).exists():
+                found.append((path, path))
+    return found
+
+
+def remove_leftover(path: Path, lock_path: Path) -> int | None:
+    """Delete a leftover (:func:`leftovers`) while its entry's lock is free, and the lock too while the
+    entry is missing; its size, or None (kept) when a job holds the lock: it is computing or writing."""
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return None
+        if not _same_file(fd, lock_path):  # another remover took this lock file away meanwhile
+            return None
+        size = 0
+        if path != lock_path:
+            with contextlib.suppress(FileNotFoundError):
+                size = path.stat().st_size
+                path.unlink()
+        if not any(lock_path.with_suffix(suffix).exists() for suffix in _SUFFIXES.values()):
+            lock_path.unlink(missing_ok=True)
+        return size
+    finally:
+        os.close(fd)
 
 
 def cache_entries(root: Path) -> list[CacheEntry]:
@@ -326,10 +372,20 @@ def remove_entry(entry: CacheEntry) -> bool:
         os.close(fd)
 
 
-def clear_cache(root: Path, older_than_seconds: float | None = None) -> tuple[int, int]:
-    """Remove every entry (or those unused for ``older_than_seconds``); returns (entries, bytes) removed."""
-    cutoff = None if older_than_seconds is None else time.time() - older_than_seconds
+def clear_leftovers(root: Path) -> tuple[int, int]:
+    """Remove what killed jobs left (:func:`leftovers`) and no job is using; returns (files, bytes)."""
     removed = freed = 0
+    for path, lock in leftovers(root):
+        if (size := remove_leftover(path, lock)) is not None:
+            removed, freed = removed + 1, freed + size
+    return removed, freed
+
+
+def clear_cache(root: Path, older_than_seconds: float | None = None) -> tuple[int, int]:
+    """Remove every entry (or those unused for ``older_than_seconds``), and what killed jobs left, at any
+    age; returns (entries, bytes) removed, the leftovers' bytes among them."""
+    cutoff = None if older_than_seconds is None else time.time() - older_than_seconds
+    removed, freed = 0, clear_leftovers(root)[1]
     for entry in cache_entries(root):
         if (cutoff is None or entry.last_used < cutoff) and remove_entry(entry):
             removed, freed = removed + 1, freed + entry.size
@@ -337,7 +393,9 @@ def clear_cache(root: Path, older_than_seconds: float | None = None) -> tuple[in
 
 
 def enforce_size_cap(root: Path, max_bytes: int) -> tuple[int, int]:
-    """Remove least recently used entries until the cache holds at most ``max_bytes``."""
+    """Remove what killed jobs left, then least recently used entries until the cache holds at most
+    ``max_bytes``."""
+    clear_leftovers(root)
     entries = cache_entries(root)
     total = sum(entry.size for entry in entries)
     removed = freed = 0
@@ -360,4 +418,7 @@ def describe_cache(root: Path) -> str:
         lines.append(f"  {entry.kind:<7} {size:>10}  used {age_hours:8.1f} h ago  {entry.path.name}")
     total = sum(entry.size for entry in entries)
     lines.append(f"{len(entries)} entries, {human_size(total, 'B')}")
+    if left := leftovers(root):
+        size = sum(path.stat().st_size for path, _ in left if path.is_file())
+        lines.append(f"{len(left)} files left by killed jobs, {human_size(size, 'B')} (clear removes them)")
     return "\n".join(lines)
