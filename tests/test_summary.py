@@ -9,7 +9,7 @@ import pytest
 
 from superbpe.core.errors import InputError
 from superbpe.core.pretokenize import PATTERNS
-from superbpe.training.summary import collect, unfinished
+from superbpe.training.summary import collect, never_started, unfinished
 
 
 def write_run(directory: Path, pretokenizer: str, pattern: str, eval_file: str | None = None) -> None:
@@ -54,3 +54,30 @@ def test_a_sweep_with_no_finished_run_names_those_it_holds(tmp_path: Path) -> No
     (tmp_path / "0" / ".hydra" / "overrides.yaml").write_text("- vocab_size=400\n")
     with pytest.raises(InputError, match="no metrics.json found; runs not finished: 0"):
         collect(tmp_path)
+
+
+def write_sweep_record(sweep: Path, task: list[str], subdir: str = "${hydra.job.num}") -> None:
+    """The parts of Hydra's ``multirun.yaml`` that say how many jobs a sweep has."""
+    lines = ["hydra:", "  sweep:", f"    subdir: {subdir}", "  overrides:", "    task:"]
+    (sweep / "multirun.yaml").write_text("\n".join([*lines, *(f"    - {item}" for item in task)]) + "\n")
+
+
+def test_jobs_a_killed_sweep_never_started_are_named(tmp_path: Path) -> None:
+    """A sweep killed outright leaves no trace of the jobs after the one running: only its record says
+    how many there were."""
+    task = ["vocab_size=300,400", "schedule=superbpe", "schedule.transition=range(1,4)"]
+    write_sweep_record(tmp_path, task)
+    write_run(tmp_path / "0", "gpt2", PATTERNS["gpt2"])
+    (tmp_path / "1").mkdir()  # started, killed before its first checkpoint
+    assert [row.run for row in collect(tmp_path)] == ["0"]
+    assert never_started(tmp_path) == ["2", "3", "4", "5"]
+    (tmp_path / "0" / "metrics.json").unlink()
+    with pytest.raises(InputError, match="no metrics.json found; jobs never started: 2, 3, 4, 5$"):
+        collect(tmp_path)
+    # Job directories named otherwise, or sweeps it cannot count: nothing is claimed.
+    write_sweep_record(tmp_path, ["vocab_size=300,400"], subdir="v${vocab_size}")
+    assert never_started(tmp_path) == []
+    write_sweep_record(tmp_path, ["vocab_size=interval(300,400)"])
+    assert never_started(tmp_path) == []
+    (tmp_path / "multirun.yaml").unlink()
+    assert never_started(tmp_path) == []

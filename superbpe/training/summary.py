@@ -59,9 +59,10 @@ def collect(sweep_dir: Path) -> list[Row]:
         raise InputError(f"{sweep_dir}: no such directory")
     rows = [_row(path, sweep_dir) for path in sorted(sweep_dir.rglob("metrics.json"))]
     if not rows:
-        left = unfinished(sweep_dir)
-        runs = f"; runs not finished: {', '.join(left)}" if left else " (is it a sweep directory?)"
-        raise InputError(f"{sweep_dir}: no metrics.json found{runs}")
+        left, unstarted = unfinished(sweep_dir), never_started(sweep_dir)
+        runs = f"; runs not finished: {', '.join(left)}" if left else ""
+        runs += f"; jobs never started: {', '.join(unstarted)}" if unstarted else ""
+        raise InputError(f"{sweep_dir}: no metrics.json found{runs or ' (is it a sweep directory?)'}")
     varying = {key for key in {k for row in rows for k, _ in row.settings}
                if len({dict(row.settings).get(key) for row in rows}) > 1}  # fmt: skip
     rows = [
@@ -78,6 +79,30 @@ def unfinished(sweep_dir: Path) -> list[str]:
     started |= {path.parent for path in sweep_dir.rglob(CHECKPOINT_FILE)}
     left = [run for run in started if not (run / "metrics.json").is_file()]
     return sorted(str(run.relative_to(sweep_dir)) or "." for run in left)
+
+
+def never_started(sweep_dir: Path) -> list[str]:
+    """The job directories the sweep's record (``multirun.yaml``) plans that do not exist: a sweep killed
+    outright (SIGKILL, out of memory) never ran its later jobs, and no other file says so. Empty when the
+    number of jobs cannot be told: a sweep of other than choices and ranges, job directories named
+    otherwise than by job number, or no record."""
+    record = sweep_dir / "multirun.yaml"
+    if not record.is_file():
+        return []
+    from hydra.core.override_parser.overrides_parser import OverridesParser  # superbpe-summarize's only
+    from omegaconf import OmegaConf
+
+    try:
+        hydra = OmegaConf.to_container(OmegaConf.load(record), resolve=False)["hydra"]  # type: ignore[index]
+        if hydra["sweep"]["subdir"] != "${hydra.job.num}":
+            return []
+        jobs = 1
+        for override in OverridesParser.create().parse_overrides(hydra["overrides"]["task"]):
+            if override.is_sweep_override():
+                jobs *= len(list(override.sweep_string_iterator()))
+    except Exception:  # noqa: BLE001 - a record that cannot be read this way only says nothing here
+        return []
+    return [str(job) for job in range(jobs) if not (sweep_dir / str(job)).exists()]
 
 
 def _order(row: Row) -> tuple[Any, ...]:
