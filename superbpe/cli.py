@@ -42,7 +42,7 @@ from superbpe.formats.checkpoints import checkpoint_path
 from superbpe.formats.token_files import sidecar_path
 from superbpe.jobs.encode import encode_corpus
 from superbpe.jobs.evaluate import check_report_path, evaluate_dir
-from superbpe.training.cache import clear_cache, describe_cache, parse_age, resolve_cache_dir
+from superbpe.training.cache import clear_cache, clear_leftovers, describe_cache, parse_age, resolve_cache_dir
 from superbpe.training.config import (
     EncodeConfig,
     EvaluateConfig,
@@ -572,6 +572,8 @@ def cache(argv: list[str] | None = None) -> None:
         else:
             older = parse_age(args.older_than) if args.older_than else None
             removed, freed = clear_cache(directory, older_than_seconds=older)
-            print(f"removed {removed} entries ({human_size(freed, 'B')}) from {directory}")
+            files, left = clear_leftovers(directory)
+            also = f" and {files} files left by killed jobs ({human_size(left, 'B')})" if files else ""
+            print(f"removed {removed} entries ({human_size(freed, 'B')}){also} from {directory}")
     except USER_ERRORS as exc:
         fail(exc)

@@ -306,27 +306,44 @@ def leftovers(root: Path) -> list[tuple[Path, Path]]:
     return found
 
 
-def remove_leftover(path: Path, lock_path: Path) -> int | None:
-    """Delete a leftover (:func:`leftovers`) while its entry's lock is free, and the lock too while the
-    entry is missing; its size, or None (kept) when a job holds the lock: it is computing or writing."""
+@contextlib.contextmanager
+def _lock_if_free(lock_path: Path) -> Iterator[bool]:
+    """Hold an entry's lock for the block if no job holds it (True), else do nothing (False). A job
+    computing or writing the entry holds it; a remover that finds the lock file gone from under it (taken
+    away by another remover) holds nothing."""
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            return None
-        if not _same_file(fd, lock_path):  # another remover took this lock file away meanwhile
+            yield False
+            return
+        yield _same_file(fd, lock_path)
+    finally:
+        os.close(fd)
+
+
+def _size(path: Path) -> int:
+    """A file's size; 0 when it is gone (removed by a concurrent clear)."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def remove_leftover(path: Path, lock_path: Path) -> int | None:
+    """Delete a leftover (:func:`leftovers`) while its entry's lock is free, and the lock too while the
+    entry is missing; its size, or None (kept) when a job holds the lock: it is computing or writing."""
+    with _lock_if_free(lock_path) as free:
+        if not free:
             return None
         size = 0
         if path != lock_path:
-            with contextlib.suppress(FileNotFoundError):
-                size = path.stat().st_size
-                path.unlink()
+            size = _size(path)
+            path.unlink(missing_ok=True)
         if not any(lock_path.with_suffix(suffix).exists() for suffix in _SUFFIXES.values()):
             lock_path.unlink(missing_ok=True)
         return size
-    finally:
-        os.close(fd)
 
 
 def cache_entries(root: Path) -> list[CacheEntry]:
@@ -355,21 +372,14 @@ def mark_used(path: Path | None) -> None:
 def remove_entry(entry: CacheEntry) -> bool:
     """Delete one entry under its lock; False (kept) when a job holds the lock right now."""
     lock_path = entry.path.with_suffix(".lock")
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        if not _same_file(fd, lock_path):  # another remover took this lock file away meanwhile
+    with _lock_if_free(lock_path) as free:
+        if not free:
             return False
         entry.path.unlink(missing_ok=True)
         # Its lock goes too, while held: a job waiting on it finds the path no longer the file it locked
         # and locks the path anew (`locked`).
         lock_path.unlink(missing_ok=True)
         return True
-    finally:
-        os.close(fd)
 
 
 def clear_leftovers(root: Path) -> tuple[int, int]:
@@ -382,10 +392,10 @@ def clear_leftovers(root: Path) -> tuple[int, int]:
 
 
 def clear_cache(root: Path, older_than_seconds: float | None = None) -> tuple[int, int]:
-    """Remove every entry (or those unused for ``older_than_seconds``), and what killed jobs left, at any
-    age; returns (entries, bytes) removed, the leftovers' bytes among them."""
+    """Remove every entry (or those unused for ``older_than_seconds``); returns (entries, bytes) removed.
+    What killed jobs left goes by :func:`clear_leftovers`."""
     cutoff = None if older_than_seconds is None else time.time() - older_than_seconds
-    removed, freed = 0, clear_leftovers(root)[1]
+    removed = freed = 0
     for entry in cache_entries(root):
         if (cutoff is None or entry.last_used < cutoff) and remove_entry(entry):
             removed, freed = removed + 1, freed + entry.size
@@ -419,6 +429,6 @@ def describe_cache(root: Path) -> str:
     total = sum(entry.size for entry in entries)
     lines.append(f"{len(entries)} entries, {human_size(total, 'B')}")
     if left := leftovers(root):
-        size = sum(path.stat().st_size for path, _ in left if path.is_file())
+        size = sum(_size(path) for path, _ in left)
         lines.append(f"{len(left)} files left by killed jobs, {human_size(size, 'B')} (clear removes them)")
     return "\n".join(lines)

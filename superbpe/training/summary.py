@@ -89,8 +89,8 @@ def never_started(sweep_dir: Path) -> list[str]:
     record = sweep_dir / "multirun.yaml"
     if not record.is_file():
         return []
-    from hydra.core.override_parser.overrides_parser import OverridesParser  # superbpe-summarize's only
-    from omegaconf import OmegaConf
+    from hydra.core.override_parser.overrides_parser import OverridesParser  # the commands' dependency
+    from omegaconf import OmegaConf  # loaded by the commands only: library runs never need it
 
     try:
         hydra = OmegaConf.to_container(OmegaConf.load(record), resolve=False)["hydra"]  # type: ignore[index]
