@@ -428,6 +428,15 @@ def test_bad_chunk_sizes_are_refused_before_any_output(tokenizer_dir, sample_tex
     assert not out.exists()
 
 
+def test_an_output_under_a_file_is_refused_before_any_work(tokenizer_dir, sample_texts, tmp_path):
+    """It said "File exists" once the encoding had begun."""
+    (tmp_path / "small.txt").write_text("mine\n", encoding="utf-8")
+    refused = r"^output .*small.txt/x.bin: cannot write in .*small.txt: it is a file$"
+    with pytest.raises(ConfigError, match=refused):
+        encode_corpus(tokenizer_dir, sample_texts / "corpus.en", tmp_path / "small.txt" / "x.bin")
+    assert (tmp_path / "small.txt").read_text(encoding="utf-8") == "mine\n"
+
+
 def test_evaluate_script_takes_workers(tokenizer_dir, documents, tmp_path):
     source = tmp_path / "held_out.txt"
     source.write_text(EOT.join(documents), encoding="utf-8")

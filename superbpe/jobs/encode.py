@@ -47,6 +47,7 @@ from superbpe.core.util import (
     atomic_write,
     atomic_write_text,
     default_threads,
+    directory_problem,
     resolve_threads,
 )
 from superbpe.formats.token_files import (
@@ -188,6 +189,8 @@ def encode_corpus(
     separator_id = separator_id_of(tokenizer, separator)
     paths = resolve_inputs(inputs)
     out = Path(output)
+    if (problem := directory_problem(out.parent)) is not None:
+        raise ConfigError(f"output {out}: cannot write in {out.parent}: {problem}")
     check_nothing_is_overwritten((out, sidecar_path(out)), paths, directory)
     check_only_token_files_are_replaced(out)
     ids_dtype = token_dtype(tokenizer.vocab, dtype)
