@@ -82,7 +82,15 @@ def fail(exc: BaseException | str, where: str = "") -> None:
 
 def _one_line(exc: BaseException | str) -> str:
     message = _config_message(exc) if isinstance(exc, OmegaConfBaseException) else None
-    return message or " ".join(str(exc).split()) or type(exc).__name__
+    message = message or " ".join(str(exc).split()) or type(exc).__name__
+    # One of ours raised by a resolver (the run directory's): OmegaConf keeps only its text, behind this.
+    return _OURS_IN_A_RESOLVER.sub("", message)
+
+
+_OURS_IN_A_RESOLVER = re.compile(
+    rf"^(?:{'|'.join(cls.__name__ for cls in (SuperBPEError, ConfigError, InputError))}) raised while "
+    "resolving interpolation: "
+)
 
 
 def interrupted(outcome: str) -> None:

@@ -324,6 +324,16 @@ def test_a_directory_holding_a_tokenizer_is_not_trained_over(tmp_path, corpus):
         assert {path: path.read_bytes() for path in target.rglob("*") if path.is_file()} == before
 
 
+def test_a_run_directory_that_cannot_be_made_is_one_line(tmp_path, corpus):
+    """Where ``outputs/`` cannot be made (a file of that name; a read-only directory), the line was
+    OmegaConf's, naming the resolver's exception."""
+    (tmp_path / "outputs").write_text("mine\n", encoding="utf-8")
+    refused = train(tmp_path, f"data.paths=[{corpus}]", "vocab_size=300", default_dir=True)
+    line = assert_one_line_error(refused, "error: cannot make the run directory ", "give output_dir=DIR")
+    assert "interpolation" not in line
+    assert (tmp_path / "outputs").read_text(encoding="utf-8") == "mine\n"
+
+
 def test_bad_override_is_reported_by_hydra_without_a_run(tmp_path):
     proc = train(tmp_path, "vocab_sise=300", default_dir=True)
     assert proc.returncode == 1

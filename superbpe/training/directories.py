@@ -62,6 +62,11 @@ def claim_unique_dir(base: str) -> str:
             continue
         except FileNotFoundError:  # a parent went away meanwhile (another run's clean-up): again
             continue
+        except OSError as exc:  # read-only, not allowed, or under a file
+            raise ConfigError(
+                f"cannot make the run directory {Path(candidate).absolute()} ({exc.strerror or exc}): "
+                "give output_dir=DIR, or run from a directory that can be written"
+            ) from None
         _claimed[base] = candidate
         _made_parents[Path(candidate).absolute()] = parents
         return candidate
