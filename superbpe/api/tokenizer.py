@@ -645,14 +645,19 @@ class Tokenizer:
         )
 
     def __repr__(self) -> str:
-        specials = self.special_tokens
-        shown = repr(specials)
-        if len(specials) > 8:  # a padded vocabulary's reserved tokens would fill the screen
-            shown = f"[{', '.join(map(repr, specials[:4]))}, ... ({len(specials)} in all)]"
         return (
             f"Tokenizer(vocab_size={self.vocab_size}, merges={len(self._merges)}, "
-            f"special_tokens={shown}, pretokenizer={self._pretokenizer.name!r}, engine={self.engine!r})"
+            f"special_tokens=[{specials_shown(self.special_tokens)}], "
+            f"pretokenizer={self._pretokenizer.name!r}, engine={self.engine!r})"
         )
+
+
+def specials_shown(specials: Sequence[str]) -> str:
+    """Special tokens quoted (``"\\n\\n"`` and ``" of"`` are seen), for a message; beyond eight, the first
+    four and how many in all: a padded vocabulary's reserved tokens would fill the screen."""
+    if len(specials) <= 8:
+        return ", ".join(map(repr, specials))
+    return f"{', '.join(map(repr, specials[:4]))}, ... ({len(specials)} in all)"
 
 
 def _warn_if_the_pattern_splits_merges(merges: Sequence[Merge], pretokenizer: Pretokenizer) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from superbpe.api.tokenizer import Tokenizer, encode_text_chunk, naming_chunk
+from superbpe.api.tokenizer import Tokenizer, encode_text_chunk, naming_chunk, specials_shown
 from superbpe.core.compat import CompatConfig
 from superbpe.core.errors import ConfigError, InputError, SuperBPEError
 from superbpe.core.progress import task
@@ -286,11 +286,7 @@ def separator_id_of(tokenizer: Tokenizer, separator: str | None) -> int | None:
     if separator is None:
         return None
     if separator not in tokenizer.special_tokens:
-        specials = tokenizer.special_tokens
-        # Quoted, so that "\n\n" or " of" are seen; a padded vocabulary's reserved tokens are counted.
-        known = ", ".join(map(repr, specials[:8])) or "none"
-        if len(specials) > 8:
-            known += f", ... ({len(specials)} in all)"
+        known = specials_shown(tokenizer.special_tokens) or "none"
         raise ConfigError(
             f"separator {separator!r} is not a special token of the tokenizer (it has: {known}); "
             "separator=null writes none"

@@ -285,7 +285,9 @@ _ENTRY_NAMES = {kind: re.compile(rf"[0-9a-f]{{40}}{re.escape(suffix)}") for kind
 
 #: What a killed job leaves beside the entries: the temp file of an entry's write cut short (as
 #: ``atomic_write`` names it) and the lock of an entry it never wrote.
-_TEMP_NAME = re.compile(rf"\.([0-9a-f]{{40}})(\.counts|\.json)\.[^/]+{re.escape(TEMP_SUFFIX)}")
+_TEMP_NAME = re.compile(
+    rf"\.([0-9a-f]{{40}})({'|'.join(map(re.escape, _SUFFIXES.values()))})\.[^/]+{re.escape(TEMP_SUFFIX)}"
+)
 _LOCK_NAME = re.compile(r"([0-9a-f]{40})\.lock")
 
 
