@@ -207,6 +207,18 @@ def test_a_loaded_tokenizer_saved_elsewhere_keeps_its_roles_and_training_record(
     assert fresh.roles == {"bos_token": EOT, "eos_token": EOT}
 
 
+def test_roles_are_read_from_tokenizer_config_where_there_is_no_special_tokens_map(
+    tmp_path: Path, sample_texts: Path
+) -> None:
+    """transformers 5 saves roles only in tokenizer_config.json: a load took the default roles instead."""
+    specials = [EOT, "<|pad|>", "<|im_start|>"]
+    vocab, merges = superbpe.train_bpe(sample_texts / "corpus.en", 300, specials)
+    roles = {"bos_token": "<|im_start|>", "eos_token": EOT, "pad_token": "<|pad|>"}
+    Tokenizer(vocab, merges, specials).save(tmp_path / "tok", roles=roles)
+    (tmp_path / "tok" / HF_SPECIAL_MAP_FILE).unlink()
+    assert Tokenizer.load(tmp_path / "tok").roles == roles
+
+
 @pytest.mark.parametrize(
     "roles_file", ['["<|endoftext|>"]', "{not json", '{"pad_token": 5, "eos_token": "<|endoftext|>"}',
                    '{"unk_token": "<unk>", "eos_token": {"content": "<|endoftext|>"}}'],

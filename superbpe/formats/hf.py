@@ -362,13 +362,21 @@ def pretokenizer_from_hf(data: HFTokenizerData) -> Pretokenizer:
 
 
 def read_roles(directory: Path, special_tokens: Sequence[str]) -> dict[str, str | None] | None:
-    """The token roles a directory's ``special_tokens_map.json`` gives (a role it lacks has no token), or
-    None without a usable file. transformers writes a role as ``{"content": ...}``, we as the token itself.
-    Encoding never depends on this file, so one that cannot be read, or a role naming no special token,
-    is passed over with a warning naming it rather than refused."""
-    path = directory / HF_SPECIAL_MAP_FILE
-    if not path.is_file():
-        return None
+    """The token roles a directory gives (a role it lacks has no token), or None without a usable file.
+
+    Roles are read from ``special_tokens_map.json`` where there is one, else from ``tokenizer_config.json``:
+    transformers 5 writes them only there. transformers writes a role as ``{"content": ...}``, we as the
+    token itself. Encoding never depends on these files, so one that cannot be read, or a role naming no
+    special token, is passed over with a warning naming it rather than refused."""
+    for name in (HF_SPECIAL_MAP_FILE, HF_CONFIG_FILE):
+        path = directory / name
+        if path.is_file():
+            return _roles_in(path, special_tokens)
+    return None
+
+
+def _roles_in(path: Path, special_tokens: Sequence[str]) -> dict[str, str | None] | None:
+    """The token roles of one JSON file of ``read_roles``."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
