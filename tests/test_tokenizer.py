@@ -23,6 +23,7 @@ from superbpe.api.tokenizer import Tokenizer
 from superbpe.core.errors import ConfigError, InputError, SuperBPEError
 from superbpe.core.pretokenize import PATTERNS, get_pretokenizer
 from superbpe.engines import native as native_engine
+from superbpe.engines.interface import native_available
 from superbpe.engines.python_encoder import HEAP_THRESHOLD, PythonEncoder
 from superbpe.formats.gpt2 import read_merges, read_vocab
 
@@ -622,3 +623,22 @@ def test_encode_takes_str_subclasses_and_refuses_bytes(gpt2: Tokenizer) -> None:
     for method in (gpt2.encode, gpt2.encode_ordinary):
         with pytest.raises(InputError, match="decode bytes to str first"):
             method(b"a b")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("engine", ["python", *(["native"] if native_available() else [])])
+def test_a_tokenizer_pickles_and_copies_as_itself(engine: str, sample_texts: Path) -> None:
+    """The native encoder cannot be pickled: pickle and deepcopy failed, and so did ``datasets.map``'s
+    hashing of a function using the tokenizer and spawned workers receiving it."""
+    import copy  # reason: only this test copies
+    import pickle  # reason: only this test pickles
+
+    specials = ["<|endoftext|>", "<|pad|>"]
+    vocab, merges = superbpe.train_superbpe(sample_texts / "corpus.en", 600, 300, specials)
+    tok = Tokenizer(vocab, merges, specials, pretokenizer="superbpe", engine=engine)
+    tok._roles = {"bos_token": "<|pad|>", "eos_token": "<|endoftext|>"}
+    text = "Hello, world.<|endoftext|> And then<|pad|> some more of it."
+    for other in (pickle.loads(pickle.dumps(tok)), copy.deepcopy(tok), copy.copy(tok)):
+        assert other.encode(text) == tok.encode(text)
+        assert (other.vocab, other.merges) == (tok.vocab, tok.merges) and other.special_tokens == specials
+        assert (other.pretokenizer, other.engine, other.whole_pieces) == (tok.pretokenizer, engine, True)
+        assert other.roles == tok.roles and repr(other) == repr(tok)

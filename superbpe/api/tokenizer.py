@@ -644,12 +644,37 @@ class Tokenizer:
             special_tokens={special: self.token_to_id(special) for special in self.special_tokens},
         )
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickled as what rebuilds it (the native encoder is not picklable): ``datasets.map`` hashes the
+        functions it caches by pickling them, and spawned worker processes receive their tokenizer so."""
+        state = (self._vocab, self._merges, self.special_tokens, self._pretokenizer, self.engine,
+                 self._whole_pieces, self._roles, self._stages, self._training)  # fmt: skip
+        return _unpickled, state
+
     def __repr__(self) -> str:
         return (
             f"Tokenizer(vocab_size={self.vocab_size}, merges={len(self._merges)}, "
             f"special_tokens=[{specials_shown(self.special_tokens)}], "
             f"pretokenizer={self._pretokenizer.name!r}, engine={self.engine!r})"
         )
+
+
+def _unpickled(
+    vocab: dict[int, bytes],
+    merges: list[Merge],
+    special_tokens: list[str],
+    pretokenizer: Pretokenizer,
+    engine: str,
+    whole_pieces: bool,
+    roles: dict[str, str | None] | None,
+    stages: list[dict[str, Any]],
+    training: dict[str, Any] | None,
+) -> Tokenizer:
+    """The tokenizer ``Tokenizer.__reduce__`` describes (its vocab and merges were checked when made)."""
+    tokenizer = Tokenizer._from_read(vocab, merges, True, special_tokens, pretokenizer, engine,
+                                     whole_pieces=whole_pieces)  # fmt: skip
+    tokenizer._roles, tokenizer._stages, tokenizer._training = roles, stages, training
+    return tokenizer
 
 
 def specials_shown(specials: Sequence[str]) -> str:
