@@ -19,6 +19,7 @@ from superbpe.core.errors import InputError, SuperBPEError
 from superbpe.core.pretokenize import PATTERNS, Pretokenizer, SpecialSplitter, get_pretokenizer
 from superbpe.core.sources import iter_chunks, resolve_inputs
 from superbpe.engines import native as native_engine
+from superbpe.engines.interface import native_available
 from superbpe.engines.python_count import count_pieces
 
 EOT = "<|endoftext|>"
@@ -216,6 +217,26 @@ def test_save_load_and_sum(tmp_path: Path, sample_texts: Path) -> None:
     made = r"differently: pretokenizer gpt2 with special tokens \['<\|endoftext\|>'\] and pretokenizer o200k"
     with pytest.raises(SuperBPEError, match=made):
         a + other
+
+
+def test_counts_saved_where_no_file_can_go_are_one_line_errors(
+    tmp_path: Path, sample_texts: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a file, onto a directory and to "": raw OS errors, one naming the temp file beside the path."""
+    text = sample_texts / "tinystories_sample.txt"
+    both = [count_pieces(text, "gpt2", [EOT])]
+    if native_available():
+        both.append(native_engine.NativeEngine().count(text, get_pretokenizer("gpt2"), [EOT]))
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "adir").mkdir()
+    monkeypatch.chdir(tmp_path)
+    for counts in both:
+        with pytest.raises(InputError, match="cannot write in afile: it is a file"):
+            counts.save("afile/x.counts")
+        for directory in ("adir", ""):
+            with pytest.raises(InputError, match=f"to '{directory}': it is a directory"):
+                counts.save(directory)
+    assert sorted(os.listdir(tmp_path)) == ["adir", "afile"] and not os.listdir(tmp_path / "adir")
 
 
 def test_corrupt_counts_file_is_a_clear_error(tmp_path: Path) -> None:

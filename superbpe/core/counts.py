@@ -22,12 +22,23 @@ from superbpe.core.sources import (
     check_not_empty,
     resolve_inputs,
 )
-from superbpe.core.util import atomic_write, usable_cpus, whole_number
+from superbpe.core.util import atomic_write, directory_problem, usable_cpus, whole_number
 
 COUNTS_MAGIC = SAVED_COUNTS_START
 ProgressFn = Callable[[int], None]
 #: Below this many bytes a corpus is counted in this process (workers would cost more than they save).
 PARALLEL_MIN_BYTES = 8 << 20
+
+
+def counts_file_to_write(path: str | os.PathLike[str]) -> Path:
+    """``path`` as a file that piece counts can be saved to, else one line saying why not: an error from
+    the write named the temp file beside it, or the working directory for an empty path."""
+    target = Path(path)
+    if not str(path) or target.is_dir():
+        raise InputError(f"cannot save piece counts to {str(path)!r}: it is a directory; give a file path")
+    if (problem := directory_problem(target.parent)) is not None:
+        raise InputError(f"cannot save piece counts to {target}: cannot write in {target.parent}: {problem}")
+    return target
 
 
 class PieceCounts(Mapping[bytes, int]):
@@ -104,7 +115,7 @@ class PieceCounts(Mapping[bytes, int]):
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the ``.counts`` binary format (see docs/DESIGN.md) atomically."""
-        with atomic_write(Path(path)) as out:
+        with atomic_write(counts_file_to_write(path)) as out:
             out.writelines(self._serialized())
 
     def to_bytes(self) -> bytes:

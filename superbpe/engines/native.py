@@ -25,6 +25,7 @@ import numpy as np
 from superbpe.core.counts import (
     PieceCounts,
     ProgressFn,
+    counts_file_to_write,
     counts_meta,
     prepare_count,
     prepare_stream,
@@ -176,7 +177,7 @@ class NativePieceCounts(PieceCounts):
         """Same bytes as :meth:`PieceCounts.save`, serialised in Rust and written a chunk at a time: a
         stage 2's counts of gigabytes of text make a file of gigabytes, which whole (and copied into a
         Python ``bytes``) stood beside the table twice over."""
-        with atomic_write(Path(path)) as out:
+        with atomic_write(counts_file_to_write(path)) as out:
             self._table().write_to(out, self.meta_bytes())
 
     def __reduce__(self) -> tuple[Any, ...]:
