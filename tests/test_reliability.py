@@ -86,10 +86,12 @@ def test_concurrent_runs_with_one_dir_name_get_one_dir_each(tmp_path: Path, corp
 # -- bug 2: one-character special tokens ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("special", ["x", "é", "Ġ"])
+@pytest.mark.parametrize("special", ["x", "é", "Ġ", "\n"])
 def test_a_special_spelled_like_a_byte_token_is_refused(special: str, corpus: Path) -> None:
-    with pytest.raises(ConfigError, match="spelled like a byte token"):
+    """In one line: the spelling suggested for a newline special held the newline."""
+    with pytest.raises(ConfigError, match="spelled like a byte token") as refused:
         superbpe.train_bpe(corpus, 300, [special], engine="python")
+    assert "\n" not in str(refused.value)
 
 
 @pytest.mark.parametrize(("special", "text"), [("Ġthe", " the"), ("ĊĊ", "\n\n"), ("<|Ġ|>", "<| |>")])

@@ -47,7 +47,8 @@ def check_special_tokens(special_tokens: Sequence[str]) -> None:
     for token in special_tokens:
         if len(token.encode("utf-8")) == 1 or token in unicode_to_byte():
             raise ConfigError(
-                f"special token {token!r} is spelled like a byte token; use a longer text, say '<|{token}|>'"
+                f"special token {token!r} is spelled like a byte token; "
+                f"use a longer text, say {f'<|{token}|>'!r}"
             )
         spelled = _byte_table_spelling_of(token)
         if spelled is not None:
