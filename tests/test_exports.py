@@ -143,6 +143,14 @@ def test_roles_are_configurable_and_checked(tmp_path: Path, sample_texts: Path) 
         tok.save(tmp_path / "bad", roles={"pad_token": "<mask>"})
     with pytest.raises(ConfigError, match=r"the reserved padding tokens are made with the vocabulary"):
         resolve_roles({"pad_token": "<|reserved_0|>"}, [EOT])
+    # Not a mapping, or not a token: one line each, not a TypeError or AttributeError from inside.
+    with pytest.raises(ConfigError, match="roles must map a role to a special token"):
+        tok.save(tmp_path / "bad", roles="<pad>")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="pad_token must be a special token .a str. or None, not 5"):
+        tok.save(tmp_path / "bad", roles={"pad_token": 5})  # type: ignore[dict-item]
+    padded = [EOT, *(f"<|reserved_{i}|>" for i in range(20))]
+    with pytest.raises(ConfigError, match=r"special tokens \['<\|endoftext\|>', .*\(21 in all\)\]$"):
+        resolve_roles({"pad_token": "<pad>"}, padded)
     assert not (tmp_path / "bad").exists()
 
 

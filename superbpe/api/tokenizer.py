@@ -29,7 +29,13 @@ from superbpe.core.compat import (
 )
 from superbpe.core.counts import check_errors_mode
 from superbpe.core.errors import ConfigError, InputError
-from superbpe.core.pretokenize import Pretokenizer, SpecialSplitter, get_pretokenizer, special_token_list
+from superbpe.core.pretokenize import (
+    Pretokenizer,
+    SpecialSplitter,
+    get_pretokenizer,
+    special_token_list,
+    specials_shown,
+)
 from superbpe.core.sources import (
     Chunk,
     ChunkCutter,
@@ -676,13 +682,6 @@ def _unpickled(
     tokenizer._roles, tokenizer._stages, tokenizer._training = roles, stages, training
     return tokenizer
 
-
-def specials_shown(specials: Sequence[str]) -> str:
-    """Special tokens quoted (``"\\n\\n"`` and ``" of"`` are seen), for a message; beyond eight, the first
-    four and how many in all: a padded vocabulary's reserved tokens would fill the screen."""
-    if len(specials) <= 8:
-        return ", ".join(map(repr, specials))
-    return f"{', '.join(map(repr, specials[:4]))}, ... ({len(specials)} in all)"
 
 
 def _warn_if_the_pattern_splits_merges(merges: Sequence[Merge], pretokenizer: Pretokenizer) -> None:

@@ -336,6 +336,14 @@ def last_safe_cut(text: str) -> int:
 _SUBSTRING_SEARCHES_MAX = 8
 
 
+def specials_shown(specials: Sequence[str]) -> str:
+    """Special tokens quoted (``"\\n\\n"`` and ``" of"`` are seen), for a message; beyond eight, the first
+    four and how many in all: a padded vocabulary's reserved tokens would fill the screen."""
+    if len(specials) <= 8:
+        return ", ".join(map(repr, specials))
+    return f"{', '.join(map(repr, specials[:4]))}, ... ({len(specials)} in all)"
+
+
 def special_token_list(special_tokens: Iterable[str] | None) -> list[str]:
     """The special tokens once each, in order (None is none); one string given where a list goes is an
     error (it would otherwise be read as its characters, each a special token)."""

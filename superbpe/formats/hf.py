@@ -12,7 +12,14 @@ from typing import Any
 
 from superbpe.core.byte_table import bytes_to_token_str, token_str_to_bytes
 from superbpe.core.errors import ConfigError, InputError
-from superbpe.core.pretokenize import PATTERNS, SPLIT_PROBE, Pretokenizer, get_pretokenizer, split_difference
+from superbpe.core.pretokenize import (
+    PATTERNS,
+    SPLIT_PROBE,
+    Pretokenizer,
+    get_pretokenizer,
+    specials_shown,
+    split_difference,
+)
 from superbpe.core.types import Merge
 from superbpe.formats.gpt2 import check_merges, decode_merge_items, parse_merge, vocab_from_mapping
 from superbpe.formats.json_files import parse_json, read_text
@@ -405,8 +412,11 @@ _RESERVED_ROLE_HINT = (
 
 def resolve_roles(roles: Mapping[str, str | None] | None, special_tokens: Sequence[str]) -> dict[str, str]:
     """Role -> special token (``auto``: ``<|endoftext|>`` if it is one, else no token for that role)."""
+    if roles is not None and not isinstance(roles, Mapping):
+        example = "{'pad_token': '<|pad|>'}"
+        raise ConfigError(f"roles must map a role to a special token, e.g. {example}; got {roles!r}")
     given = {**DEFAULT_ROLES, **(roles or {})}
-    unknown = sorted(set(given) - set(TOKEN_ROLES))
+    unknown = sorted(set(given) - set(TOKEN_ROLES), key=repr)
     if unknown:
         raise ConfigError(f"unknown token role {unknown[0]!r}; roles are {', '.join(TOKEN_ROLES)}")
     resolved = {}
@@ -415,10 +425,12 @@ def resolve_roles(roles: Mapping[str, str | None] | None, special_tokens: Sequen
             token = AUTO_SPECIAL if AUTO_SPECIAL in special_tokens else None
         if token is None:
             continue
+        if not isinstance(token, str):
+            raise ConfigError(f"{role} must be a special token (a str) or None, not {token!r}")
         if token not in special_tokens:
             hint = _RESERVED_ROLE_HINT if token.startswith("<|reserved_") else ""
-            listed = list(special_tokens)
-            raise ConfigError(f"{role} {token!r} is not one of the special tokens {listed}{hint}")
+            listed = specials_shown(special_tokens)
+            raise ConfigError(f"{role} {token!r} is not one of the special tokens [{listed}]{hint}")
         resolved[role] = token
     return resolved
 

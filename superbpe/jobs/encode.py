@@ -28,9 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from superbpe.api.tokenizer import Tokenizer, encode_text_chunk, naming_chunk, specials_shown
+from superbpe.api.tokenizer import Tokenizer, encode_text_chunk, naming_chunk
 from superbpe.core.compat import CompatConfig
 from superbpe.core.errors import ConfigError, InputError, SuperBPEError
+from superbpe.core.pretokenize import specials_shown
 from superbpe.core.progress import task
 from superbpe.core.sources import (
     Chunk,
