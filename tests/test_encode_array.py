@@ -88,7 +88,7 @@ def check_utf8(tok: Tokenizer, data: bytes) -> None:
         except UnicodeDecodeError as expected:
             with pytest.raises(UnicodeDecodeError) as raised:
                 tok.encode_utf8(data, dtype)
-            assert (raised.value.start, raised.value.end) == (expected.start, expected.end), data
+            assert str(raised.value) == str(expected), data  # the range and the reason
         else:
             got = tok.encode_utf8(data, dtype)
             assert got.dtype == tok.encode_array(text, dtype).dtype

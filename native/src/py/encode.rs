@@ -253,7 +253,7 @@ impl NativeEncoder {
         let encoded = if data.len() < DETACH_MIN_BYTES { run_attached(encode) } else { run_detached(py, encode) }?;
         match encoded {
             Ok(ids) => joined_array(py, ids),
-            Err(e) => Err(PyErr::from_value(PyUnicodeDecodeError::new_utf8(py, &data, e)?.into_any())),
+            Err(e) => Err(utf8_error(py, &data, e)),
         }
     }
 
@@ -845,4 +845,19 @@ fn ids_array<T: IdType>(py: Python<'_>, ids: Vec<T>) -> PyResult<Bound<'_, PyAny
         PyArray1::borrow_from_array(&view, owner.into_any())
     };
     Ok(array.into_any())
+}
+
+/// The `UnicodeDecodeError` that `bytes.decode("utf-8")` raises for `data` (its range and reason):
+/// PyO3's own says "invalid utf-8" for every kind of fault.
+fn utf8_error(py: Python<'_>, data: &[u8], e: std::str::Utf8Error) -> PyErr {
+    let start = e.valid_up_to();
+    let (end, reason) = match e.error_len() {
+        None => (data.len(), c"unexpected end of data"),
+        Some(n) if matches!(data[start], 0x80..=0xC1 | 0xF5..=0xFF) => (start + n, c"invalid start byte"),
+        Some(n) => (start + n, c"invalid continuation byte"),
+    };
+    match PyUnicodeDecodeError::new(py, c"utf-8", data, start..end, reason) {
+        Ok(error) => PyErr::from_value(error.into_any()),
+        Err(other) => other,
+    }
 }
