@@ -227,6 +227,9 @@ def test_encode_iterable_of_bytes_says_it_takes_str(tmp_path: Path) -> None:
         list(tok.encode_iterable(binary))
     with pytest.raises(InputError, match="^encode_iterable takes str, not int$"):
         list(tok.encode_iterable(["text", 7]))
+    # Refused at the call, not when the ids are first asked for.
+    with pytest.raises(InputError, match=r"^encode_iterable takes an iterable of str .*, not NoneType$"):
+        tok.encode_iterable(None)  # type: ignore[arg-type]
 
 
 _stream_parts = ["a", "b", " ", "  ", "\n", "\n\n", "<|", "|>", "<|s|>", "<|s|><|s|>", "\nX", "1", "\u00e9",

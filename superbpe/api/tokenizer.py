@@ -372,9 +372,14 @@ class Tokenizer:
         boundary, or a cut of the pre-tokenizer (``Pretokenizer.last_stream_cut``: for the built-in
         patterns about every word boundary, or every line end with line units). So the buffer holds about
         ``STREAM_FLUSH_CHARS`` plus the last unfinished piece, whatever the line endings look like.
+        Something that is not iterable is refused here, not when the ids are first asked for.
         """
-        for ids in self._encode_batches(iterable):
-            yield from ids
+        try:
+            texts = iter(iterable)
+        except TypeError:
+            kind = type(iterable).__name__
+            raise InputError(f"encode_iterable takes an iterable of str (a text file), not {kind}") from None
+        return chain.from_iterable(self._encode_batches(texts))
 
     def _encode_batches(self, iterable: Iterable[str]) -> Iterator[list[int]]:
         """``encode_iterable`` in lists of ids, one per encoded stretch of the buffer."""
