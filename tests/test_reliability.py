@@ -259,6 +259,9 @@ def test_resume_args_take_the_runs_own_overrides(tmp_path: Path) -> None:
         resume_args([f"resume={run}"])
     (run / CHECKPOINT_FILE).write_text("{}")  # a run made by the library: the overrides are given again
     assert resume_args([f"resume={run}", "vocab_size=3"])[:2] == ["vocab_size=3", f"resume='{run}'"]
+    # Given nothing, it resumed with the default corpus and listed every file of it as a difference.
+    with pytest.raises(InputError, match="not started by superbpe-train .* give them again"):
+        resume_args([f"resume={run}"])
 
 
 def test_a_resume_adds_only_what_changes_speed_or_reporting(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from run_helpers import superbpe_schedule
 
+from superbpe.core.errors import InputError
 from superbpe.engines.interface import native_available
 from superbpe.formats.checkpoints import Checkpoint, load_checkpoint, save_checkpoint
 from superbpe.formats.gpt2 import MERGES_FILE
@@ -106,3 +107,12 @@ def test_mid_stage_2_the_native_engine_chooses_the_stage_merges_again_rather_tha
     assert replays == [300]  # stage 1's merges only
     assert again.merges == first.merges
     assert (tmp_path / "run" / MERGES_FILE).read_bytes() == reference
+
+
+def test_resuming_from_python_with_no_corpus_says_the_settings_are_given_again(corpus, tmp_path):
+    """A run started from Python has no recorded overrides: "no corpus given" did not say why."""
+    cfg = superbpe_config(corpus, tmp_path / "run", "python")
+    run_training(cfg)
+    bare = TrainConfig(resume=str(tmp_path / "run"), cache_dir=None)
+    with pytest.raises(InputError, match="run .* not started by superbpe-train .* give them again"):
+        run_training(bare)

@@ -253,6 +253,13 @@ def _same_setting(given: str, recorded: str) -> bool:
     return str(overrides[0].value()) == str(overrides[1].value())
 
 
+NOT_A_COMMAND_RUN = (
+    "the run was not started by superbpe-train (it has no .hydra/overrides.yaml), so nothing repeats its "
+    "settings: give them again (data.paths and the rest it was started with)"
+)
+"""Why a run started from Python (``run_training``) cannot be resumed from its directory alone."""
+
+
 def resume_args(args: Sequence[str]) -> list[str]:
     """The command-line overrides with a ``resume=<run dir>`` completed from that run's own overrides.
 
@@ -285,6 +292,8 @@ def resume_args(args: Sequence[str]) -> list[str]:
             f"resume {run_dir}: the run recorded neither its overrides nor a checkpoint (killed as it "
             "started?), so nothing says what it was; start it again"
         )
+    if recorded is None and not given:
+        raise InputError(f"resume {run_dir}: {NOT_A_COMMAND_RUN}")
     # The run's recorded output_dir is where it was started; it continues where it is now (moved or not).
     # One Hydra resolves (``${hydra:runtime.output_dir}/tok``) is not the run directory: it stays.
     original = [old for old in recorded or [] if _key(old) != "output_dir" or "${" in old]

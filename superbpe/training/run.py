@@ -83,7 +83,7 @@ from superbpe.jobs.executors import check_executor
 from superbpe.jobs.shards import check_sampleable
 from superbpe.training.cache import RunCache, cache_key, counts_not_worth_caching, token_prefix, tokens_made
 from superbpe.training.config import TrainConfig, check_schedule_knobs, check_shape
-from superbpe.training.directories import check_nothing_to_overwrite
+from superbpe.training.directories import NOT_A_COMMAND_RUN, check_nothing_to_overwrite
 from superbpe.training.metrics import build_metrics, write_metrics
 from superbpe.training.stages import (
     SourceMerges,
@@ -273,7 +273,8 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
         plans, source_merges = apply_source(plans, source)
         build_vocab(source_merges, specials)  # a special with the bytes of a source token is refused now
     if not cfg.data.paths:
-        raise InputError("no corpus given: set data.paths")
+        resumed = f"resume {cfg.resume}: {NOT_A_COMMAND_RUN}" if cfg.resume else ""
+        raise InputError(resumed or "no corpus given: set data.paths")
     paths = resolve_inputs(list(cfg.data.paths))
     check_not_empty(paths)
     files = input_files_state(paths)
