@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -121,6 +122,35 @@ def test_encode_parquet_equals_encode_jsonl(as_jsonl: Path, as_parquet: Path, tm
     b = encode_corpus(tmp_path / "tok", as_parquet, tmp_path / "b.bin")
     assert (a.tokens, a.documents) == (b.tokens, b.documents)
     assert (tmp_path / "a.bin").read_bytes() == (tmp_path / "b.bin").read_bytes()
+
+
+def test_tables_by_shard_equal_the_same_text_as_json_lines(as_jsonl: Path, as_parquet: Path, tmp_path: Path,
+                                                           sample_texts: Path) -> None:
+    """Sharded jobs (the path executor=ray takes) cut tables into byte ranges and read them as text."""
+    import superbpe  # reason: trains the tokenizer the jobs encode with
+    from superbpe.jobs.count import count_on_executor  # reason: the sharded jobs are only this test's
+    from superbpe.jobs.evaluate import evaluate_sharded  # reason: as above
+    from superbpe.jobs.executors import ExecutorSpec  # reason: as above
+
+    saved = tmp_path / "saved"
+    datasets = pytest.importorskip("datasets")
+    datasets.Dataset.from_dict({"text": pq.read_table(as_parquet).column("text").to_pylist()}).save_to_disk(
+        str(saved), max_shard_size="20KB"
+    )
+    vocab, merges = superbpe.train_bpe(sample_texts / "corpus.en", 600, [EOT])
+    superbpe.Tokenizer(vocab, merges, [EOT]).save(tmp_path / "tok")
+    executor = ExecutorSpec("local", shard_bytes=5000)
+    reference = count_on_executor([as_jsonl], "gpt2", [EOT], executor=executor)
+    flat = encode_corpus(tmp_path / "tok", as_jsonl, tmp_path / "flat.bin")
+    jsonl_report = evaluate_sharded(tmp_path / "tok", [as_jsonl], executor=executor)
+    for table in (as_parquet, saved):
+        assert count_on_executor([table], "gpt2", [EOT], executor=executor).to_dict() == reference.to_dict()
+        out = tmp_path / f"{table.name}_shards"
+        sharded = encode_corpus(tmp_path / "tok", table, str(out) + "/", executor=executor)
+        ids = b"".join(p.read_bytes() for p in sorted(out.glob("*.bin")))
+        assert ids == (tmp_path / "flat.bin").read_bytes() and sharded.documents == flat.documents
+        report = evaluate_sharded(tmp_path / "tok", [table], executor=executor)
+        assert replace(report, files=[]) == replace(jsonl_report, files=[])
 
 
 def test_bad_tables_are_one_line_errors(tmp_path: Path) -> None:

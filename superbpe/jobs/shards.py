@@ -4,7 +4,7 @@ A shard ends where a chunk may end (:class:`superbpe.core.sources.ChunkCutter`: 
 at a safe line break; between lines in JSON lines), so counting or encoding shards separately gives
 exactly what one pass over the whole corpus gives. The driver finds each cut by reading a small
 window around the target offset, never the whole file; gzip files cannot be entered in the middle
-and are one shard each.
+and are one shard each, and so are tables (Parquet, Arrow), whose bytes are not their text.
 
 A shard carries no data, only (file, start, end), so it is cheap to send to a remote worker; every
 worker must see the input files at the same path (a shared filesystem).
@@ -30,6 +30,7 @@ from superbpe.core.sources import (
     is_gzipped,
     is_jsonl,
     is_table,
+    iter_chunks,
     open_binary,
 )
 
@@ -75,7 +76,7 @@ def plan_shards(
         size = path.stat().st_size
         if size == 0:
             continue
-        if is_gzipped(path):
+        if is_gzipped(path) or is_table(path):  # read whole: a table's bytes are not its text
             shards.append(Shard(str(path), 0, None, True))
             continue
         cutter = None if is_jsonl(path) else ChunkCutter(special_tokens, line_cuts, pretokenizer)
@@ -169,6 +170,9 @@ def shard_chunks(
     exact numbers (only for an error message: it reads the file up to the shard). A ``pretokenizer`` adds
     its own cuts where a long stretch has no safe one (``ChunkCutter``).
     """
+    if is_table(Path(shard.path)):  # a whole file (`plan_shards`), read by its parts
+        yield from iter_chunks(Path(shard.path), special_tokens, chunk_bytes, line_cuts=line_cuts)
+        return
     jsonl = shard.jsonl
     cutter = None if jsonl else ChunkCutter(special_tokens, line_cuts, pretokenizer)
     with open_binary(Path(shard.path)) as stream:
