@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import gzip
 import json
 import logging
 import os
@@ -437,10 +438,17 @@ def test_evaluating_an_empty_file_is_an_error(tmp_path: Path, corpus: Path) -> N
     tok = superbpe.Tokenizer(build_vocab([]), [], [EOT])
     with pytest.raises(InputError, match="no text to evaluate"):
         evaluate(tok, empty)
-    with pytest.raises(InputError, match="eval file .* empty"):
-        superbpe.run_training(TrainConfig(data=DataConfig(paths=[str(corpus)]),
-                                          eval=str(empty), output_dir=str(tmp_path / "out")))  # fmt: skip
-    assert not (tmp_path / "out").exists()
+    # Files of no text that are not empty were found only after training (and after each resume).
+    (tmp_path / "separators.txt").write_text(EOT * 50)
+    (tmp_path / "blank.jsonl").write_text("\n\n")
+    with gzip.open(tmp_path / "empty.txt.gz", "wb"):
+        pass
+    for held_out in (empty, *(tmp_path / name for name in ("separators.txt", "blank.jsonl", "empty.txt.gz"))):
+        out = str(tmp_path / "out")
+        cfg = TrainConfig(data=DataConfig(paths=[str(corpus)]), eval=str(held_out), output_dir=out)
+        with pytest.raises(InputError, match="eval file .* empty"):
+            superbpe.run_training(cfg)
+        assert not (tmp_path / "out").exists()
 
 
 def test_a_bad_eval_file_stops_the_run_before_training(tmp_path: Path, corpus: Path) -> None:

@@ -112,6 +112,10 @@ class Tally:
 ChunkCounts = list[list[tuple[int, int]]]
 
 
+#: Where documents end unless said otherwise (the text between separators is what is measured).
+SEPARATOR = "<|endoftext|>"
+
+
 def chunk_counts(
     tokenizer: Tokenizer, chunk: Chunk, separator: str | None, errors: str, text_field: str
 ) -> ChunkCounts:
@@ -177,7 +181,7 @@ def evaluate(
     tokenizer: Tokenizer,
     inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,
-    separator: str | None = "<|endoftext|>",
+    separator: str | None = SEPARATOR,
     text_field: str = "text",
     errors: str = "strict",
     workers: int | None = None,
@@ -249,7 +253,7 @@ def evaluate_dir(
     directory: str | os.PathLike[str],
     inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,
-    separator: str | None = "<|endoftext|>",
+    separator: str | None = SEPARATOR,
     text_field: str = "text",
     errors: str = "strict",
     engine: str = "auto",
@@ -294,7 +298,7 @@ def evaluate_sharded(
     directory: str | os.PathLike[str],
     inputs: InputSpec,
     *,
-    separator: str | None = "<|endoftext|>",
+    separator: str | None = SEPARATOR,
     text_field: str = "text",
     errors: str = "strict",
     engine: str = "auto",

@@ -78,7 +78,7 @@ from superbpe.formats.tiktoken_files import (
 )
 from superbpe.formats.tokenizer_dir import save_tokenizer_dir
 from superbpe.jobs.count import count_corpus
-from superbpe.jobs.evaluate import evaluate_dir
+from superbpe.jobs.evaluate import SEPARATOR, evaluate_dir
 from superbpe.jobs.executors import check_executor
 from superbpe.jobs.shards import check_sampleable
 from superbpe.training.cache import RunCache, cache_key, counts_not_worth_caching, token_prefix, tokens_made
@@ -320,13 +320,15 @@ def _check_eval(
         raise InputError(f"eval file {path}: a directory; eval takes one file")
     if not path.is_file():
         raise InputError(f"eval file {path}: no such file")
-    if path.stat().st_size == 0:
-        raise InputError(f"eval file {path}: empty, so no bytes/token to measure")
     held: set[int] = set()
+    measured = False  # any text besides separators, which the evaluation leaves out
     for chunk in iter_chunks(path, [], line_cuts=True):
         for text in chunk_documents(chunk, errors, text_field):
+            measured = measured or bool(text.replace(SEPARATOR, ""))
             if bytes_held:
                 held.update(text.encode("utf-8"))
+    if not measured:
+        raise InputError(f"eval file {path}: empty (no text but {SEPARATOR!r}), so no bytes/token to measure")
     return path, frozenset(held)
 
 
