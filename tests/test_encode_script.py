@@ -254,10 +254,13 @@ def test_evaluate_refuses_a_report_path_before_the_work(tokenizer_dir, tmp_path)
     source.write_text("hello world\n")
     vocab = tokenizer_dir / "vocab.json"
     before = vocab.read_bytes()
+    notes = tmp_path / "notes.txt"  # replaced by the report without a word
+    notes.write_text("my notes\n")
     cases = [
         (source, "held.txt is one of the inputs"),
         (vocab, "vocab.json is a file of the tokenizer directory"),
         (tmp_path, "is a directory; name the report's file"),
+        (notes, "notes.txt exists and is not a report superbpe-evaluate wrote"),
     ]
     for output, named in cases:
         proc = run_script(
@@ -266,6 +269,7 @@ def test_evaluate_refuses_a_report_path_before_the_work(tokenizer_dir, tmp_path)
         assert_one_line_error(proc, named)
         assert "bytes/token" not in proc.stdout
     assert source.read_text() == "hello world\n" and vocab.read_bytes() == before
+    assert notes.read_text() == "my notes\n"
 
 
 def test_evaluate_script_reports_bytes_per_token(tokenizer_dir, documents, tmp_path):
@@ -287,6 +291,9 @@ def test_evaluate_script_reports_bytes_per_token(tokenizer_dir, documents, tmp_p
     assert result["bytes_per_token"] == pytest.approx(n_bytes / n_tokens, abs=1e-4)
     assert f"bytes/token {n_bytes / n_tokens:.4f}" in proc.stdout
     assert evaluate(tok, source).tokens_per_document == pytest.approx(n_tokens / len(documents))
+    again = run_script("evaluate.py", f"tokenizer={tokenizer_dir}", f"input={source}",
+                       f"output={tmp_path / 'eval.json'}", cwd=tmp_path)  # fmt: skip
+    assert again.returncode == 0, again.stderr  # a report replaces the report before it
 
 
 def test_evaluate_script_reads_invalid_utf8_with_errors_replace(tokenizer_dir, tmp_path):

@@ -11,6 +11,7 @@ chunks at once (the native engine releases the GIL) and their counts are added i
 from __future__ import annotations
 
 import functools
+import json
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -292,6 +293,18 @@ def check_report_path(
     if problem is not None:
         raise ConfigError(f"output {output}: cannot write in {path.parent}: {problem}")
     check_nothing_is_overwritten((path,), resolve_inputs(inputs), Path(directory).expanduser())
+    if path.exists() and not _is_report(path):
+        raise ConfigError(f"output {output} exists and is not a report superbpe-evaluate wrote; remove it or "
+                          "write elsewhere")  # fmt: skip
+
+
+def _is_report(path: Path) -> bool:
+    """Whether ``path`` holds a report as ``EvalResult.to_json`` writes it (one a new report may replace)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and set(data) == set(EvalResult([], 0, 0, 0).to_json())
 
 
 def evaluate_sharded(
