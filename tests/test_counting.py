@@ -309,3 +309,15 @@ def test_native_counts_save_the_same_file_a_chunk_at_a_time(tmp_path: Path, samp
         assert chunk_bytes > 1 << 16 or len(sink.writes) > 10
     with pytest.raises(OSError, match="No space left"):
         native.native().write_to(_FullDisk(), meta)
+
+
+def test_file_kinds_are_known_by_name_whatever_its_case(tmp_path: Path) -> None:
+    """DOCS.JSONL was counted as text (its JSON syntax as pieces), and A.TXT in a directory left unread."""
+    records = "".join(json.dumps({"text": t}) + "\n" for t in ["hello world", "more text here"])
+    (tmp_path / "lower.jsonl").write_text(records)
+    (tmp_path / "UPPER.JSONL").write_text(records)
+    upper, lower = (count_pieces(tmp_path / name).to_dict() for name in ("UPPER.JSONL", "lower.jsonl"))
+    assert upper == lower
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "A.TXT").write_text("text")
+    assert resolve_inputs([tmp_path / "d"]) == [tmp_path / "d" / "A.TXT"]

@@ -181,10 +181,10 @@ def _expand(item: str) -> list[Path]:
         return dataset
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.is_file())
-        found = [p for p in files if p.name.endswith(TEXT_SUFFIXES)]
+        found = [p for p in files if named_as(p, TEXT_SUFFIXES)]
         if not found:
             raise InputError(f"{path}: directory holds no {'/'.join(TEXT_SUFFIXES)} files")
-        _log_skipped(path, [p for p in files if not p.name.endswith(TEXT_SUFFIXES) and not _hidden(p, path)])
+        _log_skipped(path, [p for p in files if not named_as(p, TEXT_SUFFIXES) and not _hidden(p, path)])
         return found
     if glob.has_magic(item):
         matched = sorted(Path(p) for p in glob.glob(os.path.expanduser(item), recursive=True))
@@ -252,8 +252,14 @@ def _saved_dataset_files(path: Path) -> list[Path] | None:
     return None
 
 
+def named_as(path: Path | str, suffixes: tuple[str, ...]) -> bool:
+    """Whether the name of ``path`` ends in one of ``suffixes`` (lowercase), whatever its case:
+    ``DOCS.JSONL`` is JSON lines, not text that happens to be JSON."""
+    return str(path).lower().endswith(suffixes)
+
+
 def is_table(path: Path) -> bool:
-    return path.name.endswith(TABLE_SUFFIXES)
+    return named_as(path, TABLE_SUFFIXES)
 
 
 def input_files_state(paths: Iterable[Path]) -> list[list[Any]]:
@@ -271,7 +277,7 @@ def fingerprint_of_files(state: Iterable[Sequence[Any]]) -> str:
     digest = hashlib.sha256()
     for path, size, mtime in state:
         # A .json file was once read as text: its mark keeps counts cached then from being taken now.
-        read_as = "\0jsonl" if str(path).endswith(JSON_SUFFIXES) else ""
+        read_as = "\0jsonl" if named_as(path, JSON_SUFFIXES) else ""
         digest.update(f"{path}\0{size}\0{mtime}{read_as}\n".encode())
     return digest.hexdigest()[:32]
 
@@ -283,7 +289,7 @@ def input_fingerprint(paths: Iterable[Path]) -> str:
 
 def is_jsonl(path: Path) -> bool:
     """One document per line, as a JSON object holding its text."""
-    return path.name.endswith((".jsonl", ".jsonl.gz", *JSON_SUFFIXES))
+    return named_as(path, (".jsonl", ".jsonl.gz", *JSON_SUFFIXES))
 
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -576,7 +582,7 @@ def _json_text(line: str, path: str, number: int, field: str) -> str:
     try:
         record = json.loads(line)
     except json.JSONDecodeError as exc:
-        as_lines = path.endswith(JSON_SUFFIXES)
+        as_lines = named_as(path, JSON_SUFFIXES)
         hint = " (a .json file is read as JSON lines: one object per line)" if as_lines else ""
         raise InputError(f"{path}: line {number}: invalid JSON ({exc.msg}){hint}") from None
     if not isinstance(record, dict):
@@ -602,7 +608,7 @@ def _pyarrow() -> Any:
 def _table_sizes(path: Path) -> list[tuple[int, int]]:
     """(rows, bytes) per part: Parquet row groups (from the file's footer) or Arrow record batches."""
     with _table_errors(path):
-        if path.name.endswith(".parquet"):
+        if named_as(path, (".parquet",)):
             metadata = _parquet_file(path).metadata
             groups = [metadata.row_group(group) for group in range(metadata.num_row_groups)]
             return [(group.num_rows, group.total_byte_size) for group in groups]
@@ -614,7 +620,7 @@ def _table_slice(path: Path, parts: tuple[int, int], field: str) -> Any:
     pa = _pyarrow()
     start, stop = parts
     with _table_errors(path):
-        if path.name.endswith(".parquet"):
+        if named_as(path, (".parquet",)):
             table = _parquet_file(path)
             columns = [field] if field in table.schema_arrow.names else None
             return table.read_row_groups(list(range(start, stop)), columns=columns)
