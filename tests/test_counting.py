@@ -321,3 +321,31 @@ def test_file_kinds_are_known_by_name_whatever_its_case(tmp_path: Path) -> None:
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "A.TXT").write_text("text")
     assert resolve_inputs([tmp_path / "d"]) == [tmp_path / "d" / "A.TXT"]
+
+
+def test_linked_directories_are_read_and_links_to_nothing_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A directory's linked subdirectories were skipped, and its links to nothing (unfetched git-annex
+    files), without a word; a glob dropped the directories it matched."""
+    (tmp_path / "d").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "d" / "a.txt").write_text("alpha\n")
+    (tmp_path / "elsewhere" / "z.txt").write_text("only through the link\n")
+    (tmp_path / "d" / "linked").symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "d" / "loop").symlink_to(tmp_path / "d")  # read once, not forever
+    (tmp_path / "d" / "unfetched.txt").symlink_to(tmp_path / "nowhere.txt")
+    with caplog.at_level(logging.WARNING, logger="superbpe"):
+        found = resolve_inputs([tmp_path / "d"])
+    assert found == [tmp_path / "d" / "a.txt", tmp_path / "d" / "linked" / "z.txt"]
+    assert "1 link(s) to nothing not read: unfetched.txt" in caplog.text
+    (tmp_path / "g" / "sub").mkdir(parents=True)
+    (tmp_path / "g" / "empty").mkdir()
+    (tmp_path / "g" / "loose.txt").write_text("x\n")
+    (tmp_path / "g" / "sub" / "s.txt").write_text("y\n")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="superbpe"):
+        matched = resolve_inputs([str(tmp_path / "g" / "*")])
+    assert matched == [tmp_path / "g" / "loose.txt", tmp_path / "g" / "sub" / "s.txt"]
+    assert f"matches {tmp_path / 'g' / 'empty'}, which is not read" in caplog.text
+    assert resolve_inputs([str(tmp_path / "g" / "s*")]) == [tmp_path / "g" / "sub" / "s.txt"]

@@ -180,7 +180,7 @@ def _expand(item: str) -> list[Path]:
     if dataset is not None:
         return dataset
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file())
+        files = _files_under(path)
         found = [p for p in files if named_as(p, TEXT_SUFFIXES)]
         if not found:
             raise InputError(f"{path}: directory holds no {'/'.join(TEXT_SUFFIXES)} files")
@@ -188,10 +188,10 @@ def _expand(item: str) -> list[Path]:
         return found
     if glob.has_magic(item):
         matched = sorted(Path(p) for p in glob.glob(os.path.expanduser(item), recursive=True))
-        matched = [p for p in matched if p.is_file()]
-        if not matched:
+        found = [file for p in matched for file in _matched_files(p, item)]
+        if not found:
             raise InputError(f"{item}: glob matches no files")
-        return matched
+        return found
     if " " in item:  # a text, most likely
         shown = item if len(item) <= 80 else f"{item[:60]}..."
         raise InputError(
@@ -201,6 +201,40 @@ def _expand(item: str) -> list[Path]:
     if path.exists():  # a pipe, /dev/stdin, a device: read more than once (sizes, fingerprints, stages)
         raise InputError(f"{path}: not a regular file (a pipe or device cannot be read twice): save it first")
     raise InputError(f"{path}: no such file or directory")
+
+
+def _files_under(directory: Path) -> list[Path]:
+    """Every file below ``directory``, through linked directories too (each real directory once), in
+    order. A link to nothing is said, not passed over: a data folder of links (git-annex, DVC) whose
+    files were never fetched would otherwise train on less than meant without a word."""
+    files, broken, seen = [], [], set()
+    for top, dirs, names in os.walk(directory, followlinks=True):
+        real = os.path.realpath(top)
+        if real in seen:  # a link back up the tree
+            dirs.clear()
+            continue
+        seen.add(real)
+        dirs.sort()
+        for name in names:
+            (files if os.path.exists(os.path.join(top, name)) else broken).append(Path(top) / name)
+    if broken:
+        shown = ", ".join(str(p.relative_to(directory)) for p in broken[:3]) + (", ..." * (len(broken) > 3))
+        log.warning("%s: %d link(s) to nothing not read: %s", directory, len(broken), shown)
+    return sorted(p for p in files if p.is_file())
+
+
+def _matched_files(path: Path, pattern: str) -> list[Path]:
+    """The files a glob's match stands for: itself, or what a directory it matched holds (said, not
+    passed over, when that is nothing to read)."""
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        return []
+    try:
+        return _expand(str(path))
+    except InputError as exc:
+        log.warning("%s matches %s, which is not read: %s", pattern, path, exc)
+        return []
 
 
 def _check_not_saved_counts(path: Path) -> None:
