@@ -349,3 +349,16 @@ def test_linked_directories_are_read_and_links_to_nothing_said(
     assert matched == [tmp_path / "g" / "loose.txt", tmp_path / "g" / "sub" / "s.txt"]
     assert f"matches {tmp_path / 'g' / 'empty'}, which is not read" in caplog.text
     assert resolve_inputs([str(tmp_path / "g" / "s*")]) == [tmp_path / "g" / "sub" / "s.txt"]
+
+
+@pytest.mark.parametrize(("kind", "compress"), [("xz", "lzma"), ("bzip2", "bz2")])
+def test_files_compressed_other_than_with_gzip_are_refused(tmp_path: Path, kind: str, compress: str) -> None:
+    """They were read as text: their invalid UTF-8 pointed to errors=replace, which trained on their bytes."""
+    import importlib  # reason: the two compressors are this test's only
+
+    data = importlib.import_module(compress).compress(b"some text to compress\n" * 10)
+    (tmp_path / "d").mkdir()
+    for path in (tmp_path / "named.txt.x", tmp_path / "d" / "in_a_directory.txt"):
+        path.write_bytes(data)
+        with pytest.raises(InputError, match=f"compressed with {kind}, which is not read"):
+            resolve_inputs([path if path.parent == tmp_path else path.parent])

@@ -174,7 +174,7 @@ SAVED_COUNTS_START = b"SBPC\x01\n"
 def _expand(item: str) -> list[Path]:
     path = Path(item).expanduser()
     if path.is_file():
-        _check_not_saved_counts(path)
+        _refuse_what_is_not_text(path)
         return [path]
     dataset = _saved_dataset_files(path) if path.is_dir() else None
     if dataset is not None:
@@ -184,6 +184,8 @@ def _expand(item: str) -> list[Path]:
         found = [p for p in files if named_as(p, TEXT_SUFFIXES)]
         if not found:
             raise InputError(f"{path}: directory holds no {'/'.join(TEXT_SUFFIXES)} files")
+        for file in found:
+            _refuse_what_is_not_text(file)
         _log_skipped(path, [p for p in files if not named_as(p, TEXT_SUFFIXES) and not _hidden(p, path)])
         return found
     if glob.has_magic(item):
@@ -237,14 +239,30 @@ def _matched_files(path: Path, pattern: str) -> list[Path]:
         return []
 
 
-def _check_not_saved_counts(path: Path) -> None:
-    """Saved piece counts named as a corpus were read as text: refused, saying how they are used."""
+#: How files compressed other than with gzip begin (no text does), which would be read as text.
+OTHER_COMPRESSION = {
+    "xz": regex.compile(rb"\xfd7zXZ\x00"),
+    "bzip2": regex.compile(rb"BZh[1-9]1AY&SY"),
+    "zstd": regex.compile(rb"\x28\xb5\x2f\xfd"),
+    "zip": regex.compile(rb"PK\x03\x04"),
+}
+
+
+def _refuse_what_is_not_text(path: Path) -> None:
+    """Files that are not text named as a corpus were read as text, and ``errors=replace``, which their
+    invalid UTF-8 pointed to, made a tokenizer of their bytes: saved piece counts (refused, saying how
+    they are used) and files compressed other than with gzip."""
+    start = b""
     with contextlib.suppress(OSError), open(path, "rb") as file:
-        if file.read(len(SAVED_COUNTS_START)) == SAVED_COUNTS_START:
-            raise InputError(
-                f"{path} holds saved piece counts, not text: PieceCounts.load({str(path)!r}) gives them, "
-                "and train_bpe takes them in place of the corpus"
-            )
+        start = file.read(16)
+    if start.startswith(SAVED_COUNTS_START):
+        raise InputError(
+            f"{path} holds saved piece counts, not text: PieceCounts.load({str(path)!r}) gives them, "
+            "and train_bpe takes them in place of the corpus"
+        )
+    kind = next((name for name, magic in OTHER_COMPRESSION.items() if magic.match(start)), None)
+    if kind is not None:
+        raise InputError(f"{path}: compressed with {kind}, which is not read (gzip is): decompress it first")
 
 
 def _hidden(path: Path, directory: Path) -> bool:
