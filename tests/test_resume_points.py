@@ -116,3 +116,24 @@ def test_resuming_from_python_with_no_corpus_says_the_settings_are_given_again(c
     bare = TrainConfig(resume=str(tmp_path / "run"), cache_dir=None)
     with pytest.raises(InputError, match="run .* not started by superbpe-train .* give them again"):
         run_training(bare)
+
+
+def test_a_run_directory_another_process_trains_into_is_refused(corpus, tmp_path):
+    """The same resume started twice trained twice into one directory, each writing the same files."""
+    import fcntl  # reason: stands in for the other process's hold on the directory
+    import os  # reason: as above
+
+    cfg = superbpe_config(corpus, tmp_path / "run", "python")
+    first = run_training(cfg)
+    cut_checkpoint(tmp_path / "run", len(first.merges) // 2, 0)
+    held = os.open(tmp_path / "run", os.O_RDONLY)
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    (tmp_path / "run" / ".merges.txt.abc.tmp").write_text("being written")  # by the other process
+    try:
+        with pytest.raises(InputError, match="another process is training into it"):
+            run_training(resume(cfg))
+        assert (tmp_path / "run" / ".merges.txt.abc.tmp").exists()  # not taken for a killed run's
+    finally:
+        os.close(held)
+    assert run_training(resume(cfg)).merges == first.merges
+    assert not (tmp_path / "run" / ".merges.txt.abc.tmp").exists()

@@ -7,9 +7,10 @@ which the entry point (a thin Hydra wrapper) only calls. Nothing here imports Hy
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -399,3 +400,28 @@ def run_cwd(args: Sequence[str]) -> Path | None:
 def resume_command(run_dir: Path, entry_point: Sequence[str]) -> str:
     """The shell command that continues ``run_dir`` (the rest comes from its own overrides)."""
     return shlex.join([*entry_point, f"resume={run_dir}"])
+
+
+@contextlib.contextmanager
+def run_dir_lock(directory: Path) -> Iterator[None]:
+    """Hold ``directory`` for one run: a second process training into it (the same resume started
+    twice, or two runs given one ``output_dir``) is refused at once instead of writing the same files.
+    The lock is the directory's own ``flock``, which the kernel drops when the process ends however it
+    ends, so a killed run never leaves a stale lock; where there is no ``fcntl``, nothing is locked."""
+    try:
+        import fcntl  # reason: POSIX only; elsewhere nothing is locked
+    except ImportError:
+        yield
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise InputError(
+                f"{directory}: another process is training into it; wait for it to end or stop it (its "
+                "checkpoint keeps its merges)"
+            ) from None
+        yield
+    finally:
+        os.close(fd)

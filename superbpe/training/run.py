@@ -83,7 +83,7 @@ from superbpe.jobs.executors import check_executor
 from superbpe.jobs.shards import check_sampleable
 from superbpe.training.cache import RunCache, cache_key, counts_not_worth_caching, token_prefix, tokens_made
 from superbpe.training.config import TrainConfig, check_schedule_knobs, check_shape
-from superbpe.training.directories import NOT_A_COMMAND_RUN, check_nothing_to_overwrite
+from superbpe.training.directories import NOT_A_COMMAND_RUN, check_nothing_to_overwrite, run_dir_lock
 from superbpe.training.metrics import build_metrics, write_metrics
 from superbpe.training.stages import (
     SourceMerges,
@@ -169,7 +169,11 @@ def run_training(cfg: TrainConfig, *, run_dir: str | os.PathLike[str] | None = N
     release_freed_memory()
     job = prepare(cfg, run_dir)
     try:
-        return _run(job)
+        with run_dir_lock(job.output_dir):
+            if cfg.resume:  # only now: a temp file may be another run's, being written
+                for stale in remove_stale_temps(job.output_dir):
+                    log.info("removed %s, left by a run killed while writing", stale.name)
+            return _run(job)
     except BaseException:
         _remove_if_unused(job.output_dir)
         raise
@@ -347,8 +351,6 @@ def _output_dir(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None) -> Pat
                 raise ConfigError(
                     f"resume {resumed}: its output_dir {target} holds no checkpoint; give only resume"
                 )
-        for stale in remove_stale_temps(target):
-            log.info("removed %s, left by a run killed while writing", stale.name)
     elif cfg.output_dir or run_dir is not None:
         target = Path(cfg.output_dir or run_dir).expanduser()  # type: ignore[arg-type]
         check_nothing_to_overwrite(target)
