@@ -137,3 +137,20 @@ def test_a_run_directory_another_process_trains_into_is_refused(corpus, tmp_path
         os.close(held)
     assert run_training(resume(cfg)).merges == first.merges
     assert not (tmp_path / "run" / ".merges.txt.abc.tmp").exists()
+
+
+def test_resuming_a_finished_run_whose_files_were_changed_writes_them_again(corpus, tmp_path, caplog):
+    """A merges.txt overwritten by hand was taken as the run's: "nothing to do"."""
+    cfg = superbpe_config(corpus, tmp_path / "run", "python")
+    run_training(cfg)
+    reference = (tmp_path / "run" / MERGES_FILE).read_bytes()
+    (tmp_path / "run" / MERGES_FILE).write_bytes(reference[: len(reference) // 2])
+    with caplog.at_level(logging.INFO, logger="superbpe"):
+        run_training(resume(cfg))
+    assert "merges.txt changed since the run wrote them: writing the tokenizer again" in caplog.text
+    assert "nothing to do" not in caplog.text
+    assert (tmp_path / "run" / MERGES_FILE).read_bytes() == reference
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="superbpe"):
+        run_training(resume(cfg))
+    assert "nothing to do" in caplog.text

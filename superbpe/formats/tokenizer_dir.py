@@ -99,3 +99,12 @@ WRITTEN_FILES = (VOCAB_FILE, MERGES_FILE, HF_FILE, MANIFEST_FILE, TIKTOKEN_FILE)
 def tokenizer_files_in(directory: Path) -> list[str]:
     """The names of the tokenizer files in ``directory`` that saving a tokenizer there would replace."""
     return [name for name in WRITTEN_FILES if (directory / name).is_file()]
+
+
+def tokenizer_file_digests(directory: Path) -> dict[str, str]:
+    """Each tokenizer file in ``directory`` (:func:`tokenizer_files_in`) by name: a digest of its bytes,
+    which tells a file changed since it was written from one that was not."""
+    return {
+        name: hashlib.sha256((directory / name).read_bytes()).hexdigest()[:32]
+        for name in tokenizer_files_in(directory)
+    }

@@ -76,7 +76,7 @@ from superbpe.formats.tiktoken_files import (
     tiktoken_pattern,
     tiktoken_split_problem,
 )
-from superbpe.formats.tokenizer_dir import save_tokenizer_dir
+from superbpe.formats.tokenizer_dir import save_tokenizer_dir, tokenizer_file_digests
 from superbpe.jobs.count import count_corpus
 from superbpe.jobs.evaluate import SEPARATOR, evaluate_dir
 from superbpe.jobs.executors import check_executor
@@ -421,6 +421,11 @@ def _finished_result(job: _Job, checkpoint: Checkpoint) -> RunResult | None:
     try:
         metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
     except ValueError:
+        return None
+    written = metrics.get("tokenizer_files")
+    if isinstance(written, dict) and (now := tokenizer_file_digests(job.output_dir)) != written:
+        changed = sorted(name for name in {*written, *now} if written.get(name) != now.get(name))
+        log.info("%s changed since the run wrote them: writing the tokenizer again", ", ".join(changed))
         return None
     evaluated = (metrics.get("eval") or {}).get("files")
     if job.eval_path is not None and evaluated != [str(job.eval_path)]:  # an eval= given to a finished run
@@ -916,5 +921,6 @@ def _write_outputs(job: _Job, checkpoint: Checkpoint, seconds: float) -> dict[st
     metrics = build_metrics(
         job.cfg, job.compat_config(), checkpoint, seconds, evaluation, len(vocab), engine=job.engine.name
     )
+    metrics["tokenizer_files"] = tokenizer_file_digests(job.output_dir)  # a resume checks them
     write_metrics(job.output_dir / METRICS_FILE, metrics)
     return metrics
