@@ -95,11 +95,16 @@ def test_what_a_directory_input_leaves_unread_is_said(
     corpus = tmp_path / "corpus"
     (corpus / "sub").mkdir(parents=True)
     (corpus / ".git").mkdir()
-    for name in ("a.txt", "sub/b.jsonl", "notes.md", "sub/c.txt.zst", ".git/config", ".DS_Store"):
+    (corpus / ".ipynb_checkpoints").mkdir()
+    names = ("a.txt", "sub/b.jsonl", "notes.md", "sub/c.txt.zst", ".git/config", ".DS_Store",
+             ".ipynb_checkpoints/a-checkpoint.txt")  # fmt: skip
+    for name in names:
         (corpus / name).write_text('{"text": "x"}\n' if name.endswith(".jsonl") else "x\n")
     with caplog.at_level("WARNING", logger="superbpe"):
         assert [p.name for p in resolve_inputs(corpus)] == ["a.txt", "b.jsonl"]
     assert "2 file(s) not read" in caplog.text and "notes.md, sub/c.txt.zst" in caplog.text
+    # A notebook's checkpoint copies of its texts were read, and counted them twice.
+    assert "1 hidden file(s) not read (name them as inputs to read them): .ipynb_checkpoints" in caplog.text
     splits = tmp_path / "dd"
     for split in ("train", "test"):
         (splits / split).mkdir(parents=True)

@@ -181,12 +181,18 @@ def _expand(item: str) -> list[Path]:
         return dataset
     if path.is_dir():
         files = _files_under(path)
+        hidden = [p for p in files if _hidden(p, path) and named_as(p, TEXT_SUFFIXES)]
+        if hidden:  # .ipynb_checkpoints/ holds copies of the notebooks' texts: read, they counted twice
+            shown = ", ".join(str(p.relative_to(path)) for p in hidden[:3]) + (", ..." * (len(hidden) > 3))
+            log.warning("%s: %d hidden file(s) not read (name them as inputs to read them): %s",
+                        path, len(hidden), shown)  # fmt: skip
+        files = [p for p in files if not _hidden(p, path)]
         found = [p for p in files if named_as(p, TEXT_SUFFIXES)]
         if not found:
             raise InputError(f"{path}: directory holds no {'/'.join(TEXT_SUFFIXES)} files")
         for file in found:
             _refuse_what_is_not_text(file)
-        _log_skipped(path, [p for p in files if not named_as(p, TEXT_SUFFIXES) and not _hidden(p, path)])
+        _log_skipped(path, [p for p in files if not named_as(p, TEXT_SUFFIXES)])
         return found
     if glob.has_magic(item):
         matched = sorted(Path(p) for p in glob.glob(os.path.expanduser(item), recursive=True))
