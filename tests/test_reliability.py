@@ -176,6 +176,11 @@ def test_a_required_path_left_empty_is_refused(tmp_path: Path) -> None:
         assert_one_line_error(refused, f"{key} is empty: give {key}=PATH")
     empty_in_list = run_script("evaluate.py", "tokenizer=x", "input=[a.txt,'']", cwd=tmp_path)
     assert_one_line_error(empty_in_list, "input is empty: give input=PATH")
+    # data.paths=[$CORPUS] with $CORPUS unset trained on the working directory (earlier runs' files too).
+    empty_path = train(tmp_path, "data.paths=[a.txt,'']")
+    assert_one_line_error(empty_path, "data.paths[1] is empty: give the path of a corpus file or directory")
+    with pytest.raises(InputError, match=r"^inputs\[0\] is an empty path$"):
+        superbpe.count([""])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
 
 

@@ -154,6 +154,8 @@ def resolve_inputs(inputs: InputSpec) -> list[Path]:
     for number, item in enumerate(items):
         if not isinstance(item, (str, os.PathLike)):
             raise InputError(f"inputs[{number}] is of type {type(item).__name__}, not a path (str or Path)")
+        if not str(item).strip():  # "" is the working directory to Path: a $CORPUS never set read it all
+            raise InputError(f"inputs[{number}] is an empty path")
     files: list[Path] = []
     for item in items:
         files.extend(_expand(str(item)))

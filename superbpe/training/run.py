@@ -279,6 +279,9 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
     if not cfg.data.paths:
         resumed = f"resume {cfg.resume}: {NOT_A_COMMAND_RUN}" if cfg.resume else ""
         raise InputError(resumed or "no corpus given: set data.paths")
+    empty = [number for number, path in enumerate(cfg.data.paths) if not str(path).strip()]
+    if empty:  # else "inputs[N]", which names no option
+        raise InputError(f"data.paths[{empty[0]}] is empty: give the path of a corpus file or directory")
     paths = resolve_inputs(list(cfg.data.paths))
     check_not_empty(paths)
     files = input_files_state(paths)
