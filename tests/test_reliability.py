@@ -437,6 +437,21 @@ def test_a_damaged_merges_cache_entry_is_reported_once(tmp_path: Path, caplog) -
     assert cache.load_merges(entry).merges == [(b"a", b"b")]  # type: ignore[union-attr]
 
 
+def test_a_separator_that_is_no_special_token_leaves_no_text_out(
+    tmp_path: Path, corpus: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """separator=foo cut the text at every "foo" (inside "foobar" too) and left it out of bytes and
+    tokens: bytes/token came out wrong without a word."""
+    text = tmp_path / "held.txt"
+    text.write_text("a foobar here<|endoftext|>and foo there\n", encoding="utf-8")
+    tok = superbpe.Tokenizer(*superbpe.train_bpe(corpus, 300, [EOT]), [EOT])
+    with caplog.at_level(logging.WARNING, logger="superbpe"):
+        result = evaluate(tok, text, separator="foo")
+    assert "separator 'foo' is not a special token of the tokenizer" in caplog.text
+    assert (result.bytes, result.documents) == (text.stat().st_size, 1)  # as with separator=None
+    assert evaluate(tok, text).documents == 2  # the special token cuts as before
+
+
 def test_evaluating_an_empty_file_is_an_error(tmp_path: Path, corpus: Path) -> None:
     empty = tmp_path / "empty.txt"
     empty.write_text("")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -113,6 +114,8 @@ class Tally:
 ChunkCounts = list[list[tuple[int, int]]]
 
 
+log = logging.getLogger("superbpe")
+
 #: Where documents end unless said otherwise (the text between separators is what is measured).
 SEPARATOR = "<|endoftext|>"
 
@@ -178,6 +181,19 @@ def _cuts_as_special(special_tokens: tuple[str, ...], separator: str | None) -> 
     return True
 
 
+def _usable_separator(tokenizer: Tokenizer, separator: str | None) -> str | None:
+    """``separator`` where it is a special token of ``tokenizer``, else None, said: text cut at another
+    string (``foo``, even inside ``foobar``) left the cut text out of bytes and tokens unseen, and a
+    tokenizer without ``<|endoftext|>`` (a bare official one) encodes that string as text."""
+    if separator is None or separator in tokenizer.special_tokens:
+        return separator
+    log.warning(
+        "separator %r is not a special token of the tokenizer: documents are not cut at it (each file or "
+        "record is one), and it counts as text; separator=null says so without this warning", separator
+    )
+    return None
+
+
 def evaluate(
     tokenizer: Tokenizer,
     inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
@@ -194,6 +210,7 @@ def evaluate(
     The numbers never depend on it.
     """
     check_errors_mode(errors)
+    separator = _usable_separator(tokenizer, separator)
     paths = resolve_inputs(inputs)
     threads = _threads(tokenizer, workers, paths)
     tally = Tally()
@@ -328,6 +345,7 @@ def evaluate_sharded(
     spec = spec_from(executor)
     tokenizer_dir = Path(directory)
     tokenizer = Tokenizer.load(tokenizer_dir, engine=engine, compat=compat)
+    separator = _usable_separator(tokenizer, separator)
     paths = resolve_inputs(inputs)
     specials = [separator] if separator else []
     fingerprint = tokenizer_hash(tokenizer_dir)

@@ -446,9 +446,9 @@ def _evaluation(job: _Job) -> dict[str, Any]:
     """The run's tokenizer evaluated on its ``eval`` file, read as the corpus is."""
     assert job.eval_path is not None
     data, engine = job.cfg.data, job.engine.name
-    result = evaluate_dir(
-        job.output_dir, [job.eval_path], text_field=data.text_field, errors=data.errors, engine=engine
-    )
+    separator = SEPARATOR if SEPARATOR in job.specials else None  # else each file or record a document
+    result = evaluate_dir(job.output_dir, [job.eval_path], separator=separator, text_field=data.text_field,
+                          errors=data.errors, engine=engine)  # fmt: skip
     return result.to_json()
 
 
