@@ -60,7 +60,7 @@ from superbpe.training.directories import (
     run_cwd,
 )
 from superbpe.training.run import TrainingInterrupted, run_training
-from superbpe.training.summary import collect, never_started, plot, table, unfinished
+from superbpe.training.summary import collect, missing_jobs, plot, table, unfinished
 
 #: Errors a user can cause: reported as one line on stderr, exit code 1, no traceback.
 USER_ERRORS = (SuperBPEError, OmegaConfBaseException, OSError)
@@ -533,8 +533,8 @@ def summarize(argv: list[str] | None = None) -> None:
         left = unfinished(args.sweep_dir)
         if left:
             print(f"not finished (no metrics.json, no row): {', '.join(left)}")
-        if unstarted := never_started(args.sweep_dir):
-            print(f"never started (the sweep was stopped before them): {', '.join(unstarted)}")
+        if missing := missing_jobs(args.sweep_dir):
+            print(f"no run directory (failed before a checkpoint, or never started): {', '.join(missing)}")
         if args.no_plot:
             return
         if not _has_matplotlib():  # the table is the result; the plot is an extra

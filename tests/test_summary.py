@@ -9,7 +9,7 @@ import pytest
 
 from superbpe.core.errors import InputError
 from superbpe.core.pretokenize import PATTERNS
-from superbpe.training.summary import collect, never_started, unfinished
+from superbpe.training.summary import collect, missing_jobs, unfinished
 
 
 def write_run(directory: Path, pretokenizer: str, pattern: str, eval_file: str | None = None) -> None:
@@ -62,7 +62,7 @@ def write_sweep_record(sweep: Path, task: list[str], subdir: str = "${hydra.job.
     (sweep / "multirun.yaml").write_text("\n".join([*lines, *(f"    - {item}" for item in task)]) + "\n")
 
 
-def test_jobs_a_killed_sweep_never_started_are_named(tmp_path: Path) -> None:
+def test_jobs_a_killed_sweep_missing_jobs_are_named(tmp_path: Path) -> None:
     """A sweep killed outright leaves no trace of the jobs after the one running: only its record says
     how many there were."""
     task = ["vocab_size=300,400", "schedule=superbpe", "schedule.transition=range(1,4)"]
@@ -70,14 +70,29 @@ def test_jobs_a_killed_sweep_never_started_are_named(tmp_path: Path) -> None:
     write_run(tmp_path / "0", "gpt2", PATTERNS["gpt2"])
     (tmp_path / "1").mkdir()  # started, killed before its first checkpoint
     assert [row.run for row in collect(tmp_path)] == ["0"]
-    assert never_started(tmp_path) == ["2", "3", "4", "5"]
+    assert missing_jobs(tmp_path) == ["2", "3", "4", "5"]
     (tmp_path / "0" / "metrics.json").unlink()
-    with pytest.raises(InputError, match="no metrics.json found; jobs never started: 2, 3, 4, 5$"):
+    with pytest.raises(InputError, match="no metrics.json found; jobs with no run directory: 2, 3, 4, 5$"):
         collect(tmp_path)
     # Job directories named otherwise, or sweeps it cannot count: nothing is claimed.
     write_sweep_record(tmp_path, ["vocab_size=300,400"], subdir="v${vocab_size}")
-    assert never_started(tmp_path) == []
+    assert missing_jobs(tmp_path) == []
     write_sweep_record(tmp_path, ["vocab_size=interval(300,400)"])
-    assert never_started(tmp_path) == []
+    assert missing_jobs(tmp_path) == []
     (tmp_path / "multirun.yaml").unlink()
-    assert never_started(tmp_path) == []
+    assert missing_jobs(tmp_path) == []
+
+
+def test_runs_of_other_schedules_differ_only_where_they_share_a_setting(tmp_path: Path) -> None:
+    """A bpe run and a superbpe run share no stage names: every rule of each was listed as differing (the
+    other run lacked it), and the plot's legend filled the axes."""
+    rules = {"min_frequency": 1, "max_token_bytes": None}
+    pre = {"name": "gpt2", "pattern": PATTERNS["gpt2"]}
+    for run, stages in {"0": ["bpe"], "1": ["stage1", "stage2"], "2": ["stage1", "stage2"]}.items():
+        write_run(tmp_path / run, "gpt2", PATTERNS["gpt2"])
+        metrics = json.loads((tmp_path / run / "metrics.json").read_text())
+        metrics["stages"] = [{"name": n, "merges": 50, "rules": rules, "pretokenizer": pre} for n in stages]
+        metrics["config"]["engine"] = "python" if run == "2" else "native"
+        (tmp_path / run / "metrics.json").write_text(json.dumps(metrics))
+    differs = [row.differs for row in collect(tmp_path)]
+    assert differs == ['engine="native"', 'engine="native"', 'engine="python"']

@@ -7,6 +7,7 @@ finished (or partly finished) multirun directory, and on copies of one.
 from __future__ import annotations
 
 import json
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -59,12 +60,14 @@ def collect(sweep_dir: Path) -> list[Row]:
         raise InputError(f"{sweep_dir}: no such directory")
     rows = [_row(path, sweep_dir) for path in sorted(sweep_dir.rglob("metrics.json"))]
     if not rows:
-        left, unstarted = unfinished(sweep_dir), never_started(sweep_dir)
+        left, missing = unfinished(sweep_dir), missing_jobs(sweep_dir)
         runs = f"; runs not finished: {', '.join(left)}" if left else ""
-        runs += f"; jobs never started: {', '.join(unstarted)}" if unstarted else ""
+        runs += f"; jobs with no run directory: {', '.join(missing)}" if missing else ""
         raise InputError(f"{sweep_dir}: no metrics.json found{runs or ' (is it a sweep directory?)'}")
+    # Among the runs that have the setting: a bpe run has no stage2.* settings, which differ by schedule.
+    settings = [dict(row.settings) for row in rows]
     varying = {key for key in {k for row in rows for k, _ in row.settings}
-               if len({dict(row.settings).get(key) for row in rows}) > 1}  # fmt: skip
+               if len({found[key] for found in settings if key in found}) > 1}  # fmt: skip
     rows = [
         replace(row, differs=" ".join(f"{key}={value}" for key, value in row.settings if key in varying))
         for row in rows
@@ -81,11 +84,12 @@ def unfinished(sweep_dir: Path) -> list[str]:
     return sorted(str(run.relative_to(sweep_dir)) or "." for run in left)
 
 
-def never_started(sweep_dir: Path) -> list[str]:
+def missing_jobs(sweep_dir: Path) -> list[str]:
     """The job directories the sweep's record (``multirun.yaml``) plans that do not exist: a sweep killed
-    outright (SIGKILL, out of memory) never ran its later jobs, and no other file says so. Empty when the
-    number of jobs cannot be told: a sweep of other than choices and ranges, job directories named
-    otherwise than by job number, or no record."""
+    outright (SIGKILL, out of memory) never ran its later jobs, and a job that failed before its first
+    checkpoint removed its directory; no other file says so (the sweep's own log names a failed job).
+    Empty when the number of jobs cannot be told: a sweep of other than choices and ranges, job
+    directories named otherwise than by job number, or no record."""
     record = sweep_dir / "multirun.yaml"
     if not record.is_file():
         return []
@@ -183,6 +187,11 @@ def plot(rows: list[Row], output: Path) -> Path | None:
     import matplotlib.pyplot as plt  # an optional extra, checked just above
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    kind = output.suffix.lower().lstrip(".") or "png"
+    if kind not in fig.canvas.get_supported_filetypes():  # before drawing
+        plt.close(fig)
+        kinds = ", ".join(sorted(fig.canvas.get_supported_filetypes()))
+        raise InputError(f"plot path {output}: matplotlib writes {kinds}, not {kind}; name the file with one")
     several_patterns = len({pattern for _, pattern, _ in series}) > 1
     for vocab_size, pattern, differs in sorted(series):
         points = sorted(series[(vocab_size, pattern, differs)])
@@ -193,13 +202,10 @@ def plot(rows: list[Row], output: Path) -> Path | None:
     ax.set_ylabel("bytes per token (eval file)")
     ax.set_title("SuperBPE sweep")
     ax.grid(True, alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    kind = output.suffix.lower().lstrip(".") or "png"
-    if kind not in fig.canvas.get_supported_filetypes():
-        plt.close(fig)
-        kinds = ", ".join(sorted(fig.canvas.get_supported_filetypes()))
-        raise InputError(f"plot path {output}: matplotlib writes {kinds}, not {kind}; name the file with one")
+    ax.legend(fontsize="small")
+    with warnings.catch_warnings():  # a long legend: "Tight layout not applied" told the user nothing
+        warnings.simplefilter("ignore", UserWarning)
+        fig.tight_layout()
     output.parent.mkdir(parents=True, exist_ok=True)
     try:
         with atomic_write(output) as out:  # no half-written plot, nor a temporary file, on any failure
