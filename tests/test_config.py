@@ -148,6 +148,9 @@ def test_unknown_key_is_an_error_naming_it():
 UNUSED = [
     ("train", ["schedule.transition=0.5"], ["schedule.transition=0.5", "schedule=bpe", "schedule=superbpe"]),
     ("train", ["schedule.stage2_pattern=superbpe-paper"], ["schedule.stage2_pattern", "schedule=superbpe"]),
+    # A stage's end set by hand: the transition the user never set was named as a knob of its own schedule.
+    ("train", ["schedule=superbpe", "schedule.stages.0.until=300"],
+     ["schedule.transition=0.8 is not used by schedule=superbpe: a stage's own", "set schedule.transition"]),
     ("train", ["schedule.stage2_approx_sample=0.25"], ["schedule.stage2_approx_sample", "schedule=superbpe"]),
     ("train", ["pretokenizer.pattern='\\w+'"], ["pretokenizer.pattern", "pretokenizer=custom"]),
     ("train", ["pretokenizer.name=words", "pretokenizer.pattern='\\w+'"],  # a config file of the user's own

@@ -417,9 +417,12 @@ def _unused_schedule_knobs(schedule: Any) -> list[str]:
     held = _scalars(stages)
     defaults = ScheduleConfig()
     name = schedule.get("name", "?")
+    # schedule=superbpe's stages refer to every knob: one they no longer refer to was set in a stage by hand.
+    why = "its stages do not refer to it; it is a knob of schedule=superbpe"
+    if name == "superbpe":
+        why = "a stage's own value (schedule.stages.N...) replaced it; set schedule.{knob} instead"
     return [
-        f"schedule.{knob}={schedule[knob]} is not used by schedule={name} (its stages do not refer to it); "
-        "it is a knob of schedule=superbpe"
+        f"schedule.{knob}={schedule[knob]} is not used by schedule={name}: {why.format(knob=knob)}"
         for knob in SCHEDULE_KNOBS
         if knob in schedule
         and knob not in referred
