@@ -52,6 +52,7 @@ from superbpe.training.config import (
     to_dataclass,
 )
 from superbpe.training.directories import (
+    claimed_dirs,
     existed_before,
     made_parents,
     place_run,
@@ -127,9 +128,11 @@ def run_hydra(main: Callable[[], None], schema: type) -> None:
     os.environ["HYDRA_FULL_ERROR"] = "1"  # let Hydra raise instead of printing, so it is caught below
     try:
         main()
-    except SweepJobFailed:  # each failed job said why; the sweep ran its other jobs first
-        fail(f"sweep: {', '.join(_failed_jobs)} failed (said above); its other jobs finished")
+        if _failed_jobs:  # each failed job said why; the sweep ran its other jobs first
+            _remove_unused_claims()
+            fail(f"sweep: {', '.join(_failed_jobs)} failed (said above); its other jobs finished")
     except (HydraException, OmegaConfBaseException) as exc:
+        _remove_unused_claims()  # a sweep refused before its first job had written its multirun.yaml
         fail(_hydra_message(exc, schema))
     except KeyboardInterrupt:  # in Hydra's own code, before or after the command's work (which says its own)
         interrupted("while Hydra set the command up")
@@ -142,9 +145,21 @@ def _warning_line(message: Warning | str, category: type[Warning], *_: object, *
 
 
 class SweepJobFailed(Exception):
-    """A job of a ``-m`` sweep failed (its error is printed): raised as an ordinary exception, which
-    Hydra's launcher records so that it runs the sweep's other jobs before raising it, where a
-    ``SystemExit`` would end the process and silently drop the jobs after it."""
+    """A job of a ``-m`` sweep failed (its error is printed): the job's function returns (``_one_job``),
+    so that Hydra's launcher runs the sweep's other jobs, where a ``SystemExit`` would end the process and
+    silently drop the jobs after it, and a job that raised would print Hydra's own line beside ours."""
+
+
+def _one_job(task: Callable[[DictConfig], None]) -> Callable[[DictConfig], None]:
+    """``task`` as a job of a sweep: a failure it said (:func:`fail_job`) ends the job, not the sweep;
+    :func:`run_hydra` fails the command once the sweep's jobs have run."""
+
+    @functools.wraps(task)
+    def job(cfg: DictConfig) -> None:
+        with contextlib.suppress(SweepJobFailed):
+            task(cfg)
+
+    return job
 
 
 _failed_jobs: list[str] = []
@@ -209,13 +224,23 @@ def _config_message(exc: OmegaConfBaseException, given: str | None = None) -> st
     return None
 
 
+#: What Hydra writes into a run directory (``.hydra``) or a sweep's (``multirun.yaml``) before any job.
+_HYDRA_FILES = (".hydra", "multirun.yaml")
+
+
+def _remove_unused_claims() -> None:
+    """Take out the run and sweep directories this process claimed that hold only Hydra's files."""
+    for directory in claimed_dirs():
+        remove_if_only_logs(directory)
+
+
 def remove_if_only_logs(run_dir: Path) -> None:
     """Delete a Hydra run directory that holds nothing but Hydra's own files (a job that failed early),
     and the directories made to hold it (``outputs/DATE``) once they are empty."""
     if not run_dir.is_dir():
         return
     items = list(run_dir.iterdir())
-    if any(item.name != ".hydra" and not item.name.endswith(".log") for item in items):
+    if any(item.name not in _HYDRA_FILES and not item.name.endswith(".log") for item in items):
         return
     if existed_before(run_dir):  # the user's own directory: only what Hydra put there goes
         for item in items:
@@ -289,9 +314,14 @@ def train() -> None:
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
+@_one_job
 def _train(cfg: DictConfig) -> None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    output_dir = Path(cfg.get("output_dir") or run_dir)
+    try:  # an interpolation that cannot be resolved (output_dir=${nope}) fails here, as any setting
+        output_dir = Path(cfg.get("output_dir") or run_dir)
+    except USER_ERRORS as exc:
+        remove_if_only_logs(run_dir)
+        fail_job(exc, _sweep_job())
     # A checkpoint there before the run is another run's (refused, naming how to resume it), not this one's.
     checkpointed_before = checkpoint_path(output_dir.expanduser()).is_file()
     try:
@@ -454,6 +484,7 @@ def _check_given(args: object, *keys: str) -> None:
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="encode")
+@_one_job
 def _encode(cfg: DictConfig) -> None:
     setup_logging()
     try:
@@ -484,6 +515,7 @@ def _encode(cfg: DictConfig) -> None:
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="evaluate")
+@_one_job
 def _evaluate(cfg: DictConfig) -> None:
     setup_logging()
     try:

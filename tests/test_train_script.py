@@ -481,6 +481,7 @@ def test_a_failing_job_of_a_sweep_is_named_and_the_others_run(tmp_path, corpus):
     assert "sweep job 1 (" in errors[0] and "vocab_size=100): vocab_size 100 is below" in errors[0]
     assert "sweep job 3 (" in errors[1] and "vocab_size=50): vocab_size 50 is below" in errors[1]
     assert errors[2] == "error: sweep: job 1, job 3 failed (said above); its other jobs finished"
+    assert "Error executing job" not in proc.stderr  # Hydra's own line beside ours
     assert (sweep / "0" / "merges.txt").is_file() and (sweep / "2" / "merges.txt").is_file()
     assert not (sweep / "1").exists() and not (sweep / "3").exists()
     record = (sweep / "multirun.yaml").read_bytes()
@@ -490,6 +491,21 @@ def test_a_failing_job_of_a_sweep_is_named_and_the_others_run(tmp_path, corpus):
     )  # fmt: skip
     assert_one_line_error(again, f"hydra.sweep.dir {sweep} already holds a sweep")
     assert (sweep / "multirun.yaml").read_bytes() == record  # Hydra wrote its record over it before
+
+
+def test_runs_and_sweeps_refused_at_their_settings_leave_nothing(tmp_path, corpus):
+    """An output_dir whose interpolation fails left the run's directory and Hydra's "Error executing job"
+    line; a sweep refused before its first job, or whose every job failed, left its multirun.yaml."""
+    made = run_script("train.py", f"data.paths=[{corpus}]", "vocab_size=300", "output_dir=${nope}",
+                      cwd=tmp_path, cache_dir=None)  # fmt: skip
+    assert_one_line_error(made, "Interpolation key 'nope' not found")
+    sweep = run_script("train.py", "-m", f"data.paths=[{corpus}]", "vocab_size=300,abc", cwd=tmp_path,
+                       cache_dir=None)  # fmt: skip
+    assert_one_line_error(sweep, "vocab_size=abc")
+    failed = run_script("train.py", "-m", f"data.paths=[{corpus}]", "vocab_size=100,50", cwd=tmp_path,
+                        cache_dir=None)  # fmt: skip
+    assert failed.returncode == 1 and "job 0, job 1 failed" in failed.stderr, failed.stderr
+    assert not (tmp_path / "outputs").exists() and not (tmp_path / "multirun").exists()
 
 
 def test_a_failed_run_leaves_a_directory_it_did_not_make(tmp_path):

@@ -78,6 +78,11 @@ def _missing_parents(path: Path) -> list[Path]:
     return [parent for parent in path.parents if not parent.exists()]
 
 
+def claimed_dirs() -> list[Path]:
+    """The directories :func:`claim_unique_dir` created in this process (a run's, or a sweep's root)."""
+    return [Path(candidate).absolute() for candidate in _claimed.values()]
+
+
 def made_parents(run_dir: Path) -> list[Path]:
     """The directories this process created to hold ``run_dir`` (``outputs/``, ``outputs/DATE``), innermost
     first, so that a run that fails can leave the tree as it found it."""
