@@ -129,8 +129,13 @@ def run_hydra(main: Callable[[], None], schema: type) -> None:
     try:
         main()
         if _failed_jobs:  # each failed job said why; the sweep ran its other jobs first
-            _remove_unused_claims()
-            fail(f"sweep: {', '.join(_failed_jobs)} failed (said above); its other jobs finished")
+            raise SweepJobFailed()
+    except SweepJobFailed:  # raised here, or by a launcher whose jobs ran elsewhere (their logs say why)
+        _remove_unused_claims()
+        failed = "a job failed (its log says why)"
+        if _failed_jobs:
+            failed = f"{', '.join(_failed_jobs)} failed (said above)"
+        fail(f"sweep: {failed}; its other jobs finished")
     except (HydraException, OmegaConfBaseException) as exc:
         _remove_unused_claims()  # a sweep refused before its first job had written its multirun.yaml
         fail(_hydra_message(exc, schema))
@@ -152,14 +157,22 @@ class SweepJobFailed(Exception):
 
 def _one_job(task: Callable[[DictConfig], None]) -> Callable[[DictConfig], None]:
     """``task`` as a job of a sweep: a failure it said (:func:`fail_job`) ends the job, not the sweep;
-    :func:`run_hydra` fails the command once the sweep's jobs have run."""
+    :func:`run_hydra` fails the command once the sweep's jobs have run. Under a launcher that runs jobs
+    in processes of their own (submitit), the failure is raised: it is the job's status there."""
 
     @functools.wraps(task)
     def job(cfg: DictConfig) -> None:
-        with contextlib.suppress(SweepJobFailed):
+        try:
             task(cfg)
+        except SweepJobFailed:
+            if HydraConfig.get().launcher.get("_target_") != _IN_PROCESS_LAUNCHER:
+                raise
 
     return job
+
+
+#: Hydra's default launcher, which runs a sweep's jobs one after another in this process.
+_IN_PROCESS_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 
 
 _failed_jobs: list[str] = []
