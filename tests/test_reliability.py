@@ -176,6 +176,8 @@ def test_a_required_path_left_empty_is_refused(tmp_path: Path) -> None:
         assert_one_line_error(refused, f"{key} is empty: give {key}=PATH")
     empty_in_list = run_script("evaluate.py", "tokenizer=x", "input=[a.txt,'']", cwd=tmp_path)
     assert_one_line_error(empty_in_list, "input is empty: give input=PATH")
+    no_eval = train(tmp_path, "data.paths=[a.txt]", "eval=")  # a run without its bytes/token, unsaid
+    assert_one_line_error(no_eval, "eval is empty: give eval=PATH, or leave it out for no evaluation")
     # data.paths=[$CORPUS] with $CORPUS unset trained on the working directory (earlier runs' files too).
     empty_path = train(tmp_path, "data.paths=[a.txt,'']")
     assert_one_line_error(empty_path, "data.paths[1] is empty: give the path of a corpus file or directory")

@@ -320,8 +320,10 @@ def _check_eval(
     corpus's ``data.errors`` and ``data.text_field``), so that a bad byte or record in it stops the run
     before training rather than after it, when no resume could change it; with ``bytes_held``, also the
     bytes its texts hold (an alphabet of the bytes seen must have them all, :func:`_with_alphabet`)."""
-    if not eval_file:
+    if eval_file is None:
         return None, frozenset()
+    if not str(eval_file).strip():  # eval=$EVAL with it unset: a run without its bytes/token, unsaid
+        raise InputError("eval is empty: give eval=PATH, or leave it out for no evaluation")
     path = Path(eval_file).expanduser()
     if path.is_dir():
         raise InputError(f"eval file {path}: a directory; eval takes one file")
