@@ -688,7 +688,6 @@ def _unpickled(
     return tokenizer
 
 
-
 def _warn_if_the_pattern_splits_merges(merges: Sequence[Merge], pretokenizer: Pretokenizer) -> None:
     """Warn when one of the last merges makes a token a built-in word-level pattern cuts in two:
     encoding never makes it. That is what SuperBPE merges under the default ``gpt2`` pattern come to:

@@ -286,8 +286,9 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
     check_not_empty(paths)
     files = input_files_state(paths)
     eval_path, eval_bytes = _check_eval(
-        cfg.eval, cfg.data.errors, cfg.data.text_field, bytes_held=compat.alphabet == "seen"
-    )
+        cfg.eval, cfg.data.errors, cfg.data.text_field, _eval_separator(specials),
+        bytes_held=compat.alphabet == "seen",
+    )  # fmt: skip
     counted = plans[1:] if source is not None else plans
     if any(plan.approx_sample is not None for plan in counted):
         check_sampleable(paths)  # now, not when stage 1 has trained
@@ -313,8 +314,14 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
     )
 
 
+def _eval_separator(specials: Sequence[str]) -> str | None:
+    """Where a run's evaluation cuts documents: at ``<|endoftext|>`` where it is one of the run's special
+    tokens, else nowhere (each file or record one document), as the tokenizer encodes that text."""
+    return SEPARATOR if SEPARATOR in specials else None
+
+
 def _check_eval(
-    eval_file: str | None, errors: str, text_field: str, *, bytes_held: bool = False
+    eval_file: str | None, errors: str, text_field: str, separator: str | None, *, bytes_held: bool = False
 ) -> tuple[Path | None, frozenset[int]]:
     """The held-out file, read through once as the evaluation after training will read it (with the
     corpus's ``data.errors`` and ``data.text_field``), so that a bad byte or record in it stops the run
@@ -333,11 +340,12 @@ def _check_eval(
     measured = False  # any text besides separators, which the evaluation leaves out
     for chunk in iter_chunks(path, [], line_cuts=True):
         for text in chunk_documents(chunk, errors, text_field):
-            measured = measured or bool(text.replace(SEPARATOR, ""))
+            measured = measured or bool(text.replace(separator, "") if separator else text)
             if bytes_held:
                 held.update(text.encode("utf-8"))
     if not measured:
-        raise InputError(f"eval file {path}: empty (no text but {SEPARATOR!r}), so no bytes/token to measure")
+        but = f" but {separator!r}" if separator else ""
+        raise InputError(f"eval file {path}: empty (no text{but}), so no bytes/token to measure")
     return path, frozenset(held)
 
 
@@ -448,9 +456,8 @@ def _evaluation(job: _Job) -> dict[str, Any]:
     """The run's tokenizer evaluated on its ``eval`` file, read as the corpus is."""
     assert job.eval_path is not None
     data, engine = job.cfg.data, job.engine.name
-    separator = SEPARATOR if SEPARATOR in job.specials else None  # else each file or record a document
-    result = evaluate_dir(job.output_dir, [job.eval_path], separator=separator, text_field=data.text_field,
-                          errors=data.errors, engine=engine)  # fmt: skip
+    result = evaluate_dir(job.output_dir, [job.eval_path], separator=_eval_separator(job.specials),
+                          text_field=data.text_field, errors=data.errors, engine=engine)  # fmt: skip
     return result.to_json()
 
 
