@@ -192,6 +192,9 @@ def test_train_superbpe_checks_its_transition_and_options():
         superbpe.train_superbpe(iter(["x y"]), 400, 0.5, compat="official")
     with pytest.raises(superbpe.SuperBPEError, match="unknown train_superbpe option"):
         superbpe.train_superbpe(iter(["x y"]), 400, 10, min_frequncy=2)
+    # Trained plain BPE twice over without a word, as schedule.stage2_pattern=gpt2 is refused.
+    with pytest.raises(superbpe.SuperBPEError, match="stage2_pretokenizer='gpt2' splits text into words"):
+        superbpe.train_superbpe(iter(["x y"]), 400, 10, stage2_pretokenizer="gpt2")
 
 
 def test_a_tokenizer_of_superbpe_merges_warns_when_its_pattern_splits_them(documents: list[str]) -> None:

@@ -14,7 +14,13 @@ from typing import Any
 from superbpe.core.compat import CompatConfig, get_compat, training_pretokenizer, training_rules
 from superbpe.core.counts import PieceCounts
 from superbpe.core.errors import ConfigError
-from superbpe.core.pretokenize import Pretokenizer, SpecialSplitter, get_pretokenizer, special_token_list
+from superbpe.core.pretokenize import (
+    Pretokenizer,
+    SpecialSplitter,
+    get_pretokenizer,
+    special_token_list,
+    splits_into_words,
+)
 from superbpe.core.rules import MergeCallback, MergeRules, check_callback, make_rules
 from superbpe.core.sources import DEFAULT_CHUNK_BYTES, DocumentStream, InputSpec, is_document_stream
 from superbpe.core.types import Merge
@@ -207,7 +213,8 @@ def train_superbpe(
     come at ``transition + callback_every``, ``transition + 2 * callback_every``, ...
 
     Encode with the stage-2 pattern: ``Tokenizer(vocab, merges, special_tokens,
-    pretokenizer=stage2_pretokenizer)``; a word-level pattern never makes the superwords.
+    pretokenizer=stage2_pretokenizer)``. A built-in ``stage2_pretokenizer`` that splits text into words
+    (``gpt2``, ...) is refused: stage 2 would make no superwords.
     """
     if isinstance(input_path, PieceCounts):
         raise ConfigError(
@@ -231,6 +238,11 @@ def train_superbpe(
     words = {"max_words_per_token": max_words_per_token, "forbidden_substrings": forbidden_substrings}
     rules2 = training_rules(make_rules(**shared, **words), chosen_compat)
     pre1 = training_pretokenizer(get_pretokenizer(pretokenizer), chosen_compat)
+    if isinstance(stage2_pretokenizer, str) and splits_into_words(stage2_pretokenizer):
+        raise ConfigError(
+            f"stage2_pretokenizer={stage2_pretokenizer!r} splits text into words, so stage 2 would make no "
+            "superwords; it takes a pattern whose pieces cross words: 'superbpe' or 'superbpe-paper'"
+        )
     pre2 = training_pretokenizer(get_pretokenizer(stage2_pretokenizer), chosen_compat)
     chosen = get_engine(engine, [pre1, pre2])
     counts1, counts2 = _count_stages(chosen, input_path, [pre1, pre2], special_tokens, workers, read_options)

@@ -336,6 +336,12 @@ def last_safe_cut(text: str) -> int:
 _SUBSTRING_SEARCHES_MAX = 8
 
 
+def splits_into_words(pattern: str) -> bool:
+    """Whether built-in ``pattern`` keeps every piece within a word: as SuperBPE's stage-2 pattern it
+    would make no superwords (custom patterns are the user's to judge)."""
+    return pattern in PATTERNS and not get_pretokenizer(pattern).line_units
+
+
 def specials_shown(specials: Sequence[str]) -> str:
     """Special tokens quoted (``"\\n\\n"`` and ``" of"`` are seen), for a message; beyond eight, the first
     four and how many in all: a padded vocabulary's reserved tokens would fill the screen."""

@@ -20,7 +20,7 @@ from typing import Any
 
 from superbpe.core.compat import CompatConfig
 from superbpe.core.errors import ConfigError
-from superbpe.core.pretokenize import PATTERNS, get_pretokenizer
+from superbpe.core.pretokenize import PATTERNS, splits_into_words
 from superbpe.jobs.executors import ExecutorSpec
 from superbpe.training.directories import claim_unique_dir
 
@@ -313,7 +313,7 @@ def check_schedule_knobs(schedule: ScheduleConfig) -> None:
         "stage2_approx_sample": any(stage.approx_sample == schedule.stage2_approx_sample for stage in stages),
     }  # fmt: skip
     pattern = schedule.stage2_pattern
-    if used["stage2_pattern"] and pattern in PATTERNS and not get_pretokenizer(pattern).line_units:
+    if used["stage2_pattern"] and splits_into_words(pattern):
         raise ConfigError(
             f"schedule.stage2_pattern={pattern} splits text into words, so stage 2 would make no "
             "superwords; it takes a pattern whose pieces cross words: superbpe or superbpe-paper"
