@@ -168,6 +168,9 @@ def test_a_json_file_is_read_as_json_lines(tmp_path: Path) -> None:
     (tmp_path / "pretty.json").write_text('{\n  "text": "x"\n}\n')
     with pytest.raises(InputError, match=r"pretty.json: line 1: invalid JSON .* read as JSON lines"):
         count_pieces(tmp_path / "pretty.json", "gpt2")
+    (tmp_path / "array.json").write_text('[{"text": "x"}, {"text": "y"}]\n')  # one line, one JSON array
+    with pytest.raises(InputError, match=r"array.json: line 1: a JSON list, not an .* read as JSON lines"):
+        count_pieces(tmp_path / "array.json", "gpt2")
 
 
 def test_invalid_json_line_names_file_and_line(tmp_path: Path) -> None:

@@ -158,6 +158,17 @@ def test_tables_by_shard_equal_the_same_text_as_json_lines(as_jsonl: Path, as_pa
         assert replace(report, files=[]) == replace(jsonl_report, files=[])
 
 
+def test_a_dictionary_encoded_text_column_reads_as_its_texts(tmp_path: Path, documents: list[str],
+                                                              as_jsonl: Path) -> None:
+    """pandas' category dtype is written to Parquet as a dictionary column: it was refused as not strings."""
+    from superbpe.engines.python_count import count_pieces  # reason: only this test counts tables directly
+
+    categories = tmp_path / "categories.parquet"
+    pq.write_table(pa.table({"text": pa.array(documents).dictionary_encode()}), categories)
+    read, reference = (count_pieces(path, "gpt2", [EOT]).to_dict() for path in (categories, as_jsonl))
+    assert read == reference
+
+
 def test_bad_tables_are_one_line_errors(tmp_path: Path) -> None:
     from superbpe.engines.python_count import count_pieces
 

@@ -638,16 +638,21 @@ def chunk_documents(chunk: Chunk, errors: str = "strict", text_field: str = "tex
             yield record_text
 
 
+def _as_lines_hint(path: str) -> str:
+    """How a ``.json`` file is read, for an error in one: a whole JSON document there is no JSON lines."""
+    if not named_as(path, JSON_SUFFIXES):
+        return ""
+    return " (a .json file is read as JSON lines: one object per line)"
+
+
 def _json_text(line: str, path: str, number: int, field: str) -> str:
     try:
         record = json.loads(line)
     except json.JSONDecodeError as exc:
-        as_lines = named_as(path, JSON_SUFFIXES)
-        hint = " (a .json file is read as JSON lines: one object per line)" if as_lines else ""
-        raise InputError(f"{path}: line {number}: invalid JSON ({exc.msg}){hint}") from None
+        raise InputError(f"{path}: line {number}: invalid JSON ({exc.msg}){_as_lines_hint(path)}") from None
     if not isinstance(record, dict):
-        kind = type(record).__name__
-        raise InputError(f"{path}: line {number}: a JSON {kind}, not an object with a {field!r} field")
+        kind, hint = type(record).__name__, _as_lines_hint(path)
+        raise InputError(f"{path}: line {number}: a JSON {kind}, not an object with a {field!r} field{hint}")
     if not isinstance(record.get(field), str):
         raise InputError(f"{path}: line {number}: {_no_text_field(record, field)}")
     return record[field]
@@ -745,6 +750,8 @@ def _table_documents(chunk: Chunk, field: str) -> Iterator[str]:
         raise InputError(f"{chunk.path}: no column {field!r} (columns: {', '.join(names)})")
     column = part.column(names.index(field))
     pa = _pyarrow()
+    if pa.types.is_dictionary(column.type):  # pandas' category dtype: the texts behind their codes
+        column = column.cast(column.type.value_type)
     if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
         raise InputError(f"{chunk.path}: column {field!r} holds {column.type}, not strings")
     for offset, text in enumerate(column.to_pylist()):
