@@ -181,6 +181,10 @@ def test_a_sampled_stage_trains_on_its_share_and_says_so(tmp_path: Path, small_b
     assert sampled.merges != exact.merges
     stages = json.loads((tmp_path / "sampled" / "metrics.json").read_text())["stages"]
     assert "approx_sample" not in stages[0] and stages[1]["approx_sample"] == 0.25
+    # What was counted, beside what was asked: whole blocks are taken (a small corpus strays further).
+    assert 0.15 < stages[1]["approx_sample_counted"] < 0.35 and stages[1]["approx_sample_counted"] != 0.25
+    whole_stages = json.loads((tmp_path / "whole" / "metrics.json").read_text())["stages"]
+    assert "approx_sample_counted" not in whole_stages[1]  # a share of 1 is the exact count
     exact_stages = json.loads((tmp_path / "exact" / "metrics.json").read_text())["stages"]
     assert "approx_sample" not in exact_stages[1]
     assert stages[1]["distinct_pieces"] < exact_stages[1]["distinct_pieces"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from superbpe.core.counts import PieceCounts, ProgressFn, counts_meta, prepare_count
@@ -115,6 +116,23 @@ def count_on_executor(
         runner.close()
 
 
+def _sample_blocks(
+    paths: Sequence[Path], pre: Pretokenizer, specials: Sequence[str], fraction: float
+) -> tuple[list[Shard], list[Shard]]:
+    """The corpus's blocks for a sample, and the ``fraction`` of them kept (see :func:`count_sample`)."""
+    blocks = plan_shards(paths, specials, SAMPLE_BLOCK_BYTES, line_cuts=pre.safe_cuts_hold, pretokenizer=pre)
+    return blocks, sample_evenly(blocks, fraction)
+
+
+def sampled_share(
+    paths: Sequence[Path], pre: Pretokenizer, specials: Sequence[str], fraction: float
+) -> float:
+    """The share of the corpus's bytes that :func:`count_sample` counts for ``fraction``: whole blocks are
+    taken, so on a corpus of few blocks it lies far from ``fraction``."""
+    blocks, kept = _sample_blocks(paths, pre, specials, fraction)
+    return sum(block.size() for block in kept) / max(sum(block.size() for block in blocks), 1)
+
+
 def count_sample(
     inputs: InputSpec,
     pretokenizer: str | Pretokenizer,
@@ -140,8 +158,7 @@ def count_sample(
     pre, specials, paths = prepare_count(inputs, pretokenizer, special_tokens, errors)
     check_sampleable(paths)
     engine_name = get_engine(engine, [pre]).name
-    blocks = plan_shards(paths, specials, SAMPLE_BLOCK_BYTES, line_cuts=pre.safe_cuts_hold, pretokenizer=pre)
-    kept = sample_evenly(blocks, fraction)
+    blocks, kept = _sample_blocks(paths, pre, specials, fraction)
     # What was counted: a small corpus (few blocks) can put it far from ``fraction``.
     whole, taken = sum(block.size() for block in blocks), sum(block.size() for block in kept)
     share = taken / max(whole, 1)

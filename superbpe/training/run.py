@@ -77,7 +77,7 @@ from superbpe.formats.tiktoken_files import (
     tiktoken_split_problem,
 )
 from superbpe.formats.tokenizer_dir import save_tokenizer_dir, tokenizer_file_digests
-from superbpe.jobs.count import count_corpus
+from superbpe.jobs.count import count_corpus, sampled_share
 from superbpe.jobs.evaluate import SEPARATOR, evaluate_dir
 from superbpe.jobs.executors import check_executor
 from superbpe.jobs.shards import check_sampleable
@@ -853,9 +853,14 @@ def _check_memory(job: _Job, plan: StagePlan, stats: StageStats, need: StageMemo
 
 def _stage_metrics(plan: StagePlan, stats: StageStats, merges: int, job: _Job) -> dict[str, Any]:
     alphabet = job.alphabets.get(plan.index)
+    counted = {}
+    if plan.approx_sample is not None:  # a sample takes whole blocks: a small corpus's share differs
+        share = sampled_share(job.paths, plan.pretokenizer, job.specials, plan.approx_sample)
+        counted = {"approx_sample_counted": round(share, 4)}
     return {
         **({} if alphabet is None else {"alphabet": alphabet.hex()}),
         **plan.spec(),
+        **counted,
         "merges": merges,
         "seconds": round(stats.seconds, 3),
         **{name: round(value, 3) for name, value in stats.parts.items()},
