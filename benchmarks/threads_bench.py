@@ -118,7 +118,7 @@ def machine_ceiling(rounds: int = 3) -> None:
 
 def bench_batch(args: argparse.Namespace) -> None:
     tok = Tokenizer.load(args.tokenizer)
-    documents = short_documents(read_text(args.text), int(args.mb * 1e6))
+    documents = short_documents(args.content, int(args.mb * 1e6))
     size = sum(len(d.encode("utf-8")) for d in documents)
     extra = {"documents": len(documents), "mb": round(size / 1e6, 2), "mean_bytes": size // len(documents)}
     tok.encode_batch(documents[:20_000], threads=1)  # the piece cache warm for both sides
@@ -187,7 +187,7 @@ def bench_corpus(args: argparse.Namespace) -> None:
 
 def bench_stream(args: argparse.Namespace) -> None:
     tok = Tokenizer.load(args.tokenizer)
-    lines = read_text(args.text).splitlines(keepends=True)
+    lines = args.content.splitlines(keepends=True)
     total = int(args.mb * 1e6)
 
     def stream() -> Iterator[str]:
@@ -224,6 +224,29 @@ def bench_stream(args: argparse.Namespace) -> None:
     print(json.dumps(row), flush=True)
 
 
+def checked(args: argparse.Namespace) -> str:
+    """Refuse, in one line and before any timing, what would make a mode loop forever or divide by zero:
+    an empty text (the documents and the stream repeat it until ``--mb`` MB are filled), a size or count
+    below one. Returns the text of ``batch`` and ``stream`` (read once, here)."""
+    if args.mb <= 0 and args.mode != "corpus":
+        raise SystemExit(f"error: --mb must be above 0, not {args.mb:g}")
+    if args.rounds < 1:
+        raise SystemExit(f"error: --rounds must be at least 1, not {args.rounds}")
+    if any(count < 1 for count in args.threads):
+        raise SystemExit(f"error: --threads counts must be at least 1, not {args.threads}")
+    if not args.source.exists():
+        raise SystemExit(f"error: {args.source} does not exist")
+    if args.mode == "corpus":
+        return ""
+    try:
+        content = read_text(args.source)
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise SystemExit(f"error: cannot read {args.source}: {exc}") from None
+    if not content:
+        raise SystemExit(f"error: {args.source} is empty: there is no text to make {args.mode} input from")
+    return content
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("mode", choices=["batch", "corpus", "stream"])
@@ -235,6 +258,7 @@ def main() -> None:
     parser.add_argument("--compat", default=None, help="corpus: the load's compat (official: no separator)")
     args = parser.parse_args()
     args.text = args.corpus = args.source
+    args.content = checked(args)
     if args.mode != "stream":
         machine_ceiling()
     {"batch": bench_batch, "corpus": bench_corpus, "stream": bench_stream}[args.mode](args)
