@@ -19,6 +19,11 @@ import time
 from pathlib import Path
 
 
+def last_line(log_path: Path) -> str:
+    lines = log_path.read_text().strip().splitlines()
+    return lines[-1] if lines else ""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--at", required=True, help="log text to wait for")
@@ -38,15 +43,25 @@ def main() -> None:
                 command, stdout=log, stderr=subprocess.STDOUT, env=env,
                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
             )  # fmt: skip
-            while args.at not in log_path.read_text() and proc.poll() is None:
+            # The log is read once more after the exit is seen: the text may come with the last write.
+            while args.at not in log_path.read_text():
+                if proc.poll() is not None and args.at not in log_path.read_text():
+                    raise SystemExit(
+                        f"error: the run ended (exit {proc.returncode}) before {args.at!r} appeared in its"
+                        f" log; last line: {last_line(log_path)}"
+                    )
                 time.sleep(0.05)
             time.sleep(args.delay)
+            if proc.poll() is not None:  # nothing left to interrupt: no time to exit to measure
+                raise SystemExit(
+                    f"error: the run ended (exit {proc.returncode}) within --delay {args.delay:g} s of"
+                    f" {args.at!r}, before the interrupt; last line: {last_line(log_path)}"
+                )
             sent = time.monotonic()
             proc.send_signal(signal.SIGINT)
             code = proc.wait()
             waited = time.monotonic() - sent
-        last = log_path.read_text().strip().splitlines()[-1:]
-        print(f"exit {code} after {waited:.2f} s; last line: {last[0] if last else ''}")
+        print(f"exit {code} after {waited:.2f} s; last line: {last_line(log_path)}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     sys.exit(0)
