@@ -14,7 +14,7 @@ evicts it before each run instead (a first run on data not read since boot), ``a
 (``schedule.stage2_approx_sample``), named ``superbpe@0.5``, to the same rounds; ``--eval FILE``
 (held-out text) adds each tokenizer's bytes per token on it, the compression the approximation costs.
 ``--include A.json`` adds the rows an earlier run wrote (e.g. another corpus at another vocab) to the
-table and plot. Peak RSS is the child's (``wait4`` rusage).
+table and plot, each against a bpe run of its own file. Peak RSS is the child's (``wait4`` rusage).
 The stage-2 sizes (distinct pieces and bytes, symbols) come from the run's ``metrics.json``. Writes
 ``<out>.md`` (a table) and ``<out>.png`` (RSS and time of the exact SuperBPE runs against distinct
 stage-2 bytes), and prints the table.
@@ -36,6 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 print = functools.partial(print, flush=True)  # noqa: A001 - progress of a long benchmark, unbuffered
 _UNITS = {"K": 10**3, "M": 10**6, "G": 10**9}
+SCHEDULES = ("bpe", "superbpe")
 
 
 @dataclass
@@ -52,11 +53,18 @@ class Measure:
 
 
 def parse_size(text: str) -> int | None:
-    """``120M`` -> 120_000_000; ``all`` -> None (the whole file)."""
+    """``120M`` -> 120_000_000; ``all`` -> None (the whole file). Anything else, or a size below one
+    byte, is a ``ValueError`` naming the size."""
     if text == "all":
         return None
-    unit = _UNITS.get(text[-1].upper())
-    return int(float(text[:-1]) * unit) if unit else int(text)
+    unit = _UNITS.get(text[-1:].upper())
+    try:
+        size = int(float(text[:-1]) * unit) if unit else int(text)
+    except (ValueError, OverflowError):
+        raise ValueError(f"--sizes: {text!r} is not a byte count (1000, 500K, 1.2G) or 'all'") from None
+    if size < 1:
+        raise ValueError(f"--sizes: {text!r} is below one byte")
+    return size
 
 
 def prefix(corpus: Path, size: int | None, workdir: Path) -> Path:
@@ -149,8 +157,20 @@ def _estimate_cells(r: Measure) -> str:
     return build_cell + (f"| {estimate / 2**30:.2f} GiB ({r.peak_rss / estimate:.2f}) " if estimate else "| ")
 
 
-def table(rows: list[Measure]) -> str:
-    """One line per run, each against the bpe run of its size and round."""
+def bpe_pairs(results: list[list[Measure]]) -> list[tuple[Measure, Measure | None]]:
+    """Every run with the bpe run it is compared with: the one of its size and round in the same results
+    (one ``scale.py`` run: one corpus, one vocab), so that runs of other results are never its baseline,
+    whatever their labels; None where those results hold no such bpe run."""
+    pairs = []
+    for rows in results:
+        bpes = {(r.size, r.round): r for r in rows if r.schedule == "bpe"}
+        pairs += [(r, bpes.get((r.size, r.round))) for r in rows]
+    return pairs
+
+
+def table(results: list[list[Measure]]) -> str:
+    """One line per run, each against the bpe run of its size and round in the same results (an empty
+    cell where there is none)."""
     lines = [
         "| corpus | round | run | wall | CPU | peak RSS | wall / bpe | stage-2 distinct bytes "
         "| stage-2 symbols | RSS per distinct stage-2 byte | estimated build peak "
@@ -158,14 +178,13 @@ def table(rows: list[Measure]) -> str:
         "| bytes/token held out |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    bpes = {(r.size, r.round): r for r in rows if r.schedule == "bpe"}
-    for r in rows:
-        bpe = bpes.get((r.size, r.round))
+    for r, bpe in bpe_pairs(results):
         distinct = r.stage2.get("distinct_bytes", 0) if r.schedule != "bpe" else 0
         lines.append(
             f"| {r.size} ({r.corpus_bytes / 1e6:.0f} MB) | {r.round} | {r.schedule} | {r.seconds:.1f} s "
             + (f"| {r.cpu_seconds:.0f} s " if r.cpu_seconds is not None else "| ")
-            + f"| {r.peak_rss / 2**30:.2f} GiB | {r.seconds / bpe.seconds if bpe else float('nan'):.2f}x "
+            + f"| {r.peak_rss / 2**30:.2f} GiB "
+            + (f"| {r.seconds / bpe.seconds:.2f}x " if bpe else "| ")
             + (
                 f"| {distinct / 1e6:.0f} MB | {r.stage2.get('estimated_symbols', 0) / 1e6:.0f}M "
                 f"| {r.peak_rss / distinct:.2f} "
@@ -178,7 +197,7 @@ def table(rows: list[Measure]) -> str:
     return "\n".join(lines)
 
 
-def plot(rows: list[Measure], path: Path) -> None:
+def plot(results: list[list[Measure]], path: Path) -> None:
     try:
         import matplotlib
     except ImportError:
@@ -188,24 +207,70 @@ def plot(rows: list[Measure], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    bpe = {(r.size, r.round): r for r in rows if r.schedule == "bpe"}
-    sb = sorted(
-        (r for r in rows if r.schedule == "superbpe" and (r.size, r.round) in bpe),
-        key=lambda r: r.stage2["distinct_bytes"],
+    pairs = sorted(
+        ((r, bpe) for r, bpe in bpe_pairs(results) if r.schedule == "superbpe" and bpe is not None),
+        key=lambda pair: pair[0].stage2["distinct_bytes"],
     )
-    x = [r.stage2["distinct_bytes"] / 1e9 for r in sb]
+    x = [r.stage2["distinct_bytes"] / 1e9 for r, _ in pairs]
     fig, (ax_rss, ax_time) = plt.subplots(1, 2, figsize=(10, 4))
-    ax_rss.plot(x, [r.peak_rss / 2**30 for r in sb], "o-", label="superbpe")
-    ax_rss.plot(x, [bpe[(r.size, r.round)].peak_rss / 2**30 for r in sb], "s--", label="bpe")
+    ax_rss.plot(x, [r.peak_rss / 2**30 for r, _ in pairs], "o-", label="superbpe")
+    ax_rss.plot(x, [bpe.peak_rss / 2**30 for _, bpe in pairs], "s--", label="bpe")
     ax_rss.set(xlabel="distinct stage-2 bytes (GB)", ylabel="peak RSS (GiB)", title="memory")
-    ax_time.plot(x, [r.seconds for r in sb], "o-", label="superbpe")
-    ax_time.plot(x, [bpe[(r.size, r.round)].seconds for r in sb], "s--", label="bpe")
+    ax_time.plot(x, [r.seconds for r, _ in pairs], "o-", label="superbpe")
+    ax_time.plot(x, [bpe.seconds for _, bpe in pairs], "s--", label="bpe")
     ax_time.set(xlabel="distinct stage-2 bytes (GB)", ylabel="wall (s)", title="time")
     for ax in (ax_rss, ax_time):
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+
+
+def output(out: Path, suffix: str) -> Path:
+    """``out`` with ``suffix`` added to its whole name: ``--out en.v2`` writes ``en.v2.md``, not ``en.md``."""
+    return out.with_name(out.name + suffix)
+
+
+def load_results(path: Path) -> list[Measure]:
+    """The rows of an earlier run's ``OUT.json`` (``--include``)."""
+    try:
+        return [Measure(**row) for row in json.loads(path.read_text())]
+    except OSError as exc:
+        raise ValueError(f"--include {path}: {exc.strerror or exc}") from None
+    except (ValueError, TypeError):
+        raise ValueError(f"--include {path}: not the OUT.json of a scale.py run") from None
+
+
+def checked(args: argparse.Namespace) -> tuple[list[str], list[str], list[list[Measure]]]:
+    """The sizes, the runs of a round and the included results, or a ``ValueError`` naming what is wrong:
+    everything is checked before the first run, which may be hours before the last."""
+    if not args.corpus.is_file():
+        raise ValueError(f"corpus {args.corpus}: no such file")
+    if args.eval is not None and not args.eval.is_file():
+        raise ValueError(f"--eval {args.eval}: no such file")
+    if args.rounds < 1:
+        raise ValueError(f"--rounds must be at least 1, not {args.rounds}")
+    sizes = args.sizes.split(",")
+    for size in sizes:
+        parse_size(size)
+    if len(set(sizes)) != len(sizes):
+        raise ValueError(f"--sizes {args.sizes}: a size is given twice")
+    order = args.order.split(",")
+    for run in order:
+        if run not in SCHEDULES:
+            raise ValueError(f"--order {args.order}: {run!r} is not one of {', '.join(SCHEDULES)}")
+    if len(set(order)) != len(order):
+        raise ValueError(f"--order {args.order}: a schedule is given twice")
+    shares = [share for share in args.samples.split(",") if share]
+    for share in shares:
+        try:
+            fraction = float(share)
+        except ValueError:
+            fraction = float("nan")
+        if not 0 < fraction <= 1:
+            raise ValueError(f"--samples {args.samples}: {share!r} is not a fraction in (0, 1]")
+    included = [load_results(Path(earlier)) for earlier in args.include.split(",") if earlier]
+    return sizes, order + [f"superbpe@{share}" for share in shares], included
 
 
 def main() -> None:
@@ -230,34 +295,37 @@ def main() -> None:
         "--include", default="", help="OUT.json of earlier runs (another corpus) to add to the table and plot"
     )
     args = parser.parse_args()
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    sizes = args.sizes.split(",")
-    corpora = {size: prefix(args.corpus, parse_size(size), args.workdir) for size in sizes}
-    runs = args.order.split(",") + [f"superbpe@{share}" for share in args.samples.split(",") if share]
+    try:
+        sizes, runs, included = checked(args)
+        args.workdir.mkdir(parents=True, exist_ok=True)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+    except (ValueError, OSError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    # The runs are children in ROOT: every path they are given is absolute.
+    corpus, workdir = args.corpus.resolve(), args.workdir.resolve()
+    held_out = args.eval.resolve() if args.eval is not None else None
+    corpora = {size: prefix(corpus, parse_size(size), workdir) for size in sizes}
     rows: list[Measure] = []
     for round_ in range(1, args.rounds + 1):
         for size in sizes:
             for run in runs:
-                out = Path(tempfile.mkdtemp(dir=args.workdir, prefix=f"{run}-{size}-"))
+                out = Path(tempfile.mkdtemp(dir=workdir, prefix=f"{run}-{size}-"))
                 set_page_cache(corpora[size], args.page_cache)
                 seconds, cpu, rss, stage2 = train(corpora[size], run, args.vocab, args.transition, out)
                 size_bytes = corpora[size].stat().st_size
-                label = f"{args.corpus.stem} {size}, {args.vocab // 1000}K"
+                label = f"{corpus.stem} {size}, {args.vocab // 1000}K"
                 measure = Measure(label, size_bytes, run, round_, seconds, rss, stage2, cpu_seconds=cpu)
-                if args.eval is not None:
-                    measure.bytes_per_token = bytes_per_token(out, args.eval)
+                if held_out is not None:
+                    measure.bytes_per_token = bytes_per_token(out, held_out)
                 rows.append(measure)
                 print(f"{size} #{round_} {run}: {seconds:.1f} s ({cpu:.0f} CPU s), {rss / 2**30:.2f} GiB",
                       stage2)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps([asdict(row) for row in rows], indent=1) + "\n")
-    for earlier in filter(None, args.include.split(",")):
-        rows += [Measure(**row) for row in json.loads(Path(earlier).read_text())]
-    text = table(rows)
-    args.out.with_suffix(".md").write_text(text + "\n")
-    plot(rows, args.out.with_suffix(".png"))
+    output(args.out, ".json").write_text(json.dumps([asdict(row) for row in rows], indent=1) + "\n")
+    results = [rows, *included]
+    text = table(results)
+    output(args.out, ".md").write_text(text + "\n")
+    plot(results, output(args.out, ".png"))
     print(text)
-
 
 if __name__ == "__main__":
     main()
