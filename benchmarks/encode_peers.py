@@ -31,8 +31,8 @@ valid+test paragraphs, its tokenisation undone, in order), and code, the whole d
 (``<|endoftext|>`` between them) of a prefix of ``--code`` (20 MB by default).
 
 Each (vocabulary, contender, thread count) runs in a fresh Python process pinned to that many CPUs
-(``sched_setaffinity``; Rayon pools size themselves from it, and ``RAYON_NUM_THREADS``,
-``RAYON_RS_NUM_THREADS`` say it too). Figures are MB of UTF-8 text per wall second. A *first pass* is the
+(``sched_setaffinity``; Rayon pools size themselves from it, and ``RAYON_NUM_THREADS`` says it too).
+Figures are MB of UTF-8 text per wall second. A *first pass* is the
 first encode of the texts by a fresh encoder object (piece caches cold; building it is not timed); a
 *repeated pass* is the best of ``--repeats`` passes that follow it on the same object. Per-document
 encoding is measured with one thread only (every contender's single-text call runs on the calling
@@ -49,6 +49,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -61,6 +62,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from make_english_corpus import wikitext_paragraph  # noqa: E402  (benchmarks/ holds scripts, not a package)
 
+ROOT = Path(__file__).resolve().parents[1]
 SECTION = "## Encoding against the fastest encoders"
 SPECIAL = "<|endoftext|>"
 CONTENDERS = ("superbpe", "gigatoken", "fastokens", "tiktoken", "hf")
@@ -455,7 +457,6 @@ def run_worker(job: dict[str, Any], workdir: Path, timeout: float) -> dict[str, 
     env = dict(
         os.environ,
         RAYON_NUM_THREADS=str(threads),
-        RAYON_RS_NUM_THREADS=str(threads),
         TOKENIZERS_PARALLELISM="true",
         OMP_NUM_THREADS="1",
         OPENBLAS_NUM_THREADS="1",
@@ -696,7 +697,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per worker process")
-    parser.add_argument("--output", type=Path, default=Path(__file__).resolve().parents[1] / "BENCHMARKS.md")
+    parser.add_argument("--output", type=Path, default=ROOT / "BENCHMARKS.md")
     parser.add_argument("--no-write", action="store_true", help="print the section instead of writing it")
     parser.add_argument("--json", type=Path, help="also write every raw result here")
     args = parser.parse_args(argv)
@@ -707,18 +708,53 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+def _thread_counts(text: str) -> list[int]:
+    try:
+        threads = sorted({int(t) for t in text.split(",") if t})
+    except ValueError:
+        raise BenchError(f"--threads {text}: give whole numbers, comma-separated (1,2)") from None
+    if any(n < 1 for n in threads):
+        raise BenchError(f"--threads {text}: a thread count is at least 1")
+    if 1 not in threads:
+        raise BenchError("--threads must include 1 (the reference ids are per-document, one thread)")
+    return threads
+
+
+def _check_inputs(args: argparse.Namespace, vocabs: Sequence[str]) -> None:
+    """The files the run reads, and the counts it divides by, checked before the first worker starts."""
+    if args.repeats < 1:
+        raise BenchError(f"--repeats must be at least 1 (a repeated pass is their best), not {args.repeats}")
+    if args.english_docs < 0:
+        raise BenchError(f"--english-docs must be 0 (all) or more, not {args.english_docs}")
+    needed = ["wikitext103_valid_test.txt.gz"]
+    if any(v != "superbpe200k" for v in vocabs):
+        needed += ["gpt2_vocab.json", "gpt2_merges.txt"]
+    for name in needed:
+        if not (args.data / name).is_file():
+            raise BenchError(f"--data {args.data}: no {name} in it")
+    if not args.code.is_file():
+        raise BenchError(f"--code {args.code}: no such file")
+    if args.official is not None:
+        for name in ("vocab.json", "merges.txt"):
+            if not (args.official / name).is_file():
+                raise BenchError(f"--official {args.official}: no {name} in it")
+    elif "superbpe200k" in vocabs:
+        raise BenchError("superbpe200k needs --official DIR (the released vocab.json and merges.txt)")
+    if args.json is not None and not args.json.parent.is_dir():
+        raise BenchError(f"--json {args.json}: no directory {args.json.parent} to write it in")
+
+
 def _main(args: argparse.Namespace, argv: list[str]) -> int:
     vocabs = [v for v in args.vocabs.split(",") if v]
     kinds = [k for k in args.contenders.split(",") if k]
-    threads = sorted({int(t) for t in args.threads.split(",") if t})
+    threads = _thread_counts(args.threads)
     for v in vocabs:
         if v not in VOCABS:
             raise BenchError(f"unknown vocabulary {v!r}; known: {', '.join(VOCABS)}")
     for k in kinds:
         if k not in CONTENDERS:
             raise BenchError(f"unknown contender {k!r}; known: {', '.join(CONTENDERS)}")
-    if 1 not in threads:
-        raise BenchError("--threads must include 1 (the reference ids are per-document, one thread)")
+    _check_inputs(args, vocabs)
     log = lambda msg: print(f"[encode_peers] {msg}", file=sys.stderr, flush=True)  # noqa: E731
     load_start = os.getloadavg()[0]
     english = english_documents(args.data / "wikitext103_valid_test.txt.gz")
@@ -745,9 +781,7 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
         "load_start": load_start,
         "load_end": os.getloadavg()[0],
         "versions": _versions(shown),
-        "command": "python benchmarks/encode_peers.py --data $D --official $O/released_180K_200K"
-        + " --code $C/code100M.txt"
-        + "".join(f" {a}" for a in _shown_options(argv)),
+        "command": _command(args, argv),
     }
     section = render(results, specs, shown, meta)
     if args.json:
@@ -759,6 +793,38 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
         args.output.write_text(replace_section(doc, section), encoding="utf-8")
         log(f"wrote {SECTION[3:]!r} into {args.output}")
     return 0
+
+
+def placeholder_dirs() -> dict[str, Path]:
+    """The directories BENCHMARKS.md calls ``$C``, ``$D`` and ``$O``: the environment's ``C``, ``D``, ``O``
+    when set, else the ones it names beside the checkout (``../corpora``, ``../shared/data``,
+    ``../shared/official``)."""
+    beside = ROOT.parent
+    defaults = {"C": beside / "corpora", "D": beside / "shared" / "data", "O": beside / "shared" / "official"}
+    return {name: Path(os.environ.get(name) or default) for name, default in defaults.items()}
+
+
+def shown_path(path: Path, dirs: dict[str, Path]) -> str:
+    """``path`` as the command shown gives it: under the deepest of ``dirs`` that holds it, that directory's
+    placeholder (``$C/code100M.txt``), so that the command reads the same on every machine; else as given."""
+    resolved = path.resolve()
+    holders = [(name, base.resolve()) for name, base in dirs.items()]
+    holders = [(name, base) for name, base in holders if resolved == base or resolved.is_relative_to(base)]
+    if not holders:
+        return shlex.quote(str(path))
+    name, base = max(holders, key=lambda holder: len(holder[1].parts))
+    rest = resolved.relative_to(base).as_posix()
+    shown = f"${name}" if rest == "." else f"${name}/{rest}"
+    return shown if shlex.quote(rest) == rest else f'"{shown}"'
+
+
+def _command(args: argparse.Namespace, argv: list[str]) -> str:
+    """The command that reproduces the run: its own paths (as placeholders where they can be), then the
+    options given that are worth repeating."""
+    dirs = placeholder_dirs()
+    paths = [("--data", args.data), ("--official", args.official), ("--code", args.code)]
+    given = "".join(f" {option} {shown_path(path, dirs)}" for option, path in paths if path is not None)
+    return "python benchmarks/encode_peers.py" + given + "".join(f" {a}" for a in _shown_options(argv))
 
 
 def _shown_options(argv: list[str]) -> list[str]:
