@@ -160,6 +160,36 @@ def write_hf_json(tokenizer_dir: Path, out: Path) -> Path:
     return out / "tokenizer.json"
 
 
+def documents(args: argparse.Namespace) -> dict[str, list[str]]:
+    """The English and code documents, or a one-line exit on what would give no figure or a made-up one:
+    a missing or empty input, no pass to time, a size below one byte."""
+    if args.passes < 1:
+        raise SystemExit(f"error: --passes must be at least 1 (the first pass; more give the repeated one), "
+                         f"not {args.passes}")
+    for option, value in (("--doc-bytes", args.doc_bytes), ("--code-bytes", args.code_bytes)):
+        if value < 1:
+            raise SystemExit(f"error: {option} must be at least 1, not {value}")
+    for name in ("vocab.json", "merges.txt"):
+        if not (args.tokenizer / name).is_file():
+            raise SystemExit(f"error: {args.tokenizer}: no {name} in it")
+    if args.json is not None and not args.json.parent.is_dir():
+        raise SystemExit(f"error: --json {args.json}: no directory {args.json.parent} to write it in")
+    texts = {}
+    for option, path in (("--english", args.english), ("--code", args.code)):
+        try:
+            texts[option] = read_text(path)
+        except (OSError, EOFError, UnicodeDecodeError) as exc:
+            raise SystemExit(f"error: {option} {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    corpora = {
+        "english": english_documents(texts["--english"], args.doc_bytes),
+        "code": code_documents(texts["--code"][: 2 * args.code_bytes], args.code_bytes),
+    }
+    for corpus, docs in corpora.items():
+        if not docs:
+            raise SystemExit(f"error: --{corpus} {getattr(args, corpus)}: no documents in it")
+    return corpora
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("tokenizer", type=Path, help="directory of official vocab.json + merges.txt")
@@ -175,13 +205,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args._worker:
         print(json.dumps(worker(json.loads(args._worker))))
         return 0
+    corpora = documents(args)
     report: dict[str, Any] = {"load_before": os.getloadavg(), "corpora": {}}
     with tempfile.TemporaryDirectory() as tmp:
         hf_json = write_hf_json(args.tokenizer, Path(tmp) / "tok")
-        corpora = {
-            "english": english_documents(read_text(args.english), args.doc_bytes),
-            "code": code_documents(read_text(args.code)[: 2 * args.code_bytes], args.code_bytes),
-        }
         for corpus, docs in corpora.items():
             path = Path(tmp) / f"{corpus}.json"
             path.write_text(json.dumps(docs), encoding="utf-8")
@@ -206,6 +233,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def _figure(mb_s: float | None) -> str:
+    """MB/s to one decimal, or a dash where there is no figure: one pass has no repeated one, and a pass
+    shorter than the CPU clock's tick has no speed."""
+    return "–" if mb_s is None else f"{mb_s:.1f}"
+
+
 def _print(corpus: str, rows: list[dict[str, Any]]) -> None:
     hf_rows = [r for r in rows if r.get("name", "").startswith("hf-") and "digest" in r]
     reference = hf_rows[0]["digest"] if hf_rows else None
@@ -217,9 +250,10 @@ def _print(corpus: str, rows: list[dict[str, Any]]) -> None:
         if "error" in row:
             print(f"{row['name']:18} failed: {row['error']}")
             continue
-        mbs = [p["mb_s"] or 0.0 for p in row["passes"]]
+        mbs = [p["mb_s"] for p in row["passes"]]
+        repeated = [mb for mb in mbs[1:] if mb is not None]
         same = "?" if reference is None else ("=HF" if row["digest"] == reference else "DIFF")
-        print(f"{row['name']:18} {mbs[0]:10.1f} {max(mbs[1:], default=0.0):11.1f} "
+        print(f"{row['name']:18} {_figure(mbs[0]):>10} {_figure(max(repeated, default=None)):>11} "
               f"{row['passes'][0]['wall_s']:12.2f} {row['setup_s']:8.1f}  {same:4} {row['note']}")
 
 
