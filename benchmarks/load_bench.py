@@ -62,9 +62,12 @@ def export(directory: Path, compat: str | None, out: Path) -> bool:
     """Write ``tokenizer.json`` (and the tiktoken files where they can be) for ``directory`` into ``out``;
     whether tiktoken's were written."""
     from superbpe.api.tokenizer import Tokenizer
-    from superbpe.core.errors import ConfigError
+    from superbpe.core.errors import ConfigError, SuperBPEError
 
-    tok = Tokenizer.load(directory, compat=compat)
+    try:
+        tok = Tokenizer.load(directory, compat=compat)
+    except SuperBPEError as exc:
+        raise SystemExit(f"error: {exc}") from None
     try:
         tok.save(out, tiktoken=True)
         written = True
@@ -82,7 +85,8 @@ def timed(kind: str, directory: Path, compat: str | None, out: Path, repeats: in
     # own `superbpe/` there would shadow the installed package.
     done = subprocess.run(args, capture_output=True, text=True, check=False, cwd=out)
     if done.returncode != 0:
-        raise SystemExit(f"{kind} on {directory} failed: {done.stderr.strip().splitlines()[-1]}")
+        last = done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]
+        raise SystemExit(f"{kind} on {directory} failed: {last[0]}")
     return json.loads(done.stdout)
 
 
@@ -92,6 +96,12 @@ def main() -> None:
     parser.add_argument("--compat", default=None, help="as Tokenizer.load takes it (e.g. official)")
     parser.add_argument("--repeats", type=int, default=4)
     args = parser.parse_args()
+    if args.repeats < 1:
+        raise SystemExit(f"error: --repeats must be at least 1 (a column is their best), not {args.repeats}")
+    for directory in args.directories:
+        for name in ("vocab.json", "merges.txt"):
+            if not (directory / name).is_file():
+                raise SystemExit(f"error: {directory}: no {name} in it")
     print("| tokenizer | contender | first load, s | best of the next, s |")
     print("| --- | --- | --- | --- |")
     for directory in args.directories:
