@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from sortedcontainers import SortedList
 
 import superbpe
+from superbpe.core.errors import SuperBPEError
 from superbpe.core.types import Merge
 from superbpe.engines.python_trainer import _order_key, _PairTable, train_merges
 
@@ -84,8 +85,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
     specials = ["<|endoftext|>"]
-    counts = dict(superbpe.count(args.corpus, specials, engine="auto").counts)
     num_merges = args.vocab - 256 - len(specials)
+    if args.rounds < 1:
+        raise SystemExit(f"error: --rounds must be at least 1, not {args.rounds}")
+    if num_merges < 1:
+        least = 256 + len(specials) + 1  # the bytes, the specials and one merge
+        raise SystemExit(f"error: --vocab must be at least {least}, not {args.vocab}")
+    try:
+        counts = dict(superbpe.count(args.corpus, specials, engine="auto").counts)
+    except SuperBPEError as exc:
+        raise SystemExit(f"error: {exc}") from None
     print(f"corpus {args.corpus}: {len(counts):,} distinct pieces; {num_merges:,} merges")
     contenders = {
         "lazy heap (train_merges)": lambda: train_merges(counts, num_merges).merges,
