@@ -234,7 +234,11 @@ def write_corpus(chain: Chain, out: Path, size: int, seed: int, workers: int) ->
                 for block in map_blocks(make_block, batch):
                     if written + len(block) >= size:
                         # The last block: cut after its last whole line that fits.
-                        f.write(block[: block.rfind(b"\n", 0, size - written) + 1])
+                        cut = block.rfind(b"\n", 0, size - written) + 1
+                        if written + cut == 0:
+                            first = block.index(b"\n") + 1
+                            raise CorpusError(f"--size {size}: below the corpus's first line ({first} bytes)")
+                        f.write(block[:cut])
                         written = size
                         break
                     f.write(block)
@@ -267,10 +271,10 @@ def main(argv: list[str] | None = None) -> int:
         paragraphs = read_paragraphs(args.source or [DEFAULT_SOURCE])
         kept = [p for i, p in enumerate(paragraphs) if i % HELDOUT_EVERY]
         chain = Chain(kept)
-        if args.heldout:
+        written = write_corpus(chain, args.out, size, args.seed, args.workers)
+        if args.heldout:  # after the corpus: a run refused there writes nothing
             heldout = "\n".join(p for i, p in enumerate(paragraphs) if i % HELDOUT_EVERY == 0) + "\n"
             args.heldout.write_text(heldout, encoding="utf-8")
-        written = write_corpus(chain, args.out, size, args.seed, args.workers)
     except CorpusError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
