@@ -794,6 +794,8 @@ def validate(args: argparse.Namespace) -> None:
         raise BenchError(f"corpus is not a file: {args.corpus}")
     if args.corpus.stat().st_size == 0:
         raise BenchError(f"corpus is empty: {args.corpus}")
+    if args.json is not None:
+        _check_writable(args.json)
     if args.vocab < 258:
         raise BenchError(f"--vocab must be at least 258 (256 bytes, special, a merge), not {args.vocab}")
     if args.max_bytes is not None and args.max_bytes < 1:
@@ -820,6 +822,16 @@ def validate(args: argparse.Namespace) -> None:
         except SuperBPEError as exc:
             raise BenchError(str(exc)) from None
     _check_importable(args)
+
+
+def _check_writable(path: Path) -> None:
+    """``--json``'s file can be written: checked first, since it is written after every contender ran."""
+    if path.is_dir():
+        raise BenchError(f"--json {path} is a directory")
+    if not path.parent.is_dir():
+        raise BenchError(f"--json {path}: no directory {path.parent} to write it in")
+    if not os.access(path if path.exists() else path.parent, os.W_OK):
+        raise BenchError(f"--json {path}: not writable")
 
 
 def _check_importable(args: argparse.Namespace) -> None:
@@ -868,7 +880,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         report = build_report(args, corpus, outcomes, machine)
     print(render(report))
     if args.json:
-        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        try:
+            args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        except OSError as exc:  # the results are in the table above
+            print(f"bench: error: --json {args.json}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     return 0 if report["ok"] else 1
 
 

@@ -124,6 +124,7 @@ def test_repeats_run_in_rounds(tmp_path: Path, tiny: Path) -> None:
         (["TINY"], "the encode comparison needs GPT-2's files: pass --gpt2-dir"),
         (["TINY", "--pattern", "nosuchpattern", "--only", "train"], "nosuchpattern"),
         (["TINY", "--only", "runs", "--transition", "1.5"], "--transition must be a fraction"),
+        (["TINY", "--only", "train", "--json", "/no/such/dir/bench.json"], "--json /no/such/dir/bench.json"),
     ],
 )
 def test_usage_errors_are_one_line(args: list[str], message: str, tiny: Path) -> None:
