@@ -12,6 +12,12 @@
 # Deterministic: the package versions are pinned below. When the archive no longer serves a pinned version, the
 # current one is used and MANIFEST says so (the text then differs slightly; sizes and growth barely change).
 set -euo pipefail
+usage="usage: benchmarks/make_large_corpus.sh [OUT_DIR]    (default: \${TMPDIR:-/tmp}/superbpe-corpora/large)"
+case "${1:-}" in
+  -h|--help) echo "$usage"; exit 0 ;;
+  -*) echo "make_large_corpus.sh: unknown option $1; $usage" >&2; exit 2 ;;
+esac
+[ $# -le 1 ] || { echo "make_large_corpus.sh: one OUT_DIR at most; $usage" >&2; exit 2; }
 out="${1:-${TMPDIR:-/tmp}/superbpe-corpora/large}"
 mkdir -p "$out/parts"
 out="$(cd "$out" && pwd)"
