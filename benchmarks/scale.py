@@ -327,5 +327,6 @@ def main() -> None:
     plot(results, output(args.out, ".png"))
     print(text)
 
+
 if __name__ == "__main__":
     main()
