@@ -427,6 +427,8 @@ def run_dir_lock(directory: Path) -> Iterator[None]:
                 f"{directory}: another process is training into it; wait for it to end or stop it (its "
                 "checkpoint keeps its merges)"
             ) from None
+        except OSError:  # a file system without locks (some network mounts): the run goes on unheld
+            pass
         yield
     finally:
         os.close(fd)
