@@ -154,3 +154,16 @@ def test_resuming_a_finished_run_whose_files_were_changed_writes_them_again(corp
     with caplog.at_level(logging.INFO, logger="superbpe"):
         run_training(resume(cfg))
     assert "nothing to do" in caplog.text
+
+
+def test_a_run_directory_that_cannot_be_locked_is_trained_into_unheld(corpus, tmp_path, monkeypatch):
+    """Some network file systems refuse locks (ENOLCK): the run goes on, as it would without the lock."""
+    import errno  # reason: as below
+    import fcntl  # reason: stands in for a file system without locks
+
+    def no_locks(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    cfg = superbpe_config(corpus, tmp_path / "run", "python")
+    assert run_training(cfg).merges
