@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import replace
 from pathlib import Path
@@ -167,3 +168,16 @@ def test_a_run_directory_that_cannot_be_locked_is_trained_into_unheld(corpus, tm
     monkeypatch.setattr(fcntl, "flock", no_locks)
     cfg = superbpe_config(corpus, tmp_path / "run", "python")
     assert run_training(cfg).merges
+
+
+@pytest.mark.skipif(not native_available(), reason="superbpe._native is not built")
+def test_each_stage_records_the_engine_that_trained_it(corpus, tmp_path):
+    """A run stopped after stage 1 on the python engine and resumed on the native one recorded only the
+    last engine, as though it had trained both stages."""
+    cfg = superbpe_config(corpus, tmp_path / "run", "python")
+    first = run_training(cfg)
+    cut_checkpoint(tmp_path / "run", first.stage_ends[0], 1)
+    run_training(replace(resume(cfg), engine=EngineConfig("native")))
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert [stage["engine"] for stage in metrics["stages"]] == ["python", "native"]
+    assert metrics["config"]["engine"] == "native"

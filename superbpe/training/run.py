@@ -867,6 +867,7 @@ def _stage_metrics(plan: StagePlan, stats: StageStats, merges: int, job: _Job) -
         **stats.sizes,
         "peak_rss_bytes": stats.peak_rss_bytes,
         "from": _stage_source(plan, stats, job),
+        "engine": job.engine.name,  # a resume may run on another engine than the stages before it
     }
 
 
