@@ -645,3 +645,21 @@ def test_a_tokenizer_pickles_and_copies_as_itself(engine: str, sample_texts: Pat
         assert (other.vocab, other.merges) == (tok.vocab, tok.merges) and other.special_tokens == specials
         assert (other.pretokenizer, other.engine, other.whole_pieces) == (tok.pretokenizer, engine, True)
         assert other.roles == tok.roles and repr(other) == repr(tok)
+
+
+def test_a_merges_file_cut_short_is_said_when_its_unmade_tokens_become_specials(
+    tmp_path: Path, sample_texts: Path
+) -> None:
+    """Tokens no merge makes are taken as special tokens: a merges.txt cut short made thousands of them,
+    which then cut ordinary text out as specials, without a word."""
+    import warnings  # reason: only this test records warnings
+
+    vocab, merges = superbpe.train_bpe(sample_texts / "corpus.en", 900, ["<|endoftext|>"])
+    Tokenizer(vocab, merges, ["<|endoftext|>"]).save(tmp_path / "whole")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert Tokenizer.from_files(tmp_path / "whole" / "vocab.json", tmp_path / "whole" / "merges.txt")
+    lines = (tmp_path / "whole" / "merges.txt").read_text(encoding="utf-8").splitlines(keepends=True)
+    (tmp_path / "merges.txt").write_text("".join(lines[:100]), encoding="utf-8")
+    with pytest.warns(UserWarning, match=r"tokens that no merge of .*merges.txt makes are taken as special"):
+        Tokenizer.from_files(tmp_path / "whole" / "vocab.json", tmp_path / "merges.txt")

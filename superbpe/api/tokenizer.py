@@ -84,6 +84,11 @@ STREAM_FLUSH_CHARS = 1 << 16
 FILE_READ_BYTES = 1 << 20
 
 
+#: How many tokens no merge makes a vocabulary may hold as its special tokens before that looks like a
+#: merges file cut short or from another tokenizer (Llama 3 reserves 256).
+UNMADE_EXPECTED = 256
+
+
 class Tokenizer:
     """Byte-level BPE encode/decode with special tokens; see the module docstring for the contract."""
 
@@ -514,6 +519,14 @@ class Tokenizer:
         unmade = special_tokens is None
         files = read_gpt2_files(vocab_filepath, merges_filepath, special_tokens or (), unmade=unmade)
         specials = files.unmade if unmade else special_tokens
+        if unmade and len(files.unmade) > max(UNMADE_EXPECTED, len(files.vocab) // 100):
+            warnings.warn(
+                f"{vocab_filepath}: {len(files.unmade)} tokens that no merge of {merges_filepath} makes "
+                f"are taken as special tokens ({specials_shown(files.unmade)}); if merges.txt is cut short "
+                "or from another tokenizer, texts holding them get wrong ids: give special_tokens= to name "
+                "the specials",
+                stacklevel=caller_stacklevel(),
+            )
         return cls._from_read(
             files.vocab, files.merges, files.valid, specials, pretokenizer, engine, whole_pieces=whole_pieces,
             specials_unmade=unmade,
