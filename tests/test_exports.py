@@ -467,3 +467,22 @@ def test_a_tokenizer_json_setting_we_do_not_reproduce_is_refused(tmp_path: Path,
         Tokenizer.load(tmp_path / "theirs")
     text = "Straße 12"
     assert Tokenizer.load(tmp_path / "ours").encode(text) == Tokenizer(vocab, merges, [EOT]).encode(text)
+
+
+def test_official_preset_refuses_a_run_whose_only_stage_comes_from_a_source(
+    tmp_path: Path, sample_texts: Path
+) -> None:
+    """schedule=bpe from a source under compat=official counted no text, took its byte tokens from the
+    merges' bytes and wrote a vocabulary lacking bytes its corpus holds (it could not encode it)."""
+    from superbpe.core.compat import OFFICIAL  # reason: the training modules are only needed here
+    from superbpe.training.config import DataConfig, ScheduleConfig, TrainConfig  # reason: as above
+    from superbpe.training.run import run_training  # reason: as above
+
+    vocab, merges = superbpe.train_bpe(sample_texts / "corpus.en", 500, [])
+    Tokenizer(vocab, merges, []).save(tmp_path / "source")
+    cfg = TrainConfig(data=DataConfig(paths=[str(sample_texts / "corpus.en")]), vocab_size=400,
+                      special_tokens=[], cache_dir=None, output_dir=str(tmp_path / "out"), compat=OFFICIAL,
+                      schedule=ScheduleConfig(from_tokenizer=str(tmp_path / "source")))  # fmt: skip
+    with pytest.raises(ConfigError, match="compat=official takes its byte tokens from the text a stage"):
+        run_training(cfg)
+    assert not (tmp_path / "out").exists()

@@ -272,6 +272,12 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
         log.warning("tokenizer.json will not encode as this tokenizer does (HF, transformers): %s", problem)
     source = load_source(cfg.schedule)
     source_merges: tuple[Merge, ...] = ()
+    if source is not None and len(plans) == 1 and compat.alphabet == "seen":
+        raise ConfigError(
+            f"compat={compat.name} takes its byte tokens from the text a stage counts, and a run whose only "
+            f"stage is {source.description} counts none: load that tokenizer as it is "
+            f"(Tokenizer.load(..., compat={compat.name!r})), or train a stage after it (schedule=superbpe)"
+        )
     if source is not None:
         check_source_compat(source, compat)
         plans, source_merges = apply_source(plans, source)
