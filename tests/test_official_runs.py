@@ -131,3 +131,18 @@ def test_official_memory_estimate_from_samples_is_at_least_the_build_floor():
     ours = native.train_memory(PieceCounts(counts, {}), replay)
     assert need.pieces == len(pieces) > 65_536  # sampled
     assert need.build_bytes >= 8 * (need.piece_bytes + need.pieces) > ours.build_bytes
+
+
+def test_a_stage_that_drops_inherited_merges_counts_its_own(tmp_path: Path, sample_texts: Path) -> None:
+    """Stage 2 on text that never makes most of the source's merges drops them (absent_inherited: drop):
+    its merges were counted from the inherited end, fewer than none."""
+    import superbpe  # reason: trains the source tokenizer
+
+    vocab, merges = superbpe.train_bpe(sample_texts / "corpus.en", 800, [], compat="official")
+    superbpe.Tokenizer(vocab, merges, []).save(tmp_path / "source")
+    schedule = superbpe_schedule(len(merges), from_tokenizer=str(tmp_path / "source"))
+    out = _run(tmp_path / "out", sample_texts / "german.txt", cache=None, vocab_size=900, schedule=schedule)
+    metrics = json.loads((out / "metrics.json").read_text())
+    learned = metrics["stages"][1]["merges"]
+    kept = len((out / MERGES_FILE).read_text(encoding="utf-8").splitlines()) - 1 - learned  # "#version"
+    assert learned > 0 and 0 < kept < len(merges)  # some inherited merges were dropped, some kept

@@ -561,7 +561,8 @@ def _run_stage(job: _Job, plan: StagePlan, checkpointer: Checkpointer, ahead: _C
             merges = _train(
                 job, plan, counts, state.merges[:start_len], state.merges[start_len:], checkpointer, stats
             )
-    checkpointer.finish_stage(merges, _stage_metrics(plan, stats, len(merges) - start_len, job))
+    kept = _inherited_kept(plan, state.merges[:start_len], merges)
+    checkpointer.finish_stage(merges, _stage_metrics(plan, stats, len(merges) - kept, job))
     if len(merges) < plan.end:
         log.info(
             "stage %s ended early at %d merges: no pair left that the rules allow", plan.name, len(merges)
@@ -798,6 +799,16 @@ def _choose(
     merges = list(result.merges)
     _check_chosen_again(plan, known, merges)
     return merges
+
+
+def _inherited_kept(plan: StagePlan, inherited: Sequence[Merge], merges: Sequence[Merge]) -> int:
+    """How many of the ``inherited`` merges a stage's ``merges`` still hold: all of them, unless its rules
+    drop those its corpus never makes (``absent_inherited: drop``), when the stage's own merges are
+    what follows the ones kept (counting from the inherited end gave a stage fewer than none)."""
+    if plan.rules.absent_inherited != "drop":
+        return len(inherited)
+    present = set(merges)
+    return sum(merge in present for merge in inherited)
 
 
 def _check_chosen_again(plan: StagePlan, known: Sequence[Merge], merges: Sequence[Merge]) -> None:
