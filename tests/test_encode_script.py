@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing
+import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +30,7 @@ import superbpe.jobs.encode as encode_module
 from superbpe.api.tokenizer import Tokenizer
 from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.sources import Chunk
+from superbpe.core.util import handled_stop_signals, stop_signals_held
 from superbpe.engines.interface import native_available
 from superbpe.jobs.encode import encode_corpus
 from superbpe.jobs.evaluate import _cuts_as_special, chunk_counts, evaluate
@@ -531,16 +535,60 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def test_encode_worker_processes_leave_sigterm_to_its_default_action(tokenizer_dir):
-    """A forked worker keeps the command's SIGTERM handler, which raises KeyboardInterrupt, unless its set-up
-    resets it: raised inside a worker (a scheduler's SIGTERM reaches the whole process group) it hung the
-    pool in about a third of the tries, and the default action in a thirtieth."""
+def _pending(pid: int, signum: int) -> bool:
+    """Whether ``signum`` sent to process ``pid`` waits there, not yet taken by any thread (Linux)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    shared = next(line for line in status.splitlines() if line.startswith("ShdPnd:"))
+    return bool(int(shared.split()[1], 16) >> (signum - 1) & 1)
+
+
+@pytest.mark.skipif(
+    not (hasattr(signal, "sigwaitinfo") and Path("/proc/self/status").is_file()),
+    reason="a worker tells SIGTERM's sender with sigwaitinfo; its pending signals are read from /proc",
+)
+def test_encode_workers_leave_stop_signals_to_the_command_but_end_when_their_pool_terminates_them(
+    tokenizer_dir,
+):
+    """A scheduler's SIGTERM and a terminal's Ctrl-C reach the workers of a python-engine encode too: a
+    worker that dies of one (or raises KeyboardInterrupt) halfway through sending its ids hangs the command
+    at its pool's shutdown. They are the command's to handle; a SIGTERM from the pool's own process (which
+    terminates its workers when one of them died) still ends a worker."""
     previous = signal.signal(signal.SIGTERM, _interrupt)  # as the commands set it
     try:
         context = multiprocessing.get_context("fork")
-        args = (str(tokenizer_dir), "python", None, None, "text", "strict", "uint32")
+        handled = handled_stop_signals()
+        assert set(handled) == {signal.SIGINT, signal.SIGTERM}
+        args = (str(tokenizer_dir), "python", None, None, "text", "strict", "uint32", os.getpid(), handled)
         with ProcessPoolExecutor(1, context, encode_module._init_worker, args) as pool:
-            assert pool.submit(signal.getsignal, signal.SIGTERM).result() == signal.SIG_DFL
+            worker = pool.submit(os.getpid).result(timeout=60)
+            send = f"import os, signal; os.kill({worker}, signal.SIGTERM); os.kill({worker}, signal.SIGINT)"
+            subprocess.run([sys.executable, "-c", send], check=True)  # from another process
+            assert pool.submit(os.getpid).result(timeout=60) == worker
+            deadline = time.monotonic() + 60
+            while _pending(worker, signal.SIGTERM):  # taken, so that the next one is not merged into it
+                assert time.monotonic() < deadline, "the worker never took the SIGTERM"
+                time.sleep(0.01)
+            assert pool.submit(os.getpid).result(timeout=60) == worker
+            os.kill(worker, signal.SIGTERM)  # from the pool's process
+            with pytest.raises(BrokenProcessPool):
+                pool.submit(time.sleep, 5).result(timeout=60)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_stop_signals_held_take_effect_at_the_end_of_the_block():
+    """Submitting to the encode pool (which starts its workers) is not interrupted halfway."""
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        reached = False
+        with pytest.raises(KeyboardInterrupt), stop_signals_held():
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            reached = True
+        assert reached
+        assert signal.getsignal(signal.SIGTERM) is _interrupt
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
         signal.signal(signal.SIGTERM, previous)
 

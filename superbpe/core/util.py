@@ -13,6 +13,7 @@ import resource
 import signal
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -223,15 +224,104 @@ def default_threads() -> int:
 
 
 def as_worker_process(*, ignore_interrupt: bool = False) -> None:
-    """Signal handling for a worker process forked from a command: SIGTERM kills it at once.
+    """Signal handling for a worker process forked from a command, which kills its workers when it stops
+    and reads nothing they were sending after that: SIGTERM kills it at once.
 
     A fork keeps the command's SIGTERM handler, which raises KeyboardInterrupt (so that a command stops
-    as on Ctrl-C); raised in a worker, at any point, it could leave a queue's lock or pipe half used, and
-    a scheduler's SIGTERM to the whole process group then hung the command and left a worker behind.
-    With ``ignore_interrupt`` Ctrl-C is the parent's to handle too."""
+    as on Ctrl-C); raised in a worker, at any point, it could leave a queue's lock or pipe half used.
+    With ``ignore_interrupt`` Ctrl-C is the parent's to handle too. A worker of a
+    :class:`~concurrent.futures.ProcessPoolExecutor` needs :func:`as_pool_worker` instead."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if ignore_interrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+#: The signals that stop a command (Ctrl-C, a scheduler's SIGTERM); the commands handle both.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def handled_stop_signals() -> tuple[int, ...]:
+    """Those of :data:`STOP_SIGNALS` that this process does not die of at once: it runs a handler (the
+    commands' raise KeyboardInterrupt) or ignores them. Passed to :func:`as_pool_worker`."""
+    return tuple(int(sig) for sig in STOP_SIGNALS if signal.getsignal(sig) not in (signal.SIG_DFL, None))
+
+
+def as_pool_worker(pool_pid: int, handled: tuple[int, ...]) -> None:
+    """Signal handling for a worker of a :class:`~concurrent.futures.ProcessPoolExecutor` in process
+    ``pool_pid``, as its initializer: the stop signals that process handles (``handled``) are left to it.
+
+    A scheduler's SIGTERM, and a terminal's Ctrl-C, reach every process of the command at once. A worker
+    that dies of one, or raises KeyboardInterrupt, while it sends a chunk's ids leaves the pool's result
+    reader waiting forever for the rest of them (or the pool's feeder thread writing a chunk to a pipe no
+    worker reads), and the command hangs at the pool's shutdown or at its exit. So the command stops its
+    pool itself: it cancels what has not started, and each worker ends after the chunks it was given.
+
+    Ctrl-C is ignored. So is SIGTERM, except the one the pool's process sends: it terminates its workers
+    when one of them died, and its shutdown then waits on them. A thread tells the sender
+    (``sigwaitinfo``); once the process that started the worker is gone, any SIGTERM ends it, as nothing
+    else would. Where ``sigwaitinfo`` is missing, SIGTERM kills the worker at once. A stop signal the
+    pool's process dies of kills its workers too.
+    """
+    ignore_interrupt = signal.SIGINT in handled
+    signal.signal(signal.SIGINT, signal.SIG_IGN if ignore_interrupt else signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not ignored: an ignored signal is never waited for
+    if signal.SIGTERM not in handled or not hasattr(signal, "sigwaitinfo"):
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # threads started later inherit it
+    threading.Thread(
+        target=_end_on_sigterm_from, args=(pool_pid, os.getppid()), name="superbpe-sigterm", daemon=True
+    ).start()
+
+
+def _end_on_sigterm_from(pool_pid: int, parent: int) -> None:
+    """Wait for SIGTERM (blocked in every thread of this process); die of the one the pool's process
+    sends, or of any once this process's parent is gone."""
+    while True:
+        info = signal.sigwaitinfo({signal.SIGTERM})
+        if info.si_pid == pool_pid or os.getppid() != parent:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+            signal.pthread_kill(threading.get_ident(), signal.SIGTERM)  # its default action, as sent
+            os._exit(128 + signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def stop_signals_held() -> Iterator[None]:
+    """The handlers of :data:`STOP_SIGNALS` that arrive in the block run at its end (a command's raise
+    KeyboardInterrupt there).
+
+    For submitting to a :class:`~concurrent.futures.ProcessPoolExecutor`, which starts its workers then:
+    raised in the middle, the exception could leave workers started and no thread to stop them (they
+    ignore those signals, :func:`as_pool_worker`, and the exit would wait on them forever), and a worker
+    forked before its initializer ran would raise it inside the pool's code. A fork in the block keeps
+    the holding handler until its initializer replaces it. Handlers run only in the main thread: in
+    another, nothing is held.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous: dict[int, Any] = {}
+    held: list[tuple[int, Any]] = []
+    released = False
+
+    def hold(signum: int, frame: Any) -> None:
+        if released:  # between the end of the block and its handler's return: as that handler
+            previous[signum](signum, frame)
+        else:
+            held.append((signum, frame))
+
+    try:
+        for sig in STOP_SIGNALS:
+            handler = signal.getsignal(sig)
+            if callable(handler):
+                previous[sig] = handler
+                signal.signal(sig, hold)
+        yield
+    finally:
+        released = True
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for signum, frame in held:
+            previous[signum](signum, frame)
 
 
 def whole_number(value: object, name: str, low: int | None = 1) -> int:

@@ -21,7 +21,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -44,12 +44,14 @@ from superbpe.core.sources import (
     resolve_inputs,
 )
 from superbpe.core.util import (
-    as_worker_process,
+    as_pool_worker,
     atomic_write,
     atomic_write_text,
     default_threads,
     directory_problem,
+    handled_stop_signals,
     resolve_threads,
+    stop_signals_held,
 )
 from superbpe.formats.token_files import (
     INDEX_NAME,
@@ -141,8 +143,10 @@ def _init_worker(
     text_field: str,
     errors: str,
     dtype_name: str,
+    pool_pid: int,
+    handled: tuple[int, ...],
 ) -> None:
-    as_worker_process()
+    as_pool_worker(pool_pid, handled)
     tokenizer = Tokenizer.load(directory, engine=engine, compat=compat)
     _worker_state["encoder"] = ChunkEncoder(tokenizer, separator_id, text_field, errors, np.dtype(dtype_name))
 
@@ -320,8 +324,20 @@ def _encoded(
     if encoder.tokenizer.engine == "native":
         yield from threads_in_order(encoder.encode, chunks, n_workers, "superbpe-encode")
         return
-    with ProcessPoolExecutor(n_workers, initializer=_init_worker, initargs=args) as pool:
-        yield from in_order(lambda chunk: pool.submit(_encode_in_worker, chunk), chunks, 2 * n_workers)
+    initargs = (*args, os.getpid(), handled_stop_signals())
+    pool = ProcessPoolExecutor(n_workers, initializer=_init_worker, initargs=initargs)
+
+    def submit(chunk: Chunk) -> Future[tuple[np.ndarray, int]]:
+        with stop_signals_held():  # the first submit starts the workers
+            return pool.submit(_encode_in_worker, chunk)
+
+    try:
+        yield from in_order(submit, chunks, 2 * n_workers)
+    finally:
+        # Stopped (Ctrl-C, SIGTERM: the workers leave them to this process, as_pool_worker): what has not
+        # started is dropped, and each worker ends once it has sent the chunks it was given, so that no
+        # pipe of the pool is left with half a message.
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 # ------------------------------------------------------------------------------ one file per shard
