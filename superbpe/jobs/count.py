@@ -9,6 +9,7 @@ Addition is exact and order-free, so the total equals a local count byte for byt
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -18,7 +19,7 @@ from superbpe.core.counts import PieceCounts, ProgressFn, counts_meta, prepare_c
 from superbpe.core.errors import InputError
 from superbpe.core.memory import CountCeiling
 from superbpe.core.pretokenize import Pretokenizer
-from superbpe.core.sources import DEFAULT_CHUNK_BYTES, Chunk, InputSpec
+from superbpe.core.sources import DEFAULT_CHUNK_BYTES, Chunk, InputSpec, input_fingerprint
 from superbpe.core.util import human_size
 from superbpe.engines.interface import Engine, get_engine
 from superbpe.engines.native import thread_count
@@ -120,8 +121,18 @@ def _sample_blocks(
     paths: Sequence[Path], pre: Pretokenizer, specials: Sequence[str], fraction: float
 ) -> tuple[list[Shard], list[Shard]]:
     """The corpus's blocks for a sample, and the ``fraction`` of them kept (see :func:`count_sample`)."""
+    blocks, kept = _planned_sample(tuple(paths), pre, tuple(specials), fraction, input_fingerprint(paths))
+    return list(blocks), list(kept)
+
+
+@functools.lru_cache(maxsize=8)
+def _planned_sample(
+    paths: tuple[Path, ...], pre: Pretokenizer, specials: tuple[str, ...], fraction: float, identity: str
+) -> tuple[tuple[Shard, ...], tuple[Shard, ...]]:
+    """:func:`_sample_blocks`, planned once per corpus (``identity``: its files' sizes and times): finding
+    the cuts reads a window of the corpus per block, and a run asks again for its metrics."""
     blocks = plan_shards(paths, specials, SAMPLE_BLOCK_BYTES, line_cuts=pre.safe_cuts_hold, pretokenizer=pre)
-    return blocks, sample_evenly(blocks, fraction)
+    return tuple(blocks), tuple(sample_evenly(blocks, fraction))
 
 
 def sampled_share(
