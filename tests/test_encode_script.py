@@ -398,7 +398,18 @@ def test_an_error_on_a_worker_leaves_no_output(tokenizer_dir, tmp_path):
             encode_corpus(tokenizer_dir, bad, out, workers=3, chunk_bytes=1024, engine=engine)
         with pytest.raises(InputError, match=r"bad.txt: invalid UTF-8 at byte 50000"):
             evaluate(Tokenizer.load(tokenizer_dir, engine=engine), bad, workers=3)
-    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("output", ["new/deeper/x.bin", "new/deeper/shards/"])
+def test_a_failed_encoding_removes_the_directories_it_made_for_its_output(tokenizer_dir, tmp_path, output):
+    """The flat file's parents, or the shard directory and its parents: made for the output, and gone
+    again when the encoding fails, so the tree is as it was."""
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"fine text\n" * 50 + b"\xff broken\n")
+    with pytest.raises(InputError, match=r"bad.txt: invalid UTF-8 at byte 500"):
+        encode_corpus(tokenizer_dir, bad, str(tmp_path / output), workers=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.txt"]
 
 
 def test_invalid_utf8_replaced_as_decoding_replaces_it(tokenizer_dir, documents, tmp_path):

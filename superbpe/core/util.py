@@ -124,6 +124,22 @@ def directory_problem(path: Path) -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def made_dirs_removed_on_failure(path: Path) -> Iterator[None]:
+    """Run the block; if it fails, remove ``path`` and those of its parents that did not exist when it
+    began (innermost first, each only while empty): a command that makes the directories of its output
+    and then fails leaves the tree as it found it, not an empty folder."""
+    absolute = path.expanduser().absolute()
+    missing = [p for p in (absolute, *absolute.parents) if not p.exists()]
+    try:
+        yield
+    except BaseException:
+        for made in missing:
+            with contextlib.suppress(OSError):
+                made.rmdir()
+        raise
+
+
 def remove_stale_temps(directory: Path) -> list[Path]:
     """Delete the temp files :func:`atomic_write` leaves when killed mid-write (``.<name>.XXXX.tmp``).
 

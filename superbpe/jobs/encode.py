@@ -15,6 +15,7 @@ shard files concatenated in index order are exactly the single flat file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -50,6 +51,7 @@ from superbpe.core.util import (
     default_threads,
     directory_problem,
     handled_stop_signals,
+    made_dirs_removed_on_failure,
     resolve_threads,
     stop_signals_held,
 )
@@ -204,6 +206,7 @@ def encode_corpus(
     tokens = documents = 0
     try:
         with (
+            made_dirs_removed_on_failure(out.parent),
             atomic_write(out) as handle,
             task("encoding", corpus_size(paths), "B", enabled=progress) as update,
         ):
@@ -378,7 +381,7 @@ def encode_sharded(
         shards = plan_shards(
             paths, tokenizer.special_tokens, size, line_cuts=line_cuts, pretokenizer=tokenizer.pretokenizer
         )
-        out, created = _prepare_output_dir(Path(output_dir))
+        out, made = _prepare_output_dir(Path(output_dir))
         common = (
             str(directory),
             engine,
@@ -418,26 +421,29 @@ def encode_sharded(
                 out / INDEX_NAME, json.dumps(asdict(result), indent=2, ensure_ascii=False) + "\n"
             )
         except BaseException:
-            _remove_output(out, created)
+            _remove_output(out, made)
             raise
     finally:
         runner.close()
     return result
 
 
-def _prepare_output_dir(out: Path) -> tuple[Path, bool]:
-    """The output directory, made if missing (True) or existing and empty (False)."""
+def _prepare_output_dir(out: Path) -> tuple[Path, list[Path]]:
+    """The output directory, existing and empty, or made with the parents it lacked; with the directories
+    made (innermost first, none for an existing one), for :func:`_remove_output`."""
     if out.exists() and not out.is_dir():
         raise ConfigError(f"output {out} is a file; a sharded encoding needs a new or empty directory")
     if out.is_dir():
         if any(out.iterdir()):
             raise ConfigError(f"output directory {out} is not empty; give a new or empty directory")
-        return out, False
+        return out, []
+    absolute = out.absolute()
+    made = [p for p in (absolute, *absolute.parents) if not p.exists()]
     try:
         out.mkdir(parents=True)
     except OSError as exc:
         raise InputError(f"cannot create {out}: {exc.strerror or exc}") from None
-    return out, True
+    return out, made
 
 
 def _remove_attempts(out: Path) -> None:
@@ -446,10 +452,14 @@ def _remove_attempts(out: Path) -> None:
         item.unlink(missing_ok=True)
 
 
-def _remove_output(out: Path, created: bool) -> None:
-    """Leave nothing of a failed encoding behind (the directory was new or empty when it began)."""
-    if created:
+def _remove_output(out: Path, made: Sequence[Path]) -> None:
+    """Leave nothing of a failed encoding behind (the directory was new or empty when it began): the
+    directories it made go, parents included while empty."""
+    if made:
         shutil.rmtree(out, ignore_errors=True)
+        for parent in made[1:]:
+            with contextlib.suppress(OSError):
+                parent.rmdir()
         return
     for item in out.iterdir():
         if item.is_file():
