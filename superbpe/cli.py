@@ -385,9 +385,11 @@ def _check_not_written_by_this_sweep(output: Path) -> None:
     """In a ``-m`` sweep, a token file an earlier job of it wrote is refused: every job would write the
     same file (it is named the same for all), and only the last one's ids would be left."""
     hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode != RunMode.MULTIRUN or output.is_dir():  # a sharded output refuses a non-empty one
+        return
     started = Path(hydra_cfg.sweep.dir) / "multirun.yaml"  # written as the sweep starts
     written = sidecar_path(output)
-    if hydra_cfg.mode != RunMode.MULTIRUN or not (started.is_file() and written.is_file()):
+    if not (started.is_file() and written.is_file()):
         return
     if written.stat().st_mtime >= started.stat().st_mtime:
         raise ConfigError(

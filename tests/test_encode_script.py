@@ -646,6 +646,19 @@ def test_a_sweep_whose_jobs_write_one_token_file_stops_at_the_second(tokenizer_d
     assert (tmp_path / "m_0.bin").read_bytes() == (tmp_path / "m_1.bin").read_bytes()
 
 
+def test_an_output_that_names_the_current_directory_is_a_one_line_error(tokenizer_dir, tmp_path):
+    """``output=.`` is a directory with no name of its own: a sharded output, refused as not empty, in a
+    sweep too (whose check of the file an earlier job wrote has no sidecar to name there)."""
+    source = tmp_path / "in.txt"
+    source.write_text("hello world\n")
+    for sweep in ([], ["-m"]):
+        proc = run_script(
+            "encode.py", *sweep, f"tokenizer={tokenizer_dir}", f"input={source}", "output=.", cwd=tmp_path
+        )
+        assert_one_line_error(proc, "output directory . is not empty")
+        assert not list(tmp_path.glob("shard-*")) and not (tmp_path / "index.json").exists()
+
+
 def test_a_separator_inside_a_records_text_is_warned_about(tokenizer_dir, tmp_path, caplog):
     """It is written as the separator's id (as ``Tokenizer.encode`` of the text gives it), so splitting the
     token file at it gives more documents than the sidecar's records: said, flat and sharded."""
