@@ -505,7 +505,7 @@ def _encode(cfg: DictConfig) -> None:
     try:
         args = to_dataclass(cfg, EncodeConfig)
         _check_given(args, "tokenizer", "input", "output")
-        _check_not_written_by_this_sweep(Path(args.output))
+        _check_not_written_by_this_sweep(Path(args.output).expanduser())
         result = encode_corpus(
             args.tokenizer,
             args.input,
@@ -551,7 +551,8 @@ def _evaluate(cfg: DictConfig) -> None:
             workers=args.workers,
         )
         if args.output:
-            atomic_write_text(Path(args.output), json.dumps(result.to_json(), indent=2) + "\n")
+            report = Path(args.output).expanduser()  # the path check_report_path checked
+            atomic_write_text(report, json.dumps(result.to_json(), indent=2) + "\n")
     except USER_ERRORS as exc:
         fail(exc)
     except KeyboardInterrupt:

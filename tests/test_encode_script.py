@@ -6,6 +6,7 @@ import json
 import logging
 import multiprocessing
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -657,6 +658,25 @@ def test_an_output_that_names_the_current_directory_is_a_one_line_error(tokenize
         )
         assert_one_line_error(proc, "output directory . is not empty")
         assert not list(tmp_path.glob("shard-*")) and not (tmp_path / "index.json").exists()
+
+
+def test_a_quoted_tilde_in_a_path_is_the_home_directory(tokenizer_dir, tmp_path, monkeypatch):
+    """As in the inputs (a shell leaves ``~`` alone inside quotes, which Hydra values often need): the
+    tokenizer, a flat or sharded output and the evaluation report go under the home directory, not into
+    a folder named ``~`` where the command runs."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    (home / "in.txt").write_text("hello world\n")
+    shutil.copytree(tokenizer_dir, home / "tok")
+    monkeypatch.setenv("HOME", str(home))
+    for output in ("'~/out/x.bin'", "'~/shards/'"):
+        proc = run_script("encode.py", "tokenizer='~/tok'", "input='~/in.txt'", f"output={output}", cwd=work)
+        assert proc.returncode == 0, proc.stderr
+    proc = run_script("evaluate.py", "tokenizer='~/tok'", "input='~/in.txt'", "output='~/r.json'", cwd=work)
+    assert proc.returncode == 0, proc.stderr
+    assert (home / "out" / "x.bin.json").is_file() and (home / "shards" / "index.json").is_file()
+    assert (home / "r.json").is_file() and not any(work.iterdir())
 
 
 def test_a_separator_inside_a_records_text_is_warned_about(tokenizer_dir, tmp_path, caplog):

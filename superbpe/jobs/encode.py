@@ -185,17 +185,17 @@ def encode_corpus(
     spec = check_executor(executor)
     if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 1:
         raise ConfigError(f"chunk_bytes must be a whole number of bytes >= 1, not {chunk_bytes!r}")
-    if spec.name != "local" or Path(output).is_dir() or str(output).endswith(("/", os.sep)):
+    if spec.name != "local" or Path(output).expanduser().is_dir() or str(output).endswith(("/", os.sep)):
         return encode_sharded(
             tokenizer_dir, inputs, output, separator=separator, executor=spec, workers=workers,
             chunk_bytes=chunk_bytes, text_field=text_field, errors=errors, engine=engine, progress=progress,
             compat=compat, dtype=dtype,
         )  # fmt: skip
-    directory = Path(tokenizer_dir)
+    directory = Path(tokenizer_dir).expanduser()  # as the inputs are: a quoted ~ is the home directory
     tokenizer = Tokenizer.load(directory, engine=engine, compat=compat)
     separator_id = separator_id_of(tokenizer, separator)
     paths = resolve_inputs(inputs)
-    out = Path(output)
+    out = Path(output).expanduser()
     if (problem := directory_problem(out.parent)) is not None:
         raise ConfigError(f"output {out}: cannot write in {out.parent}: {problem}")
     check_nothing_is_overwritten((out, sidecar_path(out)), paths, directory)
@@ -368,7 +368,7 @@ def encode_sharded(
     error is raised; ``index.json`` is written only after every shard is complete.
     """
     spec = spec_from(executor)
-    directory = Path(tokenizer_dir)
+    directory = Path(tokenizer_dir).expanduser()
     tokenizer = Tokenizer.load(directory, engine=engine, compat=compat)
     separator_id = separator_id_of(tokenizer, separator)
     paths = resolve_inputs(inputs)
@@ -381,7 +381,7 @@ def encode_sharded(
         shards = plan_shards(
             paths, tokenizer.special_tokens, size, line_cuts=line_cuts, pretokenizer=tokenizer.pretokenizer
         )
-        out, made = _prepare_output_dir(Path(output_dir))
+        out, made = _prepare_output_dir(Path(output_dir).expanduser())
         common = (
             str(directory),
             engine,

@@ -291,7 +291,7 @@ def evaluate_dir(
             directory, inputs, separator=separator, text_field=text_field, errors=errors, engine=engine,
             executor=spec, compat=compat, workers=workers,
         )  # fmt: skip
-    tokenizer = Tokenizer.load(Path(directory), engine=engine, compat=compat)
+    tokenizer = Tokenizer.load(Path(directory).expanduser(), engine=engine, compat=compat)
     return evaluate(
         tokenizer, inputs, separator=separator, text_field=text_field, errors=errors, workers=workers
     )
@@ -343,7 +343,7 @@ def evaluate_sharded(
     """
     check_errors_mode(errors)
     spec = spec_from(executor)
-    tokenizer_dir = Path(directory)
+    tokenizer_dir = Path(directory).expanduser()
     tokenizer = Tokenizer.load(tokenizer_dir, engine=engine, compat=compat)
     separator = _usable_separator(tokenizer, separator)
     paths = resolve_inputs(inputs)
