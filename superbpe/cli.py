@@ -263,7 +263,8 @@ def remove_if_only_logs(run_dir: Path) -> None:
                 item.unlink(missing_ok=True)
         return
     shutil.rmtree(run_dir, ignore_errors=True)
-    for parent in made_parents(run_dir) or [run_dir.parent]:
+    parents = made_parents(run_dir)
+    for parent in [run_dir.parent] if parents is None else parents:
         if parent.is_dir() and not any(parent.iterdir()):
             with contextlib.suppress(OSError):  # another run just put something there
                 parent.rmdir()

@@ -516,6 +516,17 @@ def test_a_failed_run_leaves_a_directory_it_did_not_make(tmp_path):
     assert mine.is_dir() and not list(mine.iterdir())
 
 
+@pytest.mark.parametrize("output_dir", ["out", "./out", "{cwd}/out"])
+def test_a_failed_run_leaves_the_empty_directory_it_was_started_in(tmp_path, corpus, output_dir):
+    """The run made ``out`` but not its parent: an empty working directory is the user's, not the run's."""
+    cwd = tmp_path / "empty"
+    cwd.mkdir()
+    proc = run_script("train.py", f"data.paths=[{corpus}]", "vocab_size=5",
+                      f"output_dir={output_dir.format(cwd=cwd)}", cwd=cwd, cache_dir=None)  # fmt: skip
+    assert_one_line_error(proc, "vocab_size 5")
+    assert cwd.is_dir() and not list(cwd.iterdir())
+
+
 def test_a_vocabulary_smaller_than_asked_is_a_warning(tmp_path, sample_texts):
     proc = train(tmp_path, f"data.paths=[{sample_texts / 'tinystories_sample.txt'}]", "vocab_size=5000")
     assert proc.returncode == 0, proc.stderr

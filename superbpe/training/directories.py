@@ -83,10 +83,13 @@ def claimed_dirs() -> list[Path]:
     return [Path(candidate).absolute() for candidate in _claimed.values()]
 
 
-def made_parents(run_dir: Path) -> list[Path]:
+def made_parents(run_dir: Path) -> list[Path] | None:
     """The directories this process created to hold ``run_dir`` (``outputs/``, ``outputs/DATE``), innermost
-    first, so that a run that fails can leave the tree as it found it."""
-    return list(_made_parents.get(Path(run_dir).absolute(), []))
+    first, so that a run that fails can leave the tree as it found it; None for a directory this process
+    did not claim or place (a sweep job's, which Hydra makes). An empty list means every parent was
+    there before, the user's working directory among them, and none of them may go."""
+    parents = _made_parents.get(Path(run_dir).absolute())
+    return None if parents is None else list(parents)
 
 
 def _key(override: str) -> str:
