@@ -332,6 +332,19 @@ def test_encode_iterable_is_exact_for_every_pattern(
         tokenizer_module.STREAM_FLUSH_CHARS = original
 
 
+@pytest.mark.skipif(not native_engine.available(), reason="needs the native engine")
+@pytest.mark.parametrize("name", sorted(PATTERNS))
+def test_line_units_encode_lines_after_the_first_in_place(name: str) -> None:
+    """Lines of plain ASCII long enough for the scanners' 64-byte blocks, after the first line: the
+    native encoder must key their pieces where they lie in the text, not where they lie in their line."""
+    line = "ab 11 b'sa. /\tab  a\n"
+    text = "x\n" + line * 5 + "ab " * 40 + "\n" + ("a b" * 30).rstrip() + "\n\n" + "1a " * 30
+    native = _cut_tokenizer(name, True, "native")
+    ids = native.encode(text)
+    assert native.decode(ids) == text
+    assert ids == _cut_tokenizer(name, True, "python").encode(text)
+
+
 def test_streaming_lines_ending_in_a_space_keeps_memory_small(
     gpt2_files: Gpt2Files, wikitext_text: str
 ) -> None:

@@ -151,9 +151,12 @@ impl<'a> Pieces<'a> for RunSink<'_, '_> {
 
     /// A block's pieces with the run's count, the text and the table in registers: noted one by
     /// one, they went to memory and back between pieces (the scanner cannot tell that noting a
-    /// piece leaves them alone).
+    /// piece leaves them alone). `from` and the ends count from the start of `s`, which is a
+    /// line of the text, not the text, when the splitter cuts it into line units.
     #[inline(always)]
-    fn ends(&mut self, _: &'a [u8], from: usize, ends: u64) {
+    fn ends(&mut self, s: &'a [u8], from: usize, ends: u64) {
+        let base = s.as_ptr() as usize - self.text.as_ptr() as usize;
+        let from = base + from;
         let (mut at, mut rest, mut n, text) = (from, ends, self.n, self.text);
         let mut probe = self.cache.map.probe();
         while rest != 0 {
