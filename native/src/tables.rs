@@ -129,9 +129,11 @@ pub struct Arena {
     /// Bytes of the new keys of at least [`REFER_FROM`] bytes pushed so far, referred to or not
     /// (what referring to them would save: see [`Tally::long_key_bytes`]).
     long_key_bytes: u64,
-    /// Files whose bytes records refer to ([`REFERS`]); they stay mapped while the arena lives.
-    files: Vec<Arc<MappedFile>>,
-    /// While set, the addresses of the last of `files`: new keys of at least [`REFER_FROM`] bytes
+    /// Files whose bytes records refer to ([`REFERS`]), with their addresses, by address; they
+    /// stay mapped while the arena lives. A referred key is read only where it lies wholly inside
+    /// one of them ([`Self::stored_key`]).
+    files: Vec<(std::ops::Range<usize>, Arc<MappedFile>)>,
+    /// While set, the addresses of one of `files`: new keys of at least [`REFER_FROM`] bytes
     /// lying wholly inside are referred to there.
     refer: Option<std::ops::Range<usize>>,
 }
@@ -141,10 +143,20 @@ impl Arena {
     /// the arena keeps the map.
     fn refer_to(&mut self, file: &Arc<MappedFile>) {
         let bytes = file.bytes().as_ptr_range();
-        self.refer = Some(bytes.start as usize..bytes.end as usize);
-        if !self.files.iter().any(|f| Arc::ptr_eq(f, file)) {
-            self.files.push(file.clone());
+        let range = bytes.start as usize..bytes.end as usize;
+        self.refer = Some(range.clone());
+        // Live mappings never share an address (an empty file's map still takes a byte), so the
+        // start identifies a kept file.
+        if let Err(i) = self.files.binary_search_by_key(&range.start, |(r, _)| r.start) {
+            self.files.insert(i, (range, file.clone()));
         }
+    }
+
+    /// Whether `address..address + len` lies wholly inside one of `files`.
+    #[inline(always)]
+    fn holds(&self, address: usize, len: usize) -> bool {
+        let i = self.files.partition_point(|(r, _)| r.start <= address);
+        i > 0 && address.checked_add(len).is_some_and(|end| end <= self.files[i - 1].0.end)
     }
 
     /// Copy every new key again.
@@ -160,7 +172,9 @@ impl Arena {
     }
 
     /// The key of the record at `pos` of `chunk` (one of this arena's chunks), and where the next
-    /// record starts.
+    /// record starts. A `pos` that is no record's start (a location from elsewhere) reads bytes of
+    /// the chunk, or panics: the address of a referred key is read from the chunk too, so it is
+    /// used only where it lies inside a file the arena keeps.
     #[inline(always)]
     fn stored_key<'a>(&'a self, chunk: &'a [u8], pos: usize) -> (&'a [u8], usize) {
         let word = read_u64(chunk, pos + 16);
@@ -170,10 +184,11 @@ impl Arena {
             return (&chunk[at..at + len], at + len);
         }
         let address = read_u64(chunk, at) as usize;
-        // SAFETY: `push` writes an address only for a key lying wholly inside the mapping of one
-        // of `self.files`, which stays mapped while `self` lives (the borrow of `self` bounds the
-        // slice) and whose bytes do not change (the contract of `MappedFile::open`; dropping its
-        // pages keeps what reading them gives).
+        assert!(self.holds(address, len), "no referred key at this location");
+        // SAFETY: `address..address + len` lies wholly inside the mapping of one of `self.files`
+        // (checked above; a mapping's start is never null), which stays mapped while `self` lives
+        // (the borrow of `self` bounds the slice) and whose bytes do not change (the contract of
+        // `MappedFile::open`; dropping its pages keeps what reading them gives).
         (unsafe { std::slice::from_raw_parts(address as *const u8, len) }, at + 8)
     }
 
@@ -1347,6 +1362,42 @@ mod tests {
         want.sort();
         let got: Vec<(Vec<u8>, u64)> = counts.sorted().into_iter().map(|(k, c)| (k.to_vec(), c)).collect();
         assert_eq!(got, want);
+    }
+
+    /// A location inside a key rather than at a record's start reads that key's bytes as a
+    /// record: one saying it refers to a key at some address is refused (a panic), never read,
+    /// with or without files kept.
+    #[test]
+    fn a_location_inside_a_key_reads_no_address_from_it() {
+        // From byte 16 on, the key reads as a referring record header followed by an address:
+        // 8 bytes at address 16, inside no mapping.
+        let mut piece = b"0123456789abcdef".to_vec();
+        piece.extend_from_slice(&(8 | REFERS).to_le_bytes());
+        piece.extend_from_slice(&16u64.to_le_bytes());
+        piece.extend_from_slice(b"tail");
+        let path = std::env::temp_dir().join(format!("superbpe-forged-test-{}", std::process::id()));
+        std::fs::write(&path, vec![b'x'; 4096]).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        // SAFETY: the test's own file, unchanged while mapped.
+        let map = Arc::new(unsafe { MappedFile::open(&file) }.unwrap());
+        for keep_file in [false, true] {
+            let mut counts = Counts::default();
+            counts.add(&piece, 3).unwrap();
+            let order = counts.memory_order();
+            let (arena, ref locs) = order.long[0];
+            let loc = locs[0].0;
+            if keep_file {
+                counts.shards[arena].arena.refer_to(&map);
+                counts.shards[arena].arena.copy_keys();
+            }
+            assert_eq!(counts.arena_key(arena, loc), &piece[..]);
+            let forged = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                counts.arena_key(arena, loc + RECORD_HEADER as u64).to_vec()
+            }));
+            assert!(forged.is_err(), "a forged address was read");
+        }
+        drop((map, file));
+        std::fs::remove_file(&path).unwrap();
     }
 
     /// Keys left in a mapped file (`Tally::refer_to`) count as copied keys do: the same entries,
