@@ -103,15 +103,16 @@ impl Joins {
         self.pairs.may_join(a, b)
     }
 
-    /// Among the positions `at..at + 64` of `piece` (`at` below its length), positions where no
-    /// merge joins the byte before and the byte there, as `cut_mask` bits: all of them, or with
-    /// the 64-byte lookups those the groups tell apart (a subset, see the module doc).
+    /// Among the positions `at..at + 64` of `piece`, positions where no merge joins the byte
+    /// before and the byte there, as `cut_mask` bits: all of them, or with the 64-byte lookups
+    /// those the groups tell apart (a subset, see the module doc). None from the piece's end on.
     #[inline(always)]
     pub fn cuts(&self, piece: &[u8], at: usize) -> u64 {
         #[cfg(target_arch = "x86_64")]
-        if self.wide {
+        if self.wide && at < piece.len() {
             // SAFETY: `wide` is only set when the CPU has the features `wide::cuts` is compiled
-            // for, and `at` is below the piece's length (`for_each_run` asks so).
+            // for, and `at` is below the piece's length (checked here: past it the lookups would
+            // read outside the piece).
             return unsafe { wide::cuts(piece, at, &self.tables.left, &self.tables.right) };
         }
         cut_mask(piece, at, |a, b| !self.may_join(a, b))
@@ -338,5 +339,20 @@ mod tests {
         }
         // With 256 byte values and many merges the groups are coarser than the columns.
         assert!(!wide_available() || fewer > 0);
+    }
+
+    /// From the piece's end on there are no cuts, and nothing outside the piece is read (a
+    /// 64-byte lookup there read past it, far past it for a large `at`).
+    #[test]
+    fn no_cuts_from_the_end_of_a_piece() {
+        let merges: Vec<(Vec<u8>, Vec<u8>)> = vec![(b"a".to_vec(), b"b".to_vec())];
+        let piece = b"abcabxab".to_vec();
+        for joins in [Joins::of(&merges), Joins::of(&merges).narrow()] {
+            assert_ne!(joins.cuts(&piece, 0), 0);
+            for at in [piece.len(), piece.len() + 1, piece.len() + 64, 1 << 40] {
+                assert_eq!(joins.cuts(&piece, at), 0, "at {at}");
+                assert_eq!(joins.cuts(&[], at), 0, "at {at}, empty");
+            }
+        }
     }
 }
