@@ -51,12 +51,20 @@ impl Symbols {
     /// Lay out pieces given as `(symbols, piece count)` batches, in order, in parallel: `batches[i]`
     /// holds `sizes[i].1` pieces in `sizes[i].0` slots (symbols plus a separator each), written by
     /// `fill(batch, slots)` (which must write exactly that, each piece followed by `SEP`). Each
-    /// batch is handed over (and so may be freed) as soon as it is written.
-    pub fn from_batches<B: Send>(
+    /// batch is handed over (and so may be freed) as soon as it is written. A size for each batch,
+    /// or the error.
+    ///
+    /// # Safety
+    /// `fill` must initialise every element of the slice it is given (the slots are taken as
+    /// written, unread: a slot it leaves would be read uninitialised).
+    pub unsafe fn from_batches<B: Send>(
         batches: Vec<B>,
         sizes: &[(usize, usize)],
         fill: impl Fn(B, &mut [std::mem::MaybeUninit<u32>]) + Sync,
     ) -> Result<Symbols, String> {
+        if batches.len() != sizes.len() {
+            return Err(format!("{} batches of symbols with {} sizes", batches.len(), sizes.len()));
+        }
         let total = 1 + sizes.iter().map(|s| s.0).sum::<usize>();
         if total >= MAX_SLOTS {
             return Err(format!(
@@ -77,8 +85,9 @@ impl Symbols {
             jobs.push((batch, mine));
         }
         jobs.into_par_iter().for_each(|(batch, mine)| fill(batch, mine));
-        // SAFETY: `fill` wrote every slot of each batch's part (its contract), and the parts cover
-        // all `total - 1` slots after the first.
+        // SAFETY: `fill` wrote every slot of each batch's part (the caller's promise), and the
+        // parts, one per batch (as many batches as sizes), cover all `total - 1` slots after the
+        // first.
         unsafe { slots.set_len(total) };
         Ok(Symbols::from_slots(slots))
     }
@@ -330,5 +339,26 @@ mod tests {
                 .collect();
             assert_eq!(seen, want);
         }
+    }
+
+    /// Batches laid out in order; a size with no batch to write its slots (they would be taken
+    /// as written, uninitialised) is the error, and so is a batch with no size.
+    #[test]
+    fn batches_and_sizes_pair_up() {
+        let fill = |batch: Vec<u32>, out: &mut [std::mem::MaybeUninit<u32>]| {
+            for (o, s) in out.iter_mut().zip(batch) {
+                o.write(s);
+            }
+        };
+        let batches = vec![vec![1, 2, SEP], vec![3, 4, 5, SEP, 6, 7, SEP]];
+        // SAFETY: each batch is exactly its part's slots, and `fill` writes all of them.
+        let s = unsafe { Symbols::from_batches(batches.clone(), &[(3, 1), (7, 2)], fill) }.unwrap();
+        assert_eq!(s.pieces(), vec![vec![1, 2], vec![3, 4, 5], vec![6, 7]]);
+        // SAFETY: as above for the batches there are; the size without one is refused.
+        let missing = unsafe { Symbols::from_batches(batches.clone(), &[(3, 1), (7, 2), (1000, 10)], fill) };
+        assert!(missing.is_err());
+        // SAFETY: as above.
+        let extra = unsafe { Symbols::from_batches(batches, &[(3, 1)], fill) };
+        assert!(extra.is_err());
     }
 }

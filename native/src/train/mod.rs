@@ -428,15 +428,19 @@ impl Trainer {
             return Err(format!("a piece of more than {MAX_PIECE} symbols is too long for the native trainer"));
         }
         self.freq = chunks.iter().flat_map(|c| c.counts.iter().copied()).collect();
-        self.syms = Symbols::from_batches(chunks, &sizes, |chunk, out| {
-            let (mut at, mut slot) = (0, 0);
-            for &len in &chunk.lens {
-                let len = len as usize;
-                chunk.syms.copy_to(at, &mut out[slot..slot + len]);
-                out[slot + len].write(SEP);
-                (at, slot) = (at + len, slot + len + 1);
-            }
-        })?;
+        // SAFETY: a chunk's part has its size, `len + 1` slots per piece, and the closure writes
+        // them all in order: `copy_to` writes every slot of the `len` it is given, then `SEP`.
+        self.syms = unsafe {
+            Symbols::from_batches(chunks, &sizes, |chunk, out| {
+                let (mut at, mut slot) = (0, 0);
+                for &len in &chunk.lens {
+                    let len = len as usize;
+                    chunk.syms.copy_to(at, &mut out[slot..slot + len]);
+                    out[slot + len].write(SEP);
+                    (at, slot) = (at + len, slot + len + 1);
+                }
+            })
+        }?;
         Ok(())
     }
 
