@@ -961,7 +961,8 @@ fn superbpe_skips<const LINES: bool>(b: u8, next: u8) -> bool {
 #[inline(always)]
 fn superbpe_skips16<const LINES: bool>(s: &[u8], i: usize) -> u32 {
     use std::arch::x86_64::*;
-    assert!(i + 17 <= s.len());
+    // Not `i + 17 <= s.len()`: for an `i` near `usize::MAX` the sum wraps round and passes.
+    assert!(s.len().checked_sub(17).is_some_and(|last| i <= last), "17 bytes from {i}");
     // SAFETY: the assert keeps both unaligned 16-byte loads (from `i` and `i + 1`) inside `s`.
     // The other intrinsics only compute on registers; they need SSE2, which every x86_64 CPU has.
     unsafe {
@@ -1041,7 +1042,8 @@ impl Skips64 for Avx512 {
     fn superbpe_skips64<const LINES: bool>(self, s: &[u8], i: usize) -> u64 {
         #[cfg(target_arch = "x86_64")]
         {
-            assert!(i + 65 <= s.len());
+            // Not `i + 65 <= s.len()`: for an `i` near `usize::MAX` the sum wraps round and passes.
+            assert!(s.len().checked_sub(65).is_some_and(|last| i <= last), "65 bytes from {i}");
             // SAFETY: `self` exists only where the CPU has AVX-512BW (`Avx512::detect`), and the
             // assert keeps the two 64-byte loads (from `i` and `i + 1`) inside `s`.
             unsafe { superbpe_skips64_avx512::<LINES>(s.as_ptr().add(i)) }
@@ -1354,6 +1356,30 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// A position too near the end for the 16 or 64 bytes (and one more) the skip tests load is
+    /// refused, however large: for one near `usize::MAX` the bytes to load once wrapped round to
+    /// look in range, and were read from before the text.
+    #[test]
+    fn skip_tests_refuse_positions_past_the_end() {
+        let s = [b'a'; 100];
+        let refused = |f: &dyn Fn() -> u64| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err();
+        for i in [84, 100, 101, usize::MAX - 16, usize::MAX - 8, usize::MAX] {
+            assert!(refused(&|| u64::from(superbpe_skips16::<false>(&s, i))), "16 from {i}");
+        }
+        assert_eq!(superbpe_skips16::<false>(&s, 83), 0xFFFF);
+        let mut classifiers: Vec<Box<dyn Fn(usize) -> u64>> =
+            vec![Box::new(|i| Baseline.superbpe_skips64::<false>(&s, i))];
+        if let Some(c) = Avx512::detect() {
+            classifiers.push(Box::new(move |i| c.superbpe_skips64::<false>(&s, i)));
+        }
+        for skips in &classifiers {
+            for i in [36, 100, usize::MAX - 64, usize::MAX - 40, usize::MAX] {
+                assert!(refused(&|| skips(i)), "64 from {i}");
+            }
+            assert_eq!(skips(35), u64::MAX);
         }
     }
 
