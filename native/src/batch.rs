@@ -167,10 +167,13 @@ impl BatchIds {
         if let Some(only) = self.in_one_buffer() {
             return std::mem::take(&mut self.buffers[only]);
         }
-        let joined = self.join(&spare::IDS, |dst, ids| {
-            dst.write_copy_of_slice(ids);
-            Ok::<(), std::convert::Infallible>(())
-        });
+        // SAFETY: `write_copy_of_slice` fills the whole span (of the ids' length, or it panics).
+        let joined = unsafe {
+            self.join(&spare::IDS, |dst, ids| {
+                dst.write_copy_of_slice(ids);
+                Ok::<(), std::convert::Infallible>(())
+            })
+        };
         match joined {
             Ok(ids) => ids,
             Err(never) => match never {},
@@ -180,12 +183,16 @@ impl BatchIds {
     /// The ids in the batch's order as 16-bit ids, joined as [`BatchIds::into_ids`]; the error is
     /// an id that does not fit (the first in order).
     pub fn into_narrow(self) -> Result<Vec<u16>, u32> {
-        self.join(&spare::NARROW_IDS, |dst, ids| {
-            for (d, &id) in dst.iter_mut().zip(ids) {
-                d.write(u16::try_from(id).map_err(|_| id)?);
-            }
-            Ok(())
-        })
+        // SAFETY: the span and the ids have the same length, so the loop writes every element of
+        // the span unless it returns an error.
+        unsafe {
+            self.join(&spare::NARROW_IDS, |dst, ids| {
+                for (d, &id) in dst.iter_mut().zip(ids) {
+                    d.write(u16::try_from(id).map_err(|_| id)?);
+                }
+                Ok(())
+            })
+        }
     }
 
     /// The buffer that holds every id in the batch's order and nothing else, if one does.
@@ -204,7 +211,11 @@ impl BatchIds {
     /// The groups' spans joined in order into one vector from `spares`, each written into its own
     /// span by `write` (on the current rayon pool's threads); the buffers then go back for reuse.
     /// The error is the first group's, in order.
-    fn join<T: Copy + Send, E: Send>(
+    ///
+    /// # Safety
+    /// `write(dst, ids)` (given spans of equal length) must initialise all of `dst` whenever it
+    /// returns `Ok`: the joined vector is taken as written, unread.
+    unsafe fn join<T: Copy + Send, E: Send>(
         self,
         spares: &spare::Spares<T>,
         write: impl Fn(&mut [MaybeUninit<T>], &[u32]) -> Result<(), E> + Sync,
@@ -226,8 +237,9 @@ impl BatchIds {
         }
         written.into_iter().collect::<Result<(), E>>()?;
         // SAFETY: the spans are consecutive and together exactly the first `total` elements of the
-        // spare capacity (each group's length in order, split off the front), and `write` filled
-        // each in full: it stops early only with an error, and then the vector is dropped unset.
+        // spare capacity of the empty vector (each group's length in order, split off the front),
+        // and `write` filled each in full (the caller's promise): it stops early only with an
+        // error, and then the vector is dropped unset.
         unsafe { out.set_len(total) };
         Ok(out)
     }
