@@ -179,10 +179,10 @@ impl NativeEncoder {
             for block in self.encode_blocks(py, &texts, specials, 1)? {
                 lists.push(&block)?;
             }
-            return Ok(lists.finish());
+            return lists.finish();
         }
         self.encode_lists_overlapped(py, &texts, SpecialIds::new(specials), threads, &mut lists)?;
-        Ok(lists.finish())
+        lists.finish()
     }
 
     /// As `encode_texts`, into one numpy array of ids (`dtype` "uint16" or "uint32") and the
@@ -663,10 +663,13 @@ fn encode_range(
     Ok(block)
 }
 
-/// The outer list of `encode_texts`, filled block by block with one list of ids per text.
+/// The outer list of `encode_texts`, filled block by block with one list of ids per text. Its
+/// slots are empty (NULL) until filled: it takes no more texts than it has slots, and is handed
+/// out only once every slot is filled.
 struct ListBuilder<'py, 'a> {
     py: Python<'py>,
     outer: Bound<'py, PyList>,
+    len: usize,
     filled: usize,
     objects: &'a [Py<PyAny>],
 }
@@ -684,7 +687,7 @@ impl<'py, 'a> ListBuilder<'py, 'a> {
             }
             Bound::from_owned_ptr(py, list).cast_into_unchecked::<PyList>()
         };
-        Ok(ListBuilder { py, outer, filled: 0, objects })
+        Ok(ListBuilder { py, outer, len, filled: 0, objects })
     }
 
     /// A list of ids for each text of `block`, in the next slots.
@@ -697,6 +700,10 @@ impl<'py, 'a> ListBuilder<'py, 'a> {
         let collecting = unsafe { pyo3::ffi::PyGC_Disable() } == 1;
         let mut result = Ok(());
         for ids in block.texts() {
+            if self.filled == self.len {
+                result = Err(PyRuntimeError::new_err("more lists of ids than texts"));
+                break;
+            }
             let list = match ids_list(self.py, ids, self.objects) {
                 Ok(list) => list,
                 Err(e) => {
@@ -704,7 +711,7 @@ impl<'py, 'a> ListBuilder<'py, 'a> {
                     break;
                 }
             };
-            // SAFETY: `filled` < the list's length (one slot per text) and each slot is set once.
+            // SAFETY: `filled` < the list's length (checked above) and each slot is set once.
             unsafe {
                 pyo3::ffi::PyList_SET_ITEM(self.outer.as_ptr(), self.filled as pyo3::ffi::Py_ssize_t, list.into_ptr())
             };
@@ -717,8 +724,12 @@ impl<'py, 'a> ListBuilder<'py, 'a> {
         result
     }
 
-    fn finish(self) -> Bound<'py, PyList> {
-        self.outer
+    /// The list, once every slot is filled (a NULL item would crash whoever reads it).
+    fn finish(self) -> PyResult<Bound<'py, PyList>> {
+        if self.filled < self.len {
+            return Err(PyRuntimeError::new_err("fewer lists of ids than texts"));
+        }
+        Ok(self.outer)
     }
 }
 
@@ -859,5 +870,31 @@ fn utf8_error(py: Python<'_>, data: &[u8], e: std::str::Utf8Error) -> PyErr {
     match PyUnicodeDecodeError::new(py, c"utf-8", data, start..end, reason) {
         Ok(error) => PyErr::from_value(error.into_any()),
         Err(other) => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A block with more texts than the list has slots is refused before any slot past the end
+    /// is written, and a list with slots left empty is never handed out.
+    #[test]
+    fn lists_of_ids_fill_their_slots_exactly() {
+        Python::initialize();
+        Python::attach(|py| {
+            let block = Block { ids: vec![1, 2, 3], ends: vec![1, 3] };
+            let mut lists = ListBuilder::new(py, 1, &[]).unwrap();
+            assert!(lists.push(&block).is_err(), "two texts into one slot");
+            assert_eq!(lists.filled, 1);
+            assert!(lists.finish().is_ok(), "the one slot was filled");
+            let mut lists = ListBuilder::new(py, 3, &[]).unwrap();
+            lists.push(&block).unwrap();
+            assert!(lists.finish().is_err(), "a slot left empty");
+            let mut lists = ListBuilder::new(py, 2, &[]).unwrap();
+            lists.push(&block).unwrap();
+            let list = lists.finish().unwrap();
+            assert_eq!(list.extract::<Vec<Vec<u32>>>().unwrap(), vec![vec![1], vec![2, 3]]);
+        });
     }
 }
