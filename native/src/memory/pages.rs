@@ -12,8 +12,9 @@ pub fn advise_huge(addr: usize, len: usize) {
         let start = addr.next_multiple_of(HUGE);
         let end = (addr + len) / HUGE * HUGE;
         if end > start {
-            // SAFETY: the range lies inside one live allocation of ours; MADV_HUGEPAGE only
-            // changes how it is backed, never its contents (errors are ignored: it is a hint).
+            // SAFETY: MADV_HUGEPAGE only changes how memory is backed, never its contents or what
+            // is mapped, so no range can make it unsound (callers pass one of their own
+            // allocations; errors, e.g. for unmapped addresses, are ignored: it is a hint).
             unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
         }
     }
@@ -101,8 +102,10 @@ impl PageReleaser<'_> {
         let end = upto.min(self.len) / self.page * self.page;
         if end > self.dropped {
             // SAFETY: the range lies inside the live read-only mapping (the borrow keeps it alive)
-            // and starts page-aligned. MADV_DONTNEED on a private file mapping never changes what
-            // reading it gives, so outstanding `&[u8]` borrows of the map stay valid.
+            // and starts page-aligned. The mapping is a shared one of the file (memmap2 maps
+            // read-only with MAP_SHARED): MADV_DONTNEED only unmaps its pages from this process,
+            // and reading them again maps in the file's bytes, which do not change (the contract
+            // of `MappedFile::open`), so outstanding `&[u8]` borrows of the map stay valid.
             unsafe {
                 libc::madvise((self.base + self.dropped) as *mut libc::c_void, end - self.dropped, libc::MADV_DONTNEED)
             };
