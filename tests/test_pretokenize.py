@@ -90,7 +90,7 @@ def test_stage2_superbpe_pattern_keeps_words_together() -> None:
     ]
 
 
-@pytest.mark.parametrize("bad", ["gtp2", "o200", "superbpe2"])
+@pytest.mark.parametrize("bad", ["gtp2", "o200", "superbpe2", "GPT2", "O200k", "SuperBPE-stage1"])
 def test_unknown_pattern_name_is_a_clear_error(bad: str) -> None:
     with pytest.raises(ConfigError, match=f"unknown pre-tokenizer '{bad}'"):
         get_pretokenizer(bad)

@@ -274,8 +274,9 @@ def get_pretokenizer(
 ) -> Pretokenizer:
     """Resolve a built-in name, ``"custom"`` with ``pattern=``, ``"custom:<regex>"`` or a raw regex.
 
-    A string shaped like a name that is not one is an error rather than a literal regex, so a
-    typo such as ``gtp2`` is caught instead of silently training on a nonsense pattern.
+    A string shaped like a name that is not one (or a built-in name in another case) is an error
+    rather than a literal regex, so a typo such as ``gtp2`` or ``GPT2`` is caught instead of silently
+    training on a nonsense pattern.
     """
     if isinstance(name_or_pattern, Pretokenizer):
         pre = name_or_pattern
@@ -296,7 +297,8 @@ def get_pretokenizer(
         if not pattern:
             raise ConfigError("custom pre-tokenizer needs a non-empty pattern")
         return _custom(pattern, line_units)
-    if _NAME_SHAPE.fullmatch(name):
+    # A built-in name in another case ("GPT2") is a typo too: as a regex it would match only that word.
+    if _NAME_SHAPE.fullmatch(name) or name.lower() in PATTERNS:
         known = ", ".join(sorted(PATTERNS))
         raise ConfigError(f"unknown pre-tokenizer {name!r}; known: {known}, or custom:<regex>")
     return _custom(name, line_units)
