@@ -26,6 +26,7 @@ import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 import hydra
 from hydra import compose, initialize_config_dir
@@ -167,6 +168,8 @@ def _one_job(task: Callable[[DictConfig], None]) -> Callable[[DictConfig], None]
         except SweepJobFailed:
             if HydraConfig.get().launcher.get("_target_") != _IN_PROCESS_LAUNCHER:
                 raise
+        except BrokenPipeError:  # the result line's reader went away: Hydra would call that a failed job
+            _reader_gone()
 
     return job
 
@@ -297,10 +300,15 @@ def _stdout_may_close(command: Callable[..., None]) -> Callable[..., None]:
             command(*args, **kwargs)
             sys.stdout.flush()
         except BrokenPipeError:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush must not fail
-            raise SystemExit(1) from None
+            _reader_gone()
 
     return run
+
+
+def _reader_gone() -> NoReturn:
+    """End quietly (exit 1) once stdout's reader has gone."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush must not fail
+    raise SystemExit(1) from None
 
 
 @_stdout_may_close
@@ -632,5 +640,7 @@ def cache(argv: list[str] | None = None) -> None:
             files, left = clear_leftovers(directory)
             also = f" and {files} files left by killed jobs ({human_size(left, 'B')})" if files else ""
             print(f"removed {removed} entries ({human_size(freed, 'B')}){also} from {directory}")
+    except BrokenPipeError:  # an OSError, but no user error: the reader went (`_stdout_may_close`)
+        raise
     except USER_ERRORS as exc:
         fail(exc)

@@ -173,3 +173,27 @@ def test_a_failure_after_the_first_checkpoint_ends_with_the_resume_command(tmp_p
     hinted = _with_resume_hint(error, tmp_path)
     assert hinted.startswith("stage stage2 needs about 9 GB (the merges so far are kept; continue with: ")
     assert hinted.endswith(f"resume={tmp_path})")
+
+
+
+@pytest.mark.parametrize("command", ["encode", "evaluate", "cache"])
+def test_commands_whose_reader_goes_before_their_result_line_end_quietly(
+    tmp_path, tokenizer_dir, sample_texts, command
+):
+    heldout = sample_texts / "tinystories_sample.txt"
+    args = {
+        "encode": [str(SCRIPTS / "encode.py"), f"tokenizer={tokenizer_dir}", f"input={heldout}",
+                   f"output={tmp_path / 'tokens.bin'}", "workers=1"],
+        "evaluate": [str(SCRIPTS / "evaluate.py"), f"tokenizer={tokenizer_dir}", f"input={heldout}",
+                     "workers=1"],
+        "cache": ["-c", "import sys; from superbpe.cli import cache; cache(sys.argv[1:])",
+                  "--cache-dir", str(tmp_path / "cache"), "list"],
+    }[command]  # fmt: skip
+    reader_gone = subprocess.Popen(
+        [sys.executable, *args], cwd=tmp_path, env=script_env(None),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    reader_gone.stdout.close()  # as `| head -0` does, before the command writes its result line
+    stderr = reader_gone.stderr.read()
+    reader_gone.wait(timeout=120)
+    assert "Broken pipe" not in stderr and "Error executing job" not in stderr, stderr
