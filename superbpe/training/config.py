@@ -29,10 +29,11 @@ DEFAULT_SPECIALS = ("<|endoftext|>",)
 
 @dataclass
 class DataConfig:
-    """The training corpus: files, directories or globs of .txt / .jsonl (optionally .gz)."""
+    """The training corpus: files, directories or globs of text (.txt), JSON lines (.jsonl, or .json
+    named as a file), either optionally gzipped, Parquet files or saved HF datasets (README, "Counting")."""
 
     paths: list[str] = field(default_factory=list)
-    text_field: str = "text"  # JSON field holding the text in .jsonl files
+    text_field: str = "text"  # the field (JSON lines) or column (tables) holding each document's text
     errors: str = "strict"  # "strict": invalid UTF-8 is an error; "replace": U+FFFD
 
 
@@ -47,6 +48,9 @@ class PretokenizerConfig:
 
 @dataclass
 class EngineConfig:
+    """What counts, trains and encodes: ``native`` (Rust), ``python`` (the reference) or ``auto``
+    (native when every pattern of the run has an exact native scanner, else python)."""
+
     name: str = "auto"  # python | native | auto
 
 
