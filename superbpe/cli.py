@@ -62,7 +62,7 @@ from superbpe.training.directories import (
     run_cwd,
 )
 from superbpe.training.run import TrainingInterrupted, run_training
-from superbpe.training.summary import collect, missing_jobs, plot, table, unfinished
+from superbpe.training.summary import check_plot_path, collect, missing_jobs, plot, table, unfinished
 
 #: Errors a user can cause: reported as one line on stderr, exit code 1, no traceback.
 USER_ERRORS = (SuperBPEError, OmegaConfBaseException, OSError)
@@ -313,7 +313,7 @@ def _reader_gone() -> NoReturn:
 
 @_stdout_may_close
 def train() -> None:
-    """``superbpe-train``: one training run (or a sweep with ``-m``); see ``conf/train.yaml``.
+    """``superbpe-train``: one training run (or a sweep with ``-m``); see the package's ``conf/train.yaml``.
 
     ``resume=<run dir>`` alone continues a run: its own overrides are read back first.
     """
@@ -586,6 +586,9 @@ def summarize(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         rows = collect(args.sweep_dir)
+        drawn = not args.no_plot and _has_matplotlib()
+        if drawn:
+            check_plot_path(args.plot or args.sweep_dir / "summary.png")
         print(table(rows))
         left = unfinished(args.sweep_dir)
         if left:
@@ -594,7 +597,7 @@ def summarize(argv: list[str] | None = None) -> None:
             print(f"no run directory (failed before a checkpoint, or never started): {', '.join(missing)}")
         if args.no_plot:
             return
-        if not _has_matplotlib():  # the table is the result; the plot is an extra
+        if not drawn:  # the table is the result; the plot is an extra
             print('plot: none (needs matplotlib: pip install "superbpe[plot]"; --no-plot skips it)')
             return
         written = plot(rows, args.plot or args.sweep_dir / "summary.png")

@@ -106,6 +106,8 @@ def test_two_point_multirun_writes_two_metrics_and_a_summary(tmp_path, corpus, s
     assert pdf.returncode == 0 and (tmp_path / "sweep.pdf").read_bytes()[:5] == b"%PDF-", pdf.stderr
     unknown = run_script("summarize.py", str(sweep), "--plot", str(tmp_path / "sweep.docx"), cwd=tmp_path)
     assert_one_line_error(unknown, "sweep.docx: matplotlib writes", "not docx")
+    # Refused before the table is printed: a bad --plot leaves no half-done summary.
+    assert into_dir.stdout == unknown.stdout == ""
     assert not list(tmp_path.glob(".*tmp*")) and not (tmp_path / "sweep.docx").exists()
 
 

@@ -166,6 +166,22 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def check_plot_path(output: Path) -> None:
+    """Refuse a plot path that is a directory or names a file type matplotlib does not write: checked before
+    anything is printed or drawn, so that a bad ``--plot`` leaves no half-done summary."""
+    if output.is_dir():
+        raise InputError(f"plot path {output} is a directory; give the PNG file's path")
+    import_optional("matplotlib", "plot", "the bytes/token plot (or pass --no-plot)")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # reason: an optional extra, checked above
+    from matplotlib.figure import Figure  # reason: an optional extra, checked above
+
+    supported = FigureCanvasAgg(Figure()).get_supported_filetypes()
+    kind = output.suffix.lower().lstrip(".") or "png"
+    if kind not in supported:
+        kinds = ", ".join(sorted(supported))
+        raise InputError(f"plot path {output}: matplotlib writes {kinds}, not {kind}; name the file with one")
+
+
 def plot(rows: list[Row], output: Path) -> Path | None:
     """bytes/token against transition, one line per vocab size; one-stage runs sit at transition 1.0.
     The file's type follows its suffix (PNG without one).
@@ -182,16 +198,12 @@ def plot(rows: list[Row], output: Path) -> Path | None:
             series[key].append((1.0 if row.transition is None else row.transition, row.bytes_per_token))
     if not series:
         return None
+    check_plot_path(output)  # before drawing
     matplotlib = import_optional("matplotlib", "plot", "the bytes/token plot (or pass --no-plot)")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # an optional extra, checked just above
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    kind = output.suffix.lower().lstrip(".") or "png"
-    if kind not in fig.canvas.get_supported_filetypes():  # before drawing
-        plt.close(fig)
-        kinds = ", ".join(sorted(fig.canvas.get_supported_filetypes()))
-        raise InputError(f"plot path {output}: matplotlib writes {kinds}, not {kind}; name the file with one")
     several_patterns = len({pattern for _, pattern, _ in series}) > 1
     for vocab_size, pattern, differs in sorted(series):
         points = sorted(series[(vocab_size, pattern, differs)])
@@ -209,7 +221,7 @@ def plot(rows: list[Row], output: Path) -> Path | None:
     output.parent.mkdir(parents=True, exist_ok=True)
     try:
         with atomic_write(output) as out:  # no half-written plot, nor a temporary file, on any failure
-            fig.savefig(out, format=kind, dpi=120)
+            fig.savefig(out, format=output.suffix.lower().lstrip(".") or "png", dpi=120)
     finally:
         plt.close(fig)
     return output
