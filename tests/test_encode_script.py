@@ -176,6 +176,8 @@ def test_open_tokens_maps_a_token_file_with_its_sidecars_dtype(tokenizer_dir, do
         superbpe.open_tokens(tmp_path)
     with pytest.raises(InputError, match=r"uint16.bin.json is the sidecar of .*uint16.bin: open_tokens\("):
         superbpe.open_tokens(tmp_path / "uint16.bin.json")  # it said uint16.bin.json.json: no such file
+    with pytest.raises(InputError, match=r"uint16.bin is a flat token file: open_tokens\("):
+        superbpe.open_shards(tmp_path / "uint16.bin")  # it said uint16.bin/index.json: Not a directory
     empty = tmp_path / "empty.txt"
     empty.write_text("")
     encode_corpus(tokenizer_dir, empty, tmp_path / "none.bin", separator=None, progress=False)

@@ -127,6 +127,8 @@ def shard_file_name(number: int) -> str:
 
 def read_index(directory: str | os.PathLike[str]) -> dict[str, Any]:
     """``index.json`` of a sharded encoding (an error when the directory holds no finished encoding)."""
+    if Path(directory).is_file():
+        raise InputError(f"{directory} is a flat token file: open_tokens({str(directory)!r}) maps its ids")
     path = Path(directory) / INDEX_NAME
     try:
         index = json.loads(path.read_text(encoding="utf-8"))
