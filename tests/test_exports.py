@@ -58,6 +58,13 @@ def test_tiktoken_encoding_gives_our_ids(trained: Tokenizer, texts: list[str]) -
         assert encoding.decode(ids) == text
 
 
+@pytest.mark.parametrize("asked", ["yes", 1, None])
+def test_tiktoken_files_are_asked_for_with_a_bool(trained: Tokenizer, tmp_path: Path, asked: object) -> None:
+    with pytest.raises(ConfigError, match="tiktoken must be True or False"):
+        trained.save(tmp_path / "tok", tiktoken=asked)  # type: ignore[arg-type]
+    assert not (tmp_path / "tok").exists()
+
+
 def test_tiktoken_files_rebuild_the_same_encoding(
     trained: Tokenizer, texts: list[str], tmp_path: Path
 ) -> None:

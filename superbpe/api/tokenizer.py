@@ -631,6 +631,8 @@ class Tokenizer:
         A pattern of the user's own is tried in HF ``tokenizers`` (and tiktoken, when asked for) first: one
         they read otherwise would give other ids there, a warning for tokenizer.json (this tokenizer is still
         whole) and an error for the tiktoken files, which exist only to give the same ids."""
+        if not isinstance(tiktoken, bool):  # "no" or 0.0 would read as a wish for the files, or against it
+            raise ConfigError(f"tiktoken must be True or False, not {tiktoken!r}")
         if tiktoken:
             check_specials_for_tiktoken(self.special_tokens)
             if problem := tiktoken_split_problem(self._pretokenizer):
