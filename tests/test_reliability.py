@@ -360,6 +360,28 @@ def test_a_full_disk_names_the_file(tmp_path: Path) -> None:
     assert caught.value.errno == errno.ENOSPC and not list(tmp_path.iterdir())
 
 
+def test_a_tokenizer_save_that_fills_the_disk_leaves_the_old_files(tmp_path: Path, monkeypatch) -> None:
+    """A save that runs out of space part way replaces none of the files: a directory holding the new
+    vocab.json and merges.txt beside the old tokenizer.json (or without it) loads as another tokenizer."""
+    old = superbpe.Tokenizer(build_vocab([(b"a", b"b")], []), [(b"a", b"b")], [])
+    old.save(tmp_path)
+    before = {path.name: path.read_bytes() for path in tmp_path.iterdir()}
+    merges = [(b"a", b"b"), (b"ab", b"c")]
+    new = superbpe.Tokenizer(build_vocab(merges, ["<|endoftext|>"]), merges, ["<|endoftext|>"])
+    real_fsync, synced = os.fsync, []
+
+    def fill_up(fd: int) -> None:
+        synced.append(fd)
+        if len(synced) == 3:  # vocab.json and merges.txt went through; the third file finds no space
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fill_up)
+    with pytest.raises(InputError, match=r"cannot write the tokenizer there \(No space left on device\)"):
+        new.save(tmp_path)
+    assert {path.name: path.read_bytes() for path in tmp_path.iterdir()} == before
+
+
 def test_a_file_that_cannot_be_created_is_named_not_its_temp(tmp_path: Path, monkeypatch) -> None:
     import superbpe.core.util as util
 

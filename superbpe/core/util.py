@@ -14,7 +14,7 @@ import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any, BinaryIO
@@ -29,6 +29,14 @@ def atomic_write(path: Path) -> Iterator[BinaryIO]:
     A reader (or a resumed run after SIGKILL) therefore sees either the old file or the
     complete new one, never a torn write.
     """
+    with _temp_beside(path) as (handle, tmp):
+        yield handle
+    _replace_or_remove(tmp, path)
+
+
+@contextlib.contextmanager
+def _temp_beside(path: Path) -> Iterator[tuple[BinaryIO, str]]:
+    """A temp file beside ``path`` (and its name), on disk when the block ends; removed if the block fails."""
     with naming_file(path):
         path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -37,14 +45,42 @@ def atomic_write(path: Path) -> Iterator[BinaryIO]:
         raise OSError(exc.errno, exc.strerror, str(path)) from exc
     try:
         with io.BufferedWriter(WritebackFile(fd)) as handle, naming_file(path):
-            yield handle
+            yield handle, tmp
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; outputs should read like any other file
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _replace_or_remove(tmp: str, path: Path) -> None:
+    try:
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        raise
+
+
+def atomic_write_texts(texts: Mapping[Path, str]) -> None:
+    """Write several files as one: each goes to a temp file, and none is renamed into place until all are
+    written. Why: the files of one tokenizer describe it together, and a write that fails part way (a
+    full disk) would otherwise leave some files new beside others old or missing, which load as another
+    tokenizer; this way the old files stay as they were."""
+    staged: list[tuple[str, Path]] = []
+    try:
+        for path, text in texts.items():
+            with _temp_beside(path) as (handle, tmp):
+                handle.write(text.encode("utf-8"))
+            staged.append((tmp, path))
+        while staged:
+            _replace_or_remove(*staged.pop(0))
+    except BaseException:
+        for tmp, _ in staged:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
         raise
 
 

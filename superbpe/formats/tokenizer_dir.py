@@ -10,7 +10,7 @@ from typing import Any
 from superbpe.core.errors import InputError
 from superbpe.core.pretokenize import Pretokenizer
 from superbpe.core.types import Merge
-from superbpe.core.util import atomic_write_text
+from superbpe.core.util import atomic_write_texts
 from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE, merges_to_text, vocab_to_json_text
 from superbpe.formats.hf import HF_FILE, hf_tokenizer_json, resolve_roles, transformers_documents
 from superbpe.formats.json_files import json_text
@@ -44,7 +44,9 @@ def save_tokenizer_dir(
     tokens (default: ``<|endoftext|>`` as bos and eos when it is a special token). ``whole_pieces`` is how
     the tokenizer encodes (see :class:`Manifest`); ``vocab_style`` the ``vocab.json`` layout. Every
     document is built (and so validated) before the first file is written; tiktoken files an earlier save
-    left that this one does not write are removed. A directory that cannot be written is an ``InputError``.
+    left that this one does not write are removed. No file is replaced until every one is written, so a save
+    that fails part way (a full disk) leaves the directory as it was. A directory that cannot be written is
+    an ``InputError``.
     """
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
@@ -73,8 +75,7 @@ def save_tokenizer_dir(
     if tiktoken:
         texts.update(tiktoken_texts(vocab, merges, special_tokens, pretokenizer))
     try:
-        for name, text in texts.items():
-            atomic_write_text(directory / name, text)
+        atomic_write_texts({directory / name: text for name, text in texts.items()})
         # Files of an earlier save that this one does not write would describe another tokenizer.
         for name in STALE_IF_UNWRITTEN:
             if name not in texts:
