@@ -360,6 +360,21 @@ def test_a_full_disk_names_the_file(tmp_path: Path) -> None:
     assert caught.value.errno == errno.ENOSPC and not list(tmp_path.iterdir())
 
 
+def test_a_full_disk_met_as_a_small_file_is_written_out_names_it(tmp_path: Path, monkeypatch) -> None:
+    """A small file (checkpoint.json) reaches the disk only as its buffer is flushed; the error then
+    still names it, not just "No space left on device"."""
+    import superbpe.core.util as util
+
+    def full(self: object, data: bytes) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(util.WritebackFile, "write", full)
+    target = tmp_path / "checkpoint.json"
+    with pytest.raises(OSError, match="No space left") as caught:
+        util.atomic_write_text(target, "{}")
+    assert caught.value.filename == str(target) and not list(tmp_path.iterdir())
+
+
 def test_a_tokenizer_save_that_fills_the_disk_leaves_the_old_files(tmp_path: Path, monkeypatch) -> None:
     """A save that runs out of space part way replaces none of the files: a directory holding the new
     vocab.json and merges.txt beside the old tokenizer.json (or without it) loads as another tokenizer."""

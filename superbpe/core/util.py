@@ -44,7 +44,8 @@ def _temp_beside(path: Path) -> Iterator[tuple[BinaryIO, str]]:
     except OSError as exc:  # named after the file asked for, not the temp name nobody chose
         raise OSError(exc.errno, exc.strerror, str(path)) from exc
     try:
-        with io.BufferedWriter(WritebackFile(fd)) as handle, naming_file(path):
+        # Named outside the buffer: the data a full disk refuses is often written only as it closes.
+        with naming_file(path), io.BufferedWriter(WritebackFile(fd)) as handle:
             yield handle, tmp
             handle.flush()
             os.fsync(handle.fileno())
