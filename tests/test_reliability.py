@@ -272,6 +272,18 @@ def test_resume_args_take_the_runs_own_overrides(tmp_path: Path) -> None:
         resume_args([f"resume={run}"])
 
 
+def test_a_resume_into_a_directory_it_cannot_write_is_one_line(tmp_path: Path, monkeypatch) -> None:
+    """Refused before Hydra opens the run's train.log there, which failed as a page of traceback (a
+    read-only mount of the run's file system, or another user's run)."""
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "overrides.yaml").write_text("- vocab_size=300\n- data.paths=[a.txt]\n")
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != run and real_access(path, mode))
+    with pytest.raises(InputError, match=r"run: the run directory is not writable \(Permission denied\)"):
+        resume_args([f"resume={run}"])
+
+
 def test_a_resume_adds_only_what_changes_speed_or_reporting(tmp_path: Path) -> None:
     """A run of the command recorded all it was given: another setting on its resume would train another
     run (before the first checkpoint nothing else would notice, and its record would then disagree)."""

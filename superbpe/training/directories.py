@@ -303,6 +303,8 @@ def resume_args(args: Sequence[str]) -> list[str]:
         )
     if recorded is None and not given:
         raise InputError(f"resume {run_dir}: {NOT_A_COMMAND_RUN}")
+    if problem := directory_problem(run_dir):  # now: Hydra's log file there would fail as a traceback
+        raise InputError(f"resume {run_dir}: the run directory is not writable ({problem})")
     # The run's recorded output_dir is where it was started; it continues where it is now (moved or not).
     # One Hydra resolves (``${hydra:runtime.output_dir}/tok``) is not the run directory: it stays.
     original = [old for old in recorded or [] if _key(old) != "output_dir" or "${" in old]
