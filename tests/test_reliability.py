@@ -284,6 +284,17 @@ def test_a_resume_into_a_directory_it_cannot_write_is_one_line(tmp_path: Path, m
         resume_args([f"resume={run}"])
 
 
+def test_a_read_only_mount_is_named_as_such(tmp_path: Path, monkeypatch) -> None:
+    """"Permission denied" would send the user to chmod, which cannot help on a read-only mount."""
+    import superbpe.core.util as util
+
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    assert util.directory_problem(tmp_path) == "Permission denied"
+    read_only = os.statvfs_result((4096,) * 8 + (os.ST_RDONLY, 255))
+    monkeypatch.setattr(os, "statvfs", lambda path: read_only)
+    assert util.directory_problem(tmp_path) == "Read-only file system"
+
+
 def test_a_resume_adds_only_what_changes_speed_or_reporting(tmp_path: Path) -> None:
     """A run of the command recorded all it was given: another setting on its resume would train another
     run (before the first checkpoint nothing else would notice, and its record would then disagree)."""

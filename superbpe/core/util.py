@@ -147,7 +147,7 @@ def directory_problem(path: Path) -> str | None:
     if not existing.is_dir():
         return "it is a file" if existing == absolute else f"{existing} is a file"
     if not os.access(existing, os.W_OK | os.X_OK):
-        return "Permission denied"
+        return "Read-only file system" if _read_only_mount(existing) else "Permission denied"
     if existing != absolute:  # make it and take it away again: some file systems refuse (/proc, read-only)
         missing = [p for p in (absolute, *absolute.parents) if not p.exists()]
         try:
@@ -175,6 +175,14 @@ def made_dirs_removed_on_failure(path: Path) -> Iterator[None]:
             with contextlib.suppress(OSError):
                 made.rmdir()
         raise
+
+
+def _read_only_mount(path: Path) -> bool:
+    """Whether ``path`` lies on a file system mounted read-only (where no permission would help)."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False
 
 
 def remove_stale_temps(directory: Path) -> list[Path]:
