@@ -161,7 +161,8 @@ def test_mismatched_resume_is_refused_naming_what_differs(wiki, tmp_path):
 
     other_vocab = resume(tmp_path, run_dir, "vocab_size=2400")
     assert_one_line_error(
-        other_vocab, "cannot resume", "vocab_size=2400 conflicts with the run's vocab_size=2300"
+        other_vocab, "cannot resume", "vocab_size=2400 conflicts with the run's vocab_size=2300",
+        "other settings need a new run",
     )
 
     other_pattern = resume(tmp_path, run_dir, "schedule.stage2_pattern=superbpe-paper")

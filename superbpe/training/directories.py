@@ -328,7 +328,9 @@ def resume_args(args: Sequence[str]) -> list[str]:
         ]
     if conflicts:
         raise ConfigError(
-            f"cannot resume {run_dir}: {'; '.join(conflicts)} (resume=<dir> alone repeats its overrides)"
+            f"cannot resume {run_dir}: {'; '.join(conflicts)} (resume=<dir> alone repeats its overrides; "
+            "other settings need a new run, which takes what it shares with this one from the cache: the "
+            "counts, and the merges of finished stages)"
         )
     kept = [old for old in original if _key(old) not in given_by_key]
     given = [_absolute_path(arg) for arg in given]
