@@ -122,7 +122,7 @@ impl Trainer {
         // SAFETY: the parts wrote every slot below `total` (each exactly its own counts).
         unsafe { positions.set_len(total) };
         drop(offsets);
-        let mut groups: Vec<(u32, u32, &mut [u32])> = Vec::new();
+        let mut groups: Vec<Group<'_>> = Vec::new();
         let mut rest = positions.as_mut_slice();
         for l in 0..v {
             let (group, tail) = std::mem::take(&mut rest).split_at_mut((starts[l + 1] - starts[l]) as usize);
@@ -133,16 +133,15 @@ impl Trainer {
         }
         let keep = warm_pairs.max(1);
         let freq = &self.freq;
-        let found: Vec<(Vec<Run>, Vec<i64>, usize)> = groups
+        let found: Vec<(Vec<Run>, Vec<i64>, usize)> = balanced(groups, parts)
             .into_par_iter()
-            .fold(
-                || (Vec::new(), BucketScratch::new(v, keep)),
-                |(mut runs, mut scratch), (l, start, group)| {
+            .map(|bin| {
+                let (mut runs, mut scratch) = (Vec::new(), BucketScratch::new(v, keep));
+                for (l, start, group) in bin {
                     sort_group(syms, freq, l, start, group, &mut scratch, &mut runs);
-                    (runs, scratch)
-                },
-            )
-            .map(|(runs, scratch)| (runs, scratch.top.into_iter().map(|r| r.0).collect(), scratch.runs_seen))
+                }
+                (runs, scratch.top.into_iter().map(|r| r.0).collect(), scratch.runs_seen)
+            })
             .collect();
         // The `keep`-th largest count overall is among the jobs' largest (each kept its own top).
         let all_runs: usize = found.iter().map(|f| f.2).sum();
@@ -167,6 +166,24 @@ impl Trainer {
         positions.shrink_to_fit();
         self.initial = positions;
     }
+}
+
+/// A left symbol's group of positions: `(left symbol, its first slot in the index, its positions)`.
+type Group<'a> = (u32, u32, &'a mut [u32]);
+
+/// `groups` dealt into `bins` lists of about equal positions, largest group first into the bin with
+/// the fewest so far. A few left symbols (the commonest tokens) hold a large share of a stage's
+/// positions, and most of them have low ids: split evenly by number of groups, one thread took most
+/// of the work while the other waited. Which bin a group lands in changes no run and no count.
+fn balanced(mut groups: Vec<Group<'_>>, bins: usize) -> Vec<Vec<Group<'_>>> {
+    groups.sort_unstable_by_key(|g| std::cmp::Reverse(g.2.len()));
+    let mut dealt: Vec<(usize, Vec<Group<'_>>)> = (0..bins.max(1)).map(|_| (0, Vec::new())).collect();
+    for group in groups {
+        let bin = dealt.iter_mut().min_by_key(|b| b.0).expect("at least one bin");
+        bin.0 += group.2.len();
+        bin.1.push(group);
+    }
+    dealt.into_iter().map(|b| b.1).filter(|b| !b.is_empty()).collect()
 }
 
 /// Order one left symbol's positions (`group`, ascending, starting at `start` in the index) by
