@@ -100,6 +100,34 @@ def test_chunks_with_the_pretokenizers_cuts_keep_every_piece(
     assert pieces([c.data.decode("utf-8") for c in chunks]) == pieces([text])
 
 
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 1 << 20])
+@pytest.mark.parametrize(
+    ("text", "specials"),
+    [
+        ("yy<a><b>x", ["<b>", "<a><b>x"]),  # the shorter special starts inside the longer
+        ("z.\nab.\ncd.\n", ["b.\ncd"]),  # a safe line cut inside a special
+    ],
+)
+def test_chunks_never_cut_inside_a_special_token_read_in_part(
+    tmp_path: Path, text: str, specials: list[str], size: int
+) -> None:
+    """A cut is made only once every special token that could straddle it is wholly read: the bytes
+    read so far may end inside one."""
+    path = tmp_path / "t.txt"
+    path.write_text(text, encoding="utf-8")
+    splitter, pre = SpecialSplitter(specials), get_pretokenizer("gpt2")
+
+    def parts(texts: list[str]) -> list[str]:  # special tokens and pieces, in order
+        split = [part for t in texts for part in splitter.split(t)]
+        return [piece for seg, special in split for piece in ([seg] if special else pre.split(seg))]
+
+    chunks = list(iter_chunks(path, specials, size, line_cuts=True))
+    assert parts([c.data.decode() for c in chunks]) == parts([text])
+    counts = count_pieces(path, pre, specials, workers=1, chunk_bytes=size)
+    pieces = Counter(p.encode() for seg in splitter.ordinary_segments(text) for p in pre.split(seg))
+    assert counts.to_dict() == dict(pieces)
+
+
 def test_wikitext_lines_come_in_chunks_of_the_size_asked(tmp_path: Path) -> None:
     """Lines ending in " \n" have no safe cut; the pre-tokenizer's own cuts still keep chunks small."""
     path = tmp_path / "w.txt"

@@ -453,6 +453,20 @@ def test_encode_file_in_many_chunks_matches_encode(
         tok.encode_file(path)
 
 
+def test_encode_file_keeps_a_special_token_a_read_ends_inside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gpt2: Tokenizer
+) -> None:
+    """A read that ends inside a special token holding a shorter one (``<a><b>`` of ``<a><b>x``) is not
+    cut before the shorter: the bytes after the read complete the longer."""
+    monkeypatch.setattr(tokenizer_module, "FILE_READ_BYTES", 8)
+    tok = Tokenizer(gpt2.vocab, gpt2.merges, [EOT, "<b>", "<a><b>x"], "gpt2", gpt2.engine)
+    text = "y" * 10 + "<a><b>x" + "z" * 20  # the second read ends after "<b>"
+    path = tmp_path / "t.txt"
+    path.write_text(text, encoding="utf-8")
+    assert tok.token_to_id("<a><b>x") in tok.encode(text)
+    assert tok.encode_file(path).tolist() == tok.encode(text)
+
+
 def test_encode_file_reads_invalid_utf8_with_errors_replace(tmp_path: Path, gpt2: Tokenizer) -> None:
     path = tmp_path / "bad.txt"
     path.write_bytes(b"fine\nthen \xff here\n")

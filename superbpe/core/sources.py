@@ -420,6 +420,7 @@ class ChunkCutter:
         self, special_tokens: Sequence[str], line_cuts: bool = True, pretokenizer: Pretokenizer | None = None
     ) -> None:
         self.specials = [t.encode("utf-8") for t in dict.fromkeys(special_tokens) if t]
+        self.longest = max(map(len, self.specials), default=0)
         self.line_cuts = line_cuts
         self.pretokenizer = pretokenizer
 
@@ -441,7 +442,7 @@ class ChunkCutter:
         while begin < start and 0x80 <= buf[begin] < 0xC0:  # start the window on a character
             begin += 1
         # Only where any special token near a cut is wholly in ``buf`` (the rest of the file is not read yet).
-        margin = 8 + max((len(special) for special in self.specials), default=0)
+        margin = 8 + self.longest
         end = min(start + LOCAL_CUT_WINDOW, len(buf) - margin)
         if end <= start:
             return -1
@@ -468,6 +469,13 @@ class ChunkCutter:
         return True
 
     def _find(self, buf: bytes, start: int) -> int:
+        found = self._first_candidate(buf, start)
+        # A special token that straddles a cut is seen only when it lies wholly in ``buf``: a cut nearer
+        # its end than the longest special is not known yet, as the bytes after it may complete one.
+        return found if found <= len(buf) - self.longest + 1 else -1
+
+    def _first_candidate(self, buf: bytes, start: int) -> int:
+        """The first cut at or after ``start`` that no special token wholly in ``buf`` straddles."""
         best = -1
         for special in self.specials:
             pos = buf.find(special, max(start, 1))
