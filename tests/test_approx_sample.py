@@ -42,6 +42,7 @@ def _blocks(n: int) -> list[Shard]:
         (7, 1.0, list(range(7))),
         (5, 0.01, [0]),
         (9, 1 / 3, [0, 3, 6]),
+        (4, 1e-7, [0]),
     ],
 )
 def test_sample_evenly_keeps_an_even_share_from_the_first_block(

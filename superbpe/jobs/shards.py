@@ -95,7 +95,9 @@ def sample_evenly(blocks: Sequence[Shard], fraction: float) -> list[Shard]:
     target ``ceil((i + 1) * fraction)`` steps up, so the first block is always kept and every stretch
     of the corpus gives its share (0.25 keeps blocks 0, 4, 8, ...). Exact fractions, so no rounding
     error moves a step; the choice depends on the blocks and the fraction alone."""
-    share = Fraction(fraction).limit_denominator(1 << 20)
+    # The nearest fraction of small denominator spells 0.1 as 1/10, but a fraction below 2**-21 has
+    # none above zero; its exact binary value still keeps the first block.
+    share = Fraction(fraction).limit_denominator(1 << 20) or Fraction(fraction)
     if not 0 < share <= 1:
         raise ValueError(f"sample fraction {fraction!r} is not in (0, 1]")
     return [block for i, block in enumerate(blocks) if math.ceil((i + 1) * share) > math.ceil(i * share)]
