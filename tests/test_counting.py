@@ -19,7 +19,7 @@ from superbpe.core.errors import InputError, SuperBPEError
 from superbpe.core.pretokenize import PATTERNS, Pretokenizer, SpecialSplitter, get_pretokenizer
 from superbpe.core.sources import iter_chunks, resolve_inputs
 from superbpe.engines import native as native_engine
-from superbpe.engines.interface import native_available
+from superbpe.engines.interface import get_engine, native_available
 from superbpe.engines.python_count import count_pieces
 
 EOT = "<|endoftext|>"
@@ -393,3 +393,18 @@ def test_files_compressed_other_than_with_gzip_are_refused(tmp_path: Path, kind:
         path.write_bytes(data)
         with pytest.raises(InputError, match=f"compressed with {kind}, which is not read"):
             resolve_inputs([path if path.parent == tmp_path else path.parent])
+
+
+@pytest.mark.parametrize("engine", ["python", *(["native"] if native_available() else [])])
+def test_a_file_that_grows_while_it_is_counted_is_refused(tmp_path: Path, engine: str) -> None:
+    first, second = tmp_path / "a.txt", tmp_path / "b.txt"
+    first.write_text("hello world\n" * 100)
+    second.write_text("more text\n" * 100)
+
+    def append_once(done: int) -> None:  # another process appending to a.txt while the count runs
+        if first.stat().st_size == 1200:
+            with first.open("a") as stream:
+                stream.write("appended\n")
+
+    with pytest.raises(InputError, match=r"a\.txt: changed while it was counted \(1200 bytes then, 1209 now"):
+        get_engine(engine).count([first, second], "gpt2", [EOT], workers=1, progress=append_once)

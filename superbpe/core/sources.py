@@ -332,6 +332,19 @@ def input_files_state(paths: Iterable[Path]) -> list[list[Any]]:
     return state
 
 
+def check_unchanged(paths: Sequence[Path], before: Sequence[Sequence[Any]], doing: str) -> None:
+    """Refuse a corpus file whose size or time differs from ``before`` (its :func:`input_files_state`
+    when reading began): what was read of a file being appended to or cut is some part of it that no
+    later read gives again, and the run would record the file as it is now."""
+    for path, (_, size, mtime) in zip(paths, before, strict=True):
+        stat = path.stat()
+        if (stat.st_size, stat.st_mtime_ns) != (size, mtime):
+            raise InputError(
+                f"{path}: changed while it was {doing} ({size} bytes then, {stat.st_size} now): give "
+                "files that no longer change (a copy of one still written to)"
+            )
+
+
 def fingerprint_of_files(state: Iterable[Sequence[Any]]) -> str:
     """A digest of :func:`input_files_state` for caches and resume checks."""
     digest = hashlib.sha256()

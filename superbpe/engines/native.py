@@ -47,8 +47,10 @@ from superbpe.core.sources import (
     Chunk,
     DocumentStream,
     InputSpec,
+    check_unchanged,
     chunk_documents,
     document_blocks,
+    input_files_state,
     invalid_utf8,
     is_document_stream,
     is_gzipped,
@@ -258,11 +260,13 @@ class NativeEngine:
             pre.pattern, pre.line_units, [s.encode("utf-8") for s in specials], max(1, chunk_bytes), threads,
             ceiling.limit, ceiling.reserve,
         )  # fmt: skip
+        before = input_files_state(paths)
         try:
             for path in paths:
                 _count_path(counter, path, specials, chunk_bytes, errors, text_field, progress, borrow_files)
         except lib.OverMemory as exc:
             raise count_over_memory(*exc.args) from None
+        check_unchanged(paths, before, "counted")
         return NativePieceCounts(counter.take(), counts_meta(pre, specials))
 
     def count_chunks(

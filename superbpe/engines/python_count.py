@@ -31,8 +31,10 @@ from superbpe.core.sources import (
     Chunk,
     DocumentStream,
     InputSpec,
+    check_unchanged,
     chunk_documents,
     document_blocks,
+    input_files_state,
     is_document_stream,
     iter_chunks,
 )
@@ -74,10 +76,12 @@ def count_pieces(
     job = CountJob((pre,), tuple(specials), errors, text_field)
     n_workers = resolve_workers(workers, sum(p.stat().st_size for p in paths))
     watched = CountCeiling.watching(ceiling, progress)
+    before = input_files_state(paths)
     if n_workers <= 1:
         counters = job.count_serial(chunks, watched)
     else:
         counters = _count_parallel(job, chunks, n_workers, watched)
+    check_unchanged(paths, before, "counted")
     return _piece_counts(counters[0], pre, specials)
 
 
