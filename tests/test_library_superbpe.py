@@ -186,8 +186,11 @@ def test_the_short_vocabulary_warning_is_printed_once_where_logging_is_not_set_u
 def test_train_superbpe_checks_its_transition_and_options():
     with pytest.raises(superbpe.SuperBPEError, match="transition 1.5 is a fraction"):
         superbpe.train_superbpe(iter(["x y"]), 400, 1.5)
-    with pytest.raises(superbpe.SuperBPEError, match="transition 144 must be at least 1 and below the 144"):
+    with pytest.raises(superbpe.SuperBPEError, match="transition 144: stage 1 needs .* of the 144"):
         superbpe.train_superbpe(iter(["x y"]), 400, 144)
+    # A fraction too small for the vocab is named as given, with the merge count it rounds to.
+    with pytest.raises(superbpe.SuperBPEError, match=r"transition 0\.5 gives 0 merges, but stage 1 needs"):
+        superbpe.train_superbpe(iter(["x y"]), 257, 0.5)
     with pytest.raises(superbpe.SuperBPEError, match="with the seen alphabet"):
         superbpe.train_superbpe(iter(["x y"]), 400, 0.5, compat="official")
     with pytest.raises(superbpe.SuperBPEError, match="unknown train_superbpe option"):

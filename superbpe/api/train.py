@@ -280,12 +280,18 @@ def _transition_end(transition: int | float, total: int, seen_alphabet: bool) ->
             raise ConfigError(
                 f"transition {transition} is a fraction and must be in (0, 1); use an int for a merge count"
             )
-        transition = round(transition * total)
-    if not 1 <= transition < total:
+        end = round(transition * total)
+    else:
+        end = transition
+    if not 1 <= end < total:
+        # A fraction is named with the merge count it gives: "transition 0" alone reads as a value
+        # the caller never wrote.
+        given = f"transition {transition}" + (f" gives {end} merges, but" if end != transition else ":")
         raise ConfigError(
-            f"transition {transition} must be at least 1 and below the {total} merges vocab_size leaves"
+            f"{given} stage 1 needs at least 1 merge and stage 2 the rest of the {total} merges vocab_size "
+            "leaves (at least 1): give a transition in that range or a larger vocab_size"
         )
-    return transition
+    return end
 
 
 def _count_stages(
