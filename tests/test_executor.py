@@ -14,6 +14,7 @@ import pytest
 from executor_helpers import EOT, concatenated_shards, make_corpus
 from script_helpers import assert_one_line_error, run_script, train_small_tokenizer
 
+from superbpe.api.tokenizer import Tokenizer
 from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.pretokenize import get_pretokenizer
 from superbpe.core.sources import ChunkCutter, iter_chunks, resolve_inputs
@@ -21,7 +22,7 @@ from superbpe.engines.interface import get_engine, native_available
 from superbpe.formats.token_files import read_index
 from superbpe.jobs.count import count_on_executor
 from superbpe.jobs.encode import encode_corpus, encode_sharded
-from superbpe.jobs.evaluate import evaluate_dir, evaluate_sharded
+from superbpe.jobs.evaluate import evaluate, evaluate_dir, evaluate_sharded
 from superbpe.jobs.executors import RAY_MISSING, ExecutorSpec, check_executor
 from superbpe.jobs.shards import plan_shards, shard_chunks
 
@@ -249,3 +250,23 @@ def test_executor_keeps_at_most_a_window_of_results_waiting() -> None:
         assert len(submitted) <= len(seen) + 3
         seen.append((index, value))
     assert sorted(seen) == [(i, 2 * i) for i in range(10)]
+
+
+@pytest.mark.parametrize("job", ["encode", "evaluate"])
+def test_a_file_appended_to_while_it_is_encoded_is_refused(tokenizer_dir, tmp_path, monkeypatch, job) -> None:
+    text = tmp_path / "growing.txt"
+    text.write_text("hello world\n" * 500)
+
+    def chunks_then_append(*args, **kwargs):  # another process appending while the file is read
+        yield from iter_chunks(*args, **kwargs)
+        with text.open("a") as stream:
+            stream.write("appended\n")
+
+    monkeypatch.setattr(f"superbpe.jobs.{job}.iter_chunks", chunks_then_append)
+    out = tmp_path / "out.bin"
+    with pytest.raises(InputError, match=rf"growing\.txt: changed while it was {job}d \(6000 bytes then"):
+        if job == "encode":
+            encode_corpus(tokenizer_dir, [str(text)], out)
+        else:
+            evaluate(Tokenizer.load(tokenizer_dir), [str(text)])
+    assert list(tmp_path.iterdir()) == [text]

@@ -37,8 +37,10 @@ from superbpe.core.progress import task
 from superbpe.core.sources import (
     Chunk,
     InputSpec,
+    check_unchanged,
     chunk_documents,
     corpus_size,
+    input_files_state,
     is_jsonl,
     is_table,
     iter_chunks,
@@ -204,6 +206,7 @@ def encode_corpus(
     encoder = ChunkEncoder(tokenizer, separator_id, text_field, errors, ids_dtype)
     n_workers = _workers(workers, paths)
     tokens = documents = 0
+    before = input_files_state(paths)
     try:
         with (
             made_dirs_removed_on_failure(out.parent),
@@ -232,6 +235,8 @@ def encode_corpus(
                     documents += 1
                     if separator_id is not None:
                         tokens += write_ids(handle, [separator_id], ids_dtype)
+            # Inside the write: a file cut or appended to meanwhile leaves no token file behind.
+            check_unchanged(paths, before, "encoded")
     except OSError as exc:
         raise InputError(f"cannot write {out}: {exc.strerror or exc}") from None
     result = EncodeResult(

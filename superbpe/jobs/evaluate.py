@@ -28,8 +28,10 @@ from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.sources import (
     Chunk,
     InputSpec,
+    check_unchanged,
     chunk_documents,
     corpus_size,
+    input_files_state,
     iter_chunks,
     resolve_inputs,
 )
@@ -214,6 +216,7 @@ def evaluate(
     paths = resolve_inputs(inputs)
     threads = _threads(tokenizer, workers, paths)
     tally = Tally()
+    before = input_files_state(paths)
     for path in paths:
         specials = [separator] if separator else []
         line_cuts = tokenizer.pretokenizer.safe_cuts_hold
@@ -229,6 +232,7 @@ def evaluate(
             threads,
         )
         tally.end_document()
+    check_unchanged(paths, before, "evaluated")
     if not tally.bytes:  # bytes/token of nothing is no measurement
         what = str(paths[0]) if len(paths) == 1 else f"all {len(paths)} input files"
         raise InputError(f"{what}: no text to evaluate")
