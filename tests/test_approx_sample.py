@@ -219,3 +219,22 @@ def test_a_bad_share_is_a_one_line_config_error(tmp_path: Path, bad: object) -> 
         run_training(_config(corpus, tmp_path / "out", bad))
     assert "approx_sample" in str(refused.value) and "\n" not in str(refused.value)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("how", ["sample", "shards"])
+def test_a_file_cut_after_its_blocks_are_planned_is_refused(tmp_path: Path, monkeypatch, how: str) -> None:
+    text = tmp_path / "cut.txt"
+    text.write_text("hello world\n" * 5000)
+
+    def plan_then_cut(*args: Any, **kwargs: Any) -> list[Shard]:  # another process cutting the file
+        shards = plan_shards(*args, **kwargs)
+        with text.open("r+") as stream:
+            stream.truncate(1200)
+        return shards
+
+    monkeypatch.setattr(sharded, "plan_shards", plan_then_cut)
+    with pytest.raises(InputError, match=r"cut\.txt: changed while it was counted \(60000 bytes then"):
+        if how == "sample":
+            sharded.count_sample([text], "gpt2", [EOT], 0.5, engine="python")
+        else:
+            sharded.count_on_executor([text], "gpt2", [EOT], executor=ExecutorSpec(shard_bytes=20_000))

@@ -270,3 +270,24 @@ def test_a_file_appended_to_while_it_is_encoded_is_refused(tokenizer_dir, tmp_pa
         else:
             evaluate(Tokenizer.load(tokenizer_dir), [str(text)])
     assert list(tmp_path.iterdir()) == [text]
+
+
+@pytest.mark.parametrize("job", ["encode", "evaluate"])
+def test_a_file_cut_while_it_is_encoded_in_shards_is_refused(tokenizer_dir, tmp_path, monkeypatch, job):
+    text = tmp_path / "cut.txt"
+    text.write_text("hello world\n" * 5000)
+
+    def plan_then_cut(*args, **kwargs):  # another process cutting the file once its shards are planned
+        shards = plan_shards(*args, **kwargs)
+        with text.open("r+") as stream:
+            stream.truncate(1200)
+        return shards
+
+    monkeypatch.setattr(f"superbpe.jobs.{job}.plan_shards", plan_then_cut)
+    out = tmp_path / "out"
+    with pytest.raises(InputError, match=rf"cut\.txt: changed while it was {job}d \(60000 bytes then"):
+        if job == "encode":
+            encode_sharded(tokenizer_dir, [str(text)], out, executor=ExecutorSpec(shard_bytes=20_000))
+        else:
+            evaluate_sharded(tokenizer_dir, [str(text)], executor=ExecutorSpec(shard_bytes=20_000))
+    assert list(tmp_path.iterdir()) == [text]

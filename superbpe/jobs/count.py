@@ -19,7 +19,14 @@ from superbpe.core.counts import PieceCounts, ProgressFn, counts_meta, prepare_c
 from superbpe.core.errors import InputError
 from superbpe.core.memory import CountCeiling
 from superbpe.core.pretokenize import Pretokenizer
-from superbpe.core.sources import DEFAULT_CHUNK_BYTES, Chunk, InputSpec, input_fingerprint
+from superbpe.core.sources import (
+    DEFAULT_CHUNK_BYTES,
+    Chunk,
+    InputSpec,
+    check_unchanged,
+    input_files_state,
+    input_fingerprint,
+)
 from superbpe.core.util import human_size
 from superbpe.engines.interface import Engine, get_engine
 from superbpe.engines.native import thread_count
@@ -104,6 +111,7 @@ def count_on_executor(
     threads = spec.num_cpus_per_task
     task = (pre, tuple(specials), engine_name, errors, text_field, chunk_bytes, chunk_bytes, threads)
     runner = get_executor(spec, workers)
+    before = input_files_state(paths)
     try:
         size = shard_size(spec.shard_bytes, runner.parallelism, paths)
         shards = plan_shards(paths, specials, size, line_cuts=pre.safe_cuts_hold, pretokenizer=pre)
@@ -112,6 +120,7 @@ def count_on_executor(
             total.add(table)
             if progress:
                 progress(shards[number].size())
+        check_unchanged(paths, before, "counted")  # shards are planned from the sizes the files had
         return total.result()
     finally:
         runner.close()
@@ -169,6 +178,7 @@ def count_sample(
     pre, specials, paths = prepare_count(inputs, pretokenizer, special_tokens, errors)
     check_sampleable(paths)
     engine_name = get_engine(engine, [pre]).name
+    before = input_files_state(paths)
     blocks, kept = _sample_blocks(paths, pre, specials, fraction)
     # What was counted: a small corpus (few blocks) can put it far from ``fraction``.
     whole, taken = sum(block.size() for block in blocks), sum(block.size() for block in kept)
@@ -187,7 +197,9 @@ def count_sample(
         progress(whole - taken)
     task = (pre, tuple(specials), engine_name, errors, text_field, SAMPLE_BLOCK_BYTES)
     if spec.name == "local":
-        return count_shards(kept, *task, _SAMPLE_UNIT_BYTES, thread_count(workers), progress=progress)
+        counts = count_shards(kept, *task, _SAMPLE_UNIT_BYTES, thread_count(workers), progress=progress)
+        check_unchanged(paths, before, "counted")  # blocks are planned from the sizes the files had
+        return counts
     runner = get_executor(spec, workers)
     try:
         groups = group_shards(kept, shard_size(spec.shard_bytes, runner.parallelism, paths))
@@ -197,6 +209,7 @@ def count_sample(
             total.add(table)
             if progress:
                 progress(sum(block.size() for block in groups[number]))
+        check_unchanged(paths, before, "counted")
         return total.result()
     finally:
         runner.close()

@@ -380,6 +380,7 @@ def encode_sharded(
     ids_dtype = token_dtype(tokenizer.vocab, dtype)
     fingerprint = tokenizer_hash(directory)
     runner = get_executor(spec, workers)
+    before = input_files_state(paths)
     try:
         size = shard_size(spec.shard_bytes, runner.parallelism, paths)
         line_cuts = tokenizer.pretokenizer.safe_cuts_hold
@@ -407,6 +408,8 @@ def encode_sharded(
                     entries[number] = entry
                     inside_by_file[entry.source] = inside_by_file.get(entry.source, 0) + inside
                     update(shards[number].size())
+            # Shards are planned from the sizes the files had: one cut meanwhile reads short.
+            check_unchanged(paths, before, "encoded")
             for path, inside in inside_by_file.items():
                 warn_of_separators_inside_records(path, inside, separator_id, tokenizer)
             _remove_attempts(out)

@@ -355,6 +355,7 @@ def evaluate_sharded(
     fingerprint = tokenizer_hash(tokenizer_dir)
     common = (str(tokenizer_dir), engine, fingerprint, compat, separator, text_field, errors)
     runner = get_executor(spec, workers)
+    before = input_files_state(paths)
     try:
         size = shard_size(spec.shard_bytes, runner.parallelism, paths)
         pre = tokenizer.pretokenizer
@@ -364,6 +365,7 @@ def evaluate_sharded(
             parts[number] = part
     finally:
         runner.close()
+    check_unchanged(paths, before, "evaluated")  # shards are planned from the sizes the files had
     total_bytes = total_tokens = documents = 0
     open_document = False
     for part in parts:
