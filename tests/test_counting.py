@@ -408,3 +408,10 @@ def test_a_file_that_grows_while_it_is_counted_is_refused(tmp_path: Path, engine
 
     with pytest.raises(InputError, match=r"a\.txt: changed while it was counted \(1200 bytes then, 1209 now"):
         get_engine(engine).count([first, second], "gpt2", [EOT], workers=1, progress=append_once)
+
+
+def test_a_pipe_named_like_a_corpus_file_in_a_directory_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("hello\n")
+    os.mkfifo(tmp_path / "b.txt")  # skipped, the corpus would be less than the directory says
+    with pytest.raises(InputError, match=r"b\.txt: not a regular file \(a pipe or device cannot be read"):
+        resolve_inputs(tmp_path)

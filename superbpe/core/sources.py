@@ -193,6 +193,8 @@ def _expand(item: str) -> list[Path]:
         if not found:
             raise InputError(f"{path}: directory holds no {'/'.join(TEXT_SUFFIXES)} files")
         for file in found:
+            if not file.is_file():
+                raise InputError(_not_regular(file))
             _refuse_what_is_not_text(file)
         _log_skipped(path, [p for p in files if not named_as(p, TEXT_SUFFIXES)])
         return found
@@ -209,8 +211,12 @@ def _expand(item: str) -> list[Path]:
             "e.g. iter(texts))"
         )
     if path.exists():  # a pipe, /dev/stdin, a device: read more than once (sizes, fingerprints, stages)
-        raise InputError(f"{path}: not a regular file (a pipe or device cannot be read twice): save it first")
+        raise InputError(_not_regular(path))
     raise InputError(f"{path}: no such file or directory")
+
+
+def _not_regular(path: Path) -> str:
+    return f"{path}: not a regular file (a pipe or device cannot be read twice): save it first"
 
 
 def _files_under(directory: Path) -> list[Path]:
@@ -230,7 +236,8 @@ def _files_under(directory: Path) -> list[Path]:
     if broken:
         shown = ", ".join(str(p.relative_to(directory)) for p in broken[:3]) + (", ..." * (len(broken) > 3))
         log.warning("%s: %d link(s) to nothing not read: %s", directory, len(broken), shown)
-    return sorted(p for p in files if p.is_file())
+    # Pipes, sockets and devices stay in: one named like a corpus file is refused, not passed over.
+    return sorted(p for p in files if not p.is_dir())
 
 
 def _matched_files(path: Path, pattern: str) -> list[Path]:
