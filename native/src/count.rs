@@ -7,7 +7,9 @@
 //! window by window from a mapping ([`CountSpec::count_windows`], [`crate::mem`]), so only about a
 //! block of input is held at a time.
 
+use std::fs::File;
 use std::io::Read;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -34,6 +36,9 @@ pub enum CountError {
     /// [`stop_counts`] was called while the count ran.
     Stopped,
 }
+
+/// Files up to this size are counted on the calling thread ([`CountSpec::count_small_file`]).
+pub const SMALL_FILE_BYTES: u64 = 1 << 18;
 
 /// How many times [`stop_counts`] has been called.
 static STOPS: AtomicU64 = AtomicU64::new(0);
@@ -135,6 +140,42 @@ impl CountSpec {
             Ok(())
         })?;
         self.ceiling.check().map_err(CountError::Memory)
+    }
+
+    /// Count the file at `path` on the calling thread, read whole, if it is a regular file of at
+    /// most [`SMALL_FILE_BYTES`] and one `block` (else `Ok(false)`, nothing done; a file of several
+    /// blocks is [`Self::count_mapped`]'s, which reads it so): handing so small a text to a
+    /// pool's threads (a thread to wait on, waking the pool, then waiting for it) took longer than
+    /// counting it, and a corpus of many small files spent most of its time so. Invalid UTF-8 is
+    /// replaced with `replace`, else the error at its offset, as [`Self::count_mapped`] says it.
+    pub fn count_small_file(
+        &self,
+        path: &Path,
+        tally: &Tally,
+        replace: bool,
+        block: usize,
+    ) -> Result<bool, CountError> {
+        let most = SMALL_FILE_BYTES.min(block as u64);
+        let Some(meta) = std::fs::metadata(path).ok().filter(|m| m.is_file() && m.len() <= most) else {
+            return Ok(false);
+        };
+        if self.stop.requested() {
+            return Err(CountError::Stopped);
+        }
+        let mut data = Vec::with_capacity(meta.len() as usize);
+        File::open(path).and_then(|mut f| f.read_to_end(&mut data)).map_err(CountError::Io)?;
+        let text = match std::str::from_utf8(&data) {
+            Ok(_) => std::borrow::Cow::Borrowed(&data[..]),
+            Err(e) if !replace => return Err(CountError::Utf8(e.valid_up_to() as u64)),
+            Err(_) => std::borrow::Cow::Owned(String::from_utf8_lossy(&data).into_owned().into_bytes()),
+        };
+        let mut local = tally.local();
+        for seg in self.units(&[&text]).into_iter().flatten() {
+            local.count(&self.splitter, seg)?;
+        }
+        drop(local);
+        self.ceiling.check().map_err(CountError::Memory)?;
+        Ok(true)
     }
 
     /// Count the pieces of independent documents (files, JSON lines) into `into`.

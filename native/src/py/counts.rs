@@ -193,6 +193,11 @@ impl Counter {
             CountError::Io(e) => NativeError::Msg(format!("{path}: cannot read ({e})")),
             e => NativeError::from(e),
         };
+        // A small file is counted on this thread (see `CountSpec::count_small_file`).
+        if run_detached(py, || spec.count_small_file(Path::new(path), tally, replace, block_bytes).map_err(read_error))?
+        {
+            return Ok(());
+        }
         // Opened without the GIL too: opening a named pipe (or a file on a stalled network mount)
         // waits, and other threads must not wait with it.
         run_interruptible(py, || {

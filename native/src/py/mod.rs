@@ -9,6 +9,7 @@
 
 use std::fs::File;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
