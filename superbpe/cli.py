@@ -586,9 +586,10 @@ def summarize(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         rows = collect(args.sweep_dir)
+        plot_path = args.plot or args.sweep_dir / "summary.png"
         drawn = not args.no_plot and _has_matplotlib()
         if drawn:
-            check_plot_path(args.plot or args.sweep_dir / "summary.png")
+            check_plot_path(plot_path)
         print(table(rows))
         left = unfinished(args.sweep_dir)
         if left:
@@ -600,7 +601,7 @@ def summarize(argv: list[str] | None = None) -> None:
         if not drawn:  # the table is the result; the plot is an extra
             print('plot: none (needs matplotlib: pip install "superbpe[plot]"; --no-plot skips it)')
             return
-        written = plot(rows, args.plot or args.sweep_dir / "summary.png")
+        written = plot(rows, plot_path)
     except BrokenPipeError:  # the reader of the table went away: ends quietly (`_stdout_may_close`)
         raise
     except USER_ERRORS as exc:

@@ -37,6 +37,16 @@ pub enum CountError {
     Stopped,
 }
 
+/// `data` as text to count: itself when it is valid UTF-8; else, with `replace`, each invalid
+/// sequence as U+FFFD, or the error at the offset of the first.
+pub fn checked_text(data: &[u8], replace: bool) -> Result<std::borrow::Cow<'_, [u8]>, CountError> {
+    match std::str::from_utf8(data) {
+        Ok(_) => Ok(std::borrow::Cow::Borrowed(data)),
+        Err(e) if !replace => Err(CountError::Utf8(e.valid_up_to() as u64)),
+        Err(_) => Ok(std::borrow::Cow::Owned(String::from_utf8_lossy(data).into_owned().into_bytes())),
+    }
+}
+
 /// Files up to this size are counted on the calling thread ([`CountSpec::count_small_file`]).
 pub const SMALL_FILE_BYTES: u64 = 1 << 18;
 
@@ -164,11 +174,7 @@ impl CountSpec {
         }
         let mut data = Vec::with_capacity(meta.len() as usize);
         File::open(path).and_then(|mut f| f.read_to_end(&mut data)).map_err(CountError::Io)?;
-        let text = match std::str::from_utf8(&data) {
-            Ok(_) => std::borrow::Cow::Borrowed(&data[..]),
-            Err(e) if !replace => return Err(CountError::Utf8(e.valid_up_to() as u64)),
-            Err(_) => std::borrow::Cow::Owned(String::from_utf8_lossy(&data).into_owned().into_bytes()),
-        };
+        let text = checked_text(&data, replace)?;
         let mut local = tally.local();
         for seg in self.units(&[&text]).into_iter().flatten() {
             local.count(&self.splitter, seg)?;

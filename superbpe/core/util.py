@@ -14,7 +14,7 @@ import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any, BinaryIO
@@ -139,6 +139,20 @@ def naming_file(path: Path) -> Iterator[None]:
         raise OSError(exc.errno, exc.strerror, str(path)) from exc
 
 
+def missing_dirs(path: Path) -> list[Path]:
+    """``path`` and those of its parents that do not exist yet, innermost first: what making it would
+    create, and so what a command that fails after making it should take away again."""
+    absolute = path.expanduser().absolute()
+    return [p for p in (absolute, *absolute.parents) if not p.exists()]
+
+
+def remove_empty_dirs(dirs: Iterable[Path]) -> None:
+    """Remove each of ``dirs`` (innermost first) while it is empty; one that is not, or is gone, stays."""
+    for made in dirs:
+        with contextlib.suppress(OSError):
+            made.rmdir()
+
+
 def directory_problem(path: Path) -> str | None:
     """Why ``path`` cannot be (made into) a directory to write in, or None: checked before a command
     starts, so that the user gets one line naming the option rather than an error from deep inside."""
@@ -149,15 +163,13 @@ def directory_problem(path: Path) -> str | None:
     if not os.access(existing, os.W_OK | os.X_OK):
         return "Read-only file system" if _read_only_mount(existing) else "Permission denied"
     if existing != absolute:  # make it and take it away again: some file systems refuse (/proc, read-only)
-        missing = [p for p in (absolute, *absolute.parents) if not p.exists()]
+        missing = missing_dirs(absolute)
         try:
             absolute.mkdir(parents=True)
         except OSError as exc:
             return exc.strerror or str(exc)
         finally:
-            for made in missing:
-                with contextlib.suppress(OSError):
-                    made.rmdir()
+            remove_empty_dirs(missing)
     return None
 
 
@@ -166,14 +178,11 @@ def made_dirs_removed_on_failure(path: Path) -> Iterator[None]:
     """Run the block; if it fails, remove ``path`` and those of its parents that did not exist when it
     began (innermost first, each only while empty): a command that makes the directories of its output
     and then fails leaves the tree as it found it, not an empty folder."""
-    absolute = path.expanduser().absolute()
-    missing = [p for p in (absolute, *absolute.parents) if not p.exists()]
+    missing = missing_dirs(path)
     try:
         yield
     except BaseException:
-        for made in missing:
-            with contextlib.suppress(OSError):
-                made.rmdir()
+        remove_empty_dirs(missing)
         raise
 
 

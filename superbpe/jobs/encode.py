@@ -15,7 +15,6 @@ shard files concatenated in index order are exactly the single flat file.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -54,6 +53,8 @@ from superbpe.core.util import (
     directory_problem,
     handled_stop_signals,
     made_dirs_removed_on_failure,
+    missing_dirs,
+    remove_empty_dirs,
     resolve_threads,
     stop_signals_held,
 )
@@ -445,8 +446,7 @@ def _prepare_output_dir(out: Path) -> tuple[Path, list[Path]]:
         if any(out.iterdir()):
             raise ConfigError(f"output directory {out} is not empty; give a new or empty directory")
         return out, []
-    absolute = out.absolute()
-    made = [p for p in (absolute, *absolute.parents) if not p.exists()]
+    made = missing_dirs(out)
     try:
         out.mkdir(parents=True)
     except OSError as exc:
@@ -465,9 +465,7 @@ def _remove_output(out: Path, made: Sequence[Path]) -> None:
     directories it made go, parents included while empty."""
     if made:
         shutil.rmtree(out, ignore_errors=True)
-        for parent in made[1:]:
-            with contextlib.suppress(OSError):
-                parent.rmdir()
+        remove_empty_dirs(made[1:])
         return
     for item in out.iterdir():
         if item.is_file():

@@ -35,7 +35,14 @@ from typing import Any
 from superbpe.core.counts import PieceCounts
 from superbpe.core.errors import ConfigError
 from superbpe.core.types import Merge
-from superbpe.core.util import TEMP_SUFFIX, atomic_write_text, directory_problem, human_size
+from superbpe.core.util import (
+    TEMP_SUFFIX,
+    atomic_write_text,
+    directory_problem,
+    human_size,
+    missing_dirs,
+    remove_empty_dirs,
+)
 from superbpe.engines import native as native_engine
 
 log = logging.getLogger("superbpe")
@@ -101,15 +108,6 @@ def _same_file(fd: int, path: Path) -> bool:
     return (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)
 
 
-def _missing_dirs(directory: Path) -> list[Path]:
-    """``directory`` and its parents that do not exist yet, innermost first."""
-    missing = []
-    while not directory.exists() and directory != directory.parent:
-        missing.append(directory)
-        directory = directory.parent
-    return missing
-
-
 @dataclass(frozen=True)
 class CachedMerges:
     merges: list[Merge]  # the stage's own merges (or, when it drops inherited ones, its whole list)
@@ -150,7 +148,7 @@ class RunCache:
             yield None
             return
         directory = self.root / kind
-        made = _missing_dirs(directory)
+        made = missing_dirs(directory)
         lock, path = directory / f"{key}.lock", directory / f"{key}{suffix}"
         try:
             with locked(lock):
@@ -161,9 +159,7 @@ class RunCache:
                         lock.unlink(missing_ok=True)
         finally:
             if not path.exists():
-                for created in made:
-                    with contextlib.suppress(OSError):  # not empty: another job uses it
-                        created.rmdir()
+                remove_empty_dirs(made)  # one not empty stays: another job uses it
 
     def load_counts(self, path: Path | None, *, native: bool = False) -> PieceCounts | None:
         """The cached counts, read straight into a Rust table when ``native`` (the native engine trains

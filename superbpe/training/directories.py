@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from superbpe.core.errors import ConfigError, InputError
-from superbpe.core.util import directory_problem
+from superbpe.core.util import directory_problem, missing_dirs
 from superbpe.formats.checkpoints import checkpoint_path
 from superbpe.formats.tokenizer_dir import states_its_pattern, tokenizer_files_in
 
@@ -51,7 +51,7 @@ def claim_unique_dir(base: str) -> str:
     """
     if base in _claimed:
         return _claimed[base]
-    parents = _missing_parents(Path(base).absolute())
+    parents = missing_dirs(Path(base).absolute().parent)
     suffix = 1
     while True:
         candidate = base if suffix == 1 else f"{base}-{suffix}"
@@ -71,11 +71,6 @@ def claim_unique_dir(base: str) -> str:
         _claimed[base] = candidate
         _made_parents[Path(candidate).absolute()] = parents
         return candidate
-
-
-def _missing_parents(path: Path) -> list[Path]:
-    """The parents of ``path`` that do not exist yet, innermost first."""
-    return [parent for parent in path.parents if not parent.exists()]
 
 
 def claimed_dirs() -> list[Path]:
@@ -178,7 +173,7 @@ def place_run(args: Sequence[str]) -> list[str]:
     if path.is_dir():
         _existed.add(path.absolute())
     else:  # Hydra makes it, and its parents: a run that fails early takes out what was made
-        _made_parents[path.absolute()] = _missing_parents(path.absolute())
+        _made_parents[path.absolute()] = missing_dirs(path.absolute().parent)
     if run_dir is not None:
         return list(args)
     return [*args, f"hydra.run.dir={_quote(str(path))}"]

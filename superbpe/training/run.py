@@ -8,7 +8,6 @@ checkpointing as it goes; the tokenizer files and ``metrics.json`` are written l
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -48,7 +47,13 @@ from superbpe.core.sources import (
     resolve_inputs,
 )
 from superbpe.core.types import Merge
-from superbpe.core.util import peak_rss_bytes, release_freed_memory, remove_stale_temps
+from superbpe.core.util import (
+    missing_dirs,
+    peak_rss_bytes,
+    release_freed_memory,
+    remove_empty_dirs,
+    remove_stale_temps,
+)
 from superbpe.core.vocab import (
     alphabet_order,
     build_vocab,
@@ -382,7 +387,7 @@ def _output_dir(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None) -> Pat
 def _check_writable(directory: Path) -> None:
     """Create the directory if needed and prove a file can be written there (then remove the proof)."""
     try:
-        _made_dirs[directory] = [path for path in (directory, *directory.parents) if not path.exists()]
+        _made_dirs[directory] = missing_dirs(directory)
         directory.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=directory)
         os.close(fd)
@@ -398,9 +403,7 @@ _made_dirs: dict[Path, list[Path]] = {}
 def _remove_if_unused(directory: Path) -> None:
     """After a failed run: remove the output directory and the parents made for it while they are empty
     (a run that failed before its first checkpoint leaves nothing behind)."""
-    for path in _made_dirs.pop(directory, []):
-        with contextlib.suppress(OSError):  # not empty (a checkpoint, another run's files): kept
-            path.rmdir()
+    remove_empty_dirs(_made_dirs.pop(directory, []))  # one not empty (a checkpoint, other files) stays
 
 
 def _initial_checkpoint(job: _Job) -> Checkpoint:

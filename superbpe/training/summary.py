@@ -166,9 +166,10 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def check_plot_path(output: Path) -> None:
-    """Refuse a plot path that is a directory or names a file type matplotlib does not write: checked before
-    anything is printed or drawn, so that a bad ``--plot`` leaves no half-done summary."""
+def check_plot_path(output: Path) -> str:
+    """The file type ``output`` names (by suffix, PNG without one); refused when it is a directory or a type
+    matplotlib does not write: checked before anything is printed or drawn, so that a bad ``--plot`` leaves
+    no half-done summary."""
     if output.is_dir():
         raise InputError(f"plot path {output} is a directory; give the PNG file's path")
     import_optional("matplotlib", "plot", "the bytes/token plot (or pass --no-plot)")
@@ -180,6 +181,7 @@ def check_plot_path(output: Path) -> None:
     if kind not in supported:
         kinds = ", ".join(sorted(supported))
         raise InputError(f"plot path {output}: matplotlib writes {kinds}, not {kind}; name the file with one")
+    return kind
 
 
 def plot(rows: list[Row], output: Path) -> Path | None:
@@ -198,7 +200,7 @@ def plot(rows: list[Row], output: Path) -> Path | None:
             series[key].append((1.0 if row.transition is None else row.transition, row.bytes_per_token))
     if not series:
         return None
-    check_plot_path(output)  # before drawing
+    kind = check_plot_path(output)  # before drawing
     matplotlib = import_optional("matplotlib", "plot", "the bytes/token plot (or pass --no-plot)")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # an optional extra, checked just above
@@ -221,7 +223,7 @@ def plot(rows: list[Row], output: Path) -> Path | None:
     output.parent.mkdir(parents=True, exist_ok=True)
     try:
         with atomic_write(output) as out:  # no half-written plot, nor a temporary file, on any failure
-            fig.savefig(out, format=output.suffix.lower().lstrip(".") or "png", dpi=120)
+            fig.savefig(out, format=kind, dpi=120)
     finally:
         plt.close(fig)
     return output

@@ -137,11 +137,7 @@ impl Counter {
     fn count_text(&mut self, py: Python<'_>, data: &[u8], replace: bool) -> PyResult<()> {
         let (spec, tally, pool) = (&self.spec, &self.tally, &self.pool);
         run_interruptible(py, || {
-            let text = match std::str::from_utf8(data) {
-                Ok(_) => std::borrow::Cow::Borrowed(data),
-                Err(e) if !replace => return Err(NativeError::Utf8(e.valid_up_to())),
-                Err(_) => std::borrow::Cow::Owned(String::from_utf8_lossy(data).into_owned().into_bytes()),
-            };
+            let text = checked_text(data, replace)?;
             pool.install(|| spec.count_into(&[&text], tally)).map_err(NativeError::from)
         })
     }

@@ -19,7 +19,7 @@ use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
-use crate::count::{stop_counts, CountError, CountSpec, Stop, DEFAULT_BLOCK_BYTES};
+use crate::count::{checked_text, stop_counts, CountError, CountSpec, Stop, DEFAULT_BLOCK_BYTES};
 use crate::cuts::safe_chunks;
 use crate::encode::Encoder;
 use crate::memory::MappedFile;
