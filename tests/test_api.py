@@ -78,6 +78,7 @@ def test_counts_are_trained_as_they_were_made(sample_texts: Path) -> None:
         ({"workers": 0}, SuperBPEError, "workers must be an integer >= 1"),
         ({"special_tokens": EOT}, ConfigError, r"special_tokens takes a list of strings: \['<\|endoftext"),
         ({"special_tokens": 5}, ConfigError, "special_tokens takes a list of strings, not int"),
+        ({"special_tokens": [EOT, EOT]}, ConfigError, r"special token '<\|endoftext\|>' is given twice"),
         ({"forbidden_substrings": ": "}, ConfigError, r"takes a list of strings: \[': '\]"),
         ({"forbidden_substrings": [5]}, ConfigError, r"forbidden_substrings takes strings, not int \(5\)"),
         ({"chunk_bytes": 1.5}, ConfigError, "chunk_bytes must be an integer >= 1, not 1.5"),

@@ -206,6 +206,12 @@ def test_empty_special_token_is_an_error() -> None:
         Tokenizer({i: bytes([i]) for i in range(256)}, [], [""])
 
 
+def test_a_special_token_given_twice_is_an_error() -> None:
+    with pytest.raises(ConfigError, match=r"^special token '<pad>' is given twice in special_tokens") as info:
+        Tokenizer({i: bytes([i]) for i in range(256)}, [], ["<pad>", "<eos>", "<pad>"])
+    assert "\n" not in str(info.value)
+
+
 # -- streaming ---------------------------------------------------------------------------------------------
 
 

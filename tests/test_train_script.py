@@ -132,6 +132,12 @@ def test_missing_corpus(tmp_path):
     assert_nothing_left(tmp_path)
 
 
+def test_a_special_token_given_twice_is_refused_before_anything_is_made(tmp_path, corpus):
+    proc = train(tmp_path, f"data.paths=[{corpus}]", "vocab_size=300", 'special_tokens=["<|a|>","<|a|>"]')
+    assert_one_line_error(proc, "special token '<|a|>' is given twice in special_tokens")
+    assert_nothing_left(tmp_path)
+
+
 def test_empty_corpus(tmp_path):
     empty = tmp_path / "empty.txt"
     empty.write_text("")

@@ -353,15 +353,23 @@ def specials_shown(specials: Sequence[str]) -> str:
 
 
 def special_token_list(special_tokens: Iterable[str] | None) -> list[str]:
-    """The special tokens once each, in order (None is none); one string given where a list goes is an
-    error (it would otherwise be read as its characters, each a special token)."""
+    """The special tokens as a list, in order (None is none). One string given where a list goes is an
+    error (it would otherwise be read as its characters, each a special token), and so is a token given
+    twice: a repeat is most likely a typo for another token, which would then be missing unnoticed."""
     if special_tokens is None:
         return []
     if isinstance(special_tokens, str | bytes):
         raise ConfigError(f"special_tokens takes a list of strings: [{special_tokens!r}]")
     if not isinstance(special_tokens, Iterable):
         raise ConfigError(f"special_tokens takes a list of strings, not {type(special_tokens).__name__}")
-    return list(dict.fromkeys(special_tokens))
+    specials = list(special_tokens)
+    seen: set[str] = set()
+    for token in specials:
+        if isinstance(token, str):  # other types are refused by SpecialSplitter
+            if token in seen:
+                raise ConfigError(f"special token {token!r} is given twice in special_tokens; list it once")
+            seen.add(token)
+    return specials
 
 
 class SpecialSplitter:
