@@ -531,6 +531,33 @@ def test_decode_unknown_id_is_an_error(gpt2: Tokenizer, bad_id: object) -> None:
         gpt2.id_to_token(bad_id)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    "bad_id", [65.0, True, np.float64(65.0), np.bool_(True)], ids=["float", "bool", "np.float64", "np.bool_"]
+)
+def test_decode_refuses_ids_that_are_not_integers(bad_id: object) -> None:
+    """65.0 and True hash as 65 and 1, so a lookup alone would take them."""
+    tok = Tokenizer({i: bytes([i]) for i in range(256)}, [], engine="python")
+    refused = r"^unknown token id .*: token ids are integers, not (float|float64|bool)$"
+    for ids in ([66, bad_id], (bad_id,), iter([bad_id])):
+        with pytest.raises(InputError, match=refused):
+            tok.decode(ids)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=refused):
+        tok.decode_bytes([bad_id])  # type: ignore[list-item]
+    with pytest.raises(InputError, match=refused):
+        tok.decode(np.array([bad_id]))  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=refused):
+        tok.id_to_token(bad_id)  # type: ignore[arg-type]
+
+
+def test_decode_takes_numpy_integers() -> None:
+    tok = Tokenizer({i: bytes([i]) for i in range(256)}, [], engine="python")
+    assert tok.decode(np.array([65, 66], dtype=np.uint16)) == "AB"
+    assert tok.decode([np.int64(65), 66]) == "AB"
+    assert tok.id_to_token(np.int32(65)) == b"A"
+    with pytest.raises(InputError, match="unknown token id"):
+        tok.decode(np.array([[65, 66]]))
+
+
 def test_decode_of_text_says_it_takes_ids() -> None:
     with pytest.raises(InputError, match="^decode takes token ids, not a str"):
         _stream_tokenizer().decode("the")  # type: ignore[arg-type]

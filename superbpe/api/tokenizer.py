@@ -263,6 +263,8 @@ class Tokenizer:
             raise KeyError(f"{token!r} is not a token of this tokenizer") from None
 
     def id_to_token(self, token_id: int) -> bytes:
+        if not _is_integer_id(token_id):
+            raise InputError(_not_an_integer(token_id))
         try:
             return self._vocab[token_id]
         except (KeyError, TypeError):
@@ -486,7 +488,16 @@ class Tokenizer:
                 raise InputError("decode takes token ids, not a str (encode takes text)")
             if not isinstance(ids, Iterable):
                 raise InputError(f"decode takes token ids (a list), not {type(ids).__name__}")
-            ids = list(ids)
+            if isinstance(ids, np.ndarray) and ids.ndim == 1 and ids.dtype.kind in "iu":
+                ids = ids.tolist()  # Python ints, which the vocab looks up fastest
+            else:
+                ids = list(ids)
+        # A float or bool id hashes as the integer it equals, so the vocab lookup alone would take
+        # 65.0 or True: ids that almost always mean the caller passed something other than token ids.
+        if not set(map(type, ids)) <= {int}:
+            bad = next((i for i in ids if not _is_integer_id(i)), None)
+            if bad is not None:
+                raise InputError(_not_an_integer(bad))
         try:
             return b"".join(map(self._vocab.__getitem__, ids))
         except (KeyError, TypeError):
@@ -862,6 +873,15 @@ def _checked_merges(merges: Sequence[Merge]) -> list[Merge]:
             raise ConfigError(f"merge #{index} must be two non-empty bytes objects, not {merge!r}")
         checked.append((bytes(parts[0]), bytes(parts[1])))
     return checked
+
+
+def _is_integer_id(token_id: Any) -> bool:
+    """Whether ``token_id`` is an integer (a Python or numpy one), and not a bool."""
+    return isinstance(token_id, int | np.integer) and not isinstance(token_id, bool)
+
+
+def _not_an_integer(token_id: Any) -> str:
+    return f"unknown token id {token_id!r}: token ids are integers, not {type(token_id).__name__}"
 
 
 def _unknown(token_id: Any, vocab: Mapping[int, bytes]) -> bool:
