@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from script_helpers import assert_one_line_error, run_script
 
+import superbpe
 from superbpe.api.tokenizer import Tokenizer
 from superbpe.core.errors import ConfigError
 from superbpe.formats.gpt2 import MERGES_FILE, read_merges
@@ -179,6 +180,20 @@ def test_an_eval_file_with_bytes_the_corpus_lacks_stops_an_official_run_before_t
     assert_one_line_error(proc, unseen, "eval=null")
     assert "merging" not in proc.stdout + proc.stderr
     assert_nothing_left(tmp_path)
+
+
+def test_vocab_size_of_the_bytes_and_specials_trains_no_merges_as_train_bpe_does(tmp_path, corpus):
+    proc = train(tmp_path, f"data.paths=[{corpus}]", "vocab_size=257", "engine=native")
+    assert proc.returncode == 0, proc.stderr
+    tok = Tokenizer.load(tmp_path / "run")
+    vocab, merges = superbpe.train_bpe(corpus, 257, ["<|endoftext|>"])
+    assert (tok.vocab, tok.merges) == (vocab, merges) and merges == []
+    assert tok.encode("ab<|endoftext|>") == [97, 98, 256]
+    stage = json.loads((tmp_path / "run" / "metrics.json").read_text())["stages"][0]
+    assert stage["merges"] == 0 and stage.get("from") != "cache"  # nothing was trained or found
+    below = train(tmp_path, f"data.paths=[{corpus}]", "vocab_size=256", run_dir=tmp_path / "below")
+    assert_one_line_error(below, "vocab_size 256 is below 256 bytes + 1 special tokens = 257")
+    assert not (tmp_path / "below").exists()
 
 
 def test_vocab_size_beyond_every_engine_is_refused_before_anything_is_made(tmp_path, corpus):

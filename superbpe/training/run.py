@@ -254,8 +254,6 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
         total = most_seen_merges(cfg.vocab_size, specials)
     else:
         total = merge_budget(cfg.vocab_size, specials)
-        if total < 1:
-            raise ConfigError(f"vocab_size {cfg.vocab_size} leaves no room for merges")
     check_errors_mode(cfg.data.errors)
     if cfg.memory_limit is not None:
         parse_size(cfg.memory_limit)
@@ -719,8 +717,9 @@ def _train(
         if found is None and cached is not None and cached.exhausted and known == cached.merges:
             found = candidate
         if found is not None:
-            log.info("stage %s: %d merges from cache", plan.name, len(found) - len(base))
-            stats.from_cache = True
+            if cached is not None:  # else the stage had nothing left to train (vocab_size leaves 0 merges)
+                log.info("stage %s: %d merges from cache", plan.name, len(found) - len(base))
+                stats.from_cache = True
             return found
         if tokens_made(candidate) < len(candidate):  # a duplicate merge cannot be replayed
             candidate = [*prior, *partial]
