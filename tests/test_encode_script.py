@@ -34,7 +34,7 @@ from superbpe.core.sources import Chunk
 from superbpe.core.util import handled_stop_signals, stop_signals_held
 from superbpe.engines.interface import native_available
 from superbpe.jobs.encode import encode_corpus
-from superbpe.jobs.evaluate import _cuts_as_special, chunk_counts, evaluate
+from superbpe.jobs.evaluate import _cuts_as_special, chunk_counts, evaluate, evaluate_sharded
 from superbpe.training.config import DataConfig, EngineConfig, TrainConfig
 from superbpe.training.run import run_training
 
@@ -679,6 +679,27 @@ def test_a_quoted_tilde_in_a_path_is_the_home_directory(tokenizer_dir, tmp_path,
     assert proc.returncode == 0, proc.stderr
     assert (home / "out" / "x.bin.json").is_file() and (home / "shards" / "index.json").is_file()
     assert (home / "r.json").is_file() and not any(work.iterdir())
+
+
+def test_a_separator_opening_a_file_ends_no_document_for_encode_or_evaluate(tokenizer_dir, tmp_path):
+    """As one closing it opens none: both commands count the two texts, whether the separator is before or
+    after each, and a chunk that starts with one inside the file still ends a document."""
+    tok = Tokenizer.load(tokenizer_dir)
+    texts = [("lead", f"{EOT}one{EOT}two"), ("trail", f"one{EOT}two{EOT}"), ("both", f"{EOT}one{EOT}")]
+    for name, text in texts:
+        path = tmp_path / f"{name}.txt"
+        path.write_text(text, encoding="utf-8")
+        expected = 1 if name == "both" else 2
+        assert evaluate(tok, path).documents == expected
+        assert evaluate_sharded(tokenizer_dir, path).documents == expected
+        for output in (tmp_path / f"{name}.bin", f"{tmp_path / name}/"):
+            result = encode_corpus(tokenizer_dir, path, output, workers=1, chunk_bytes=4)
+            assert result.documents == expected, (name, output)
+    proc = run_script("encode.py", f"tokenizer={tokenizer_dir}", f"input={tmp_path / 'lead.txt'}",
+                      f"output={tmp_path / 'cli.bin'}", cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0 and "2 documents" in proc.stdout, proc.stderr
+    ids = np.fromfile(tmp_path / "cli.bin", dtype=np.uint16).tolist()
+    assert ids == tok.encode(f"{EOT}one{EOT}two{EOT}")  # the opening separator's id is kept
 
 
 def test_a_separator_inside_a_records_text_is_warned_about(tokenizer_dir, tmp_path, caplog):

@@ -2,11 +2,12 @@
 one flat file, or one file per shard on an executor.
 
 Documents: one per ``.jsonl`` line; in text files, documents are separated by the separator special
-token where it appears, and every file ends a document. The separator id is written after every
-document. Files are cut into chunks only before a special token or at a safe cut, so the ids of a
-chunked document equal ``Tokenizer.encode`` of the whole document; chunks go to worker threads (the
-native engine) or processes (the python engine) with a bounded number in flight, and results are
-written in order, so memory stays bounded and the file is the same for any number of workers.
+token where it appears, and every file ends a document (a separator opening a file ends none). The
+separator id is written after every document. Files are cut into chunks only before a special token
+or at a safe cut, so the ids of a chunked document equal ``Tokenizer.encode`` of the whole document;
+chunks go to worker threads (the native engine) or processes (the python engine) with a bounded number
+in flight, and results are written in order, so memory stays bounded and the file is the same for any
+number of workers.
 
 Sharded: each task encodes one shard into its own token file (written under a temporary name and
 renamed when complete, so a retried task just rewrites it); the driver writes ``index.json`` last. The
@@ -108,6 +109,10 @@ class ChunkEncoder:
         if chunk.is_text:  # one text; its separators are special tokens in it
             ids = encode_text_chunk(self.tokenizer, chunk, self.dtype, self.errors)
             ended = 0 if self.separator_id is None else int(np.count_nonzero(ids == self.separator_id))
+            if ended and chunk.offset == 0 and ids[0] == self.separator_id:
+                # A separator that opens a file ends no document, as one that closes it opens none
+                # (superbpe-evaluate counts neither); its id stays in the file, as encode gives it.
+                ended -= 1
             return ids, ended
         documents = list(chunk_documents(chunk, self.errors, self.text_field))
         with naming_chunk(chunk):
