@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+import superbpe.formats.checkpoints as checkpoints_module
 from superbpe.core.errors import ConfigError, InputError
 from superbpe.formats.checkpoints import (
     CHECKPOINT_FILE,
@@ -80,6 +82,29 @@ def test_a_fresh_save_never_writes_the_log_the_json_in_place_points_at(tmp_path:
     save_checkpoint(tmp_path, make_checkpoint(MERGES[:1]))
     assert (tmp_path / MERGES_LOGS[0]).read_bytes() == before
     assert load_checkpoint(tmp_path).merges == MERGES[:1]
+
+
+def test_a_stage_in_progress_keeps_its_seconds_across_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stage resumed after a kill is timed from its first process on: each save records the stage's
+    seconds so far, which the next process's checkpointer starts from."""
+    clock = [100.0]
+    monkeypatch.setattr(checkpoints_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    first = Checkpointer(tmp_path, make_checkpoint([]), every_merges=1, every_seconds=3600)
+    first.begin_stage()
+    clock[0] += 7.0
+    first.progress(MERGES[:2])
+    assert load_checkpoint(tmp_path).stage_seconds == 7.0
+    clock[0] += 50.0  # killed: the time after the last save is not known to the next process
+    second = Checkpointer(tmp_path, load_checkpoint(tmp_path), every_merges=1, every_seconds=3600)
+    assert second.earlier_stage_seconds == 7.0
+    second.begin_stage()
+    clock[0] += 3.0
+    second.progress(MERGES[:3])
+    assert load_checkpoint(tmp_path).stage_seconds == 10.0
+    second.finish_stage(MERGES, {"seconds": 11.0})
+    assert second.earlier_stage_seconds == 0.0 and load_checkpoint(tmp_path).stage_seconds == 0.0
 
 
 def test_finished_run_leaves_one_log(tmp_path: Path) -> None:

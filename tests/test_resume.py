@@ -103,6 +103,7 @@ def test_killed_in_stage1_then_in_stage2_resumes_to_identical_merges(wiki, refer
     proc = start_script("train.py", f"hydra.run.dir={run_dir}", *overrides(wiki), cwd=tmp_path)
     seen = kill_when(proc, run_dir, in_stage(0, 300))
     assert seen["stage_ends"] == [] and not seen["done"]
+    before = [read_checkpoint(run_dir)["stage_seconds"]]  # the first process's last save
 
     proc = start_script("train.py", f"resume={run_dir}", cwd=tmp_path)
     seen = kill_when(
@@ -112,11 +113,18 @@ def test_killed_in_stage1_then_in_stage2_resumes_to_identical_merges(wiki, refer
     )
     assert len(seen["stage_ends"]) == 1 and not seen["done"]
     assert not (run_dir / "merges.txt").exists()
+    before.append(read_checkpoint(run_dir)["stage_seconds"])
 
     done = resume(tmp_path, run_dir)
     assert done.returncode == 0, done.stderr
     assert (run_dir / "merges.txt").read_bytes() == reference
     assert read_checkpoint(run_dir)["done"]
+    # Each stage's seconds span the processes that worked on it, the earlier ones' part named apart.
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    for stage, earlier in zip(metrics["stages"], before, strict=True):
+        assert earlier > 0 and stage["seconds_before_resume"] == round(earlier, 3)
+        assert stage["seconds"] > stage["seconds_before_resume"]
+    assert metrics["seconds"] > metrics["seconds_this_process"]
 
 
 def test_killed_before_the_first_checkpoint_starts_over(wiki, reference, tmp_path):

@@ -49,6 +49,9 @@ class Checkpoint:
     stage_stats: list[dict[str, Any]] = field(default_factory=list)  # metrics of finished stages
     done: bool = False
     files: list[list[Any]] = field(default_factory=list)  # [path, size, mtime_ns] per corpus file
+    # Wall seconds the processes before this one spent on the stage in progress, up to their last save:
+    # a resumed stage's metrics add them to its own time.
+    stage_seconds: float = 0.0
 
     @property
     def stage(self) -> int:
@@ -120,6 +123,7 @@ def _write_json(run_dir: Path, checkpoint: Checkpoint, state: _LogState) -> None
         "stage_stats": checkpoint.stage_stats,
         "done": checkpoint.done,
         "files": checkpoint.files,
+        "stage_seconds": round(checkpoint.stage_seconds, 3),
     }
     atomic_write_text(checkpoint_path(run_dir), json.dumps(document) + "\n")
 
@@ -169,6 +173,7 @@ def _load(run_dir: Path) -> tuple[Checkpoint, _LogState] | None:
             stage_stats=list(data["stage_stats"]),
             done=bool(data["done"]),
             files=list(data.get("files") or []),  # absent from checkpoints written before it was kept
+            stage_seconds=float(data.get("stage_seconds", 0.0)),  # likewise
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise InputError(f"{path}: not a usable checkpoint ({exc})") from None
@@ -288,12 +293,21 @@ class Checkpointer:
         self.every_seconds = every_seconds
         self.saved_at = len(checkpoint.merges)
         self.saved_time = time.monotonic()
+        # The stage in progress: the seconds earlier processes spent on it, and when this one began it.
+        self.earlier_stage_seconds = checkpoint.stage_seconds
+        self._stage_start = time.monotonic()
         self._latest: Sequence[Merge] | None = None  # the merges last reported, saved or not
         loaded = _load(run_dir) if checkpoint_path(run_dir).is_file() else None
         # Continue the log a resumed run left only if it is this checkpoint's; otherwise start afresh.
         self._log = loaded[1] if loaded is not None and loaded[0].merges == checkpoint.merges else None
 
+    def begin_stage(self) -> None:
+        """The stage in progress starts (or resumes) now; each save records its seconds so far."""
+        self._stage_start = time.monotonic()
+
     def save(self) -> None:
+        in_stage = self.earlier_stage_seconds + time.monotonic() - self._stage_start
+        self.state.stage_seconds = 0.0 if self.state.done else in_stage
         self._log = save_checkpoint(self.run_dir, self.state, self._log)
         self.saved_at = len(self.state.merges)
         self.saved_time = time.monotonic()
@@ -324,6 +338,8 @@ class Checkpointer:
         self.state.merges = list(merges)
         self.state.stage_ends.append(len(merges))
         self.state.stage_stats.append(stats)
+        self.earlier_stage_seconds = 0.0  # the next stage has none yet
+        self._stage_start = time.monotonic()
         self.save()
 
     def finish_run(self) -> None:

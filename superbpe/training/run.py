@@ -551,6 +551,7 @@ class _CountAhead:
 def _run_stage(job: _Job, plan: StagePlan, checkpointer: Checkpointer, ahead: _CountAhead) -> None:
     state = checkpointer.state
     start_len = state.stage_ends[-1] if state.stage_ends else 0
+    checkpointer.begin_stage()
     with measure(plan.name) as stats:
         if plan.index == 0 and job.source is not None:
             merges = list(job.source_merges)
@@ -563,7 +564,8 @@ def _run_stage(job: _Job, plan: StagePlan, checkpointer: Checkpointer, ahead: _C
                 job, plan, counts, state.merges[:start_len], state.merges[start_len:], checkpointer, stats
             )
     kept = _inherited_kept(plan, state.merges[:start_len], merges)
-    checkpointer.finish_stage(merges, _stage_metrics(plan, stats, len(merges) - kept, job))
+    metrics = _stage_metrics(plan, stats, len(merges) - kept, job, checkpointer.earlier_stage_seconds)
+    checkpointer.finish_stage(merges, metrics)
     if len(merges) < plan.end:
         log.info(
             "stage %s ended early at %d merges: no pair left that the rules allow", plan.name, len(merges)
@@ -870,7 +872,11 @@ def _check_memory(job: _Job, plan: StagePlan, stats: StageStats, need: StageMemo
     check_fits(plan.name, need, job.cfg.memory_limit)
 
 
-def _stage_metrics(plan: StagePlan, stats: StageStats, merges: int, job: _Job) -> dict[str, Any]:
+def _stage_metrics(
+    plan: StagePlan, stats: StageStats, merges: int, job: _Job, earlier_seconds: float = 0.0
+) -> dict[str, Any]:
+    """``earlier_seconds``: what the processes before this one spent on the stage (it was resumed inside):
+    ``seconds`` is the stage's time across all of them, ``seconds_before_resume`` their part."""
     alphabet = job.alphabets.get(plan.index)
     counted = {}
     if plan.approx_sample is not None:  # a sample takes whole blocks: a small corpus's share differs
@@ -881,7 +887,8 @@ def _stage_metrics(plan: StagePlan, stats: StageStats, merges: int, job: _Job) -
         **plan.spec(),
         **counted,
         "merges": merges,
-        "seconds": round(stats.seconds, 3),
+        "seconds": round(earlier_seconds + stats.seconds, 3),
+        **({"seconds_before_resume": round(earlier_seconds, 3)} if earlier_seconds else {}),
         **{name: round(value, 3) for name, value in stats.parts.items()},
         **stats.sizes,
         "peak_rss_bytes": stats.peak_rss_bytes,
