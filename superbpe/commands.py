@@ -3,21 +3,42 @@ called.
 
 Why a module of its own: a command first loads Hydra, OmegaConf and most of the package, which takes a
 moment, and a Ctrl-C during that import came out of the console script's own import line as a traceback.
-Imported here, it ends as a command stopped before it started does: one line, exit 130.
+Imported here, it ends as a command stopped before it started does: one line, exit 130. SIGTERM is
+taken the same way from here on (exit 143): its default action ended the process without a word until
+the command's own handler (``cli._on_sigterm``) was in place. Only the interpreter's start and this
+package's small ``__init__`` come before it.
 """
 
 from __future__ import annotations
 
+import signal
+
+_terminated = False
+#: The commands that take SIGTERM as Ctrl-C once they run (``cli.run_hydra``); the others end on it.
+_HYDRA_COMMANDS = ("train", "encode", "evaluate")
+
+
+def _on_early_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM while the command loads: stopped as Ctrl-C is, remembered so the line says "terminated"."""
+    global _terminated
+    _terminated = True
+    raise KeyboardInterrupt
+
 
 def _command(name: str) -> None:
+    signal.signal(signal.SIGTERM, _on_early_sigterm)  # the command puts its own in place when it runs
     try:
         from superbpe import cli  # the slow import, inside the handling this module exists for
     except KeyboardInterrupt:
-        print("interrupted: before the command started, nothing done")  # where the commands say it
-        raise SystemExit(130) from None
+        word, status = ("terminated", 143) if _terminated else ("interrupted", 130)
+        print(f"{word}: before the command started, nothing done")  # where the commands say it
+        raise SystemExit(status) from None
+    if name not in _HYDRA_COMMANDS:  # no handler of its own follows: SIGTERM ends it, as it always did
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         getattr(cli, name)()
     except KeyboardInterrupt:  # between the import and the command's own handling of it
+        cli._terminated = cli._terminated or _terminated
         cli.interrupted("before the command started, nothing done")
 
 

@@ -9,6 +9,7 @@ import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -592,10 +593,35 @@ def test_ctrl_c_while_a_command_loads_ends_in_one_line(
     monkeypatch.delitem(sys.modules, "superbpe.cli", raising=False)
     monkeypatch.delattr(superbpe, "cli", raising=False)
     monkeypatch.setattr(sys, "meta_path", [InterruptedImport(), *sys.meta_path])
-    with pytest.raises(SystemExit) as stopped:
-        commands.encode()
+    previous = signal.getsignal(signal.SIGTERM)  # the entry point takes SIGTERM while it loads
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            commands.encode()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     assert stopped.value.code == 130
     assert capsys.readouterr().out == "interrupted: before the command started, nothing done\n"
+
+
+_TERMINATED_WHILE_LOADING = """
+import os, signal, sys
+class Terminate:  # SIGTERM at the moment the command's slow import begins
+    def find_spec(self, name, path, target=None):
+        if name == "superbpe.cli":
+            os.kill(os.getpid(), signal.SIGTERM)
+sys.meta_path.insert(0, Terminate())
+from superbpe.commands import {command}
+{command}()
+"""
+
+
+@pytest.mark.parametrize("command", ["train", "evaluate"])
+def test_sigterm_while_a_command_loads_ends_in_one_line(command: str) -> None:
+    """Its default action ended the process with no word before the command's handler was in place."""
+    code = _TERMINATED_WHILE_LOADING.format(command=command)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 143, (proc.returncode, proc.stderr)
+    assert proc.stdout == "terminated: before the command started, nothing done\n" and not proc.stderr
 
 
 def test_a_stage_counts_worker_peaks_only_when_they_rose_in_it() -> None:
