@@ -26,6 +26,7 @@ from superbpe.engines import native as native_engine
 from superbpe.engines.interface import native_available
 from superbpe.engines.python_encoder import HEAP_THRESHOLD, PythonEncoder
 from superbpe.formats.gpt2 import read_merges, read_vocab
+from superbpe.jobs.evaluate import evaluate
 
 EOT = "<|endoftext|>"
 SMALL_TEXTS = ["tinystories_sample.txt", "address.txt", "german.txt", "corpus.en"]
@@ -255,6 +256,46 @@ def test_encode_iterable_is_exact_wherever_the_stream_is_cut(text: str, cuts: li
         assert list(tok.encode_iterable(chunks)) == tok.encode(text)
     finally:
         tokenizer_module.STREAM_FLUSH_CHARS = original
+
+
+@SETTINGS
+@given(
+    text=_stream_text,
+    cuts=st.lists(st.integers(0, 200), max_size=10),
+    at=st.integers(0, 200),
+    flush=st.sampled_from([1, 7, 1 << 16]),
+)
+def test_encode_iterable_names_the_text_a_lone_surrogate_is_in(
+    text: str, cuts: list[int], at: int, flush: int
+) -> None:
+    """Whichever stretch of the buffer it is encoded in, as a JSON-lines record's is named by its line."""
+    tok = _stream_tokenizer()
+    at = min(at, len(text))
+    text = text[:at] + "\ud800" + text[at:]
+    bounds = [0, *sorted(cuts), len(text)]
+    chunks = [text[a:b] for a, b in itertools.pairwise(bounds)]
+    number = next(i for i, chunk in enumerate(chunks) if "\ud800" in chunk)
+    where = chunks[number].index("\ud800")
+    original = tokenizer_module.STREAM_FLUSH_CHARS
+    tokenizer_module.STREAM_FLUSH_CHARS = flush
+    try:
+        message = rf"^encode_iterable: text {number}: unpaired surrogate '\\ud800' at character {where} \(not"
+        with pytest.raises(InputError, match=message):
+            list(tok.encode_iterable(chunks))
+    finally:
+        tokenizer_module.STREAM_FLUSH_CHARS = original
+
+
+def test_a_lone_surrogate_is_named_alike_in_a_stream_and_in_json_lines(tmp_path: Path) -> None:
+    tok = Tokenizer({i: bytes([i]) for i in range(256)}, [], engine="python")
+    texts = ["fine", "ab\ud800cd", "more"]
+    records = tmp_path / "r.jsonl"
+    records.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    same = r"unpaired surrogate '\\ud800' at character 2 \(not UTF-8\)"
+    with pytest.raises(InputError, match=f"r.jsonl: line 2: {same}"):
+        evaluate(tok, records)  # how superbpe-evaluate and superbpe-encode read records
+    with pytest.raises(InputError, match=f"^encode_iterable: text 1: {same}$"):
+        list(tok.encode_iterable(texts))
 
 
 _stream_tokenizers: list[Tokenizer] = []
