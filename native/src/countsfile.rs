@@ -1,10 +1,25 @@
 //! The `.counts` file format (docs/DESIGN.md), byte-identical to `PieceCounts.save`:
-//! magic `SBPC\x01\n`, u32-LE meta length + JSON meta, u64-LE entry count, then entries
-//! `u32-LE len, bytes, u64-LE count` sorted by bytes.
+//! magic `SBPC\x02\n`, u32-LE meta length + JSON meta, u64-LE entry count, entries
+//! `u32-LE len, bytes, u64-LE count` sorted by bytes, then the u32-LE CRC-32 (zlib's) of every byte
+//! before it. Format 1 (magic `SBPC\x01\n`) is the same without the checksum; it is read only when
+//! the caller accepts counts that cannot be checked.
 
 use crate::tables::Counts;
 
-pub const MAGIC: &[u8] = b"SBPC\x01\n";
+pub const MAGIC: &[u8] = b"SBPC\x02\n";
+/// The magic of format 1, which has no checksum.
+pub const MAGIC_UNCHECKED: &[u8] = b"SBPC\x01\n";
+/// The bytes of the checksum that ends a file.
+const CHECKSUM_BYTES: usize = 4;
+
+/// The checksum a file ends with: CRC-32 as zlib computes it (`zlib.crc32` on the Python side).
+/// It catches any change of up to 32 bits in a row, so every flipped byte, at a few percent of the
+/// time a parse takes.
+pub fn checksum(data: &[u8]) -> u32 {
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(data);
+    hasher.finalize()
+}
 
 /// File bytes for `counts` with the given (already serialized) JSON meta.
 pub fn serialize(counts: &Counts, meta: &[u8]) -> Vec<u8> {
@@ -20,6 +35,10 @@ pub struct Chunks<'a> {
     header: Vec<u8>,
     entries: Vec<([u64; 2], &'a [u8], u64)>,
     next: usize,
+    /// The checksum of the bytes handed out so far.
+    hasher: crc32fast::Hasher,
+    /// Whether the checksum has been handed out (the file is complete).
+    ended: bool,
 }
 
 impl<'a> Chunks<'a> {
@@ -31,27 +50,32 @@ impl<'a> Chunks<'a> {
         header.extend_from_slice(&(meta.len() as u32).to_le_bytes());
         header.extend_from_slice(meta);
         header.extend_from_slice(&(entries.len() as u64).to_le_bytes());
-        Chunks { header, entries, next: 0 }
+        Chunks { header, entries, next: 0, hasher: crc32fast::Hasher::new(), ended: false }
     }
 
     /// Bytes of the whole file.
     pub fn size(&self) -> usize {
-        self.header.len() + self.entries.iter().map(|(_, k, _)| 12 + k.len()).sum::<usize>()
+        self.header.len() + self.entries.iter().map(|(_, k, _)| 12 + k.len()).sum::<usize>() + CHECKSUM_BYTES
     }
 
     /// The next bytes of the file: the header, then whole entries up to about `max` bytes (at least
-    /// one); None at the end.
+    /// one), the checksum with the last of them; None at the end.
     pub fn next_chunk(&mut self, max: usize) -> Option<Vec<u8>> {
-        let mut out = std::mem::take(&mut self.header);
-        if out.is_empty() && self.next == self.entries.len() {
+        if self.ended {
             return None;
         }
+        let mut out = std::mem::take(&mut self.header);
         for &(_, k, c) in &self.entries[self.next..] {
             if out.len() >= max {
                 break;
             }
             entry(k, c, |bytes| out.extend_from_slice(bytes));
             self.next += 1;
+        }
+        self.hasher.update(&out);
+        if self.next == self.entries.len() {
+            out.extend_from_slice(&self.hasher.clone().finalize().to_le_bytes());
+            self.ended = true;
         }
         Some(out)
     }
@@ -68,7 +92,9 @@ impl<'a> Chunks<'a> {
         for &(_, k, c) in &self.entries[self.next..] {
             entry(k, c, &mut put);
         }
-        assert_eq!(at, out.len(), "the buffer is the rest of the file");
+        assert_eq!(at + CHECKSUM_BYTES, out.len(), "the buffer is the rest of the file");
+        self.hasher.update(&out[..at]);
+        out[at..].copy_from_slice(&self.hasher.finalize().to_le_bytes());
     }
 }
 
@@ -87,11 +113,31 @@ fn take<'a>(data: &'a [u8], pos: &mut usize, n: usize) -> Result<&'a [u8], Strin
     Ok(s)
 }
 
-/// Parse file bytes into (meta JSON bytes, counts).
-pub fn parse(data: &[u8]) -> Result<(Vec<u8>, Counts), String> {
-    if !data.starts_with(MAGIC) {
+/// Parse file bytes into (meta JSON bytes, counts). The checksum is checked before any entry is
+/// read, so damaged bytes are never taken for counts; a file of format 1 (no checksum) is read
+/// only with `unchecked`.
+pub fn parse(data: &[u8], unchecked: bool) -> Result<(Vec<u8>, Counts), String> {
+    let body = if data.starts_with(MAGIC) {
+        let (body, sum) = data.split_at(data.len().saturating_sub(CHECKSUM_BYTES).max(MAGIC.len()));
+        if sum.len() != CHECKSUM_BYTES || checksum(body).to_le_bytes() != sum {
+            return Err("its checksum does not match: damaged or cut short since it was written".into());
+        }
+        body
+    } else if data.starts_with(MAGIC_UNCHECKED) {
+        if !unchecked {
+            return Err("format 1, which has no checksum to check it by".into());
+        }
+        data
+    } else if data.starts_with(b"SBPC") && data.len() > 5 && data[4] > MAGIC[4] && data[5] == b'\n' {
+        return Err(format!("format {} of a later superbpe, not read by this one", data[4]));
+    } else {
         return Err("bad magic".into());
-    }
+    };
+    parse_body(body)
+}
+
+/// The header and entries behind either format's magic, with nothing after them.
+fn parse_body(data: &[u8]) -> Result<(Vec<u8>, Counts), String> {
     let mut pos = MAGIC.len();
     let meta_len = u32::from_le_bytes(take(data, &mut pos, 4)?.try_into().unwrap()) as usize;
     let meta = take(data, &mut pos, meta_len)?.to_vec();
@@ -120,10 +166,45 @@ mod tests {
         c.add(b"a", 1).unwrap();
         let data = serialize(&c, b"{}");
         assert_eq!(&data[..6], MAGIC);
-        let (meta, back) = parse(&data).unwrap();
+        let (meta, back) = parse(&data, false).unwrap();
         assert_eq!(meta, b"{}");
         assert_eq!(back.sorted(), vec![(&b"a"[..], 1), (&b"b"[..], 2)]);
-        assert!(parse(&data[..data.len() - 1]).is_err());
+        assert!(parse(&data[..data.len() - 1], false).is_err());
+    }
+
+    /// Any byte changed, anywhere, and any cut is refused by the checksum, never read as counts.
+    #[test]
+    fn damage_is_refused() {
+        let mut c = Counts::default();
+        for i in 0..50u32 {
+            c.add(format!("piece {i}").as_bytes(), i as u64 + 1).unwrap();
+        }
+        let data = serialize(&c, b"{}");
+        for at in 0..data.len() {
+            let mut bad = data.clone();
+            bad[at] ^= 0x10;
+            assert!(parse(&bad, true).is_err(), "byte {at} changed");
+        }
+        for len in 0..data.len() {
+            assert!(parse(&data[..len], true).is_err(), "cut at {len}");
+        }
+        let err = parse(&data[..data.len() - 3], true).err().unwrap();
+        assert!(err.contains("checksum does not match"), "{err}");
+    }
+
+    /// Format 1 is the same bytes without the checksum: read only when asked to, never misread.
+    #[test]
+    fn format_one_is_read_only_unchecked() {
+        let mut c = Counts::default();
+        c.add(b"a", 1).unwrap();
+        let data = serialize(&c, b"{}");
+        let mut old = data[..data.len() - CHECKSUM_BYTES].to_vec();
+        old[..MAGIC.len()].copy_from_slice(MAGIC_UNCHECKED);
+        assert!(parse(&old, false).err().unwrap().contains("no checksum"));
+        assert_eq!(parse(&old, true).unwrap().1.sorted(), vec![(&b"a"[..], 1)]);
+        let mut later = data.clone();
+        later[4] = 9;
+        assert!(parse(&later, true).err().unwrap().contains("format 9"));
     }
 
     /// Chunk by chunk, of any size, the file is the same bytes.
@@ -143,6 +224,6 @@ mod tests {
             }
             assert_eq!(joined, whole, "chunks of {max} bytes");
         }
-        assert_eq!(parse(&whole).unwrap().1.len(), 500);
+        assert_eq!(parse(&whole, false).unwrap().1.len(), 500);
     }
 }

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from superbpe.core.errors import InputError, SuperBPEError
 from superbpe.core.pretokenize import Pretokenizer, SpecialSplitter, get_pretokenizer, special_token_list
 from superbpe.core.sources import (
     SAVED_COUNTS_START,
+    SAVED_COUNTS_START_UNCHECKED,
     InputSpec,
     check_not_empty,
     resolve_inputs,
@@ -25,6 +27,12 @@ from superbpe.core.sources import (
 from superbpe.core.util import atomic_write, directory_problem, usable_cpus, whole_number
 
 COUNTS_MAGIC = SAVED_COUNTS_START
+#: Format 1: the same layout without the checksum that ends a file of the current format.
+COUNTS_MAGIC_UNCHECKED = SAVED_COUNTS_START_UNCHECKED
+#: The end of a ``.counts`` file: CRC-32 (``zlib.crc32``) of every byte before it.
+_CHECKSUM = struct.Struct("<I")
+#: Entries are written in blocks of about this many bytes, each added to the checksum at once.
+_BLOCK_BYTES = 1 << 20
 ProgressFn = Callable[[int], None]
 #: Below this many bytes a corpus is counted in this process (workers would cost more than they save).
 PARALLEL_MIN_BYTES = 8 << 20
@@ -111,7 +119,8 @@ class PieceCounts(Mapping[bytes, int]):
 
     def file_size(self) -> int:
         """Bytes of the ``.counts`` file :meth:`save` writes, without making it."""
-        return len(COUNTS_MAGIC) + 4 + len(self.meta_bytes()) + 8 + 12 * len(self) + self.key_bytes()
+        header = len(COUNTS_MAGIC) + 4 + len(self.meta_bytes()) + 8
+        return header + 12 * len(self) + self.key_bytes() + _CHECKSUM.size
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the ``.counts`` binary format (see docs/DESIGN.md) atomically."""
@@ -123,40 +132,52 @@ class PieceCounts(Mapping[bytes, int]):
         return b"".join(self._serialized())
 
     def _serialized(self) -> Iterator[bytes]:
+        """The file in blocks, its checksum closing the last: summed block by block, not entry by
+        entry (a call per entry cost more than making the entry)."""
         meta = self.meta_bytes()
-        yield COUNTS_MAGIC + struct.pack("<I", len(meta)) + meta
-        yield struct.pack("<Q", len(self.counts))
+        block = [COUNTS_MAGIC + struct.pack("<I", len(meta)) + meta + struct.pack("<Q", len(self.counts))]
         pack = struct.Struct("<I").pack
         pack_count = struct.Struct("<Q").pack
+        checksum = size = 0
         for piece in sorted(self.counts):
-            yield pack(len(piece)) + piece + pack_count(self.counts[piece])
+            entry = pack(len(piece)) + piece + pack_count(self.counts[piece])
+            block.append(entry)
+            size += len(entry)
+            if size >= _BLOCK_BYTES:
+                data = b"".join(block)
+                checksum = zlib.crc32(data, checksum)
+                yield data
+                block, size = [], 0
+        data = b"".join(block)
+        yield data + _CHECKSUM.pack(zlib.crc32(data, checksum))
 
     @classmethod
     def from_bytes(cls, data: bytes) -> PieceCounts:
         """Inverse of :meth:`to_bytes`."""
         try:
-            return cls._parse(data)
+            return cls._parse(data, require_checksum=False)
         except (struct.error, ValueError, IndexError) as exc:
             raise InputError(f"not a valid piece-counts table ({exc})") from None
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> PieceCounts:
-        """Read a ``.counts`` file written by either engine."""
+    def load(cls, path: str | os.PathLike[str], *, require_checksum: bool = False) -> PieceCounts:
+        """Read a ``.counts`` file written by either engine. Its checksum is checked before anything in
+        it is believed; a file of format 1, which has none, is refused with ``require_checksum`` (what a
+        cache wants: counts it cannot check could change a run's merges unseen)."""
         try:
             data = Path(path).read_bytes()
         except OSError as exc:
             raise InputError(f"{path}: cannot read piece counts ({exc.strerror})") from None
         try:
-            return cls._parse(data)
+            return cls._parse(data, require_checksum=require_checksum)
         except struct.error:
             raise InputError(f"{path}: a piece-counts file cut short (copy it whole)") from None
         except (ValueError, IndexError) as exc:
             raise InputError(f"{path}: not a valid piece-counts file ({exc})") from None
 
     @classmethod
-    def _parse(cls, data: bytes) -> PieceCounts:
-        if not data.startswith(COUNTS_MAGIC):
-            raise ValueError("bad magic")
+    def _parse(cls, data: bytes, *, require_checksum: bool) -> PieceCounts:
+        end = _checked_end(data, require_checksum=require_checksum)
         pos = len(COUNTS_MAGIC)
         (meta_len,) = struct.unpack_from("<I", data, pos)
         meta = json.loads(data[pos + 4 : pos + 4 + meta_len])
@@ -171,9 +192,51 @@ class PieceCounts(Mapping[bytes, int]):
             piece = data[pos + 4 : pos + 4 + size]
             (counts[piece],) = unpack_count(data, pos + 4 + size)
             pos += 12 + size
-        if pos != len(data):
+        if pos != end:
             raise ValueError("trailing bytes")
         return cls(counts, meta)
+
+
+def counts_file_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why the ``.counts`` file at ``path`` cannot be trusted (damaged, cut short, format 1 without a
+    checksum, not such a file), or None when its checksum matches. Reads it a block at a time and
+    builds no table, so checking a cache of large files costs their reading only."""
+    try:
+        with open(path, "rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            start = file.read(len(COUNTS_MAGIC))
+            if start != COUNTS_MAGIC:
+                _checked_end(start, require_checksum=True)  # says which format or that it is none
+                return "its checksum does not match: damaged or cut short since it was written"
+            checksum, left = zlib.crc32(start), size - len(start) - _CHECKSUM.size
+            while left > 0 and (block := file.read(min(left, 16 << 20))):
+                checksum, left = zlib.crc32(block, checksum), left - len(block)
+            written = file.read(_CHECKSUM.size)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    except ValueError as exc:
+        return str(exc)
+    if left != 0 or len(written) != _CHECKSUM.size or _CHECKSUM.unpack(written)[0] != checksum:
+        return "its checksum does not match: damaged or cut short since it was written"
+    return None
+
+
+def _checked_end(data: bytes, *, require_checksum: bool) -> int:
+    """Where the entries of ``.counts`` bytes end, once their checksum is found to match (format 1 has
+    none: read only without ``require_checksum``); ``ValueError`` saying why not."""
+    if data.startswith(COUNTS_MAGIC):
+        end = len(data) - _CHECKSUM.size
+        written = _CHECKSUM.unpack_from(data, end)[0] if end >= len(COUNTS_MAGIC) else None
+        if written is None or zlib.crc32(memoryview(data)[:end]) != written:
+            raise ValueError("its checksum does not match: damaged or cut short since it was written")
+        return end
+    if data.startswith(COUNTS_MAGIC_UNCHECKED):
+        if require_checksum:
+            raise ValueError("format 1, which has no checksum to check it by")
+        return len(data)
+    if data[:4] == COUNTS_MAGIC[:4] and data[5:6] == b"\n" and data[4:5] > COUNTS_MAGIC[4:5]:
+        raise ValueError(f"format {data[4]} of a later superbpe, not read by this one")
+    raise ValueError("bad magic")
 
 
 def _made(meta: Mapping[str, Any]) -> str:

@@ -170,7 +170,9 @@ def resolve_inputs(inputs: InputSpec) -> list[Path]:
 
 
 #: The first bytes of a file ``PieceCounts.save`` writes (``core/counts.py`` checks them on load).
-SAVED_COUNTS_START = b"SBPC\x01\n"
+SAVED_COUNTS_START = b"SBPC\x02\n"
+#: The first bytes of a file of the format before, which had no checksum.
+SAVED_COUNTS_START_UNCHECKED = b"SBPC\x01\n"
 
 
 def _expand(item: str) -> list[Path]:
@@ -270,7 +272,7 @@ def _refuse_what_is_not_text(path: Path) -> None:
     start = b""
     with contextlib.suppress(OSError), open(path, "rb") as file:
         start = file.read(16)
-    if start.startswith(SAVED_COUNTS_START):
+    if start.startswith((SAVED_COUNTS_START, SAVED_COUNTS_START_UNCHECKED)):
         raise InputError(
             f"{path} holds saved piece counts, not text: PieceCounts.load({str(path)!r}) gives them, "
             "and train_bpe takes them in place of the corpus"

@@ -201,21 +201,22 @@ def native_counts(counts: Mapping[bytes, int]) -> Any:
     return lib.NativeCounts.from_dict(plain)
 
 
-def load_counts(path: str | os.PathLike[str]) -> NativePieceCounts:
-    """Read a ``.counts`` file straight into Rust (same format as :meth:`PieceCounts.load`)."""
+def load_counts(path: str | os.PathLike[str], *, require_checksum: bool = False) -> NativePieceCounts:
+    """Read a ``.counts`` file straight into Rust (same format and checks as :meth:`PieceCounts.load`)."""
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise InputError(f"{path}: cannot read piece counts ({exc.strerror})") from None
     try:
-        return parse_counts(data)
+        return parse_counts(data, require_checksum=require_checksum)
     except ValueError as exc:
         raise InputError(f"{path}: not a valid piece-counts file ({exc})") from None
 
 
-def parse_counts(data: bytes) -> NativePieceCounts:
-    """The ``.counts`` format in memory, parsed in Rust (``ValueError`` when it is not one)."""
-    meta, table = _require_native().NativeCounts.parse(data)
+def parse_counts(data: bytes, *, require_checksum: bool = False) -> NativePieceCounts:
+    """The ``.counts`` format in memory, parsed in Rust once its checksum matches (``ValueError`` when
+    it is not one; format 1, without a checksum, only when not ``require_checksum``)."""
+    meta, table = _require_native().NativeCounts.parse(data, unchecked=not require_checksum)
     return NativePieceCounts(table, json.loads(meta))
 
 

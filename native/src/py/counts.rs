@@ -103,10 +103,12 @@ impl NativeCounts {
         Ok(())
     }
 
-    /// Parse `.counts` file bytes: `(meta_json_bytes, NativeCounts)`.
+    /// Parse `.counts` file bytes: `(meta_json_bytes, NativeCounts)`; a file of format 1, which has no
+    /// checksum, only with `unchecked`.
     #[staticmethod]
-    fn parse<'py>(py: Python<'py>, data: &[u8]) -> PyResult<(Bound<'py, PyBytes>, NativeCounts)> {
-        let (meta, inner) = run_detached(py, || countsfile::parse(data).map_err(NativeError::from))?;
+    #[pyo3(signature = (data, unchecked = true))]
+    fn parse<'py>(py: Python<'py>, data: &[u8], unchecked: bool) -> PyResult<(Bound<'py, PyBytes>, NativeCounts)> {
+        let (meta, inner) = run_detached(py, || countsfile::parse(data, unchecked).map_err(NativeError::from))?;
         Ok((PyBytes::new(py, &meta), NativeCounts { inner }))
     }
 }
