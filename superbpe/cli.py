@@ -43,7 +43,14 @@ from superbpe.formats.checkpoints import checkpoint_path
 from superbpe.formats.token_files import sidecar_path
 from superbpe.jobs.encode import encode_corpus
 from superbpe.jobs.evaluate import check_report_path, evaluate_dir
-from superbpe.training.cache import clear_cache, clear_leftovers, describe_cache, parse_age, resolve_cache_dir
+from superbpe.training.cache import (
+    clear_cache,
+    clear_leftovers,
+    describe_cache,
+    parse_age,
+    resolve_cache_dir,
+    verify_cache,
+)
 from superbpe.training.config import (
     EncodeConfig,
     EvaluateConfig,
@@ -619,16 +626,21 @@ def _has_matplotlib() -> bool:
 
 @_stdout_may_close
 def cache(argv: list[str] | None = None) -> None:
-    """``superbpe-cache list|clear``: what the run cache holds, and removing (old) entries."""
+    """``superbpe-cache list|verify|clear``: what the run cache holds, checking its entries, and removing
+    (old) entries."""
     parser = argparse.ArgumentParser(prog="superbpe-cache", description=cache.__doc__)
     parser.add_argument("--cache-dir", default=None,
                         help="the cache directory (default: $SUPERBPE_CACHE_DIR, else ~/.cache/superbpe)")
     parser.add_argument("--version", action="version", version=_version())
     commands = parser.add_subparsers(dest="command", required=True)
     listing = commands.add_parser("list", help="entries with size and age, newest first, and the total")
+    verify = commands.add_parser(
+        "verify", help="check every entry's checksum and name the bad ones (exit status 1 when one is kept)"
+    )
     clear = commands.add_parser("clear", help="remove entries (all, or those not used for a while)")
-    for command in (listing, clear):  # also after the command: `superbpe-cache list --cache-dir DIR`
+    for command in (listing, verify, clear):  # also after the command: `superbpe-cache list --cache-dir DIR`
         command.add_argument("--cache-dir", default=argparse.SUPPRESS, help="as before the command")
+    verify.add_argument("--remove", action="store_true", help="remove the bad entries (runs would)")
     clear.add_argument("--older-than", default=None, metavar="AGE",
                        help="only entries unused for longer than AGE, unit required: e.g. 30m, 12h, 7d")
     args = parser.parse_args(argv)
@@ -638,6 +650,16 @@ def cache(argv: list[str] | None = None) -> None:
             raise InputError(f"cache directory {directory} is a file")
         if args.command == "list":
             print(describe_cache(directory))
+        elif args.command == "verify":
+            checked, bad = verify_cache(directory, remove=args.remove)
+            for found in bad:
+                gone = " (removed)" if found.removed else ""
+                print(f"bad {found.entry.kind} entry {found.entry.path}: {found.problem}{gone}")
+            kept = sum(not found.removed for found in bad)
+            also = f", {kept} kept" if kept else ""
+            print(f"{checked} entries checked in {directory}: {len(bad)} bad{also}")
+            if kept:
+                raise SystemExit(1)
         else:
             older = parse_age(args.older_than) if args.older_than else None
             removed, freed = clear_cache(directory, older_than_seconds=older)

@@ -15,6 +15,12 @@ Concurrent sweep jobs (Hydra's joblib launcher, several shells) share the direct
 computed under an exclusive ``flock`` on its own lock file and written atomically, so a job either
 waits and reuses a finished entry or computes it itself; a killed job releases its lock with its
 process and never leaves a torn file.
+
+Every entry carries a checksum (the ``.counts`` format's own; a SHA-256 of the merges in a merges
+entry), checked whenever it is read: a cache must never change a run's result unseen, and a flipped bit
+in a key or a count is a valid-looking table. An entry that fails its check, or that has none (an older
+format), is discarded with a one-line warning and computed again; ``superbpe-cache verify`` checks them
+all.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from superbpe.core.counts import PieceCounts
+from superbpe.core.counts import PieceCounts, counts_file_problem
 from superbpe.core.errors import ConfigError
 from superbpe.core.types import Merge
 from superbpe.core.util import (
@@ -47,6 +53,8 @@ from superbpe.engines import native as native_engine
 
 log = logging.getLogger("superbpe")
 CACHE_FORMAT = 1
+#: The format of a merges entry; entries without it (written before they had a checksum) are stale.
+MERGES_ENTRY_FORMAT = 2
 #: Piece counts of plain text whose file would be larger than this share of the corpus are not
 #: cached: reading such a file back takes as long as counting the corpus again (a SuperBPE stage 2
 #: of web text, nearly every line distinct, makes a file nearly the size of the corpus), and writing
@@ -168,11 +176,11 @@ class RunCache:
             return None
         try:
             if native:
-                counts: PieceCounts = native_engine.load_counts(path)
+                counts: PieceCounts = native_engine.load_counts(path, require_checksum=True)
             else:
-                counts = PieceCounts.load(path)
-        except ValueError as exc:  # corrupt entry: recompute rather than fail the run
-            log.warning("ignoring unreadable cache entry %s: %s", path, exc)
+                counts = PieceCounts.load(path, require_checksum=True)
+        except ValueError as exc:  # the error names the file and what is wrong with it
+            discard_entry(path, str(exc))
             return None
         log.info("piece counts from cache %s", path)
         mark_used(path)
@@ -180,15 +188,15 @@ class RunCache:
 
     @staticmethod
     def load_merges(path: Path | None, *, warn: bool = True) -> CachedMerges | None:
-        """The entry, or None when absent or unreadable (said once: ``store_merges`` re-reads quietly)."""
+        """The entry, or None when absent or unusable; an unusable one is discarded with a warning, or
+        quietly when not ``warn`` (``store_merges`` replaces it)."""
         if path is None or not path.is_file():
             return None
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            cached = CachedMerges(decode_merges(data["merges"]), bool(data["exhausted"]))
-        except (ValueError, KeyError, TypeError) as exc:
+            cached = read_merges_entry(path)
+        except ValueError as exc:
             if warn:
-                log.warning("ignoring unreadable cache entry %s: %s", path, exc)
+                discard_entry(path, f"{path}: {exc}")
             return None
         mark_used(path)
         return cached
@@ -205,7 +213,38 @@ class RunCache:
             and not exhausted
         ):
             return
-        atomic_write_text(path, json.dumps({"merges": encode_merges(merges), "exhausted": exhausted}))
+        rows = encode_merges(merges)
+        entry = {"format": MERGES_ENTRY_FORMAT, "merges": rows, "exhausted": exhausted}
+        atomic_write_text(path, json.dumps({**entry, "sha256": _merges_digest(rows, exhausted)}))
+
+
+def _merges_digest(rows: Any, exhausted: Any) -> str:
+    """The checksum of a merges entry: SHA-256 of its content in one canonical spelling."""
+    text = json.dumps([rows, exhausted], separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def read_merges_entry(path: Path) -> CachedMerges:
+    """A merges entry whose checksum matches; ``ValueError`` saying why it cannot be used."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or data.get("format") != MERGES_ENTRY_FORMAT:
+            found = data.get("format", 1) if isinstance(data, dict) else None
+            raise ValueError(f"format {found}, not {MERGES_ENTRY_FORMAT}: written without a checksum")
+        if data.get("sha256") != _merges_digest(data["merges"], data["exhausted"]):
+            raise ValueError("its checksum does not match: damaged since it was written")
+        return CachedMerges(decode_merges(data["merges"]), bool(data["exhausted"]))
+    except OSError as exc:
+        raise ValueError(f"cannot be read ({exc.strerror})") from None
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"not a merges entry ({exc!r})") from None
+
+
+def discard_entry(path: Path, why: str) -> None:
+    """Remove an entry that cannot be used (the caller holds its lock) and say so in one line: the run
+    computes it again, so a bad entry costs time, never a failed run or different merges."""
+    log.warning("cache entry discarded, computing it again: %s", why)
+    path.unlink(missing_ok=True)
 
 
 def token_prefix(merges: Sequence[Merge], tokens: int) -> list[Merge] | None:
@@ -413,6 +452,45 @@ def enforce_size_cap(root: Path, max_bytes: int) -> tuple[int, int]:
         if remove_entry(entry):
             removed, freed = removed + 1, freed + entry.size
     return removed, freed
+
+
+def entry_problem(entry: CacheEntry) -> str | None:
+    """Why ``entry`` would be discarded by the next run that reads it, or None when it is sound."""
+    if entry.kind == "counts":
+        return counts_file_problem(entry.path)
+    try:
+        read_merges_entry(entry.path)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+@dataclass(frozen=True)
+class BadEntry:
+    entry: CacheEntry
+    problem: str  # what is wrong, in a few words
+    removed: bool
+
+
+def verify_cache(root: Path, *, remove: bool = False) -> tuple[int, list[BadEntry]]:
+    """Check every entry's checksum: (entries checked, the bad ones). With ``remove`` each bad one is
+    removed under its lock, once checked again there (a job may have just replaced it); one whose lock
+    a job holds is kept (the job is replacing it)."""
+    entries = cache_entries(root)
+    bad = []
+    for entry in entries:
+        if (problem := entry_problem(entry)) is None:
+            continue
+        removed = False
+        if remove:
+            lock_path = entry.path.with_suffix(".lock")
+            with _lock_if_free(lock_path) as free:
+                if free and entry_problem(entry) is not None:
+                    entry.path.unlink(missing_ok=True)
+                    lock_path.unlink(missing_ok=True)
+                    removed = True
+        bad.append(BadEntry(entry, problem, removed))
+    return len(entries), bad
 
 
 def describe_cache(root: Path) -> str:
