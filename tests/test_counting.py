@@ -277,7 +277,7 @@ def test_corrupt_counts_file_is_a_clear_error(tmp_path: Path) -> None:
         PieceCounts.load(path)
     PieceCounts({b"ab": 3, b"c": 1}, {"pretokenizer": {"name": "gpt2"}}).save(path)
     path.write_bytes(path.read_bytes()[:-3])
-    with pytest.raises(InputError, match=r"x.counts: not a valid .* checksum does not match: damaged or cut short"):
+    with pytest.raises(InputError, match=r"x.counts: not a valid .* damaged or cut short"):
         PieceCounts.load(path)
 
 

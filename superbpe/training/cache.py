@@ -244,7 +244,8 @@ def discard_entry(path: Path, why: str) -> None:
     """Remove an entry that cannot be used (the caller holds its lock) and say so in one line: the run
     computes it again, so a bad entry costs time, never a failed run or different merges."""
     log.warning("cache entry discarded, computing it again: %s", why)
-    path.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # one that cannot be removed is replaced when written again
+        path.unlink(missing_ok=True)
 
 
 def token_prefix(merges: Sequence[Merge], tokens: int) -> list[Merge] | None:
