@@ -656,7 +656,9 @@ def cache(argv: list[str] | None = None) -> None:
                 gone = " (removed)" if found.removed else ""
                 print(f"bad {found.entry.kind} entry {found.entry.path}: {found.problem}{gone}")
             kept = sum(not found.removed for found in bad)
-            also = f", {kept} kept" if kept else ""
+            also = ""
+            if kept:
+                also = f", {kept} kept (a job holds them)" if args.remove else "; --remove removes them"
             print(f"{checked} entries checked in {directory}: {len(bad)} bad{also}")
             if kept:
                 raise SystemExit(1)

@@ -230,7 +230,7 @@ def test_cache_verify_names_bad_entries_and_removes_them(
         cache_command(["--cache-dir", str(cache_dir), "verify"])
     assert status.value.code == 1
     lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 4 and lines[-1].endswith(": 3 bad, 3 kept"), lines
+    assert len(lines) == 4 and lines[-1].endswith(": 3 bad; --remove removes them"), lines
     assert any(str(counts_entries[0]) in line and "checksum does not match" in line for line in lines)
     assert any(str(counts_entries[1]) in line and "format 1" in line for line in lines)
     assert any(str(merges_entries[0]) in line and "checksum does not match" in line for line in lines)
