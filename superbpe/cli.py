@@ -102,11 +102,13 @@ _OURS_IN_A_RESOLVER = re.compile(
 )
 
 
-def interrupted(outcome: str) -> None:
+def interrupted(outcome: str, terminated: bool = False) -> None:
     """Ctrl-C (or SIGTERM) of a command: one line saying what it left, and exit 130 (143 for SIGTERM),
-    as a shell reports the signal, not a traceback from wherever the signal landed."""
-    print(f"{'terminated' if _terminated else 'interrupted'}: {outcome}")
-    raise SystemExit(143 if _terminated else 130) from None
+    as a shell reports the signal, not a traceback from wherever the signal landed. ``terminated``: a
+    SIGTERM the caller took before this module's handler was in place."""
+    terminated = terminated or _terminated
+    print(f"{'terminated' if terminated else 'interrupted'}: {outcome}")
+    raise SystemExit(143 if terminated else 130) from None
 
 
 _terminated = False

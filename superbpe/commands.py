@@ -38,8 +38,7 @@ def _command(name: str) -> None:
     try:
         getattr(cli, name)()
     except KeyboardInterrupt:  # between the import and the command's own handling of it
-        cli._terminated = cli._terminated or _terminated
-        cli.interrupted("before the command started, nothing done")
+        cli.interrupted("before the command started, nothing done", terminated=_terminated)
 
 
 def train() -> None:
