@@ -28,7 +28,8 @@ fn main() {
     };
     let file = std::fs::File::open(&args[1]).expect("open corpus");
     // SAFETY: the corpus is not modified while this benchmark maps it.
-    let map = std::sync::Arc::new(unsafe { MappedFile::open(&file) }.expect("map corpus"));
+    let map =
+        std::sync::Arc::new(unsafe { MappedFile::open(&file, &args[1]) }.expect("map corpus").expect("watch map"));
     // As a run counts a stage after the first (`borrow_files`); `copy` as it counts the first.
     let borrow = args.get(3).map(String::as_str) != Some("copy");
     let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();

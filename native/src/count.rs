@@ -35,6 +35,8 @@ pub enum CountError {
     Memory(Exceeded),
     /// [`stop_counts`] was called while the count ran.
     Stopped,
+    /// The mapped file was cut short while it was read ([`MappedFile::cut_short`]).
+    CutShort,
 }
 
 /// `data` as text to count: itself when it is valid UTF-8; else, with `replace`, each invalid
@@ -297,24 +299,37 @@ impl CountSpec {
     /// `release(upto)` is called: `data[..upto]` is counted and no longer needed (so a mapping's
     /// pages can be dropped). Strict UTF-8 only: the first invalid byte
     /// is reported by its offset. Counts are those of the whole text for every block size.
+    /// `cut_short` is asked before each window is counted and as a window grows: once it holds,
+    /// the text is no longer what it was (a mapped file cut short reads as zeros from its cut)
+    /// and the count stops.
     pub fn count_windows<F: FnMut(usize)>(
         &self,
         data: &[u8],
         tally: &Tally,
         block: usize,
+        cut_short: &(dyn Fn() -> bool + Sync),
         mut release: F,
     ) -> Result<(), CountError> {
         let block = block.max(1);
         // data[..valid] is known to be valid UTF-8.
         let mut valid = 0usize;
         let mut start = 0usize;
-        let mut end = self.window_end(data, start, block, &mut valid)?;
+        let mut end = self.window_end(data, start, block, &mut valid, cut_short)?;
         while start < data.len() {
+            if cut_short() {
+                return Err(CountError::CutShort);
+            }
             // Count this window while the next one is validated and cut (serial work that
             // would otherwise leave the other workers waiting).
             let (counted, next) = rayon::join(
                 || self.count_into(&[&data[start..end]], tally),
-                || if end < data.len() { self.window_end(data, end, block, &mut valid) } else { Ok(end) },
+                || {
+                    if end < data.len() {
+                        self.window_end(data, end, block, &mut valid, cut_short)
+                    } else {
+                        Ok(end)
+                    }
+                },
             );
             counted?;
             (start, end) = (end, next?);
@@ -331,7 +346,9 @@ impl CountSpec {
     /// same hash, the merge of the workers' tables, replay), and each page given back would be
     /// mapped in again with 64 KB around it (the kernel's fault-around). The first window, and
     /// windows of repeated or short pieces (as in code), copy their keys and give their pages
-    /// back, so that the map holds little more than the keys it stands in for.
+    /// back, so that the map holds little more than the keys it stands in for. A file cut short
+    /// while it is read ([`MappedFile::cut_short`]) ends the count in [`CountError::CutShort`],
+    /// whatever else went wrong: what was read past the cut was not the file.
     pub fn count_mapped(
         &self,
         map: &Arc<MappedFile>,
@@ -341,7 +358,8 @@ impl CountSpec {
     ) -> Result<(), CountError> {
         let mut pages = map.pages();
         let (mut window_start, mut long_before, mut referring) = (0, tally.long_key_bytes(), false);
-        let counted = self.count_windows(map.bytes(), tally, block, |upto| {
+        let cut_short = || map.cut_short();
+        let counted = self.count_windows(map.bytes(), tally, block, &cut_short, |upto| {
             if referring {
                 pages.keep_below(upto);
             } else {
@@ -360,15 +378,30 @@ impl CountSpec {
             (window_start, long_before) = (upto, long);
         });
         tally.copy_keys();
+        if map.cut_short() {
+            return Err(CountError::CutShort);
+        }
         counted
     }
 
     /// The end of the window of `data` that starts at `start` (a cut): about `block` bytes
     /// on, at the window's [`Self::last_cut`], the window growing until it has one. Validates
-    /// UTF-8 up to there (`valid` tracks how far it is known to be valid).
-    fn window_end(&self, data: &[u8], start: usize, block: usize, valid: &mut usize) -> Result<usize, CountError> {
+    /// UTF-8 up to there (`valid` tracks how far it is known to be valid). Stops once `cut_short`
+    /// holds (see [`Self::count_windows`]): zeros past a cut hold no cut, and the window would
+    /// grow to the end of the map.
+    fn window_end(
+        &self,
+        data: &[u8],
+        start: usize,
+        block: usize,
+        valid: &mut usize,
+        cut_short: &(dyn Fn() -> bool + Sync),
+    ) -> Result<usize, CountError> {
         let mut size = block;
         loop {
+            if cut_short() {
+                return Err(CountError::CutShort);
+            }
             let end = start.saturating_add(size).min(data.len());
             if *valid < end {
                 match std::str::from_utf8(&data[*valid..end]) {
@@ -456,7 +489,7 @@ mod tests {
     fn count_windowed(s: &CountSpec, text: &[u8], block: usize) -> Result<Vec<(Vec<u8>, u64)>, CountError> {
         let mut tally = Tally::new(2);
         let mut released = 0;
-        s.count_windows(text, &tally, block, |upto| {
+        s.count_windows(text, &tally, block, &|| false, |upto| {
             assert!(upto <= text.len() && upto >= released);
             released = upto;
         })?;
@@ -475,13 +508,34 @@ mod tests {
         s.stop = Stop(STOPS.load(Ordering::Relaxed).wrapping_sub(1));
         let mut windows = 0;
         let tally = Tally::new(2);
-        let stopped = s.count_windows(text.as_bytes(), &tally, 100, |_| windows += 1);
+        let stopped = s.count_windows(text.as_bytes(), &tally, 100, &|| false, |_| windows += 1);
         assert!(matches!(stopped, Err(CountError::Stopped)), "{stopped:?}");
         assert_eq!(windows, 0);
         assert!(matches!(count_streamed(&s, text.as_bytes(), 100, false), Err(CountError::Stopped)));
         assert!(matches!(s.count_docs(&[text.as_bytes()], &mut Counts::default()), Err(CountError::Stopped)));
         s.stop = Stop::now();
         assert_eq!(count_windowed(&s, text.as_bytes(), 100).unwrap(), count(&s, &text));
+    }
+
+    /// A mapped file cut short before it is read ends its count in an error (not a SIGBUS),
+    /// borrowed or not; the file's pages past the cut are never counted as text.
+    #[test]
+    fn a_mapped_file_cut_short_while_counted_is_refused() {
+        let text = block_corpus().repeat(40);
+        let path = std::env::temp_dir().join(format!("superbpe-cut-count-test-{}", std::process::id()));
+        let s = spec(Builtin::Gpt2, false, &["<|e|>"], 64);
+        for borrow in [false, true] {
+            std::fs::write(&path, &text).unwrap();
+            let file = File::open(&path).unwrap();
+            // SAFETY: the test's own file; it is only cut short, which the map is watched for.
+            let map = Arc::new(unsafe { MappedFile::open(&file, path.to_str().unwrap()) }.unwrap().unwrap());
+            assert!(map.bytes().len() > 3 * 8192);
+            std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(5000).unwrap();
+            let tally = Tally::new(2);
+            let counted = s.count_mapped(&map, &tally, 1000, borrow);
+            assert!(matches!(counted, Err(CountError::CutShort)), "{counted:?}");
+        }
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]
@@ -491,7 +545,7 @@ mod tests {
         s.ceiling = Ceiling { rss: Some(1), reserve: None };
         let mut windows = 0;
         let tally = Tally::new(2);
-        match s.count_windows(text.as_bytes(), &tally, 100, |_| windows += 1) {
+        match s.count_windows(text.as_bytes(), &tally, 100, &|| false, |_| windows += 1) {
             Err(CountError::Memory(Exceeded::Rss { held, limit: 1 })) => assert!(held > 1),
             other => panic!("{other:?}"),
         }

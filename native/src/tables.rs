@@ -12,7 +12,7 @@ use hashbrown::HashTable;
 use rayon::prelude::*;
 
 use crate::bytesmap::{bytes_eq, hash_short, pack_short, unpack_short, SHORT_MAX};
-use crate::memory::{advise_huge, prefetch, MappedFile};
+use crate::memory::{advise_huge, prefetch, CutMark, MappedFile};
 use crate::scan::Splitter;
 
 /// Number of hash shards (a power of two); the top bits of a key's hash pick its shard.
@@ -152,6 +152,11 @@ impl Arena {
         }
     }
 
+    /// The marks of the files whose bytes records refer to.
+    fn cut_marks(&self) -> impl Iterator<Item = CutMark> + '_ {
+        self.files.iter().filter_map(|(_, f)| f.cut_mark())
+    }
+
     /// Whether `address..address + len` lies wholly inside one of `files`.
     #[inline(always)]
     fn holds(&self, address: usize, len: usize) -> bool {
@@ -188,7 +193,8 @@ impl Arena {
         // SAFETY: `address..address + len` lies wholly inside the mapping of one of `self.files`
         // (checked above; a mapping's start is never null), which stays mapped while `self` lives
         // (the borrow of `self` bounds the slice) and whose bytes do not change (the contract of
-        // `MappedFile::open`; dropping its pages keeps what reading them gives).
+        // `MappedFile::open`; dropping its pages keeps what reading them gives; a file cut short
+        // reads as zeros from its cut, and its map says so: see `Counts::cut_short_file`).
         (unsafe { std::slice::from_raw_parts(address as *const u8, len) }, at + 8)
     }
 
@@ -844,6 +850,17 @@ impl Counts {
         self.listed.as_ref().map_or(0, |l| l.len()) + self.shards.iter().map(|s| s.table.len()).sum::<usize>()
     }
 
+    /// The marks of the mapped files whose bytes keys are left in: a reader of the keys checks
+    /// them once it is done, since a file cut short meanwhile read as zeros past its cut.
+    pub fn cut_marks(&self) -> Vec<CutMark> {
+        self.shards.iter().map(|s| &s.arena).chain(&self.adopted).flat_map(Arena::cut_marks).collect()
+    }
+
+    /// The name of a mapped file that keys are left in and that was found cut short.
+    pub fn cut_short_file(&self) -> Option<String> {
+        self.cut_marks().into_iter().find(CutMark::cut_short).map(|m| m.name().to_owned())
+    }
+
     /// Whether nothing was ever added (a fresh table).
     fn is_untouched(&self) -> bool {
         self.listed.is_none()
@@ -1379,7 +1396,7 @@ mod tests {
         std::fs::write(&path, vec![b'x'; 4096]).unwrap();
         let file = std::fs::File::open(&path).unwrap();
         // SAFETY: the test's own file, unchanged while mapped.
-        let map = Arc::new(unsafe { MappedFile::open(&file) }.unwrap());
+        let map = Arc::new(unsafe { MappedFile::open(&file, path.to_str().unwrap()) }.unwrap().unwrap());
         for keep_file in [false, true] {
             let mut counts = Counts::default();
             counts.add(&piece, 3).unwrap();
@@ -1416,7 +1433,7 @@ mod tests {
         let file = std::fs::File::open(&path).unwrap();
         // SAFETY: the test's own file, unchanged while mapped (removed only once unmapped or
         // unlinked, which keeps the mapping's bytes).
-        let map = Arc::new(unsafe { MappedFile::open(&file) }.unwrap());
+        let map = Arc::new(unsafe { MappedFile::open(&file, path.to_str().unwrap()) }.unwrap().unwrap());
         let splitter = crate::scan::Splitter::new(r"[^\n]+|\n", false).unwrap();
         let bytes = map.bytes();
         let half = bytes[..bytes.len() / 2].iter().rposition(|&b| b == b'\n').unwrap() + 1;

@@ -354,6 +354,16 @@ def check_unchanged(paths: Sequence[Path], before: Sequence[Sequence[Any]], doin
             )
 
 
+def cut_while_read(path: str | os.PathLike[str], doing: str) -> InputError:
+    """The error for a corpus file cut short while the native engine read it from its mapping: what
+    it read past the cut was not the file (the same refusal as :func:`check_unchanged`'s, found as
+    it happens rather than after)."""
+    return InputError(
+        f"{path}: changed while it was {doing} (it shrank while it was mapped): give files that no longer "
+        "change (a copy of one still written to)"
+    )
+
+
 def fingerprint_of_files(state: Iterable[Sequence[Any]]) -> str:
     """A digest of :func:`input_files_state` for caches and resume checks."""
     digest = hashlib.sha256()

@@ -49,6 +49,7 @@ from superbpe.core.sources import (
     InputSpec,
     check_unchanged,
     chunk_documents,
+    cut_while_read,
     document_blocks,
     input_files_state,
     invalid_utf8,
@@ -173,14 +174,20 @@ class NativePieceCounts(PieceCounts):
 
     def to_bytes(self) -> bytes:
         """Same bytes as :meth:`PieceCounts.to_bytes`, serialised in Rust."""
-        return bytes(self._table().serialize(self.meta_bytes()))
+        try:
+            return bytes(self._table().serialize(self.meta_bytes()))
+        except _native.FileChanged as exc:  # a file its long pieces are left in
+            raise cut_while_read(exc.args[0], "read") from None
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Same bytes as :meth:`PieceCounts.save`, serialised in Rust and written a chunk at a time: a
         stage 2's counts of gigabytes of text make a file of gigabytes, which whole (and copied into a
         Python ``bytes``) stood beside the table twice over."""
-        with atomic_write(counts_file_to_write(path)) as out:
-            self._table().write_to(out, self.meta_bytes())
+        try:
+            with atomic_write(counts_file_to_write(path)) as out:
+                self._table().write_to(out, self.meta_bytes())
+        except _native.FileChanged as exc:  # a file its long pieces are left in
+            raise cut_while_read(exc.args[0], "read") from None
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle as a plain :class:`PieceCounts` (the Rust table cannot cross processes)."""
@@ -373,16 +380,19 @@ class NativeEngine:
             check_memory(StageMemory(*lib.train_memory(table, replay, rules, consume_counts)))
         if consume_counts and isinstance(counts, NativePieceCounts):
             counts.spend()
-        merges, stopped = lib.train(
-            table,
-            num_merges,
-            replay,
-            rules,
-            None if callback is None else (lambda merges: callback(MergesSoFar(merges))),
-            callback_every,
-            build_progress,
-            consume_counts,
-        )
+        try:
+            merges, stopped = lib.train(
+                table,
+                num_merges,
+                replay,
+                rules,
+                None if callback is None else (lambda merges: callback(MergesSoFar(merges))),
+                callback_every,
+                build_progress,
+                consume_counts,
+            )
+        except lib.FileChanged as exc:  # a file the counts' long pieces are left in
+            raise cut_while_read(exc.args[0], "read") from None
         return TrainResult(merges=merges, stopped=stopped)
 
     def train_memory(
@@ -443,6 +453,8 @@ def _count_path(
             counter.count_file(str(path), replace, MAP_WINDOW_BYTES, borrow)
     except _native.InvalidUtf8 as exc:
         raise invalid_utf8(path, exc.args[0]) from None
+    except _native.FileChanged:
+        raise cut_while_read(path, "counted") from None
     if progress:
         progress(path.stat().st_size)
 

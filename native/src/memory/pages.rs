@@ -2,6 +2,10 @@
 //! huge pages for large, randomly probed tables), and mapped files whose read pages are given back.
 
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use super::sigbus::Watched;
 
 /// Ask for transparent huge pages on the 2 MiB-aligned part of `[addr, addr + len)`, before
 /// it is first touched (the memory of a fresh large allocation is not mapped yet).
@@ -52,26 +56,57 @@ pub fn page_size() -> usize {
 
 /// A read-only memory map of a whole file, read front to back, whose pages can be given back
 /// once they are read ([`PageReleaser`]): counting a file larger than memory then holds only
-/// about a window of it.
+/// about a window of it. The map is watched for the file being cut short meanwhile
+/// ([`super::sigbus`]): what was read past the new end reads as zeros, and [`Self::cut_short`]
+/// says so, instead of the read ending the process.
 pub struct MappedFile {
+    /// Dropped before `map` (fields drop in order): the range stops being watched before it is
+    /// unmapped.
+    watch: Option<Watched>,
     map: memmap2::Mmap,
+    name: String,
 }
 
 impl MappedFile {
-    /// Map `file` whole, with a hint that it is read sequentially.
+    /// Map `file` whole, with a hint that it is read sequentially; `name` names it in errors.
+    /// `None` where the map could not be watched for truncation (every slot taken): the caller
+    /// reads the file instead. Outside Linux maps are not watched.
     ///
     /// # Safety
-    /// The file must not be modified or truncated while the map lives (the bytes would change
-    /// under `&[u8]` borrows, or reading past a truncation would fault).
-    pub unsafe fn open(file: &std::fs::File) -> std::io::Result<MappedFile> {
-        // SAFETY: the caller guarantees the file stays unchanged while mapped.
+    /// The file must not be modified while the map lives (the bytes would change under `&[u8]`
+    /// borrows). A truncation is caught instead of faulting (on Linux): the bytes past the new
+    /// end read as zeros and [`Self::cut_short`] is set, so a reader must check it before it
+    /// trusts what it read.
+    pub unsafe fn open(file: &std::fs::File, name: &str) -> std::io::Result<Option<MappedFile>> {
+        // SAFETY: the caller guarantees the file's bytes stay unchanged while mapped.
         let map = unsafe { memmap2::Mmap::map(file) }?;
         let _ = map.advise(memmap2::Advice::Sequential); // a hint: failure changes nothing
-        Ok(MappedFile { map })
+        let watch = Watched::new(map.as_ptr() as usize, map.len());
+        if watch.is_none() && cfg!(target_os = "linux") && !map.is_empty() {
+            return Ok(None);
+        }
+        cut_for_test(name, map.len());
+        Ok(Some(MappedFile { watch, map, name: name.to_owned() }))
     }
 
     pub fn bytes(&self) -> &[u8] {
         &self.map
+    }
+
+    /// The name the map was opened with.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether the file was found cut short while it was read: some bytes read from the map are
+    /// zeros that were never the file's.
+    pub fn cut_short(&self) -> bool {
+        self.watch.as_ref().is_some_and(Watched::cut_short)
+    }
+
+    /// What [`Self::cut_short`] reads, kept past the map (`None` for a map that is not watched).
+    pub fn cut_mark(&self) -> Option<CutMark> {
+        self.watch.as_ref().map(|w| CutMark { name: self.name.as_str().into(), cut: w.mark() })
     }
 
     /// A releaser for this map's pages (borrowing the map, so it cannot outlive it).
@@ -82,6 +117,40 @@ impl MappedFile {
             dropped: 0,
             page: page_size(),
             _map: PhantomData,
+        }
+    }
+}
+
+/// Whether a [`MappedFile`] was found cut short, for a reader that copies bytes out of maps it
+/// may let go before it is done (the trainer's build frees the counts, and their maps, as it
+/// goes).
+#[derive(Clone)]
+pub struct CutMark {
+    name: Arc<str>,
+    cut: Arc<AtomicBool>,
+}
+
+impl CutMark {
+    pub fn cut_short(&self) -> bool {
+        self.cut.load(Ordering::Acquire)
+    }
+
+    /// The name the map was opened with.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// Tests reach a truncation while a file is mapped without racing another process: with
+/// `SUPERBPE_TEST_CUT_MAPPED` set to a byte count `n`, a file of more than `n` bytes is cut to
+/// `n` bytes as soon as it is mapped, before anything reads it.
+fn cut_for_test(name: &str, len: usize) {
+    let Some(n) = std::env::var("SUPERBPE_TEST_CUT_MAPPED").ok().and_then(|v| v.parse::<u64>().ok()) else {
+        return;
+    };
+    if (len as u64) > n {
+        if let Ok(f) = std::fs::OpenOptions::new().write(true).open(name) {
+            let _ = f.set_len(n);
         }
     }
 }
@@ -105,7 +174,8 @@ impl PageReleaser<'_> {
             // and starts page-aligned. The mapping is a shared one of the file (memmap2 maps
             // read-only with MAP_SHARED): MADV_DONTNEED only unmaps its pages from this process,
             // and reading them again maps in the file's bytes, which do not change (the contract
-            // of `MappedFile::open`), so outstanding `&[u8]` borrows of the map stay valid.
+            // of `MappedFile::open`; past a truncation, the zero pages mapped over them read as
+            // zeros again), so outstanding `&[u8]` borrows of the map stay valid.
             unsafe {
                 libc::madvise((self.base + self.dropped) as *mut libc::c_void, end - self.dropped, libc::MADV_DONTNEED)
             };
@@ -144,7 +214,7 @@ mod tests {
         std::fs::File::create(&path).unwrap().write_all(&content).unwrap();
         let file = std::fs::File::open(&path).unwrap();
         // SAFETY: the test's own file, unchanged while mapped.
-        let map = unsafe { MappedFile::open(&file) }.unwrap();
+        let map = unsafe { MappedFile::open(&file, path.to_str().unwrap()) }.unwrap().unwrap();
         let data = map.bytes();
         let mut pages = map.pages();
         for upto in [0, 10, page_size() + 1, 3 * page_size(), 2 * page_size(), content.len(), usize::MAX] {
@@ -152,6 +222,32 @@ mod tests {
             assert_eq!(data, &content[..], "after releasing below {upto}");
         }
         assert_eq!(pages.dropped, content.len() / page_size() * page_size());
+        drop(file);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    /// A file cut short while mapped reads as zeros past its new end, and the map says so,
+    /// rather than the read raising SIGBUS; the mark outlives the map.
+    #[test]
+    fn a_file_cut_short_while_mapped_reads_zeros_and_is_marked() {
+        let page = page_size();
+        let path = std::env::temp_dir().join(format!("superbpe-cut-test-{}", std::process::id()));
+        std::fs::File::create(&path).unwrap().write_all(&vec![7u8; 6 * page + 5]).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        // SAFETY: the test's own file; it is only cut short, which the map is watched for.
+        let map = unsafe { MappedFile::open(&file, path.to_str().unwrap()) }.unwrap().unwrap();
+        let mark = map.cut_mark().unwrap();
+        assert_eq!(map.bytes()[0], 7);
+        assert!(!map.cut_short());
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(2 * page as u64 + 1).unwrap();
+        let data = map.bytes();
+        assert!(data[..2 * page + 1].iter().all(|&b| b == 7));
+        assert!(!map.cut_short(), "the pages the file still has read as before");
+        assert!(data[3 * page..].iter().all(|&b| b == 0), "past the cut's page: zeros");
+        assert!(map.cut_short() && mark.cut_short());
+        assert_eq!(mark.name(), path.to_str().unwrap());
+        drop(map);
+        assert!(mark.cut_short());
         drop(file);
         std::fs::remove_file(&path).unwrap();
     }
@@ -165,7 +261,7 @@ mod tests {
         std::fs::File::create(&path).unwrap().write_all(&vec![7u8; 6 * page]).unwrap();
         let file = std::fs::File::open(&path).unwrap();
         // SAFETY: the test's own file, unchanged while mapped.
-        let map = unsafe { MappedFile::open(&file) }.unwrap();
+        let map = unsafe { MappedFile::open(&file, path.to_str().unwrap()) }.unwrap().unwrap();
         let mut pages = map.pages();
         pages.release_below(page + 10);
         assert_eq!(pages.dropped, page);

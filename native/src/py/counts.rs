@@ -82,12 +82,14 @@ impl NativeCounts {
         let inner = &self.inner;
         let chunks = run_detached(py, || Ok(countsfile::Chunks::new(inner, meta)))?;
         // Made straight into the bytes object: made first and copied, the file stood twice.
-        PyBytes::new_with(py, chunks.size(), |buf| {
+        let bytes = PyBytes::new_with(py, chunks.size(), |buf| {
             run_detached(py, || {
                 chunks.fill(buf);
                 Ok(())
             })
-        })
+        })?;
+        intact(inner)?;
+        Ok(bytes)
     }
 
     /// Write the `.counts` file bytes with the given JSON meta to `out` (a binary file object), a
@@ -98,6 +100,7 @@ impl NativeCounts {
         let inner = &self.inner;
         let mut chunks = run_detached(py, || Ok(countsfile::Chunks::new(inner, meta)))?;
         while let Some(chunk) = run_detached(py, || Ok(chunks.next_chunk(chunk_bytes.max(1))))? {
+            intact(inner)?;
             out.call_method1("write", (PyBytes::new(py, &chunk),))?;
         }
         Ok(())
@@ -113,6 +116,12 @@ impl NativeCounts {
     }
 }
 
+/// Refuse counts whose keys were read from a mapped file found cut short (they read as zeros
+/// past the cut).
+pub(super) fn intact(counts: &Counts) -> Result<(), NativeError> {
+    counts.cut_short_file().map_or(Ok(()), |name| Err(NativeError::CutShort(name)))
+}
+
 impl From<CountError> for NativeError {
     fn from(e: CountError) -> Self {
         match e {
@@ -121,6 +130,7 @@ impl From<CountError> for NativeError {
             CountError::Io(e) => NativeError::Msg(format!("cannot read ({e})")),
             CountError::Memory(e) => NativeError::Memory(e),
             CountError::Stopped => NativeError::Py(PyKeyboardInterrupt::new_err("count stopped")),
+            CountError::CutShort => NativeError::CutShort("a mapped file".to_owned()),
         }
     }
 }
@@ -189,6 +199,7 @@ impl Counter {
         let (spec, tally, pool) = (&self.spec, &self.tally, &self.pool);
         let read_error = |e: CountError| match e {
             CountError::Io(e) => NativeError::Msg(format!("{path}: cannot read ({e})")),
+            CountError::CutShort => NativeError::CutShort(path.to_owned()),
             e => NativeError::from(e),
         };
         // A small file is counted on this thread (see `CountSpec::count_small_file`).
@@ -206,11 +217,15 @@ impl Counter {
             }
             // SAFETY: inputs are not modified while a count runs, nor while counts that borrow them
             // live (documented requirement, as for any reader); unless borrowed the map is dropped
-            // before returning.
-            let map = Arc::new(
-                unsafe { MappedFile::open(&file) }
-                    .map_err(|e| NativeError::Msg(format!("{path}: cannot map ({e})")))?,
-            );
+            // before returning. A file cut short meanwhile reads as zeros past its cut, which the
+            // count reports (`CountError::CutShort`).
+            let map = unsafe { MappedFile::open(&file, path) }
+                .map_err(|e| NativeError::Msg(format!("{path}: cannot map ({e})")))?;
+            let Some(map) = map else {
+                // No room to watch another map for truncation: read the file instead.
+                return pool.install(|| spec.count_stream(file, tally, replace, block_bytes)).map_err(read_error);
+            };
+            let map = Arc::new(map);
             pool.install(|| spec.count_mapped(&map, tally, block_bytes, borrow)).map_err(read_error)
         })
     }

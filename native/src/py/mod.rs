@@ -45,9 +45,18 @@ create_exception!(
     "A count went past its memory ceiling; args: (held, limit, available, reserve), bytes, None where unused."
 );
 
+create_exception!(
+    _native,
+    FileChanged,
+    PyValueError,
+    "A mapped input file was cut short while it was read; args[0] is its path."
+);
+
 /// Errors from the Rust core, before conversion to Python exceptions.
 pub(crate) enum NativeError {
     Msg(String),
+    /// This mapped file was cut short while it was read.
+    CutShort(String),
     Utf8(usize),
     Memory(memory::Exceeded),
     Py(PyErr),
@@ -63,6 +72,7 @@ impl From<NativeError> for PyErr {
     fn from(e: NativeError) -> PyErr {
         match e {
             NativeError::Msg(m) => PyValueError::new_err(m),
+            NativeError::CutShort(path) => FileChanged::new_err(path),
             NativeError::Utf8(offset) => InvalidUtf8::new_err(offset),
             NativeError::Memory(memory::Exceeded::Rss { held, limit }) => {
                 OverMemory::new_err((held, Some(limit), None::<u64>, None::<u64>))
@@ -203,6 +213,7 @@ fn _panic_for_test(py: Python<'_>) -> PyResult<()> {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("InvalidUtf8", m.py().get_type::<InvalidUtf8>())?;
+    m.add("FileChanged", m.py().get_type::<FileChanged>())?;
     m.add("OverMemory", m.py().get_type::<OverMemory>())?;
     m.add_class::<NativeCounts>()?;
     m.add_class::<Counter>()?;

@@ -68,6 +68,8 @@ pub(super) fn train<'py>(
                 "build progress callback failed".to_string()
             })
         };
+        // The build frees an owned table, and its maps, as it goes: their marks are kept.
+        let marks = owned.as_ref().unwrap_or(&counts.inner).cut_marks();
         let source = match owned {
             Some(table) => Source::Owned(table),
             None => Source::Borrowed(&counts.inner),
@@ -77,6 +79,10 @@ pub(super) fn train<'py>(
             (_, Some(e)) => return Err(NativeError::Py(e)),
             (built, None) => built?,
         };
+        if let Some(cut) = marks.iter().find(|m| m.cut_short()) {
+            return Err(NativeError::CutShort(cut.name().to_owned()));
+        }
+        drop(marks);
         let stopped = trainer
             .choose(num_merges, &rules, every, |t| match &callback {
                 None => Ok(false),
