@@ -101,7 +101,13 @@ counter = _native.Counter(pre.pattern, pre.line_units, [], 1 << 16, 2)
 counter.count_file(corpus, False, 1 << 16, True)  # small windows: most of them leave their pieces in the map
 os.truncate(corpus, 0)
 counts = NativePieceCounts(counter.take(), counts_meta(pre, []))
-for name, use in [("save", lambda: counts.save(saved)), ("train", lambda: NativeEngine().train(counts, 20))]:
+uses = {
+    "save": lambda: counts.save(saved),
+    "bytes_seen": counts.bytes_seen,
+    "counts": lambda: dict(counts.counts),
+    "train": lambda: NativeEngine().train(counts, 20),
+}
+for name, use in uses.items():
     try:
         use()
         print(name, "read the file cut short")
@@ -117,6 +123,6 @@ def test_counts_whose_pieces_are_left_in_a_file_cut_short_are_refused(tmp_path: 
     assert proc.returncode == 0, (proc.returncode, proc.stderr)
     error = f"{corpus}: changed while it was read (it shrank while it was mapped)"
     lines = proc.stdout.strip().splitlines()
-    assert [line.split(" ", 1)[0] for line in lines] == ["save", "train"], proc.stdout
+    assert [line.split(" ", 1)[0] for line in lines] == ["save", "bytes_seen", "counts", "train"], proc.stdout
     assert all(error in line for line in lines), proc.stdout
     assert list(tmp_path.iterdir()) == [corpus]  # no counts file, finished or not

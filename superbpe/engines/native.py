@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -131,7 +132,8 @@ class NativePieceCounts(PieceCounts):
     @property  # type: ignore[override]
     def counts(self) -> Mapping[bytes, int]:
         if self._dict is None:
-            self._dict = self._table().to_dict()
+            with _keys_intact():
+                self._dict = self._table().to_dict()
         return MappingProxyType(self._dict)
 
     def spend(self) -> None:
@@ -157,7 +159,8 @@ class NativePieceCounts(PieceCounts):
         return len(self._table())
 
     def bytes_seen(self) -> bytes:
-        return bytes(self._native.bytes_seen())
+        with _keys_intact():
+            return bytes(self._native.bytes_seen())
 
     def total(self) -> int:
         return int(self._table().total())
@@ -174,24 +177,30 @@ class NativePieceCounts(PieceCounts):
 
     def to_bytes(self) -> bytes:
         """Same bytes as :meth:`PieceCounts.to_bytes`, serialised in Rust."""
-        try:
+        with _keys_intact():
             return bytes(self._table().serialize(self.meta_bytes()))
-        except _native.FileChanged as exc:  # a file its long pieces are left in
-            raise cut_while_read(exc.args[0], "read") from None
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Same bytes as :meth:`PieceCounts.save`, serialised in Rust and written a chunk at a time: a
         stage 2's counts of gigabytes of text make a file of gigabytes, which whole (and copied into a
         Python ``bytes``) stood beside the table twice over."""
-        try:
-            with atomic_write(counts_file_to_write(path)) as out:
-                self._table().write_to(out, self.meta_bytes())
-        except _native.FileChanged as exc:  # a file its long pieces are left in
-            raise cut_while_read(exc.args[0], "read") from None
+        with _keys_intact(), atomic_write(counts_file_to_write(path)) as out:
+            self._table().write_to(out, self.meta_bytes())
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle as a plain :class:`PieceCounts` (the Rust table cannot cross processes)."""
         return (PieceCounts, (dict(self.counts), self.meta))
+
+
+@contextmanager
+def _keys_intact() -> Iterator[None]:
+    """Counts whose long pieces are left in a mapped file (``borrow_files``) read them there until they
+    are freed: a file cut short meanwhile reads as zeros past its cut, and the table refuses to hand
+    them out (``FileChanged``), which is this one-line input error."""
+    try:
+        yield
+    except _native.FileChanged as exc:
+        raise cut_while_read(exc.args[0], "read") from None
 
 
 def native_counts(counts: Mapping[bytes, int]) -> Any:
@@ -380,7 +389,7 @@ class NativeEngine:
             check_memory(StageMemory(*lib.train_memory(table, replay, rules, consume_counts)))
         if consume_counts and isinstance(counts, NativePieceCounts):
             counts.spend()
-        try:
+        with _keys_intact():
             merges, stopped = lib.train(
                 table,
                 num_merges,
@@ -391,8 +400,6 @@ class NativeEngine:
                 build_progress,
                 consume_counts,
             )
-        except lib.FileChanged as exc:  # a file the counts' long pieces are left in
-            raise cut_while_read(exc.args[0], "read") from None
         return TrainResult(merges=merges, stopped=stopped)
 
     def train_memory(

@@ -35,15 +35,16 @@ impl NativeCounts {
     }
 
     /// The distinct byte values of all pieces that occur, ascending (a vocabulary's "seen" alphabet).
-    fn bytes_seen<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+    fn bytes_seen<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
         let mut seen = [false; 256];
         for (piece, count) in self.inner.iter() {
             if count > 0 {
                 piece.iter().for_each(|&b| seen[b as usize] = true);
             }
         }
+        intact(&self.inner)?;
         let found: Vec<u8> = (0..=255u8).filter(|&b| seen[b as usize]).collect();
-        PyBytes::new(py, &found)
+        Ok(PyBytes::new(py, &found))
     }
 
     /// `dict[bytes, int]` of all entries.
@@ -52,6 +53,7 @@ impl NativeCounts {
         for (k, v) in self.inner.iter() {
             d.set_item(PyBytes::new(py, k), v)?;
         }
+        intact(&self.inner)?;
         Ok(d)
     }
 
