@@ -347,8 +347,9 @@ impl CountSpec {
     /// mapped in again with 64 KB around it (the kernel's fault-around). The first window, and
     /// windows of repeated or short pieces (as in code), copy their keys and give their pages
     /// back, so that the map holds little more than the keys it stands in for. A file cut short
-    /// while it is read ([`MappedFile::cut_short`]) ends the count in [`CountError::CutShort`],
-    /// whatever else went wrong: what was read past the cut was not the file.
+    /// while it is read ends the count in [`CountError::CutShort`], whatever else went wrong: what
+    /// was read past the cut was not the file. A read that faulted stops it at once
+    /// ([`MappedFile::read_past_end`]); a cut inside the last page is found once done.
     pub fn count_mapped(
         &self,
         map: &Arc<MappedFile>,
@@ -358,7 +359,7 @@ impl CountSpec {
     ) -> Result<(), CountError> {
         let mut pages = map.pages();
         let (mut window_start, mut long_before, mut referring) = (0, tally.long_key_bytes(), false);
-        let cut_short = || map.cut_short();
+        let cut_short = || map.read_past_end();
         let counted = self.count_windows(map.bytes(), tally, block, &cut_short, |upto| {
             if referring {
                 pages.keep_below(upto);
@@ -517,23 +518,25 @@ mod tests {
         assert_eq!(count_windowed(&s, text.as_bytes(), 100).unwrap(), count(&s, &text));
     }
 
-    /// A mapped file cut short before it is read ends its count in an error (not a SIGBUS),
-    /// borrowed or not; the file's pages past the cut are never counted as text.
+    /// A mapped file cut short before it is read ends its count in an error, borrowed or not:
+    /// cut pages away, the read faults (a SIGBUS caught, not the process's end); cut inside its
+    /// last page, it does not, and the count finds the cut once done.
     #[test]
     fn a_mapped_file_cut_short_while_counted_is_refused() {
         let text = block_corpus().repeat(40);
         let path = std::env::temp_dir().join(format!("superbpe-cut-count-test-{}", std::process::id()));
         let s = spec(Builtin::Gpt2, false, &["<|e|>"], 64);
-        for borrow in [false, true] {
+        for (borrow, cut_to) in [(false, 5000), (true, 5000), (false, text.len() - 3)] {
             std::fs::write(&path, &text).unwrap();
             let file = File::open(&path).unwrap();
             // SAFETY: the test's own file; it is only cut short, which the map is watched for.
             let map = Arc::new(unsafe { MappedFile::open(&file, path.to_str().unwrap()) }.unwrap().unwrap());
             assert!(map.bytes().len() > 3 * 8192);
-            std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(5000).unwrap();
+            std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(cut_to as u64).unwrap();
             let tally = Tally::new(2);
             let counted = s.count_mapped(&map, &tally, 1000, borrow);
             assert!(matches!(counted, Err(CountError::CutShort)), "{counted:?}");
+            assert_eq!(map.read_past_end(), cut_to == 5000);
         }
         std::fs::remove_file(&path).unwrap();
     }

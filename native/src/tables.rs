@@ -154,7 +154,7 @@ impl Arena {
 
     /// The marks of the files whose bytes records refer to.
     fn cut_marks(&self) -> impl Iterator<Item = CutMark> + '_ {
-        self.files.iter().filter_map(|(_, f)| f.cut_mark())
+        self.files.iter().map(|(_, f)| f.cut_mark())
     }
 
     /// Whether `address..address + len` lies wholly inside one of `files`.

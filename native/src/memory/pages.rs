@@ -57,56 +57,65 @@ pub fn page_size() -> usize {
 /// A read-only memory map of a whole file, read front to back, whose pages can be given back
 /// once they are read ([`PageReleaser`]): counting a file larger than memory then holds only
 /// about a window of it. The map is watched for the file being cut short meanwhile
-/// ([`super::sigbus`]): what was read past the new end reads as zeros, and [`Self::cut_short`]
+/// ([`super::sigbus`]): what is read past the new end reads as zeros, and [`Self::cut_short`]
 /// says so, instead of the read ending the process.
 pub struct MappedFile {
     /// Dropped before `map` (fields drop in order): the range stops being watched before it is
     /// unmapped.
-    watch: Option<Watched>,
+    _watch: Option<Watched>,
     map: memmap2::Mmap,
-    name: String,
+    mark: CutMark,
 }
 
 impl MappedFile {
-    /// Map `file` whole, with a hint that it is read sequentially; `name` names it in errors.
-    /// `None` where the map could not be watched for truncation (every slot taken): the caller
-    /// reads the file instead. Outside Linux maps are not watched.
+    /// Map `file` whole, with a hint that it is read sequentially; `name` is its path (it names
+    /// the file in errors, and [`CutMark::cut_short`] looks there for its size). `None` where the
+    /// map could not be watched for truncation (every slot taken): the caller reads the file
+    /// instead. Outside Linux maps are not watched.
     ///
     /// # Safety
     /// The file must not be modified while the map lives (the bytes would change under `&[u8]`
     /// borrows). A truncation is caught instead of faulting (on Linux): the bytes past the new
-    /// end read as zeros and [`Self::cut_short`] is set, so a reader must check it before it
+    /// end read as zeros and [`Self::cut_short`] holds, so a reader must check it before it
     /// trusts what it read.
     pub unsafe fn open(file: &std::fs::File, name: &str) -> std::io::Result<Option<MappedFile>> {
         // SAFETY: the caller guarantees the file's bytes stay unchanged while mapped.
         let map = unsafe { memmap2::Mmap::map(file) }?;
         let _ = map.advise(memmap2::Advice::Sequential); // a hint: failure changes nothing
-        let watch = Watched::new(map.as_ptr() as usize, map.len());
+        let mark = CutMark {
+            name: name.into(),
+            cut: Arc::new(AtomicBool::new(false)),
+            len: map.len() as u64,
+            identity: file.metadata().ok().map(|m| identity(&m)),
+        };
+        let watch = Watched::new(map.as_ptr() as usize, map.len(), mark.cut.clone());
         if watch.is_none() && cfg!(target_os = "linux") && !map.is_empty() {
             return Ok(None);
         }
         cut_for_test(name, map.len());
-        Ok(Some(MappedFile { watch, map, name: name.to_owned() }))
+        Ok(Some(MappedFile { _watch: watch, map, mark }))
     }
 
     pub fn bytes(&self) -> &[u8] {
         &self.map
     }
 
-    /// The name the map was opened with.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// Whether the file was found cut short while it was read: some bytes read from the map are
-    /// zeros that were never the file's.
+    /// Whether the file was found cut short while mapped ([`CutMark::cut_short`]): bytes read
+    /// from the map may be zeros that were never the file's.
     pub fn cut_short(&self) -> bool {
-        self.watch.as_ref().is_some_and(Watched::cut_short)
+        self.mark.cut_short()
     }
 
-    /// What [`Self::cut_short`] reads, kept past the map (`None` for a map that is not watched).
-    pub fn cut_mark(&self) -> Option<CutMark> {
-        self.watch.as_ref().map(|w| CutMark { name: self.name.as_str().into(), cut: w.mark() })
+    /// Whether a read of the map faulted past the file's end: the part of [`Self::cut_short`]
+    /// that costs no system call, for a reader to ask as it goes (a cut inside the last page
+    /// raises no fault; ask [`Self::cut_short`] once done).
+    pub fn read_past_end(&self) -> bool {
+        self.mark.cut.load(Ordering::Acquire)
+    }
+
+    /// What [`Self::cut_short`] reads, kept past the map.
+    pub fn cut_mark(&self) -> CutMark {
+        self.mark.clone()
     }
 
     /// A releaser for this map's pages (borrowing the map, so it cannot outlive it).
@@ -127,18 +136,33 @@ impl MappedFile {
 #[derive(Clone)]
 pub struct CutMark {
     name: Arc<str>,
+    /// Set when a read faulted past the file's end ([`super::sigbus`]).
     cut: Arc<AtomicBool>,
+    /// The file's size, and which file it was, when mapped.
+    len: u64,
+    identity: Option<(u64, u64)>,
 }
 
 impl CutMark {
+    /// Whether a read faulted past the file's end, or the file (still at its path) is now shorter
+    /// than it was mapped: a cut inside the last page raises no fault, and the bytes past it read
+    /// as zeros there too. A file no longer at its path (removed, or replaced by another) keeps
+    /// its bytes in the map and is not taken as cut.
     pub fn cut_short(&self) -> bool {
         self.cut.load(Ordering::Acquire)
+            || std::fs::metadata(&*self.name).is_ok_and(|m| Some(identity(&m)) == self.identity && m.len() < self.len)
     }
 
     /// The name the map was opened with.
     pub fn name(&self) -> &str {
         &self.name
     }
+}
+
+/// Which file `m` describes: its device and inode.
+fn identity(m: &std::fs::Metadata) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    (m.dev(), m.ino())
 }
 
 /// Tests reach a truncation while a file is mapped without racing another process: with
@@ -227,7 +251,7 @@ mod tests {
     }
 
     /// A file cut short while mapped reads as zeros past its new end, and the map says so,
-    /// rather than the read raising SIGBUS; the mark outlives the map.
+    /// rather than the read raising SIGBUS; the fault's mark outlives the map and the file.
     #[test]
     fn a_file_cut_short_while_mapped_reads_zeros_and_is_marked() {
         let page = page_size();
@@ -236,20 +260,40 @@ mod tests {
         let file = std::fs::File::open(&path).unwrap();
         // SAFETY: the test's own file; it is only cut short, which the map is watched for.
         let map = unsafe { MappedFile::open(&file, path.to_str().unwrap()) }.unwrap().unwrap();
-        let mark = map.cut_mark().unwrap();
+        let mark = map.cut_mark();
         assert_eq!(map.bytes()[0], 7);
         assert!(!map.cut_short());
         std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(2 * page as u64 + 1).unwrap();
+        assert!(map.cut_short(), "shorter than mapped");
         let data = map.bytes();
         assert!(data[..2 * page + 1].iter().all(|&b| b == 7));
-        assert!(!map.cut_short(), "the pages the file still has read as before");
-        assert!(data[3 * page..].iter().all(|&b| b == 0), "past the cut's page: zeros");
-        assert!(map.cut_short() && mark.cut_short());
+        assert!(data[2 * page + 1..].iter().all(|&b| b == 0), "past the cut: zeros");
         assert_eq!(mark.name(), path.to_str().unwrap());
         drop(map);
-        assert!(mark.cut_short());
         drop(file);
         std::fs::remove_file(&path).unwrap();
+        assert!(mark.cut_short(), "the fault's mark, with the file gone");
+    }
+
+    /// A cut inside the last page raises no fault (the page still holds some of the file), and
+    /// the map still says the file was cut; a file removed while mapped keeps its bytes and is
+    /// not taken as cut.
+    #[test]
+    fn a_cut_inside_the_last_page_is_seen_and_a_removal_is_not_a_cut() {
+        let page = page_size();
+        let path = std::env::temp_dir().join(format!("superbpe-tail-cut-test-{}", std::process::id()));
+        std::fs::File::create(&path).unwrap().write_all(&vec![7u8; 2 * page + 100]).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        // SAFETY: the test's own file; it is only cut short, which the map is watched for.
+        let map = unsafe { MappedFile::open(&file, path.to_str().unwrap()) }.unwrap().unwrap();
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(2 * page as u64 + 10).unwrap();
+        assert!(map.bytes()[2 * page + 10..].iter().all(|&b| b == 0));
+        assert!(map.cut_short());
+        std::fs::write(&path, vec![7u8; 2 * page + 100]).unwrap(); // the same file, its size back
+        assert!(!map.cut_short(), "no fault, and as long as mapped");
+        std::fs::remove_file(&path).unwrap();
+        assert!(!map.cut_short());
+        assert!(map.bytes()[..2 * page].iter().all(|&b| b == 7));
     }
 
     /// Pages kept (a page a kept range ends inside included) are never given back by later

@@ -3,9 +3,9 @@
 //! mappings ([`super::MappedFile`]) are entered in a registry of address ranges, and a SIGBUS
 //! handler, installed once for the process, serves such a fault inside one of them: it maps
 //! zero-filled anonymous pages over the rest of that range, so the read goes on (reading zeros),
-//! and marks the range as cut short. Readers check the mark ([`Watched::cut_short`], or a handle
-//! on it that outlives the mapping: [`Watched::mark`]) and refuse what they read. Any other SIGBUS goes to the handler that was there before (or the default
-//! action), as if this one were not installed.
+//! and sets the range's mark (an `AtomicBool` its owner passed [`Watched::new`]), which readers
+//! check to refuse what they read. Any other SIGBUS goes to the handler that was there before (or
+//! the default action), as if this one were not installed.
 //!
 //! The handler may run at any point of any thread, so it only reads and writes atomics, in fixed
 //! arrays, and calls async-signal-safe functions (`mmap`, `sigaction`, `raise`): it never
@@ -44,13 +44,14 @@ static WRITERS: Mutex<bool> = Mutex::new(false);
 /// unmapped: once freed, a fault there is no longer this crate's).
 pub struct Watched {
     slot: usize,
-    mark: Arc<AtomicBool>,
+    /// Kept alive while the slot holds its address.
+    _mark: Arc<AtomicBool>,
 }
 
 impl Watched {
-    /// Watch `[start, start + len)`, installing the handler on first use; `None` when every slot
-    /// is taken (or where there is no handler: outside Linux).
-    pub fn new(start: usize, len: usize) -> Option<Watched> {
+    /// Watch `[start, start + len)`, installing the handler on first use: a fault there sets
+    /// `mark`. `None` when every slot is taken (or where there is no handler: outside Linux).
+    pub fn new(start: usize, len: usize, mark: Arc<AtomicBool>) -> Option<Watched> {
         if !cfg!(target_os = "linux") || len == 0 {
             return None;
         }
@@ -62,21 +63,8 @@ impl Watched {
             }
         }
         let slot = REGISTRY.iter().position(|s| s.end.load(Ordering::Relaxed) == 0)?;
-        let mark = Arc::new(AtomicBool::new(false));
         write(&REGISTRY[slot], start, start + len, Arc::as_ptr(&mark) as usize);
-        Some(Watched { slot, mark })
-    }
-
-    /// Whether part of the range was read after the file had been cut short (those bytes read
-    /// as zeros instead of the file's).
-    pub fn cut_short(&self) -> bool {
-        self.mark.load(Ordering::Acquire)
-    }
-
-    /// The mark [`Self::cut_short`] reads, for checking once the mapping is gone (a reader that
-    /// copied bytes out of it and let it go).
-    pub fn mark(&self) -> Arc<AtomicBool> {
-        self.mark.clone()
+        Some(Watched { slot, _mark: mark })
     }
 }
 
@@ -97,6 +85,7 @@ fn write(slot: &Slot, start: usize, end: usize, mark: usize) {
     slot.seq.fetch_add(1, Ordering::Release);
 }
 
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))] // read by the handler alone
 /// The end of the watched range that holds `addr`, and the address of its mark (a
 /// sequence-lock read of each slot; a slot being written is skipped: it cannot be the range of a
 /// mapping a thread is reading).
@@ -125,8 +114,9 @@ mod handler {
 
     /// The SIGBUS disposition found when the handler was installed.
     struct Previous(UnsafeCell<Option<libc::sigaction>>);
-    // SAFETY: written once, by `install`, before the handler that reads it is installed (and
-    // under `WRITERS`); never written again, so every read after installing sees a fixed value.
+    // SAFETY: written only by `install`, under `WRITERS`, before the handler that reads it is
+    // installed, and never once it is (`install` is not called again after it succeeds): every
+    // read, in the handler, sees a fixed value.
     unsafe impl Sync for Previous {}
     static PREVIOUS: Previous = Previous(UnsafeCell::new(None));
 
@@ -224,13 +214,14 @@ mod handler {
 mod tests {
     use super::*;
 
-    /// A range is found while watched, not after; slots are reused.
+    /// A range is found, with its mark, while watched, and not after.
     #[test]
     fn watched_ranges_are_found_until_dropped() {
-        let w = Watched::new(0x1000_0000, 0x3000).unwrap();
-        assert!(find(0x1000_0000).is_some() && find(0x1000_2fff).is_some());
+        let mark = Arc::new(AtomicBool::new(false));
+        let w = Watched::new(0x1000_0000, 0x3000, mark.clone()).unwrap();
+        assert_eq!(find(0x1000_0000), Some((0x1000_3000, Arc::as_ptr(&mark) as usize)));
+        assert!(find(0x1000_2fff).is_some());
         assert!(find(0x1000_3000).is_none() && find(0x0fff_ffff).is_none());
-        assert!(!w.cut_short());
         drop(w);
         assert!(find(0x1000_0000).is_none());
     }
