@@ -126,3 +126,30 @@ def test_counts_whose_pieces_are_left_in_a_file_cut_short_are_refused(tmp_path: 
     assert [line.split(" ", 1)[0] for line in lines] == ["save", "bytes_seen", "counts", "train"], proc.stdout
     assert all(error in line for line in lines), proc.stdout
     assert list(tmp_path.iterdir()) == [corpus]  # no counts file, finished or not
+
+
+FOREIGN = """
+import mmap
+import os
+import sys
+import superbpe
+corpus, other = sys.argv[1:3]
+superbpe.count([corpus], engine="native")  # maps a file: the engine's handler is installed now
+with open(other, "rb") as f:
+    view = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+os.truncate(other, 0)
+print("reading", flush=True)
+view[100_000]  # a map that is not the engine's: its SIGBUS is not the engine's to serve
+print("read it", flush=True)
+"""
+
+
+def test_a_sigbus_outside_the_engines_maps_goes_to_the_handler_before_it(tmp_path: Path) -> None:
+    """Python's faulthandler (installed first, by ``-X faulthandler``) still hears a SIGBUS of another map,
+    and the process still ends of it: the engine's handler neither keeps it nor loops on it."""
+    corpus = distinct_lines(tmp_path / "corpus.txt")
+    other = distinct_lines(tmp_path / "other.txt")
+    proc = child(FOREIGN, str(corpus), str(other))
+    assert proc.returncode == -7, (proc.returncode, proc.stdout, proc.stderr)  # SIGBUS
+    assert proc.stdout.splitlines() == ["reading"]
+    assert "Fatal Python error: Bus error" in proc.stderr

@@ -88,7 +88,9 @@ impl MappedFile {
             len: map.len() as u64,
             identity: file.metadata().ok().map(|m| identity(&m)),
         };
-        let watch = Watched::new(map.as_ptr() as usize, map.len(), mark.cut.clone());
+        // SAFETY: `map` is a read-only mapping of the file, page-aligned (offset 0), owned by the
+        // `MappedFile` made below, whose `_watch` is dropped before its `map`.
+        let watch = unsafe { Watched::new(map.as_ptr() as usize, map.len(), mark.cut.clone()) };
         if watch.is_none() && cfg!(target_os = "linux") && !map.is_empty() {
             return Ok(None);
         }

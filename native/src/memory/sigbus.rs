@@ -5,7 +5,8 @@
 //! zero-filled anonymous pages over the rest of that range, so the read goes on (reading zeros),
 //! and sets the range's mark (an `AtomicBool` its owner passed [`Watched::new`]), which readers
 //! check to refuse what they read. Any other SIGBUS goes to the handler that was there before (or
-//! the default action), as if this one were not installed.
+//! the default action), as if this one were not installed: that handler is put back, for good,
+//! and the signal reaches it (such a SIGBUS usually ends the process).
 //!
 //! The handler may run at any point of any thread, so it only reads and writes atomics, in fixed
 //! arrays, and calls async-signal-safe functions (`mmap`, `sigaction`, `raise`): it never
@@ -42,7 +43,7 @@ static WRITERS: Mutex<bool> = Mutex::new(false);
 
 /// A mapped range watched for truncation until this is dropped (drop it before the range is
 /// unmapped: once freed, a fault there is no longer this crate's).
-pub struct Watched {
+pub(super) struct Watched {
     slot: usize,
     /// Kept alive while the slot holds its address.
     _mark: Arc<AtomicBool>,
@@ -51,7 +52,12 @@ pub struct Watched {
 impl Watched {
     /// Watch `[start, start + len)`, installing the handler on first use: a fault there sets
     /// `mark`. `None` when every slot is taken (or where there is no handler: outside Linux).
-    pub fn new(start: usize, len: usize, mark: Arc<AtomicBool>) -> Option<Watched> {
+    ///
+    /// # Safety
+    /// The range must be a read-only mapping of a file, starting at a page boundary, that the
+    /// caller owns and keeps mapped until the returned value is dropped: a fault in it has its
+    /// pages past the fault replaced by zero pages, which must take nothing from anyone else.
+    pub(super) unsafe fn new(start: usize, len: usize, mark: Arc<AtomicBool>) -> Option<Watched> {
         if !cfg!(target_os = "linux") || len == 0 {
             return None;
         }
@@ -85,10 +91,10 @@ fn write(slot: &Slot, start: usize, end: usize, mark: usize) {
     slot.seq.fetch_add(1, Ordering::Release);
 }
 
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))] // read by the handler alone
 /// The end of the watched range that holds `addr`, and the address of its mark (a
 /// sequence-lock read of each slot; a slot being written is skipped: it cannot be the range of a
 /// mapping a thread is reading).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))] // read by the handler alone
 fn find(addr: usize) -> Option<(usize, usize)> {
     REGISTRY.iter().find_map(|slot| {
         let seq = slot.seq.load(Ordering::Acquire);
@@ -218,7 +224,9 @@ mod tests {
     #[test]
     fn watched_ranges_are_found_until_dropped() {
         let mark = Arc::new(AtomicBool::new(false));
-        let w = Watched::new(0x1000_0000, 0x3000, mark.clone()).unwrap();
+        // SAFETY: the test maps nothing at this range, and the process's own maps lie far above
+        // it (a position-independent binary, maps placed top-down), so no fault arises there.
+        let w = unsafe { Watched::new(0x1000_0000, 0x3000, mark.clone()) }.unwrap();
         assert_eq!(find(0x1000_0000), Some((0x1000_3000, Arc::as_ptr(&mark) as usize)));
         assert!(find(0x1000_2fff).is_some());
         assert!(find(0x1000_3000).is_none() && find(0x0fff_ffff).is_none());
