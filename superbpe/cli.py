@@ -217,6 +217,13 @@ def _hydra_text(exc: BaseException) -> str:
         key, _, value = override.partition("=")
         quoted = f"\"{key}=['a','b']\"" if value.lstrip().startswith("[") else f"\"{key}='value'\""
         return f"cannot parse override {override!r} ({first}); quote the value: {quoted}"
+    several = _SEVERAL_VALUES.match(first)
+    if several:  # Hydra's hints for it (-m, a list, a quoted string) are on the lines dropped here
+        key, _, value = several.group(1).partition("=")
+        return (
+            f"{key}={value} gives several values: add -m to run one job per value "
+            f"(or write a list {key}=[{value}], or a string \"{key}='{value}'\")"
+        )
     lines = str(exc).splitlines()
     if any(line.startswith("Available options") for line in lines):  # an unknown group option
         start = next(i for i, line in enumerate(lines) if line.startswith("Available options"))
@@ -232,6 +239,7 @@ def _hydra_text(exc: BaseException) -> str:
     return first
 
 
+_SEVERAL_VALUES = re.compile(r"Ambiguous value for argument '(.*)'$")
 _UNKNOWN_KEY = re.compile(r"Could not override '([\w.]+)': Key '[\w.]+' not in")
 
 

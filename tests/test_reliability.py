@@ -159,6 +159,14 @@ def test_hydra_errors_are_one_line(tmp_path: Path) -> None:
     assert_one_line_error(evaluate_typo, "separater", "did you mean separator?")
 
 
+def test_several_values_without_m_say_how_to_sweep_or_list_them(tmp_path: Path) -> None:
+    """Hydra's hints for ``key=a,b`` in a single run (``-m``, a list, a quoted string) are on the lines
+    after its first, which the one-line error would drop."""
+    proc = train(tmp_path, "vocab_size=300,400")
+    assert_one_line_error(proc, "vocab_size=300,400 gives several values", "add -m", "vocab_size=[300,400]")
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_list_key_given_one_value_and_a_required_key_left_out_say_what_to_write(tmp_path: Path) -> None:
     one_path = train(tmp_path, "data.paths=a.txt")
     assert_one_line_error(one_path, "data.paths takes a list: data.paths=[a.txt]")
