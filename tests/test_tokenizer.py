@@ -694,6 +694,26 @@ def test_load_errors(tmp_path: Path) -> None:
 
 
 
+def test_loading_an_unfinished_run_or_a_sweep_directory_says_what_to_name(tmp_path: Path) -> None:
+    """A run killed before its tokenizer was written, or a sweep's directory (its runs are below it),
+    holds no tokenizer files: the error says how to finish the run, or which directories hold one."""
+    unfinished = tmp_path / "run"
+    unfinished.mkdir()
+    (unfinished / "checkpoint.json").write_text("{}", encoding="utf-8")
+    with pytest.raises(InputError, match=r"has not finished: superbpe-train resume=.*run finishes it"):
+        Tokenizer.load(unfinished)
+    sweep = tmp_path / "sweep"
+    tok = Tokenizer({i: bytes([i]) for i in range(256)}, [], engine="python")
+    for job in ("0", "1", "10", "2"):
+        tok.save(sweep / job)
+    with pytest.raises(InputError, match=r"subdirectories 0, 1, 2, \.\.\. hold tokenizers.*sweep/0\)"):
+        Tokenizer.load(sweep)
+    alone = tmp_path / "alone"
+    tok.save(alone / "0")
+    with pytest.raises(InputError, match=r"subdirectory 0 holds a tokenizer: .*alone/0\)"):
+        Tokenizer.load(alone)
+
+
 @pytest.mark.parametrize("line_units", [False, True])
 def test_streaming_never_cuts_a_stage2_piece_that_spans_lines(line_units: bool) -> None:
     """superbpe-paper without line units keeps "ab\\ncd" as one piece: streaming must not split it."""

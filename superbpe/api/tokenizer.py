@@ -49,6 +49,7 @@ from superbpe.core.sources import (
 from superbpe.core.types import Merge
 from superbpe.core.util import caller_stacklevel, import_optional, resolve_threads
 from superbpe.engines.interface import EncoderCore, Engine, get_engine
+from superbpe.formats.checkpoints import CHECKPOINT_FILE
 from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE, read_gpt2_files
 from superbpe.formats.hf import (
     HF_FILE,
@@ -624,7 +625,8 @@ class Tokenizer:
             raise InputError(f"{directory} is a file: load takes the tokenizer's directory ({parent})")
         if not directory.is_dir():
             raise InputError(f"{directory}: tokenizer directory not found")
-        raise InputError(f"{directory}: none of {MANIFEST_FILE}, {HF_FILE}, {VOCAB_FILE}")
+        missing = f"{directory}: none of {MANIFEST_FILE}, {HF_FILE}, {VOCAB_FILE}"
+        raise InputError(missing + _what_is_there(directory))
 
     @classmethod
     def _from_manifest(
@@ -919,3 +921,21 @@ def _unknown(token_id: Any, vocab: Mapping[int, bytes]) -> bool:
         return token_id not in vocab
     except TypeError:  # unhashable
         return True
+
+
+def _what_is_there(directory: Path) -> str:
+    """Why a directory without tokenizer files was named, when it shows: a run that has not finished
+    (its checkpoint, no tokenizer yet), or a sweep's directory, whose runs are its subdirectories."""
+    if (directory / CHECKPOINT_FILE).exists():
+        return f" (a run that has not finished: superbpe-train resume={directory} finishes it)"
+    try:
+        runs = [sub.name for sub in directory.iterdir() if (sub / MANIFEST_FILE).is_file()]
+    except OSError:
+        return ""
+    if not runs:
+        return ""
+    runs.sort(key=lambda name: (not name.isdigit(), name.zfill(12)))
+    if len(runs) == 1:
+        return f" (its subdirectory {runs[0]} holds a tokenizer: {directory / runs[0]})"
+    shown = ", ".join(runs[:3]) + (", ..." if len(runs) > 3 else "")
+    return f" (its subdirectories {shown} hold tokenizers: name one, such as {directory / runs[0]})"
