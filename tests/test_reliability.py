@@ -267,6 +267,16 @@ def test_resume_args_take_the_runs_own_overrides(tmp_path: Path) -> None:
     (tmp_path / "texts").mkdir()
     with pytest.raises(InputError, match="not a run directory"):
         resume_args([f"resume={tmp_path / 'texts'}"])
+    sweep = tmp_path / "sweep"  # a sweep's record, a finished job 0 and job 1 stopped at a checkpoint
+    (sweep / "0" / ".hydra").mkdir(parents=True)
+    (sweep / "0" / ".hydra" / "overrides.yaml").write_text("- vocab_size=300\n")
+    (sweep / "0" / "metrics.json").write_text("{}")
+    (sweep / "1").mkdir()
+    (sweep / "1" / CHECKPOINT_FILE).write_text("{}")
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    continue_job_1 = rf"a sweep's directory; .* resume={sweep / '1'} \(not finished: 1\)"
+    with pytest.raises(InputError, match=continue_job_1):
+        resume_args([f"resume={sweep}"])
     assert resume_args(["vocab_size=3"]) == ["vocab_size=3"]
     (run / ".hydra" / "overrides.yaml").write_text("")  # killed while Hydra wrote it, and no checkpoint
     with pytest.raises(InputError, match="neither its overrides nor a checkpoint"):

@@ -18,6 +18,7 @@ from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.util import directory_problem, missing_dirs
 from superbpe.formats.checkpoints import checkpoint_path
 from superbpe.formats.tokenizer_dir import states_its_pattern, tokenizer_files_in
+from superbpe.training.summary import unfinished
 
 #: Settings a resume may change: they decide how fast and how visibly a run goes, never its merges
 #: (the engines agree byte for byte).
@@ -290,6 +291,13 @@ def resume_args(args: Sequence[str]) -> list[str]:
         )
     recorded = read_run_overrides(run_dir)
     if recorded is None and not checkpoint_path(run_dir).is_file() and not (run_dir / ".hydra").is_dir():
+        if (run_dir / "multirun.yaml").is_file():  # a sweep's record: its runs are the job directories
+            left = unfinished(run_dir)
+            which = f"not finished: {', '.join(left)}" if left else "all of them have finished"
+            raise InputError(
+                f"resume {run_dir}: a sweep's directory; resume continues one of its runs, "
+                f"resume={run_dir / (left[0] if left else '0')} ({which})"
+            )
         raise InputError(f"resume {run_dir}: not a run directory (no .hydra/overrides.yaml, no checkpoint)")
     if recorded is None and not checkpoint_path(run_dir).is_file():
         raise InputError(
