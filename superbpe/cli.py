@@ -151,6 +151,14 @@ def run_hydra(main: Callable[[], None], schema: type) -> None:
         fail(_hydra_message(exc, schema))
     except KeyboardInterrupt:  # in Hydra's own code, before or after the command's work (which says its own)
         interrupted("while Hydra set the command up")
+    except ValueError as exc:  # Hydra's check of its flags (-m with --cfg): a plain ValueError, no traceback
+        if not str(exc).startswith(_ONE_MODE):
+            raise
+        fail(f"{exc}: --cfg job shows one run's config (drop -m and give one value per key)")
+
+
+#: How Hydra's refusal of two of its modes at once (``-m --cfg job``) begins.
+_ONE_MODE = "Only one of --run, --multirun, --cfg"
 
 
 def _warning_line(message: Warning | str, category: type[Warning], *_: object, **__: object) -> None:

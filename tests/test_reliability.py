@@ -167,6 +167,13 @@ def test_several_values_without_m_say_how_to_sweep_or_list_them(tmp_path: Path) 
     assert not (tmp_path / "run").exists()
 
 
+def test_two_hydra_modes_at_once_are_a_one_line_error(tmp_path: Path) -> None:
+    """Hydra refuses ``-m`` with ``--cfg job`` by raising a plain ValueError, which was a traceback."""
+    proc = run_script("train.py", "-m", "--cfg", "job", "vocab_size=300,400", cwd=tmp_path)
+    assert_one_line_error(proc, "Only one of --run, --multirun, --cfg", "drop -m")
+    assert not (tmp_path / "multirun").exists()
+
+
 def test_a_list_key_given_one_value_and_a_required_key_left_out_say_what_to_write(tmp_path: Path) -> None:
     one_path = train(tmp_path, "data.paths=a.txt")
     assert_one_line_error(one_path, "data.paths takes a list: data.paths=[a.txt]")
