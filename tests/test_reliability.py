@@ -355,6 +355,9 @@ def test_a_resume_composes_and_runs_as_the_run_was_started(tmp_path: Path) -> No
     # A path given now means a file here, not where the run started: made absolute before the move.
     now = resume_args([f"resume={run}", "eval=held.txt", "cache_dir=null"])
     assert f"eval='{Path.cwd() / 'held.txt'}'" in now and "cache_dir=null" in now
+    # A list is no path: left as given, Hydra refuses it as for a new run (made absolute, it read as
+    # one file named "<cwd>/[a.txt,b.txt]", which was then not found).
+    assert "eval=[a.txt,b.txt]" in resume_args([f"resume={run}", "eval=[a.txt,b.txt]"])
 
 
 def test_resume_by_dir_alone_rewrites_the_same_files_and_leaves_no_new_dir(

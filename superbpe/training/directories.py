@@ -368,6 +368,8 @@ def _absolute_path(arg: str) -> str:
     value = _value([arg], key)
     if key not in _PATH_KEYS or value is None or "${" in value or Path(value).expanduser().is_absolute():
         return arg
+    if value.startswith("[") and not arg.split("=", 1)[1].lstrip().startswith(("'", '"')):
+        return arg  # a list, not a path: Hydra refuses it for this key as for a new run's
     return f"{arg.split('=', 1)[0]}={_quote(str(Path(value).absolute()))}"
 
 
