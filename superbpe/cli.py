@@ -252,9 +252,10 @@ _UNKNOWN_KEY = re.compile(r"Could not override '([\w.]+)': Key '[\w.]+' not in")
 
 
 def _config_message(exc: OmegaConfBaseException, given: str | None = None) -> str | None:
-    """What to write instead, for the two config errors OmegaConf words for its own developers: a
-    required key left out (``superbpe-encode`` without ``output=``) and one value where a list goes
-    (``data.paths=a.txt``, the value ``given``). None for the others, whose first line says it already."""
+    """What to write instead, for the config errors OmegaConf words for its own developers: a required
+    key left out (``superbpe-encode`` without ``output=``), one value where a list goes
+    (``data.paths=a.txt``, the value ``given``) and a list where one value goes (``eval=[a,b]``). None
+    for the others, whose first line says it already."""
     key = getattr(exc, "full_key", None)
     if not key:
         return None
@@ -262,6 +263,8 @@ def _config_message(exc: OmegaConfBaseException, given: str | None = None) -> st
         return f"{key} is required: add {key}=..."
     if isinstance(exc, ValidationError) and "is not a ListConfig" in str(exc):
         return f"{key} takes a list: {key}=[{given or 'a'}] (several: {key}=[a,b])"
+    if isinstance(exc, ValidationError) and str(exc).startswith("Cannot convert 'list'"):
+        return f"{key} takes one value, not a list ({key}={given or '[...]'})"
     return None
 
 

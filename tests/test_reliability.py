@@ -177,6 +177,8 @@ def test_two_hydra_modes_at_once_are_a_one_line_error(tmp_path: Path) -> None:
 def test_a_list_key_given_one_value_and_a_required_key_left_out_say_what_to_write(tmp_path: Path) -> None:
     one_path = train(tmp_path, "data.paths=a.txt")
     assert_one_line_error(one_path, "data.paths takes a list: data.paths=[a.txt]")
+    two_evals = train(tmp_path, "eval=[a.txt,b.txt]")
+    assert_one_line_error(two_evals, "eval takes one value, not a list (eval=[a.txt,b.txt])")
     no_output = run_script("encode.py", "tokenizer=x", "input=y", cwd=tmp_path)
     assert_one_line_error(no_output, "output is required: add output=")
 
