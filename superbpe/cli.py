@@ -42,7 +42,7 @@ from superbpe.core.util import atomic_write_text, human_size
 from superbpe.formats.checkpoints import checkpoint_path
 from superbpe.formats.token_files import sidecar_path
 from superbpe.jobs.encode import encode_corpus
-from superbpe.jobs.evaluate import check_report_path, evaluate_dir
+from superbpe.jobs.evaluate import check_report_path, evaluate_dir, report
 from superbpe.training.cache import (
     clear_cache,
     clear_leftovers,
@@ -588,8 +588,8 @@ def _evaluate(cfg: DictConfig) -> None:
             workers=args.workers,
         )
         if args.output:
-            report = Path(args.output).expanduser()  # the path check_report_path checked
-            atomic_write_text(report, json.dumps(result.to_json(), indent=2) + "\n")
+            written = report(result, args.tokenizer, args.separator)  # at the path check_report_path checked
+            atomic_write_text(Path(args.output).expanduser(), json.dumps(written, indent=2) + "\n")
     except USER_ERRORS as exc:
         fail(exc)
     except KeyboardInterrupt:

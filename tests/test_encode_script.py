@@ -33,6 +33,7 @@ from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.sources import Chunk
 from superbpe.core.util import handled_stop_signals, stop_signals_held
 from superbpe.engines.interface import native_available
+from superbpe.formats.token_files import tokenizer_hash
 from superbpe.jobs.encode import encode_corpus
 from superbpe.jobs.evaluate import _cuts_as_special, chunk_counts, evaluate, evaluate_sharded
 from superbpe.training.config import DataConfig, EngineConfig, TrainConfig
@@ -296,6 +297,9 @@ def test_evaluate_script_reports_bytes_per_token(tokenizer_dir, documents, tmp_p
     result = json.loads((tmp_path / "eval.json").read_text())
     assert (result["bytes"], result["tokens"], result["documents"]) == (n_bytes, n_tokens, len(documents))
     assert result["bytes_per_token"] == pytest.approx(n_bytes / n_tokens, abs=1e-4)
+    # Reports of several tokenizers say which is which (the digest is the one an encoding's sidecar gives).
+    assert result["tokenizer"] == str(Path(tokenizer_dir).absolute()) and result["separator"] == EOT
+    assert result["tokenizer_hash"] == tokenizer_hash(Path(tokenizer_dir))
     assert f"bytes/token {n_bytes / n_tokens:.4f}" in proc.stdout
     assert evaluate(tok, source).tokens_per_document == pytest.approx(n_tokens / len(documents))
     again = run_script("evaluate.py", f"tokenizer={tokenizer_dir}", f"input={source}",

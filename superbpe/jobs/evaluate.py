@@ -319,13 +319,27 @@ def check_report_path(
                           "write elsewhere")  # fmt: skip
 
 
+def report(result: EvalResult, directory: str | os.PathLike[str], separator: str | None) -> dict[str, Any]:
+    """``superbpe-evaluate``'s report: the numbers, with the tokenizer they measure (its directory and
+    the digest of its files an encoding's sidecar also gives) and the separator that cut documents, so
+    that reports of several tokenizers say which is which."""
+    path = Path(directory).expanduser().absolute()
+    return {"tokenizer": str(path), "tokenizer_hash": tokenizer_hash(path), "separator": separator,
+            **result.to_json()}  # fmt: skip
+
+
+#: The keys of a report: the numbers (all of them), and those naming what was measured (any of them).
+_REPORT_KEYS = set(EvalResult([], 0, 0, 0).to_json())
+_REPORT_SOURCE_KEYS = {"tokenizer", "tokenizer_hash", "separator"}
+
+
 def _is_report(path: Path) -> bool:
-    """Whether ``path`` holds a report as ``EvalResult.to_json`` writes it (one a new report may replace)."""
+    """Whether ``path`` holds a report as :func:`report` writes it (one a new report may replace)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return isinstance(data, dict) and set(data) == set(EvalResult([], 0, 0, 0).to_json())
+    return isinstance(data, dict) and _REPORT_KEYS <= set(data) <= _REPORT_KEYS | _REPORT_SOURCE_KEYS
 
 
 def evaluate_sharded(
