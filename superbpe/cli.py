@@ -471,7 +471,10 @@ def encode() -> None:
         print_help("encode", EncodeConfig, encode.__doc__ or "", sys.argv[1:])
         return
     _check_compat_overrides(sys.argv[1:])
-    run_hydra(_encode, EncodeConfig)
+    try:
+        run_hydra(_encode, EncodeConfig)
+    finally:
+        _remove_unused_claims()  # a sweep's directory, which holds only Hydra's record of it
 
 
 @_stdout_may_close
@@ -483,7 +486,10 @@ def evaluate() -> None:
         print_help("evaluate", EvaluateConfig, evaluate.__doc__ or "", sys.argv[1:])
         return
     _check_compat_overrides(sys.argv[1:])
-    run_hydra(_evaluate, EvaluateConfig)
+    try:
+        run_hydra(_evaluate, EvaluateConfig)
+    finally:
+        _remove_unused_claims()  # a sweep's directory, which holds only Hydra's record of it
 
 
 def _wants_help(args: list[str]) -> bool:

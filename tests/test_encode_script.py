@@ -651,6 +651,22 @@ def test_a_sweep_whose_jobs_write_one_token_file_stops_at_the_second(tokenizer_d
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "m_0.bin").read_bytes() == (tmp_path / "m_1.bin").read_bytes()
+    # Hydra's record of each sweep (multirun/DATE/TIME/multirun.yaml, empty job directories) is removed.
+    assert not (tmp_path / "multirun").exists()
+
+
+def test_an_evaluate_sweep_leaves_no_sweep_directory(tokenizer_dir, documents, tmp_path):
+    """Its jobs write nothing into Hydra's sweep directory, which would stand, empty but for Hydra's
+    record, beside the training sweeps in multirun/."""
+    source = tmp_path / "docs.txt"
+    source.write_text(EOT.join(documents), encoding="utf-8")
+    proc = run_script(
+        "evaluate.py", "-m", f"tokenizer={tokenizer_dir},{tokenizer_dir}", f"input={source}",
+        "output=e_${hydra:job.num}.json", cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("bytes/token") == 2 and (tmp_path / "e_1.json").is_file()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["docs.txt", "e_0.json", "e_1.json"]
 
 
 def test_an_output_that_names_the_current_directory_is_a_one_line_error(tokenizer_dir, tmp_path):
