@@ -176,10 +176,17 @@ class SweepJobFailed(Exception):
 def _one_job(task: Callable[[DictConfig], None]) -> Callable[[DictConfig], None]:
     """``task`` as a job of a sweep: a failure it said (:func:`fail_job`) ends the job, not the sweep;
     :func:`run_hydra` fails the command once the sweep's jobs have run. Under a launcher that runs jobs
-    in processes of their own (submitit), the failure is raised: it is the job's status there."""
+    in processes of their own (submitit), the failure is raised: it is the job's status there.
+
+    ``hydra.job.chdir=true`` is undone for the job: every file a command writes is named by its config
+    (the run directory, ``output``), so changing directory only made the relative paths it was given
+    (``data.paths``, ``eval``, ``input``) name files that do not exist."""
 
     @functools.wraps(task)
     def job(cfg: DictConfig) -> None:
+        hydra_cfg = HydraConfig.get()
+        if hydra_cfg.job.chdir:  # paths on the command line name files where it was typed (Hydra chdirs back)
+            os.chdir(hydra_cfg.runtime.cwd)
         try:
             task(cfg)
         except SweepJobFailed:

@@ -174,6 +174,18 @@ def test_two_hydra_modes_at_once_are_a_one_line_error(tmp_path: Path) -> None:
     assert not (tmp_path / "multirun").exists()
 
 
+def test_hydra_job_chdir_leaves_relative_paths_naming_the_files_where_the_command_ran(
+    tmp_path: Path, corpus: Path
+) -> None:
+    """With ``hydra.job.chdir=true`` the job ran in the run directory, where ``data.paths=[corpus.txt]``
+    named no file ("no such file or directory" for a file right there)."""
+    shutil.copy(corpus, tmp_path / "corpus.txt")
+    given = ("data.paths=[corpus.txt]", "eval=corpus.txt", "vocab_size=300", "hydra.job.chdir=true")
+    proc = train(tmp_path, *given)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["eval"]["bytes"] > 0
+
+
 def test_a_list_key_given_one_value_and_a_required_key_left_out_say_what_to_write(tmp_path: Path) -> None:
     one_path = train(tmp_path, "data.paths=a.txt")
     assert_one_line_error(one_path, "data.paths takes a list: data.paths=[a.txt]")
