@@ -69,7 +69,15 @@ from superbpe.training.directories import (
     run_cwd,
 )
 from superbpe.training.run import TrainingInterrupted, run_training
-from superbpe.training.summary import check_plot_path, collect, missing_jobs, plot, table, unfinished
+from superbpe.training.summary import (
+    check_plot_path,
+    collect,
+    missing_jobs,
+    plot,
+    table,
+    timing_note,
+    unfinished,
+)
 
 #: Errors a user can cause: reported as one line on stderr, exit code 1, no traceback.
 USER_ERRORS = (SuperBPEError, OmegaConfBaseException, OSError)
@@ -632,6 +640,8 @@ def summarize(argv: list[str] | None = None) -> None:
         if drawn:
             check_plot_path(plot_path)
         print(table(rows))
+        if note := timing_note(rows):
+            print(note)
         left = unfinished(args.sweep_dir)
         if left:
             print(f"not finished (no metrics.json, no row): {', '.join(left)}")

@@ -9,7 +9,7 @@ import pytest
 
 from superbpe.core.errors import InputError
 from superbpe.core.pretokenize import PATTERNS
-from superbpe.training.summary import collect, missing_jobs, unfinished
+from superbpe.training.summary import COLUMNS, collect, missing_jobs, timing_note, unfinished
 
 
 def write_run(directory: Path, pretokenizer: str, pattern: str, eval_file: str | None = None) -> None:
@@ -96,3 +96,18 @@ def test_runs_of_other_schedules_differ_only_where_they_share_a_setting(tmp_path
         (tmp_path / run / "metrics.json").write_text(json.dumps(metrics))
     differs = [row.differs for row in collect(tmp_path)]
     assert differs == ['engine="native"', 'engine="native"', 'engine="python"']
+
+
+def test_seconds_of_runs_whose_stages_were_not_trained_are_marked(tmp_path: Path) -> None:
+    """A stage taken from the cache (a sweep's later runs) or a source run takes next to no time: its
+    run's seconds are starred and the note says why, so they are not read as training times."""
+    write_run(tmp_path / "0", "gpt2", PATTERNS["gpt2"])
+    write_run(tmp_path / "1", "gpt2", PATTERNS["gpt2"])
+    assert timing_note(collect(tmp_path)) is None
+    cached = json.loads((tmp_path / "1" / "metrics.json").read_text())
+    cached["stages"][0]["from"] = "cache"
+    (tmp_path / "1" / "metrics.json").write_text(json.dumps(cached))
+    rows = {row.run: row for row in collect(tmp_path)}
+    seconds = COLUMNS.index("seconds")
+    assert (rows["0"].cells()[seconds], rows["1"].cells()[seconds]) == ("1.0", "1.0*")
+    assert "* seconds without training a stage" in (timing_note(list(rows.values())) or "")

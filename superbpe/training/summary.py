@@ -37,6 +37,7 @@ class Row:
     bytes_per_token: float | None
     settings: tuple[tuple[str, str], ...] = ()  # what else made the run (see `_settings`)
     differs: str = ""  # the settings no other column shows that are not the same in every row
+    untimed: bool = False  # merges of a stage taken (the cache, a source run), not trained: `timing_note`
 
     def cells(self) -> list[str]:
         return [
@@ -46,7 +47,7 @@ class Row:
             str(self.vocab_size),
             "-" if self.transition is None else f"{self.transition:.3f}",
             "+".join(map(str, self.stage_merges)),
-            f"{self.seconds:.1f}",
+            f"{self.seconds:.1f}{'*' if self.untimed else ''}",
             f"{self.peak_rss_mb:.0f}",
             "-" if self.bytes_per_token is None else f"{self.bytes_per_token:.4f}",
             self.differs or "-",
@@ -152,9 +153,19 @@ def _row(path: Path, root: Path) -> Row:
             peak_rss_mb=int(metrics["peak_rss_bytes"]) / 2**20,
             bytes_per_token=evaluation.get("bytes_per_token"),
             settings=_settings(metrics),
+            untimed=any(stage.get("from", "trained") != "trained" for stage in metrics["stages"]),
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise InputError(f"{path}: not a superbpe metrics file ({exc})") from None
+
+
+def timing_note(rows: list[Row]) -> str | None:
+    """The footnote of the seconds marked ``*``: a stage whose merges came from the cache or a source run
+    took next to no time, so such a run's seconds are not its training time and compare with no other's."""
+    if not any(row.untimed for row in rows):
+        return None
+    return ("* seconds without training a stage whose merges were taken from the cache or a source run "
+            "(metrics.json: stages[].from); cache_dir=null times every stage")  # fmt: skip
 
 
 def table(rows: list[Row]) -> str:
