@@ -64,6 +64,7 @@ from superbpe.training.directories import (
     existed_before,
     made_parents,
     place_run,
+    quote_override,
     resume_args,
     resume_command,
     run_cwd,
@@ -365,7 +366,11 @@ def train() -> None:
     if _wants_help(sys.argv[1:]):
         footer = ("-m key=a,b ...: a sweep (one run per combination, under multirun/); "
                   "--hydra-help: Hydra's own flags")
-        print_help("train", TrainConfig, train.__doc__ or "", sys.argv[1:], footer)
+        try:  # a resume's config is the run's: its overrides and config directory
+            args = resume_args(sys.argv[1:])
+        except USER_ERRORS as exc:
+            fail(exc)
+        print_help("train", TrainConfig, train.__doc__ or "", args, footer)
         return
     try:
         started_in = run_cwd(sys.argv[1:])
@@ -519,23 +524,58 @@ def print_help(config_name: str, schema: type, summary: str, args: list[str], fo
     and training offered the group its ``compat`` preset selects by itself (``compat_train``). The
     groups shown here are the command's schema fields that have a directory in ``conf/``.
     """
-    overrides = [arg for arg in args if not arg.startswith("-")]  # --help, -m
+    flags, overrides = _hydra_flags(args)
+    user_dir = flags.get("--config-dir")
+    config_name = flags.get("--config-name", config_name)
+    searched = []
+    if user_dir:  # composed as Hydra does for the command: the user's directory searched too
+        searched = [f"hydra.searchpath=[{quote_override(f'file://{Path(user_dir).expanduser().absolute()}')}]"]
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-            cfg = compose(config_name, overrides=overrides)
+            cfg = compose(config_name, overrides=[*searched, *overrides])
     except Exception as exc:  # a bad override: say so, as a run would
         fail(_hydra_message(exc, schema))
-    groups = [f.name for f in dataclasses.fields(schema) if (CONFIG_DIR / f.name).is_dir()]
+    dirs = [CONFIG_DIR, *([Path(user_dir).expanduser()] if user_dir else [])]
+    groups = [f.name for f in dataclasses.fields(schema) if any((d / f.name).is_dir() for d in dirs)]
     lines = [inspect.cleandoc(summary).replace("``", ""), "", "== Configuration groups ==",
              "Compose your configuration from those groups (group=option)", ""]
     for group in groups:
-        options = sorted(path.stem for path in (CONFIG_DIR / group).glob("*.yaml"))
+        options = sorted({path.stem for d in dirs for path in (d / group).glob("*.yaml")})
         lines.append(f"{group}: {', '.join(options)}")
     lines += ["", "== Config ==", "Override anything in the config (foo.bar=value)", "",
               OmegaConf.to_yaml(cfg, resolve=False).rstrip()]
     if footer:
         lines += ["", footer]
     print("\n".join(lines))
+
+
+#: Hydra's flags that take a value (``--config-dir DIR`` or ``--config-dir=DIR``), by their long names.
+_VALUE_FLAGS = {
+    "--config-dir": "--config-dir", "-cd": "--config-dir", "--config-name": "--config-name",
+    "-cn": "--config-name", "--config-path": "--config-path", "-cp": "--config-path", "--cfg": "--cfg",
+    "-c": "--cfg", "--package": "--package", "-p": "--package",
+}  # fmt: skip
+
+
+def _hydra_flags(args: list[str]) -> tuple[dict[str, str], list[str]]:
+    """The values of Hydra's flags among ``args`` (by long name), and the overrides: a flag's value is no
+    override (``--config-dir DIR`` read as the override ``DIR`` was refused as one that cannot be parsed)."""
+    flags: dict[str, str] = {}
+    overrides: list[str] = []
+    pending: str | None = None
+    for arg in args:
+        if pending is not None:
+            flags[pending], pending = arg, None
+        elif arg.startswith("-"):
+            name, has_value, value = arg.partition("=")
+            if name in _VALUE_FLAGS:
+                if has_value:
+                    flags[_VALUE_FLAGS[name]] = value
+                else:
+                    pending = _VALUE_FLAGS[name]
+        else:
+            overrides.append(arg)
+    return flags, overrides
 
 
 def _check_compat_overrides(args: list[str]) -> None:

@@ -107,6 +107,27 @@ def test_train_help_shows_the_config_its_overrides_compose(tmp_path):
     assert not (tmp_path / "outputs").exists() and not (tmp_path / "multirun").exists()
 
 
+def test_help_composes_from_the_users_config_dir_and_a_resumed_runs_overrides(tmp_path):
+    """``--config-dir DIR`` was read as an override (``DIR``: "cannot parse override") and its groups'
+    options were not listed; ``resume=<run>`` showed the defaults, not the run's config."""
+    own = tmp_path / "myconf" / "schedule"
+    own.mkdir(parents=True)
+    (own / "mine.yaml").write_text(
+        "name: mine\ntransition: null\nfrom_run: null\nfrom_tokenizer: null\n"
+        "stages:\n  - name: only\n    pretokenizer: null\n    until: null\n"
+    )
+    for flag in (["--config-dir", str(tmp_path / "myconf")], [f"--config-dir={tmp_path / 'myconf'}"]):
+        proc = run_script("train.py", *flag, "schedule=mine", "--help", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert "schedule: bpe, mine, superbpe" in proc.stdout and "name: mine" in proc.stdout
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "overrides.yaml").write_text("- vocab_size=300\n- schedule=superbpe\n")
+    proc = run_script("train.py", "--help", f"resume={run}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "vocab_size: 300" in proc.stdout and "transition: 0.8" in proc.stdout
+
+
 def test_progress_on_gzip_input_counts_compressed_bytes_and_ends_at_100_percent(
     gz_corpus, tokenizer_dir, tmp_path, caplog
 ):

@@ -177,7 +177,7 @@ def place_run(args: Sequence[str]) -> list[str]:
         _made_parents[path.absolute()] = missing_dirs(path.absolute().parent)
     if run_dir is not None:
         return list(args)
-    return [*args, f"hydra.run.dir={_quote(str(path))}"]
+    return [*args, f"hydra.run.dir={quote_override(str(path))}"]
 
 
 def _check_can_make(path: Path) -> None:
@@ -218,7 +218,7 @@ def existed_before(run_dir: Path) -> bool:
     return Path(run_dir).absolute() in _existed
 
 
-def _quote(value: str) -> str:
+def quote_override(value: str) -> str:
     """A path as a Hydra override value (quoted, since paths may hold characters the grammar reserves)."""
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
@@ -339,8 +339,8 @@ def resume_args(args: Sequence[str]) -> list[str]:
     given = [_absolute_path(arg) for arg in given]
     flags = [arg for arg in args if not _is_override(arg)]  # Hydra's parser wants them before overrides
     return [
-        *_recorded_flags(run_dir, flags), *flags, *kept, *given, f"resume={_quote(str(run_dir))}",
-        f"hydra.run.dir={_quote(str(run_dir))}", "hydra.output_subdir=null",
+        *_recorded_flags(run_dir, flags), *flags, *kept, *given, f"resume={quote_override(str(run_dir))}",
+        f"hydra.run.dir={quote_override(str(run_dir))}", "hydra.output_subdir=null",
     ]  # fmt: skip
 
 
@@ -370,7 +370,7 @@ def _absolute_path(arg: str) -> str:
         return arg
     if value.startswith("[") and not arg.split("=", 1)[1].lstrip().startswith(("'", '"')):
         return arg  # a list, not a path: Hydra refuses it for this key as for a new run's
-    return f"{arg.split('=', 1)[0]}={_quote(str(Path(value).absolute()))}"
+    return f"{arg.split('=', 1)[0]}={quote_override(str(Path(value).absolute()))}"
 
 
 def _run_record(run_dir: Path) -> Any:
