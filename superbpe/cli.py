@@ -527,11 +527,15 @@ def print_help(config_name: str, schema: type, summary: str, args: list[str], fo
     flags, overrides = _hydra_flags(args)
     user_dir = flags.get("--config-dir")
     config_name = flags.get("--config-name", config_name)
-    searched = []
-    if user_dir:  # composed as Hydra does for the command: the user's directory searched too
-        searched = [f"hydra.searchpath=[{quote_override(f'file://{Path(user_dir).expanduser().absolute()}')}]"]
+    # Composed as Hydra does for the command, the user's directory searched too. The compose API looks
+    # for the primary config in its own directory only: the one that holds it is that directory.
+    primary, searched = CONFIG_DIR, []
+    if user_dir:
+        own = Path(user_dir).expanduser().absolute()
+        primary, other = (own, CONFIG_DIR) if (own / f"{config_name}.yaml").is_file() else (CONFIG_DIR, own)
+        searched = [f"hydra.searchpath=[{quote_override(f'file://{other}')}]"]
     try:
-        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        with initialize_config_dir(config_dir=str(primary), version_base="1.3"):
             cfg = compose(config_name, overrides=[*searched, *overrides])
     except Exception as exc:  # a bad override: say so, as a run would
         fail(_hydra_message(exc, schema))

@@ -120,6 +120,11 @@ def test_help_composes_from_the_users_config_dir_and_a_resumed_runs_overrides(tm
         proc = run_script("train.py", *flag, "schedule=mine", "--help", cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
         assert "schedule: bpe, mine, superbpe" in proc.stdout and "name: mine" in proc.stdout
+    (tmp_path / "myconf" / "exp.yaml").write_text("defaults:\n  - train\n  - _self_\nvocab_size: 3000\n")
+    named = ["--config-dir", str(tmp_path / "myconf"), "--config-name", "exp", "schedule=mine", "--help"]
+    proc = run_script("train.py", *named, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "vocab_size: 3000" in proc.stdout and "name: mine" in proc.stdout
     run = tmp_path / "run"
     (run / ".hydra").mkdir(parents=True)
     (run / ".hydra" / "overrides.yaml").write_text("- vocab_size=300\n- schedule=superbpe\n")
