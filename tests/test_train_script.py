@@ -96,8 +96,11 @@ def test_two_point_multirun_writes_two_metrics_and_a_summary(tmp_path, corpus, s
     assert sources == [["trained", "trained"], ["cache", "trained"]]
     summary = run_script("summarize.py", str(sweep), cwd=tmp_path)
     assert summary.returncode == 0, summary.stderr
-    rows = [line.split() for line in summary.stdout.splitlines()[2:] if line and not line.startswith("plot")]
+    lines = summary.stdout.splitlines()[2:]
+    rows = [line.split() for line in lines if line and not line.startswith(("plot", "* seconds"))]
     assert "bytes/token" in summary.stdout and [row[1] for row in rows] == ["superbpe", "superbpe"]
+    starred = {row[0]: row[6].endswith("*") for row in rows}
+    assert starred == {"0": False, "1": True}  # its seconds leave out the stage taken from the cache
     assert all(row[2] == "superbpe-stage1>superbpe" and row[-1] == "-" for row in rows)  # nothing varies
     png = sweep / "summary.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
