@@ -9,7 +9,7 @@ import pytest
 
 from superbpe.core.errors import InputError
 from superbpe.core.pretokenize import PATTERNS
-from superbpe.training.summary import COLUMNS, collect, missing_jobs, timing_note, unfinished
+from superbpe.training.summary import COLUMNS, Row, collect, missing_jobs, plot, timing_note, unfinished
 
 
 def write_run(directory: Path, pretokenizer: str, pattern: str, eval_file: str | None = None) -> None:
@@ -111,3 +111,34 @@ def test_seconds_of_runs_whose_stages_were_not_trained_are_marked(tmp_path: Path
     seconds = COLUMNS.index("seconds")
     assert (rows["0"].cells()[seconds], rows["1"].cells()[seconds]) == ("1.0", "1.0*")
     assert "* seconds without training a stage" in (timing_note(list(rows.values())) or "")
+
+
+def test_the_plot_legend_hides_no_point(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One-stage runs all sit at transition 1.0: a legend drawn inside the axes covered some of them."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    measured = {"cl100k": 1.9748, "gpt2": 1.9505, "o200k": 1.9768, "superbpe": 1.9241,
+                "superbpe-paper": 1.9658, "superbpe-stage1": 1.9768}  # a sweep of pretokenizer=glob(*)
+    rows = [
+        Row(name, "bpe", name, 800, None, (543,), 1.0, 50.0, value, differs=f"bpe.line_units={units}")
+        for name, value in measured.items()
+        for units in ["true" if name.startswith("superbpe") and name != "superbpe-stage1" else "false"]
+    ]
+    hidden: list[tuple[float, float]] = []
+    save = Figure.savefig
+
+    def checked_save(fig: Figure, *args: object, **kwargs: object) -> None:
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+        boxes = [legend.get_window_extent(renderer) for legend in fig.legends]
+        boxes += [ax.get_legend().get_window_extent(renderer) for ax in fig.axes if ax.get_legend()]
+        for ax in fig.axes:
+            for line in ax.get_lines():
+                for x, y in ax.transData.transform(line.get_xydata()):
+                    hidden.extend((x, y) for box in boxes if box.contains(x, y))
+        save(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", checked_save)
+    assert plot(rows, tmp_path / "summary.png") == tmp_path / "summary.png"
+    assert hidden == []

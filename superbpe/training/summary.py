@@ -7,7 +7,6 @@ finished (or partly finished) multirun directory, and on copies of one.
 from __future__ import annotations
 
 import json
-import warnings
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -216,7 +215,8 @@ def plot(rows: list[Row], output: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # an optional extra, checked just above
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    # Taller by a line of legend per series, so that a long legend below does not squeeze the axes.
+    fig, ax = plt.subplots(figsize=(6.4, 4.2 + 0.2 * len(series)), layout="constrained")
     several_patterns = len({pattern for _, pattern, _ in series}) > 1
     for vocab_size, pattern, differs in sorted(series):
         points = sorted(series[(vocab_size, pattern, differs)])
@@ -227,14 +227,13 @@ def plot(rows: list[Row], output: Path) -> Path | None:
     ax.set_ylabel("bytes per token (eval file)")
     ax.set_title("SuperBPE sweep")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small")
-    with warnings.catch_warnings():  # a long legend: "Tight layout not applied" told the user nothing
-        warnings.simplefilter("ignore", UserWarning)
-        fig.tight_layout()
+    # Below the axes: inside them, a legend of several lines hid the points of a sweep (one-stage runs all
+    # sit at 1.0); the saved figure grows to hold it.
+    fig.legend(fontsize="small", loc="outside lower center")
     output.parent.mkdir(parents=True, exist_ok=True)
     try:
         with atomic_write(output) as out:  # no half-written plot, nor a temporary file, on any failure
-            fig.savefig(out, format=kind, dpi=120)
+            fig.savefig(out, format=kind, dpi=120, bbox_inches="tight")
     finally:
         plt.close(fig)
     return output
