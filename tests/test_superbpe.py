@@ -146,7 +146,14 @@ def test_transition_beyond_the_runs_merges_is_refused_before_writing(bpe_run, wi
 
 
 def test_a_from_run_that_is_missing_or_not_a_run_is_named(wiki, tmp_path):
-    cases = ((tmp_path / "nope", "no such directory"), (tmp_path, r"no superbpe.json \(not a"))
+    stopped = tmp_path / "stopped"  # a run killed before its tokenizer: its checkpoint says so
+    stopped.mkdir()
+    (stopped / "checkpoint.json").write_text("{}")
+    cases = (
+        (tmp_path / "nope", "no such directory"),
+        (tmp_path, r"no superbpe.json \(not a"),
+        (stopped, rf"a run that has not finished; finish it first \(superbpe-train resume={stopped}\)"),
+    )
     for run_dir, message in cases:
         cfg = config(wiki, tmp_path / "out", "superbpe", transition=100, from_run=str(run_dir))
         with pytest.raises(InputError, match=f"schedule.from_run {run_dir}: {message}"):

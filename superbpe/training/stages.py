@@ -30,6 +30,7 @@ from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.pretokenize import Pretokenizer, get_pretokenizer
 from superbpe.core.rules import MergeRules, make_rules
 from superbpe.core.types import Merge
+from superbpe.formats.checkpoints import checkpoint_path
 from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE, read_merges, read_vocab
 from superbpe.formats.hf import HF_FILE, pretokenizer_from_hf, read_hf_tokenizer
 from superbpe.formats.manifest import MANIFEST_FILE, read_manifest
@@ -224,6 +225,11 @@ def _load_run(run_dir: Path) -> SourceMerges:
     if not run_dir.is_dir():
         raise InputError(f"schedule.from_run {run_dir}: no such directory")
     if not manifest_path.is_file():
+        if checkpoint_path(run_dir).is_file():  # killed or stopped: its merges are there, unfinished
+            raise InputError(
+                f"schedule.from_run {run_dir}: a run that has not finished; finish it first "
+                f"(superbpe-train resume={run_dir})"
+            )
         raise InputError(
             f"schedule.from_run {run_dir}: no {MANIFEST_FILE} (not a finished training run)"
         )
