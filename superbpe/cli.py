@@ -230,8 +230,13 @@ def _hydra_message(exc: BaseException, schema: type) -> str:
     unknown = _UNKNOWN_KEY.match(message)
     if not unknown:
         return message
-    close = difflib.get_close_matches(unknown.group(1), dotted_keys(schema), n=1)
-    return message + (f"; did you mean {close[0]}?" if close else "")
+    given = unknown.group(1)
+    indices = re.findall(r"\.(\d+)(?=\.)", given)  # a list item's: matched as "*", shown with its index
+    close = difflib.get_close_matches(re.sub(r"\.\d+(?=\.)", ".*", given), dotted_keys(schema), n=1)
+    if not close:
+        return message
+    meant = re.sub(r"\.\*(?=\.)", lambda _: f".{indices.pop(0)}" if indices else ".0", close[0])
+    return message + (f"; did you mean {meant}?" if meant != given else "")
 
 
 def _hydra_text(exc: BaseException) -> str:
@@ -256,6 +261,11 @@ def _hydra_text(exc: BaseException) -> str:
     cause = exc.__cause__
     prefix = "Error merging override "
     given = first.removeprefix(prefix).partition("=")[2] if first.startswith(prefix) else None
+    beyond = _BEYOND_THE_LIST.match(first)
+    if beyond and "Invalid type assigned: dict is not a subclass" in str(cause):  # OmegaConf made an item {}
+        key, index = beyond.group(1), int(beyond.group(2))
+        stages = " (schedule=bpe has one stage, schedule=superbpe two)" if key == "schedule.stages" else ""
+        return f"{key}.{index} does not exist: {key} has fewer than {index + 1} items, counted from 0{stages}"
     if isinstance(cause, OmegaConfBaseException) and (message := _config_message(cause, given)):
         return message
     if cause is not None and str(cause).strip():
@@ -263,6 +273,7 @@ def _hydra_text(exc: BaseException) -> str:
     return first
 
 
+_BEYOND_THE_LIST = re.compile(r"Error merging override ([\w.]+?)\.(\d+)\.[\w.]+=")
 _SEVERAL_VALUES = re.compile(r"Ambiguous value for argument '(.*)'$")
 _UNKNOWN_KEY = re.compile(r"Could not override '([\w.]+)': Key '[\w.]+' not in")
 

@@ -155,6 +155,10 @@ def test_hydra_errors_are_one_line(tmp_path: Path) -> None:
     assert_one_line_error(unquoted, "cannot parse override", "quote the value")
     unquoted_list = train(tmp_path, "special_tokens=[<|a|>]")
     assert_one_line_error(unquoted_list, "quote the value: \"special_tokens=['a','b']\"")
+    stage_typo = train(tmp_path, "schedule.stages.0.min_frequncy=2")  # a list item's key, with its index
+    assert_one_line_error(stage_typo, "did you mean schedule.stages.0.min_frequency?")
+    no_stage = train(tmp_path, "schedule.stages.1.min_frequency=2")  # schedule=bpe has stage 0 only
+    assert_one_line_error(no_stage, "schedule.stages.1 does not exist", "counted from 0")
     evaluate_typo = run_script("evaluate.py", "tokenizer=x", "input=y", "separater=z", cwd=tmp_path)
     assert_one_line_error(evaluate_typo, "separater", "did you mean separator?")
 

@@ -455,15 +455,22 @@ def _unused_executor_keys(executor: Any) -> list[str]:
 
 
 def dotted_keys(schema: type, prefix: str = "") -> list[str]:
-    """Every key of ``schema`` (a dataclass) as an override names it, its parts' keys included."""
+    """Every key of ``schema`` (a dataclass) as an override names it, its parts' keys included; the keys
+    of a list's items stand behind a ``*`` for the index (``schedule.stages.*.min_frequency``)."""
     hints = typing.get_type_hints(schema)
     keys: list[str] = []
     for f in dataclasses.fields(schema):
         keys.append(prefix + f.name)
         inner = _dataclass_in(hints[f.name])
-        if inner is not None and typing.get_origin(hints[f.name]) is not list:
-            keys.extend(dotted_keys(inner, f"{prefix}{f.name}."))
+        if inner is not None:
+            index = ".*" if _is_list(hints[f.name]) else ""
+            keys.extend(dotted_keys(inner, f"{prefix}{f.name}{index}."))
     return keys
+
+
+def _is_list(hint: Any) -> bool:
+    """Whether a field holds a list (optionally)."""
+    return any(typing.get_origin(part) is list for part in (hint, *typing.get_args(hint)))
 
 
 def _dataclass_in(hint: Any) -> type | None:
