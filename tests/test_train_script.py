@@ -375,7 +375,8 @@ def test_finished_run_dir_is_not_overwritten_without_resume(tmp_path, corpus, ke
     merges = read_merges(out / MERGES_FILE)
     recorded = {path.name: path.read_bytes() for path in (out / ".hydra").iterdir()}
     again = train(tmp_path, f"data.paths=[{corpus}]", "vocab_size=400", f"{key}={out}", default_dir=True)
-    assert_one_line_error(again, "already holds a run", "resume=")
+    # Finished: nothing to continue, so the way out is another directory (a resume only evaluates it).
+    assert_one_line_error(again, "already holds a finished run; choose another output_dir", "eval=<file>")
     assert again.stderr.count("resume=") == 1  # said once
     assert read_merges(out / MERGES_FILE) == merges
     assert json.loads((out / MANIFEST_FILE).read_text())["vocab_size"] == 300

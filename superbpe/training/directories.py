@@ -124,6 +124,11 @@ def check_nothing_to_overwrite(path: Path) -> None:
     """Refuse a new run's directory that holds a run (continued with ``resume=``) or a tokenizer (a saved
     one, or a run's whose checkpoint was removed): the run would write its files over them."""
     if checkpoint_path(path).is_file():
+        if (path / "metrics.json").is_file():  # written last: the run finished, there is nothing to continue
+            raise ConfigError(
+                f"{path} already holds a finished run; choose another output_dir (resume={path} "
+                "eval=<file> evaluates it)"
+            )
         raise ConfigError(f"{path} already holds a run; continue it with resume={path}")
     if held := tokenizer_files_in(path):
         raise ConfigError(
