@@ -161,6 +161,20 @@ def test_a_from_run_that_is_missing_or_not_a_run_is_named(wiki, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_from_tokenizer_naming_one_file_of_a_directory_names_the_directory(wiki, tmp_path):
+    """``vocab.json`` alone was read as an HF tokenizer.json ("no model of type BPE")."""
+    source = tmp_path / "gpt2-dir"
+    source.mkdir()
+    (source / "vocab.json").write_text("{}")
+    (source / "merges.txt").write_text("#version: 0.2\n")
+    for name in ("vocab.json", "merges.txt"):
+        cfg = config(wiki, tmp_path / "out", "superbpe", transition=100, from_tokenizer=str(source / name))
+        named = rf"a file of a tokenizer directory; give the directory \({source}\)"
+        with pytest.raises(InputError, match=named):
+            run_training(cfg)
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.slow
 def test_extend_gpt2_files_with_superwords(shared_data, tmp_path):
     gpt2 = tmp_path / "gpt2"

@@ -264,6 +264,11 @@ def _load_tokenizer_files(path: Path) -> SourceMerges:
         vocab = read_vocab(vocab_path) if vocab_path.is_file() else None
         merges = read_merges(path / MERGES_FILE, vocab)
         return SourceMerges(f"merges {path / MERGES_FILE}", tuple(merges), None)
+    if path.is_file() and path.name in (VOCAB_FILE, MERGES_FILE, MANIFEST_FILE):  # one file of a directory
+        raise InputError(
+            f"schedule.from_tokenizer {path}: a file of a tokenizer directory; give the directory "
+            f"({path.parent}) or a tokenizer.json"
+        )
     hf_path = path / HF_FILE if path.is_dir() else path
     if not hf_path.is_file():
         raise InputError(f"schedule.from_tokenizer {path}: no merges.txt or tokenizer.json there")
