@@ -153,6 +153,9 @@ UNUSED = [
      ["schedule.transition=0.8 is not used by schedule=superbpe: a stage's own", "set schedule.transition"]),
     ("train", ["schedule.stage2_approx_sample=0.25"], ["schedule.stage2_approx_sample", "schedule=superbpe"]),
     ("train", ["pretokenizer.pattern='\\w+'"], ["pretokenizer.pattern", "pretokenizer=custom"]),
+    # As a job of a sweep over pretokenizer=gpt2,custom: the way to sweep both kinds is named.
+    ("train", ["pretokenizer=gpt2", "pretokenizer.pattern='\\w+'"],
+     ["pretokenizer.pattern", "pretokenizer.name=gpt2,'custom:<regex>'"]),
     ("train", ["pretokenizer.name=words", "pretokenizer.pattern='\\w+'"],  # a config file of the user's own
      ["pretokenizer name 'words' is no built-in pattern", "name: custom"]),
     ("train", ["engine=python", "memory_limit=8GB"], ["memory_limit=8GB", "engine=native"]),

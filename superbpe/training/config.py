@@ -382,7 +382,8 @@ def unused_options(values: Any, schema: type) -> list[str]:
             if name in PATTERNS:
                 found.append(
                     f"pretokenizer.pattern is used only by pretokenizer=custom (this run has "
-                    f"pretokenizer={name}, a built-in pattern)"
+                    f"pretokenizer={name}, a built-in pattern; a sweep over built-in and custom patterns "
+                    "names each by pretokenizer.name: -m \"pretokenizer.name=gpt2,'custom:<regex>'\")"
                 )
             else:  # a config file of the user's own, named after its pattern
                 found.append(
