@@ -160,14 +160,27 @@ def run_hydra(main: Callable[[], None], schema: type) -> None:
         fail(_hydra_message(exc, schema))
     except KeyboardInterrupt:  # in Hydra's own code, before or after the command's work (which says its own)
         interrupted("while Hydra set the command up")
-    except ValueError as exc:  # Hydra's check of its flags (-m with --cfg): a plain ValueError, no traceback
-        if not str(exc).startswith(_ONE_MODE):
-            raise
-        fail(f"{exc}: --cfg job shows one run's config (drop -m and give one value per key)")
+    except ValueError as exc:  # Hydra's own checks that raise a plain ValueError: a line, no traceback
+        if str(exc).startswith(_ONE_MODE):  # of its flags (-m with --cfg)
+            fail(f"{exc}: --cfg job shows one run's config (drop -m and give one value per key)")
+        if str(exc).startswith(_GROUP_NOT_NULL):  # of a group set to null (compat=null)
+            _remove_unused_claims()
+            given = [arg for arg in sys.argv[1:] if "=" in arg and not arg.startswith("-")
+                     and arg.split("=", 1)[1].strip() == "null" and (CONFIG_DIR / _key_of(arg)).is_dir()]
+            groups = ", ".join(given) or "a config group set to null"
+            fail(f"{groups}: a config group takes one of its options (--help lists them); leave it out "
+                 "for the default")  # fmt: skip
+        raise
 
 
 #: How Hydra's refusal of two of its modes at once (``-m --cfg job``) begins.
 _ONE_MODE = "Only one of --run, --multirun, --cfg"
+#: How Hydra's refusal of a config group given as null (``schedule=null``) begins.
+_GROUP_NOT_NULL = "Config group override must be a string or a list"
+
+
+def _key_of(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
 
 
 def _warning_line(message: Warning | str, category: type[Warning], *_: object, **__: object) -> None:

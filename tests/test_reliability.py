@@ -171,6 +171,15 @@ def test_several_values_without_m_say_how_to_sweep_or_list_them(tmp_path: Path) 
     assert not (tmp_path / "run").exists()
 
 
+def test_a_config_group_set_to_null_is_a_one_line_error(tmp_path: Path) -> None:
+    """Hydra refuses ``schedule=null`` (``compat=null``, a default of evaluate's config) with a plain
+    ValueError, which was a traceback."""
+    assert_one_line_error(train(tmp_path, "schedule=null"), "schedule=null: a config group takes one of")
+    proc = run_script("evaluate.py", "compat=null", "tokenizer=x", "input=y", cwd=tmp_path)
+    assert_one_line_error(proc, "compat=null: a config group takes one of its options")
+    assert not (tmp_path / "run").exists()
+
+
 def test_two_hydra_modes_at_once_are_a_one_line_error(tmp_path: Path) -> None:
     """Hydra refuses ``-m`` with ``--cfg job`` by raising a plain ValueError, which was a traceback."""
     proc = run_script("train.py", "-m", "--cfg", "job", "vocab_size=300,400", cwd=tmp_path)
