@@ -167,9 +167,10 @@ def run_hydra(main: Callable[[], None], schema: type) -> None:
             _remove_unused_claims()
             given = [arg for arg in sys.argv[1:] if "=" in arg and not arg.startswith("-")
                      and arg.split("=", 1)[1].strip() == "null" and (CONFIG_DIR / _key_of(arg)).is_dir()]
-            groups = ", ".join(given) or "a config group set to null"
-            fail(f"{groups}: a config group takes one of its options (--help lists them); leave it out "
-                 "for the default")  # fmt: skip
+            if given:
+                fail(f"{', '.join(given)}: a config group takes one of its options (--help lists them); "
+                     "leave it out for the default")  # fmt: skip
+            fail(exc)
         raise
 
 
