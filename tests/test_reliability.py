@@ -180,6 +180,17 @@ def test_a_config_group_set_to_null_is_a_one_line_error(tmp_path: Path) -> None:
     assert not (tmp_path / "run").exists()
 
 
+def test_an_empty_hydra_run_or_sweep_dir_is_refused_before_writing_into_the_working_directory(
+    tmp_path: Path,
+) -> None:
+    """``hydra.run.dir=$OUT`` with ``$OUT`` unset: Hydra took "" as the working directory, and the run's
+    files (checkpoint, tokenizer, .hydra) went there among the user's own."""
+    for sweep, key in (([], "hydra.run.dir"), (["-m"], "hydra.sweep.dir")):
+        proc = run_script("train.py", *sweep, f"{key}=", "vocab_size=300", cwd=tmp_path)
+        assert_one_line_error(proc, f"{key} is empty", "the working directory")
+        assert list(tmp_path.iterdir()) == []
+
+
 def test_two_hydra_modes_at_once_are_a_one_line_error(tmp_path: Path) -> None:
     """Hydra refuses ``-m`` with ``--cfg job`` by raising a plain ValueError, which was a traceback."""
     proc = run_script("train.py", "-m", "--cfg", "job", "vocab_size=300,400", cwd=tmp_path)

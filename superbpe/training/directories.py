@@ -150,6 +150,14 @@ def place_run(args: Sequence[str]) -> list[str]:
     if _resume_value(args) is not None:
         return list(args)
     _check_first_stage_not_set_beside_its_source(args)
+    for key in ("hydra.run.dir", "hydra.sweep.dir"):  # Hydra takes "" as the working directory itself
+        given = [arg for arg in args if _is_override(arg) and _key(arg) == key]
+        if given and not given[-1].split("=", 1)[1].strip().strip("'\""):
+            raise ConfigError(
+                f"{key} is empty (an unset variable?): give {key}=DIR, or leave it out for a new directory "
+                "under outputs/ (multirun/ for a sweep); as it is, the run would write into the working "
+                "directory"
+            )
     output, run_dir = _value(args, "output_dir"), _value(args, "hydra.run.dir")
     if "-m" in args or "--multirun" in args:
         if output is not None:
