@@ -484,13 +484,14 @@ def test_the_summary_says_what_else_differs_between_runs(tmp_path, corpus, sampl
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     summary = run_script("summarize.py", str(sweep), "--no-plot", cwd=tmp_path)
-    lines = summary.stdout.splitlines()
+    lines = [line for line in summary.stdout.splitlines() if not line.startswith("* ")]  # the timing note
     assert lines[0].split()[-1] == "differs"
     assert sorted(line.split()[-1] for line in lines[2:]) == [f'data=["{corpus.name}"]', 'data=["other.txt"]']
     # One run evaluated again on another text: its bytes/token is not comparable, and the table says so.
     again = run_script("train.py", f"resume={sweep / '1'}", f"eval={other}", cwd=tmp_path, cache_dir=None)
     assert again.returncode == 0 and "in place of the one on" in again.stdout, again.stdout + again.stderr
     rows = run_script("summarize.py", str(sweep), "--no-plot", cwd=tmp_path).stdout.splitlines()[2:]
+    rows = [row for row in rows if not row.startswith("* ")]
     evals = sorted(row.split("eval=")[1].split(",")[0] for row in rows)
     assert evals == ['["other.txt"', '["tinystories_sample.txt"']
 
