@@ -177,6 +177,9 @@ def test_a_config_group_set_to_null_is_a_one_line_error(tmp_path: Path) -> None:
     assert_one_line_error(train(tmp_path, "schedule=null"), "schedule=null: a config group takes one of")
     proc = run_script("evaluate.py", "compat=null", "tokenizer=x", "input=y", cwd=tmp_path)
     assert_one_line_error(proc, "compat=null: a config group takes one of its options")
+    no_key = train(tmp_path, "=5")  # refused by Hydra alike, but names no group
+    assert_one_line_error(no_key, "Config group override must be a string or a list")
+    assert "null" not in no_key.stderr
     assert not (tmp_path / "run").exists()
 
 
