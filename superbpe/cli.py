@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import shutil
 import signal
 import sys
@@ -154,7 +155,7 @@ def run_hydra(main: Callable[[], None], schema: type) -> None:
         failed = "a job failed (its log says why)"
         if _failed_jobs:
             failed = f"{', '.join(_failed_jobs)} failed (said above)"
-        fail(f"sweep: {failed}; its other jobs finished")
+        fail(f"sweep: {failed}; its other jobs finished{_summarize_hint()}")
     except (HydraException, OmegaConfBaseException) as exc:
         _remove_unused_claims()  # a sweep refused before its first job had written its multirun.yaml
         fail(_hydra_message(exc, schema))
@@ -226,6 +227,21 @@ _IN_PROCESS_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLaunche
 
 
 _failed_jobs: list[str] = []
+
+#: The directories of the training sweeps this process ran (one, unless a launcher splits it).
+_sweeps: set[str] = set()
+
+
+def _summarize_hint() -> str:
+    """How to compare a training sweep's runs: nothing else said that ``superbpe-summarize`` exists."""
+    if not _sweeps:
+        return ""
+    command = sys.argv[0]  # the script beside this one when run as one (``python scripts/train.py``)
+    summarize = ["superbpe-summarize"]
+    if command.endswith(".py"):
+        summarize = ["python", str(Path(command).with_name("summarize.py"))]
+    commands = [shlex.join([*summarize, sweep]) for sweep in sorted(_sweeps)]
+    return f"; compare its runs with: {' ; '.join(commands)}"
 
 
 def fail_job(exc: BaseException | str, job: str) -> None:
@@ -389,7 +405,8 @@ def train() -> None:
     if _answered_at_once(sys.argv[1:]):
         return
     if _wants_help(sys.argv[1:]):
-        footer = ("-m key=a,b ...: a sweep (one run per combination, under multirun/); "
+        footer = ("-m key=a,b ...: a sweep (one run per combination, under multirun/; superbpe-summarize "
+                  "<its dir> compares them); "
                   "--hydra-help: Hydra's own flags")
         try:  # a resume's config is the run's: its overrides and config directory
             args = resume_args(sys.argv[1:])
@@ -406,12 +423,16 @@ def train() -> None:
         print(f"resuming in {started_in}, where the run was started", file=sys.stderr)
         os.chdir(started_in)
     run_hydra(_train, TrainConfig)
+    if hint := _summarize_hint():
+        print(f"sweep finished{hint}")
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
 @_one_job
 def _train(cfg: DictConfig) -> None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    if HydraConfig.get().mode == RunMode.MULTIRUN:  # named when the sweep ends, with how to compare its runs
+        _sweeps.add(str(Path(HydraConfig.get().sweep.dir).absolute()))
     try:  # an interpolation that cannot be resolved (output_dir=${nope}) fails here, as any setting
         output_dir = Path(cfg.get("output_dir") or run_dir)
     except USER_ERRORS as exc:

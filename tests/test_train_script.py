@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from script_helpers import assert_one_line_error, run_script
+from script_helpers import SCRIPTS, assert_one_line_error, run_script
 
 import superbpe
 from superbpe.api.tokenizer import Tokenizer
@@ -85,6 +85,9 @@ def test_two_point_multirun_writes_two_metrics_and_a_summary(tmp_path, corpus, s
         cache_dir=tmp_path / "cache",
     )
     assert proc.returncode == 0, proc.stderr
+    # Its last line says how to compare the runs: nothing else named the summarize command.
+    summarize = f"python {SCRIPTS / 'summarize.py'} {sweep}"
+    assert proc.stdout.splitlines()[-1] == f"sweep finished; compare its runs with: {summarize}"
     metrics = sorted(sweep.glob("*/metrics.json"))
     assert len(metrics) == 2
     fractions = [json.loads(m.read_text())["transition_fraction"] for m in metrics]
@@ -508,7 +511,9 @@ def test_a_failing_job_of_a_sweep_is_named_and_the_others_run(tmp_path, corpus):
     assert len(errors) == 3, proc.stderr
     assert "sweep job 1 (" in errors[0] and "vocab_size=100): vocab_size 100 is below" in errors[0]
     assert "sweep job 3 (" in errors[1] and "vocab_size=50): vocab_size 50 is below" in errors[1]
-    assert errors[2] == "error: sweep: job 1, job 3 failed (said above); its other jobs finished"
+    summarize = f"python {SCRIPTS / 'summarize.py'} {sweep}"  # the runs it has are compared so
+    finished = "error: sweep: job 1, job 3 failed (said above); its other jobs finished"
+    assert errors[2] == f"{finished}; compare its runs with: {summarize}"
     assert "Error executing job" not in proc.stderr  # Hydra's own line beside ours
     assert (sweep / "0" / "merges.txt").is_file() and (sweep / "2" / "merges.txt").is_file()
     assert not (sweep / "1").exists() and not (sweep / "3").exists()
