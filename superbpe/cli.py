@@ -76,6 +76,7 @@ from superbpe.training.summary import (
     collect,
     missing_jobs,
     plot,
+    summarized_dir,
     table,
     timing_note,
     unfinished,
@@ -716,7 +717,8 @@ def _evaluate(cfg: DictConfig) -> None:
 def summarize(argv: list[str] | None = None) -> None:
     """``superbpe-summarize SWEEP_DIR``: a table of a sweep's runs and a bytes/token plot."""
     parser = argparse.ArgumentParser(prog="superbpe-summarize", description=summarize.__doc__)
-    parser.add_argument("sweep_dir", type=Path, help="a multirun directory (or any directory of runs)")
+    parser.add_argument("sweep_dir", type=Path,
+                        help="a multirun directory (or any directory of runs; a file of a run names the run)")
     parser.add_argument("--plot", type=Path, default=None,
                         help="the plot's path, its type by suffix: .png, .pdf, .svg, ... "
                         "(default: <sweep_dir>/summary.png)")
@@ -724,6 +726,7 @@ def summarize(argv: list[str] | None = None) -> None:
     parser.add_argument("--version", action="version", version=_version())
     args = parser.parse_args(argv)
     try:
+        args.sweep_dir = summarized_dir(args.sweep_dir)
         rows = collect(args.sweep_dir)
         plot_path = args.plot or args.sweep_dir / "summary.png"
         drawn = not args.no_plot and _has_matplotlib()

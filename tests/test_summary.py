@@ -142,3 +142,18 @@ def test_the_plot_legend_hides_no_point(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setattr(Figure, "savefig", checked_save)
     assert plot(rows, tmp_path / "summary.png") == tmp_path / "summary.png"
     assert hidden == []
+
+
+def test_a_file_of_a_run_names_that_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A shell's completion gives ``run/metrics.json``: it was refused as "no such directory"."""
+    from superbpe.cli import summarize  # the command, which resolves the path given
+
+    write_run(tmp_path / "run", "gpt2", PATTERNS["gpt2"])
+    (tmp_path / "run" / "train.log").write_text("")
+    for given in ("metrics.json", "train.log"):
+        summarize([str(tmp_path / "run" / given), "--no-plot"])
+        assert "gpt2" in capsys.readouterr().out
+    (tmp_path / "loose.txt").write_text("")
+    with pytest.raises(SystemExit):
+        summarize([str(tmp_path / "loose.txt"), "--no-plot"])
+    assert "is a file, not one of a run: give the directory" in capsys.readouterr().err

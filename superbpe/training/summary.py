@@ -53,6 +53,21 @@ class Row:
         ]
 
 
+def summarized_dir(path: Path) -> Path:
+    """The directory to summarize for ``path``: itself, or for a file in a run or a sweep (its
+    ``metrics.json``, ``train.log``, ``multirun.yaml``) that run or sweep, since a shell's completion
+    naming one of its files names the run just as well."""
+    if path.is_dir():
+        return path
+    if not path.exists():
+        raise InputError(f"{path}: no such directory")
+    marks = ("metrics.json", CHECKPOINT_FILE, ".hydra", "multirun.yaml")  # what a run or a sweep holds
+    for parent in path.parents:
+        if any((parent / name).exists() for name in marks):
+            return parent
+    raise InputError(f"{path} is a file, not one of a run: give the directory of a run or of a sweep")
+
+
 def collect(sweep_dir: Path) -> list[Row]:
     """A row per ``metrics.json`` under ``sweep_dir``, sorted by schedule, vocab size, transition; each says
     the settings that differ between the rows beyond those columns."""
