@@ -415,6 +415,7 @@ def train() -> None:
             fail(exc)
         print_help("train", TrainConfig, train.__doc__ or "", args, footer)
         return
+    _check_one_option_per_group(sys.argv[1:])
     try:
         started_in = run_cwd(sys.argv[1:])
         sys.argv[1:] = place_run(resume_args(sys.argv[1:]))
@@ -538,6 +539,7 @@ def encode() -> None:
         print_help("encode", EncodeConfig, encode.__doc__ or "", sys.argv[1:])
         return
     _check_compat_overrides(sys.argv[1:])
+    _check_one_option_per_group(sys.argv[1:])
     try:
         run_hydra(_encode, EncodeConfig)
     finally:
@@ -553,6 +555,7 @@ def evaluate() -> None:
         print_help("evaluate", EvaluateConfig, evaluate.__doc__ or "", sys.argv[1:])
         return
     _check_compat_overrides(sys.argv[1:])
+    _check_one_option_per_group(sys.argv[1:])
     try:
         run_hydra(_evaluate, EvaluateConfig)
     finally:
@@ -627,6 +630,21 @@ def _hydra_flags(args: list[str]) -> tuple[dict[str, str], list[str]]:
         else:
             overrides.append(arg)
     return flags, overrides
+
+
+def _check_one_option_per_group(args: list[str]) -> None:
+    """Refuse a list given for a config group (``schedule=[bpe,superbpe]``): Hydra merges every option
+    listed into one config, so a run composed of both schedules' keys started without a word. A group
+    is a directory of the shipped configs, or of the user's ``--config-dir``."""
+    flags, overrides = _hydra_flags(args)
+    dirs = [CONFIG_DIR, *([Path(flags["--config-dir"]).expanduser()] if "--config-dir" in flags else [])]
+    for override in overrides:
+        key, _, value = override.partition("=")
+        group = key.lstrip("+~").split("@", 1)[0]
+        if value.strip().startswith("[") and group and any((d / group).is_dir() for d in dirs):
+            options = value.strip().strip("[]")
+            fail(f"{override}: a config group takes one option ({group}=<option>); "
+                 f"-m {group}={options} sweeps them, one run each")  # fmt: skip
 
 
 def _check_compat_overrides(args: list[str]) -> None:

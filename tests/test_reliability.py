@@ -707,3 +707,17 @@ def test_a_stage_counts_worker_peaks_only_when_they_rose_in_it() -> None:
     assert peak_rss_bytes() < big  # the window's own peak starts at this process's size
     assert peak_rss_bytes(children_above=before) < big  # the child's peak was before the window
     assert peak_rss_bytes(children_above=0) >= big
+
+
+def test_a_list_of_options_for_a_config_group_is_refused(tmp_path: Path) -> None:
+    """Hydra merges every option of ``schedule=[bpe,superbpe]`` into one config: a run of both
+    schedules' keys started without a word."""
+    for given in ("schedule=[bpe,superbpe]", "pretokenizer=[gpt2,o200k]"):
+        group, options = given.split("=")
+        for sweep in ([], ["-m"]):
+            proc = train(tmp_path, *sweep, given)
+            sweeps = f"-m {group}={options[1:-1]} sweeps"
+            assert_one_line_error(proc, "a config group takes one option", sweeps)
+    proc = run_script("evaluate.py", "engine=[python,native]", "tokenizer=x", "input=y", cwd=tmp_path)
+    assert_one_line_error(proc, "engine=[python,native]: a config group takes one option")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
