@@ -15,7 +15,13 @@ import pytest
 from fixture_texts import code_line, long_lines_corpus
 
 from superbpe.core.errors import ConfigError, SuperBPEError
-from superbpe.core.memory import CHECK_EVERY_BYTES, CountCeiling, MemoryLimitError, parse_size
+from superbpe.core.memory import (
+    CHECK_EVERY_BYTES,
+    CountCeiling,
+    MemoryLimitError,
+    count_over_memory,
+    parse_size,
+)
 from superbpe.core.pretokenize import get_pretokenizer
 from superbpe.core.rules import MergeRules
 from superbpe.engines import native as native_engine
@@ -332,3 +338,11 @@ def test_counts_handed_to_the_trainer_give_the_same_merges_and_are_spent(tmp_pat
     assert handed.merges == kept.merges
     with pytest.raises(SuperBPEError, match="handed to a trainer"):
         len(counts)
+
+
+def test_a_limit_under_a_megabyte_is_not_shown_as_0_mb() -> None:
+    """``memory_limit=1KB`` was refused as "more than memory_limit 0 MB"."""
+    for limit, shown in ((1000, "1.0 KB"), (512, "512 B"), (10**6, "1 MB"), (8 * 10**9, "8,000 MB")):
+        message = str(count_over_memory(300 * 10**6, limit, None, None))
+        assert message == f"counting took the process to 300 MB, more than memory_limit {shown}"
+    assert "left 0 B of RAM available" in str(count_over_memory(10**9, None, 0, 10**9))

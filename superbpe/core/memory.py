@@ -147,7 +147,8 @@ def count_over_memory(
     held: int, limit: int | None, available: int | None, reserve: int | None
 ) -> MemoryLimitError:
     """The error of a count past its ceiling (the native counter's ``OverMemory`` arguments). Sizes are
-    in whole megabytes: a count stops just past its limit, which would round to the same gigabytes."""
+    in whole megabytes: a count stops just past its limit, which would round to the same gigabytes;
+    one under a megabyte in bytes or kilobytes, which whole megabytes would show as 0."""
     if limit is not None:
         return MemoryLimitError(
             f"counting took the process to {_megabytes(held)}, more than memory_limit {_megabytes(limit)}"
@@ -159,7 +160,7 @@ def count_over_memory(
 
 
 def _megabytes(size: int) -> str:
-    return f"{size / 1e6:,.0f} MB"
+    return f"{size / 1e6:,.0f} MB" if size >= 999_500 else human_size(size, "B")
 
 
 def refused_stage(stage: str, error: MemoryLimitError) -> MemoryLimitError:
