@@ -194,6 +194,18 @@ def test_an_empty_hydra_run_or_sweep_dir_is_refused_before_writing_into_the_work
         assert list(tmp_path.iterdir()) == []
 
 
+def test_an_empty_output_dir_is_refused_before_a_run_goes_elsewhere(tmp_path: Path) -> None:
+    """``output_dir=$OUT`` with ``$OUT`` unset fell back to a new ``outputs/DATE/TIME``: the script that
+    gave it found no tokenizer where it looked."""
+    work = tmp_path / "work"
+    work.mkdir()
+    for sweep, value in (([], ""), ([], "''"), (["-m"], "")):
+        given = (*sweep, f"output_dir={value}", "vocab_size=300")
+        proc = run_script("train.py", *given, cwd=work, cache_dir=tmp_path / "cache")
+        assert_one_line_error(proc, "output_dir is empty (an unset variable?)", "under outputs/ instead")
+        assert list(work.iterdir()) == []
+
+
 def test_two_hydra_modes_at_once_are_a_one_line_error(tmp_path: Path) -> None:
     """Hydra refuses ``-m`` with ``--cfg job`` by raising a plain ValueError, which was a traceback."""
     proc = run_script("train.py", "-m", "--cfg", "job", "vocab_size=300,400", cwd=tmp_path)

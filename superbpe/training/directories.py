@@ -150,13 +150,16 @@ def place_run(args: Sequence[str]) -> list[str]:
     if _resume_value(args) is not None:
         return list(args)
     _check_first_stage_not_set_beside_its_source(args)
-    for key in ("hydra.run.dir", "hydra.sweep.dir"):  # Hydra takes "" as the working directory itself
+    # Hydra takes "" as the working directory itself; an empty output_dir fell back to a new directory
+    # under outputs/, and the script that gave it found nothing where it looked.
+    for key in ("output_dir", "hydra.run.dir", "hydra.sweep.dir"):
         given = [arg for arg in args if _is_override(arg) and _key(arg) == key]
         if given and not given[-1].split("=", 1)[1].strip().strip("'\""):
+            where = ("the run would go to a new directory under outputs/ instead" if key == "output_dir"
+                     else "the run would write into the working directory")  # fmt: skip
             raise ConfigError(
                 f"{key} is empty (an unset variable?): give {key}=DIR, or leave it out for a new directory "
-                "under outputs/ (multirun/ for a sweep); as it is, the run would write into the working "
-                "directory"
+                f"under outputs/ (multirun/ for a sweep); as it is, {where}"
             )
     output, run_dir = _value(args, "output_dir"), _value(args, "hydra.run.dir")
     if "-m" in args or "--multirun" in args:
