@@ -101,3 +101,27 @@ def test_bad_age_and_bad_cap_are_one_line_errors(tmp_path: Path, capsys: pytest.
         )
     with pytest.raises(ConfigError, match="cache_max_gib must be positive"):
         RunCache(tmp_path, max_gib=0)
+
+
+def test_list_says_what_each_entry_holds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The listing showed bare keys: nothing told a count of one pattern from another, or merges of one
+    corpus from another's."""
+    from superbpe.core.counts import PieceCounts, counts_meta
+    from superbpe.core.pretokenize import get_pretokenizer
+
+    key = "a" * 40
+    counts = PieceCounts({b"the": 3, b" cat": 1}, counts_meta(get_pretokenizer("o200k"), ["<|endoftext|>"]))
+    (tmp_path / "counts").mkdir()
+    counts.save(tmp_path / "counts" / f"{key}.counts")
+    (tmp_path / "merges").mkdir()
+    about = {"stage": "stage1", "pretokenizer": "superbpe-stage1", "data": ["/d/a.txt", "/d/b.txt"]}
+    about["files"] = 5
+    RunCache.store_merges(tmp_path / "merges" / f"{'b' * 40}.json", [(b"t", b"h")], False, about=about)
+    RunCache.store_merges(tmp_path / "merges" / f"{'c' * 40}.json", [(b"t", b"h"), (b"th", b"e")], True)
+    (tmp_path / "merges" / f"{'d' * 40}.json").write_text("{")
+    cache_command(["--cache-dir", str(tmp_path), "list"])
+    lines = {line.split()[7]: line for line in capsys.readouterr().out.splitlines()[1:-1]}
+    assert lines[f"{key}.counts"].endswith("counts of o200k: 2 pieces, specials ['<|endoftext|>']")
+    assert lines[f"{'b' * 40}.json"].endswith("stage1 (superbpe-stage1): 1 merges of a.txt, b.txt +3 files")
+    assert lines[f"{'c' * 40}.json"].endswith("  2 merges (all the counts allow)")  # written without `about`
+    assert lines[f"{'d' * 40}.json"].endswith("unreadable (superbpe-cache verify)")

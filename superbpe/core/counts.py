@@ -221,6 +221,22 @@ def counts_file_problem(path: str | os.PathLike[str]) -> str | None:
     return None
 
 
+def counts_file_header(path: str | os.PathLike[str]) -> tuple[dict[str, Any], int] | None:
+    """The tag (pre-tokenizer, special tokens) and the number of distinct pieces a ``.counts`` file
+    says it holds, read from its header alone (its checksum is not checked: :func:`counts_file_problem`
+    does); None when the file is not one. Says what a cached count is without reading it all."""
+    try:
+        with open(path, "rb") as file:
+            if file.read(len(COUNTS_MAGIC)) not in (COUNTS_MAGIC, COUNTS_MAGIC_UNCHECKED):
+                return None
+            (meta_len,) = struct.unpack("<I", file.read(4))
+            meta = json.loads(file.read(meta_len))
+            (entries,) = struct.unpack("<Q", file.read(8))
+    except (OSError, struct.error, ValueError):
+        return None
+    return (meta, entries) if isinstance(meta, dict) else None
+
+
 def _checked_end(data: bytes, *, require_checksum: bool) -> int:
     """Where the entries of ``.counts`` bytes end, once their checksum is found to match (format 1 has
     none: read only without ``require_checksum``); ``ValueError`` saying why not."""

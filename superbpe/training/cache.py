@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from superbpe.core.counts import PieceCounts, counts_file_problem
+from superbpe.core.counts import PieceCounts, counts_file_header, counts_file_problem
 from superbpe.core.errors import ConfigError
 from superbpe.core.types import Merge
 from superbpe.core.util import (
@@ -202,8 +202,12 @@ class RunCache:
         return cached
 
     @staticmethod
-    def store_merges(path: Path | None, merges: Sequence[Merge], exhausted: bool) -> None:
-        """Keep the longest list seen for this entry (all are prefixes of the same greedy run)."""
+    def store_merges(
+        path: Path | None, merges: Sequence[Merge], exhausted: bool, about: dict[str, Any] | None = None
+    ) -> None:
+        """Keep the longest list seen for this entry (all are prefixes of the same greedy run). ``about``
+        says what the merges were made from (stage, pattern, corpus files) for ``superbpe-cache list``
+        (the key, a digest, does not); it is kept outside the checksum, which covers what runs read."""
         if path is None:
             return
         current = RunCache.load_merges(path, warn=False)
@@ -215,7 +219,8 @@ class RunCache:
             return
         rows = encode_merges(merges)
         entry = {"format": MERGES_ENTRY_FORMAT, "merges": rows, "exhausted": exhausted}
-        atomic_write_text(path, json.dumps({**entry, "sha256": _merges_digest(rows, exhausted)}))
+        entry |= {"sha256": _merges_digest(rows, exhausted)} | ({"about": about} if about else {})
+        atomic_write_text(path, json.dumps(entry))
 
 
 def _merges_digest(rows: Any, exhausted: Any) -> str:
@@ -494,15 +499,44 @@ def verify_cache(root: Path, *, remove: bool = False) -> tuple[int, list[BadEntr
     return len(entries), bad
 
 
+def entry_contents(entry: CacheEntry) -> str:
+    """What an entry holds, in a few words, from what it records: a count's pattern and pieces (its
+    header), a merges list's length and, when written with it, its stage, pattern and corpus files.
+    An entry that cannot be read says so (``verify`` says why)."""
+    if entry.kind == "counts":
+        header = counts_file_header(entry.path)
+        if header is None:
+            return "unreadable (superbpe-cache verify)"
+        meta, pieces = header
+        pattern = (meta.get("pretokenizer") or {}).get("name", "?")
+        return f"counts of {pattern}: {human_size(pieces)} pieces, specials {meta.get('special_tokens', [])}"
+    try:
+        data = json.loads(entry.path.read_text(encoding="utf-8"))
+        merges, about = len(data["merges"]), data.get("about") or {}
+    except (OSError, ValueError, KeyError, TypeError):
+        return "unreadable (superbpe-cache verify)"
+    text = f"{merges} merges{' (all the counts allow)' if data.get('exhausted') else ''}"
+    if about:
+        files = [Path(path).name for path in about.get("data") or []]
+        more = int(about.get("files") or len(files)) - len(files)
+        corpus = ", ".join(files) + (f" +{more} files" if more > 0 else "")
+        text = f"{about.get('stage', '?')} ({about.get('pretokenizer', '?')}): {text} of {corpus or '?'}"
+    return text
+
+
 def describe_cache(root: Path) -> str:
-    """A listing for ``superbpe-cache list``: one line per entry, then the total."""
+    """A listing for ``superbpe-cache list``: one line per entry (kind, size, last use, key for removal,
+    what it holds), then the total."""
     entries = cache_entries(root)
     now = time.time()
     lines = [f"{root}"]
     for entry in entries:
         age_hours = (now - entry.last_used) / 3600
         size = human_size(entry.size, "B")
-        lines.append(f"  {entry.kind:<7} {size:>10}  used {age_hours:8.1f} h ago  {entry.path.name}")
+        lines.append(
+            f"  {entry.kind:<7} {size:>10}  used {age_hours:8.1f} h ago  {entry.path.name}  "
+            f"{entry_contents(entry)}"
+        )
     total = sum(entry.size for entry in entries)
     lines.append(f"{len(entries)} entries, {human_size(total, 'B')}")
     if left := leftovers(root):

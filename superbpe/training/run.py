@@ -728,7 +728,10 @@ def _train(
         merges = _choose(
             job, plan, counts, candidate, checkpointer, stats, replay=_replayed(job, plan, prior, candidate)
         )
-        job.cache.store_merges(path, merges[len(base) :], exhausted=tokens_made(merges) < plan.end)
+        about = {"stage": plan.name, "pretokenizer": plan.pretokenizer.name,
+                 "data": [str(p) for p in job.paths[:3]], "files": len(job.paths)}  # fmt: skip
+        exhausted = tokens_made(merges) < plan.end
+        job.cache.store_merges(path, merges[len(base) :], exhausted=exhausted, about=about)
         return merges
 
 
