@@ -181,3 +181,29 @@ def test_each_stage_records_the_engine_that_trained_it(corpus, tmp_path):
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert [stage["engine"] for stage in metrics["stages"]] == ["python", "native"]
     assert metrics["config"]["engine"] == "native"
+
+
+@pytest.mark.skipif(not native_available(), reason="superbpe._native is not built")
+def test_a_stage_resumed_inside_on_another_engine_records_both(corpus, tmp_path, monkeypatch):
+    """A run stopped inside stage 2 on the python engine and resumed there on the native one recorded
+    that stage as trained on native alone."""
+    from superbpe.formats.checkpoints import Checkpointer  # reason: stopped mid-stage through its hook
+    from superbpe.training.run import TrainingInterrupted  # reason: as above
+
+    cfg = superbpe_config(corpus, tmp_path / "run", "python")
+    progress = Checkpointer.progress
+
+    def stop_in_stage_2(self: Checkpointer, merges: list) -> None:
+        progress(self, merges)
+        if len(merges) > 350:  # stage 1 ends at 300
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(Checkpointer, "progress", stop_in_stage_2)
+    with pytest.raises(TrainingInterrupted):
+        run_training(cfg)
+    monkeypatch.undo()
+    stopped = json.loads((tmp_path / "run" / "checkpoint.json").read_text())
+    run_training(replace(resume(cfg), engine=EngineConfig("native")))
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert [stage["engine"] for stage in metrics["stages"]] == ["python", "python+native"]
+    assert stopped["stage_engines"] == ["python"]

@@ -52,6 +52,9 @@ class Checkpoint:
     # Wall seconds the processes before this one spent on the stage in progress, up to their last save:
     # a resumed stage's metrics add them to its own time.
     stage_seconds: float = 0.0
+    # The engines those processes ran the stage in progress on, in order: a resume may change engines
+    # inside a stage, and its metrics name every one that ran part of it.
+    stage_engines: list[str] = field(default_factory=list)
 
     @property
     def stage(self) -> int:
@@ -124,6 +127,7 @@ def _write_json(run_dir: Path, checkpoint: Checkpoint, state: _LogState) -> None
         "done": checkpoint.done,
         "files": checkpoint.files,
         "stage_seconds": round(checkpoint.stage_seconds, 3),
+        "stage_engines": checkpoint.stage_engines,
     }
     atomic_write_text(checkpoint_path(run_dir), json.dumps(document) + "\n")
 
@@ -174,6 +178,7 @@ def _load(run_dir: Path) -> tuple[Checkpoint, _LogState] | None:
             done=bool(data["done"]),
             files=list(data.get("files") or []),  # absent from checkpoints written before it was kept
             stage_seconds=float(data.get("stage_seconds", 0.0)),  # likewise
+            stage_engines=[str(name) for name in data.get("stage_engines") or []],  # likewise
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise InputError(f"{path}: not a usable checkpoint ({exc})") from None
@@ -284,9 +289,11 @@ class Checkpointer:
     """Writes the checkpoint every ``every_merges`` merges or ``every_seconds`` seconds, whichever first."""
 
     def __init__(
-        self, run_dir: Path, checkpoint: Checkpoint, every_merges: int, every_seconds: float
+        self, run_dir: Path, checkpoint: Checkpoint, every_merges: int, every_seconds: float, engine: str = ""
     ) -> None:
+        """``engine``: the one this process trains on (recorded per stage with those before it)."""
         check_checkpoint_intervals(every_merges, every_seconds)
+        self.engine = engine
         self.run_dir = run_dir
         self.state = checkpoint
         self.every_merges = every_merges
@@ -295,6 +302,7 @@ class Checkpointer:
         self.saved_time = time.monotonic()
         # The stage in progress: the seconds earlier processes spent on it, and when this one began it.
         self.earlier_stage_seconds = checkpoint.stage_seconds
+        self.earlier_stage_engines = list(checkpoint.stage_engines)
         self._stage_start = time.monotonic()
         self._latest: Sequence[Merge] | None = None  # the merges last reported, saved or not
         loaded = _load(run_dir) if checkpoint_path(run_dir).is_file() else None
@@ -305,9 +313,15 @@ class Checkpointer:
         """The stage in progress starts (or resumes) now; each save records its seconds so far."""
         self._stage_start = time.monotonic()
 
+    def stage_engines(self) -> list[str]:
+        """The engines the stage in progress has run on, in order, this process's last."""
+        earlier = self.earlier_stage_engines
+        return earlier if not self.engine or earlier[-1:] == [self.engine] else [*earlier, self.engine]
+
     def save(self) -> None:
         in_stage = self.earlier_stage_seconds + time.monotonic() - self._stage_start
         self.state.stage_seconds = 0.0 if self.state.done else in_stage
+        self.state.stage_engines = [] if self.state.done else self.stage_engines()
         self._log = save_checkpoint(self.run_dir, self.state, self._log)
         self.saved_at = len(self.state.merges)
         self.saved_time = time.monotonic()
@@ -339,6 +353,7 @@ class Checkpointer:
         self.state.stage_ends.append(len(merges))
         self.state.stage_stats.append(stats)
         self.earlier_stage_seconds = 0.0  # the next stage has none yet
+        self.earlier_stage_engines = []
         self._stage_start = time.monotonic()
         self.save()
 

@@ -201,7 +201,7 @@ def _run(job: _Job) -> RunResult:
     if finished is not None:
         return finished
     checkpointer = Checkpointer(
-        job.output_dir, checkpoint, cfg.checkpoint.every_merges, cfg.checkpoint.every_seconds
+        job.output_dir, checkpoint, cfg.checkpoint.every_merges, cfg.checkpoint.every_seconds, job.engine.name
     )
     start = time.monotonic()
     try:
@@ -564,7 +564,8 @@ def _run_stage(job: _Job, plan: StagePlan, checkpointer: Checkpointer, ahead: _C
                 job, plan, counts, state.merges[:start_len], state.merges[start_len:], checkpointer, stats
             )
     kept = _inherited_kept(plan, state.merges[:start_len], merges)
-    metrics = _stage_metrics(plan, stats, len(merges) - kept, job, checkpointer.earlier_stage_seconds)
+    metrics = _stage_metrics(plan, stats, len(merges) - kept, job, checkpointer.earlier_stage_seconds,
+                             checkpointer.stage_engines())  # fmt: skip
     checkpointer.finish_stage(merges, metrics)
     if len(merges) < plan.end:
         log.info(
@@ -876,10 +877,17 @@ def _check_memory(job: _Job, plan: StagePlan, stats: StageStats, need: StageMemo
 
 
 def _stage_metrics(
-    plan: StagePlan, stats: StageStats, merges: int, job: _Job, earlier_seconds: float = 0.0
+    plan: StagePlan,
+    stats: StageStats,
+    merges: int,
+    job: _Job,
+    earlier_seconds: float = 0.0,
+    engines: Sequence[str] = (),
 ) -> dict[str, Any]:
     """``earlier_seconds``: what the processes before this one spent on the stage (it was resumed inside):
-    ``seconds`` is the stage's time across all of them, ``seconds_before_resume`` their part."""
+    ``seconds`` is the stage's time across all of them, ``seconds_before_resume`` their part. ``engines``:
+    those that ran the stage, in order (a resume may change engines, also inside a stage); ``engine``
+    names them joined by ``+`` (``python+native``), so it stays one string and says only what ran."""
     alphabet = job.alphabets.get(plan.index)
     counted = {}
     if plan.approx_sample is not None:  # a sample takes whole blocks: a small corpus's share differs
@@ -896,7 +904,7 @@ def _stage_metrics(
         **stats.sizes,
         "peak_rss_bytes": stats.peak_rss_bytes,
         "from": _stage_source(plan, stats, job),
-        "engine": job.engine.name,  # a resume may run on another engine than the stages before it
+        "engine": "+".join(engines or [job.engine.name]),
     }
 
 
