@@ -53,6 +53,7 @@ from superbpe.training.cache import (
     verify_cache,
 )
 from superbpe.training.config import (
+    SCHEDULE_KNOBS,
     EncodeConfig,
     EvaluateConfig,
     TrainConfig,
@@ -416,6 +417,7 @@ def train() -> None:
         print_help("train", TrainConfig, train.__doc__ or "", args, footer)
         return
     _check_one_option_per_group(sys.argv[1:])
+    _check_bpe_beside_schedule_knobs(sys.argv[1:])
     try:
         started_in = run_cwd(sys.argv[1:])
         sys.argv[1:] = place_run(resume_args(sys.argv[1:]))
@@ -645,6 +647,44 @@ def _check_one_option_per_group(args: list[str]) -> None:
             options = value.strip().strip("[]")
             fail(f"{override}: a config group takes one option ({group}=<option>); "
                  f"-m {group}={options} sweeps them, one run each")  # fmt: skip
+
+
+def _check_bpe_beside_schedule_knobs(args: list[str]) -> None:
+    """Refuse a sweep over ``schedule=bpe`` and another schedule that sets a knob only SuperBPE reads
+    (``-m schedule=bpe,superbpe schedule.transition=0.5,0.8``), before any job runs: each bpe job would
+    fail on the knob after the others ran. Letting bpe jobs drop it would train the same baseline once per
+    value, as rows the summary cannot tell apart; two sweeps into one directory compare them instead."""
+    if "-m" not in args and "--multirun" not in args:
+        return
+    from hydra.core.override_parser.overrides_parser import OverridesParser  # reason: Hydra's grammar
+
+    _, given = _hydra_flags(args)
+    try:
+        overrides = OverridesParser.create().parse_overrides(given)
+    except HydraException:  # Hydra refuses it when the command runs, in its own words
+        return
+    schedules: list[str] = []
+    knobs: list[str] = []
+    for override, text in zip(overrides, given, strict=True):
+        key = override.get_key_element().lstrip("+~")
+        if key == "schedule":
+            schedules = list(override.sweep_string_iterator()) if override.is_sweep_override() else []
+        elif key.startswith("schedule.") and key.removeprefix("schedule.") in SCHEDULE_KNOBS:
+            knobs.append(text)
+    if "bpe" not in schedules or len(schedules) < 2 or not knobs:
+        return
+    rest = [arg for arg in args if arg not in ("-m", "--multirun", *knobs) and _key_of(arg) != "schedule"]
+    train, superbpe = _entry_point(), ",".join(name for name in schedules if name != "bpe")
+    summarize = ["superbpe-summarize"]
+    if sys.argv[0].endswith(".py"):  # the script beside this one, as the sweep's own hint names it
+        summarize = ["python", str(Path(sys.argv[0]).with_name("summarize.py"))]
+    sweep = shlex.join([*train, "-m", f"schedule={superbpe}", *knobs, *rest]) + " hydra.sweep.dir=DIR"
+    baseline = shlex.join([*train, "-m", "schedule=bpe", *rest]) + " hydra.sweep.dir=DIR/bpe"
+    fail(
+        f"schedule=bpe takes no {', '.join(_key_of(knob) for knob in knobs)}, so the sweep's bpe jobs "
+        f"would fail: sweep the BPE baseline apart into the same directory ({sweep}; {baseline}), then "
+        f"{shlex.join(summarize)} DIR compares them all"
+    )
 
 
 def _check_compat_overrides(args: list[str]) -> None:

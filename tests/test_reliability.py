@@ -733,3 +733,22 @@ def test_a_list_of_options_for_a_config_group_is_refused(tmp_path: Path) -> None
     proc = run_script("evaluate.py", "engine=[python,native]", "tokenizer=x", "input=y", cwd=tmp_path)
     assert_one_line_error(proc, "engine=[python,native]: a config group takes one option")
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_sweep_of_bpe_beside_transitions_is_refused_before_its_jobs_with_how_to_run_both(
+    tmp_path: Path,
+) -> None:
+    """``-m schedule=bpe,superbpe schedule.transition=0.5,0.8`` ran the superbpe jobs and failed each
+    bpe job on its transition; the line now says how to sweep the BPE baseline beside them."""
+    work = tmp_path / "work"
+    work.mkdir()
+    sweep = ("-m", "schedule=bpe,superbpe", "schedule.transition=0.5,0.8", "vocab_size=300")
+    proc = run_script("train.py", *sweep, cwd=work, cache_dir=tmp_path / "cache")
+    assert_one_line_error(
+        proc,
+        "schedule=bpe takes no schedule.transition, so the sweep's bpe jobs would fail",
+        "-m schedule=superbpe schedule.transition=0.5,0.8 vocab_size=300 hydra.sweep.dir=DIR;",
+        "-m schedule=bpe vocab_size=300 hydra.sweep.dir=DIR/bpe), then python",
+        "summarize.py DIR compares them all",
+    )
+    assert list(work.iterdir()) == []
