@@ -57,6 +57,12 @@ fn shard_of(hash: u64) -> usize {
 /// where source 0 is the shard's own arena and `k > 0` the `k-1`-th adopted worker arena.
 type Entry = (u64, [u8; 8], u64);
 
+/// The name of the first of `marks` whose file was found cut short (marks taken before a trainer's
+/// build, which frees the maps as it reads them; see `Counts::cut_marks`).
+pub fn first_cut_short(marks: &[CutMark]) -> Option<String> {
+    marks.iter().find(|m| m.cut_short()).map(|m| m.name().to_owned())
+}
+
 /// The entries of a [`Counts`] in the order their keys lie in memory, for a consumer that reads
 /// every key once (replay): short keys are held in the list itself, and each arena's long keys are
 /// listed by location. In the table's order each long key was a cache and TLB miss somewhere in the
@@ -858,7 +864,7 @@ impl Counts {
 
     /// The name of a mapped file that keys are left in and that was found cut short.
     pub fn cut_short_file(&self) -> Option<String> {
-        self.cut_marks().into_iter().find(CutMark::cut_short).map(|m| m.name().to_owned())
+        first_cut_short(&self.cut_marks())
     }
 
     /// Whether nothing was ever added (a fresh table).

@@ -1,6 +1,7 @@
 //! Training from `NativeCounts`, with Python callbacks for progress and checkpoints, and its memory estimate.
 
 use super::*;
+use crate::tables::first_cut_short;
 
 /// `superbpe.core.rules.MergeRules` as Python has it (attributes read by name; validated in Python).
 #[derive(FromPyObject)]
@@ -79,8 +80,8 @@ pub(super) fn train<'py>(
             (_, Some(e)) => return Err(NativeError::Py(e)),
             (built, None) => built?,
         };
-        if let Some(cut) = marks.iter().find(|m| m.cut_short()) {
-            return Err(NativeError::CutShort(cut.name().to_owned()));
+        if let Some(name) = first_cut_short(&marks) {
+            return Err(NativeError::CutShort(name));
         }
         drop(marks);
         let stopped = trainer
