@@ -41,8 +41,8 @@ from superbpe import __version__
 from superbpe.core.errors import ConfigError, InputError, SuperBPEError
 from superbpe.core.util import atomic_write_text, human_size
 from superbpe.formats.checkpoints import checkpoint_path
-from superbpe.formats.token_files import sidecar_path
-from superbpe.jobs.encode import encode_corpus
+from superbpe.formats.token_files import EncodeResult, sidecar_path
+from superbpe.jobs.encode import StoppedOnceWritten, encode_corpus
 from superbpe.jobs.evaluate import check_report_path, evaluate_dir, report
 from superbpe.training.cache import (
     clear_cache,
@@ -730,8 +730,15 @@ def _encode(cfg: DictConfig) -> None:
         )
     except USER_ERRORS as exc:
         fail(exc)
+    except StoppedOnceWritten as stop:  # as the files went into place: they are complete
+        _encoded_line(stop.result)
+        interrupted("once the token file and its sidecar were complete")
     except KeyboardInterrupt:
         interrupted("nothing written: the token file appears only when it is complete")
+    _encoded_line(result)
+
+
+def _encoded_line(result: EncodeResult) -> None:
     documents = _count(result.documents, "document")
     print(f"{result.output}: {_count(result.tokens, 'token')} ({result.dtype}), {documents}")
 

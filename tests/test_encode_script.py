@@ -549,6 +549,47 @@ def test_ctrl_c_of_encode_and_evaluate_is_one_line_and_leaves_nothing(tokenizer_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["docs.txt"]
 
 
+STOP_AT_THE_SIDECAR_CHILD = """
+import os, signal, sys
+import superbpe.cli as cli
+import superbpe.jobs.encode as encode
+
+stop = getattr(signal, sys.argv[1])
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (a background job ignores it)
+def stop_then_write(*args, **kwargs):  # the token file is in place, its sidecar not yet
+    os.kill(os.getpid(), stop)
+    return write(*args, **kwargs)
+
+write, encode.atomic_write_text = encode.atomic_write_text, stop_then_write
+sys.argv = ["superbpe-encode", *sys.argv[2:]]
+cli.encode()
+"""
+
+
+@pytest.mark.parametrize(("stop", "status"), [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_stop_as_the_token_file_goes_into_place_leaves_it_with_its_sidecar(
+    tokenizer_dir, documents, tmp_path, stop, status
+):
+    """The token file is renamed into place before its sidecar is written: a stop in between left the file
+    without a sidecar (or beside the one of the file it replaced) under a line saying nothing was written."""
+    source = tmp_path / "docs.txt"
+    source.write_text(EOT.join(documents), encoding="utf-8")
+    out = tmp_path / "out.bin"
+    earlier = tmp_path / "earlier.txt"
+    earlier.write_text(documents[0], encoding="utf-8")
+    encode_corpus(tokenizer_dir, earlier, out, progress=False)  # an earlier output, replaced
+    args = [f"tokenizer={tokenizer_dir}", f"input={source}", f"output={out}", "workers=1", "progress=false"]
+    proc = subprocess.run(
+        [sys.executable, "-c", STOP_AT_THE_SIDECAR_CHILD, stop, *args], capture_output=True, text=True
+    )
+    assert proc.returncode == status, proc.stderr
+    word = "interrupted" if stop == "SIGINT" else "terminated"
+    result, said = proc.stdout.strip().splitlines()
+    assert result.startswith(f"{out}: ") and said.startswith(f"{word}: once the token file"), proc.stdout
+    assert superbpe.open_tokens(out).tolist() == expected_ids(Tokenizer.load(tokenizer_dir), documents)
+    assert json.loads((tmp_path / "out.bin.json").read_text())["inputs"] == [str(source.resolve())]
+
+
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
 

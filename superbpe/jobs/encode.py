@@ -16,6 +16,7 @@ shard files concatenated in index order are exactly the single flat file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -181,7 +182,8 @@ def encode_corpus(
     compat: str | CompatConfig | None = None,
     dtype: str | None = None,
 ) -> EncodeResult | ShardedEncodeResult:
-    """Write the flat token file and its sidecar; both appear only when complete.
+    """Write the flat token file and its sidecar; both appear only when complete. A stop (Ctrl-C, SIGTERM)
+    that comes as they go into place waits until both are there and raises :class:`StoppedOnceWritten`.
 
     ``compat`` is passed to :meth:`Tokenizer.load` (``"official"``: bare official files encode as theirs).
     ``dtype`` (``"uint16"`` or ``"uint32"``) fixes the ids' type; None takes the smallest that holds them.
@@ -213,52 +215,71 @@ def encode_corpus(
     n_workers = _workers(workers, paths)
     tokens = documents = 0
     before = input_files_state(paths)
+    result: EncodeResult | None = None
     try:
-        with (
-            made_dirs_removed_on_failure(out.parent),
-            atomic_write(out) as handle,
-            task("encoding", corpus_size(paths), "B", enabled=progress) as update,
-        ):
-            for path in paths:
-                line_cuts = tokenizer.pretokenizer.safe_cuts_hold
-                chunks = iter_chunks(
-                    path, tokenizer.special_tokens, chunk_bytes, line_cuts=line_cuts,
-                    pretokenizer=tokenizer.pretokenizer,
-                )  # fmt: skip
-                args = (str(directory), engine, compat, separator_id, text_field, errors, ids_dtype.name)
-                open_document = False
-                inside = 0
-                for chunk, (ids, ended) in _encoded(chunks, encoder, n_workers, args):
-                    if len(ids):
-                        open_document = int(ids[-1]) != separator_id
-                    tokens += write_ids(handle, ids, ids_dtype)
-                    documents += ended
-                    inside += separators_inside_records(chunk, ids, ended, separator_id)
-                    update(chunk.read_bytes)
-                warn_of_separators_inside_records(str(path), inside, separator_id, tokenizer)
-                one_per_record = is_jsonl(path) or is_table(path)
-                if not one_per_record and open_document:  # a text file ends its last document
-                    documents += 1
-                    if separator_id is not None:
-                        tokens += write_ids(handle, [separator_id], ids_dtype)
-            # Inside the write: a file cut or appended to meanwhile leaves no token file behind.
-            check_unchanged(paths, before, "encoded")
+        with contextlib.ExitStack() as placing, made_dirs_removed_on_failure(out.parent):
+            with (
+                atomic_write(out) as handle,
+                task("encoding", corpus_size(paths), "B", enabled=progress) as update,
+            ):
+                for path in paths:
+                    line_cuts = tokenizer.pretokenizer.safe_cuts_hold
+                    chunks = iter_chunks(
+                        path, tokenizer.special_tokens, chunk_bytes, line_cuts=line_cuts,
+                        pretokenizer=tokenizer.pretokenizer,
+                    )  # fmt: skip
+                    args = (str(directory), engine, compat, separator_id, text_field, errors, ids_dtype.name)
+                    open_document = False
+                    inside = 0
+                    for chunk, (ids, ended) in _encoded(chunks, encoder, n_workers, args):
+                        if len(ids):
+                            open_document = int(ids[-1]) != separator_id
+                        tokens += write_ids(handle, ids, ids_dtype)
+                        documents += ended
+                        inside += separators_inside_records(chunk, ids, ended, separator_id)
+                        update(chunk.read_bytes)
+                    warn_of_separators_inside_records(str(path), inside, separator_id, tokenizer)
+                    one_per_record = is_jsonl(path) or is_table(path)
+                    if not one_per_record and open_document:  # a text file ends its last document
+                        documents += 1
+                        if separator_id is not None:
+                            tokens += write_ids(handle, [separator_id], ids_dtype)
+                # Inside the write: a file cut or appended to meanwhile leaves no token file behind.
+                check_unchanged(paths, before, "encoded")
+                complete = EncodeResult(
+                    str(out),
+                    ids_dtype.name,
+                    tokens,
+                    documents,
+                    separator,
+                    separator_id,
+                    tokenizer.vocab_size,
+                    str(directory.resolve()),  # the sidecar is read from elsewhere: no path relative to here
+                    tokenizer_hash(directory),
+                    [str(p.resolve()) for p in paths],
+                )
+                # From the token file's rename to its sidecar's: a stop (Ctrl-C, SIGTERM) in between left the
+                # file without its sidecar, or beside the sidecar of the file it replaced.
+                placing.enter_context(stop_signals_held())
+            sidecar = json.dumps(asdict(complete), indent=2, ensure_ascii=False) + "\n"
+            atomic_write_text(sidecar_path(out), sidecar)
+            result = complete
     except OSError as exc:
         raise InputError(f"cannot write {out}: {exc.strerror or exc}") from None
-    result = EncodeResult(
-        str(out),
-        ids_dtype.name,
-        tokens,
-        documents,
-        separator,
-        separator_id,
-        tokenizer.vocab_size,
-        str(directory.resolve()),  # the sidecar is read from elsewhere: no path relative to here
-        tokenizer_hash(directory),
-        [str(p.resolve()) for p in paths],
-    )
-    atomic_write_text(sidecar_path(out), json.dumps(asdict(result), indent=2, ensure_ascii=False) + "\n")
+    except KeyboardInterrupt:
+        if result is not None:  # held until the output was in place
+            raise StoppedOnceWritten(result) from None
+        raise
     return result
+
+
+class StoppedOnceWritten(KeyboardInterrupt):
+    """A stop (Ctrl-C, SIGTERM) that came while the finished token file and its sidecar went into place:
+    held until both were there, so the output is complete (``result``) although the command was stopped."""
+
+    def __init__(self, result: EncodeResult) -> None:
+        super().__init__()
+        self.result = result
 
 
 def check_nothing_is_overwritten(targets: Sequence[Path], paths: Sequence[Path], tokenizer_dir: Path) -> None:
