@@ -488,20 +488,20 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
-def _check_not_written_by_this_sweep(output: Path) -> None:
-    """In a ``-m`` sweep, a token file an earlier job of it wrote is refused: every job would write the
-    same file (it is named the same for all), and only the last one's ids would be left."""
+def _check_not_written_by_this_sweep(output: Path, written: Callable[[Path], Path], example: str) -> None:
+    """In a ``-m`` sweep, an output an earlier job of it wrote (the file ``written`` names: a token file's
+    sidecar, a report) is refused: every job would write the same file (it is named the same for all),
+    and only the last one's would be left. ``example``: a name with the job's number, for the message."""
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode != RunMode.MULTIRUN or output.is_dir():  # a sharded output refuses a non-empty one
         return
     started = Path(hydra_cfg.sweep.dir) / "multirun.yaml"  # written as the sweep starts
-    written = sidecar_path(output)
-    if not (started.is_file() and written.is_file()):
+    if not (started.is_file() and written(output).is_file()):
         return
-    if written.stat().st_mtime >= started.stat().st_mtime:
+    if written(output).stat().st_mtime >= started.stat().st_mtime:
         raise ConfigError(
             f"output {output} was written by an earlier job of this sweep; give each job its own, e.g. "
-            "'output=tokens_${hydra:job.num}.bin'"
+            f"'output={example}'"
         )
 
 
@@ -712,7 +712,8 @@ def _encode(cfg: DictConfig) -> None:
     try:
         args = to_dataclass(cfg, EncodeConfig)
         _check_given(args, "tokenizer", "input", "output")
-        _check_not_written_by_this_sweep(Path(args.output).expanduser())
+        output = Path(args.output).expanduser()
+        _check_not_written_by_this_sweep(output, sidecar_path, "tokens_${hydra:job.num}.bin")
         result = encode_corpus(
             args.tokenizer,
             args.input,
@@ -753,6 +754,8 @@ def _evaluate(cfg: DictConfig) -> None:
         if args.output is not None:
             _check_given(args, "output")
             check_report_path(args.output, args.input, args.tokenizer)
+            output = Path(args.output).expanduser()
+            _check_not_written_by_this_sweep(output, Path, "eval_${hydra:job.num}.json")
         result = evaluate_dir(
             args.tokenizer,
             args.input,

@@ -710,6 +710,27 @@ def test_an_evaluate_sweep_leaves_no_sweep_directory(tokenizer_dir, documents, t
     assert sorted(path.name for path in tmp_path.iterdir()) == ["docs.txt", "e_0.json", "e_1.json"]
 
 
+def test_an_evaluate_sweep_whose_jobs_write_one_report_stops_at_the_second(
+    tokenizer_dir, documents, tmp_path
+):
+    """As for encode: the second job would replace the first one's report (of another tokenizer, say)
+    without a word; it is refused before its work, and the first report stays."""
+    source = tmp_path / "docs.txt"
+    source.write_text(EOT.join(documents), encoding="utf-8")
+    (tmp_path / "e.json").write_text("{}")  # written before the sweep: not a report, refused
+    args = ["-m", f"tokenizer={tokenizer_dir},{tokenizer_dir}", f"input={source}", "output=e.json"]
+    proc = run_script("evaluate.py", *args, cwd=tmp_path)
+    assert proc.returncode == 1 and "e.json exists and is not a report" in proc.stderr, proc.stderr
+    (tmp_path / "e.json").unlink()
+    proc = run_script("evaluate.py", *args, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout.count("bytes/token") == 1, proc.stdout
+    assert "e.json was written by an earlier job of this sweep" in proc.stderr, proc.stderr
+    assert "output=eval_${hydra:job.num}.json" in proc.stderr
+    assert json.loads((tmp_path / "e.json").read_text())["tokens"] > 0
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["docs.txt", "e.json"]
+
+
 def test_an_output_that_names_the_current_directory_is_a_one_line_error(tokenizer_dir, tmp_path):
     """``output=.`` is a directory with no name of its own: a sharded output, refused as not empty, in a
     sweep too (whose check of the file an earlier job wrote has no sidecar to name there)."""
