@@ -286,7 +286,7 @@ def test_evaluate_script_reports_bytes_per_token(tokenizer_dir, documents, tmp_p
     proc = run_script(
         "evaluate.py",
         f"tokenizer={tokenizer_dir}",
-        f"input={source}",
+        "input=held_out.txt",
         f"output={tmp_path / 'eval.json'}",
         cwd=tmp_path,
     )
@@ -300,6 +300,7 @@ def test_evaluate_script_reports_bytes_per_token(tokenizer_dir, documents, tmp_p
     # Reports of several tokenizers say which is which (the digest is the one an encoding's sidecar gives).
     assert result["tokenizer"] == str(Path(tokenizer_dir).absolute()) and result["separator"] == EOT
     assert result["tokenizer_hash"] == tokenizer_hash(Path(tokenizer_dir))
+    assert result["files"] == [str(source.absolute())]  # read from elsewhere, as the tokenizer's path is
     assert f"bytes/token {n_bytes / n_tokens:.4f}" in proc.stdout
     assert evaluate(tok, source).tokens_per_document == pytest.approx(n_tokens / len(documents))
     again = run_script("evaluate.py", f"tokenizer={tokenizer_dir}", f"input={source}",

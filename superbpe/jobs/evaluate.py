@@ -322,10 +322,12 @@ def check_report_path(
 def report(result: EvalResult, directory: str | os.PathLike[str], separator: str | None) -> dict[str, Any]:
     """``superbpe-evaluate``'s report: the numbers, with the tokenizer they measure (its directory and
     the digest of its files an encoding's sidecar also gives) and the separator that cut documents, so
-    that reports of several tokenizers say which is which."""
+    that reports of several tokenizers say which is which. Paths are absolute: a report is read from
+    elsewhere than where the command ran."""
     path = Path(directory).expanduser().absolute()
+    files = [str(Path(file).absolute()) for file in result.files]
     return {"tokenizer": str(path), "tokenizer_hash": tokenizer_hash(path), "separator": separator,
-            **result.to_json()}  # fmt: skip
+            **result.to_json(), "files": files}  # fmt: skip
 
 
 #: The keys of a report: the numbers (all of them), and those naming what was measured (any of them).
