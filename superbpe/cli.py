@@ -41,7 +41,7 @@ from superbpe import __version__
 from superbpe.core.errors import ConfigError, InputError, SuperBPEError
 from superbpe.core.util import atomic_write_text, human_size
 from superbpe.formats.checkpoints import checkpoint_path
-from superbpe.formats.token_files import EncodeResult, sidecar_path
+from superbpe.formats.token_files import INDEX_NAME, EncodeResult, ShardedEncodeResult, sidecar_path
 from superbpe.jobs.encode import StoppedOnceWritten, encode_corpus
 from superbpe.jobs.evaluate import check_report_path, evaluate_dir, report
 from superbpe.training.cache import (
@@ -740,8 +740,15 @@ def _encode(cfg: DictConfig) -> None:
 
 
 def _encoded_line(result: EncodeResult) -> None:
+    """The result line: a sharded output says it is a directory of shard files (``executor=ray`` makes
+    one of ``output=tokens.bin`` too), which ``open_tokens`` refuses, not one token file."""
+    where, files = result.output, ""
+    if isinstance(result, ShardedEncodeResult):
+        where = f"{result.output}{os.sep}"
+        shards = _count(len(result.shards), "shard file")
+        files = f" in {shards} and {INDEX_NAME} (read with superbpe.open_shards)"
     documents = _count(result.documents, "document")
-    print(f"{result.output}: {_count(result.tokens, 'token')} ({result.dtype}), {documents}")
+    print(f"{where}: {_count(result.tokens, 'token')} ({result.dtype}), {documents}{files}")
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="evaluate")

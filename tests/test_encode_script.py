@@ -745,6 +745,21 @@ def test_an_output_that_names_the_current_directory_is_a_one_line_error(tokenize
         assert not list(tmp_path.glob("shard-*")) and not (tmp_path / "index.json").exists()
 
 
+def test_a_sharded_outputs_line_says_it_is_a_directory_of_shards(tokenizer_dir, tmp_path):
+    """A sharded output is a directory (``executor=ray`` makes one of ``output=tokens.bin`` too), which
+    ``open_tokens`` refuses: the result line says so, where it read as the line of one token file."""
+    source = tmp_path / "in.txt"
+    source.write_text("hello world\n")
+    args = [f"tokenizer={tokenizer_dir}", f"input={source}", "output=toks/"]
+    proc = run_script("encode.py", *args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    line = proc.stdout.strip()
+    assert line.startswith(f"toks{os.sep}: ") and line.endswith(
+        " in 1 shard file and index.json (read with superbpe.open_shards)"
+    ), line
+    assert [len(shard) for shard in superbpe.open_shards(tmp_path / "toks")] == [int(line.split()[1])]
+
+
 def test_a_quoted_tilde_in_a_path_is_the_home_directory(tokenizer_dir, tmp_path, monkeypatch):
     """As in the inputs (a shell leaves ``~`` alone inside quotes, which Hydra values often need): the
     tokenizer, a flat or sharded output and the evaluation report go under the home directory, not into
