@@ -56,6 +56,17 @@ def test_a_sweep_with_no_finished_run_names_those_it_holds(tmp_path: Path) -> No
         collect(tmp_path)
 
 
+@pytest.mark.parametrize("text", ["[]", '"done"', '{"config": {"schedule": "bpe"}, "stages": ["bpe"]}'])
+def test_a_metrics_json_of_another_shape_is_a_one_line_error(tmp_path: Path, text: str) -> None:
+    """Another tool's ``metrics.json`` under the directory (a list of numbers, say) stopped the summary
+    with a traceback."""
+    write_run(tmp_path / "0", "gpt2", PATTERNS["gpt2"])
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "metrics.json").write_text(text)
+    with pytest.raises(InputError, match=r"other/metrics.json: not a superbpe metrics file"):
+        collect(tmp_path)
+
+
 def write_sweep_record(sweep: Path, task: list[str], subdir: str = "${hydra.job.num}") -> None:
     """The parts of Hydra's ``multirun.yaml`` that say how many jobs a sweep has."""
     lines = ["hydra:", "  sweep:", f"    subdir: {subdir}", "  overrides:", "    task:"]

@@ -169,7 +169,7 @@ def _row(path: Path, root: Path) -> Row:
             settings=_settings(metrics),
             untimed=any(stage.get("from", "trained") != "trained" for stage in metrics["stages"]),
         )
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # AttributeError: JSON not an object
         raise InputError(f"{path}: not a superbpe metrics file ({exc})") from None
 
 
