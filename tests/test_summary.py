@@ -168,3 +168,19 @@ def test_a_file_of_a_run_names_that_run(tmp_path: Path, capsys: pytest.CaptureFi
     with pytest.raises(SystemExit):
         summarize([str(tmp_path / "loose.txt"), "--no-plot"])
     assert "is a file, not one of a run: give the directory" in capsys.readouterr().err
+
+
+def test_a_plot_path_under_a_file_is_refused_before_the_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It was found only when the plot was saved, after the table, as ``[Errno 17] File exists``."""
+    pytest.importorskip("matplotlib")
+    from superbpe.cli import summarize  # the command, which checks --plot first
+
+    write_run(tmp_path / "run", "gpt2", PATTERNS["gpt2"], "/a/heldout.txt")
+    (tmp_path / "notes.txt").write_text("")
+    with pytest.raises(SystemExit):
+        summarize([str(tmp_path / "run"), "--plot", str(tmp_path / "notes.txt" / "plot.png")])
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"error: plot path {tmp_path / 'notes.txt' / 'plot.png'}: cannot")
+    assert "notes.txt: it is a file" in err

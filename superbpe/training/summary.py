@@ -14,7 +14,7 @@ from typing import Any
 
 from superbpe.core.errors import InputError
 from superbpe.core.pretokenize import PATTERNS
-from superbpe.core.util import atomic_write, import_optional
+from superbpe.core.util import atomic_write, directory_problem, import_optional
 from superbpe.formats.checkpoints import CHECKPOINT_FILE
 
 COLUMNS = (
@@ -192,11 +192,13 @@ def table(rows: list[Row]) -> str:
 
 
 def check_plot_path(output: Path) -> str:
-    """The file type ``output`` names (by suffix, PNG without one); refused when it is a directory or a type
-    matplotlib does not write: checked before anything is printed or drawn, so that a bad ``--plot`` leaves
-    no half-done summary."""
+    """The file type ``output`` names (by suffix, PNG without one); refused when it is a directory, lies
+    where no file can be written (under a file), or is a type matplotlib does not write: checked before
+    anything is printed or drawn, so that a bad ``--plot`` leaves no half-done summary."""
     if output.is_dir():
         raise InputError(f"plot path {output} is a directory; give the PNG file's path")
+    if (problem := directory_problem(output.parent)) is not None:
+        raise InputError(f"plot path {output}: cannot write in {output.parent}: {problem}")
     import_optional("matplotlib", "plot", "the bytes/token plot (or pass --no-plot)")
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # reason: an optional extra, checked above
     from matplotlib.figure import Figure  # reason: an optional extra, checked above
