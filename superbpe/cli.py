@@ -857,6 +857,9 @@ def cache(argv: list[str] | None = None) -> None:
                        help="only entries unused for longer than AGE, unit required: e.g. 30m, 12h, 7d")
     args = parser.parse_args(argv)
     try:
+        if args.cache_dir is not None and not args.cache_dir.strip():  # an unset $VAR: not the default cache
+            raise ConfigError("--cache-dir is empty: give a directory, or leave it out for the default "
+                              "($SUPERBPE_CACHE_DIR, else ~/.cache/superbpe)")  # fmt: skip
         directory = resolve_cache_dir(args.cache_dir)
         if directory.exists() and not directory.is_dir():
             raise InputError(f"cache directory {directory} is a file")

@@ -39,6 +39,21 @@ def test_list_and_clear_older_than(tmp_path: Path, capsys: pytest.CaptureFixture
     assert not list(tmp_path.rglob("*.lock"))  # each entry's lock went with it
 
 
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_an_empty_cache_dir_is_refused_not_taken_for_the_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    """``--cache-dir "$DIR"`` with DIR unset: ``clear`` emptied the default cache, not the one meant."""
+    default = tmp_path / "default"
+    entry = make_entry(default, "counts", "a.counts", 100, 60)
+    monkeypatch.setenv("SUPERBPE_CACHE_DIR", str(default))
+    args = ["--cache-dir", "", "clear"] if where == "before" else ["clear", "--cache-dir", " "]
+    with pytest.raises(SystemExit):
+        cache_command(args)
+    assert "error: --cache-dir is empty: give a directory" in capsys.readouterr().err
+    assert entry.exists()
+
+
 def test_files_that_are_not_entries_are_neither_listed_nor_removed(tmp_path: Path) -> None:
     """A --cache-dir naming a user's own directory: its files were listed as entries, and removed."""
     mine = [tmp_path / "counts" / "important.txt", tmp_path / "merges" / "data.json", tmp_path / "notes.md"]
