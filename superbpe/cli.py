@@ -792,7 +792,7 @@ def _evaluate(cfg: DictConfig) -> None:
 def summarize(argv: list[str] | None = None) -> None:
     """``superbpe-summarize SWEEP_DIR``: a table of a sweep's runs and a bytes/token plot."""
     parser = argparse.ArgumentParser(prog="superbpe-summarize", description=summarize.__doc__)
-    parser.add_argument("sweep_dir", type=Path,
+    parser.add_argument("sweep_dir", type=_given_path,
                         help="a multirun directory (or any directory of runs; a file of a run names the run)")
     parser.add_argument("--plot", type=Path, default=None,
                         help="the plot's path, its type by suffix: .png, .pdf, .svg, ... "
@@ -826,6 +826,14 @@ def summarize(argv: list[str] | None = None) -> None:
     except USER_ERRORS as exc:
         fail(exc)
     print(f"plot: {written}" if written else "plot: none (no run has eval results; set eval=<file>)")
+
+
+def _given_path(text: str) -> Path:
+    """A path argument, refused when empty (an unset ``$SWEEP``): ``Path("")`` is the working directory,
+    whose runs, anywhere below it, would be summarized instead."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty path: give the directory of a sweep or of a run")
+    return Path(text)
 
 
 def _has_matplotlib() -> bool:

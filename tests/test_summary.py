@@ -184,3 +184,18 @@ def test_a_plot_path_under_a_file_is_refused_before_the_table(
     out, err = capsys.readouterr()
     assert out == "" and err.startswith(f"error: plot path {tmp_path / 'notes.txt' / 'plot.png'}: cannot")
     assert "notes.txt: it is a file" in err
+
+
+def test_an_empty_sweep_dir_is_refused_not_taken_for_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``superbpe-summarize "$SWEEP"`` with SWEEP unset summarized every run below the working directory
+    (and drew its plot there)."""
+    from superbpe.cli import summarize  # the command, which reads its arguments
+
+    write_run(tmp_path / "run", "gpt2", PATTERNS["gpt2"])
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit):
+        summarize(["", "--no-plot"])
+    out, err = capsys.readouterr()
+    assert out == "" and "empty path: give the directory of a sweep or of a run" in err
