@@ -235,6 +235,26 @@ def test_bad_inputs_are_one_line_errors_and_leave_no_file(tokenizer_dir, tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.txt", "in.txt"]
 
 
+def test_a_token_file_given_as_input_is_refused(tokenizer_dir, tmp_path):
+    """Raw ids are no text: read as text they failed on a byte that is not UTF-8 with a hint to
+    ``errors=replace`` (which encodes the ids' bytes), or, every byte below 0x80, encoded without a word."""
+    source = tmp_path / "docs.txt"
+    source.write_text("1;2;3", encoding="utf-8")  # single bytes, whose ids are below 0x80
+    encode_corpus(tokenizer_dir, source, tmp_path / "flat.bin", separator=None, progress=False)
+    encode_corpus(tokenizer_dir, source, f"{tmp_path / 'shards'}/", progress=False)
+    tok = Tokenizer.load(tokenizer_dir)
+    flat, shard = tmp_path / "flat.bin", tmp_path / "shards" / "shard-000000.bin"
+    assert max(superbpe.open_tokens(flat)) < 0x80  # its bytes are valid UTF-8
+    for ids_file, said in [(flat, "is a token file an encoding wrote"), (shard, "is a shard of a sharded")]:
+        with pytest.raises(InputError, match=f"{ids_file.name} {said}"):
+            encode_corpus(tokenizer_dir, ids_file, tmp_path / "again.bin", progress=False)
+        with pytest.raises(InputError, match=f"{ids_file.name} {said}"):
+            evaluate(tok, ids_file)
+        with pytest.raises(InputError, match=f"{ids_file.name} {said}"):
+            evaluate_sharded(tokenizer_dir, ids_file)
+    assert not (tmp_path / "again.bin").exists()
+
+
 def test_an_input_or_a_tokenizer_file_is_never_overwritten(tokenizer_dir, tmp_path):
     """The token file or its sidecar at the path of an input, or of a file of the tokenizer directory,
     would replace it once encoded: refused before anything is written, the files left as they were."""

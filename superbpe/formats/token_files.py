@@ -10,9 +10,11 @@ directory without it is not a finished encoding.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,6 +125,31 @@ def is_token_file_sidecar(path: Path) -> bool:
 
 def shard_file_name(number: int) -> str:
     return f"shard-{number:06d}.bin"
+
+
+#: Larger than any sidecar: a file beside an input named like its sidecar is read only below this size.
+_SIDECAR_MAX_BYTES = 64 << 20
+_SHARD_NAME = re.compile(r"shard-\d{6}\.bin")
+
+
+def check_not_token_files(paths: Sequence[Path]) -> None:
+    """Refuse an input that is a token file an encoding wrote (its sidecar beside it says so) or one of its
+    shards (``index.json`` beside it): raw ids are no text. Read as text, they failed at the first byte
+    that is not UTF-8 with a hint to ``errors=replace``, which then encodes the ids' bytes; ids whose bytes
+    happen to be valid UTF-8 were encoded without a word."""
+    for path in paths:
+        sidecar = sidecar_path(path)
+        with contextlib.suppress(OSError):
+            if sidecar.stat().st_size <= _SIDECAR_MAX_BYTES and is_token_file_sidecar(sidecar):
+                raise InputError(
+                    f"{path} is a token file an encoding wrote (its sidecar {sidecar.name} says so), not "
+                    f"text: superbpe.open_tokens({str(path)!r}) reads its ids"
+                )
+        if _SHARD_NAME.fullmatch(path.name) and (path.parent / INDEX_NAME).is_file():
+            raise InputError(
+                f"{path} is a shard of a sharded encoding ({INDEX_NAME} beside it), not text: "
+                f"superbpe.open_shards({str(path.parent)!r}) reads its ids"
+            )
 
 
 def read_index(directory: str | os.PathLike[str]) -> dict[str, Any]:

@@ -65,6 +65,7 @@ from superbpe.formats.token_files import (
     EncodeResult,
     ShardedEncodeResult,
     ShardEntry,
+    check_not_token_files,
     is_token_file_sidecar,
     shard_file_name,
     sidecar_path,
@@ -205,6 +206,7 @@ def encode_corpus(
     tokenizer = Tokenizer.load(directory, engine=engine, compat=compat)
     separator_id = separator_id_of(tokenizer, separator)
     paths = resolve_inputs(inputs)
+    check_not_token_files(paths)
     out = Path(output).expanduser()
     if (problem := directory_problem(out.parent)) is not None:
         raise ConfigError(f"output {out}: cannot write in {out.parent}: {problem}")
@@ -404,6 +406,7 @@ def encode_sharded(
     tokenizer = Tokenizer.load(directory, engine=engine, compat=compat)
     separator_id = separator_id_of(tokenizer, separator)
     paths = resolve_inputs(inputs)
+    check_not_token_files(paths)
     ids_dtype = token_dtype(tokenizer.vocab, dtype)
     fingerprint = tokenizer_hash(directory)
     runner = get_executor(spec, workers)

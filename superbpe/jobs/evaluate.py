@@ -36,7 +36,7 @@ from superbpe.core.sources import (
     resolve_inputs,
 )
 from superbpe.core.util import default_threads, directory_problem, resolve_threads
-from superbpe.formats.token_files import tokenizer_hash
+from superbpe.formats.token_files import check_not_token_files, tokenizer_hash
 from superbpe.jobs.encode import check_nothing_is_overwritten
 from superbpe.jobs.executors import (
     ExecutorSpec,
@@ -214,6 +214,7 @@ def evaluate(
     check_errors_mode(errors)
     separator = _usable_separator(tokenizer, separator)
     paths = resolve_inputs(inputs)
+    check_not_token_files(paths)
     threads = _threads(tokenizer, workers, paths)
     tally = Tally()
     before = input_files_state(paths)
@@ -367,6 +368,7 @@ def evaluate_sharded(
     tokenizer = Tokenizer.load(tokenizer_dir, engine=engine, compat=compat)
     separator = _usable_separator(tokenizer, separator)
     paths = resolve_inputs(inputs)
+    check_not_token_files(paths)
     specials = [separator] if separator else []
     fingerprint = tokenizer_hash(tokenizer_dir)
     common = (str(tokenizer_dir), engine, fingerprint, compat, separator, text_field, errors)
