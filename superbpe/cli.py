@@ -825,6 +825,8 @@ def summarize(argv: list[str] | None = None) -> None:
         raise
     except USER_ERRORS as exc:
         fail(exc)
+    except KeyboardInterrupt:  # commands.py would say it came before the command started
+        interrupted("the summary stopped before its end (a plot is written whole or not at all)")
     print(f"plot: {written}" if written else "plot: none (no run has eval results; set eval=<file>)")
 
 
@@ -895,3 +897,7 @@ def cache(argv: list[str] | None = None) -> None:
         raise
     except USER_ERRORS as exc:
         fail(exc)
+    except KeyboardInterrupt:  # commands.py would say it came before the command started
+        removing = args.command == "clear" or getattr(args, "remove", False)
+        kept = " (the entries removed so far are gone, the others kept)" if removing else ""
+        interrupted(f"{args.command} stopped before its end{kept}")

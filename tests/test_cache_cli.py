@@ -54,6 +54,24 @@ def test_an_empty_cache_dir_is_refused_not_taken_for_the_default(
     assert entry.exists()
 
 
+def test_ctrl_c_of_clear_says_where_it_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The console script said "before the command started, nothing done" of a clear stopped part way."""
+    import superbpe.cli as cli  # the command, whose clearing is stopped
+
+    def ctrl_c(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "clear_cache", ctrl_c)
+    with pytest.raises(SystemExit) as stopped:
+        cache_command(["--cache-dir", str(tmp_path), "clear"])
+    assert stopped.value.code == 130
+    assert capsys.readouterr().out == (
+        "interrupted: clear stopped before its end (the entries removed so far are gone, the others kept)\n"
+    )
+
+
 def test_files_that_are_not_entries_are_neither_listed_nor_removed(tmp_path: Path) -> None:
     """A --cache-dir naming a user's own directory: its files were listed as entries, and removed."""
     mine = [tmp_path / "counts" / "important.txt", tmp_path / "merges" / "data.json", tmp_path / "notes.md"]

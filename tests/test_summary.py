@@ -199,3 +199,23 @@ def test_an_empty_sweep_dir_is_refused_not_taken_for_the_working_directory(
         summarize(["", "--no-plot"])
     out, err = capsys.readouterr()
     assert out == "" and "empty path: give the directory of a sweep or of a run" in err
+
+
+def test_ctrl_c_of_summarize_says_where_it_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Stopped while drawing its plot, after its table: the console script said "before the command
+    started, nothing done"."""
+    pytest.importorskip("matplotlib")
+    import superbpe.cli as cli  # the command, whose plot is stopped
+
+    def ctrl_c(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    write_run(tmp_path / "run", "gpt2", PATTERNS["gpt2"], "/a/heldout.txt")
+    monkeypatch.setattr(cli, "plot", ctrl_c)
+    with pytest.raises(SystemExit) as stopped:
+        cli.summarize([str(tmp_path / "run")])
+    assert stopped.value.code == 130
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == "interrupted: the summary stopped before its end (a plot is written whole or not at all)"
