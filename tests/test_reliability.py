@@ -26,6 +26,7 @@ from superbpe.core.vocab import build_vocab
 from superbpe.engines import native as native_engine
 from superbpe.formats.checkpoints import CHECKPOINT_FILE, Checkpoint, save_checkpoint
 from superbpe.formats.gpt2 import MERGES_FILE
+from superbpe.jobs.encode import encode_corpus
 from superbpe.jobs.evaluate import evaluate
 from superbpe.training.cache import RunCache
 from superbpe.training.config import DataConfig, TrainConfig, register_configs, to_dataclass
@@ -637,6 +638,18 @@ def test_a_bad_eval_file_stops_the_run_before_training(tmp_path: Path, corpus: P
             run(records)
         with pytest.raises(InputError, match="a directory; eval takes one file"):
             run(tmp_path)
+        # A token file (its raw ids) as the held-out text or the corpus: read as text, it failed on a byte
+        # that is not UTF-8 with a hint to data.errors=replace, or, every byte below 0x80, was trained on.
+        held_out = tmp_path / "held_out.txt"
+        held_out.write_text("1;2;3")
+        ids = tmp_path / "ids.bin"
+        superbpe.Tokenizer(build_vocab([]), [], [EOT]).save(tmp_path / "tok")
+        encode_corpus(tmp_path / "tok", held_out, ids, separator=None, progress=False)
+        with pytest.raises(InputError, match="ids.bin is a token file an encoding wrote"):
+            run(ids)
+        with pytest.raises(InputError, match="ids.bin is a token file an encoding wrote"):
+            as_corpus = TrainConfig(data=DataConfig(paths=[str(ids)]), output_dir=str(tmp_path / "out"))
+            superbpe.run_training(as_corpus)
     assert not started and not (tmp_path / "out").exists()
     replaced = run(bad, errors="replace")
     assert replaced.metrics["eval"]["bytes"] == len("fine\nthen \ufffd here\n".encode())

@@ -81,6 +81,7 @@ from superbpe.formats.tiktoken_files import (
     tiktoken_pattern,
     tiktoken_split_problem,
 )
+from superbpe.formats.token_files import check_not_token_files
 from superbpe.formats.tokenizer_dir import save_tokenizer_dir, tokenizer_file_digests
 from superbpe.jobs.count import count_corpus, sampled_share
 from superbpe.jobs.evaluate import SEPARATOR, evaluate_dir
@@ -292,6 +293,7 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
     if empty:  # else "inputs[N]", which names no option
         raise InputError(f"data.paths[{empty[0]}] is empty: give the path of a corpus file or directory")
     paths = resolve_inputs(list(cfg.data.paths))
+    check_not_token_files(paths)
     check_not_empty(paths)
     files = input_files_state(paths)
     eval_path, eval_bytes = _check_eval(
@@ -345,6 +347,7 @@ def _check_eval(
         raise InputError(f"eval file {path}: a directory; eval takes one file")
     if not path.is_file():
         raise InputError(f"eval file {path}: no such file")
+    check_not_token_files([path])
     held: set[int] = set()
     measured = False  # any text besides separators, which the evaluation leaves out
     for chunk in iter_chunks(path, [], line_cuts=True):
