@@ -873,8 +873,10 @@ def cache(argv: list[str] | None = None) -> None:
         directory = resolve_cache_dir(args.cache_dir)
         if directory.exists() and not directory.is_dir():
             raise InputError(f"cache directory {directory} is a file")
+        # A mistyped --cache-dir reads as an empty cache: said, beside the count of nothing.
+        absent = "" if directory.exists() else " (no such directory)"
         if args.command == "list":
-            print(describe_cache(directory))
+            print(describe_cache(directory) + absent)
         elif args.command == "verify":
             checked, bad = verify_cache(directory, remove=args.remove)
             for found in bad:
@@ -884,7 +886,7 @@ def cache(argv: list[str] | None = None) -> None:
             also = ""
             if kept:
                 also = f", {kept} kept (a job holds them)" if args.remove else "; --remove removes them"
-            print(f"{checked} entries checked in {directory}: {len(bad)} bad{also}")
+            print(f"{checked} entries checked in {directory}{absent}: {len(bad)} bad{also}")
             if kept:
                 raise SystemExit(1)
         else:
@@ -892,7 +894,7 @@ def cache(argv: list[str] | None = None) -> None:
             removed, freed = clear_cache(directory, older_than_seconds=older)
             files, left = clear_leftovers(directory)
             also = f" and {files} files left by killed jobs ({human_size(left, 'B')})" if files else ""
-            print(f"removed {removed} entries ({human_size(freed, 'B')}){also} from {directory}")
+            print(f"removed {removed} entries ({human_size(freed, 'B')}){also} from {directory}{absent}")
     except BrokenPipeError:  # an OSError, but no user error: the reader went (`_stdout_may_close`)
         raise
     except USER_ERRORS as exc:

@@ -72,6 +72,22 @@ def test_ctrl_c_of_clear_says_where_it_stopped(
     )
 
 
+def test_a_missing_cache_dir_is_said_not_listed_as_empty(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mistyped --cache-dir read as an empty cache ("0 entries"), which hid the typo."""
+    missing = tmp_path / "superbp"
+    said = {
+        "list": "0 entries, 0 B (no such directory)",
+        "verify": f"0 entries checked in {missing} (no such directory): 0 bad",
+        "clear": f"removed 0 entries (0 B) from {missing} (no such directory)",
+    }
+    for command, line in said.items():
+        cache_command(["--cache-dir", str(missing), command])
+        assert capsys.readouterr().out.splitlines()[-1] == line
+    assert not missing.exists()
+
+
 def test_files_that_are_not_entries_are_neither_listed_nor_removed(tmp_path: Path) -> None:
     """A --cache-dir naming a user's own directory: its files were listed as entries, and removed."""
     mine = [tmp_path / "counts" / "important.txt", tmp_path / "merges" / "data.json", tmp_path / "notes.md"]
