@@ -782,10 +782,30 @@ def _evaluate(cfg: DictConfig) -> None:
     except KeyboardInterrupt:
         interrupted("nothing written")
     print(
-        f"bytes/token {result.bytes_per_token:.4f}  tokens/document {result.tokens_per_document:.2f}  "
+        f"{_job_label()}bytes/token {result.bytes_per_token:.4f}  "
+        f"tokens/document {result.tokens_per_document:.2f}  "
         f"({_count(result.bytes, 'byte')}, {_count(result.tokens, 'token')}, "
         f"{_count(result.documents, 'document')})"
     )
+
+
+def _job_label() -> str:
+    """In a ``-m`` sweep, which job a result line is of: its number and the values it was given for the
+    keys the command line sweeps. The lines of a sweep over tokenizers otherwise read alike, in an order
+    only Hydra's log on stderr gave."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser  # reason: Hydra's grammar
+
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode != RunMode.MULTIRUN:
+        return ""
+    try:
+        parsed = OverridesParser.create().parse_overrides(_hydra_flags(sys.argv[1:])[1])
+    except HydraException:  # not this process's command line (a launcher's job): the number alone
+        parsed = []
+    keys = {override.get_key_element() for override in parsed if override.is_sweep_override()}
+    swept = [override for override in hydra_cfg.overrides.task if override.split("=", 1)[0] in keys]
+    values = f" ({' '.join(swept)})" if swept else ""
+    return f"job {hydra_cfg.job.num}{values}: "
 
 
 @_stdout_may_close

@@ -729,6 +729,11 @@ def test_an_evaluate_sweep_leaves_no_sweep_directory(tokenizer_dir, documents, t
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("bytes/token") == 2 and (tmp_path / "e_1.json").is_file()
     assert sorted(path.name for path in tmp_path.iterdir()) == ["docs.txt", "e_0.json", "e_1.json"]
+    # Each line says which job, and so which tokenizer, it measures: they read alike.
+    lines = proc.stdout.splitlines()
+    assert [line.split(": bytes/token")[0] for line in lines] == [
+        f"job {number} (tokenizer={tokenizer_dir})" for number in (0, 1)
+    ], lines
 
 
 def test_an_evaluate_sweep_whose_jobs_write_one_report_stops_at_the_second(
