@@ -198,7 +198,8 @@ def check_plot_path(output: Path) -> str:
     if output.is_dir():
         raise InputError(f"plot path {output} is a directory; give the PNG file's path")
     if (problem := directory_problem(output.parent)) is not None:
-        raise InputError(f"plot path {output}: cannot write in {output.parent}: {problem}")
+        raise InputError(f"plot path {output}: cannot write in {output.parent}: {problem} "
+                         "(--plot PATH draws it elsewhere, --no-plot skips it)")  # fmt: skip
     import_optional("matplotlib", "plot", "the bytes/token plot (or pass --no-plot)")
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # reason: an optional extra, checked above
     from matplotlib.figure import Figure  # reason: an optional extra, checked above
