@@ -299,6 +299,13 @@ def test_a_library_config_of_the_wrong_shape_is_refused_by_name(tmp_path):
         "stage2_pattern=o200k splits text into words": TrainConfig(
             schedule=ScheduleConfig.superbpe(stage2_pattern="o200k")
         ),
+        # NaN equals nothing, yet it is the stage's value: its own check names it, not "used by none".
+        "schedule.transition nan is a fraction": TrainConfig(
+            schedule=ScheduleConfig.superbpe(transition=float("nan"))
+        ),
+        "approx_sample nan: give a fraction": TrainConfig(
+            schedule=ScheduleConfig.superbpe(stage2_approx_sample=float("nan"))
+        ),
     }
     for message, cfg in cases.items():
         cfg.output_dir = str(tmp_path / "out")

@@ -311,10 +311,11 @@ def check_schedule_knobs(schedule: ScheduleConfig) -> None:
     """
     stages = schedule.stages
     used = {
-        "transition": any(stage.until == schedule.transition for stage in stages),
+        "transition": any(same_knob(stage.until, schedule.transition) for stage in stages),
         "stage2_pattern": any(stage.pretokenizer and stage.pretokenizer.name == schedule.stage2_pattern
                               for stage in stages),
-        "stage2_approx_sample": any(stage.approx_sample == schedule.stage2_approx_sample for stage in stages),
+        "stage2_approx_sample": any(same_knob(stage.approx_sample, schedule.stage2_approx_sample)
+                                    for stage in stages),
     }  # fmt: skip
     pattern = schedule.stage2_pattern
     if used["stage2_pattern"] and splits_into_words(pattern):
@@ -330,6 +331,14 @@ def check_schedule_knobs(schedule: ScheduleConfig) -> None:
                 f"schedule.{knob}={value} is used by none of the schedule's stages "
                 f"({', '.join(stage.name for stage in stages)}); SuperBPE: ScheduleConfig.superbpe(...)"
             )
+
+
+def same_knob(stage_value: Any, knob: Any) -> bool:
+    """Whether a stage's value is the knob's: NaN counts as itself, since ``schedule.transition=nan``
+    reaches the stage through its interpolation like any value, and the stage's own check names what
+    is wrong with it (a NaN equals nothing: by ``==`` the knob would seem unused, with a library hint)."""
+    nan = isinstance(stage_value, float) and isinstance(knob, float) and stage_value != stage_value
+    return nan and knob != knob or stage_value == knob
 
 
 def unknown_keys(values: Any, schema: type, prefix: str = "") -> list[str]:

@@ -35,7 +35,7 @@ from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE, read_merges, read_voc
 from superbpe.formats.hf import HF_FILE, pretokenizer_from_hf, read_hf_tokenizer
 from superbpe.formats.manifest import MANIFEST_FILE, read_manifest
 from superbpe.formats.tokenizer_dir import states_its_pattern
-from superbpe.training.config import PretokenizerConfig, ScheduleConfig, StageConfig
+from superbpe.training.config import PretokenizerConfig, ScheduleConfig, StageConfig, same_knob
 
 log = logging.getLogger("superbpe")
 
@@ -132,7 +132,7 @@ def _approx_sample(stage: StageConfig) -> float | None:
 def _until_name(stage: StageConfig, schedule: ScheduleConfig) -> str:
     """Name the knob the user set: ``schedule.transition`` when the stage takes it, else the stage's until."""
     takes_it = schedule.transition is not None or schedule.name == "superbpe"  # its first stage ends there
-    if takes_it and stage.until == schedule.transition:
+    if takes_it and same_knob(stage.until, schedule.transition):
         return "schedule.transition"
     return f"stage {stage.name!r} until"
 
