@@ -338,6 +338,12 @@ def test_resume_args_take_the_runs_own_overrides(tmp_path: Path) -> None:
     continue_job_1 = rf"a sweep's directory; .* resume={sweep / '1'} \(not finished: 1\)"
     with pytest.raises(InputError, match=continue_job_1):
         resume_args([f"resume={sweep}"])
+    # Killed outright, it never made jobs 2 and 3: once job 1 finishes, "all finished" would hide them.
+    (sweep / "1" / "metrics.json").write_text("{}")
+    record = ["hydra:", "  sweep:", "    subdir: ${hydra.job.num}", "  overrides:", "    task:"]
+    (sweep / "multirun.yaml").write_text("\n".join([*record, "    - vocab_size=300,400,500,600"]) + "\n")
+    with pytest.raises(InputError, match=r"all of them have finished; jobs 2, 3 of its multirun.yaml have"):
+        resume_args([f"resume={sweep}"])
     assert resume_args(["vocab_size=3"]) == ["vocab_size=3"]
     (run / ".hydra" / "overrides.yaml").write_text("")  # killed while Hydra wrote it, and no checkpoint
     with pytest.raises(InputError, match="neither its overrides nor a checkpoint"):

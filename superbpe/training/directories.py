@@ -18,7 +18,7 @@ from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.util import directory_problem, missing_dirs
 from superbpe.formats.checkpoints import checkpoint_path
 from superbpe.formats.tokenizer_dir import states_its_pattern, tokenizer_files_in
-from superbpe.training.summary import unfinished
+from superbpe.training.summary import missing_jobs, unfinished
 
 #: Settings a resume may change: they decide how fast and how visibly a run goes, never its merges
 #: (the engines agree byte for byte).
@@ -310,6 +310,13 @@ def resume_args(args: Sequence[str]) -> list[str]:
         if (run_dir / "multirun.yaml").is_file():  # a sweep's record: its runs are the job directories
             left = unfinished(run_dir)
             which = f"not finished: {', '.join(left)}" if left else "all of them have finished"
+            # A sweep killed outright never made its later jobs' directories: no resume can start them.
+            if never := missing_jobs(run_dir):
+                jobs = f"job{'s' if len(never) > 1 else ''} {', '.join(never)}"
+                which += (
+                    f"; {jobs} of its multirun.yaml have no run directory (never started, or failed before "
+                    "a checkpoint), which no resume makes: run the sweep again into a new directory for them"
+                )
             raise InputError(
                 f"resume {run_dir}: a sweep's directory; resume continues one of its runs, "
                 f"resume={run_dir / (left[0] if left else '0')} ({which})"
