@@ -342,7 +342,10 @@ def test_resume_args_take_the_runs_own_overrides(tmp_path: Path) -> None:
     (sweep / "1" / "metrics.json").write_text("{}")
     record = ["hydra:", "  sweep:", "    subdir: ${hydra.job.num}", "  overrides:", "    task:"]
     (sweep / "multirun.yaml").write_text("\n".join([*record, "    - vocab_size=300,400,500,600"]) + "\n")
-    with pytest.raises(InputError, match=r"all of them have finished; jobs 2, 3 of its multirun.yaml have"):
+    with pytest.raises(InputError, match=r"every run it holds has finished; jobs 2, 3 of its multirun.yaml"):
+        resume_args([f"resume={sweep}"])
+    shutil.rmtree(sweep / "0")  # job 0 failed before its first checkpoint: the run named is one that exists
+    with pytest.raises(InputError, match=rf"its runs, resume={sweep / '1'} \(every run .*; jobs 0, 2, 3 of"):
         resume_args([f"resume={sweep}"])
     assert resume_args(["vocab_size=3"]) == ["vocab_size=3"]
     (run / ".hydra" / "overrides.yaml").write_text("")  # killed while Hydra wrote it, and no checkpoint

@@ -309,7 +309,11 @@ def resume_args(args: Sequence[str]) -> list[str]:
     if recorded is None and not checkpoint_path(run_dir).is_file() and not (run_dir / ".hydra").is_dir():
         if (run_dir / "multirun.yaml").is_file():  # a sweep's record: its runs are the job directories
             left = unfinished(run_dir)
-            which = f"not finished: {', '.join(left)}" if left else "all of them have finished"
+            done = sorted((job.name for job in run_dir.iterdir() if (job / "metrics.json").is_file()),
+                          key=lambda name: (len(name), name))  # fmt: skip
+            which = f"not finished: {', '.join(left)}" if left else "every run it holds has finished"
+            # The run named is one that exists: a sweep whose job 0 failed has no directory 0.
+            example = f", resume={run_dir / (left or done)[0]}" if left or done else ""
             # A sweep killed outright never made its later jobs' directories: no resume can start them.
             if never := missing_jobs(run_dir):
                 jobs = f"job{'s' if len(never) > 1 else ''} {', '.join(never)}"
@@ -318,8 +322,7 @@ def resume_args(args: Sequence[str]) -> list[str]:
                     "a checkpoint), which no resume makes: run the sweep again into a new directory for them"
                 )
             raise InputError(
-                f"resume {run_dir}: a sweep's directory; resume continues one of its runs, "
-                f"resume={run_dir / (left[0] if left else '0')} ({which})"
+                f"resume {run_dir}: a sweep's directory; resume continues one of its runs{example} ({which})"
             )
         raise InputError(f"resume {run_dir}: not a run directory (no .hydra/overrides.yaml, no checkpoint)")
     if recorded is None and not checkpoint_path(run_dir).is_file():
