@@ -15,6 +15,7 @@ from superbpe.engines.interface import native_available
 from superbpe.formats.checkpoints import Checkpoint, load_checkpoint, save_checkpoint
 from superbpe.formats.gpt2 import MERGES_FILE
 from superbpe.training.config import DataConfig, EngineConfig, PretokenizerConfig, TrainConfig
+from superbpe.training.directories import run_dir_lock
 from superbpe.training.run import run_training
 
 OUTPUTS = ("vocab.json", MERGES_FILE, "tokenizer.json", "superbpe.json", "metrics.json")
@@ -207,3 +208,31 @@ def test_a_stage_resumed_inside_on_another_engine_records_both(corpus, tmp_path,
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert [stage["engine"] for stage in metrics["stages"]] == ["python", "python+native"]
     assert stopped["stage_engines"] == ["python"]
+
+
+def test_a_process_forked_by_a_run_killed_outright_does_not_hold_its_directory(tmp_path):
+    """A counting worker that a SIGKILL left behind kept the run directory's lock (a fork copies it),
+    so every resume was refused as another process training into it."""
+    import os  # reason: forks and kills the stand-ins for the run and its worker
+    import signal  # reason: as above
+    import subprocess  # reason: the run is a process of its own, to be killed outright
+    import sys  # reason: as above
+
+    run = tmp_path / "run"
+    run.mkdir()
+    script = (
+        "import os, time\nfrom pathlib import Path\nfrom superbpe.training.directories import run_dir_lock\n"
+        f"with run_dir_lock(Path({str(run)!r})):\n"
+        "    worker = os.fork()\n"
+        "    if worker == 0:\n        time.sleep(60)\n        os._exit(0)\n"
+        "    print(worker, flush=True)\n    time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    worker = int(proc.stdout.readline())  # type: ignore[union-attr]
+    proc.kill()
+    proc.wait()
+    try:
+        with run_dir_lock(run):
+            pass
+    finally:
+        os.kill(worker, signal.SIGKILL)

@@ -445,18 +445,41 @@ def resume_command(run_dir: Path, entry_point: Sequence[str]) -> str:
     return shlex.join([*entry_point, f"resume={run_dir}"])
 
 
+#: The descriptors of the run directories this process holds (:func:`run_dir_lock`).
+_held_dirs: set[int] = set()
+
+
+def _release_in_child() -> None:
+    """Close, in a process forked from a run, its copies of the run directories' locked descriptors.
+
+    An ``flock`` lasts while any descriptor of it is open, and a fork copies them all: a counting
+    worker left behind by a run killed outright (SIGKILL, out of memory) would hold the run's
+    directory, and every resume would be refused as another process training into it. The parent's
+    own descriptor keeps the lock."""
+    for fd in _held_dirs:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _held_dirs.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_release_in_child)
+
+
 @contextlib.contextmanager
 def run_dir_lock(directory: Path) -> Iterator[None]:
     """Hold ``directory`` for one run: a second process training into it (the same resume started
     twice, or two runs given one ``output_dir``) is refused at once instead of writing the same files.
     The lock is the directory's own ``flock``, which the kernel drops when the process ends however it
-    ends, so a killed run never leaves a stale lock; where there is no ``fcntl``, nothing is locked."""
+    ends (processes forked from it do not keep it: :func:`_release_in_child`), so a killed run never
+    leaves a stale lock; where there is no ``fcntl``, nothing is locked."""
     try:
         import fcntl  # reason: POSIX only; elsewhere nothing is locked
     except ImportError:
         yield
         return
     fd = os.open(directory, os.O_RDONLY)
+    _held_dirs.add(fd)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -469,4 +492,5 @@ def run_dir_lock(directory: Path) -> Iterator[None]:
             pass
         yield
     finally:
+        _held_dirs.discard(fd)
         os.close(fd)
