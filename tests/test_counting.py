@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import logging
@@ -415,3 +416,48 @@ def test_a_pipe_named_like_a_corpus_file_in_a_directory_is_refused(tmp_path: Pat
     os.mkfifo(tmp_path / "b.txt")  # skipped, the corpus would be less than the directory says
     with pytest.raises(InputError, match=r"b\.txt: not a regular file \(a pipe or device cannot be read"):
         resolve_inputs(tmp_path)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (an orphan's zombie waiting for a reaper does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
+def test_python_count_workers_end_when_their_run_is_killed_outright():
+    """Workers whose parent a SIGKILL ended waited for ever (they hold the chunk queue's writing end
+    themselves), orphans holding their memory, and the run directory's lock with it."""
+    import signal  # reason: kills the stand-in for the run
+    import subprocess  # reason: the run is a process of its own, to be killed outright
+    import sys  # reason: as above
+    import time  # reason: waits for the workers to notice
+
+    script = (
+        "import multiprocessing, time\n"
+        "import superbpe.engines.python_count as python_count\n"
+        "python_count.PARENT_CHECK_SECONDS = 0.05\n"
+        "def docs():\n"
+        "    yield from ['a few words of text'] * 2000\n"  # more blocks than the queue holds: workers run
+        "    print(*[p.pid for p in multiprocessing.active_children()], flush=True)\n"
+        "    time.sleep(60)\n"
+        "    yield 'never'\n"
+        "python_count.count_pieces(docs(), workers=2, chunk_bytes=1000)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    workers = [int(pid) for pid in proc.stdout.readline().split()]  # type: ignore[union-attr]
+    proc.kill()
+    proc.wait()
+    try:
+        assert len(workers) == 2
+        deadline = time.monotonic() + 10
+        while any(map(_alive, workers)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(map(_alive, workers))
+    finally:
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
