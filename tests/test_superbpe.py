@@ -149,8 +149,10 @@ def test_a_from_run_that_is_missing_or_not_a_run_is_named(wiki, tmp_path):
     stopped = tmp_path / "stopped"  # a run killed before its tokenizer: its checkpoint says so
     stopped.mkdir()
     (stopped / "checkpoint.json").write_text("{}")
+    (stopped / "merges.txt").write_text("#version: 0.2\n")  # a file of a run was "no such directory"
     cases = (
         (tmp_path / "nope", "no such directory"),
+        (stopped / "merges.txt", rf"a file; give the run's directory \({stopped}\), or the files with"),
         (tmp_path, r"no superbpe.json \(not a"),
         (stopped, rf"a run that has not finished; finish it first \(superbpe-train resume={stopped}\)"),
     )

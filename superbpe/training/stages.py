@@ -222,6 +222,11 @@ def load_source(schedule: ScheduleConfig) -> SourceMerges | None:
 def _load_run(run_dir: Path) -> SourceMerges:
     """A finished run: its merges, cut to its first stage (later stages used other patterns)."""
     manifest_path = run_dir / MANIFEST_FILE
+    if run_dir.exists() and not run_dir.is_dir():  # one of a run's files (its merges.txt, say)
+        raise InputError(
+            f"schedule.from_run {run_dir}: a file; give the run's directory ({run_dir.parent}), or the "
+            "files with schedule.from_tokenizer"
+        )
     if not run_dir.is_dir():
         raise InputError(f"schedule.from_run {run_dir}: no such directory")
     if not manifest_path.is_file():
