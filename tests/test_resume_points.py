@@ -156,6 +156,15 @@ def test_resuming_a_finished_run_whose_files_were_changed_writes_them_again(corp
     with caplog.at_level(logging.INFO, logger="superbpe"):
         run_training(resume(cfg))
     assert "nothing to do" in caplog.text
+    # The transformers files removed: they were left missing, the tokenizer said to be "in place".
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):
+        written = (tmp_path / "run" / name).read_bytes()
+        (tmp_path / "run" / name).unlink()
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="superbpe"):
+            run_training(resume(cfg))
+        assert "nothing to do" not in caplog.text
+        assert (tmp_path / "run" / name).read_bytes() == written
 
 
 def test_a_run_directory_that_cannot_be_locked_is_trained_into_unheld(corpus, tmp_path, monkeypatch):

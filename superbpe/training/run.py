@@ -73,9 +73,11 @@ from superbpe.formats.checkpoints import (
     load_checkpoint,
 )
 from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE
-from superbpe.formats.hf import HF_FILE, hf_split_problem, resolve_roles
+from superbpe.formats.hf import HF_CONFIG_FILE, HF_FILE, HF_SPECIAL_MAP_FILE, hf_split_problem, resolve_roles
 from superbpe.formats.manifest import MANIFEST_FILE
 from superbpe.formats.tiktoken_files import (
+    TIKTOKEN_FILE,
+    TIKTOKEN_META_FILE,
     check_compat_for_tiktoken,
     check_specials_for_tiktoken,
     tiktoken_pattern,
@@ -437,7 +439,9 @@ def _finished_result(job: _Job, checkpoint: Checkpoint) -> RunResult | None:
     if not checkpoint.done:
         return None
     metrics_path = job.output_dir / METRICS_FILE
-    names = (VOCAB_FILE, MERGES_FILE, HF_FILE, MANIFEST_FILE)
+    # Every file the run writes: one removed since (the transformers files, say) is written again.
+    names = [VOCAB_FILE, MERGES_FILE, HF_FILE, MANIFEST_FILE, HF_CONFIG_FILE, HF_SPECIAL_MAP_FILE]
+    names += [TIKTOKEN_FILE, TIKTOKEN_META_FILE] if job.cfg.export.tiktoken else []
     present = all((job.output_dir / name).is_file() for name in names)
     if not present or not metrics_path.is_file():
         return None
