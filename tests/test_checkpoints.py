@@ -15,6 +15,7 @@ from superbpe.formats.checkpoints import (
     MERGES_LOGS,
     Checkpoint,
     Checkpointer,
+    check_checkpoint_intervals,
     check_compatible,
     diff,
     load_checkpoint,
@@ -167,3 +168,13 @@ def test_a_changed_corpus_is_named_a_resized_file_first(tmp_path: Path) -> None:
     damaged = Checkpoint(config={}, fingerprint="old", files=[["/c/a.txt"]])
     with pytest.raises(ConfigError, match=r"corpus files changed \(size or modification time\)"):
         check_compatible(damaged, {}, "new", tmp_path, [["/c/a.txt", 10, 6]])
+
+
+@pytest.mark.parametrize(("every_merges", "every_seconds", "named"), [
+    (0, 60.0, "every_merges must be >= 1, not 0"),
+    (1000, 0.0, "every_seconds must be > 0, not 0.0"),
+    (1000, float("nan"), "every_seconds must be > 0, not nan"),  # was taken: no checkpoint ever by time
+])  # fmt: skip
+def test_checkpoint_intervals_that_are_not_positive_are_refused(every_merges, every_seconds, named):
+    with pytest.raises(ConfigError, match=named):
+        check_checkpoint_intervals(every_merges, every_seconds)

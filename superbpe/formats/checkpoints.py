@@ -281,7 +281,7 @@ def check_checkpoint_intervals(every_merges: int, every_seconds: float) -> None:
     """How often checkpoints are saved must be a positive interval (checked before a run counts)."""
     if every_merges < 1:
         raise ConfigError(f"checkpoint.every_merges must be >= 1, not {every_merges}")
-    if every_seconds <= 0:
+    if not every_seconds > 0:  # NaN too: no time would ever be past it, so none would be saved by time
         raise ConfigError(f"checkpoint.every_seconds must be > 0, not {every_seconds}")
 
 
