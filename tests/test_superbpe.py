@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -161,6 +162,21 @@ def test_a_from_run_that_is_missing_or_not_a_run_is_named(wiki, tmp_path):
         with pytest.raises(InputError, match=f"schedule.from_run {run_dir}: {message}"):
             run_training(cfg)
     assert not (tmp_path / "out").exists()
+
+
+def test_resuming_a_run_whose_from_run_was_moved_says_the_resume_needs_it(bpe_run, wiki, tmp_path):
+    """The source's bare "no such directory" did not say that it was the resumed run's own stage 1."""
+    source = tmp_path / "bpe"
+    shutil.copytree(bpe_run[1], source)
+    cfg = config(wiki, tmp_path / "out", "superbpe", transition=100, from_run=str(source))
+    first = run_training(cfg)
+    source.rename(tmp_path / "moved")
+    again = dataclasses.replace(cfg, resume=str(tmp_path / "out"), output_dir=None)
+    named = rf"cannot resume {tmp_path / 'out'}: schedule.from_run {source}: no such directory \(its first"
+    with pytest.raises(InputError, match=named):
+        run_training(again)
+    (tmp_path / "moved").rename(source)
+    assert run_training(again).merges == first.merges
 
 
 def test_a_from_tokenizer_naming_one_file_of_a_directory_names_the_directory(wiki, tmp_path):

@@ -276,7 +276,15 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
             raise ConfigError(f"export.tiktoken=true cannot give the same ids: {problem}")
     if problem := hf_split_problem(encoding):  # the tokenizer is still ours to use: said, not refused
         log.warning("tokenizer.json will not encode as this tokenizer does (HF, transformers): %s", problem)
-    source = load_source(cfg.schedule)
+    try:
+        source = load_source(cfg.schedule)
+    except InputError as exc:  # moved or removed since the run began: its checkpoint alone is not enough
+        if not cfg.resume:
+            raise
+        raise InputError(
+            f"cannot resume {cfg.resume}: {exc} (its first stage's merges come from there: restore it, "
+            "and the run continues)"
+        ) from None
     source_merges: tuple[Merge, ...] = ()
     if source is not None and len(plans) == 1 and compat.alphabet == "seen":
         raise ConfigError(
