@@ -325,6 +325,11 @@ def test_resume_args_take_the_runs_own_overrides(tmp_path: Path) -> None:
         resume_args([f"resume={run}", "hydra.run.dir=x"])
     with pytest.raises(InputError, match="no such run directory"):
         resume_args([f"resume={tmp_path / 'nope'}"])
+    for name in ("train.log", ".hydra/overrides.yaml"):  # one of the run's files: "no such run directory"
+        (run / name).touch()
+        with pytest.raises(InputError, match=rf"a file; give the run's directory: resume={run}$"):
+            resume_args([f"resume={run / name}"])
+    (run / "train.log").unlink()
     (tmp_path / "texts").mkdir()
     with pytest.raises(InputError, match="not a run directory"):
         resume_args([f"resume={tmp_path / 'texts'}"])

@@ -297,6 +297,9 @@ def resume_args(args: Sequence[str]) -> list[str]:
     if "-m" in args or "--multirun" in args:
         raise ConfigError("resume continues one run: give resume=<run dir> without -m (one command per run)")
     run_dir = Path(value).expanduser().absolute()  # the resume runs where the run started (`run_cwd`)
+    if run_dir.is_file():  # a shell's completion of the run's directory gives one of its files
+        parent = run_dir.parent.parent if run_dir.parent.name == ".hydra" else run_dir.parent
+        raise InputError(f"resume {run_dir}: a file; give the run's directory: resume={parent}")
     if not run_dir.is_dir():
         raise InputError(f"resume {run_dir}: no such run directory")
     given = [arg for arg in args if _is_override(arg) and _key(arg) != "resume"]
