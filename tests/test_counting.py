@@ -438,8 +438,8 @@ def test_python_count_workers_end_when_their_run_is_killed_outright():
 
     script = (
         "import multiprocessing, time\n"
-        "import superbpe.engines.python_count as python_count\n"
-        "python_count.PARENT_CHECK_SECONDS = 0.05\n"
+        "import superbpe.core.util\nimport superbpe.engines.python_count as python_count\n"
+        "superbpe.core.util.PARENT_CHECK_SECONDS = 0.05\n"
         "def docs():\n"
         "    yield from ['a few words of text'] * 2000\n"  # more blocks than the queue holds: workers run
         "    print(*[p.pid for p in multiprocessing.active_children()], flush=True)\n"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import multiprocessing
@@ -855,3 +856,38 @@ def test_a_wrong_separator_lists_the_specials_quoted() -> None:
     many = Tokenizer(vocab, [], [f"<|r{i}|>" for i in range(20)])
     with pytest.raises(ConfigError, match=r"'<\|r3\|>', \.\.\. \(20 in all\)\)"):
         encode_module.separator_id_of(many, "<|eos|>")
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` still runs (an orphan's zombie waiting for a reaper does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
+def test_encode_pool_workers_end_when_their_command_is_killed_outright():
+    """Workers of a pool whose process a SIGKILL ended lived on for ever, orphans waiting on their queue."""
+    script = (
+        "import os, time\nfrom concurrent.futures import ProcessPoolExecutor\n"
+        "import superbpe.core.util as util\nutil.PARENT_CHECK_SECONDS = 0.05\n"
+        "pool = ProcessPoolExecutor(2, initializer=util.as_pool_worker, initargs=(os.getpid(), ()))\n"
+        "pool.submit(os.getpid).result()\n"
+        "print(*pool._processes, flush=True)\ntime.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    workers = [int(pid) for pid in proc.stdout.readline().split()]  # type: ignore[union-attr]
+    proc.kill()
+    proc.wait()
+    try:
+        assert workers
+        deadline = time.monotonic() + 10
+        while any(map(_running, workers)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(map(_running, workers))
+    finally:
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

@@ -14,6 +14,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
@@ -293,6 +294,26 @@ def default_threads() -> int:
     return threads or usable_cpus()
 
 
+#: How often a worker process looks whether the process that started it is still there.
+PARENT_CHECK_SECONDS = 1.0
+
+
+def end_when_orphaned(parent: int) -> None:
+    """End this worker process, from a thread of its own, once ``parent`` (the process that started it)
+    is gone: killed outright (SIGKILL, out of memory), it can stop none of its workers.
+
+    Left alone a worker would live on as an orphan holding its memory: waiting for ever on its task
+    queue, whose writing end it holds itself (a fork copies it), or writing results no one reads.
+    A thread, so whatever the worker's main thread waits in."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_CHECK_SECONDS)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="superbpe-orphan", daemon=True).start()
+
+
 def as_worker_process(*, ignore_interrupt: bool = False) -> None:
     """Signal handling for a worker process forked from a command, which kills its workers when it stops
     and reads nothing they were sending after that: SIGTERM kills it at once.
@@ -330,14 +351,17 @@ def as_pool_worker(pool_pid: int, handled: tuple[int, ...]) -> None:
     when one of them died, and its shutdown then waits on them. A thread tells the sender
     (``sigwaitinfo``); once the process that started the worker is gone, any SIGTERM ends it, as nothing
     else would. Where ``sigwaitinfo`` is missing, SIGTERM kills the worker at once. A stop signal the
-    pool's process dies of kills its workers too.
+    pool's process dies of kills its workers too, and a worker whose parent is gone ends
+    (:func:`end_when_orphaned`).
     """
     ignore_interrupt = signal.SIGINT in handled
     signal.signal(signal.SIGINT, signal.SIG_IGN if ignore_interrupt else signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not ignored: an ignored signal is never waited for
     if signal.SIGTERM not in handled or not hasattr(signal, "sigwaitinfo"):
+        end_when_orphaned(os.getppid())
         return
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # threads started later inherit it
+    end_when_orphaned(os.getppid())  # started after: a SIGTERM must not end the worker through its thread
     threading.Thread(
         target=_end_on_sigterm_from, args=(pool_pid, os.getppid()), name="superbpe-sigterm", daemon=True
     ).start()

@@ -11,8 +11,6 @@ import itertools
 import multiprocessing as mp
 import os
 import queue
-import threading
-import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -41,7 +39,7 @@ from superbpe.core.sources import (
     is_document_stream,
     iter_chunks,
 )
-from superbpe.core.util import as_worker_process
+from superbpe.core.util import as_worker_process, end_when_orphaned
 
 
 def count_pieces(
@@ -174,28 +172,13 @@ class CountJob:
         return counters
 
 
-#: How often a counting worker looks whether the process that started it is still there.
-PARENT_CHECK_SECONDS = 1.0
-
-
-def _end_without(parent: int) -> None:
-    """End this worker once ``parent`` is gone (killed outright: SIGKILL, out of memory).
-
-    Left alone it would live on as an orphan holding its memory, waiting for ever on the chunk queue,
-    whose writing end it holds itself (a fork copies it), or inside a chunk the parent died writing.
-    Run in a thread of its own, so whatever the worker's main thread waits in."""
-    while os.getppid() == parent:
-        time.sleep(PARENT_CHECK_SECONDS)
-    os._exit(1)
-
-
 def _worker(job: CountJob, tasks: Any, results: Any, parent: int) -> None:
     """Count chunks until told to stop, then send this worker's whole map back once."""
     as_worker_process(ignore_interrupt=True)  # Ctrl-C is the parent's to handle (it stops us)
     counters = job.counters()
     splitter = SpecialSplitter(job.specials)
     failed = False
-    threading.Thread(target=_end_without, args=(parent,), name="superbpe-orphan", daemon=True).start()
+    end_when_orphaned(parent)  # killed outright, the parent cannot stop us
     while (chunk := tasks.get()) is not None:
         if failed:
             continue
