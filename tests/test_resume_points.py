@@ -232,9 +232,9 @@ def test_a_process_forked_by_a_run_killed_outright_does_not_hold_its_directory(t
     script = (
         "import os, time\nfrom pathlib import Path\nfrom superbpe.training.directories import run_dir_lock\n"
         f"with run_dir_lock(Path({str(run)!r})):\n"
-        "    worker = os.fork()\n"
-        "    if worker == 0:\n        time.sleep(60)\n        os._exit(0)\n"
-        "    print(worker, flush=True)\n    time.sleep(60)\n"
+        "    if os.fork() == 0:  # says it runs once past the fork, so that the test does not race it\n"
+        "        print(os.getpid(), flush=True)\n        time.sleep(60)\n        os._exit(0)\n"
+        "    time.sleep(60)\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     worker = int(proc.stdout.readline())  # type: ignore[union-attr]
