@@ -76,6 +76,7 @@ from superbpe.training.summary import (
     check_plot_path,
     collect,
     missing_jobs,
+    planned_jobs,
     plot,
     summarized_dir,
     table,
@@ -510,10 +511,23 @@ def _jobs_not_run() -> str:
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode != RunMode.MULTIRUN:
         return ""
+    return jobs_not_run_note(Path(hydra_cfg.sweep.dir), hydra_cfg.job.num)
+
+
+def jobs_not_run_note(sweep_dir: Path, job_num: int) -> str:
+    """What a sweep stopped in job ``job_num`` leaves unrun: the jobs its record plans after it, or
+    nothing when it is the last (a note of jobs that do not exist would send the user looking for
+    them); when the record does not say how many there are, the jobs after it, unnumbered."""
+    planned = planned_jobs(sweep_dir)
+    if planned is not None and job_num + 1 >= planned:
+        return ""
+    first, last = job_num + 1, (planned or 0) - 1
+    which = f"jobs after job {job_num}" if planned is None else (
+        f"job {first}" if first == last else f"jobs {first} to {last}"
+    )  # fmt: skip
     return (
-        f"; the sweep's jobs after job {hydra_cfg.job.num} did not run (a sweep is not resumed: continue "
-        f"this job with resume=<its directory>, and give the combinations left to a new -m with another "
-        "hydra.sweep.dir)"
+        f"; the sweep's {which} did not run (a sweep is not resumed: continue this job with "
+        "resume=<its directory>, and give the combinations left to a new -m with another hydra.sweep.dir)"
     )
 
 

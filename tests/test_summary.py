@@ -7,9 +7,19 @@ from pathlib import Path
 
 import pytest
 
+from superbpe.cli import jobs_not_run_note
 from superbpe.core.errors import InputError
 from superbpe.core.pretokenize import PATTERNS
-from superbpe.training.summary import COLUMNS, Row, collect, missing_jobs, plot, timing_note, unfinished
+from superbpe.training.summary import (
+    COLUMNS,
+    Row,
+    collect,
+    missing_jobs,
+    planned_jobs,
+    plot,
+    timing_note,
+    unfinished,
+)
 
 
 def write_run(directory: Path, pretokenizer: str, pattern: str, eval_file: str | None = None) -> None:
@@ -92,6 +102,18 @@ def test_jobs_a_killed_sweep_missing_jobs_are_named(tmp_path: Path) -> None:
     assert missing_jobs(tmp_path) == []
     (tmp_path / "multirun.yaml").unlink()
     assert missing_jobs(tmp_path) == []
+
+
+def test_a_sweep_stopped_in_a_job_names_the_jobs_it_leaves_unrun(tmp_path: Path) -> None:
+    """Stopped in its last job, a sweep said that "the jobs after" it did not run: there were none."""
+    write_sweep_record(tmp_path, ["vocab_size=300,400", "schedule.transition=0.5,0.8"])
+    assert planned_jobs(tmp_path) == 4
+    assert "; the sweep's jobs 2 to 3 did not run (a sweep is not resumed" in jobs_not_run_note(tmp_path, 1)
+    assert "; the sweep's job 3 did not run" in jobs_not_run_note(tmp_path, 2)
+    assert jobs_not_run_note(tmp_path, 3) == ""
+    write_sweep_record(tmp_path, ["vocab_size=interval(300,400)"])  # a count it cannot tell
+    assert planned_jobs(tmp_path) is None
+    assert "; the sweep's jobs after job 3 did not run" in jobs_not_run_note(tmp_path, 3)
 
 
 def test_runs_of_other_schedules_differ_only_where_they_share_a_setting(tmp_path: Path) -> None:

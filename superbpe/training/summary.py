@@ -105,23 +105,43 @@ def missing_jobs(sweep_dir: Path) -> list[str]:
     checkpoint removed its directory; no other file says so (the sweep's own log names a failed job).
     Empty when the number of jobs cannot be told: a sweep of other than choices and ranges, job
     directories named otherwise than by job number, or no record."""
-    record = sweep_dir / "multirun.yaml"
-    if not record.is_file():
+    hydra = _sweep_record(sweep_dir)
+    jobs = planned_jobs(sweep_dir)
+    if hydra is None or jobs is None or hydra.get("sweep", {}).get("subdir") != "${hydra.job.num}":
         return []
+    return [str(job) for job in range(jobs) if not (sweep_dir / str(job)).exists()]
+
+
+def planned_jobs(sweep_dir: Path) -> int | None:
+    """How many jobs the sweep's record (``multirun.yaml``) plans, or None when that cannot be told (a
+    sweep of other than choices and ranges, or no record)."""
+    hydra = _sweep_record(sweep_dir)
+    if hydra is None:
+        return None
     from hydra.core.override_parser.overrides_parser import OverridesParser  # the commands' dependency
-    from omegaconf import OmegaConf  # loaded by the commands only: library runs never need it
 
     try:
-        hydra = OmegaConf.to_container(OmegaConf.load(record), resolve=False)["hydra"]  # type: ignore[index]
-        if hydra["sweep"]["subdir"] != "${hydra.job.num}":
-            return []
         jobs = 1
         for override in OverridesParser.create().parse_overrides(hydra["overrides"]["task"]):
             if override.is_sweep_override():
                 jobs *= len(list(override.sweep_string_iterator()))
     except Exception:  # noqa: BLE001 - a record that cannot be read this way only says nothing here
-        return []
-    return [str(job) for job in range(jobs) if not (sweep_dir / str(job)).exists()]
+        return None
+    return jobs
+
+
+def _sweep_record(sweep_dir: Path) -> dict[str, Any] | None:
+    """The ``hydra`` part of the sweep's ``multirun.yaml``, unresolved, or None without a readable one."""
+    record = sweep_dir / "multirun.yaml"
+    if not record.is_file():
+        return None
+    from omegaconf import OmegaConf  # loaded by the commands only: library runs never need it
+
+    try:
+        hydra = OmegaConf.to_container(OmegaConf.load(record), resolve=False)["hydra"]  # type: ignore[index]
+    except Exception:  # noqa: BLE001 - a record that cannot be read this way only says nothing here
+        return None
+    return hydra if isinstance(hydra, dict) else None
 
 
 def _order(row: Row) -> tuple[Any, ...]:
