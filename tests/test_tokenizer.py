@@ -694,6 +694,18 @@ def test_load_errors(tmp_path: Path) -> None:
 
 
 
+@pytest.mark.parametrize("kept", [0, 2])
+def test_a_merges_file_cut_short_is_refused_on_load(tmp_path: Path, kept: int) -> None:
+    """The vocab alone would still match the manifest's vocab_size: the merge count names the fault."""
+    vocab = {i: bytes([i]) for i in range(256)} | {256: b"ab", 257: b" ab", 258: b"cd"}
+    Tokenizer(vocab, [(b"a", b"b"), (b" ", b"ab"), (b"c", b"d")], engine="python").save(tmp_path)
+    merges = tmp_path / "merges.txt"
+    merges.write_text("".join(merges.read_text(encoding="utf-8").splitlines(keepends=True)[: 1 + kept]),
+                      encoding="utf-8")  # fmt: skip
+    with pytest.raises(InputError, match=rf"merges.txt: {kept} merges, but superbpe.json says 3"):
+        Tokenizer.load(tmp_path)
+
+
 def test_loading_an_unfinished_run_or_a_sweep_directory_says_what_to_name(tmp_path: Path) -> None:
     """A run killed before its tokenizer was written, or a sweep's directory (its runs are below it),
     holds no tokenizer files: the error says how to finish the run, or which directories hold one."""

@@ -652,6 +652,13 @@ class Tokenizer:
         if tokenizer.vocab_size != manifest.vocab_size:
             found, stated = tokenizer.vocab_size, manifest.vocab_size
             raise InputError(f"{manifest_path}: vocab_size {stated}, but the files hold {found}")
+        if manifest.num_merges is not None and len(tokenizer._merges) != manifest.num_merges:
+            read_from = MERGES_FILE if vocab_path.exists() or not hf_path.exists() else HF_FILE
+            raise InputError(
+                f"{directory / read_from}: {len(tokenizer._merges)} merges, but {MANIFEST_FILE} says "
+                f"{manifest.num_merges} (cut short or from another tokenizer): save or copy the directory "
+                "again"
+            )
         tokenizer._stages, tokenizer._training = manifest.stages, manifest.training or None
         return tokenizer
 

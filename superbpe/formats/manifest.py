@@ -31,6 +31,9 @@ class Manifest:
     # sha256 of the tokenizer.json saved beside it: a load from the manifest never reads that file, so one
     # changed since (saved over by transformers with tokens added) would encode otherwise, unnoticed.
     hf_sha256: str | None = None
+    # How many merges merges.txt holds: vocab_size alone passes a merges.txt cut short (a copy cut off, an
+    # empty file), which loads and encodes with fewer merges, unnoticed. None in manifests that lack it.
+    num_merges: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -44,6 +47,7 @@ class Manifest:
             "training": self.training,
             "extra": self.extra,
             **({} if self.hf_sha256 is None else {"hf_sha256": self.hf_sha256}),
+            **({} if self.num_merges is None else {"num_merges": self.num_merges}),
         }
 
 
@@ -76,9 +80,12 @@ def read_manifest(path: str | Path) -> Manifest:
     hf_sha256 = data.get("hf_sha256")
     if hf_sha256 is not None and not isinstance(hf_sha256, str):
         raise InputError(f"{path}: 'hf_sha256' must be a string")
+    num_merges = data.get("num_merges")
+    if num_merges is not None and (isinstance(num_merges, bool) or not isinstance(num_merges, int)):
+        raise InputError(f"{path}: 'num_merges' must be an integer")
     return Manifest(
         pre, specials, vocab_size, parts["stages"], parts["training"], parts["extra"], version, whole_pieces,
-        hf_sha256,
+        hf_sha256, num_merges,
     )  # fmt: skip
 
 

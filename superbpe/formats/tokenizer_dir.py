@@ -62,6 +62,7 @@ def save_tokenizer_dir(
         extra=dict(extra or {}),
         whole_pieces=whole_pieces,
         hf_sha256=hashlib.sha256(hf_text.encode("utf-8")).hexdigest(),
+        num_merges=len(merges),
     )
     texts = {
         VOCAB_FILE: vocab_to_json_text(vocab, vocab_style),
