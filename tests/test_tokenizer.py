@@ -614,6 +614,15 @@ def test_lookups_and_properties(gpt2: Tokenizer) -> None:
     assert len(gpt2.merges) == 50000
     with pytest.raises(KeyError, match="'not a single token at all' is not a token of this tokenizer"):
         gpt2.token_to_id("not a single token at all")
+    with pytest.raises(KeyError, match="is not a token of this tokenizer"):
+        gpt2.token_to_id("\ud800")
+    # bytes(3) would be three zero bytes: an id given here is refused, not looked up as such a token.
+    vocab = {i: bytes([i]) for i in range(256)} | {256: b"\x00\x00", 257: b"\x00\x00\x00"}
+    zeros = Tokenizer(vocab, [(b"\x00", b"\x00"), (b"\x00\x00", b"\x00")], engine="python")
+    with pytest.raises(InputError, match=r"^token_to_id takes a token as str or bytes, not int \(id_to_"):
+        zeros.token_to_id(3)
+    with pytest.raises(InputError, match="not NoneType"):
+        gpt2.token_to_id(None)  # type: ignore[arg-type]
 
 
 def test_constructor_rejects_bad_vocab() -> None:

@@ -255,10 +255,22 @@ class Tokenizer:
         return self._core.levels
 
     def token_to_id(self, token: str | bytes) -> int:
-        """Id of a token given as bytes or text (UTF-8); ``KeyError`` when it is not a token."""
-        if isinstance(token, str) and token in self._special_ids:
-            return self._special_ids[token]
-        wanted = token.encode("utf-8") if isinstance(token, str) else bytes(token)
+        """Id of a token given as bytes or text (UTF-8); ``KeyError`` when it is not a token.
+
+        Anything else is an ``InputError``: ``bytes(5)`` is five zero bytes, so an id given by mistake
+        would be looked up as such a token."""
+        if isinstance(token, str):
+            if token in self._special_ids:
+                return self._special_ids[token]
+            try:
+                wanted = token.encode("utf-8")
+            except UnicodeEncodeError:  # an unpaired surrogate: no UTF-8, so no token's text
+                wanted = b""
+        elif isinstance(token, (bytes, bytearray, memoryview)):
+            wanted = bytes(token)
+        else:
+            hint = " (id_to_token takes an id)" if _is_integer_id(token) else ""
+            raise InputError(f"token_to_id takes a token as str or bytes, not {type(token).__name__}{hint}")
         try:
             return self._id_of[wanted]
         except KeyError:
