@@ -249,6 +249,16 @@ def test_save_load_and_sum(tmp_path: Path, sample_texts: Path) -> None:
     made = r"differently: pretokenizer gpt2 with special tokens \['<\|endoftext\|>'\] and pretokenizer o200k"
     with pytest.raises(SuperBPEError, match=made):
         a + other
+    with pytest.raises(SuperBPEError, match="^piece counts add only to piece counts .* not dict$"):
+        a + {b"x": 1}  # type: ignore[operator]
+    with pytest.raises(SuperBPEError, match="not dict$"):
+        a.update({b"x": 1})  # type: ignore[arg-type]
+    assert sum([loaded, b]).to_dict() == both.to_dict()  # type: ignore[attr-defined]
+    # The text is cut at the special tokens alike in any order, so such shards add up.
+    listed = [EOT, "<|pad|>"]
+    named = [("german.txt", listed), ("tinystories_sample.txt", listed[::-1])]
+    shards = [count_pieces(sample_texts / name, "gpt2", order) for name, order in named]
+    assert (shards[0] + shards[1]).total() == shards[0].total() + shards[1].total()
 
 
 def test_counts_saved_where_no_file_can_go_are_one_line_errors(

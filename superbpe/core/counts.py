@@ -94,8 +94,16 @@ class PieceCounts(Mapping[bytes, int]):
             mine[piece] = mine.get(piece, 0) + count
 
     def check_addable(self, other: PieceCounts) -> None:
-        """Refuse counts made with another pre-tokenization; take ``other``'s tag when this has none."""
-        if self.meta and other.meta and self.meta != other.meta:
+        """Refuse counts made with another pre-tokenization; take ``other``'s tag when this has none.
+
+        The special tokens are compared as a set: the text is cut at them alike in any order, so shards
+        counted with them listed otherwise add up."""
+        if not isinstance(other, PieceCounts):
+            raise SuperBPEError(
+                f"piece counts add only to piece counts (from superbpe.count or PieceCounts.load), not "
+                f"{type(other).__name__}"
+            )
+        if self.meta and other.meta and _made_alike(self.meta) != _made_alike(other.meta):
             made = f"{_made(self.meta)} and {_made(other.meta)}"
             raise SuperBPEError(f"cannot add piece counts made differently: {made}")
         self.meta = self.meta or dict(other.meta)
@@ -104,6 +112,12 @@ class PieceCounts(Mapping[bytes, int]):
         result = PieceCounts(self.counts, self.meta)
         result.update(other)
         return result
+
+    def __radd__(self, other: object) -> PieceCounts:
+        """``0 + counts``, so that ``sum(shards)`` adds a list of counts (``sum`` starts from 0)."""
+        if isinstance(other, int) and not isinstance(other, bool) and other == 0:
+            return PieceCounts(self.counts, self.meta)
+        raise SuperBPEError(f"piece counts add only to piece counts, not {type(other).__name__}")
 
     def key_bytes(self) -> int:
         """The bytes of all pieces."""
@@ -253,6 +267,12 @@ def _checked_end(data: bytes, *, require_checksum: bool) -> int:
     if data[:4] == COUNTS_MAGIC[:4] and data[5:6] == b"\n" and data[4:5] > COUNTS_MAGIC[4:5]:
         raise ValueError(f"format {data[4]} of a later superbpe, not read by this one")
     raise ValueError("bad magic")
+
+
+def _made_alike(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """``meta`` as far as it decides the pieces: its special tokens' order does not."""
+    specials = meta.get("special_tokens")
+    return {**meta, "special_tokens": sorted(specials) if isinstance(specials, list) else specials}
 
 
 def _made(meta: Mapping[str, Any]) -> str:
