@@ -627,6 +627,8 @@ def test_lookups_and_properties(gpt2: Tokenizer) -> None:
 
 def test_constructor_rejects_bad_vocab() -> None:
     base = {i: bytes([i]) for i in range(256)}
+    from_array = Tokenizer({np.int64(i): token for i, token in base.items()}, [], engine="python")
+    assert from_array.encode("ok") == [ord("o"), ord("k")] and set(map(type, from_array.vocab)) == {int}
     with pytest.raises(ConfigError, match="twice"):
         Tokenizer({**base, 256: b"a"}, [])
     lacking = Tokenizer({i: bytes([i]) for i in range(255)}, [])  # no byte 0xFF: fine until a text needs it

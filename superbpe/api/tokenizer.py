@@ -897,6 +897,8 @@ def _checked_vocab(vocab: Mapping[int, bytes]) -> dict[int, bytes]:
                 "vocab maps ids to bytes; this one maps strings to ids, as a vocab.json does: load such "
                 "files with Tokenizer.from_files(vocab_json, merges_txt)"
             )
+        if isinstance(token_id, np.integer):  # ids read from an array: the values are what count
+            token_id = int(token_id)
         if isinstance(token_id, bool) or not isinstance(token_id, int) or not 0 <= token_id < MAX_IDS:
             raise ConfigError(f"vocab ids must be non-negative integers, got {token_id!r} (below 2**32)")
         if not isinstance(token, (bytes, bytearray)) or not token:
