@@ -165,6 +165,9 @@ def test_bad_documents_are_one_line_errors_naming_the_document(engine):
         superbpe.train_bpe(iter([]), 300, engine=engine)
     with pytest.raises(InputError, match=r"a list is read as paths: pass texts as an iterator"):
         superbpe.count(["a text, not a path"], engine=engine)
+    for text in ["first\nsecond", "a\x00b"]:  # quoted: the error stays one line, its NUL escaped
+        with pytest.raises(InputError, match=r"^'a.*\\(n|x00).*a list is read as paths"):
+            superbpe.count([text.replace("first", "a")], engine=engine)
 
 
 @pytest.mark.parametrize("engine", ENGINES)

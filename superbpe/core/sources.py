@@ -206,7 +206,7 @@ def _expand(item: str) -> list[Path]:
         if not found:
             raise InputError(f"{item}: glob matches no files")
         return found
-    if " " in item:  # a text, most likely
+    if any(char.isspace() or char == "\0" for char in item):  # a text, most likely: shown quoted, on one line
         shown = item if len(item) <= 80 else f"{item[:60]}..."
         raise InputError(
             f"{shown!r}: no such file or directory (a list is read as paths: pass texts as an iterator, "
