@@ -100,7 +100,8 @@ def test_a_tokenizer_json_saved_over_by_transformers_is_not_ignored(
 ) -> None:
     """Tokens added in transformers and saved into the directory changed tokenizer.json only: loading the
     directory by its manifest encoded as before, so the training data and the model's tokenizer disagreed
-    with no word said. The manifest keeps tokenizer.json's fingerprint; the new file loads on its own."""
+    with no word said. The manifest keeps tokenizer.json's fingerprint; the new file loads on its own. A
+    file saved again with nothing changed (in HF's own layout) loads: it encodes alike."""
     tokenizers = pytest.importorskip("tokenizers")
     vocab, merges = superbpe.train_bpe(sample_texts / "corpus.en", 600, [EOT])
     Tokenizer(vocab, merges, [EOT]).save(tmp_path / "tok")
@@ -109,10 +110,19 @@ def test_a_tokenizer_json_saved_over_by_transformers_is_not_ignored(
     (tmp_path / "tok" / "tokenizer.json").write_bytes(saved.replace(b"\n", b"\r\n"))  # git's autocrlf
     assert Tokenizer.load(tmp_path / "tok").special_tokens == [EOT]
     hf = tokenizers.Tokenizer.from_file(str(tmp_path / "tok" / "tokenizer.json"))
+    hf.save(str(tmp_path / "tok" / "tokenizer.json"))  # its own layout (save_pretrained's), nothing added
+    assert (tmp_path / "tok" / "tokenizer.json").read_bytes().replace(b"\r\n", b"\n") != saved
+    assert Tokenizer.load(tmp_path / "tok").encode(f"a b{EOT}") == hf.encode(f"a b{EOT}").ids
     hf.add_special_tokens(["<|im_start|>"])
     hf.save(str(tmp_path / "tok" / "tokenizer.json"))
     with pytest.raises(InputError, match=r"tokenizer.json is not the tokenizer.json saved with superbpe"):
         Tokenizer.load(tmp_path / "tok")
+    bare = tmp_path / "bare"  # tokenizer.json is then what the manifest's tokenizer is read from
+    bare.mkdir()
+    for name in (MANIFEST_FILE, "tokenizer.json"):
+        (bare / name).write_bytes((tmp_path / "tok" / name).read_bytes())
+    with pytest.raises(InputError, match=r"tokenizer.json is not the tokenizer.json saved with superbpe"):
+        Tokenizer.load(bare)
     (tmp_path / "alone").mkdir()
     (tmp_path / "tok" / "tokenizer.json").rename(tmp_path / "alone" / "tokenizer.json")
     alone = Tokenizer.load(tmp_path / "alone")

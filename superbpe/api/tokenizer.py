@@ -61,7 +61,8 @@ from superbpe.formats.hf import (
 )
 from superbpe.formats.manifest import (
     MANIFEST_FILE,
-    check_hf_file_unchanged,
+    hf_file_changed,
+    hf_file_encodes_otherwise,
     manifest_pretokenizer,
     read_manifest,
 )
@@ -647,7 +648,9 @@ class Tokenizer:
         """A directory with our manifest: it says how to encode (and, from a run, under which compat)."""
         directory = manifest_path.parent
         manifest = read_manifest(manifest_path)
-        check_hf_file_unchanged(manifest, directory / HF_FILE)
+        # A tokenizer.json saved again by transformers (save_pretrained) is rewritten in its own layout even
+        # when nothing changed: only one that encodes otherwise is refused (it is read to find out).
+        hf_changed = hf_file_changed(manifest, directory / HF_FILE)
         pre = manifest_pretokenizer(manifest_path, manifest)
         if compat is not None:
             recorded = recorded_compat(manifest.training)
@@ -661,6 +664,8 @@ class Tokenizer:
             data = read_hf_tokenizer(hf_path)
             vocab, merges, valid = data.vocab, data.merges, data.valid
         tokenizer = cls._from_read(vocab, merges, valid, specials, pre, engine, whole_pieces=whole_pieces)
+        if hf_changed and not tokenizer._encodes_as_hf_file(hf_path):
+            raise hf_file_encodes_otherwise(hf_path)
         if tokenizer.vocab_size != manifest.vocab_size:
             found, stated = tokenizer.vocab_size, manifest.vocab_size
             raise InputError(f"{manifest_path}: vocab_size {stated}, but the files hold {found}")
@@ -673,6 +678,22 @@ class Tokenizer:
             )
         tokenizer._stages, tokenizer._training = manifest.stages, manifest.training or None
         return tokenizer
+
+    def _encodes_as_hf_file(self, hf_path: Path) -> bool:
+        """Whether the ``tokenizer.json`` at ``hf_path`` holds this tokenizer: the same vocab, merges, special
+        tokens, pattern and whole-piece rule (one this library cannot read encodes otherwise)."""
+        try:
+            data = read_hf_tokenizer(hf_path)
+        except InputError:
+            return False
+        pre = pretokenizer_from_hf(data)
+        return (
+            data.vocab == self._vocab
+            and data.merges == self._merges
+            and set(data.special_tokens) == set(self._special_ids)
+            and (pre.pattern, pre.line_units) == (self._pretokenizer.pattern, self._pretokenizer.line_units)
+            and data.ignore_merges == self._whole_pieces
+        )
 
     def save(
         self,

@@ -89,19 +89,22 @@ def read_manifest(path: str | Path) -> Manifest:
     )  # fmt: skip
 
 
-def check_hf_file_unchanged(manifest: Manifest, hf_path: Path) -> None:
-    """Refuse a ``tokenizer.json`` that is not the one saved with the manifest (see ``hf_sha256``): what
-    transformers encodes with and what this manifest's tokenizer encodes with would differ."""
+def hf_file_changed(manifest: Manifest, hf_path: Path) -> bool:
+    """Whether ``tokenizer.json`` is not, byte for byte, the one saved with the manifest (see
+    ``hf_sha256``). Line ends are compared as saved: a checkout that turns them into \\r\\n (git's
+    autocrlf) changes no JSON value (a \\r inside a JSON string is always escaped)."""
     if manifest.hf_sha256 is None or not hf_path.is_file():
-        return
-    # Line ends as saved: a checkout that turns them into \r\n (git's autocrlf) changes no JSON value
-    # (a \r inside a JSON string is always escaped).
-    if hashlib.sha256(hf_path.read_bytes().replace(b"\r\n", b"\n")).hexdigest() != manifest.hf_sha256:
-        raise InputError(
-            f"{hf_path} is not the {hf_path.name} saved with {MANIFEST_FILE} (changed since, e.g. saved over "
-            "by transformers with tokens added), so the two would encode differently; to use the new one, "
-            "load it from a directory of its own"
-        )
+        return False
+    return hashlib.sha256(hf_path.read_bytes().replace(b"\r\n", b"\n")).hexdigest() != manifest.hf_sha256
+
+
+def hf_file_encodes_otherwise(hf_path: Path) -> InputError:
+    """The error for a changed ``tokenizer.json`` that does not encode as the manifest's tokenizer: what
+    transformers encodes with and what the manifest loads would differ."""
+    return InputError(
+        f"{hf_path} is not the {hf_path.name} saved with {MANIFEST_FILE} and encodes otherwise (e.g. saved "
+        "over by transformers with tokens added); to use the new one, load it from a directory of its own"
+    )
 
 
 def manifest_pretokenizer(path: Path, manifest: Manifest) -> Pretokenizer:
