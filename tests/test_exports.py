@@ -244,6 +244,22 @@ def test_roles_are_read_from_tokenizer_config_where_there_is_no_special_tokens_m
     assert Tokenizer.load(tmp_path / "tok").roles == roles
 
 
+def test_a_role_set_in_transformers_and_saved_over_the_directory_is_read(
+    tmp_path: Path, sample_texts: Path
+) -> None:
+    """transformers 5 writes roles into tokenizer_config.json only and leaves our special_tokens_map.json as
+    it was: a load read that file alone, so the pad token transformers reads was dropped (lost on save)."""
+    transformers = pytest.importorskip("transformers")
+    specials = [EOT, "<|pad|>"]
+    vocab, merges = superbpe.train_bpe(sample_texts / "corpus.en", 300, specials)
+    Tokenizer(vocab, merges, specials).save(tmp_path)
+    hf = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
+    hf.pad_token = "<|pad|>"
+    hf.save_pretrained(str(tmp_path))
+    assert transformers.AutoTokenizer.from_pretrained(str(tmp_path)).pad_token == "<|pad|>"
+    assert Tokenizer.load(tmp_path).roles == {"bos_token": EOT, "eos_token": EOT, "pad_token": "<|pad|>"}
+
+
 @pytest.mark.parametrize(
     "roles_file", ['["<|endoftext|>"]', "{not json", '{"pad_token": 5, "eos_token": "<|endoftext|>"}',
                    '{"unk_token": "<unk>", "eos_token": {"content": "<|endoftext|>"}}'],

@@ -371,19 +371,23 @@ def pretokenizer_from_hf(data: HFTokenizerData) -> Pretokenizer:
 def read_roles(directory: Path, special_tokens: Sequence[str]) -> dict[str, str | None] | None:
     """The token roles a directory gives (a role it lacks has no token), or None without a usable file.
 
-    Roles are read from ``special_tokens_map.json`` where there is one, else from ``tokenizer_config.json``:
-    transformers 5 writes them only there. transformers writes a role as ``{"content": ...}``, we as the
-    token itself. Encoding never depends on these files, so one that cannot be read, or a role naming no
-    special token, is passed over with a warning naming it rather than refused."""
-    for name in (HF_SPECIAL_MAP_FILE, HF_CONFIG_FILE):
+    Roles are read as transformers reads them: from ``tokenizer_config.json``, with those that
+    ``special_tokens_map.json`` names taking their place. transformers 5 writes roles only in the first and
+    leaves the second as it was, so a role set there and saved over our directory (a pad token) is in the
+    config alone. transformers writes a role as ``{"content": ...}``, we as the token itself. Encoding never
+    depends on these files, so one that cannot be read, or a role naming no special token, is passed over
+    with a warning naming it rather than refused."""
+    found: dict[str, str | None] | None = None
+    for name in (HF_CONFIG_FILE, HF_SPECIAL_MAP_FILE):
         path = directory / name
-        if path.is_file():
-            return _roles_in(path, special_tokens)
-    return None
+        roles = _roles_in(path, special_tokens) if path.is_file() else None
+        if roles is not None:
+            found = {**(found or {}), **roles}
+    return None if found is None else {role: found.get(role) for role in TOKEN_ROLES}
 
 
 def _roles_in(path: Path, special_tokens: Sequence[str]) -> dict[str, str | None] | None:
-    """The token roles of one JSON file of ``read_roles``."""
+    """The token roles one JSON file of ``read_roles`` names (a role it leaves out is not in the dict)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -393,8 +397,8 @@ def _roles_in(path: Path, special_tokens: Sequence[str]) -> dict[str, str | None
         log.warning("%s: not a JSON object of token roles; its roles are not kept", path)
         return None
     roles: dict[str, str | None] = {}
-    for role in TOKEN_ROLES:
-        token = data.get(role)
+    for role in (role for role in TOKEN_ROLES if role in data):
+        token = data[role]
         token = token.get("content") if isinstance(token, dict) else token
         if token is not None and (not isinstance(token, str) or token not in special_tokens):
             log.warning("%s: %s %r is not a special token here; that role is not kept", path, role, token)
