@@ -63,6 +63,20 @@ def test_counts_are_trained_as_they_were_made(sample_texts: Path) -> None:
         superbpe.train_bpe(counts, 300, ["<|x|>"])
 
 
+
+def test_counts_for_compat_official_are_counted_line_by_line(tmp_path: Path, sample_texts: Path) -> None:
+    """compat="official" trains on each line apart: counts made otherwise trained other merges than the same
+    corpus given as a file, without a word. count(compat=...) makes counts that train alike."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text((sample_texts / "german.txt").read_text(encoding="utf-8") + "x  \n  y\t\n\n z \n" * 200,
+                      encoding="utf-8")  # fmt: skip
+    with pytest.raises(ConfigError, match=r"^compat official trains on each line apart, but these counts"):
+        superbpe.train_bpe(superbpe.count(corpus), 300, compat="official")
+    counts = superbpe.count(corpus, compat="official")
+    trained = superbpe.train_bpe(counts, 300, compat="official")
+    assert trained == superbpe.train_bpe(corpus, 300, compat="official")
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [

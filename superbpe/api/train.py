@@ -50,6 +50,7 @@ def count(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     errors: str = "strict",
     text_field: str = "text",
+    compat: str | CompatConfig | None = None,
 ) -> PieceCounts:
     """Pre-tokenize and count a corpus once, to train on (or add up) later.
 
@@ -57,9 +58,10 @@ def count(
     iterable of strings, such as a generator or a ``datasets`` stream (rows that are mappings give
     their ``text_field``). A stream is read once, in blocks of about ``chunk_bytes`` characters
     counted in parallel, so it is never held whole; its counts equal those of the same documents
-    written one per line to a ``.jsonl`` file.
+    written one per line to a ``.jsonl`` file. ``compat`` counts in its training units (``"official"``:
+    line by line), as ``train_bpe`` with that ``compat`` trains on them.
     """
-    pre = get_pretokenizer(pretokenizer)
+    pre = training_pretokenizer(get_pretokenizer(pretokenizer), get_compat(compat))
     SpecialSplitter(special_tokens)
     return get_engine(engine, [pre]).count(
         input_path,
@@ -109,7 +111,7 @@ def train_bpe(
     read_options = _read_options(options)
     rules = training_rules(make_rules(**_rule_options(options)), chosen_compat)
     if isinstance(input_path, PieceCounts):
-        _check_counts_made_alike(input_path, pretokenizer, special_tokens)
+        _check_counts_made_alike(input_path, pretokenizer, special_tokens, chosen_compat)
     pretokenizer = training_pretokenizer(get_pretokenizer(pretokenizer or "gpt2"), chosen_compat)
     splits = [] if isinstance(input_path, PieceCounts) else [pretokenizer]
     chosen = get_engine(engine, splits)
@@ -138,13 +140,18 @@ def train_bpe(
 
 
 def _check_counts_made_alike(
-    counts: PieceCounts, pretokenizer: str | Pretokenizer | None, special_tokens: list[str]
+    counts: PieceCounts,
+    pretokenizer: str | Pretokenizer | None,
+    special_tokens: list[str],
+    compat: CompatConfig,
 ) -> None:
-    """Refuse a pre-tokenizer or special tokens other than those ``counts`` were made with.
+    """Refuse a pre-tokenizer, special tokens or compat training units other than those ``counts`` were
+    made with.
 
-    Why: counts are text already split, so training on them cannot apply another pattern or cut at
-    other specials; both used to be ignored without a word (merges of the counts' pattern under the
-    name given, or a special token whose text was trained on as ordinary text).
+    Why: counts are text already split, so training on them cannot apply another pattern, cut at other
+    specials or split the text into lines; each was ignored without a word (merges of the counts' pattern
+    under the name given, a special token's text trained on as ordinary text, other merges than
+    ``compat="official"`` makes of the corpus).
     """
     made = counts.meta.get("pretokenizer") or {}
     given = None if pretokenizer is None else get_pretokenizer(pretokenizer)
@@ -152,6 +159,13 @@ def _check_counts_made_alike(
         raise ConfigError(
             f"these counts were made with pretokenizer {made.get('name')}, not {given.name}: leave "
             "pretokenizer out, or count again with it"
+        )
+    units = compat.line_units
+    if made and units is not None and bool(made.get("line_units")) != units:
+        how = "each line apart" if units else "whole documents"
+        raise ConfigError(
+            f"compat {compat.name} trains on {how}, but these counts were made otherwise: count them with "
+            "the same compat, superbpe.count(..., compat=...)"
         )
     counted = counts.meta.get("special_tokens")
     if counted is not None and set(counted) != set(special_tokens):
