@@ -741,6 +741,19 @@ def test_nothing_is_written_when_the_export_is_invalid(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    "records",
+    [{"manifest_extra": {"made_from": Path("corpus.txt")}}, {"manifest_extra": [1]}, {"stages": [1]},
+     {"training": 5}],
+)  # fmt: skip
+def test_manifest_records_that_are_not_json_are_refused_before_a_file_is_written(
+    tmp_path: Path, records: dict[str, Any]
+) -> None:
+    with pytest.raises(ConfigError, match=r"^the manifest's records .* must be JSON objects of JSON values"):
+        _hand_made("gpt2").save(tmp_path / "out", **records)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
     ("document", "message"),
     [
         ({"format": "other"}, "not a superbpe manifest"),

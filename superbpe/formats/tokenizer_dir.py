@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from superbpe.core.errors import InputError
+from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.pretokenize import Pretokenizer
 from superbpe.core.types import Merge
 from superbpe.core.util import atomic_write_texts
@@ -53,22 +53,12 @@ def save_tokenizer_dir(
         raise InputError(f"{directory}: exists and is not a directory; the tokenizer needs a directory")
     hf_document = hf_tokenizer_json(vocab, merges, special_tokens, pretokenizer, whole_pieces)
     hf_text = json_text(hf_document, indent=1)
-    manifest = Manifest(
-        pretokenizer=pretokenizer.spec(),
-        special_tokens=list(special_tokens),
-        vocab_size=len(vocab),
-        stages=[dict(stage) for stage in stages],
-        training=dict(training or {}),
-        extra=dict(extra or {}),
-        whole_pieces=whole_pieces,
-        hf_sha256=hashlib.sha256(hf_text.encode("utf-8")).hexdigest(),
-        num_merges=len(merges),
-    )
     texts = {
         VOCAB_FILE: vocab_to_json_text(vocab, vocab_style),
         MERGES_FILE: merges_to_text(merges),
         HF_FILE: hf_text,
-        MANIFEST_FILE: json_text(manifest.to_json(), indent=2),
+        MANIFEST_FILE: _manifest_text(merges, hf_text, stages, training, extra, len(vocab), special_tokens,
+                                      pretokenizer, whole_pieces),  # fmt: skip
     }
     hf_roles = resolve_roles(roles, special_tokens)
     for name, document in transformers_documents(vocab, special_tokens, hf_roles).items():
@@ -84,6 +74,39 @@ def save_tokenizer_dir(
     except OSError as exc:
         raise InputError(f"{directory}: cannot write the tokenizer there ({exc.strerror or exc})") from None
     return directory
+
+
+def _manifest_text(
+    merges: Sequence[Merge],
+    hf_text: str,
+    stages: Sequence[Mapping[str, Any]],
+    training: Mapping[str, Any] | None,
+    extra: Mapping[str, Any] | None,
+    vocab_size: int,
+    special_tokens: Sequence[str],
+    pretokenizer: Pretokenizer,
+    whole_pieces: bool,
+) -> str:
+    """``superbpe.json``'s text. The caller's records (``stages``, ``training``, ``extra``) must be JSON
+    objects: anything else is a one-line ``ConfigError`` here, before a file is written."""
+    try:
+        manifest = Manifest(
+            pretokenizer=pretokenizer.spec(),
+            special_tokens=list(special_tokens),
+            vocab_size=vocab_size,
+            stages=[dict(stage) for stage in stages],
+            training=dict(training or {}),
+            extra=dict(extra or {}),
+            whole_pieces=whole_pieces,
+            hf_sha256=hashlib.sha256(hf_text.encode("utf-8")).hexdigest(),
+            num_merges=len(merges),
+        )
+        return json_text(manifest.to_json(), indent=2)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(
+            "the manifest's records (manifest_extra, stages: a list of dicts, training) must be JSON "
+            f"objects of JSON values: {exc}"
+        ) from None
 
 
 def states_its_pattern(path: Path) -> bool:
