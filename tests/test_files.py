@@ -740,6 +740,15 @@ def test_nothing_is_written_when_the_export_is_invalid(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
+def test_a_save_into_no_directory_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """"" is Path("."): a save into an unset variable wrote the six files into the working directory."""
+    monkeypatch.chdir(tmp_path)
+    for nowhere in ["", None]:
+        with pytest.raises(InputError, match=r"^the tokenizer is saved into a directory; give its path"):
+            _hand_made("gpt2").save(nowhere)  # type: ignore[arg-type]
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize(
     "records",
     [{"manifest_extra": {"made_from": Path("corpus.txt")}}, {"manifest_extra": [1]}, {"stages": [1]},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,10 @@ def save_tokenizer_dir(
     that fails part way (a full disk) leaves the directory as it was. A directory that cannot be written is
     an ``InputError``.
     """
+    # "" is Path("."): an unset variable would write the files into the working directory.
+    if not isinstance(directory, (str, os.PathLike)) or not str(directory):
+        raise InputError(f"the tokenizer is saved into a directory; give its path (\".\" for this one), "
+                         f"not {directory!r}")  # fmt: skip
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
         raise InputError(f"{directory}: exists and is not a directory; the tokenizer needs a directory")
