@@ -121,6 +121,10 @@ def test_a_special_whose_byte_table_reading_is_no_text_is_kept(
 def test_a_special_with_the_bytes_of_a_learned_token_is_refused() -> None:
     with pytest.raises(ConfigError, match="bytes of a learned token"):
         build_vocab([(b"a", b"b")], ["ab"])
+    with pytest.raises(ConfigError, match=r"^special_tokens takes a list of strings: \['<\|endoftext\|>'\]"):
+        build_vocab([(b"a", b"b")], "<|endoftext|>")  # not its characters, each a special
+    with pytest.raises(ConfigError, match=r"^merge #1 must be two bytes objects, not \('a', 'b'\)"):
+        build_vocab([(b"a", b"b"), ("a", "b")])  # type: ignore[list-item]
 
 
 def test_one_char_special_is_a_one_line_error_with_nothing_left(tmp_path: Path, corpus: Path) -> None:

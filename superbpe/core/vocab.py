@@ -18,9 +18,16 @@ _PLAIN_WORD = re.compile(r"\w+")
 
 
 def build_vocab(merges: Sequence[Merge], special_tokens: Iterable[str] = ()) -> Vocab:
-    """Ids 0-255 are the bytes, then one id per merge in order, then the special tokens."""
+    """Ids 0-255 are the bytes, then one id per merge in order, then the special tokens.
+
+    A str where the list of special tokens goes, or merges of str, are refused: the first would be read as
+    its characters, each a special token, and the second would put text in the vocab, not bytes."""
+    if isinstance(special_tokens, str | bytes):
+        raise ConfigError(f"special_tokens takes a list of strings: [{special_tokens!r}]")
     vocab: Vocab = {i: bytes([i]) for i in range(256)}
     for left, right in merges:
+        if type(left) is not bytes or type(right) is not bytes:
+            raise ConfigError(f"merge #{len(vocab) - 256} must be two bytes objects, not {(left, right)!r}")
         vocab[len(vocab)] = left + right
     tokens = set(vocab.values())
     for token in dict.fromkeys(special_tokens):
