@@ -595,8 +595,11 @@ def test_decode_takes_numpy_integers() -> None:
     assert tok.decode(np.array([65, 66], dtype=np.uint16)) == "AB"
     assert tok.decode([np.int64(65), 66]) == "AB"
     assert tok.id_to_token(np.int32(65)) == b"A"
-    with pytest.raises(InputError, match="unknown token id"):
+    with pytest.raises(InputError, match=r"^decode takes one sequence of token ids, not a 2-D array"):
         tok.decode(np.array([[65, 66]]))
+    for unordered in ({65, 66}, {65: 1}):  # a set's text would come out shuffled, a dict's keys be decoded
+        with pytest.raises(InputError, match=r"^decode takes token ids in order \(a list\), not a "):
+            tok.decode(unordered)  # type: ignore[arg-type]
 
 
 def test_decode_of_text_says_it_takes_ids() -> None:

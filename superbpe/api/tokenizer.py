@@ -14,7 +14,7 @@ import os
 import re
 import warnings
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from itertools import accumulate, chain, repeat, starmap
 from pathlib import Path
 from typing import Any
@@ -532,6 +532,14 @@ class Tokenizer:
                 raise InputError("decode takes token ids, not a str (encode takes text)")
             if not isinstance(ids, Iterable):
                 raise InputError(f"decode takes token ids (a list), not {type(ids).__name__}")
+            # A set has no order (its text would come out shuffled) and a dict iterates its keys.
+            if isinstance(ids, Set | Mapping):
+                raise InputError(f"decode takes token ids in order (a list), not a {type(ids).__name__}")
+            if isinstance(ids, np.ndarray) and ids.ndim > 1:
+                raise InputError(
+                    f"decode takes one sequence of token ids, not a {ids.ndim}-D array (for a batch, decode "
+                    "each row)"
+                )
             if isinstance(ids, np.ndarray) and ids.ndim == 1 and ids.dtype.kind in "iu":
                 ids = ids.tolist()  # Python ints, which the vocab looks up fastest
             else:
