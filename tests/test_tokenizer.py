@@ -638,6 +638,9 @@ def test_constructor_rejects_bad_vocab() -> None:
     assert lacking.encode("ok") == [ord("o"), ord("k")]
     with pytest.raises(ConfigError, match="not in the vocab"):
         Tokenizer(base, [(b"a", b"b")])
+    for engine in ("python", "native") if native_available() else ("python",):
+        with pytest.raises(ConfigError, match=r"^whole_pieces must be True or False, not 'no'"):
+            Tokenizer(base, [], whole_pieces="no", engine=engine)  # type: ignore[arg-type]
 
 
 def test_unpaired_surrogate_is_an_input_error(gpt2: Tokenizer) -> None:

@@ -140,6 +140,8 @@ class Tokenizer:
         specials_unmade: bool = False,
     ) -> None:
         """Set up from a checked vocab and merges list, which it keeps (and adds special tokens to)."""
+        if not isinstance(whole_pieces, bool):  # "no" would read as True in Python; the extension refuses it
+            raise ConfigError(f"whole_pieces must be True or False, not {whole_pieces!r}")
         # What the directory it is loaded from says beyond encoding (token roles, how it was trained):
         # `save` writes it back unless given anew, so a load and a save lose nothing.
         self._roles: dict[str, str | None] | None = None
