@@ -10,6 +10,7 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 
@@ -191,6 +192,10 @@ def test_train_superbpe_checks_its_transition_and_options():
         superbpe.train_superbpe(iter(["x y"]), 400, 1.5)
     with pytest.raises(superbpe.SuperBPEError, match="transition 144: stage 1 needs .* of the 144"):
         superbpe.train_superbpe(iter(["x y"]), 400, 144)
+    with pytest.raises(superbpe.SuperBPEError, match="transition 144: stage 1 needs .* of the 144"):
+        superbpe.train_superbpe(iter(["x y"]), 400, np.int64(144))  # taken as the int it is, as vocab_size
+    with pytest.raises(superbpe.SuperBPEError, match="transition 1.5 is a fraction"):
+        superbpe.train_superbpe(iter(["x y"]), 400, np.float32(1.5))
     # A fraction too small for the vocab is named as given, with the merge count it rounds to.
     with pytest.raises(superbpe.SuperBPEError, match=r"transition 0\.5 gives 0 merges, but stage 1 needs"):
         superbpe.train_superbpe(iter(["x y"]), 257, 0.5)

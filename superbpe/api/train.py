@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import logging
+import numbers
 import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -279,11 +280,13 @@ def train_superbpe(
 
 
 def _transition_end(transition: int | float, total: int, seen_alphabet: bool) -> int:
-    """Stage 1's last merge: an int is a merge count, a float in (0, 1) a fraction of ``total``."""
-    if isinstance(transition, bool) or not isinstance(transition, (int, float)):
+    """Stage 1's last merge: an int is a merge count, a float in (0, 1) a fraction of ``total``. numpy's
+    integers and floats (a sweep's ``np.arange``) count as the Python numbers they equal."""
+    if isinstance(transition, bool) or not isinstance(transition, numbers.Real):
         raise ConfigError(
             f"transition must be a merge count (int) or a fraction in (0, 1), not {transition!r}"
         )
+    transition = int(transition) if isinstance(transition, numbers.Integral) else float(transition)
     if isinstance(transition, float):
         if seen_alphabet:
             raise ConfigError(
