@@ -64,6 +64,26 @@ def test_counts_are_trained_as_they_were_made(sample_texts: Path) -> None:
 
 
 
+@pytest.mark.parametrize("engine", ["python", "native"])
+@pytest.mark.parametrize(
+    ("counts", "message"),
+    [({"hello": 3}, r"^piece counts map bytes to counts, not str: 'hello' \(encode text"),
+     ({b"hello": 3.5}, r"^piece b'hello' has a count that is not an integer: 3.5"),
+     ({b"hello": None}, r"^piece b'hello' has a count that is not an integer: None")],
+)  # fmt: skip
+def test_piece_counts_made_by_hand_are_checked_alike_by_both_engines(
+    engine: str, counts: dict, message: str
+) -> None:
+    """A str piece or a count that is no integer failed deep inside either engine (AttributeError, TypeError),
+    and the python engine trained on a float count that the native one refused."""
+    if engine == "native":
+        pytest.importorskip("superbpe._native")
+    with pytest.raises(SuperBPEError, match=message):
+        superbpe.train_bpe(superbpe.PieceCounts(counts), 258, engine=engine)
+    assert superbpe.train_bpe(superbpe.PieceCounts({b"hello": np.int64(3)}), 258, engine=engine)[1] == [
+        (b"l", b"o"), (b"l", b"lo")]  # fmt: skip
+
+
 def test_counts_for_compat_official_are_counted_line_by_line(tmp_path: Path, sample_texts: Path) -> None:
     """compat="official" trains on each line apart: counts made otherwise trained other merges than the same
     corpus given as a file, without a word. count(compat=...) makes counts that train alike."""

@@ -8,6 +8,7 @@ Memory grows with the number of distinct pieces, never with corpus size.
 from __future__ import annotations
 
 import json
+import numbers
 import os
 import struct
 import zlib
@@ -209,6 +210,20 @@ class PieceCounts(Mapping[bytes, int]):
         if pos != end:
             raise ValueError("trailing bytes")
         return cls(counts, meta)
+
+
+def bad_piece_count(piece: object, freq: object) -> SuperBPEError | None:
+    """Why ``piece: freq`` is no entry of piece counts (bytes to a whole count >= 0), or None. Counts a
+    user makes (``PieceCounts({...})``) are checked by the trainers with it: a str piece or a float count
+    failed deep inside either engine, and differently in each."""
+    if not isinstance(piece, bytes):
+        hint = " (encode text to UTF-8 bytes)" if isinstance(piece, str) else ""
+        return SuperBPEError(f"piece counts map bytes to counts, not {type(piece).__name__}: {piece!r}{hint}")
+    if isinstance(freq, bool) or not isinstance(freq, numbers.Integral):
+        return SuperBPEError(f"piece {piece!r} has a count that is not an integer: {freq!r}")
+    if freq < 0:
+        return SuperBPEError(f"piece {piece!r} has a negative count {freq}")
+    return None
 
 
 def counts_file_problem(path: str | os.PathLike[str]) -> str | None:

@@ -26,6 +26,7 @@ import numpy as np
 from superbpe.core.counts import (
     PieceCounts,
     ProgressFn,
+    bad_piece_count,
     counts_file_to_write,
     counts_meta,
     prepare_count,
@@ -210,8 +211,10 @@ def native_counts(counts: Mapping[bytes, int]) -> Any:
         return counts.native()
     plain = counts.counts if isinstance(counts, PieceCounts) else dict(counts)
     for piece, freq in plain.items():
-        if freq < 0:
-            raise SuperBPEError(f"piece {piece!r} has a negative count {freq}")
+        if (type(piece) is not bytes or type(freq) is not int or freq < 0) and (
+            problem := bad_piece_count(piece, freq)
+        ) is not None:
+            raise problem
         if freq > _U64_MAX:
             raise SuperBPEError(f"piece {piece!r} has a count above 2**64-1: {freq}")
     return lib.NativeCounts.from_dict(plain)

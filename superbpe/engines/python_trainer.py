@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from operator import add
 
 from superbpe.core.byte_table import byte_to_unicode
-from superbpe.core.errors import SuperBPEError
+from superbpe.core.counts import bad_piece_count
 from superbpe.core.rules import MergeRules, MergesSoFar, TrainResult, check_replay, check_train_args
 from superbpe.core.types import Merge
 
@@ -69,8 +69,10 @@ class _PairTable:
         pair_counts = self.pair_counts
         get = pair_counts.get
         for piece, freq in counts.items():
-            if freq < 0:
-                raise SuperBPEError(f"piece {piece!r} has a negative count {freq}")
+            if (type(piece) is not bytes or type(freq) is not int or freq < 0) and (
+                problem := bad_piece_count(piece, freq)
+            ) is not None:
+                raise problem
             if len(piece) < 2 or freq == 0:
                 continue  # no pair can ever form inside it
             index = len(seqs)
