@@ -638,6 +638,10 @@ def test_constructor_rejects_bad_vocab() -> None:
     assert lacking.encode("ok") == [ord("o"), ord("k")]
     with pytest.raises(ConfigError, match="not in the vocab"):
         Tokenizer(base, [(b"a", b"b")])
+    no_a = {i: token for i, token in base.items() if token != b"a"} | {256: b"ab"}
+    for engine in ("python", "native") if native_available() else ("python",):  # the one gave ids, one failed
+        with pytest.raises(ConfigError, match=r"^merge #0 \(b'a', b'b'\) joins b'a', which is not in the"):
+            Tokenizer(no_a, [(b"a", b"b")], engine=engine, whole_pieces=False)
     for engine in ("python", "native") if native_available() else ("python",):
         with pytest.raises(ConfigError, match=r"^whole_pieces must be True or False, not 'no'"):
             Tokenizer(base, [], whole_pieces="no", engine=engine)  # type: ignore[arg-type]
