@@ -135,6 +135,10 @@ def test_encode_utf8_refuses_what_it_cannot_take(tokenizers: list[Tokenizer]) ->
             tok.encode_utf8(b"text", errors="ignore")
         with pytest.raises(ConfigError, match="dtype must be uint16 or uint32, not int8"):
             tok.encode_utf8(b"text", np.int8)
+    lacking = {i: bytes([i]) for i in range(256) if i != ord("a")}
+    for engine in ENGINES:  # one text, so no "texts[0]: " (the python engine encodes it as a batch of one)
+        with pytest.raises(InputError, match=r"^text needs byte 0x61, which has no token in the vocabulary$"):
+            Tokenizer(lacking, [], engine=engine).encode_utf8(b"bca")
 
 
 @pytest.mark.parametrize("count", [1, tokenizer_module.FEW_SPECIALS + 3])

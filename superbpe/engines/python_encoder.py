@@ -136,7 +136,10 @@ class PythonEncoder:
     def encode_utf8(self, data: bytes, specials: Mapping[str, int], dtype: str, replace: bool) -> np.ndarray:
         """``encode_texts_flat`` of the one text ``data`` decodes to."""
         text = data.decode("utf-8", "replace" if replace else "strict")
-        return self.encode_texts_flat([text], specials, 1, dtype)[0]
+        try:
+            return self.encode_texts_flat([text], specials, 1, dtype)[0]
+        except InputError as exc:  # said of one text, as the native engine says it: not "texts[0]: ..."
+            raise InputError(str(exc).removeprefix("texts[0]: ")) from None
 
     def _encode_piece(self, piece: str) -> tuple[int, ...]:
         try:
