@@ -5,7 +5,7 @@ The library works without Hydra::
     import superbpe
     vocab, merges = superbpe.train_bpe("corpus.txt", 32000, ["<|endoftext|>"])
     tok = superbpe.Tokenizer(vocab, merges, ["<|endoftext|>"])
-    vocab, merges = superbpe.train_superbpe(texts, 32000, transition=0.8)  # texts: any iterable of str
+    vocab, merges = superbpe.train_superbpe(iter(texts), 32000, transition=0.8)  # a bare list is paths
     tok = superbpe.Tokenizer(vocab, merges, ["<|endoftext|>"], pretokenizer="superbpe")
 
 Heavy submodules are imported on first use so ``import superbpe`` stays cheap in worker processes.
