@@ -393,6 +393,9 @@ class Tokenizer:
     def encode_iterable(self, iterable: Iterable[str]) -> Iterator[int]:
         """Stream ids for a stream of strings (e.g. an open file), identical to ``encode`` of the whole.
 
+        A file opened in text mode reads ``\\r\\n`` as ``\\n`` unless opened with ``newline=""``: its ids then
+        differ from those of :meth:`encode_file`, which reads the bytes as they are.
+
         Text is buffered and encoded only up to a position no later text can affect: a special-token
         boundary, or a cut of the pre-tokenizer (``Pretokenizer.last_stream_cut``: for the built-in
         patterns about every word boundary, or every line end with line units). So the buffer holds about
