@@ -20,6 +20,7 @@ import superbpe
 import superbpe.api.tokenizer as tokenizer_module
 import superbpe.core.pretokenize as pretokenize_module
 from superbpe.api.tokenizer import Tokenizer
+from superbpe.core.byte_table import bytes_to_token_str
 from superbpe.core.errors import ConfigError, InputError, SuperBPEError
 from superbpe.core.pretokenize import PATTERNS, get_pretokenizer
 from superbpe.engines import native as native_engine
@@ -645,6 +646,17 @@ def test_constructor_rejects_bad_vocab() -> None:
     for engine in ("python", "native") if native_available() else ("python",):
         with pytest.raises(ConfigError, match=r"^whole_pieces must be True or False, not 'no'"):
             Tokenizer(base, [], whole_pieces="no", engine=engine)  # type: ignore[arg-type]
+
+
+def test_an_id_past_32_bits_in_vocab_json_is_refused_on_load(tmp_path: Path) -> None:
+    """The constructor refuses such ids; read from a file, one loaded and then broke every array of ids
+    (encode_array raised OverflowError)."""
+    vocab = {bytes_to_token_str(bytes([i])): i for i in range(256)} | {"ab": 1 << 40}
+    (tmp_path / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    (tmp_path / "merges.txt").write_text("#version: 0.2\n", encoding="utf-8")
+    for engine in ("python", "native") if native_available() else ("python",):
+        with pytest.raises(InputError, match=r"^token b'ab' has id 1099511627776: ids must be below 2\*\*32"):
+            Tokenizer.from_files(tmp_path / "vocab.json", tmp_path / "merges.txt", engine=engine)
 
 
 def test_unpaired_surrogate_is_an_input_error(gpt2: Tokenizer) -> None:

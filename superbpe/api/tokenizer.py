@@ -154,6 +154,13 @@ class Tokenizer:
         self._splitter = SpecialSplitter(special_token_list(special_tokens or ()))
         self._id_of = dict(zip(self._vocab.values(), self._vocab, strict=True))
         self._special_ids = self._add_special_tokens()
+        # Found once, not per call (a pass over the vocab): the largest id, which arrays' default dtype
+        # and token files must hold. The constructor checks its vocab's ids; a vocab.json read as it is
+        # (from_files, load) is checked here, before an array of its ids overflows.
+        self._max_id = max(self._vocab, default=0)
+        if self._max_id >= MAX_IDS:
+            token = self._vocab[self._max_id]
+            raise InputError(f"token {token!r} has id {self._max_id}: ids must be below 2**32 (uint32)")
         self._max_special_len = max((len(s) for s in self._special_ids), default=0)
         self._pretokenizer = get_pretokenizer("gpt2" if pretokenizer is None else pretokenizer)
         _warn_if_the_pattern_splits_merges(self._merges, self._pretokenizer)
@@ -174,8 +181,6 @@ class Tokenizer:
         self._encode_ordinary_array = self._core.encode_ordinary_array
         self._plain: Any = self._core.plain if few else _not_plain
         self._plain_array: Any = self._core.plain_array if few else _not_plain
-        # Found once, not per call (each is a pass over the vocab): the largest id, arrays' default dtype.
-        self._max_id = max(self._vocab, default=0)
         self._default_dtype = self._smallest_dtype().name
 
     # -- construction helpers ------------------------------------------------------------------------
