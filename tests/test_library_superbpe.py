@@ -166,6 +166,11 @@ def test_bad_documents_are_one_line_errors_naming_the_document(engine):
         superbpe.train_bpe(iter([]), 300, engine=engine)
     with pytest.raises(InputError, match=r"a list is read as paths: pass texts as an iterator"):
         superbpe.count(["a text, not a path"], engine=engine)
+    # A datasets DatasetDict is a mapping of splits: "a row of text goes in a list" did not fit it.
+    splits = {"train": iter(["a text"]), "test": iter(["another"])}
+    given = r"^inputs are .* not a mapping of splits \('train', 'test'\): give one, inputs\['train'\]$"
+    with pytest.raises(InputError, match=given):
+        superbpe.count(splits, engine=engine)  # type: ignore[arg-type]
     for text in ["first\nsecond", "a\x00b"]:  # quoted: the error stays one line, its NUL escaped
         with pytest.raises(InputError, match=r"^'a.*\\(n|x00).*a list is read as paths"):
             superbpe.count([text.replace("first", "a")], engine=engine)

@@ -145,6 +145,13 @@ def resolve_inputs(inputs: InputSpec) -> list[Path]:
         named = os.fsdecode(inputs)
         raise InputError(f"inputs are a path (str or Path) or a list of them, not bytes: {named!r}")
     if isinstance(inputs, Mapping):
+        first = next(iter(inputs.items()), None)
+        if first is not None and not isinstance(first[1], str):  # a datasets DatasetDict: splits by name
+            names = ", ".join(map(repr, list(inputs)[:3])) + (", ..." if len(inputs) > 3 else "")
+            raise InputError(
+                f"inputs are paths or documents, not a mapping of splits ({names}): give one, "
+                f"inputs[{first[0]!r}]"
+            )
         raise InputError("inputs are paths or documents, not a mapping: a row of text goes in a list, [row]")
     if not isinstance(inputs, (str, os.PathLike, Iterable)):
         raise InputError(f"inputs are a path or a list of paths, not {type(inputs).__name__}")
