@@ -97,6 +97,20 @@ def test_counts_for_compat_official_are_counted_line_by_line(tmp_path: Path, sam
     assert trained == superbpe.train_bpe(corpus, 300, compat="official")
 
 
+@pytest.mark.parametrize("engine", ["python", "native"])
+def test_numpy_integers_are_taken_for_every_whole_number_option(sample_texts: Path, engine: str) -> None:
+    """A sweep's np.arange gives numpy integers: vocab_size, workers and callback_every took them while the
+    rules refused them as "min_frequency must be an integer >= 1, not np.int64(2)"."""
+    if engine == "native":
+        pytest.importorskip("superbpe._native")
+    rules = {"min_frequency": 2, "max_token_bytes": 4, "max_words_per_token": 1}
+    given = {name: np.int64(value) for name, value in rules.items()}
+    corpus = sample_texts / "german.txt"
+    expected = superbpe.train_bpe(corpus, 300, [EOT], engine=engine, **rules)  # type: ignore[arg-type]
+    assert superbpe.train_bpe(corpus, 300, [EOT], engine=engine, **given) == expected  # type: ignore[arg-type]
+    assert superbpe.MergeRules(min_frequency=np.int64(3)).min_frequency.__class__ is int  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [

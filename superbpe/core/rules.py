@@ -4,6 +4,7 @@ core rather than beside either trainer."""
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -45,13 +46,17 @@ class MergeRules:
         """The one validation of rules, whoever builds them (:func:`make_rules` only converts strings).
 
         A token of one byte is never made by a merge, so ``max_token_bytes`` below 2 would forbid every
-        merge; ``min_frequency`` 0 would mean the same as 1.
+        merge; ``min_frequency`` 0 would mean the same as 1. A numpy integer (a sweep's ``np.arange``) is
+        stored as the int it equals, which the native engine takes.
         """
         for name, value, low in (
             ("min_frequency", self.min_frequency, 1),
             ("max_token_bytes", self.max_token_bytes, 2),
             ("max_words_per_token", self.max_words_per_token, 1),
         ):
+            if isinstance(value, numbers.Integral) and not isinstance(value, bool | int):
+                value = int(value)
+                object.__setattr__(self, name, value)
             if (value is not None or name == "min_frequency") and (
                 isinstance(value, bool) or not isinstance(value, int) or value < low
             ):
