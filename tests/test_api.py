@@ -126,6 +126,8 @@ def test_numpy_integers_are_taken_for_every_whole_number_option(sample_texts: Pa
         ({"workers": 0}, SuperBPEError, "workers must be an integer >= 1"),
         ({"special_tokens": EOT}, ConfigError, r"special_tokens takes a list of strings: \['<\|endoftext"),
         ({"special_tokens": 5}, ConfigError, "special_tokens takes a list of strings, not int"),
+        # A set's order, and so the specials' ids, changed with the process's hash seed.
+        ({"special_tokens": {EOT}}, ConfigError, r"not a set: their order gives their ids.*\['<\|endoftext"),
         ({"special_tokens": [EOT, EOT]}, ConfigError, r"special token '<\|endoftext\|>' is given twice"),
         ({"forbidden_substrings": ": "}, ConfigError, r"takes a list of strings: \[': '\]"),
         ({"forbidden_substrings": [5]}, ConfigError, r"forbidden_substrings takes strings, not int \(5\)"),

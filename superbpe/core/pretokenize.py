@@ -362,6 +362,12 @@ def special_token_list(special_tokens: Iterable[str] | None) -> list[str]:
         raise ConfigError(f"special_tokens takes a list of strings: [{special_tokens!r}]")
     if not isinstance(special_tokens, Iterable):
         raise ConfigError(f"special_tokens takes a list of strings, not {type(special_tokens).__name__}")
+    if isinstance(special_tokens, set | frozenset):  # its order, and so the tokens' ids, change per process
+        shown = sorted(special_tokens, key=str)
+        raise ConfigError(
+            f"special_tokens takes a list of strings, not a {type(special_tokens).__name__}: their order "
+            f"gives their ids, and a set's order changes from one process to the next; give a list, {shown!r}"
+        )
     specials = list(special_tokens)
     seen: set[str] = set()
     for token in specials:
