@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +43,20 @@ def test_ids_are_bytes_then_merges_then_specials(sample_texts: Path) -> None:
     assert [vocab[i] for i in range(256)] == [bytes([i]) for i in range(256)]
     assert [vocab[256 + i] for i in range(len(merges))] == [a + b for a, b in merges]
     assert vocab[298] == EOT.encode() and vocab[299] == b"<pad>"
+
+
+def test_a_tokenizer_made_without_the_special_tokens_it_was_trained_with_warns(sample_texts: Path) -> None:
+    """train_bpe(..., [EOT]) then Tokenizer(vocab, merges): EOT was encoded byte by byte, so a corpus encoded
+    with it had no document separators, without a word."""
+    vocab, merges = superbpe.train_bpe(sample_texts / "tinystories_sample.txt", 300, [EOT])
+    with pytest.warns(UserWarning, match=r"no merge makes, such as '<\|endoftext\|>', but no special_tokens"):
+        superbpe.Tokenizer(vocab, merges)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        superbpe.Tokenizer(vocab, merges, [EOT])
+        superbpe.Tokenizer(vocab, merges, [])  # none, said outright
+        whole = {i: bytes([i]) for i in range(256)} | {256: b"ab", 257: b"abc"}
+        assert superbpe.Tokenizer(whole, [(b"a", b"b")]).encode("abc") == [257]  # a whole piece: it is given
 
 
 def test_training_from_saved_counts_equals_training_from_text(shared_data: Path, tmp_path: Path) -> None:

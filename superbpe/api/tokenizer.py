@@ -50,7 +50,7 @@ from superbpe.core.types import Merge
 from superbpe.core.util import caller_stacklevel, import_optional, resolve_threads
 from superbpe.engines.interface import EncoderCore, Engine, get_engine
 from superbpe.formats.checkpoints import CHECKPOINT_FILE
-from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE, read_gpt2_files
+from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE, read_gpt2_files, unmerged_tokens
 from superbpe.formats.hf import (
     HF_FILE,
     hf_split_problem,
@@ -108,6 +108,8 @@ class Tokenizer:
         vocab, merges = _checked_vocab(vocab), _checked_merges(merges)
         _check_merge_parts(vocab, merges)
         self._build(vocab, merges, special_tokens, pretokenizer, engine, whole_pieces)
+        if special_tokens is None:
+            _warn_if_specials_left_out(self._vocab, self._merges, self._pretokenizer, whole_pieces)
 
     @classmethod
     def _from_read(
@@ -829,6 +831,24 @@ def _warn_if_the_pattern_splits_merges(merges: Sequence[Merge], pretokenizer: Pr
                 stacklevel=caller_stacklevel(),
             )
             return
+
+
+def _warn_if_specials_left_out(
+    vocab: Mapping[int, bytes], merges: Sequence[Merge], pretokenizer: Pretokenizer, whole_pieces: bool
+) -> None:
+    """Warn when a tokenizer made without ``special_tokens`` has tokens that encoding never gives: ones no
+    merge makes and that are no whole piece of the pattern (the ``<|endoftext|>`` of ``train_bpe(...,
+    ["<|endoftext|>"])``). Such a text is encoded byte by byte, and a corpus encoded so has no document
+    separators, without a word. ``special_tokens=[]`` says there are none and warns not."""
+    unmade = unmerged_tokens(vocab, merges)
+    unreached = [t for t in unmade if not whole_pieces or len(pretokenizer.split(t)) > 1]
+    if unreached:
+        warnings.warn(
+            f"the vocab holds {len(unreached)} token(s) that no merge makes, such as {unreached[0]!r}, but "
+            "no special_tokens were given, so encoding never gives them: give "
+            f"special_tokens={unreached[:3]!r} (or special_tokens=[] when they are not special)",
+            stacklevel=caller_stacklevel(),
+        )
 
 
 def _not_plain(*_: object) -> None:
