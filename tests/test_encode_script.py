@@ -158,7 +158,9 @@ def test_uint32_above_65536_ids(tokenizer_dir, documents, tmp_path):
     assert not (tmp_path / "n.bin").exists() and not (tmp_path / "n.bin.json").exists()
 
 
-def test_open_tokens_maps_a_token_file_with_its_sidecars_dtype(tokenizer_dir, documents, tmp_path):
+def test_open_tokens_maps_a_token_file_with_its_sidecars_dtype(
+    tokenizer_dir, documents, tmp_path, monkeypatch
+):
     source = tmp_path / "docs.txt"
     source.write_text(EOT.join(documents), encoding="utf-8")
     for dtype in ("uint16", "uint32"):
@@ -184,10 +186,13 @@ def test_open_tokens_maps_a_token_file_with_its_sidecars_dtype(tokenizer_dir, do
     empty.write_text("")
     encode_corpus(tokenizer_dir, empty, tmp_path / "none.bin", separator=None, progress=False)
     assert superbpe.open_tokens(tmp_path / "none.bin").tolist() == []
+    monkeypatch.setenv("HOME", str(tmp_path))  # "~" is the home directory, as for a corpus path
+    expected = expected_ids(Tokenizer.load(tokenizer_dir), documents)
+    assert superbpe.open_tokens("~/uint16.bin").tolist() == expected
 
 
 @pytest.mark.parametrize("sharded", [False, True])
-def test_dtype_uint32_for_a_small_vocabulary(tokenizer_dir, documents, tmp_path, sharded):
+def test_dtype_uint32_for_a_small_vocabulary(tokenizer_dir, documents, tmp_path, sharded, monkeypatch):
     source = tmp_path / "docs.txt"
     source.write_text(EOT.join(documents), encoding="utf-8")
     out = tmp_path / ("shards" if sharded else "wide.bin")
@@ -198,6 +203,8 @@ def test_dtype_uint32_for_a_small_vocabulary(tokenizer_dir, documents, tmp_path,
     assert np.fromfile(file, dtype="<u4").tolist() == expected_ids(Tokenizer.load(tokenizer_dir), documents)
     if sharded:
         assert [len(shard) for shard in superbpe.open_shards(out)] == [result.tokens]
+        monkeypatch.setenv("HOME", str(tmp_path))
+        assert [len(shard) for shard in superbpe.open_shards("~/shards")] == [result.tokens]
         file.write_bytes(file.read_bytes()[:-4])  # a shard cut short
         with pytest.raises(InputError, match=r"shard-000000.bin: \d+ bytes, but its record says"):
             superbpe.open_shards(out)

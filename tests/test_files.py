@@ -740,6 +740,29 @@ def test_nothing_is_written_when_the_export_is_invalid(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
+def test_paths_starting_with_a_tilde_are_the_home_directory_everywhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """count("~/corpus.txt") read the home directory's file, while tok.save("~/tok") made a directory named
+    "~" where the code ran (and load, encode_file and the counts' save and load looked there too)."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir(), work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    (home / "c.txt").write_text("the cat sat on the mat\n" * 20, encoding="utf-8")
+    tok = _hand_made("superbpe")
+    tok.save("~/tok")
+    assert (home / "tok" / MANIFEST_FILE).is_file()
+    assert Tokenizer.load("~/tok").vocab == tok.vocab
+    files = ("~/tok/vocab.json", "~/tok/merges.txt")
+    assert Tokenizer.from_files(*files, tok.special_tokens, "superbpe").vocab == tok.vocab
+    assert tok.encode_file("~/c.txt").tolist() == tok.encode((home / "c.txt").read_text(encoding="utf-8"))
+    counts = superbpe.count("~/c.txt", engine="python")
+    counts.save("~/c.counts")
+    assert superbpe.PieceCounts.load("~/c.counts").to_dict() == counts.to_dict()
+    assert not list(work.iterdir())
+
+
 def test_a_save_into_no_directory_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """"" is Path("."): a save into an unset variable wrote the six files into the working directory."""
     monkeypatch.chdir(tmp_path)

@@ -506,7 +506,7 @@ class Tokenizer:
         check_errors_mode(errors)
         if not isinstance(path, (str, os.PathLike)):
             raise InputError(f"encode_file takes a path (str or Path), not {type(path).__name__}")
-        path = Path(path)
+        path = Path(path).expanduser()
         if is_jsonl(path) or is_table(path):  # its documents are records, not the file's bytes
             raise InputError(
                 f"{path}: encode_file reads one text; encode a JSON-lines or table file's documents with "
@@ -623,7 +623,7 @@ class Tokenizer:
         no whole-piece shortcut. A manifest or ``tokenizer.json`` says how to encode, so it wins, and a
         ``compat`` that contradicts it (another recorded preset, other encoding choices) is an error.
         """
-        directory = Path(directory)
+        directory = Path(directory).expanduser()
         if compat is not None:
             get_compat(compat)  # a bad value is named now, whatever the directory holds
         tokenizer = cls._load_files(directory, engine, compat)

@@ -223,7 +223,7 @@ def native_counts(counts: Mapping[bytes, int]) -> Any:
 def load_counts(path: str | os.PathLike[str], *, require_checksum: bool = False) -> NativePieceCounts:
     """Read a ``.counts`` file straight into Rust (same format and checks as :meth:`PieceCounts.load`)."""
     try:
-        data = Path(path).read_bytes()
+        data = Path(path).expanduser().read_bytes()
     except OSError as exc:
         raise InputError(f"{path}: cannot read piece counts ({exc.strerror})") from None
     try:

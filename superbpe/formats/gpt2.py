@@ -252,7 +252,7 @@ def read_gpt2_files(
     :func:`unmerged_tokens`. The extension reads both files and finds the unmade tokens in one pass
     (a 200K vocab is loaded before anything is encoded); without it, or for what it leaves to Python
     (e.g. special tokens written verbatim), the functions above read them and name any fault."""
-    vocab_path, merges_path = Path(vocab_path), Path(merges_path)
+    vocab_path, merges_path = Path(vocab_path).expanduser(), Path(merges_path).expanduser()
     vocab_text, merges_text = read_text(vocab_path), read_text(merges_path)
     vocab = None if _native is None else _native.gpt2_vocab(vocab_text)
     if vocab is not None:

@@ -53,7 +53,7 @@ def save_tokenizer_dir(
     if not isinstance(directory, (str, os.PathLike)) or not str(directory):
         raise InputError(f"the tokenizer is saved into a directory; give its path (\".\" for this one), "
                          f"not {directory!r}")  # fmt: skip
-    directory = Path(directory)
+    directory = Path(directory).expanduser()
     if directory.exists() and not directory.is_dir():
         raise InputError(f"{directory}: exists and is not a directory; the tokenizer needs a directory")
     hf_document = hf_tokenizer_json(vocab, merges, special_tokens, pretokenizer, whole_pieces)
