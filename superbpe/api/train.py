@@ -99,6 +99,9 @@ def train_bpe(
     ``compat="official"`` trains as HF ``tokenizers`` does (see :mod:`superbpe.core.compat`): line units,
     HF's tie-break and ids, the alphabet of the bytes seen. When the corpus runs out of pairs before
     ``vocab_size``, the smaller vocabulary is returned with a warning (``warnings`` and the log).
+    ``callback(merges)`` is called every ``callback_every`` merges chosen; returning True stops training.
+    Its ``merges`` is a read-only live view of the list as it grows, not a copy (copying at every call made
+    long runs quadratic): to keep the merges so far, keep ``list(merges)``.
     """
     chosen_compat = get_compat(compat)
     special_tokens = special_token_list(special_tokens)
@@ -223,9 +226,10 @@ def train_superbpe(
     under ``max_words_per_token`` and ``forbidden_substrings``. ``input_path`` is files or documents (see
     :func:`count`): a stream is read once, counting both patterns as it goes. Other options, as for
     :func:`train_bpe`: ``min_frequency`` and ``max_token_bytes`` (both stages), ``chunk_bytes``,
-    ``errors``, ``text_field``; ``engine``, ``workers``, ``compat`` and ``callback`` likewise. Each stage
-    calls ``callback`` every ``callback_every`` merges it chooses, counted from its start: stage 2's calls
-    come at ``transition + callback_every``, ``transition + 2 * callback_every``, ...
+    ``errors``, ``text_field``; ``engine``, ``workers``, ``compat`` and ``callback`` (a live view of the
+    merges: keep ``list(merges)``) likewise. Each stage calls ``callback`` every ``callback_every`` merges it
+    chooses, counted from its start: stage 2's calls come at ``transition + callback_every``,
+    ``transition + 2 * callback_every``, ...
 
     Encode with the stage-2 pattern: ``Tokenizer(vocab, merges, special_tokens,
     pretokenizer=stage2_pretokenizer)``. A built-in ``stage2_pretokenizer`` that splits text into words
