@@ -171,6 +171,8 @@ def test_bad_documents_are_one_line_errors_naming_the_document(engine):
     given = r"^inputs are .* not a mapping of splits \('train', 'test'\): give one, inputs\['train'\]$"
     with pytest.raises(InputError, match=given):
         superbpe.count(splits, engine=engine)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"^'a text, not a path': .*\(a str is read as a path: pass"):
+        superbpe.train_bpe("a text, not a path", 300, engine=engine)  # one str: no list was given
     for text in ["first\nsecond", "a\x00b"]:  # quoted: the error stays one line, its NUL escaped
         with pytest.raises(InputError, match=r"^'a.*\\(n|x00).*a list is read as paths"):
             superbpe.count([text.replace("first", "a")], engine=engine)

@@ -164,8 +164,9 @@ def resolve_inputs(inputs: InputSpec) -> list[Path]:
         if not str(item).strip():  # "" is the working directory to Path: a $CORPUS never set read it all
             raise InputError(f"inputs[{number}] is an empty path")
     files: list[Path] = []
+    read_as = "a str is read as a path" if isinstance(inputs, str) else "a list is read as paths"
     for item in items:
-        files.extend(_expand(str(item)))
+        files.extend(_expand(str(item), read_as))
     unique: dict[Path, Path] = {}  # a file by its real path, however it was named
     repeated = [str(f) for f in files if unique.setdefault(f.resolve(), f) is not f]
     if not unique:
@@ -182,7 +183,8 @@ SAVED_COUNTS_START = b"SBPC\x02\n"
 SAVED_COUNTS_START_UNCHECKED = b"SBPC\x01\n"
 
 
-def _expand(item: str) -> list[Path]:
+def _expand(item: str, read_as: str = "a list is read as paths") -> list[Path]:
+    """The files ``item`` names; ``read_as`` says, for an item that looks like text, how it was taken."""
     path = Path(item).expanduser()
     if path.is_file():
         _refuse_what_is_not_text(path)
@@ -216,8 +218,7 @@ def _expand(item: str) -> list[Path]:
     if any(char.isspace() or char == "\0" for char in item):  # a text, most likely: shown quoted, on one line
         shown = item if len(item) <= 80 else f"{item[:60]}..."
         raise InputError(
-            f"{shown!r}: no such file or directory (a list is read as paths: pass texts as an iterator, "
-            "e.g. iter(texts))"
+            f"{shown!r}: no such file or directory ({read_as}: pass texts as an iterator, e.g. iter(texts))"
         )
     if path.exists():  # a pipe, /dev/stdin, a device: read more than once (sizes, fingerprints, stages)
         raise InputError(_not_regular(path))
