@@ -522,7 +522,7 @@ def test_encode_file_reads_invalid_utf8_with_errors_replace(tmp_path: Path, gpt2
         gpt2.encode_file(path)
     replaced = gpt2.encode_file(path, errors="replace")
     assert replaced.tolist() == gpt2.encode("fine\nthen \ufffd here\n")
-    with pytest.raises(SuperBPEError, match="errors must be 'strict' or 'replace'"):
+    with pytest.raises(ConfigError, match="errors must be 'strict' or 'replace'"):
         gpt2.encode_file(path, errors="ignore")
 
 

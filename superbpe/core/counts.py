@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from superbpe.core.errors import InputError, SuperBPEError
+from superbpe.core.errors import ConfigError, InputError, SuperBPEError
 from superbpe.core.pretokenize import Pretokenizer, SpecialSplitter, get_pretokenizer, special_token_list
 from superbpe.core.sources import (
     SAVED_COUNTS_START,
@@ -328,8 +328,9 @@ def prepare_stream(
 
 
 def check_errors_mode(errors: str) -> None:
+    """A bad ``errors`` is a setting's mistake, told as every other bad option is (``ConfigError``)."""
     if errors not in ("strict", "replace"):
-        raise SuperBPEError(f"errors must be 'strict' or 'replace', not {errors!r}")
+        raise ConfigError(f"errors must be 'strict' or 'replace', not {errors!r}")
 
 
 def resolve_workers(workers: int | None, corpus_bytes: int) -> int:
