@@ -5,14 +5,26 @@ Ray itself runs in tests/test_ray.py (inside a private network namespace).
 
 from __future__ import annotations
 
+import contextlib
+import gzip
 import json
+import os
+import signal
+import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 from executor_helpers import EOT, concatenated_shards, make_corpus
-from script_helpers import assert_one_line_error, run_script, train_small_tokenizer
+from script_helpers import (
+    assert_one_line_error,
+    run_script,
+    start_captured_script,
+    train_small_tokenizer,
+)
 
 from superbpe.api.tokenizer import Tokenizer
 from superbpe.core.errors import ConfigError, InputError
@@ -291,3 +303,88 @@ def test_a_file_cut_while_it_is_encoded_in_shards_is_refused(tokenizer_dir, tmp_
         else:
             evaluate_sharded(tokenizer_dir, [str(text)], executor=ExecutorSpec(shard_bytes=20_000))
     assert list(tmp_path.iterdir()) == [text]
+
+
+@pytest.fixture(scope="module")
+def one_quick_and_one_long_shard(tmp_path_factory, sample_texts) -> list[Path]:
+    """Inputs for a sharded encoding on two workers (engine=python): one shard done at once, which leaves
+    its worker waiting for a task, and one that takes tens of seconds (a gzip file is one shard; 200 MB
+    of text, as 25 gzip members of 8 MB)."""
+    directory = tmp_path_factory.mktemp("long_shard")
+    text = (sample_texts / "tinystories_sample.txt").read_text(encoding="utf-8")
+    (directory / "quick.txt").write_text("hello world\n", encoding="utf-8")
+    member = gzip.compress((text * (8_000_000 // len(text))).encode("utf-8"), compresslevel=1)
+    (directory / "long.txt.gz").write_bytes(member * 25)
+    return [directory / "quick.txt", directory / "long.txt.gz"]
+
+
+def _start_sharded_encode(tokenizer_dir: Path, inputs: list[Path], out: Path) -> subprocess.Popen[str]:
+    """``superbpe-encode`` of ``inputs`` into ``out/`` on two local workers, in a process group of its own
+    (every process it starts stays in it), with Ctrl-C delivered as in a terminal."""
+    args = [
+        f"tokenizer={tokenizer_dir}", f"input=[{','.join(map(str, inputs))}]", f"output={out}/", "workers=2",
+        "engine=python", "progress=false",
+    ]  # fmt: skip
+    return start_captured_script(
+        "encode.py", *args, cwd=out.parent, own_group=True, preexec_fn=_default_sigint
+    )
+
+
+def _default_sigint() -> None:
+    """In the child: a launcher that ignores SIGINT (a background job) passes that on."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _long_shard_under_way(out: Path) -> Callable[[], bool]:
+    """Whether the quick shard is written (its worker waits for a task) and the long one begun."""
+    return lambda: (out / "shard-000000.bin").is_file() and any(out.glob(".shard-000001.*.tmp"))
+
+
+def _wait_for(proc: subprocess.Popen[str], ready: Callable[[], bool], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert proc.poll() is None, proc.communicate()[1]
+        assert time.monotonic() < deadline, "the long shard never began"
+        time.sleep(0.01)
+    time.sleep(0.2)  # well into it
+    assert proc.poll() is None, proc.communicate()[1]
+
+
+def _group(pgid: int) -> list[int]:
+    """The processes of process group ``pgid`` still running (a zombie waiting for its reaper is not)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text() if entry.name.isdigit() else ""
+        except OSError:  # ended meanwhile
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) > 3 and int(fields[3]) == pgid and fields[0] != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def _assert_group_ends(pgid: int, timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while (left := _group(pgid)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not left, [Path(f"/proc/{pid}/cmdline").read_bytes()[:200] for pid in left]
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the processes in /proc")
+def test_a_sharded_encode_killed_outright_leaves_no_process(
+    one_quick_and_one_long_shard, tokenizer_dir, tmp_path
+) -> None:
+    """Its workers are children of multiprocessing's fork server, which lives as long as they do: killed
+    with SIGKILL, the command left them (and the fork server, and the resource tracker) running for ever."""
+    out = tmp_path / "shards"
+    proc = _start_sharded_encode(tokenizer_dir, one_quick_and_one_long_shard, out)
+    try:
+        _wait_for(proc, _long_shard_under_way(out))
+        proc.kill()  # the command alone
+        proc.wait(timeout=60)
+        _assert_group_ends(proc.pid)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()

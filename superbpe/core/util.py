@@ -299,19 +299,67 @@ PARENT_CHECK_SECONDS = 1.0
 
 
 def end_when_orphaned(parent: int) -> None:
-    """End this worker process, from a thread of its own, once ``parent`` (the process that started it)
-    is gone: killed outright (SIGKILL, out of memory), it can stop none of its workers.
+    """End this worker process, from a thread of its own, once process ``parent`` (the one that started it,
+    or started its pool) is gone: killed outright (SIGKILL, out of memory), it can stop none of its workers.
 
     Left alone a worker would live on as an orphan holding its memory: waiting for ever on its task
     queue, whose writing end it holds itself (a fork copies it), or writing results no one reads.
-    A thread, so whatever the worker's main thread waits in."""
+    A thread, so whatever the worker's main thread waits in.
+
+    A worker forked or spawned by ``parent`` watches its own parent. A worker of a pool started with
+    multiprocessing's forkserver method is the child of the fork server, which ``parent`` started and
+    which lives on as long as any worker it forked does (each holds the pipe whose closing tells it that
+    no process needs it any more); that worker watches the fork server's parent instead, read from
+    ``/proc`` (Linux). Either parent changes when ``parent`` dies (its children go to init or a
+    subreaper, which was running before, so has another pid) and never changes back: a new process given
+    the old pid fools neither. Once the workers have ended, the fork server, and multiprocessing's
+    resource tracker, find their pipes closed and end too. Where the fork server's parent cannot be read
+    (no ``/proc``), the worker looks whether a process of pid ``parent`` exists: one given that pid after
+    ``parent`` ended keeps it until that one ends too."""
+    server = os.getppid()
+
+    def with_parent() -> bool:
+        return os.getppid() == parent
+
+    def with_server_of_parent() -> bool:
+        return os.getppid() == server and _parent_of(server) == parent
+
+    def with_server_and_parent() -> bool:
+        return os.getppid() == server and _exists(parent)
+
+    if server == parent:
+        running = with_parent
+    elif _parent_of(server) == parent:
+        running = with_server_of_parent
+    else:
+        running = with_server_and_parent
 
     def watch() -> None:
-        while os.getppid() == parent:
+        while running():
             time.sleep(PARENT_CHECK_SECONDS)
         os._exit(1)
 
     threading.Thread(target=watch, name="superbpe-orphan", daemon=True).start()
+
+
+def _parent_of(pid: int) -> int | None:
+    """The parent of process ``pid``, from ``/proc`` (Linux); None when it cannot be read (no such
+    process, or no ``/proc``)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    return int(stat.rsplit(b")", 1)[1].split()[1])  # after the command's name: the state, then the parent
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's
+        return True
+    return True
 
 
 def as_worker_process(*, ignore_interrupt: bool = False) -> None:
@@ -358,10 +406,10 @@ def as_pool_worker(pool_pid: int, handled: tuple[int, ...]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN if ignore_interrupt else signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not ignored: an ignored signal is never waited for
     if signal.SIGTERM not in handled or not hasattr(signal, "sigwaitinfo"):
-        end_when_orphaned(os.getppid())
+        end_when_orphaned(pool_pid)
         return
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # threads started later inherit it
-    end_when_orphaned(os.getppid())  # started after: a SIGTERM must not end the worker through its thread
+    end_when_orphaned(pool_pid)  # started after: a SIGTERM must not end the worker through its thread
     threading.Thread(
         target=_end_on_sigterm_from, args=(pool_pid, os.getppid()), name="superbpe-sigterm", daemon=True
     ).start()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import multiprocessing as mp
+import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from superbpe.core.errors import ConfigError
-from superbpe.core.util import usable_cpus
+from superbpe.core.util import end_when_orphaned, usable_cpus
 
 EXECUTOR_NAMES = ("local", "ray")
 DEFAULT_SHARD_BYTES = 128 << 20
@@ -122,7 +123,9 @@ class LocalExecutor:
         # holds a lock would wait on it forever.
         methods = mp.get_all_start_methods()
         context = mp.get_context("forkserver" if "forkserver" in methods else "spawn")
-        with ProcessPoolExecutor(n_workers, mp_context=context) as pool:
+        # Its workers end once this process is gone: killed outright, it stops none of them.
+        watch = (os.getpid(),)
+        with ProcessPoolExecutor(n_workers, context, initializer=end_when_orphaned, initargs=watch) as pool:
             yield from _bounded(lambda args: pool.submit(fn, *args), tasks, limit)
 
     def close(self) -> None:
