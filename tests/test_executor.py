@@ -388,3 +388,30 @@ def test_a_sharded_encode_killed_outright_leaves_no_process(
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the processes in /proc")
+def test_ctrl_c_of_a_sharded_encode_is_prompt_quiet_and_leaves_nothing(
+    one_quick_and_one_long_shard, tokenizer_dir, tmp_path
+) -> None:
+    """Ctrl-C reaches every process of the command: a worker waiting for a task died of it with a
+    traceback. The workers leave it to the command, which stops the shard that runs at once (not after
+    its tens of seconds), removes what was written and exits 130."""
+    out = tmp_path / "shards"
+    proc = _start_sharded_encode(tokenizer_dir, one_quick_and_one_long_shard, out)
+    try:
+        _wait_for(proc, _long_shard_under_way(out))
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C
+        sent = time.monotonic()
+        stdout, stderr = proc.communicate(timeout=60)
+        took = time.monotonic() - sent
+        assert proc.returncode == 130, stderr
+        assert "Traceback" not in stderr, stderr
+        assert stdout.strip().startswith("interrupted: "), stdout
+        assert took < 5, f"{took:.1f} s from Ctrl-C to the exit"
+        assert not out.exists()
+        _assert_group_ends(proc.pid)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()

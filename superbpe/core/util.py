@@ -15,12 +15,14 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 from superbpe.core.errors import ConfigError
+
+T = TypeVar("T")
 
 
 @contextlib.contextmanager
@@ -424,6 +426,50 @@ def _end_on_sigterm_from(pool_pid: int, parent: int) -> None:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
             signal.pthread_kill(threading.get_ident(), signal.SIGTERM)  # its default action, as sent
             os._exit(128 + signal.SIGTERM)
+
+
+#: What a command sends the workers of :func:`as_task_worker` to stop their tasks.
+STOP_TASKS_SIGNAL = signal.SIGUSR1
+
+#: A task worker's state: whether a task runs (:func:`run_stoppable`), whether its tasks were stopped.
+_task_worker = {"running": False, "stopped": False}
+
+
+def as_task_worker(command: int, handled: tuple[int, ...]) -> None:
+    """Signal handling for a worker of a :class:`~concurrent.futures.ProcessPoolExecutor` whose tasks are
+    long (a shard each), as its initializer: its tasks run through :func:`run_stoppable`.
+
+    A terminal's Ctrl-C reaches every process of the command at once. It is ignored when the command
+    (process ``command``) handles it (``handled``): a worker waiting for a task would die of it with a
+    traceback, and one dying as it sends a result would leave the pool waiting forever for the rest.
+    The command stops its workers itself, with :data:`STOP_TASKS_SIGNAL`: a task running then raises
+    KeyboardInterrupt at once (its own clean-up runs), which goes back to the pool as the task's
+    exception; a worker waiting or sending a result is marked stopped and raises it at the start of any
+    task it takes after. No worker dies halfway through a message, and no command waits for a whole
+    shard (as :func:`as_pool_worker`'s waits for chunks). SIGTERM kills the worker. The worker ends
+    once ``command`` is gone (:func:`end_when_orphaned`).
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN if signal.SIGINT in handled else signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(STOP_TASKS_SIGNAL, _stop_tasks)
+    end_when_orphaned(command)
+
+
+def _stop_tasks(signum: int, frame: Any) -> None:
+    _task_worker["stopped"] = True
+    if _task_worker["running"]:
+        raise KeyboardInterrupt
+
+
+def run_stoppable(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` as a task of a worker of :func:`as_task_worker`: KeyboardInterrupt once stopped."""
+    _task_worker["running"] = True  # before the look at "stopped": a stop in between raises
+    try:
+        if _task_worker["stopped"]:
+            raise KeyboardInterrupt
+        return fn(*args)
+    finally:
+        _task_worker["running"] = False
 
 
 @contextlib.contextmanager

@@ -9,6 +9,7 @@ Addition is exact and order-free, so the total equals a local count byte for byt
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -116,10 +117,11 @@ def count_on_executor(
         size = shard_size(spec.shard_bytes, runner.parallelism, paths)
         shards = plan_shards(paths, specials, size, line_cuts=pre.safe_cuts_hold, pretokenizer=pre)
         total = _CountSum(engine_name, meta)
-        for number, table in runner.run(count_task, [((shard,), *task) for shard in shards]):
-            total.add(table)
-            if progress:
-                progress(shards[number].size())
+        with contextlib.closing(runner.run(count_task, [((shard,), *task) for shard in shards])) as results:
+            for number, table in results:
+                total.add(table)
+                if progress:
+                    progress(shards[number].size())
         check_unchanged(paths, before, "counted")  # shards are planned from the sizes the files had
         return total.result()
     finally:

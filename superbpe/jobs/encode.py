@@ -433,8 +433,11 @@ def encode_sharded(
         entries: list[ShardEntry | None] = [None] * len(shards)
         inside_by_file: dict[str, int] = {}  # separators inside records (see separators_inside_records)
         try:
-            with task("encoding", sum(s.size() for s in shards), "B", enabled=progress) as update:
-                for number, (entry, inside) in runner.run(encode_shard, tasks):
+            with (
+                task("encoding", sum(s.size() for s in shards), "B", enabled=progress) as update,
+                contextlib.closing(runner.run(encode_shard, tasks)) as results,  # ended before the removal
+            ):
+                for number, (entry, inside) in results:
                     entries[number] = entry
                     inside_by_file[entry.source] = inside_by_file.get(entry.source, 0) + inside
                     update(shards[number].size())

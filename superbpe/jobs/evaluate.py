@@ -10,6 +10,7 @@ chunks at once (the native engine releases the GIL) and their counts are added i
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -379,8 +380,10 @@ def evaluate_sharded(
         pre = tokenizer.pretokenizer
         shards = plan_shards(paths, specials, size, line_cuts=pre.safe_cuts_hold, pretokenizer=pre)
         parts: list[tuple[int, int, int, bool, bool | None] | None] = [None] * len(shards)
-        for number, part in runner.run(evaluate_shard, [(shard, *common) for shard in shards]):
-            parts[number] = part
+        tasks = [(shard, *common) for shard in shards]
+        with contextlib.closing(runner.run(evaluate_shard, tasks)) as results:
+            for number, part in results:
+                parts[number] = part
     finally:
         runner.close()
     check_unchanged(paths, before, "evaluated")  # shards are planned from the sizes the files had

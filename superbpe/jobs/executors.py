@@ -13,6 +13,7 @@ Ray is an optional dependency (``pip install "superbpe[ray]"``). It is imported 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import multiprocessing as mp
 import os
 from collections import deque
@@ -22,7 +23,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from superbpe.core.errors import ConfigError
-from superbpe.core.util import end_when_orphaned, usable_cpus
+from superbpe.core.util import (
+    STOP_TASKS_SIGNAL,
+    as_task_worker,
+    handled_stop_signals,
+    run_stoppable,
+    stop_signals_held,
+    usable_cpus,
+)
 
 EXECUTOR_NAMES = ("local", "ray")
 DEFAULT_SHARD_BYTES = 128 << 20
@@ -123,13 +131,35 @@ class LocalExecutor:
         # holds a lock would wait on it forever.
         methods = mp.get_all_start_methods()
         context = mp.get_context("forkserver" if "forkserver" in methods else "spawn")
-        # Its workers end once this process is gone: killed outright, it stops none of them.
-        watch = (os.getpid(),)
-        with ProcessPoolExecutor(n_workers, context, initializer=end_when_orphaned, initargs=watch) as pool:
-            yield from _bounded(lambda args: pool.submit(fn, *args), tasks, limit)
+        initargs = (os.getpid(), handled_stop_signals())
+        pool = ProcessPoolExecutor(n_workers, context, initializer=as_task_worker, initargs=initargs)
+
+        def submit(args: tuple[Any, ...]) -> Future[Any]:
+            with stop_signals_held():  # a submit may start a worker
+                return pool.submit(run_stoppable, fn, *args)
+
+        finished = False
+        try:
+            yield from _bounded(submit, tasks, limit)
+            finished = True
+        finally:
+            if not finished:  # stopped (Ctrl-C, SIGTERM), a task failed, or the caller stopped reading
+                _stop_workers(pool)
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def close(self) -> None:
         pass
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Stop the tasks running in the workers of ``pool`` and any they take after (:func:`as_task_worker`),
+    so that its shutdown does not wait for whole shards. Only a worker still running is signalled: the
+    fork server reaps one that ended, and its pid may be another process's by now."""
+    workers = list((pool._processes or {}).values())  # the pool's own record (no public one)
+    for worker in workers:
+        if worker.is_alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(worker.pid, STOP_TASKS_SIGNAL)
 
 
 def _bounded(
