@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -107,3 +109,32 @@ def train_small_tokenizer(out: Path, corpus: Path, vocab_size: int = 700) -> Pat
     )
     run_training(cfg)
     return out
+
+
+def process_running(pid: int) -> bool:
+    """Whether process ``pid`` still runs (an orphan's zombie waiting for a reaper does not), from Linux's
+    ``/proc``."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def workers_left_when_killed(script: str, timeout: float = 10) -> tuple[list[int], list[int]]:
+    """Run the Python ``script`` until it prints the pids of its workers on a line, kill it outright
+    (SIGKILL), and give those pids with the ones still running once they all ended or ``timeout`` seconds
+    went by (those are killed then: no test leaves processes behind)."""
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    workers = [int(pid) for pid in proc.stdout.readline().split()]
+    proc.kill()
+    proc.wait()
+    proc.stdout.close()
+    deadline = time.monotonic() + timeout
+    while (left := [pid for pid in workers if process_running(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return workers, left

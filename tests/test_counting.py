@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import json
 import logging
@@ -428,23 +427,11 @@ def test_a_pipe_named_like_a_corpus_file_in_a_directory_is_refused(tmp_path: Pat
         resolve_inputs(tmp_path)
 
 
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` still runs (an orphan's zombie waiting for a reaper does not)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
 def test_python_count_workers_end_when_their_run_is_killed_outright():
     """Workers whose parent a SIGKILL ended waited for ever (they hold the chunk queue's writing end
     themselves), orphans holding their memory, and the run directory's lock with it."""
-    import signal  # reason: kills the stand-in for the run
-    import subprocess  # reason: the run is a process of its own, to be killed outright
-    import sys  # reason: as above
-    import time  # reason: waits for the workers to notice
+    from script_helpers import workers_left_when_killed  # reason: only this test watches processes
 
     script = (
         "import multiprocessing, time\n"
@@ -457,17 +444,6 @@ def test_python_count_workers_end_when_their_run_is_killed_outright():
         "    yield 'never'\n"
         "python_count.count_pieces(docs(), workers=2, chunk_bytes=1000)\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    workers = [int(pid) for pid in proc.stdout.readline().split()]  # type: ignore[union-attr]
-    proc.kill()
-    proc.wait()
-    try:
-        assert len(workers) == 2
-        deadline = time.monotonic() + 10
-        while any(map(_alive, workers)) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not any(map(_alive, workers))
-    finally:
-        for pid in workers:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+    workers, left = workers_left_when_killed(script)
+    assert len(workers) == 2
+    assert not left

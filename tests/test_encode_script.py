@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import multiprocessing
@@ -25,6 +24,7 @@ from script_helpers import (
     assert_one_line_error,
     run_script,
     train_small_tokenizer,
+    workers_left_when_killed,
 )
 
 import superbpe
@@ -865,15 +865,6 @@ def test_a_wrong_separator_lists_the_specials_quoted() -> None:
         encode_module.separator_id_of(many, "<|eos|>")
 
 
-def _running(pid: int) -> bool:
-    """Whether process ``pid`` still runs (an orphan's zombie waiting for a reaper does not)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
 def test_encode_pool_workers_end_when_their_command_is_killed_outright():
     """Workers of a pool whose process a SIGKILL ended lived on for ever, orphans waiting on their queue."""
@@ -884,17 +875,6 @@ def test_encode_pool_workers_end_when_their_command_is_killed_outright():
         "pool.submit(os.getpid).result()\n"
         "print(*pool._processes, flush=True)\ntime.sleep(60)\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    workers = [int(pid) for pid in proc.stdout.readline().split()]  # type: ignore[union-attr]
-    proc.kill()
-    proc.wait()
-    try:
-        assert workers
-        deadline = time.monotonic() + 10
-        while any(map(_running, workers)) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not any(map(_running, workers))
-    finally:
-        for pid in workers:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+    workers, left = workers_left_when_killed(script)
+    assert workers
+    assert not left
