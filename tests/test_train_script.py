@@ -389,6 +389,31 @@ def test_finished_run_dir_is_not_overwritten_without_resume(tmp_path, corpus, ke
     assert resumed.returncode == 0 and "nothing to do" in resumed.stdout + resumed.stderr, resumed.stderr
 
 
+def test_a_resume_whose_checkpoint_json_is_gone_but_its_merges_log_is_not_is_refused(tmp_path, corpus):
+    """The resume said "no checkpoint yet" and trained from the beginning, writing over the merges log."""
+    out = tmp_path / "out"
+    proc = train(tmp_path, f"data.paths=[{corpus}]", "vocab_size=300", f"output_dir={out}")
+    assert proc.returncode == 0, proc.stderr
+    (out / "checkpoint.json").unlink()
+    (out / "metrics.json").unlink()  # else the run counts as finished with every file in place
+
+    def files() -> dict[str, bytes]:  # all but the log, which the refused resume appends to
+        kept = [path for path in out.rglob("*") if path.is_file() and path.name != "train.log"]
+        return {path.name: path.read_bytes() for path in kept}
+
+    before = files()
+    resumed = train(tmp_path, f"resume={out}", default_dir=True)
+    assert_one_line_error(
+        resumed, "checkpoint.json is missing but checkpoint.merges holds 43 merges", "into a new directory",
+        f"remove {out / 'checkpoint.merges'}",
+    )
+    assert files() == before and not (out / "checkpoint.json").exists()
+    (out / "checkpoint.merges").write_bytes(b"")  # an empty log holds nothing: the run starts over
+    again = train(tmp_path, f"resume={out}", default_dir=True)
+    assert again.returncode == 0, again.stderr
+    assert (out / "checkpoint.json").is_file() and (out / "merges.txt").read_bytes() == before["merges.txt"]
+
+
 def test_output_dir_is_the_whole_run(tmp_path, corpus):
     """The overrides and log of a run go where its tokenizer goes, so that directory alone resumes it."""
     out = tmp_path / "out"

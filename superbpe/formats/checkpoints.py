@@ -159,6 +159,7 @@ def load_checkpoint(run_dir: Path) -> Checkpoint | None:
 def _load(run_dir: Path) -> tuple[Checkpoint, _LogState] | None:
     path = checkpoint_path(run_dir)
     if not path.is_file():
+        _refuse_orphaned_log(run_dir)
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -183,6 +184,25 @@ def _load(run_dir: Path) -> tuple[Checkpoint, _LogState] | None:
     except (ValueError, KeyError, TypeError) as exc:
         raise InputError(f"{path}: not a usable checkpoint ({exc})") from None
     return checkpoint, state
+
+
+def _refuse_orphaned_log(run_dir: Path) -> None:
+    """Refuse a run directory whose merges log holds merges but whose ``checkpoint.json`` is gone: the log
+    alone says neither how much of it is valid nor which run it belongs to, and starting over would
+    write over it."""
+    for name in MERGES_LOGS:
+        log_path = run_dir / name
+        try:
+            with open(log_path, "rb") as handle:
+                lines = sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b""))
+        except OSError:  # absent (or unreadable, which the run's own writes would report)
+            continue
+        if lines:
+            raise InputError(
+                f"{run_dir}: {CHECKPOINT_FILE} is missing but {name} holds {lines} merges, which cannot "
+                "be checked or continued without it; start a new run into a new directory, or remove "
+                f"{log_path} to start this one over"
+            )
 
 
 def _read_log(path: Path, state: _LogState, sha256: str) -> list[Merge]:
