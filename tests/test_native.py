@@ -492,6 +492,26 @@ def test_per_document_arrays_match_tiktoken(
         wide.encode_batch(["xyz", "abc"] * 200, "uint16")
 
 
+def test_native_encoder_refuses_a_merge_whose_part_is_not_a_token() -> None:
+    """NativeEncoder is used directly (benchmarks do): built with such a merge, it never applied it, where
+    the python encoder, starting from bytes, does (the Tokenizer refuses it before either is made)."""
+    pre = get_pretokenizer("gpt2")
+    vocab = {b"a": 0, b"b": 1, b"c": 2, b"ab": 3, b"xb": 4, b"abc": 5}
+    with pytest.raises(ConfigError, match=r"^merge #1 \(b'x', b'b'\) joins b'x', which is not in the vocab$"):
+        native_engine.NativeEncoder(vocab, [(b"a", b"b"), (b"x", b"b")], pre)
+    unmade = r"^merge #0 \(b'a', b'bc'\) joins b'bc', which is not in the vocab$"
+    with pytest.raises(ConfigError, match=unmade):  # named before the later merge that makes no token
+        native_engine.NativeEncoder(vocab, [(b"a", b"bc"), (b"a", b"c")], pre)
+    with pytest.raises(ConfigError, match=r"^merge #1 \(b'a', b'c'\) makes a token not in the vocab$"):
+        native_engine.NativeEncoder(vocab, [(b"a", b"b"), (b"a", b"c")], pre)
+    # The extension's own class (what the wrapper calls) refuses it too, naming the merge and the part.
+    core = native_engine._require_native().Encoder
+    with pytest.raises(ValueError, match=r'merge #1 \(b"x", b"b"\) joins b"x", which is not in the vocab'):
+        core(vocab, [(b"a", b"b"), (b"x", b"b")], pre.pattern, pre.line_units)
+    encoder = native_engine.NativeEncoder(vocab, [(b"a", b"b"), (b"ab", b"c")], pre)
+    assert encoder.encode_ordinary("abcab") == [5, 3]
+
+
 def test_ids_match_python_encoder_for_superbpe_tokenizer(
     corpora: dict[str, str], tmp_path: Path, native: Native, python: PythonEngine
 ) -> None:

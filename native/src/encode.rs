@@ -320,7 +320,8 @@ pub struct Encoder {
 const MISSING: u32 = u32::MAX;
 
 impl Encoder {
-    /// `vocab`: bytes -> id; `merges` in rank order. Every merge's result must be in `vocab`.
+    /// `vocab`: bytes -> id; `merges` in rank order. Every merge's two parts and its result must be
+    /// in `vocab` (an error names the first merge that breaks this).
     /// Two levels where they are exact (`Request::Auto`).
     pub fn new(
         vocab: Vec<(Vec<u8>, u32)>,
@@ -347,13 +348,18 @@ impl Encoder {
         let lacks_bytes = byte_ids.contains(&MISSING);
         let mut ranks: HashMap<u64, Packed, BuildHasherDefault<PairHasher>> = HashMap::default();
         for (rank, [li, ri, mi]) in map.merge_values(merges).into_iter().enumerate() {
-            let Some(mi) = mi else {
-                return Err(format!("merge {rank}: the token it makes is not in the vocabulary"));
+            let (left, right) = (&merges[rank].0, &merges[rank].1);
+            let shown = || format!("merge #{rank} (b\"{}\", b\"{}\")", left.escape_ascii(), right.escape_ascii());
+            // A part that is not a token: ids of texts it would apply to differ between encoders
+            // (one starting from bytes applies it, one starting from their ids cannot).
+            let (Some(li), Some(ri)) = (li, ri) else {
+                let part = if li.is_none() { left } else { right };
+                return Err(format!("{} joins b\"{}\", which is not in the vocabulary", shown(), part.escape_ascii()));
             };
-            // A part that is not a token can never be formed, so the merge can never apply.
-            if let (Some(li), Some(ri)) = (li, ri) {
-                ranks.entry(bpe::pair_key(li, ri)).or_insert(packed(rank as u32, mi));
-            }
+            let Some(mi) = mi else {
+                return Err(format!("{}: the token it makes is not in the vocabulary", shown()));
+            };
+            ranks.entry(bpe::pair_key(li, ri)).or_insert(packed(rank as u32, mi));
         }
         let mut byte_pairs = vec![NO_MERGE; 1 << 16].into_boxed_slice();
         for (i, slot) in byte_pairs.iter_mut().enumerate() {
@@ -662,6 +668,21 @@ mod tests {
         texts.iter().map(encode).collect()
     }
 
+    /// Byte-valued ids, then one per merge, then one per part of a merge no merge makes (a token a
+    /// merge joins that is not a byte nor made, which an encoder requires in the vocabulary).
+    fn vocab_of(merges: &[(&str, &str)]) -> Vec<(Vec<u8>, u32)> {
+        let mut vocab: Vec<(Vec<u8>, u32)> = (0..=255u8).map(|b| (vec![b], b as u32)).collect();
+        for (l, r) in merges {
+            vocab.push(([l.as_bytes(), r.as_bytes()].concat(), vocab.len() as u32));
+        }
+        for part in merges.iter().flat_map(|(l, r)| [l.as_bytes(), r.as_bytes()]) {
+            if !vocab.iter().any(|(t, _)| t == part) {
+                vocab.push((part.to_vec(), vocab.len() as u32));
+            }
+        }
+        vocab
+    }
+
     fn encoder(merges: &[(&str, &str)]) -> Encoder {
         encoder_with(merges, true)
     }
@@ -687,6 +708,28 @@ mod tests {
         assert_eq!(out.len(), 9);
         let err = e.encode_ordinary(b"bad \xC0 byte", &mut out).unwrap_err();
         assert!(err.contains("0xc0"), "{err}");
+    }
+
+    /// A merge whose part is not a token is refused, naming the merge and the part, as is one whose
+    /// result is not: a vocabulary that lacks a byte a merge joins (HF-trained ones keep only the
+    /// bytes they saw) is one.
+    #[test]
+    fn a_merge_whose_part_or_result_is_not_a_token_is_refused() {
+        let make = |skip: &[u8], extra: &[&[u8]], merges: &[(&[u8], &[u8])]| {
+            let mut vocab: Vec<(Vec<u8>, u32)> =
+                (0..=255u8).filter(|b| !skip.contains(b)).map(|b| (vec![b], b as u32)).collect();
+            vocab.extend(extra.iter().enumerate().map(|(i, t)| (t.to_vec(), 256 + i as u32)));
+            let m: Vec<(Vec<u8>, Vec<u8>)> = merges.iter().map(|(l, r)| (l.to_vec(), r.to_vec())).collect();
+            let splitter = Splitter::new(&builtin_pattern(Builtin::Superbpe), false).unwrap();
+            Encoder::new(vocab, &m, splitter, true).err()
+        };
+        assert_eq!(make(&[], &[b"ab", b"abc"], &[(b"a", b"b"), (b"ab", b"c")]), None);
+        let left = make(b"\xC0", &[b"ab", b"\xC0b"], &[(b"a", b"b"), (b"\xC0", b"b")]).unwrap();
+        assert_eq!(left, r#"merge #1 (b"\xc0", b"b") joins b"\xc0", which is not in the vocabulary"#);
+        let right = make(&[], &[b"ab", b"abc"], &[(b"a", b"b"), (b"a", b"bc")]).unwrap();
+        assert_eq!(right, r#"merge #1 (b"a", b"bc") joins b"bc", which is not in the vocabulary"#);
+        let made = make(&[], &[b"ab"], &[(b"a", b"b"), (b"ab", b"c")]).unwrap();
+        assert_eq!(made, r#"merge #1 (b"ab", b"c"): the token it makes is not in the vocabulary"#);
     }
 
     /// The stack merge, the heap merge and the shared reference `bpe::merge_linear` agree on random
@@ -758,10 +801,7 @@ mod tests {
     #[test]
     fn two_levels_in_every_path_equal_one_level() {
         let merges = [("a", "b"), ("ab", "c"), (" ", "a"), (" a", "bc"), ("abc", " "), (" abc", " abc"), ("c", "a")];
-        let mut vocab: Vec<(Vec<u8>, u32)> = (0..=255u8).map(|b| (vec![b], b as u32)).collect();
-        for (l, r) in &merges {
-            vocab.push(([l.as_bytes(), r.as_bytes()].concat(), vocab.len() as u32));
-        }
+        let vocab = vocab_of(&merges);
         let m: Vec<(Vec<u8>, Vec<u8>)> =
             merges.iter().map(|(l, r)| (l.as_bytes().to_vec(), r.as_bytes().to_vec())).collect();
         let make = |request| {
@@ -847,10 +887,7 @@ mod tests {
         ];
         let alphabet: Vec<&[u8]> =
             vec![b"a", b"b", b"c", b"x", b" ", b"\n", b"1", b"2", b".", b"'s", "é".as_bytes(), "日".as_bytes(), b"  "];
-        let mut vocab: Vec<(Vec<u8>, u32)> = (0..=255u8).map(|b| (vec![b], b as u32)).collect();
-        for (l, r) in &merges {
-            vocab.push(([l.as_bytes(), r.as_bytes()].concat(), vocab.len() as u32));
-        }
+        let vocab = vocab_of(&merges);
         let m: Vec<(Vec<u8>, Vec<u8>)> =
             merges.iter().map(|(l, r)| (l.as_bytes().to_vec(), r.as_bytes().to_vec())).collect();
         let state = &mut 0x3C6E_F372_FE94_F82Bu64;

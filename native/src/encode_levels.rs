@@ -437,7 +437,7 @@ mod tests {
         assert!(!joins_word_to_space(b"", b" "));
     }
 
-    /// Byte-valued ids, one per merge after them; `merges` as text.
+    /// Byte-valued ids, one per merge after them, then the parts no merge makes; `merges` as text.
     fn encoder(merges: &[(&str, &str)], request: Request) -> Encoder {
         let mut vocab: Vec<(Vec<u8>, u32)> = (0..=255u8).map(|b| (vec![b], b as u32)).collect();
         let mut seen: std::collections::HashSet<Vec<u8>> = vocab.iter().map(|(b, _)| b.clone()).collect();
@@ -445,6 +445,12 @@ mod tests {
             let token = [l.as_bytes(), r.as_bytes()].concat();
             if seen.insert(token.clone()) {
                 vocab.push((token, vocab.len() as u32));
+            }
+        }
+        // A part no merge makes (a character of several bytes) is a token too, as an encoder requires.
+        for part in merges.iter().flat_map(|(l, r)| [l.as_bytes(), r.as_bytes()]) {
+            if seen.insert(part.to_vec()) {
+                vocab.push((part.to_vec(), vocab.len() as u32));
             }
         }
         let m: Vec<(Vec<u8>, Vec<u8>)> =

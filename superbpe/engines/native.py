@@ -523,11 +523,13 @@ class NativeEncoder:
                 transition,
                 [token.encode("utf-8") for token in watched],
             )
-        except ValueError as exc:  # the core refuses a merge making a token not in the vocab: name it
-            for rank, (left, right) in enumerate(merges):
+        except ValueError as exc:  # the core refuses a merge whose parts or result are not tokens: name it
+            for rank, (left, right) in enumerate(merges):  # the first, in the core's order
+                shown = f"merge #{rank} ({left!r}, {right!r})"
+                if (part := left if left not in ids else right if right not in ids else None) is not None:
+                    raise ConfigError(f"{shown} joins {part!r}, which is not in the vocab") from None
                 if left + right not in ids:
-                    fault = f"merge #{rank} ({left!r}, {right!r}) makes a token not in the vocab"
-                    raise ConfigError(fault) from None
+                    raise ConfigError(f"{shown} makes a token not in the vocab") from None
             raise ConfigError(str(exc)) from None
         # `plain` and `plain_array` are the Rust methods themselves: they never raise for a bad text
         # (they answer None), so there is nothing to translate, and a per-document call is one call.
