@@ -15,6 +15,7 @@ from superbpe.core.rules import count_words
 from superbpe.formats.gpt2 import read_merges
 from superbpe.training.config import DataConfig, EngineConfig, PretokenizerConfig, TrainConfig, to_dataclass
 from superbpe.training.run import run_training
+from superbpe.training.summary import collect, table, timing_note
 
 VOCAB = 1200
 TRANSITION = 500
@@ -118,6 +119,30 @@ def test_resuming_a_bpe_run_at_t_keeps_exactly_its_first_t_merges(bpe_run, super
     # Stage 1 is greedy, so taking it from the run equals training both stages in one go.
     assert result.merges == superbpe_run[0].merges
     assert read_merges(tmp_path / "out" / "merges.txt") == result.merges
+
+
+def test_a_stage_taken_from_a_run_names_the_engine_that_trained_it_there(bpe_run, wiki, tmp_path):
+    """``stages[0].engine`` named this run's engine, which never trained that stage."""
+    _, bpe_dir = bpe_run  # trained on the python engine
+    cfg = config(wiki, tmp_path / "out", "superbpe", transition=TRANSITION, from_run=str(bpe_dir))
+    run_training(dataclasses.replace(cfg, engine=EngineConfig("native")))
+    stages = json.loads((tmp_path / "out" / "metrics.json").read_text())["stages"]
+    assert [(stage["from"], stage["engine"]) for stage in stages] == [
+        (f"run {bpe_dir}", "python"),
+        ("trained", "native"),
+    ]
+    # A source whose metrics.json is gone does not say which engine trained it.
+    source = tmp_path / "source"
+    shutil.copytree(bpe_dir, source)
+    (source / "metrics.json").unlink()
+    cfg = config(wiki, tmp_path / "again", "superbpe", transition=TRANSITION, from_run=str(source))
+    run_training(dataclasses.replace(cfg, engine=EngineConfig("native")))
+    stages = json.loads((tmp_path / "again" / "metrics.json").read_text())["stages"]
+    assert [stage["engine"] for stage in stages] == [None, "native"]
+    # superbpe-summarize reads both, their seconds marked as not all training.
+    rows = collect(tmp_path)
+    assert len(rows) == 2 and all(row.untimed for row in rows) and timing_note(rows) is not None
+    assert "*" in table(rows)
 
 
 def test_fractional_transition_from_run(bpe_run, wiki, tmp_path):

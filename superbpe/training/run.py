@@ -902,7 +902,9 @@ def _stage_metrics(
     """``earlier_seconds``: what the processes before this one spent on the stage (it was resumed inside):
     ``seconds`` is the stage's time across all of them, ``seconds_before_resume`` their part. ``engines``:
     those that ran the stage, in order (a resume may change engines, also inside a stage); ``engine``
-    names them joined by ``+`` (``python+native``), so it stays one string and says only what ran."""
+    names them joined by ``+`` (``python+native``), so it stays one string and says only what ran. A stage
+    taken from the source run (``from`` names it) was trained by no engine of this run: ``engine`` is the
+    one the source run recorded for it, null when that is not known (tokenizer files, say)."""
     alphabet = job.alphabets.get(plan.index)
     counted = {}
     if plan.approx_sample is not None:  # a sample takes whole blocks: a small corpus's share differs
@@ -919,8 +921,15 @@ def _stage_metrics(
         **stats.sizes,
         "peak_rss_bytes": stats.peak_rss_bytes,
         "from": _stage_source(plan, stats, job),
-        "engine": "+".join(engines or [job.engine.name]),
+        "engine": _stage_engine(plan, job, engines),
     }
+
+
+def _stage_engine(plan: StagePlan, job: _Job, engines: Sequence[str]) -> str | None:
+    """The engine(s) that trained a stage (see :func:`_stage_metrics`)."""
+    if plan.index == 0 and job.source is not None:
+        return job.source.engine
+    return "+".join(engines or [job.engine.name])
 
 
 def _stage_source(plan: StagePlan, stats: StageStats, job: _Job) -> str:

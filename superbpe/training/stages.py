@@ -199,6 +199,10 @@ class SourceMerges:
     merges: tuple[Merge, ...]
     pretokenizer: Pretokenizer | None  # None: the files do not say (GPT-2 vocab.json + merges.txt)
     compat: CompatConfig | None = None  # the preset a run of ours recorded (None: the files do not say)
+    # The engine that trained the merges, as the source run's metrics.json names it for its first stage
+    # (None: bare tokenizer files, or a run whose metrics.json is gone). Not part of the spec: it does not
+    # change the merges.
+    engine: str | None = None
 
     def spec(self) -> dict[str, Any]:
         return {
@@ -247,7 +251,17 @@ def _load_run(run_dir: Path) -> SourceMerges:
     except Exception as exc:  # a hand-edited or foreign manifest
         raise InputError(f"{manifest_path}: bad stage pretokenizer: {exc}") from None
     usable = int(first.get("end", len(merges))) if first else len(merges)
-    return SourceMerges(f"run {run_dir}", tuple(merges[:usable]), pre, recorded_compat(manifest.training))
+    compat = recorded_compat(manifest.training)
+    return SourceMerges(f"run {run_dir}", tuple(merges[:usable]), pre, compat, _first_stage_engine(run_dir))
+
+
+def _first_stage_engine(run_dir: Path) -> str | None:
+    """The engine a finished run's ``metrics.json`` names for its first stage, None when it names none."""
+    try:
+        engine = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))["stages"][0]["engine"]
+    except (OSError, ValueError, LookupError, TypeError):  # gone, hand-edited, or from before stages had one
+        return None
+    return engine if isinstance(engine, str) else None
 
 
 def check_source_compat(source: SourceMerges, compat: CompatConfig) -> None:
