@@ -408,6 +408,16 @@ def test_a_resume_whose_checkpoint_json_is_gone_but_its_merges_log_is_not_is_ref
         f"remove {out / 'checkpoint.merges'}",
     )
     assert files() == before and not (out / "checkpoint.json").exists()
+    anew = train(tmp_path, f"data.paths=[{corpus}]", "vocab_size=300", f"output_dir={out}")  # not resumed
+    assert_one_line_error(anew, "merges log (checkpoint.merges, 43 merges) without its checkpoint.json")
+    assert files() == before
+    lone = tmp_path / "lone"  # the log alone, which nothing else there would refuse a new run for
+    lone.mkdir()
+    (lone / "checkpoint.merges").write_bytes(before["checkpoint.merges"])
+    anew = train(tmp_path, f"data.paths=[{corpus}]", "vocab_size=300", f"output_dir={lone}")
+    assert_one_line_error(anew, "merges log (checkpoint.merges, 43 merges) without its checkpoint.json")
+    assert [path.name for path in lone.iterdir()] == ["checkpoint.merges"]
+    assert (lone / "checkpoint.merges").read_bytes() == before["checkpoint.merges"]
     (out / "checkpoint.merges").write_bytes(b"")  # an empty log holds nothing: the run starts over
     again = train(tmp_path, f"resume={out}", default_dir=True)
     assert again.returncode == 0, again.stderr

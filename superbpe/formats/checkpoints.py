@@ -186,10 +186,12 @@ def _load(run_dir: Path) -> tuple[Checkpoint, _LogState] | None:
     return checkpoint, state
 
 
-def _refuse_orphaned_log(run_dir: Path) -> None:
-    """Refuse a run directory whose merges log holds merges but whose ``checkpoint.json`` is gone: the log
-    alone says neither how much of it is valid nor which run it belongs to, and starting over would
-    write over it."""
+def orphaned_log(run_dir: Path) -> tuple[Path, int] | None:
+    """A merges log that holds merges in a run directory without ``checkpoint.json``, and how many: the log
+    alone says neither how much of it is valid nor which run it belongs to. None when there is none (an
+    empty log holds nothing)."""
+    if checkpoint_path(run_dir).is_file():
+        return None
     for name in MERGES_LOGS:
         log_path = run_dir / name
         try:
@@ -198,11 +200,20 @@ def _refuse_orphaned_log(run_dir: Path) -> None:
         except OSError:  # absent (or unreadable, which the run's own writes would report)
             continue
         if lines:
-            raise InputError(
-                f"{run_dir}: {CHECKPOINT_FILE} is missing but {name} holds {lines} merges, which cannot "
-                "be checked or continued without it; start a new run into a new directory, or remove "
-                f"{log_path} to start this one over"
-            )
+            return log_path, lines
+    return None
+
+
+def _refuse_orphaned_log(run_dir: Path) -> None:
+    """Refuse to continue a run whose merges log is there without its ``checkpoint.json``: starting over
+    would write over the log."""
+    if (found := orphaned_log(run_dir)) is not None:
+        log_path, count = found
+        raise InputError(
+            f"{run_dir}: {CHECKPOINT_FILE} is missing but {log_path.name} holds {count} merges, which cannot "
+            "be checked or continued without it; start a new run into a new directory, or remove "
+            f"{log_path} to start this one over"
+        )
 
 
 def _read_log(path: Path, state: _LogState, sha256: str) -> list[Merge]:

@@ -16,7 +16,7 @@ from typing import Any
 
 from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.util import directory_problem, missing_dirs
-from superbpe.formats.checkpoints import checkpoint_path
+from superbpe.formats.checkpoints import checkpoint_path, orphaned_log
 from superbpe.formats.tokenizer_dir import states_its_pattern, tokenizer_files_in
 from superbpe.training.summary import missing_jobs, unfinished
 
@@ -121,8 +121,9 @@ def _resume_value(args: Sequence[str]) -> str | None:
 
 
 def check_nothing_to_overwrite(path: Path) -> None:
-    """Refuse a new run's directory that holds a run (continued with ``resume=``) or a tokenizer (a saved
-    one, or a run's whose checkpoint was removed): the run would write its files over them."""
+    """Refuse a new run's directory that holds a run (continued with ``resume=``), a run's merges log
+    without its checkpoint.json, or a tokenizer (a saved one, or a run's whose checkpoint was removed): the
+    run would write its files over them."""
     if checkpoint_path(path).is_file():
         if (path / "metrics.json").is_file():  # written last: the run finished, there is nothing to continue
             raise ConfigError(
@@ -130,6 +131,12 @@ def check_nothing_to_overwrite(path: Path) -> None:
                 "eval=<file> evaluates it)"
             )
         raise ConfigError(f"{path} already holds a run; continue it with resume={path}")
+    if (orphan := orphaned_log(path)) is not None:
+        log_path, count = orphan
+        raise ConfigError(
+            f"{path} holds a run's merges log ({log_path.name}, {count} merges) without its checkpoint.json, "
+            f"which this run would write over: choose another output_dir, or remove {log_path}"
+        )
     if held := tokenizer_files_in(path):
         raise ConfigError(
             f"{path} already holds a tokenizer ({', '.join(held)}), which this run would replace: "
