@@ -350,8 +350,9 @@ impl Encoder {
         for (rank, [li, ri, mi]) in map.merge_values(merges).into_iter().enumerate() {
             let (left, right) = (&merges[rank].0, &merges[rank].1);
             let shown = || format!("merge #{rank} (b\"{}\", b\"{}\")", left.escape_ascii(), right.escape_ascii());
-            // A part that is not a token: ids of texts it would apply to differ between encoders
-            // (one starting from bytes applies it, one starting from their ids cannot).
+            // A part that is not a token: this encoder, starting from the bytes' ids, could never
+            // apply the merge, where one starting from bytes does (a byte the vocab lacks), so the
+            // two would give different ids; refused as the Tokenizer and the file readers refuse it.
             let (Some(li), Some(ri)) = (li, ri) else {
                 let part = if li.is_none() { left } else { right };
                 return Err(format!("{} joins b\"{}\", which is not in the vocabulary", shown(), part.escape_ascii()));
