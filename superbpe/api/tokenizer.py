@@ -48,6 +48,7 @@ from superbpe.core.sources import (
 )
 from superbpe.core.types import Merge
 from superbpe.core.util import caller_stacklevel, import_optional, resolve_threads
+from superbpe.core.vocab import check_merge_parts
 from superbpe.engines.interface import EncoderCore, Engine, get_engine
 from superbpe.formats.checkpoints import CHECKPOINT_FILE
 from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE, read_gpt2_files, unmerged_tokens
@@ -106,7 +107,7 @@ class Tokenizer:
         whole_pieces: bool = True,
     ) -> None:
         vocab, merges = _checked_vocab(vocab), _checked_merges(merges)
-        _check_merge_parts(vocab, merges)
+        check_merge_parts(set(vocab.values()), merges)
         self._build(vocab, merges, special_tokens, pretokenizer, engine, whole_pieces)
         if special_tokens is None:
             _warn_if_specials_left_out(self._vocab, self._merges, self._pretokenizer, whole_pieces)
@@ -986,20 +987,6 @@ def _checked_merges(merges: Sequence[Merge]) -> list[Merge]:
             raise ConfigError(f"merge #{index} must be two non-empty bytes objects, not {merge!r}")
         checked.append((bytes(parts[0]), bytes(parts[1])))
     return checked
-
-
-def _check_merge_parts(vocab: Mapping[int, bytes], merges: Sequence[Merge]) -> None:
-    """Every merge joins two tokens of the vocab. One whose part is not there (a vocab that lacks a byte
-    a merge uses) gave ids on the python engine, which starts from bytes, and an error on the native one,
-    which starts from the bytes' ids; HF refuses to load such a file. Whole-set steps at C speed first."""
-    tokens = set(vocab.values())
-    if tokens.issuperset(chain.from_iterable(merges)):
-        return
-    for index, (left, right) in enumerate(merges):
-        for part in (left, right):
-            if part not in tokens:
-                shown = f"merge #{index} ({left!r}, {right!r})"
-                raise ConfigError(f"{shown} joins {part!r}, which is not in the vocab")
 
 
 def _is_integer_id(token_id: Any) -> bool:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
+from itertools import chain
 
 from superbpe.core.byte_table import byte_to_unicode, token_str_to_bytes, unicode_to_byte
 from superbpe.core.errors import ConfigError
@@ -35,6 +36,19 @@ def build_vocab(merges: Sequence[Merge], special_tokens: Iterable[str] = ()) -> 
             raise ConfigError(f"special token {token!r} has the bytes of a learned token; choose another")
         vocab[len(vocab)] = token.encode("utf-8")
     return vocab
+
+
+def check_merge_parts(tokens: Container[bytes], merges: Sequence[Merge]) -> None:
+    """Every merge joins two tokens (``tokens``: the vocab's). One whose part is not there (a vocab that
+    lacks a byte a merge uses) gives ids on an encoder that starts from bytes and none on one that starts
+    from the bytes' ids; HF refuses to load such a file. The error names the first such merge."""
+    if all(map(tokens.__contains__, chain.from_iterable(merges))):  # the common case, at C speed
+        return
+    for index, (left, right) in enumerate(merges):
+        for part in (left, right):
+            if part not in tokens:
+                shown = f"merge #{index} ({left!r}, {right!r})"
+                raise ConfigError(f"{shown} joins {part!r}, which is not in the vocab")
 
 
 def check_special_tokens(special_tokens: Sequence[str]) -> None:

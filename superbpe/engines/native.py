@@ -64,6 +64,7 @@ from superbpe.core.sources import (
 )
 from superbpe.core.types import Merge
 from superbpe.core.util import atomic_write, usable_cpus
+from superbpe.core.vocab import check_merge_parts
 
 try:
     from superbpe import _native
@@ -524,11 +525,10 @@ class NativeEncoder:
                 [token.encode("utf-8") for token in watched],
             )
         except ValueError as exc:  # the core refuses a merge whose parts or result are not tokens: name it
-            for rank, (left, right) in enumerate(merges):  # the first, in the core's order
-                shown = f"merge #{rank} ({left!r}, {right!r})"
-                if (part := left if left not in ids else right if right not in ids else None) is not None:
-                    raise ConfigError(f"{shown} joins {part!r}, which is not in the vocab") from None
+            check_merge_parts(ids, merges)
+            for rank, (left, right) in enumerate(merges):
                 if left + right not in ids:
+                    shown = f"merge #{rank} ({left!r}, {right!r})"
                     raise ConfigError(f"{shown} makes a token not in the vocab") from None
             raise ConfigError(str(exc)) from None
         # `plain` and `plain_array` are the Rust methods themselves: they never raise for a bad text
