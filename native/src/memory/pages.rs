@@ -232,15 +232,22 @@ mod tests {
         assert_eq!(huge_vec(10, [1u8, 2, 3].into_iter()), [1, 2, 3]);
     }
 
+    /// A file of `content` in the temporary directory, named for the test, and its map. The tests
+    /// change such a file only by cutting it short or removing it, which the map is watched for.
+    fn mapped(test: &str, content: &[u8]) -> (std::path::PathBuf, std::fs::File, MappedFile) {
+        let path = std::env::temp_dir().join(format!("superbpe-{test}-test-{}", std::process::id()));
+        std::fs::File::create(&path).unwrap().write_all(content).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        // SAFETY: the test's own file, only cut short or removed while mapped (see above).
+        let map = unsafe { MappedFile::open(&file, path.to_str().unwrap()) }.unwrap().unwrap();
+        (path, file, map)
+    }
+
     /// Pages given back read the same bytes again, whatever the order and size of the releases.
     #[test]
     fn released_pages_still_read_the_file() {
-        let path = std::env::temp_dir().join(format!("superbpe-mem-test-{}", std::process::id()));
         let content: Vec<u8> = (0..5 * page_size() + 123).map(|i| (i * 7 % 251) as u8).collect();
-        std::fs::File::create(&path).unwrap().write_all(&content).unwrap();
-        let file = std::fs::File::open(&path).unwrap();
-        // SAFETY: the test's own file, unchanged while mapped.
-        let map = unsafe { MappedFile::open(&file, path.to_str().unwrap()) }.unwrap().unwrap();
+        let (path, file, map) = mapped("mem", &content);
         let data = map.bytes();
         let mut pages = map.pages();
         for upto in [0, 10, page_size() + 1, 3 * page_size(), 2 * page_size(), content.len(), usize::MAX] {
@@ -257,11 +264,7 @@ mod tests {
     #[test]
     fn a_file_cut_short_while_mapped_reads_zeros_and_is_marked() {
         let page = page_size();
-        let path = std::env::temp_dir().join(format!("superbpe-cut-test-{}", std::process::id()));
-        std::fs::File::create(&path).unwrap().write_all(&vec![7u8; 6 * page + 5]).unwrap();
-        let file = std::fs::File::open(&path).unwrap();
-        // SAFETY: the test's own file; it is only cut short, which the map is watched for.
-        let map = unsafe { MappedFile::open(&file, path.to_str().unwrap()) }.unwrap().unwrap();
+        let (path, file, map) = mapped("cut", &vec![7u8; 6 * page + 5]);
         let mark = map.cut_mark();
         assert_eq!(map.bytes()[0], 7);
         assert!(!map.cut_short());
@@ -283,11 +286,7 @@ mod tests {
     #[test]
     fn a_cut_inside_the_last_page_is_seen_and_a_removal_is_not_a_cut() {
         let page = page_size();
-        let path = std::env::temp_dir().join(format!("superbpe-tail-cut-test-{}", std::process::id()));
-        std::fs::File::create(&path).unwrap().write_all(&vec![7u8; 2 * page + 100]).unwrap();
-        let file = std::fs::File::open(&path).unwrap();
-        // SAFETY: the test's own file; it is only cut short, which the map is watched for.
-        let map = unsafe { MappedFile::open(&file, path.to_str().unwrap()) }.unwrap().unwrap();
+        let (path, _file, map) = mapped("tail-cut", &vec![7u8; 2 * page + 100]);
         std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(2 * page as u64 + 10).unwrap();
         assert!(map.bytes()[2 * page + 10..].iter().all(|&b| b == 0));
         assert!(map.cut_short());
@@ -303,11 +302,7 @@ mod tests {
     #[test]
     fn kept_pages_stay_mapped() {
         let page = page_size();
-        let path = std::env::temp_dir().join(format!("superbpe-keep-test-{}", std::process::id()));
-        std::fs::File::create(&path).unwrap().write_all(&vec![7u8; 6 * page]).unwrap();
-        let file = std::fs::File::open(&path).unwrap();
-        // SAFETY: the test's own file, unchanged while mapped.
-        let map = unsafe { MappedFile::open(&file, path.to_str().unwrap()) }.unwrap().unwrap();
+        let (path, file, map) = mapped("keep", &vec![7u8; 6 * page]);
         let mut pages = map.pages();
         pages.release_below(page + 10);
         assert_eq!(pages.dropped, page);
