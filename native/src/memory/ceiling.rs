@@ -51,7 +51,7 @@ impl Ceiling {
 pub fn resident_bytes() -> Option<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    Some(pages * super::pages::page_size() as u64)
+    Some(pages * super::system::page_size() as u64)
 }
 
 /// What the kernel can still give without swapping (`MemAvailable` of `/proc/meminfo`).

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::sigbus::Watched;
+use super::system::page_size;
 
 /// Ask for transparent huge pages on the 2 MiB-aligned part of `[addr, addr + len)`, before
 /// it is first touched (the memory of a fresh large allocation is not mapped yet).
@@ -46,12 +47,6 @@ pub fn prefetch<T>(r: &T) {
     };
     #[cfg(not(target_arch = "x86_64"))]
     let _ = r;
-}
-
-/// The system's page size (what `madvise` ranges are rounded to).
-pub fn page_size() -> usize {
-    // SAFETY: sysconf only reads a system constant.
-    usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1)
 }
 
 /// A read-only memory map of a whole file, read front to back, whose pages can be given back

@@ -129,7 +129,7 @@ mod handler {
     /// Install the handler for the process, keeping the disposition it replaces; whether it is
     /// installed. Called once, under `WRITERS`.
     pub(super) fn install() -> bool {
-        PAGE.store(super::super::pages::page_size(), Ordering::Relaxed);
+        PAGE.store(super::super::system::page_size(), Ordering::Relaxed);
         // SAFETY: zeroed `sigaction` structs are valid (an empty mask, no flags, SIG_DFL);
         // `sigemptyset` and `sigaction` get pointers to live locals. PREVIOUS is written before
         // the handler that reads it is installed, and only here (see `Previous`).
