@@ -139,6 +139,17 @@ def test_a_thread_count_far_past_the_cpus_is_refused(
                 call(["text"], 10**6)
 
 
+@pytest.mark.parametrize("ordinary", ["no", 1, None])
+def test_flat_ordinary_must_be_a_bool(
+    trained: tuple[dict[int, bytes], list[tuple[bytes, bytes]]], ordinary: object
+) -> None:
+    """A truthy non-bool such as "no" would quietly encode special tokens as plain text."""
+    for tok in tokenizers(trained):
+        with pytest.raises(ConfigError, match=r"^ordinary must be True or False, not ") as caught:
+            tok.encode_batch_flat([EOT], ordinary=ordinary)  # type: ignore[arg-type]
+        assert "\n" not in str(caught.value)
+
+
 def test_flat_dtype_must_hold_the_ids(trained: tuple[dict[int, bytes], list[tuple[bytes, bytes]]]) -> None:
     vocab = {i: bytes([i]) for i in range(256)}
     vocab[70_000] = b"ab"

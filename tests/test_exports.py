@@ -321,6 +321,16 @@ def test_gpt2_files_as_tiktoken_equal_the_reference(shared_data: Path, texts: li
         assert ours.encode(text, allowed_special="all") == reference.encode(text, allowed_special="all")
 
 
+def test_tiktoken_name_must_be_a_str() -> None:
+    vocab = {i: bytes([i]) for i in range(256)} | {256: b"ab"}
+    tokenizer = Tokenizer(vocab, [(b"a", b"b")], [EOT])
+    assert tokenizer.to_tiktoken(name="mine").name == "mine"
+    assert tokenizer.to_tiktoken().name == "gpt2"
+    for name in (5, b"mine", ["mine"]):
+        with pytest.raises(ConfigError, match=r"^name must be a str \(or None\), not "):
+            tokenizer.to_tiktoken(name=name)  # type: ignore[arg-type]
+
+
 def test_specials_one_beginning_another_have_no_tiktoken_form(tmp_path: Path, sample_texts: Path) -> None:
     """Where two specials start together this tokenizer takes the longer, tiktoken whichever it tries first:
     the export would give other ids, so each way to it is refused (a run's before training)."""

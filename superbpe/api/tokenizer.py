@@ -393,6 +393,8 @@ class Tokenizer:
         ``dtype`` (uint16 or uint32; by default uint16 when every id fits), ``offsets`` is int64 and has
         ``len(texts) + 1`` entries, the first 0. ``threads`` as in :meth:`encode_batch`.
         """
+        if not isinstance(ordinary, bool):  # "no" would read as True: special tokens taken as plain text
+            raise ConfigError(f"ordinary must be True or False, not {ordinary!r}")
         name = self._default_dtype if dtype is None else self._array_dtype(dtype)
         batch = _checked_texts(texts, "encode_batch_flat")
         specials = {} if ordinary else self._special_ids
@@ -762,6 +764,8 @@ class Tokenizer:
     def to_tiktoken(self, name: str | None = None) -> Any:
         """This tokenizer as a ``tiktoken.Encoding`` that gives the same ids (``allowed_special="all"`` for
         specials in text). Needs ``tiktoken`` (``pip install "superbpe[tiktoken]"``)."""
+        if name is not None and not isinstance(name, str):  # tiktoken keeps any object as the name
+            raise ConfigError(f"name must be a str (or None), not {type(name).__name__}")
         tiktoken = import_optional("tiktoken", "tiktoken", "to_tiktoken()")
         ranks = tiktoken_ranks(self._vocab, self.special_tokens, self._merges)
         check_ranks_follow_merges(ranks, self._merges)
