@@ -5,6 +5,9 @@ dtype asked for; bad input fails as ``encode`` does, a bad dtype as ``encode_bat
 
 from __future__ import annotations
 
+import array
+import ctypes
+import mmap
 from pathlib import Path
 
 import numpy as np
@@ -139,6 +142,55 @@ def test_encode_utf8_refuses_what_it_cannot_take(tokenizers: list[Tokenizer]) ->
     for engine in ENGINES:  # one text, so no "texts[0]: " (the python engine encodes it as a batch of one)
         with pytest.raises(InputError, match=r"^text needs byte 0x61, which has no token in the vocabulary$"):
             Tokenizer(lacking, [], engine=engine).encode_utf8(b"bca")
+
+
+def _byte_buffers(data: bytes, directory: Path) -> dict[str, object]:
+    """``data`` as each kind of bytes-like object a caller may hold, by name."""
+    path = directory / "text.bin"
+    path.write_bytes(data)
+    with path.open("rb") as file:
+        mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+    return {
+        "bytearray": bytearray(data),
+        "memoryview": memoryview(data),
+        "memoryview slice": memoryview(b"xx" + data)[2:],
+        "uint8 array": np.frombuffer(data, np.uint8),
+        "int8 array": np.frombuffer(data, np.int8),
+        "array.array": array.array("B", data),
+        "ctypes": (ctypes.c_ubyte * len(data)).from_buffer_copy(data),
+        "mmap": mapped,
+    }
+
+
+def test_encode_utf8_takes_any_contiguous_byte_buffer(tokenizers: list[Tokenizer], tmp_path: Path) -> None:
+    """Bytes read into a buffer (a memory-mapped file, a numpy array) encode as those bytes do, on both
+    engines alike, and an mmap given is left free to close."""
+    data = ("ab cd " + EOT + " \u00e9t\u00e9 <|s|><|s|> \u65e5\u672c\n").encode("utf-8") * 50
+    expected = [tok.encode_utf8(data).tolist() for tok in tokenizers]
+    assert all(ids == expected[0] for ids in expected)
+    buffers = _byte_buffers(data, tmp_path)
+    for tok in tokenizers:
+        for kind, buffer in buffers.items():
+            assert tok.encode_utf8(buffer).tolist() == expected[0], (tok.engine, kind)  # type: ignore[arg-type]
+            replaced = tok.encode_utf8(buffer, np.uint32, errors="replace")  # type: ignore[arg-type]
+            assert replaced.tolist() == expected[0], (tok.engine, kind)
+    buffers["mmap"].close()  # type: ignore[attr-defined]
+
+
+def test_encode_utf8_refuses_buffers_that_are_not_bytes(tokenizers: list[Tokenizer]) -> None:
+    """Wider items or a strided view are not a text's bytes in order; an int would read as zero bytes."""
+    not_bytes = "takes a buffer of bytes, not ndarray of format"
+    refused = {
+        "int32 array": (np.arange(4, dtype=np.int32), not_bytes + r" 'i' \(4-byte items\)"),
+        "bool array": (np.zeros(4, bool), not_bytes + r" '\?' \(1-byte items\)"),
+        "strided view": (memoryview(b"abcdef")[::2], r"takes a contiguous buffer, not a strided memoryview"),
+        "int": (5, r"takes bytes, not int$"),
+    }
+    for tok in tokenizers:
+        for kind, (data, message) in refused.items():
+            with pytest.raises(InputError, match="^encode_utf8 " + message) as caught:
+                tok.encode_utf8(data)  # type: ignore[arg-type]
+            assert "\n" not in str(caught.value), (tok.engine, kind)
 
 
 @pytest.mark.parametrize("count", [1, tokenizer_module.FEW_SPECIALS + 3])

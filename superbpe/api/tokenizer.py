@@ -351,11 +351,11 @@ class Tokenizer:
         for a short text, where releasing it costs more than it frees), so threads encoding chunks side by
         side do not wait for each other. ``errors`` is
         ``"strict"`` (invalid UTF-8 raises the ``UnicodeDecodeError`` decoding would) or ``"replace"``.
+        ``data`` may be any C-contiguous buffer of bytes (``bytearray``, ``memoryview``, ``mmap``, a numpy
+        uint8 array), which is copied to ``bytes`` first: the encoders read ``bytes``.
         """
         if type(data) is not bytes:
-            if not isinstance(data, (bytes, bytearray)):
-                raise InputError(f"encode_utf8 takes bytes, not {type(data).__name__}")
-            data = bytes(data)
+            data = _utf8_bytes(data)
         if errors != "strict":
             check_errors_mode(errors)
         name = self._default_dtype if dtype is None else self._array_dtype(dtype)
@@ -865,6 +865,31 @@ def _check_text(text: object) -> None:
     if not isinstance(text, str):
         hint = " (decode bytes to str first)" if isinstance(text, (bytes, bytearray)) else ""
         raise InputError(f"encode takes a str, not {type(text).__name__}{hint}")
+
+
+#: Buffer formats whose items are single bytes (unsigned, signed, char), as ``bytes(buffer)`` reads them.
+BYTE_FORMATS = frozenset({"B", "b", "c"})
+
+
+def _utf8_bytes(data: object) -> bytes:
+    """The bytes of a bytes-like ``data`` for ``encode_utf8``. Only a C-contiguous buffer of single bytes
+    is taken: the bytes of wider items (an int32 array) or of a strided view are not a text's bytes in
+    order, and ``bytes()`` would take them silently. The view is released at once, so an ``mmap`` given
+    can still be closed."""
+    try:
+        view = memoryview(data)  # type: ignore[arg-type]
+    except TypeError:
+        raise InputError(f"encode_utf8 takes bytes, not {type(data).__name__}") from None
+    with view:
+        kind, form, size = type(data).__name__, view.format, view.itemsize
+        if size != 1 or form.lstrip("@=<>!") not in BYTE_FORMATS:  # ctypes says "<B"
+            raise InputError(
+                f"encode_utf8 takes a buffer of bytes, not {kind} of format {form!r} ({size}-byte items): "
+                "give it the text's UTF-8 bytes"
+            )
+        if not view.c_contiguous:
+            raise InputError(f"encode_utf8 takes a contiguous buffer, not a strided {kind}: copy it to bytes")
+        return view.tobytes()
 
 
 def _checked_texts(texts: Iterable[str], method: str) -> list[str]:
