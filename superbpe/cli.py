@@ -39,7 +39,7 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException, Vali
 
 from superbpe import __version__
 from superbpe.core.errors import ConfigError, InputError, SuperBPEError
-from superbpe.core.util import atomic_write_text, human_size
+from superbpe.core.util import atomic_write_text, counted, human_size
 from superbpe.formats.checkpoints import checkpoint_path
 from superbpe.formats.token_files import INDEX_NAME, EncodeResult, ShardedEncodeResult, sidecar_path
 from superbpe.jobs.encode import StoppedOnceWritten, encode_corpus
@@ -484,11 +484,6 @@ def _into_run_log(outcome: str) -> None:
             handler.handle(record)
 
 
-def _count(n: int, noun: str) -> str:
-    """``1 document``, ``3 documents``."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
 def _check_not_written_by_this_sweep(output: Path, written: Callable[[Path], Path], example: str) -> None:
     """In a ``-m`` sweep, an output an earlier job of it wrote (the file ``written`` names: a token file's
     sidecar, a report) is refused: every job would write the same file (it is named the same for all),
@@ -759,10 +754,10 @@ def _encoded_line(result: EncodeResult) -> None:
     where, files = result.output, ""
     if isinstance(result, ShardedEncodeResult):
         where = f"{result.output}{os.sep}"
-        shards = _count(len(result.shards), "shard file")
+        shards = counted(len(result.shards), "shard file")
         files = f" in {shards} and {INDEX_NAME} (read with superbpe.open_shards)"
-    documents = _count(result.documents, "document")
-    print(f"{where}: {_count(result.tokens, 'token')} ({result.dtype}), {documents}{files}")
+    documents = counted(result.documents, "document")
+    print(f"{where}: {counted(result.tokens, 'token')} ({result.dtype}), {documents}{files}")
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="evaluate")
@@ -798,8 +793,8 @@ def _evaluate(cfg: DictConfig) -> None:
     print(
         f"{_job_label()}bytes/token {result.bytes_per_token:.4f}  "
         f"tokens/document {result.tokens_per_document:.2f}  "
-        f"({_count(result.bytes, 'byte')}, {_count(result.tokens, 'token')}, "
-        f"{_count(result.documents, 'document')})"
+        f"({counted(result.bytes, 'byte')}, {counted(result.tokens, 'token')}, "
+        f"{counted(result.documents, 'document')})"
     )
 
 
@@ -920,15 +915,19 @@ def cache(argv: list[str] | None = None) -> None:
             also = ""
             if kept:
                 also = f", {kept} kept (a job holds them)" if args.remove else "; --remove removes them"
-            print(f"{checked} entries checked in {directory}{absent}: {len(bad)} bad{also}")
+            entries = counted(checked, "entry", "entries")
+            print(f"{entries} checked in {directory}{absent}: {len(bad)} bad{also}")
             if kept:
                 raise SystemExit(1)
         else:
             older = parse_age(args.older_than) if args.older_than else None
             removed, freed = clear_cache(directory, older_than_seconds=older)
             files, left = clear_leftovers(directory)
-            also = f" and {files} files left by killed jobs ({human_size(left, 'B')})" if files else ""
-            print(f"removed {removed} entries ({human_size(freed, 'B')}){also} from {directory}{absent}")
+            also = ""
+            if files:
+                also = f" and {counted(files, 'file')} left by killed jobs ({human_size(left, 'B')})"
+            entries = counted(removed, "entry", "entries")
+            print(f"removed {entries} ({human_size(freed, 'B')}){also} from {directory}{absent}")
     except BrokenPipeError:  # an OSError, but no user error: the reader went (`_stdout_may_close`)
         raise
     except USER_ERRORS as exc:

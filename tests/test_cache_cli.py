@@ -33,7 +33,7 @@ def test_list_and_clear_older_than(tmp_path: Path, capsys: pytest.CaptureFixture
     listing = capsys.readouterr().out
     assert old.name in listing and new.name in listing and "2 entries" in listing
     cache_command(["--cache-dir", str(tmp_path), "clear", "--older-than", "7d"])
-    assert "removed 1 entries" in capsys.readouterr().out
+    assert "removed 1 entry (1.0 KB) from" in capsys.readouterr().out
     assert not old.exists() and new.exists()
     assert clear_cache(tmp_path) == (1, 500) and cache_entries(tmp_path) == []
     assert not list(tmp_path.rglob("*.lock"))  # each entry's lock went with it
@@ -119,7 +119,7 @@ def test_what_killed_jobs_left_is_listed_and_cleared_unless_a_job_holds_it(
     fcntl.flock(held, fcntl.LOCK_EX)  # another open file: the remover's own lock attempt fails
     try:
         cache_command(["--cache-dir", str(tmp_path), "list"])
-        assert "1 entries, 100 B\n4 files left by killed jobs" in capsys.readouterr().out
+        assert "1 entry, 100 B\n4 files left by killed jobs" in capsys.readouterr().out
         cache_command(["--cache-dir", str(tmp_path), "clear", "--older-than", "1h"])
         assert "removed 0 entries (0 B) and 2 files left by killed jobs (3.0 KB)" in capsys.readouterr().out
         assert not cut_short.exists() and not never_written.exists()
@@ -128,6 +128,24 @@ def test_what_killed_jobs_left_is_listed_and_cleared_unless_a_job_holds_it(
     finally:
         os.close(held)
     assert enforce_size_cap(tmp_path, 1000) == (0, 0) and not busy.exists() and entry.exists()
+
+
+def test_counts_of_one_are_said_in_the_singular(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The listing said "1 entries" and "1 files left by killed jobs"."""
+    make_entry(tmp_path, "counts", "a.counts", 100, 3600)
+    (tmp_path / "counts" / f".{'f' * 40}.counts.x1.tmp").write_bytes(b"x" * 10)
+    about = {"stage": "stage1", "pretokenizer": "gpt2", "data": ["/d/a.txt"], "files": 2}
+    RunCache.store_merges(tmp_path / "merges" / f"{'b' * 40}.json", [(b"t", b"h")], False, about=about)
+    cache_command(["--cache-dir", str(tmp_path), "list"])
+    listing = capsys.readouterr().out
+    assert listing.endswith(" B\n1 file left by killed jobs, 10 B (clear removes them)\n")
+    assert "\n2 entries, " in listing and ": 1 merge of a.txt +1 file\n" in listing
+    cache_command(["--cache-dir", str(tmp_path), "clear", "--older-than", "30m"])
+    assert capsys.readouterr().out == (
+        f"removed 1 entry (100 B) and 1 file left by killed jobs (10 B) from {tmp_path}\n"
+    )
+    cache_command(["--cache-dir", str(tmp_path), "verify"])
+    assert capsys.readouterr().out == f"1 entry checked in {tmp_path}: 0 bad\n"
 
 
 def test_size_cap_removes_least_recently_used_first(tmp_path: Path) -> None:
@@ -171,6 +189,6 @@ def test_list_says_what_each_entry_holds(tmp_path: Path, capsys: pytest.CaptureF
     cache_command(["--cache-dir", str(tmp_path), "list"])
     lines = {line.split()[7]: line for line in capsys.readouterr().out.splitlines()[1:-1]}
     assert lines[f"{key}.counts"].endswith("counts of o200k: 2 pieces, specials ['<|endoftext|>']")
-    assert lines[f"{'b' * 40}.json"].endswith("stage1 (superbpe-stage1): 1 merges of a.txt, b.txt +3 files")
+    assert lines[f"{'b' * 40}.json"].endswith("stage1 (superbpe-stage1): 1 merge of a.txt, b.txt +3 files")
     assert lines[f"{'c' * 40}.json"].endswith("  2 merges (all the counts allow)")  # written without `about`
     assert lines[f"{'d' * 40}.json"].endswith("unreadable (superbpe-cache verify)")

@@ -553,6 +553,12 @@ def human_size(value: float, unit: str = "") -> str:
     return f"{value:.1f}{space}T{unit}"
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 entry``, ``3 entries``: a count and its noun, singular for one, for the lines the commands print
+    (``plural`` when it is not ``noun`` + s)."""
+    return f"{n} {noun}" if n == 1 else f"{n} {plural or noun + 's'}"
+
+
 def import_optional(module: str, extra: str, purpose: str) -> ModuleType:
     """Import a dependency of an optional feature, or say in one line which extra provides it."""
     try:

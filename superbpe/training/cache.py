@@ -44,6 +44,7 @@ from superbpe.core.types import Merge
 from superbpe.core.util import (
     TEMP_SUFFIX,
     atomic_write_text,
+    counted,
     directory_problem,
     human_size,
     missing_dirs,
@@ -509,17 +510,18 @@ def entry_contents(entry: CacheEntry) -> str:
             return "unreadable (superbpe-cache verify)"
         meta, pieces = header
         pattern = (meta.get("pretokenizer") or {}).get("name", "?")
-        return f"counts of {pattern}: {human_size(pieces)} pieces, specials {meta.get('special_tokens', [])}"
+        noun = "piece" if pieces == 1 else "pieces"
+        return f"counts of {pattern}: {human_size(pieces)} {noun}, specials {meta.get('special_tokens', [])}"
     try:
         data = json.loads(entry.path.read_text(encoding="utf-8"))
         merges, about = len(data["merges"]), data.get("about") or {}
     except (OSError, ValueError, KeyError, TypeError):
         return "unreadable (superbpe-cache verify)"
-    text = f"{merges} merges{' (all the counts allow)' if data.get('exhausted') else ''}"
+    text = f"{counted(merges, 'merge')}{' (all the counts allow)' if data.get('exhausted') else ''}"
     if about:
         files = [Path(path).name for path in about.get("data") or []]
         more = int(about.get("files") or len(files)) - len(files)
-        corpus = ", ".join(files) + (f" +{more} files" if more > 0 else "")
+        corpus = ", ".join(files) + (f" +{counted(more, 'file')}" if more > 0 else "")
         text = f"{about.get('stage', '?')} ({about.get('pretokenizer', '?')}): {text} of {corpus or '?'}"
     return text
 
@@ -538,8 +540,9 @@ def describe_cache(root: Path) -> str:
             f"{entry_contents(entry)}"
         )
     total = sum(entry.size for entry in entries)
-    lines.append(f"{len(entries)} entries, {human_size(total, 'B')}")
+    lines.append(f"{counted(len(entries), 'entry', 'entries')}, {human_size(total, 'B')}")
     if left := leftovers(root):
         size = sum(_size(path) for path, _ in left)
-        lines.append(f"{len(left)} files left by killed jobs, {human_size(size, 'B')} (clear removes them)")
+        found = counted(len(left), "file")
+        lines.append(f"{found} left by killed jobs, {human_size(size, 'B')} (clear removes them)")
     return "\n".join(lines)
