@@ -42,7 +42,7 @@ from superbpe.core.errors import ConfigError, InputError, SuperBPEError
 from superbpe.core.util import atomic_write_text, counted, human_size
 from superbpe.formats.checkpoints import checkpoint_path
 from superbpe.formats.token_files import INDEX_NAME, EncodeResult, ShardedEncodeResult, sidecar_path
-from superbpe.jobs.encode import StoppedOnceWritten, encode_corpus
+from superbpe.jobs.encode import StoppedOnceWritten, encode_corpus, writes_shards
 from superbpe.jobs.evaluate import check_report_path, evaluate_dir, report
 from superbpe.training.cache import (
     clear_cache,
@@ -718,9 +718,11 @@ def _check_given(args: object, *keys: str) -> None:
 @_one_job
 def _encode(cfg: DictConfig) -> None:
     setup_logging()
+    sharded = False
     try:
         args = to_dataclass(cfg, EncodeConfig)
         _check_given(args, "tokenizer", "input", "output")
+        sharded = writes_shards(args.output, args.executor)
         output = Path(args.output).expanduser()
         _check_not_written_by_this_sweep(output, sidecar_path, "tokens_${hydra:job.num}.bin")
         result = encode_corpus(
@@ -744,8 +746,17 @@ def _encode(cfg: DictConfig) -> None:
         _encoded_line(stop.result)
         interrupted("once the token file and its sidecar were complete")
     except KeyboardInterrupt:
-        interrupted("nothing written: the token file appears only when it is complete")
+        interrupted(_NOTHING_SHARDED if sharded else _NOTHING_FLAT)
     _encoded_line(result)
+
+
+#: What a stopped encoding leaves: nothing (a token file is written aside and renamed into place; the
+#: shards of a sharded one written so far are removed).
+_NOTHING_FLAT = "nothing written: the token file appears only when it is complete"
+_NOTHING_SHARDED = (
+    "nothing written: the shards encoded so far were removed (a directory of shards appears only when every "
+    "shard and its index.json are complete)"
+)
 
 
 def _encoded_line(result: EncodeResult) -> None:

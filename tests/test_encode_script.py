@@ -578,6 +578,39 @@ def test_ctrl_c_of_encode_and_evaluate_is_one_line_and_leaves_nothing(tokenizer_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["docs.txt"]
 
 
+CTRL_C_SHARDED_CHILD = """
+import sys
+import superbpe.cli as cli
+import superbpe.jobs.encode as encode
+
+def ctrl_c(*args, **kwargs):  # every shard is written by now, index.json not yet
+    raise KeyboardInterrupt
+
+encode._remove_attempts = ctrl_c
+sys.argv = ["superbpe-encode", *sys.argv[1:]]
+cli.encode()
+"""
+
+
+@pytest.mark.parametrize("output", ["new/", "empty"])
+def test_ctrl_c_of_a_sharded_encode_speaks_of_its_shards(tokenizer_dir, documents, tmp_path, output):
+    """A stopped encoding into a directory of shards said "the token file appears only when it is complete"
+    of a token file it was never to write."""
+    source = tmp_path / "docs.txt"
+    source.write_text(EOT.join(documents * 4), encoding="utf-8")
+    (tmp_path / "empty").mkdir()
+    args = [f"tokenizer={tokenizer_dir}", f"input={source}", f"output={tmp_path}/{output}", "workers=1"]
+    proc = subprocess.run([sys.executable, "-c", CTRL_C_SHARDED_CHILD, *args], capture_output=True, text=True)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stdout == (
+        "interrupted: nothing written: the shards encoded so far were removed (a directory of shards appears "
+        "only when every shard and its index.json are complete)\n"
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["docs.txt", "empty"]
+    assert not list((tmp_path / "empty").iterdir())
+
+
 STOP_AT_THE_SIDECAR_CHILD = """
 import os, signal, sys
 import superbpe.cli as cli

@@ -196,7 +196,7 @@ def encode_corpus(
     spec = check_executor(executor)
     if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 1:
         raise ConfigError(f"chunk_bytes must be a whole number of bytes >= 1, not {chunk_bytes!r}")
-    if spec.name != "local" or Path(output).expanduser().is_dir() or str(output).endswith(("/", os.sep)):
+    if writes_shards(output, spec):
         return encode_sharded(
             tokenizer_dir, inputs, output, separator=separator, executor=spec, workers=workers,
             chunk_bytes=chunk_bytes, text_field=text_field, errors=errors, engine=engine, progress=progress,
@@ -273,6 +273,15 @@ def encode_corpus(
             raise StoppedOnceWritten(result) from None
         raise
     return result
+
+
+def writes_shards(output: str | os.PathLike[str], executor: ExecutorSpec | str | None) -> bool:
+    """Whether :func:`encode_corpus` writes ``output`` as a directory of shards plus ``index.json`` (an
+    executor other than local, or an existing directory, or a path ending in ``/``): a command says of what
+    it left then the shards, not the token file. Asked before the encoding, which removes a directory it
+    made when stopped."""
+    spec = spec_from(executor)
+    return spec.name != "local" or Path(output).expanduser().is_dir() or str(output).endswith(("/", os.sep))
 
 
 class StoppedOnceWritten(KeyboardInterrupt):
