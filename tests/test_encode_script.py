@@ -468,6 +468,24 @@ def test_invalid_utf8_replaced_as_decoding_replaces_it(tokenizer_dir, documents,
             encode_corpus(tokenizer_dir, corpus, tmp_path / "s.bin", workers=2, engine=engine)
 
 
+def test_a_lone_surrogate_under_errors_replace_is_three_replacement_characters(tokenizer_dir, tmp_path):
+    """As the README says: ``"\\ud800"`` escaped in a JSON-lines record (or in a stream of documents) reads
+    as the three bytes of its ``surrogatepass`` form decoded with ``errors="replace"``, so it encodes as a
+    file holding those bytes does, not as one U+FFFD."""
+    records = tmp_path / "records.jsonl"
+    records.write_text('{"text": "bad \\ud800 text"}\n', encoding="utf-8")
+    raw = tmp_path / "raw.txt"
+    raw.write_bytes(b"bad \xed\xa0\x80 text")
+    tok = Tokenizer.load(tokenizer_dir)
+    expected = [*tok.encode("bad \ufffd\ufffd\ufffd text"), tok.token_to_id(EOT)]
+    assert expected != [*tok.encode("bad \ufffd text"), tok.token_to_id(EOT)]
+    for engine in ENGINES:
+        for source in (records, raw):
+            out = tmp_path / f"{engine}-{source.stem}.bin"
+            encode_corpus(tokenizer_dir, source, out, engine=engine, errors="replace", progress=False)
+            assert superbpe.open_tokens(out).tolist() == expected, (engine, source.name)
+
+
 @pytest.mark.parametrize("workers", [0, -2, True])
 def test_bad_worker_counts_are_refused_before_any_output(tokenizer_dir, sample_texts, tmp_path, workers):
     out = tmp_path / "x.bin"

@@ -67,7 +67,8 @@ def document_blocks(
 ) -> Iterator[list[str]]:
     """The stream's documents in lists of about ``block_chars`` characters, read lazily (the stream is
     never held whole). Each is checked: a string, or a mapping with a string under ``text_field``; a
-    lone surrogate (not UTF-8) is an error, or U+FFFD with ``errors="replace"`` (as in a file)."""
+    lone surrogate (not UTF-8) is an error, or with ``errors="replace"`` three U+FFFD, one per byte of its
+    ``surrogatepass`` form (as a file holding those bytes reads)."""
     block: list[str] = []
     size = 0
     empty = True
