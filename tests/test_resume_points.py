@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from run_helpers import superbpe_schedule
 
-from superbpe.core.errors import InputError
+from superbpe.core.errors import ConfigError, InputError
 from superbpe.engines.interface import native_available
 from superbpe.formats.checkpoints import Checkpoint, load_checkpoint, save_checkpoint
 from superbpe.formats.gpt2 import MERGES_FILE
@@ -118,6 +119,65 @@ def test_resuming_from_python_with_no_corpus_says_the_settings_are_given_again(c
     bare = TrainConfig(resume=str(tmp_path / "run"), cache_dir=None)
     with pytest.raises(InputError, match="run .* not started by superbpe-train .* give them again"):
         run_training(bare)
+
+
+def _run_in(directory: Path, run_dir: Path, resume: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small run on ``corpus.txt`` named relative to ``directory``, started or resumed there."""
+    monkeypatch.chdir(directory)
+    cfg = TrainConfig(data=DataConfig(paths=["corpus.txt"]), vocab_size=300, cache_dir=None)
+    run_training(replace(cfg, resume=str(run_dir)) if resume else replace(cfg, output_dir=str(run_dir)))
+
+
+def _two_places(tmp_path: Path) -> tuple[Path, Path]:
+    """Two directories holding a ``corpus.txt`` of the same text."""
+    places = tmp_path / "started", tmp_path / "elsewhere"
+    for directory in places:
+        directory.mkdir()
+        (directory / "corpus.txt").write_text("the cat sat on the mat, the dog ran " * 200, encoding="utf-8")
+    return places
+
+
+def test_a_resume_from_another_directory_says_the_paths_were_relative_to_the_run_s(tmp_path, monkeypatch):
+    """Relative data.paths resolve in the working directory: resumed elsewhere, the run was refused as on
+    "changed data.paths" (or a missing file) without a word of the directory it was started in."""
+    (started, elsewhere), run_dir = _two_places(tmp_path), tmp_path / "run"
+    _run_in(started, run_dir, False, monkeypatch)
+    files = {path.name: path.read_bytes() for path in run_dir.iterdir()}
+    here, there = re.escape(str(elsewhere)), re.escape(str(started))
+    relative = rf"corpus.txt in data.paths is relative to the working directory \({here}\), but "
+    resumed = re.escape(str(run_dir))
+    with pytest.raises(ConfigError, match=(
+        rf"^cannot resume {resumed}: data.paths differs \(.*\): {relative}the run was started in {there}: "
+        rf"resume from there \(cd {there}\), or give data.paths as absolute paths$"
+    )):  # fmt: skip
+        _run_in(elsewhere, run_dir, True, monkeypatch)
+    (elsewhere / "corpus.txt").unlink()
+    with pytest.raises(InputError, match=rf"^corpus.txt: no such file or directory: {relative}the run was"):
+        _run_in(elsewhere, run_dir, True, monkeypatch)
+    started.rename(tmp_path / "moved")
+    (elsewhere / "corpus.txt").write_text("text", encoding="utf-8")
+    gone = rf"{relative}the run was started in {there}, which no longer exists: a resume trains on the files"
+    with pytest.raises(ConfigError, match=gone):
+        _run_in(elsewhere, run_dir, True, monkeypatch)
+    assert {path.name: path.read_bytes() for path in run_dir.iterdir()} == files
+
+
+def test_a_resume_of_a_run_that_did_not_record_its_directory_still_says_the_paths_are_relative(
+    tmp_path, monkeypatch
+):
+    (started, elsewhere), run_dir = _two_places(tmp_path), tmp_path / "run"
+    _run_in(started, run_dir, False, monkeypatch)
+    record = json.loads((run_dir / "checkpoint.json").read_text())
+    assert record["cwd"] == str(started)
+    del record["cwd"]  # as a checkpoint written before it was kept
+    (run_dir / "checkpoint.json").write_text(json.dumps(record))
+    here = re.escape(str(elsewhere))
+    with pytest.raises(ConfigError, match=(
+        rf"\): corpus.txt in data.paths is relative to the working directory \({here}\); if the run was "
+        "started in another directory, resume from that one$"
+    )):  # fmt: skip
+        _run_in(elsewhere, run_dir, True, monkeypatch)
+    _run_in(started, run_dir, True, monkeypatch)
 
 
 def test_a_run_directory_another_process_trains_into_is_refused(corpus, tmp_path):

@@ -55,6 +55,9 @@ class Checkpoint:
     # The engines those processes ran the stage in progress on, in order: a resume may change engines
     # inside a stage, and its metrics name every one that ran part of it.
     stage_engines: list[str] = field(default_factory=list)
+    # The working directory the run was started in: relative data.paths were resolved there, so a resume
+    # from elsewhere can say why they name other files ("" in checkpoints written before it was kept).
+    cwd: str = ""
 
     @property
     def stage(self) -> int:
@@ -128,6 +131,7 @@ def _write_json(run_dir: Path, checkpoint: Checkpoint, state: _LogState) -> None
         "files": checkpoint.files,
         "stage_seconds": round(checkpoint.stage_seconds, 3),
         "stage_engines": checkpoint.stage_engines,
+        "cwd": checkpoint.cwd,
     }
     atomic_write_text(checkpoint_path(run_dir), json.dumps(document) + "\n")
 
@@ -180,10 +184,21 @@ def _load(run_dir: Path) -> tuple[Checkpoint, _LogState] | None:
             files=list(data.get("files") or []),  # absent from checkpoints written before it was kept
             stage_seconds=float(data.get("stage_seconds", 0.0)),  # likewise
             stage_engines=[str(name) for name in data.get("stage_engines") or []],  # likewise
+            cwd=str(data.get("cwd") or ""),  # likewise
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise InputError(f"{path}: not a usable checkpoint ({exc})") from None
     return checkpoint, state
+
+
+def recorded_cwd(run_dir: Path) -> str:
+    """The working directory the run in ``run_dir`` was started in, as its checkpoint records it ("" when it
+    has no readable checkpoint, or one written before it was kept). Read without the merges, for a message."""
+    try:
+        data = json.loads(checkpoint_path(run_dir).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    return str(data.get("cwd") or "") if isinstance(data, dict) else ""
 
 
 def orphaned_log(run_dir: Path) -> tuple[Path, int] | None:
@@ -239,17 +254,22 @@ def check_compatible(
     fingerprint: str,
     run_dir: Path,
     files: Sequence[Sequence[Any]] = (),
+    paths_note: str = "",
 ) -> None:
     """Refuse to continue a run with a different corpus or settings, naming what differs (``files``: the
-    corpus files' state now, as :func:`superbpe.core.sources.input_files_state` gives it)."""
+    corpus files' state now, as :func:`superbpe.core.sources.input_files_state` gives it). ``paths_note``
+    replaces the closing advice when data.paths differs: why they may (relative paths resolved in another
+    working directory) and what to do."""
     differences = diff(checkpoint.config, config)
-    if checkpoint.fingerprint != fingerprint and not any(d.startswith("data.paths") for d in differences):
+    paths_differ = any(d.startswith("data.paths") for d in differences)
+    if checkpoint.fingerprint != fingerprint and not paths_differ:
         differences.insert(0, _changed_files(checkpoint.files, files))
     if differences:
         shown = "; ".join(differences[:4]) + ("; ..." if len(differences) > 4 else "")
-        raise ConfigError(
-            f"cannot resume {run_dir}: {shown} (resume with the original corpus and overrides)"
-        )
+        advice = " (resume with the original corpus and overrides)"
+        if paths_differ and paths_note:
+            advice = f": {paths_note}"
+        raise ConfigError(f"cannot resume {run_dir}: {shown}{advice}")
 
 
 def _changed_files(then: Sequence[Sequence[Any]], now: Sequence[Sequence[Any]]) -> str:

@@ -71,6 +71,7 @@ from superbpe.formats.checkpoints import (
     check_compatible,
     checkpoint_path,
     load_checkpoint,
+    recorded_cwd,
 )
 from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE
 from superbpe.formats.hf import HF_CONFIG_FILE, HF_FILE, HF_SPECIAL_MAP_FILE, hf_split_problem, resolve_roles
@@ -302,7 +303,12 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
     empty = [number for number, path in enumerate(cfg.data.paths) if not str(path).strip()]
     if empty:  # else "inputs[N]", which names no option
         raise InputError(f"data.paths[{empty[0]}] is empty: give the path of a corpus file or directory")
-    paths = resolve_inputs(list(cfg.data.paths))
+    try:
+        paths = resolve_inputs(list(cfg.data.paths))
+    except InputError as exc:
+        started_in = recorded_cwd(Path(cfg.resume).expanduser()) if cfg.resume else ""
+        note = _relative_paths_note(cfg.data.paths, started_in) if started_in else ""
+        raise InputError(f"{exc}: {note}" if note else str(exc)) from None
     check_not_token_files(paths)
     check_not_empty(paths)
     files = input_files_state(paths)
@@ -422,14 +428,48 @@ def _initial_checkpoint(job: _Job) -> Checkpoint:
     if job.cfg.resume:
         found = load_checkpoint(job.output_dir)
         if found is not None:
-            check_compatible(found, config, job.fingerprint, job.output_dir, job.files)
+            note = _relative_paths_note(job.cfg.data.paths, found.cwd)
+            check_compatible(found, config, job.fingerprint, job.output_dir, job.files, note)
             found.files = found.files or job.files  # one written before the files were kept gets them
             _check_done(found, job)
             merges = len(found.merges)
             log.info("resuming %s: %s, %d merges so far", job.output_dir, _where(found, job), merges)
             return found
         log.info("resume %s: no checkpoint yet, starting from the beginning", job.output_dir)
-    return Checkpoint(config=config, fingerprint=job.fingerprint, files=job.files)
+    return Checkpoint(config=config, fingerprint=job.fingerprint, files=job.files, cwd=_working_dir())
+
+
+def _working_dir() -> str:
+    """This process's working directory, where relative data.paths resolve ("" once it was removed)."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return ""
+
+
+def _relative_paths_note(given: Sequence[Any], started_in: str) -> str:
+    """Why a resume's data.paths may name other files than the run's although none moved: some are
+    relative, and this working directory is not the one the run was started in (``started_in``, "" when
+    its checkpoint does not record it); and what to do. "" when none is relative or the directory is the
+    same (then the files themselves differ)."""
+    relative = [str(path) for path in given if not Path(str(path)).expanduser().is_absolute()]
+    here = _working_dir()
+    if not relative or (started_in and Path(started_in).resolve() == Path(here).resolve()):
+        return ""
+    shown = ", ".join(relative[:3]) + (", ..." if len(relative) > 3 else "")
+    verb = "is" if len(relative) == 1 else "are"
+    where = f"{shown} in data.paths {verb} relative to the working directory ({here})"
+    if not started_in:
+        return f"{where}; if the run was started in another directory, resume from that one"
+    if not Path(started_in).is_dir():
+        return (
+            f"{where}, but the run was started in {started_in}, which no longer exists: a resume trains on "
+            "the files the checkpoint names, so put them back there (or start a new run)"
+        )
+    return (
+        f"{where}, but the run was started in {started_in}: resume from there (cd {started_in}), or give "
+        "data.paths as absolute paths"
+    )
 
 
 def _where(checkpoint: Checkpoint, job: _Job) -> str:
