@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import pickle
 import warnings
 from pathlib import Path
 
@@ -529,3 +530,77 @@ def test_official_preset_refuses_a_run_whose_only_stage_comes_from_a_source(
     with pytest.raises(ConfigError, match="compat=official takes its byte tokens from the text a stage"):
         run_training(cfg)
     assert not (tmp_path / "out").exists()
+
+
+CHAT = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}{{ eos_token }}{% endfor %}"
+
+
+@pytest.mark.parametrize("template", [CHAT, {"default": CHAT, "tool_use": "{{ tools }}" + CHAT}])
+def test_transformers_settings_are_kept_through_a_load_and_a_save(
+    tmp_path: Path, sample_texts: Path, template: str | dict[str, str]
+) -> None:
+    """A directory saved by transformers, loaded and saved again here, lost every setting but the token
+    roles: the user's chat template, model_max_length, padding_side, clean_up_tokenization_spaces."""
+    transformers = pytest.importorskip("transformers")
+    vocab, merges = superbpe.train_bpe(sample_texts / "corpus.en", 300, [EOT])
+    Tokenizer(vocab, merges, [EOT]).save(tmp_path / "ours")
+    hf = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "ours"), padding_side="left",
+                                                    model_max_length=4096)  # fmt: skip
+    hf.chat_template, hf.clean_up_tokenization_spaces = template, True
+    hf.save_pretrained(str(tmp_path / "hf"))
+    loaded = Tokenizer.load(tmp_path / "hf")
+    assert loaded.transformers_settings["chat_template"] == template
+    assert loaded.transformers_settings["model_max_length"] == 4096
+    with pytest.raises(TypeError):
+        loaded.transformers_settings["padding_side"] = "right"  # type: ignore[index]
+    pickle.loads(pickle.dumps(loaded)).save(tmp_path / "back")
+    back = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "back"))
+    assert (back.chat_template, back.model_max_length, back.padding_side) == (template, 4096, "left")
+    assert back.clean_up_tokenization_spaces is True
+    assert back.encode("Once upon a time" + EOT) == loaded.encode("Once upon a time" + EOT)
+
+
+def test_a_tokenizer_made_here_writes_no_transformers_settings_but_its_own(
+    tmp_path: Path, sample_texts: Path
+) -> None:
+    """The settings a load keeps add nothing to the files of a tokenizer trained here, nor of one loaded
+    from such a directory."""
+    vocab, merges = superbpe.train_bpe(sample_texts / "corpus.en", 300, [EOT, "<pad>"])
+    Tokenizer(vocab, merges, [EOT, "<pad>"]).save(tmp_path / "tok")
+    config = json.loads((tmp_path / "tok" / HF_CONFIG_FILE).read_text(encoding="utf-8"))
+    added = {"lstrip": False, "normalized": False, "rstrip": False, "single_word": False, "special": True}
+    assert config == {
+        "tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False,
+        "added_tokens_decoder": {"298": {"content": EOT, **added}, "299": {"content": "<pad>", **added}},
+        "bos_token": EOT, "eos_token": EOT, "pad_token": None, "unk_token": None,
+        "additional_special_tokens": ["<pad>"],
+    }  # fmt: skip
+    assert sorted(path.name for path in (tmp_path / "tok").iterdir()) == sorted(
+        [HF_CONFIG_FILE, MANIFEST_FILE, "merges.txt", HF_SPECIAL_MAP_FILE, "tokenizer.json", "vocab.json"]
+    )
+    loaded = Tokenizer.load(tmp_path / "tok")
+    assert dict(loaded.transformers_settings) == {"clean_up_tokenization_spaces": False}
+    loaded.save(tmp_path / "again")
+    for name in (HF_CONFIG_FILE, HF_SPECIAL_MAP_FILE, "tokenizer.json"):
+        assert (tmp_path / "again" / name).read_bytes() == (tmp_path / "tok" / name).read_bytes()
+
+
+def test_transformers_settings_that_cannot_be_kept_are_named(
+    tmp_path: Path, sample_texts: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A chat template file that is not UTF-8 is passed over with a warning naming it (encoding never reads
+    it); a template name that is no plain file name is refused in one line before a file is written."""
+    vocab, merges = superbpe.train_bpe(sample_texts / "corpus.en", 300, [EOT])
+    Tokenizer(vocab, merges, [EOT]).save(tmp_path / "tok")
+    (tmp_path / "tok" / "chat_template.jinja").write_bytes(b"\xff{{ messages }}")
+    with caplog.at_level("WARNING", logger="superbpe"):
+        loaded = Tokenizer.load(tmp_path / "tok")
+    assert "chat_template.jinja: not read" in caplog.text
+    assert "chat_template" not in loaded.transformers_settings
+    config = json.loads((tmp_path / "tok" / HF_CONFIG_FILE).read_text(encoding="utf-8"))
+    config["chat_template"] = {"default": CHAT, "../outside": CHAT}
+    (tmp_path / "tok" / HF_CONFIG_FILE).write_text(json.dumps(config), encoding="utf-8")
+    (tmp_path / "tok" / "chat_template.jinja").unlink()
+    with pytest.raises(ConfigError, match=r"^chat_template '../outside' must be a template .a str. named"):
+        Tokenizer.load(tmp_path / "tok").save(tmp_path / "again")
+    assert not (tmp_path / "again").exists()

@@ -9,6 +9,7 @@ the engine's encoder, which is the only part whose speed matters.
 from __future__ import annotations
 
 import contextlib
+import copy
 import operator
 import os
 import re
@@ -17,6 +18,7 @@ from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from itertools import accumulate, chain, repeat, starmap
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -58,6 +60,7 @@ from superbpe.formats.hf import (
     pretokenizer_from_hf,
     read_hf_tokenizer,
     read_roles,
+    read_transformers_settings,
     resolve_roles,
 )
 from superbpe.formats.manifest import (
@@ -146,9 +149,10 @@ class Tokenizer:
         """Set up from a checked vocab and merges list, which it keeps (and adds special tokens to)."""
         if not isinstance(whole_pieces, bool):  # "no" would read as True in Python; the extension refuses it
             raise ConfigError(f"whole_pieces must be True or False, not {whole_pieces!r}")
-        # What the directory it is loaded from says beyond encoding (token roles, how it was trained):
-        # `save` writes it back unless given anew, so a load and a save lose nothing.
+        # What the directory it is loaded from says beyond encoding (token roles, transformers settings,
+        # how it was trained): `save` writes it back unless given anew, so a load and a save lose nothing.
         self._roles: dict[str, str | None] | None = None
+        self._hf_settings: dict[str, Any] = {}
         self._stages: list[dict[str, Any]] = []
         self._training: dict[str, Any] | None = None
         self._vocab = vocab
@@ -251,6 +255,16 @@ class Tokenizer:
         """Token roles for transformers (``{"bos_token": ..., ...}``): those of the directory it was loaded
         from, else the defaults; :meth:`save` writes them unless given ``roles``."""
         return resolve_roles(self._roles, self.special_tokens)
+
+    @property
+    def transformers_settings(self) -> Mapping[str, Any]:
+        """The transformers settings of the directory it was loaded from, read-only: every
+        ``tokenizer_config.json`` key but the class and the special tokens (``chat_template``,
+        ``model_max_length``, ``padding_side``, ``clean_up_tokenization_spaces``, ...; chat templates from
+        their files too). :meth:`save` writes them back as they were, so that a directory saved by
+        transformers loses none of them through superbpe; they never change how this tokenizer encodes.
+        Empty for a tokenizer made here."""
+        return MappingProxyType(copy.deepcopy(self._hf_settings))
 
     @property
     def engine(self) -> str:
@@ -631,6 +645,7 @@ class Tokenizer:
             get_compat(compat)  # a bad value is named now, whatever the directory holds
         tokenizer = cls._load_files(directory, engine, compat)
         tokenizer._roles = read_roles(directory, tokenizer.special_tokens)
+        tokenizer._hf_settings = read_transformers_settings(directory)
         return tokenizer
 
     @classmethod
@@ -733,7 +748,8 @@ class Tokenizer:
         transformers, with ``roles``: ``{"bos_token": ..., "eos_token": ..., "pad_token": ..., "unk_token":
         ...}``) and superbpe.json, each atomically; ``tiktoken=True`` adds tokenizer.tiktoken + tiktoken.json
         (without it, those of an earlier save into the directory are removed). A tokenizer loaded from a
-        directory writes that directory's roles and training record (stages, training) unless given others.
+        directory writes that directory's roles and training record (stages, training) unless given others,
+        and its other transformers settings (:attr:`transformers_settings`: chat templates, ...) as read.
 
         A pattern of the user's own is tried in HF ``tokenizers`` (and tiktoken, when asked for) first: one
         they read otherwise would give other ids there, a warning for tokenizer.json (this tokenizer is still
@@ -758,6 +774,7 @@ class Tokenizer:
             extra=manifest_extra,
             whole_pieces=self._whole_pieces,
             roles=roles if roles is not None else self._roles,
+            settings=self._hf_settings,
             tiktoken=tiktoken,
         )
 
@@ -783,7 +800,8 @@ class Tokenizer:
         """Pickled as what rebuilds it (the native encoder is not picklable): ``datasets.map`` hashes the
         functions it caches by pickling them, and spawned worker processes receive their tokenizer so."""
         state = (self._vocab, self._merges, self.special_tokens, self._pretokenizer, self.engine,
-                 self._whole_pieces, self._roles, self._stages, self._training)  # fmt: skip
+                 self._whole_pieces, self._roles, self._stages, self._training,
+                 self._hf_settings)  # fmt: skip
         return _unpickled, state
 
     def __repr__(self) -> str:
@@ -804,11 +822,13 @@ def _unpickled(
     roles: dict[str, str | None] | None,
     stages: list[dict[str, Any]],
     training: dict[str, Any] | None,
+    hf_settings: dict[str, Any],
 ) -> Tokenizer:
     """The tokenizer ``Tokenizer.__reduce__`` describes (its vocab and merges were checked when made)."""
     tokenizer = Tokenizer._from_read(vocab, merges, True, special_tokens, pretokenizer, engine,
                                      whole_pieces=whole_pieces)  # fmt: skip
     tokenizer._roles, tokenizer._stages, tokenizer._training = roles, stages, training
+    tokenizer._hf_settings = hf_settings
     return tokenizer
 
 

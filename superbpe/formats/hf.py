@@ -34,10 +34,22 @@ log = logging.getLogger("superbpe")
 HF_FILE = "tokenizer.json"
 HF_CONFIG_FILE = "tokenizer_config.json"
 HF_SPECIAL_MAP_FILE = "special_tokens_map.json"
+#: Where transformers 5 saves a chat template (one named ``default``) and any other named ones.
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+CHAT_TEMPLATE_DIR = "additional_chat_templates"
 #: The roles transformers gives special tokens; "auto" picks ``<|endoftext|>`` when it is a special token.
 TOKEN_ROLES = ("bos_token", "eos_token", "pad_token", "unk_token")
 DEFAULT_ROLES = {"bos_token": "auto", "eos_token": "auto", "pad_token": None, "unk_token": None}
 AUTO_SPECIAL = "<|endoftext|>"
+#: The ``tokenizer_config.json`` keys a save writes from the tokenizer itself (its class, its special tokens
+#: and their roles). A load keeps every other key as a setting of the user's, written back as it was read.
+OWN_CONFIG_KEYS = frozenset(
+    {"tokenizer_class", "added_tokens_decoder", "additional_special_tokens", "extra_special_tokens",
+     *TOKEN_ROLES}
+)  # fmt: skip
+#: Settings a save writes when the tokenizer has none of its own (``clean_up_tokenization_spaces`` would
+#: rewrite " ." to "." on decode, so that the text differs from the tokens').
+DEFAULT_SETTINGS: dict[str, Any] = {"clean_up_tokenization_spaces": False}
 
 
 def hf_tokenizer_json(
@@ -391,10 +403,10 @@ def _roles_in(path: Path, special_tokens: Sequence[str]) -> dict[str, str | None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        log.warning("%s: not read (%s); its token roles are not kept", path, exc)
+        log.warning("%s: not read (%s); its token roles and settings are not kept", path, exc)
         return None
     if not isinstance(data, dict):
-        log.warning("%s: not a JSON object of token roles; its roles are not kept", path)
+        log.warning("%s: not a JSON object of token roles; its roles and settings are not kept", path)
         return None
     roles: dict[str, str | None] = {}
     for role in (role for role in TOKEN_ROLES if role in data):
@@ -439,14 +451,82 @@ def resolve_roles(roles: Mapping[str, str | None] | None, special_tokens: Sequen
     return resolved
 
 
+def read_transformers_settings(directory: Path) -> dict[str, Any]:
+    """The settings a directory gives transformers beyond the tokenizer itself: every key of its
+    ``tokenizer_config.json`` but :data:`OWN_CONFIG_KEYS` (``model_max_length``, ``padding_side``,
+    ``clean_up_tokenization_spaces``, ``chat_template``, ...), and its chat templates.
+
+    A save writes them back, so a tokenizer loaded from a directory transformers saved keeps them (a chat
+    template of the user's would otherwise vanish without a word). Templates are read as transformers reads
+    them: its files (``chat_template.jinja``, ``additional_chat_templates/*.jinja``) win over the config's
+    key, one ``default`` template as a str, several as a dict by name. Encoding never depends on them, so a
+    file that cannot be read is passed over with a warning naming it (``read_roles`` names a config file
+    that it cannot read, once)."""
+    path = directory / HF_CONFIG_FILE
+    try:
+        config = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except (OSError, ValueError):
+        config = {}
+    if not isinstance(config, dict):
+        config = {}
+    settings = {key: value for key, value in config.items() if key not in OWN_CONFIG_KEYS}
+    templates = _chat_templates_in(directory)
+    if templates:
+        settings["chat_template"] = templates["default"] if list(templates) == ["default"] else templates
+    return settings
+
+
+def _chat_templates_in(directory: Path) -> dict[str, str]:
+    """The chat templates saved as files in ``directory``, by name (``default`` for chat_template.jinja)."""
+    files = {"default": directory / CHAT_TEMPLATE_FILE}
+    if (directory / CHAT_TEMPLATE_DIR).is_dir():
+        files.update((file.stem, file) for file in sorted((directory / CHAT_TEMPLATE_DIR).glob("*.jinja")))
+    templates = {}
+    for name, file in files.items():
+        if not file.is_file():
+            continue
+        try:
+            templates[name] = file.read_text(encoding="utf-8")
+        except (OSError, ValueError) as exc:
+            log.warning("%s: not read (%s); that chat template is not kept", file, exc)
+    return templates
+
+
+def chat_template_texts(settings: Mapping[str, Any]) -> dict[str, str]:
+    """The files a ``chat_template`` setting is saved as, by path in the directory, as transformers 5 saves
+    it: a str, or a dict's ``default``, as ``chat_template.jinja``, other names under
+    ``additional_chat_templates/``. Any other value (transformers 4's list of named templates) stays in
+    ``tokenizer_config.json``, where transformers reads it too, and makes no file."""
+    template = settings.get("chat_template")
+    named = {"default": template} if isinstance(template, str) else template
+    if not isinstance(named, Mapping):
+        return {}
+    texts = {}
+    for name, text in named.items():
+        if not isinstance(name, str) or not isinstance(text, str) or not _plain_file_name(name):
+            raise ConfigError(f"chat_template {name!r} must be a template (a str) named by a plain file name")
+        texts[CHAT_TEMPLATE_FILE if name == "default" else f"{CHAT_TEMPLATE_DIR}/{name}.jinja"] = text
+    return texts
+
+
+def _plain_file_name(name: str) -> bool:
+    """Whether ``name`` names a file in one directory (no separator, not ``.``/``..``, not empty)."""
+    return bool(name) and name not in (".", "..") and not any(sep in name for sep in ("/", "\\", "\0"))
+
+
 def transformers_documents(
-    vocab: Mapping[int, bytes], special_tokens: Sequence[str], roles: Mapping[str, str]
+    vocab: Mapping[int, bytes],
+    special_tokens: Sequence[str],
+    roles: Mapping[str, str],
+    settings: Mapping[str, Any] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """``tokenizer_config.json`` and ``special_tokens_map.json`` for ``AutoTokenizer.from_pretrained``.
 
     The class is the generic ``PreTrainedTokenizerFast`` over our ``tokenizer.json``, so encoding is exactly
     the HF ``tokenizers`` one (no BOS/EOS added: ``tokenizer.json`` has no post-processor), and
-    ``clean_up_tokenization_spaces`` is off because it would rewrite " ." to "." on decode.
+    ``clean_up_tokenization_spaces`` is off unless ``settings`` (:func:`read_transformers_settings`) turn it
+    on. The other ``settings`` follow as they were read, but for chat templates saved as files
+    (:func:`chat_template_texts`).
     """
     by_bytes = {token: token_id for token_id, token in vocab.items()}
     added = {
@@ -460,11 +540,15 @@ def transformers_documents(
     special_map: dict[str, Any] = dict(roles)
     if others:
         special_map["additional_special_tokens"] = others
+    settings = {**DEFAULT_SETTINGS, **(settings or {})}
+    if chat_template_texts(settings):
+        del settings["chat_template"]
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
-        "clean_up_tokenization_spaces": False,
+        "clean_up_tokenization_spaces": settings.pop("clean_up_tokenization_spaces"),
         "added_tokens_decoder": added,
         **{role: roles.get(role) for role in TOKEN_ROLES},
         "additional_special_tokens": others,
+        **settings,
     }
     return {HF_CONFIG_FILE: config, HF_SPECIAL_MAP_FILE: special_map}

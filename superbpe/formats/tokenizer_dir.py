@@ -13,7 +13,13 @@ from superbpe.core.pretokenize import Pretokenizer
 from superbpe.core.types import Merge
 from superbpe.core.util import atomic_write_texts
 from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE, merges_to_text, vocab_to_json_text
-from superbpe.formats.hf import HF_FILE, hf_tokenizer_json, resolve_roles, transformers_documents
+from superbpe.formats.hf import (
+    HF_FILE,
+    chat_template_texts,
+    hf_tokenizer_json,
+    resolve_roles,
+    transformers_documents,
+)
 from superbpe.formats.json_files import json_text
 from superbpe.formats.manifest import MANIFEST_FILE, Manifest
 from superbpe.formats.tiktoken_files import TIKTOKEN_FILE, TIKTOKEN_META_FILE, tiktoken_texts
@@ -36,13 +42,16 @@ def save_tokenizer_dir(
     whole_pieces: bool = True,
     vocab_style: str = "lines",
     roles: Mapping[str, str | None] | None = None,
+    settings: Mapping[str, Any] | None = None,
     tiktoken: bool = False,
 ) -> Path:
     """Write ``vocab.json``, ``merges.txt``, ``tokenizer.json`` (+ the two transformers files) and
     ``superbpe.json`` into ``directory``; with ``tiktoken``, also ``tokenizer.tiktoken`` + ``tiktoken.json``.
 
     ``roles`` maps transformers' ``bos_token`` / ``eos_token`` / ``pad_token`` / ``unk_token`` to special
-    tokens (default: ``<|endoftext|>`` as bos and eos when it is a special token). ``whole_pieces`` is how
+    tokens (default: ``<|endoftext|>`` as bos and eos when it is a special token); ``settings`` are the
+    other transformers settings (``hf.read_transformers_settings``), chat templates written as their own
+    files. ``whole_pieces`` is how
     the tokenizer encodes (see :class:`Manifest`); ``vocab_style`` the ``vocab.json`` layout. Every
     document is built (and so validated) before the first file is written; tiktoken files an earlier save
     left that this one does not write are removed. No file is replaced until every one is written, so a save
@@ -66,8 +75,9 @@ def save_tokenizer_dir(
                                       pretokenizer, whole_pieces),  # fmt: skip
     }
     hf_roles = resolve_roles(roles, special_tokens)
-    for name, document in transformers_documents(vocab, special_tokens, hf_roles).items():
+    for name, document in transformers_documents(vocab, special_tokens, hf_roles, settings).items():
         texts[name] = json_text(document, indent=2)
+    texts.update(chat_template_texts(settings or {}))
     if tiktoken:
         texts.update(tiktoken_texts(vocab, merges, special_tokens, pretokenizer))
     try:
