@@ -604,3 +604,75 @@ def test_transformers_settings_that_cannot_be_kept_are_named(
     with pytest.raises(ConfigError, match=r"^chat_template '../outside' must be a template .a str. named"):
         Tokenizer.load(tmp_path / "tok").save(tmp_path / "again")
     assert not (tmp_path / "again").exists()
+
+
+def test_tokens_added_in_transformers_stay_not_special(tmp_path: Path, sample_texts: Path) -> None:
+    """Tokens added with transformers' add_tokens ("special": false) loaded as special tokens: saved again,
+    transformers took them as special, so decode(..., skip_special_tokens=True) dropped them."""
+    transformers = pytest.importorskip("transformers")
+    vocab, merges = superbpe.train_bpe(sample_texts / "corpus.en", 300, [EOT])
+    Tokenizer(vocab, merges, [EOT]).save(tmp_path / "ours")
+    hf = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "ours"))
+    hf.add_tokens(["<think>", " banana", "ZZ"])
+    hf.add_special_tokens({"additional_special_tokens": ["<|im_end|>"]})
+    hf.save_pretrained(str(tmp_path / "hf"))
+    loaded = Tokenizer.load(tmp_path / "hf")
+    loaded.save(tmp_path / "back")
+    back = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "back"))
+    assert back.added_tokens_decoder == hf.added_tokens_decoder
+    assert back.all_special_tokens == hf.all_special_tokens == [EOT, "<|im_end|>"]
+    assert loaded.plain_added_tokens == ["<think>", " banana", "ZZ"]
+    assert loaded.special_tokens == [EOT, "<think>", " banana", "ZZ", "<|im_end|>"]
+    text = f"a<think>Once upon a banana ZZZ{EOT} x<|im_end|><think>"
+    ids = loaded.encode(text)
+    assert ids == hf.encode(text) == back.encode(text)
+    for skip in (False, True):
+        expected = hf.decode(ids, skip_special_tokens=skip)
+        assert loaded.decode(ids, skip_special_tokens=skip) == expected
+        assert back.decode(ids, skip_special_tokens=skip) == expected
+    assert "<think>" in loaded.decode(ids, skip_special_tokens=True)
+    for again in (Tokenizer.load(tmp_path / "back"), pickle.loads(pickle.dumps(loaded))):
+        assert again.plain_added_tokens == loaded.plain_added_tokens and again.encode(text) == ids
+
+
+def _with_added_tokens(tmp_path: Path, sample_texts: Path, *added: dict[str, object]) -> Path:
+    """A directory of ``tokenizer.json`` alone, a trained one with ``added`` appended (HF's flags)."""
+    vocab, merges = superbpe.train_bpe(sample_texts / "corpus.en", 300, [EOT])
+    Tokenizer(vocab, merges, [EOT]).save(tmp_path / "tok")
+    document = json.loads((tmp_path / "tok" / "tokenizer.json").read_text(encoding="utf-8"))
+    flags = {"single_word": False, "lstrip": False, "rstrip": False, "normalized": True, "special": False}
+    for token_id, entry in enumerate(added, start=len(vocab)):
+        document["added_tokens"].append({"id": token_id, **flags, **entry})
+        document["model"]["vocab"][entry["content"]] = token_id
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "tokenizer.json").write_text(json.dumps(document), encoding="utf-8")
+    return tmp_path / "hf"
+
+
+def test_added_tokens_hf_cuts_out_otherwise_are_refused(tmp_path: Path, sample_texts: Path) -> None:
+    """HF matches normalized added tokens (add_tokens') only after the others, and lstrip / rstrip /
+    single_word change where it cuts: loaded anyway, such files encoded other ids than HF, unnoticed."""
+    overlapping = _with_added_tokens(tmp_path / "a", sample_texts, {"content": "xab"},
+                                     {"content": "bcy", "normalized": False, "special": True})  # fmt: skip
+    hf = tokenizers.Tokenizer.from_file(str(overlapping / "tokenizer.json"))
+    assert hf.encode("xabcy").ids[-1] == hf.token_to_id("bcy")  # not "xab" first, as one pass of all finds
+    with pytest.raises(InputError, match=r"added tokens 'bcy' and 'xab' can overlap, and HF matches 'xab'"):
+        Tokenizer.load(overlapping)
+    stripped = _with_added_tokens(tmp_path / "b", sample_texts, {"content": "<think>", "lstrip": True})
+    with pytest.raises(InputError, match=r"added token '<think>' has lstrip: superbpe does not reproduce it"):
+        Tokenizer.load(stripped)
+    apart = _with_added_tokens(tmp_path / "c", sample_texts, {"content": "xab"},
+                               {"content": "<|im_end|>", "normalized": False, "special": True})  # fmt: skip
+    tok = Tokenizer.load(apart)
+    assert tok.plain_added_tokens == ["xab"]
+    hf = tokenizers.Tokenizer.from_file(str(apart / "tokenizer.json"))
+    assert tok.encode("axabc<|im_end|>xab") == hf.encode("axabc<|im_end|>xab").ids
+    with pytest.raises(InputError, match=r"^skip_special_tokens must be True or False, not 'no'$"):
+        tok.decode([1, 2], skip_special_tokens="no")  # type: ignore[arg-type]
+    tok.save(tmp_path / "saved")
+    manifest = json.loads((tmp_path / "saved" / MANIFEST_FILE).read_text(encoding="utf-8"))
+    assert manifest["plain_added_tokens"] == ["xab"]
+    manifest["plain_added_tokens"] = ["<think>"]
+    (tmp_path / "saved" / MANIFEST_FILE).write_text(json.dumps(manifest), encoding="utf-8")
+    with pytest.raises(InputError, match=r"'plain_added_tokens' must be a list of some of its special"):
+        Tokenizer.load(tmp_path / "saved")

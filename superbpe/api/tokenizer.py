@@ -153,6 +153,8 @@ class Tokenizer:
         # how it was trained): `save` writes it back unless given anew, so a load and a save lose nothing.
         self._roles: dict[str, str | None] | None = None
         self._hf_settings: dict[str, Any] = {}
+        # The special tokens transformers does not count as special (added with its add_tokens).
+        self._plain_added: frozenset[str] = frozenset()
         self._stages: list[dict[str, Any]] = []
         self._training: dict[str, Any] | None = None
         self._vocab = vocab
@@ -247,6 +249,14 @@ class Tokenizer:
         return list(self._special_ids)
 
     @property
+    def plain_added_tokens(self) -> list[str]:
+        """Those of :attr:`special_tokens` that transformers does not count as special: HF's added tokens with
+        ``"special": false`` (``tok.add_tokens([...])``), in a directory this one was loaded from. They are
+        cut from text and encoded like the other special tokens, as HF does, but ``decode(...,
+        skip_special_tokens=True)`` keeps them, and :meth:`save` writes them as not special again."""
+        return [special for special in self._special_ids if special in self._plain_added]
+
+    @property
     def pretokenizer(self) -> Pretokenizer:
         return self._pretokenizer
 
@@ -317,7 +327,7 @@ class Tokenizer:
     # looks for a few) is encoded in one call of the core, and only the rest comes to the checks here.
 
     def encode_ordinary(self, text: str) -> list[int]:
-        """Ids of ``text`` with special tokens treated as plain text."""
+        """Ids of ``text`` with special tokens (:attr:`plain_added_tokens` too) treated as plain text."""
         if type(text) is not str:
             _check_text(text)
         return self._encode_ordinary(text)
@@ -555,8 +565,8 @@ class Tokenizer:
 
     # -- decoding -------------------------------------------------------------------------------------
 
-    def decode_bytes(self, ids: Iterable[int]) -> bytes:
-        """The raw bytes of ``ids`` (no UTF-8 decoding)."""
+    def decode_bytes(self, ids: Iterable[int], *, skip_special_tokens: bool = False) -> bytes:
+        """The raw bytes of ``ids`` (no UTF-8 decoding); ``skip_special_tokens`` as in :meth:`decode`."""
         if not isinstance(ids, (list, tuple)):
             if isinstance(ids, str):
                 raise InputError("decode takes token ids, not a str (encode takes text)")
@@ -580,15 +590,30 @@ class Tokenizer:
             bad = next((i for i in ids if not _is_integer_id(i)), None)
             if bad is not None:
                 raise InputError(_not_an_integer(bad))
+        if skip_special_tokens is not False:
+            ids = self._without_special_ids(ids, skip_special_tokens)
         try:
             return b"".join(map(self._vocab.__getitem__, ids))
         except (KeyError, TypeError):
             bad = next(i for i in ids if _unknown(i, self._vocab))
             raise InputError(f"unknown token id {bad!r} (vocab size {self.vocab_size})") from None
 
-    def decode(self, ids: Iterable[int]) -> str:
-        """Text of ``ids``; byte sequences that are not valid UTF-8 become U+FFFD."""
-        return self.decode_bytes(ids).decode("utf-8", errors="replace")
+    def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = False) -> str:
+        """Text of ``ids``; byte sequences that are not valid UTF-8 become U+FFFD. ``skip_special_tokens``
+        leaves out the special tokens but :attr:`plain_added_tokens`, as transformers' ``decode`` does."""
+        data = self.decode_bytes(ids, skip_special_tokens=skip_special_tokens)
+        return data.decode("utf-8", errors="replace")
+
+    def _without_special_ids(self, ids: Sequence[Any], skip: object) -> list[Any]:
+        """``ids`` less those of special tokens but :attr:`plain_added_tokens` (``skip`` must be True: a
+        "no" would read as a wish to skip them)."""
+        if not isinstance(skip, bool | np.bool_):
+            raise InputError(f"skip_special_tokens must be True or False, not {skip!r}")
+        if not skip:
+            return list(ids)
+        plain = self._plain_added
+        skipped = {token_id for special, token_id in self._special_ids.items() if special not in plain}
+        return [token_id for token_id in ids if token_id not in skipped]
 
     # -- files ----------------------------------------------------------------------------------------
 
@@ -664,9 +689,11 @@ class Tokenizer:
             if compat is not None:
                 check_directory_compat(str(hf_path), compat, pre, data.ignore_merges)
             vocab, merges, specials = data.vocab, data.merges, data.special_tokens
-            return cls._from_read(
+            tokenizer = cls._from_read(
                 vocab, merges, data.valid, specials, pre, engine, whole_pieces=data.ignore_merges
             )
+            tokenizer._plain_added = frozenset(data.plain_added)
+            return tokenizer
         if vocab_path.exists() or merges_path.exists():
             if compat is not None:
                 pre, whole_pieces = encoding_for(compat)
@@ -716,6 +743,7 @@ class Tokenizer:
                 "again"
             )
         tokenizer._stages, tokenizer._training = manifest.stages, manifest.training or None
+        tokenizer._plain_added = frozenset(manifest.plain_added_tokens)
         return tokenizer
 
     def _encodes_as_hf_file(self, hf_path: Path) -> bool:
@@ -775,6 +803,7 @@ class Tokenizer:
             whole_pieces=self._whole_pieces,
             roles=roles if roles is not None else self._roles,
             settings=self._hf_settings,
+            plain_added=self._plain_added,
             tiktoken=tiktoken,
         )
 
@@ -801,7 +830,7 @@ class Tokenizer:
         functions it caches by pickling them, and spawned worker processes receive their tokenizer so."""
         state = (self._vocab, self._merges, self.special_tokens, self._pretokenizer, self.engine,
                  self._whole_pieces, self._roles, self._stages, self._training,
-                 self._hf_settings)  # fmt: skip
+                 self._hf_settings, self._plain_added)  # fmt: skip
         return _unpickled, state
 
     def __repr__(self) -> str:
@@ -823,12 +852,13 @@ def _unpickled(
     stages: list[dict[str, Any]],
     training: dict[str, Any] | None,
     hf_settings: dict[str, Any],
+    plain_added: frozenset[str],
 ) -> Tokenizer:
     """The tokenizer ``Tokenizer.__reduce__`` describes (its vocab and merges were checked when made)."""
     tokenizer = Tokenizer._from_read(vocab, merges, True, special_tokens, pretokenizer, engine,
                                      whole_pieces=whole_pieces)  # fmt: skip
     tokenizer._roles, tokenizer._stages, tokenizer._training = roles, stages, training
-    tokenizer._hf_settings = hf_settings
+    tokenizer._hf_settings, tokenizer._plain_added = hf_settings, plain_added
     return tokenizer
 
 

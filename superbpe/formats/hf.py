@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,9 +58,15 @@ def hf_tokenizer_json(
     special_tokens: Sequence[str],
     pretokenizer: Pretokenizer,
     whole_pieces: bool = True,
+    plain_added: Collection[str] = (),
 ) -> dict[str, Any]:
     """The HF ``tokenizers`` document that encodes exactly like our
     :class:`~superbpe.api.tokenizer.Tokenizer`.
+
+    Every special token is an added token; those in ``plain_added`` are written as transformers'
+    ``add_tokens`` makes them (``"special": false``, normalized), so a decode that skips special tokens keeps
+    them. HF matches normalized added tokens only after the others, which we do not: a pair of the two kinds
+    that could overlap in text is a ``ConfigError`` (:func:`added_tokens_problem`).
 
     ``ignore_merges`` is ``whole_pieces``: on, our encoder maps a piece that is itself a token straight to
     its id (off, as in the official SuperBPE files, every piece goes through the merges); the
@@ -71,6 +77,8 @@ def hf_tokenizer_json(
     missing = [special for special in special_tokens if special.encode("utf-8") not in by_bytes]
     if missing:
         raise ConfigError(f"special token {missing[0]!r} is not in the vocab")
+    if problem := added_tokens_problem([s for s in special_tokens if s not in plain_added], plain_added):
+        raise ConfigError(f"tokenizer.json cannot give the same ids: {problem}")
     added = [
         {
             "id": by_bytes[special.encode("utf-8")],
@@ -78,8 +86,8 @@ def hf_tokenizer_json(
             "single_word": False,
             "lstrip": False,
             "rstrip": False,
-            "normalized": False,
-            "special": True,
+            "normalized": special in plain_added,
+            "special": special not in plain_added,
         }
         for special in special_tokens
     ]
@@ -177,6 +185,8 @@ class HFTokenizerData:
     valid: bool = False
     """Whether the vocab and merges are as a tokenizer needs them (non-negative int ids, distinct non-empty
     byte tokens, merges of two tokens into a token), so that it need not check them again."""
+    plain_added: list[str] = field(default_factory=list)
+    """The added tokens that are not special (``"special": false``: transformers' ``add_tokens``)."""
 
 
 def read_hf_tokenizer(path: str | Path) -> HFTokenizerData:
@@ -193,6 +203,7 @@ def read_hf_tokenizer(path: str | Path) -> HFTokenizerData:
         raise InputError(f"{path}: added_tokens must be a list of objects")
     # HF cuts every added token out of the text before the model sees it, special or not.
     special_tokens = [str(a.get("content")) for a in added]
+    plain_added = [str(a.get("content")) for a in added if not a.get("special", False)]
     if native is not None:  # checked as the extension read them, merges against the model's vocab
         vocab, merges, where = native[1], native[2], None
         _add_added_tokens(path, vocab, added)
@@ -204,12 +215,14 @@ def read_hf_tokenizer(path: str | Path) -> HFTokenizerData:
     if where is not None:  # read item by item: checked here, where a fault is named
         check_merges(path, merges, vocab, where)
     _check_encodes_alike(path, document, model)
+    _check_added_tokens(path, added)
     pattern, line_units = _hf_split(document.get("pre_tokenizer"))
     ignore_merges = bool(model.get("ignore_merges", False))
     # Ids and tokens were checked as they were read, but for empty tokens and an added token's negative
     # id (the tokenizer names those).
     valid = all(vocab.values()) and min(vocab, default=0) >= 0
-    return HFTokenizerData(vocab, merges, special_tokens, pattern, line_units, ignore_merges, valid)
+    return HFTokenizerData(vocab, merges, special_tokens, pattern, line_units, ignore_merges, valid,
+                           plain_added)  # fmt: skip
 
 
 _NativeModel = tuple[dict[str, Any], dict[int, bytes], list[Merge]]
@@ -312,6 +325,48 @@ def _check_encodes_alike(path: Path, document: dict[str, Any], model: dict[str, 
             f"{path}: {problems[0]}: superbpe does not reproduce it (it would encode other ids than HF); "
             "it reads byte-level BPE, a regex Split and a ByteLevel step without a prefix space"
         )
+
+
+def _check_added_tokens(path: Path, added: list[dict[str, Any]]) -> None:
+    """Refuse added tokens HF cuts out of text otherwise than we would: with their spaces around them
+    (``lstrip``, ``rstrip``), only as whole words, or in an order our one pass does not follow."""
+    for entry in added:
+        flags = [flag for flag in ("lstrip", "rstrip", "single_word") if entry.get(flag)]
+        if flags:
+            raise InputError(
+                f"{path}: added token {entry.get('content')!r} has {flags[0]}: superbpe does not reproduce "
+                "it (it would encode other ids than HF); it cuts added tokens out of text as they are"
+            )
+    # An added token's "normalized" defaults as AddedToken's does in HF: on unless it is special.
+    normal = {str(e["content"]): bool(e.get("normalized", not e.get("special", False))) for e in added}
+    verbatim = [token for token, normalized in normal.items() if not normalized]
+    if problem := added_tokens_problem(verbatim, [token for token in normal if normal[token]]):
+        raise InputError(
+            f"{path}: {problem}: superbpe matches every added token at once (it would give other ids than HF)"
+        )
+
+
+def added_tokens_problem(verbatim: Collection[str], normalized: Collection[str]) -> str | None:
+    """How HF would cut these added tokens out of a text otherwise than we do, or None when it cannot.
+
+    HF matches the added tokens it does not normalize first and the normalized ones in what is left; we
+    take the leftmost longest of all at once. The two agree unless a token of one kind can overlap one of
+    the other in some text (one holds the other, or one ends with the other's beginning): where none can, no
+    match of one kind touches a place the other kind matches, so each kind's matches are the same either
+    way."""
+    for first in verbatim:
+        for second in normalized:
+            if _can_overlap(first, second):
+                return (f"added tokens {first!r} and {second!r} can overlap, and HF matches {second!r} "
+                        f"(normalized) only after {first!r}")  # fmt: skip
+    return None
+
+
+def _can_overlap(a: str, b: str) -> bool:
+    """Whether occurrences of ``a`` and ``b`` can share a character in some text."""
+    if a in b or b in a:
+        return True
+    return any(a.endswith(b[:k]) or b.endswith(a[:k]) for k in range(1, min(len(a), len(b))))
 
 
 def _model_problems(document: dict[str, Any], model: dict[str, Any]) -> list[str]:
@@ -519,6 +574,7 @@ def transformers_documents(
     special_tokens: Sequence[str],
     roles: Mapping[str, str],
     settings: Mapping[str, Any] | None = None,
+    plain_added: Collection[str] = (),
 ) -> dict[str, dict[str, Any]]:
     """``tokenizer_config.json`` and ``special_tokens_map.json`` for ``AutoTokenizer.from_pretrained``.
 
@@ -526,17 +582,18 @@ def transformers_documents(
     the HF ``tokenizers`` one (no BOS/EOS added: ``tokenizer.json`` has no post-processor), and
     ``clean_up_tokenization_spaces`` is off unless ``settings`` (:func:`read_transformers_settings`) turn it
     on. The other ``settings`` follow as they were read, but for chat templates saved as files
-    (:func:`chat_template_texts`).
+    (:func:`chat_template_texts`). Tokens of ``plain_added`` are added tokens that are not special, as
+    in :func:`hf_tokenizer_json`.
     """
     by_bytes = {token: token_id for token_id, token in vocab.items()}
     added = {
         str(by_bytes[special.encode("utf-8")]): {
-            "content": special, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
-            "special": True,
+            "content": special, "lstrip": False, "normalized": special in plain_added, "rstrip": False,
+            "single_word": False, "special": special not in plain_added,
         }
         for special in special_tokens
     }
-    others = [special for special in special_tokens if special not in roles.values()]
+    others = [s for s in special_tokens if s not in roles.values() and s not in plain_added]
     special_map: dict[str, Any] = dict(roles)
     if others:
         special_map["additional_special_tokens"] = others

@@ -34,6 +34,10 @@ class Manifest:
     # How many merges merges.txt holds: vocab_size alone passes a merges.txt cut short (a copy cut off, an
     # empty file), which loads and encodes with fewer merges, unnoticed. None in manifests that lack it.
     num_merges: int | None = None
+    # Those of special_tokens that transformers does not count as special (HF's added tokens with
+    # "special": false, e.g. from tok.add_tokens): cut from text like the others, kept by a decode that skips
+    # special tokens. Written only when there are some, so other manifests read as before.
+    plain_added_tokens: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -48,6 +52,7 @@ class Manifest:
             "extra": self.extra,
             **({} if self.hf_sha256 is None else {"hf_sha256": self.hf_sha256}),
             **({} if self.num_merges is None else {"num_merges": self.num_merges}),
+            **({"plain_added_tokens": self.plain_added_tokens} if self.plain_added_tokens else {}),
         }
 
 
@@ -83,9 +88,12 @@ def read_manifest(path: str | Path) -> Manifest:
     num_merges = data.get("num_merges")
     if num_merges is not None and (isinstance(num_merges, bool) or not isinstance(num_merges, int)):
         raise InputError(f"{path}: 'num_merges' must be an integer")
+    plain = data.get("plain_added_tokens", [])
+    if not isinstance(plain, list) or not all(isinstance(t, str) and t in specials for t in plain):
+        raise InputError(f"{path}: 'plain_added_tokens' must be a list of some of its special_tokens")
     return Manifest(
         pre, specials, vocab_size, parts["stages"], parts["training"], parts["extra"], version, whole_pieces,
-        hf_sha256, num_merges,
+        hf_sha256, num_merges, plain,
     )  # fmt: skip
 
 

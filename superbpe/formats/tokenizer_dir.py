@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ def save_tokenizer_dir(
     vocab_style: str = "lines",
     roles: Mapping[str, str | None] | None = None,
     settings: Mapping[str, Any] | None = None,
+    plain_added: Collection[str] = (),
     tiktoken: bool = False,
 ) -> Path:
     """Write ``vocab.json``, ``merges.txt``, ``tokenizer.json`` (+ the two transformers files) and
@@ -51,7 +52,8 @@ def save_tokenizer_dir(
     ``roles`` maps transformers' ``bos_token`` / ``eos_token`` / ``pad_token`` / ``unk_token`` to special
     tokens (default: ``<|endoftext|>`` as bos and eos when it is a special token); ``settings`` are the
     other transformers settings (``hf.read_transformers_settings``), chat templates written as their own
-    files. ``whole_pieces`` is how
+    files; ``plain_added`` the special tokens transformers is to take as added tokens that are not special.
+    ``whole_pieces`` is how
     the tokenizer encodes (see :class:`Manifest`); ``vocab_style`` the ``vocab.json`` layout. Every
     document is built (and so validated) before the first file is written; tiktoken files an earlier save
     left that this one does not write are removed. No file is replaced until every one is written, so a save
@@ -65,17 +67,18 @@ def save_tokenizer_dir(
     directory = Path(directory).expanduser()
     if directory.exists() and not directory.is_dir():
         raise InputError(f"{directory}: exists and is not a directory; the tokenizer needs a directory")
-    hf_document = hf_tokenizer_json(vocab, merges, special_tokens, pretokenizer, whole_pieces)
+    hf_document = hf_tokenizer_json(vocab, merges, special_tokens, pretokenizer, whole_pieces, plain_added)
     hf_text = json_text(hf_document, indent=1)
     texts = {
         VOCAB_FILE: vocab_to_json_text(vocab, vocab_style),
         MERGES_FILE: merges_to_text(merges),
         HF_FILE: hf_text,
         MANIFEST_FILE: _manifest_text(merges, hf_text, stages, training, extra, len(vocab), special_tokens,
-                                      pretokenizer, whole_pieces),  # fmt: skip
+                                      pretokenizer, whole_pieces, plain_added),  # fmt: skip
     }
     hf_roles = resolve_roles(roles, special_tokens)
-    for name, document in transformers_documents(vocab, special_tokens, hf_roles, settings).items():
+    documents = transformers_documents(vocab, special_tokens, hf_roles, settings, plain_added)
+    for name, document in documents.items():
         texts[name] = json_text(document, indent=2)
     texts.update(chat_template_texts(settings or {}))
     if tiktoken:
@@ -101,6 +104,7 @@ def _manifest_text(
     special_tokens: Sequence[str],
     pretokenizer: Pretokenizer,
     whole_pieces: bool,
+    plain_added: Collection[str],
 ) -> str:
     """``superbpe.json``'s text. The caller's records (``stages``, ``training``, ``extra``) must be JSON
     objects: anything else is a one-line ``ConfigError`` here, before a file is written."""
@@ -115,6 +119,7 @@ def _manifest_text(
             whole_pieces=whole_pieces,
             hf_sha256=hashlib.sha256(hf_text.encode("utf-8")).hexdigest(),
             num_merges=len(merges),
+            plain_added_tokens=[special for special in special_tokens if special in plain_added],
         )
         return json_text(manifest.to_json(), indent=2)
     except (TypeError, ValueError) as exc:
