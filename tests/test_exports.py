@@ -560,6 +560,24 @@ def test_transformers_settings_are_kept_through_a_load_and_a_save(
     assert back.encode("Once upon a time" + EOT) == loaded.encode("Once upon a time" + EOT)
 
 
+def test_a_save_over_a_directory_with_chat_templates_removes_those_it_does_not_write(
+    tmp_path: Path, sample_texts: Path
+) -> None:
+    """A tokenizer without chat templates saved where another one's template files lie left them there, and
+    the next load (ours or transformers') took them as its own."""
+    transformers = pytest.importorskip("transformers")
+    vocab, merges = superbpe.train_bpe(sample_texts / "corpus.en", 300, [EOT])
+    Tokenizer(vocab, merges, [EOT]).save(tmp_path / "ours")
+    hf = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "ours"))
+    hf.chat_template = {"default": CHAT, "tool_use": "{{ tools }}" + CHAT}
+    hf.save_pretrained(str(tmp_path / "dir"))
+    (tmp_path / "dir" / "additional_chat_templates" / "notes.txt").write_text("kept", encoding="utf-8")
+    Tokenizer(vocab, merges, [EOT]).save(tmp_path / "dir")
+    assert "chat_template" not in Tokenizer.load(tmp_path / "dir").transformers_settings
+    assert transformers.AutoTokenizer.from_pretrained(str(tmp_path / "dir")).chat_template is None
+    assert (tmp_path / "dir" / "additional_chat_templates" / "notes.txt").is_file()  # not a template: kept
+
+
 def test_a_tokenizer_made_here_writes_no_transformers_settings_but_its_own(
     tmp_path: Path, sample_texts: Path
 ) -> None:

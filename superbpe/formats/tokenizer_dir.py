@@ -14,6 +14,8 @@ from superbpe.core.types import Merge
 from superbpe.core.util import atomic_write_texts
 from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE, merges_to_text, vocab_to_json_text
 from superbpe.formats.hf import (
+    CHAT_TEMPLATE_DIR,
+    CHAT_TEMPLATE_FILE,
     HF_FILE,
     chat_template_texts,
     hf_tokenizer_json,
@@ -24,9 +26,10 @@ from superbpe.formats.json_files import json_text
 from superbpe.formats.manifest import MANIFEST_FILE, Manifest
 from superbpe.formats.tiktoken_files import TIKTOKEN_FILE, TIKTOKEN_META_FILE, tiktoken_texts
 
-#: The files a save writes only when asked for: one left from an earlier save into the same directory
-#: is removed.
-STALE_IF_UNWRITTEN = (TIKTOKEN_FILE, TIKTOKEN_META_FILE)
+#: The files a save writes only when asked for or when the tokenizer has them (a chat template; the
+#: other templates are the ``.jinja`` files of ``CHAT_TEMPLATE_DIR``): one left from an earlier save into the
+#: same directory is removed.
+STALE_IF_UNWRITTEN = (TIKTOKEN_FILE, TIKTOKEN_META_FILE, CHAT_TEMPLATE_FILE)
 
 
 def save_tokenizer_dir(
@@ -86,12 +89,21 @@ def save_tokenizer_dir(
     try:
         atomic_write_texts({directory / name: text for name, text in texts.items()})
         # Files of an earlier save that this one does not write would describe another tokenizer.
-        for name in STALE_IF_UNWRITTEN:
-            if name not in texts:
-                (directory / name).unlink(missing_ok=True)
+        for path in _optional_files(directory):
+            if path.relative_to(directory).as_posix() not in texts:
+                path.unlink(missing_ok=True)
     except OSError as exc:
         raise InputError(f"{directory}: cannot write the tokenizer there ({exc.strerror or exc})") from None
     return directory
+
+
+def _optional_files(directory: Path) -> list[Path]:
+    """The files in ``directory`` that a save writes only for some tokenizers (:data:`STALE_IF_UNWRITTEN`,
+    chat templates): one that this save does not write was left by another tokenizer, and transformers
+    (and a load here) would take it as this one's."""
+    templates = directory / CHAT_TEMPLATE_DIR
+    found = sorted(templates.glob("*.jinja")) if templates.is_dir() else []
+    return [directory / name for name in STALE_IF_UNWRITTEN] + found
 
 
 def _manifest_text(
