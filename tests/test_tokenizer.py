@@ -9,6 +9,7 @@ import json
 import tracemalloc
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -811,6 +812,29 @@ def test_a_tokenizer_pickles_and_copies_as_itself(engine: str, sample_texts: Pat
         assert (other.vocab, other.merges) == (tok.vocab, tok.merges) and other.special_tokens == specials
         assert (other.pretokenizer, other.engine, other.whole_pieces) == (tok.pretokenizer, engine, True)
         assert other.roles == tok.roles and repr(other) == repr(tok)
+
+
+def test_a_tokenizer_pickled_without_the_settings_kept_since_still_loads(sample_texts: Path) -> None:
+    """A pickle holds the state ``__reduce__`` gave when it was made: one made before the transformers
+    settings and plain added tokens were kept has fewer fields, and unpickling it raised a TypeError."""
+    import pickle  # reason: only this test pickles
+
+    vocab, merges = superbpe.train_bpe(sample_texts / "corpus.en", 300, ["<|endoftext|>"])
+    tok = Tokenizer(vocab, merges, ["<|endoftext|>"])
+    rebuild, state = tok.__reduce__()
+    older = pickle.loads(pickle.dumps(_Reduced(rebuild, state[:9])))
+    assert older.encode("Hello<|endoftext|>") == tok.encode("Hello<|endoftext|>")
+    assert dict(older.transformers_settings) == {} and older.plain_added_tokens == []
+
+
+class _Reduced:
+    """Pickles as ``rebuild(*state)``: a stand-in for a tokenizer pickled with a shorter state."""
+
+    def __init__(self, rebuild: Any, state: tuple[Any, ...]) -> None:
+        self.rebuild, self.state = rebuild, state
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return self.rebuild, self.state
 
 
 def test_a_merges_file_cut_short_is_said_when_its_unmade_tokens_become_specials(

@@ -851,14 +851,15 @@ def _unpickled(
     roles: dict[str, str | None] | None,
     stages: list[dict[str, Any]],
     training: dict[str, Any] | None,
-    hf_settings: dict[str, Any],
-    plain_added: frozenset[str],
+    hf_settings: dict[str, Any] | None = None,
+    plain_added: frozenset[str] = frozenset(),
 ) -> Tokenizer:
-    """The tokenizer ``Tokenizer.__reduce__`` describes (its vocab and merges were checked when made)."""
+    """The tokenizer ``Tokenizer.__reduce__`` describes (its vocab and merges were checked when made). The
+    settings kept since have defaults, so a tokenizer pickled by an earlier version still loads."""
     tokenizer = Tokenizer._from_read(vocab, merges, True, special_tokens, pretokenizer, engine,
                                      whole_pieces=whole_pieces)  # fmt: skip
     tokenizer._roles, tokenizer._stages, tokenizer._training = roles, stages, training
-    tokenizer._hf_settings, tokenizer._plain_added = hf_settings, plain_added
+    tokenizer._hf_settings, tokenizer._plain_added = hf_settings or {}, plain_added
     return tokenizer
 
 
