@@ -8,6 +8,10 @@ from __future__ import annotations
 import array
 import ctypes
 import mmap
+import random
+import string
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -265,3 +269,43 @@ def test_plain_takes_only_plain_texts(trained: tuple[dict[int, bytes], list[tupl
         short = Tokenizer(lacking, [], engine=engine)
         assert short._core.plain("a z") is None
         assert short._core.plain("a b") == [ord("a"), ord(" "), ord("b")]
+
+
+_INTERRUPTED_ENCODE = """
+import signal, sys
+from superbpe.api.tokenizer import Tokenizer
+
+tok = Tokenizer.load(sys.argv[1], engine="native")
+text = open(sys.argv[2], encoding="utf-8").read()
+
+def stop(signum, frame):
+    raise KeyboardInterrupt
+
+signal.signal(signal.SIGALRM, stop)
+signal.setitimer(signal.ITIMER_REAL, 0.02)  # comes while Rust encodes, before it makes the array
+try:
+    tok.encode_ordinary_array(text)
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    print("not interrupted")
+except KeyboardInterrupt:
+    print("KeyboardInterrupt")
+except BaseException as exc:
+    print(type(exc).__name__, str(exc)[:200])
+"""
+
+
+def test_ctrl_c_in_a_first_encode_is_keyboard_interrupt(tokenizers: list[Tokenizer], tmp_path: Path) -> None:
+    """The first array a process makes in Rust loads numpy's C API, which runs Python code: a Ctrl-C
+    pending from the encode before it came out of that code as a Rust panic (a traceback)."""
+    if len(tokenizers) < 2:
+        pytest.skip("superbpe._native is not built")
+    tokenizers[1].save(tmp_path / "tok")
+    text = tmp_path / "text.txt"
+    rng = random.Random(0)  # words of random letters: no piece cache makes the cold encode short
+    words = ("".join(rng.choices(string.ascii_lowercase, k=rng.randint(2, 9))) for _ in range(600_000))
+    text.write_text(" ".join(words), encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-c", _INTERRUPTED_ENCODE, str(tmp_path / "tok"), str(text)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.stdout.strip() == "KeyboardInterrupt", done.stdout + done.stderr[-2000:]

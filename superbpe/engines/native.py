@@ -75,6 +75,8 @@ _U64_MAX = (1 << 64) - 1
 # A mapped file is counted a window of about this many bytes at a time; each window's pages are
 # given back or, for counts that borrow the file, kept as a whole (the counts never depend on it).
 MAP_WINDOW_BYTES = 256 << 20
+#: Whether numpy's C API is loaded in this process (see ``_load_numpy_api``).
+_numpy_api_loaded = False
 
 
 def available() -> bool:
@@ -94,6 +96,26 @@ def stop_counts() -> None:
     threads, such as a SuperBPE run's count of its next stage, which would otherwise be waited for."""
     if _native is not None:
         _native.stop_all_counts()
+
+
+def _load_numpy_api(core: Any) -> None:
+    """Make an encoder's first numpy array now, as it is built, rather than in its first encode.
+
+    rust-numpy loads numpy's C API on the first array it makes, running Python code (numpy's version
+    check). A Ctrl-C or SIGTERM that came while Rust encoded with the GIL released is raised inside that
+    code, and rust-numpy turns the error into a panic (``PanicException``, a traceback) instead of
+    ``KeyboardInterrupt``. Here the interruption stays one, and no later array runs Python code.
+    """
+    global _numpy_api_loaded
+    if _numpy_api_loaded:
+        return
+    try:
+        core.encode_ordinary_array("", "uint16")
+    except BaseException as exc:  # PanicException is a BaseException, and not importable by name
+        if type(exc).__name__ == "PanicException" and "KeyboardInterrupt" in str(exc):
+            raise KeyboardInterrupt from None
+        raise
+    _numpy_api_loaded = True
 
 
 def splits_exactly(pre: Pretokenizer) -> bool:
@@ -531,6 +553,7 @@ class NativeEncoder:
                     shown = f"merge #{rank} ({left!r}, {right!r})"
                     raise ConfigError(f"{shown} makes a token not in the vocab") from None
             raise ConfigError(str(exc)) from None
+        _load_numpy_api(self._core)
         # `plain` and `plain_array` are the Rust methods themselves: they never raise for a bad text
         # (they answer None), so there is nothing to translate, and a per-document call is one call.
         self.plain = self._core.plain
