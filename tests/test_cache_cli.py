@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from script_helpers import run_script
 
 from superbpe.cli import cache as cache_command
 from superbpe.core.errors import ConfigError
@@ -192,3 +193,11 @@ def test_list_says_what_each_entry_holds(tmp_path: Path, capsys: pytest.CaptureF
     assert lines[f"{'b' * 40}.json"].endswith("stage1 (superbpe-stage1): 1 merge of a.txt, b.txt +3 files")
     assert lines[f"{'c' * 40}.json"].endswith("  2 merges (all the counts allow)")  # written without `about`
     assert lines[f"{'d' * 40}.json"].endswith("unreadable (superbpe-cache verify)")
+
+
+def test_the_checkout_has_a_wrapper_of_the_command(tmp_path: Path) -> None:
+    """``python scripts/cache.py`` runs ``superbpe-cache`` from a checkout, as scripts/ does every command."""
+    make_entry(tmp_path, "counts", "a.counts", 1000, 60)
+    done = run_script("cache.py", "--cache-dir", str(tmp_path), "list", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "1 entry" in done.stdout
