@@ -486,6 +486,20 @@ def test_a_lone_surrogate_under_errors_replace_is_three_replacement_characters(t
             assert superbpe.open_tokens(out).tolist() == expected, (engine, source.name)
 
 
+@pytest.mark.parametrize("output", ["x.bin", "shards/"])
+@pytest.mark.parametrize("errors", ["ignore", "surrogateescape", "bogus"])
+def test_an_errors_mode_other_than_strict_or_replace_is_refused_for_json_lines(
+    tokenizer_dir, tmp_path, errors, output
+):
+    """JSON lines are decoded by Python's codecs, which take any handler (``ignore`` would drop a bad byte
+    without a word, an unknown name fail with a traceback): refused before any output, as for text."""
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_bytes(b'{"text": "ok"}\n{"text": "bad \xff byte"}\n')
+    with pytest.raises(ConfigError, match=rf"^errors must be 'strict' or 'replace', not '{errors}'$"):
+        encode_corpus(tokenizer_dir, corpus, str(tmp_path / output), workers=1, errors=errors)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["docs.jsonl"]
+
+
 @pytest.mark.parametrize("workers", [0, -2, True])
 def test_bad_worker_counts_are_refused_before_any_output(tokenizer_dir, sample_texts, tmp_path, workers):
     out = tmp_path / "x.bin"

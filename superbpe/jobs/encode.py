@@ -32,6 +32,7 @@ import numpy as np
 
 from superbpe.api.tokenizer import Tokenizer, encode_text_chunk, naming_chunk
 from superbpe.core.compat import CompatConfig
+from superbpe.core.counts import check_errors_mode
 from superbpe.core.errors import ConfigError, InputError, SuperBPEError
 from superbpe.core.pretokenize import specials_shown
 from superbpe.core.progress import task
@@ -196,6 +197,9 @@ def encode_corpus(
     spec = check_executor(executor)
     if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 1:
         raise ConfigError(f"chunk_bytes must be a whole number of bytes >= 1, not {chunk_bytes!r}")
+    # Before any input is read: records are decoded by Python's codecs, which take any handler ('ignore'
+    # would drop bytes silently), where text files are checked by the encoder.
+    check_errors_mode(errors)
     if writes_shards(output, spec):
         return encode_sharded(
             tokenizer_dir, inputs, output, separator=separator, executor=spec, workers=workers,
@@ -410,6 +414,7 @@ def encode_sharded(
     ``output_dir`` must be new or empty. On any error the files written so far are removed and the
     error is raised; ``index.json`` is written only after every shard is complete.
     """
+    check_errors_mode(errors)
     spec = spec_from(executor)
     directory = Path(tokenizer_dir).expanduser()
     tokenizer = Tokenizer.load(directory, engine=engine, compat=compat)
