@@ -158,6 +158,22 @@ def test_tables_by_shard_equal_the_same_text_as_json_lines(as_jsonl: Path, as_pa
         assert replace(report, files=[]) == replace(jsonl_report, files=[])
 
 
+def test_a_table_encoded_by_shard_without_separator_counts_its_rows(as_parquet: Path, tmp_path: Path,
+                                                                    documents: list[str],
+                                                                    sample_texts: Path) -> None:
+    """Without a separator a table's last ids are its last row's text, not the open last document of a
+    text file: a shard of it ends no document beyond its rows and ends inside none, as the flat file."""
+    import superbpe  # reason: trains the tokenizer the jobs encode with
+
+    vocab, merges = superbpe.train_bpe(sample_texts / "corpus.en", 600, [EOT])
+    superbpe.Tokenizer(vocab, merges, [EOT]).save(tmp_path / "tok")
+    flat = encode_corpus(tmp_path / "tok", as_parquet, tmp_path / "flat.bin", separator=None)
+    sharded = encode_corpus(tmp_path / "tok", as_parquet, str(tmp_path / "shards") + "/", separator=None)
+    assert flat.documents == sharded.documents == len(documents)
+    assert not any(entry.ends_inside_document for entry in sharded.shards)
+    assert (tmp_path / "shards" / "shard-000000.bin").read_bytes() == (tmp_path / "flat.bin").read_bytes()
+
+
 def test_a_dictionary_encoded_text_column_reads_as_its_texts(tmp_path: Path, documents: list[str],
                                                               as_jsonl: Path) -> None:
     """pandas' category dtype is written to Parquet as a dictionary column: it was refused as not strings."""

@@ -593,7 +593,7 @@ def encode_shard(
                 tokens += len(ids)
                 documents += ended
                 inside += separators_inside_records(chunk, ids, ended, separator_id)
-            open_end = not shard.jsonl and last is not None and last != separator_id
+            open_end = not shard.per_record and last is not None and last != separator_id
             if shard.last_of_file and open_end:  # a text file ends its last document
                 documents += 1
                 open_end = False

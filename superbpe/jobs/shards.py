@@ -52,6 +52,12 @@ class Shard:
     def jsonl(self) -> bool:
         return is_jsonl(Path(self.path))
 
+    @property
+    def per_record(self) -> bool:
+        """One document per record (JSON lines, or a table's rows): each record's end is its document's, so
+        the shard's last ids never leave a text file's last document open."""
+        return self.jsonl or is_table(Path(self.path))
+
     def size(self) -> int:
         """Bytes in the shard (on disk: compressed for gzip)."""
         return (self.end if self.end is not None else Path(self.path).stat().st_size) - self.start
