@@ -599,6 +599,9 @@ def test_decode_takes_numpy_integers() -> None:
     assert tok.id_to_token(np.int32(65)) == b"A"
     with pytest.raises(InputError, match=r"^decode takes one sequence of token ids, not a 2-D array"):
         tok.decode(np.array([[65, 66]]))
+    for one_id in (np.array(65), np.asarray(65, dtype=np.uint16)):  # iterating a 0-D array is a TypeError
+        with pytest.raises(InputError, match=r"^decode takes a sequence of token ids, not a 0-D array"):
+            tok.decode_bytes(one_id)  # type: ignore[arg-type]
     for unordered in ({65, 66}, {65: 1}):  # a set's text would come out shuffled, a dict's keys be decoded
         with pytest.raises(InputError, match=r"^decode takes token ids in order \(a list\), not a "):
             tok.decode(unordered)  # type: ignore[arg-type]

@@ -580,6 +580,10 @@ class Tokenizer:
                     f"decode takes one sequence of token ids, not a {ids.ndim}-D array (for a batch, decode "
                     "each row)"
                 )
+            if isinstance(ids, np.ndarray) and ids.ndim == 0:  # iterable by type, but iterating it fails
+                raise InputError(
+                    "decode takes a sequence of token ids, not a 0-D array (one id: decode([id]))"
+                )
             if isinstance(ids, np.ndarray) and ids.ndim == 1 and ids.dtype.kind in "iu":
                 ids = ids.tolist()  # Python ints, which the vocab looks up fastest
             else:
