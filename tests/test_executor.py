@@ -9,6 +9,7 @@ import contextlib
 import gzip
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -183,6 +184,24 @@ def test_sharded_output_must_be_new_or_empty(corpus, tokenizer_dir, tmp_path) ->
     with pytest.raises(ConfigError, match="not empty"):
         encode_sharded(tokenizer_dir, corpus, tmp_path / "out")
     assert (tmp_path / "out" / "keep.txt").exists()
+
+
+def test_a_sharded_output_left_by_an_encoding_is_named_in_the_refusal(corpus, tokenizer_dir, tmp_path):
+    """An encoding killed outright leaves only hidden attempt files, which ``ls`` does not show: the
+    refusal says what the directory holds, as it does for a finished encoding."""
+    out = tmp_path / "out"
+    encode_sharded(tokenizer_dir, corpus, out)
+    finished = r"not empty \(it holds a sharded encoding, index\.json and its shards"
+    with pytest.raises(ConfigError, match=finished):
+        encode_sharded(tokenizer_dir, corpus, out)
+    for item in out.iterdir():
+        item.unlink()
+    attempt = out / f".shard-000003.bin.{'0' * 32}.tmp"
+    attempt.write_bytes(b"\0\0")
+    stopped = rf"stopped before its index\.json, such as {re.escape(attempt.name)}: remove them\); give a new"
+    with pytest.raises(ConfigError, match=stopped):
+        encode_sharded(tokenizer_dir, corpus, out)
+    assert [item.name for item in out.iterdir()] == [attempt.name]
 
 
 def test_executor_settings_are_checked() -> None:

@@ -20,6 +20,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Iterator, Sequence
@@ -490,7 +491,8 @@ def _prepare_output_dir(out: Path) -> tuple[Path, list[Path]]:
         raise ConfigError(f"output {out} is a file; a sharded encoding needs a new or empty directory")
     if out.is_dir():
         if any(out.iterdir()):
-            raise ConfigError(f"output directory {out} is not empty; give a new or empty directory")
+            held = _encoding_held(out)
+            raise ConfigError(f"output directory {out} is not empty{held}; give a new or empty directory")
         return out, []
     made = missing_dirs(out)
     try:
@@ -498,6 +500,27 @@ def _prepare_output_dir(out: Path) -> tuple[Path, list[Path]]:
     except OSError as exc:
         raise InputError(f"cannot create {out}: {exc.strerror or exc}") from None
     return out, made
+
+
+#: The files a sharded encoding writes: its index, its shards, and a shard's attempt under a temporary name.
+_SHARDED_FILE = re.compile(
+    rf"{re.escape(INDEX_NAME)}|shard-\d{{6}}\.bin|\.shard-\d{{6}}\.bin\.[0-9a-f]{{32}}\.tmp"
+)
+
+
+def _encoding_held(out: Path) -> str:
+    """What a non-empty output directory holds when it is a sharded encoding's, to say with the refusal: an
+    encoding killed outright (SIGKILL, out of memory) leaves shard files without ``index.json``, or only
+    the hidden temporary files of its attempts, which ``ls`` does not show."""
+    names = sorted(item.name for item in out.iterdir())
+    if not all(_SHARDED_FILE.fullmatch(name) for name in names):
+        return ""
+    if INDEX_NAME in names:
+        return f" (it holds a sharded encoding, {INDEX_NAME} and its shards: remove them to encode it again)"
+    return (
+        f" (it holds {len(names)} file(s) of a sharded encoding stopped before its {INDEX_NAME}, such as "
+        f"{names[0]}: remove them)"
+    )
 
 
 def _remove_attempts(out: Path) -> None:
