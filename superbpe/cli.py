@@ -489,7 +489,7 @@ def _check_not_written_by_this_sweep(output: Path, written: Callable[[Path], Pat
     sidecar, a report) is refused: every job would write the same file (it is named the same for all),
     and only the last one's would be left. ``example``: a name with the job's number, for the message."""
     hydra_cfg = HydraConfig.get()
-    if hydra_cfg.mode != RunMode.MULTIRUN or output.is_dir():  # a sharded output refuses a non-empty one
+    if hydra_cfg.mode != RunMode.MULTIRUN:
         return
     started = Path(hydra_cfg.sweep.dir) / "multirun.yaml"  # written as the sweep starts
     if not (started.is_file() and written(output).is_file()):
@@ -724,7 +724,10 @@ def _encode(cfg: DictConfig) -> None:
         _check_given(args, "tokenizer", "input", "output")
         sharded = writes_shards(args.output, args.executor)
         output = Path(args.output).expanduser()
-        _check_not_written_by_this_sweep(output, sidecar_path, "tokens_${hydra:job.num}.bin")
+        if sharded:  # a directory of shards: its index is written last
+            _check_not_written_by_this_sweep(output, _index_path, "tokens_${hydra:job.num}/")
+        else:
+            _check_not_written_by_this_sweep(output, sidecar_path, "tokens_${hydra:job.num}.bin")
         result = encode_corpus(
             args.tokenizer,
             args.input,
@@ -757,6 +760,11 @@ _NOTHING_SHARDED = (
     "nothing written: the shards encoded so far were removed (a directory of shards appears only when every "
     "shard and its index.json are complete)"
 )
+
+
+def _index_path(directory: Path) -> Path:
+    """The file a sharded encoding writes last into ``directory``: an earlier job of a sweep finished it."""
+    return directory / INDEX_NAME
 
 
 def _encoded_line(result: EncodeResult) -> None:

@@ -790,6 +790,21 @@ def test_a_sweep_whose_jobs_write_one_token_file_stops_at_the_second(tokenizer_d
     assert not (tmp_path / "multirun").exists()
 
 
+def test_a_sweep_whose_jobs_write_one_shard_directory_stops_at_the_second(tokenizer_dir, documents, tmp_path):
+    """A sharded output is refused as a flat one is, with the way out for a directory: the refusal of a
+    non-empty directory would tell the user to remove the first job's shards."""
+    source = tmp_path / "docs.txt"
+    source.write_text(EOT.join(documents), encoding="utf-8")
+    proc = run_script(
+        "encode.py", "-m", f"tokenizer={tokenizer_dir},{tokenizer_dir}", f"input={source}", "output=m/",
+        "workers=1", cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert "output m was written by an earlier job of this sweep" in proc.stderr, proc.stderr
+    assert "output=tokens_${hydra:job.num}/" in proc.stderr
+    assert json.loads((tmp_path / "m" / "index.json").read_text())["tokens"] > 0
+
+
 def test_an_evaluate_sweep_leaves_no_sweep_directory(tokenizer_dir, documents, tmp_path):
     """Its jobs write nothing into Hydra's sweep directory, which would stand, empty but for Hydra's
     record, beside the training sweeps in multirun/."""
