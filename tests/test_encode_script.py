@@ -423,6 +423,41 @@ def test_native_workers_are_threads_of_this_process(tokenizer_dir, mixed_inputs,
     assert len(seen) == 2 and all(name.startswith("superbpe-encode") for name in seen)
 
 
+def test_a_temp_file_left_by_an_encoding_killed_outright_is_removed_by_the_next(
+    tokenizer_dir, documents, tmp_path, monkeypatch
+):
+    """SIGKILL leaves the hidden temp file a token file was being written into, as large as what was
+    written: the next encoding of that output removes it. One that another encoding is writing is held
+    (the encoding locks its own as it writes) and kept, and so are other outputs' temp files."""
+    fcntl = pytest.importorskip("fcntl")
+    source = tmp_path / "docs.txt"
+    source.write_text(EOT.join(documents), encoding="utf-8")
+    stale, held, other = (tmp_path / name for name in (".t.bin.k1lled_0.tmp", ".t.bin.wr1ting0.tmp",
+                                                      ".u.bin.k1lled_0.tmp"))  # fmt: skip
+    for temp in (stale, held, other):
+        temp.write_bytes(b"\0" * 64)
+    locked_while_encoding = []
+    original = encode_module.ChunkEncoder.encode
+
+    def encode(self, chunk):
+        own = [p for p in tmp_path.glob(".t.bin.*.tmp") if p not in (stale, held)]
+        with open(own[0], "rb") as probe:
+            try:
+                fcntl.flock(probe.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                locked_while_encoding.append(True)
+        return original(self, chunk)
+
+    monkeypatch.setattr(encode_module.ChunkEncoder, "encode", encode)
+    with open(held, "rb") as holder:  # another open file: the remover's own lock attempt fails
+        fcntl.flock(holder.fileno(), fcntl.LOCK_EX)
+        encode_corpus(tokenizer_dir, source, tmp_path / "t.bin", workers=1)
+    assert locked_while_encoding and all(locked_while_encoding)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["docs.txt", "t.bin", "t.bin.json", held.name, other.name]
+    )
+
+
 def test_an_error_on_a_worker_leaves_no_output(tokenizer_dir, tmp_path):
     """A chunk that fails on a worker thread (bad UTF-8 far into the file) fails the whole job in one line,
     with nothing written."""
