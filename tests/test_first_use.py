@@ -33,7 +33,9 @@ def gz_corpus(tmp_path: Path) -> Path:
 
 
 def test_the_last_log_lines_of_a_run_with_eval_give_bytes_per_token(tmp_path, sample_texts):
-    corpus, heldout = sample_texts / "corpus.en", sample_texts / "tinystories_sample.txt"
+    """Their counts as ``superbpe-evaluate`` says them: one held-out document is not "1 documents"."""
+    corpus, heldout = sample_texts / "corpus.en", tmp_path / "heldout.txt"
+    heldout.write_text("Once upon a time there was a cat who sat in the sun.\n", encoding="utf-8")
     proc = run_script(
         "train.py",
         f"hydra.run.dir={tmp_path / 'run'}",
@@ -48,6 +50,8 @@ def test_the_last_log_lines_of_a_run_with_eval_give_bytes_per_token(tmp_path, sa
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     last = (tmp_path / "run" / "train.log").read_text().splitlines()[-2:]
     assert any(f"{metrics['eval']['bytes_per_token']:.4f} bytes/token" in line for line in last), last
+    assert metrics["eval"]["documents"] == 1
+    assert any(line.endswith(" tokens, 1 document)") for line in last), last
 
 
 @pytest.mark.parametrize(

@@ -48,6 +48,7 @@ from superbpe.core.sources import (
 )
 from superbpe.core.types import Merge
 from superbpe.core.util import (
+    counted,
     missing_dirs,
     peak_rss_bytes,
     release_freed_memory,
@@ -232,13 +233,8 @@ def _run(job: _Job) -> RunResult:
 def _log_eval(evaluation: dict[str, Any] | None) -> None:
     """The run's result on held-out text, last in the log (where a user looks when the run ends)."""
     if evaluation:
-        log.info(
-            "eval: %.4f bytes/token (%d bytes, %d tokens, %d documents)",
-            evaluation["bytes_per_token"],
-            evaluation["bytes"],
-            evaluation["tokens"],
-            evaluation["documents"],
-        )
+        counts = ", ".join(counted(evaluation[key], key[:-1]) for key in ("bytes", "tokens", "documents"))
+        log.info("eval: %.4f bytes/token (%s)", evaluation["bytes_per_token"], counts)
 
 
 def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> _Job:
