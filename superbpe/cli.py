@@ -682,18 +682,25 @@ def _check_bpe_beside_schedule_knobs(args: list[str]) -> None:
             knobs.append(text)
     if "bpe" not in schedules or len(schedules) < 2 or not knobs:
         return
-    rest = [arg for arg in args if arg not in ("-m", "--multirun", *knobs) and _key_of(arg) != "schedule"]
+    rest = [arg for arg in args if arg not in ("-m", "--multirun", *knobs)
+            and _key_of(arg) not in ("schedule", _SWEEP_DIR)]  # fmt: skip
+    given_dirs = [arg.partition("=")[2] for arg in args if _key_of(arg) == _SWEEP_DIR]
+    base = given_dirs[-1] if given_dirs and given_dirs[-1].strip() else "DIR"
     train, superbpe = _entry_point(), ",".join(name for name in schedules if name != "bpe")
     summarize = ["superbpe-summarize"]
     if sys.argv[0].endswith(".py"):  # the script beside this one, as the sweep's own hint names it
         summarize = ["python", str(Path(sys.argv[0]).with_name("summarize.py"))]
-    sweep = shlex.join([*train, "-m", f"schedule={superbpe}", *knobs, *rest]) + " hydra.sweep.dir=DIR"
-    baseline = shlex.join([*train, "-m", "schedule=bpe", *rest]) + " hydra.sweep.dir=DIR/bpe"
+    sweep = shlex.join([*train, "-m", f"schedule={superbpe}", *knobs, *rest, f"{_SWEEP_DIR}={base}"])
+    baseline = shlex.join([*train, "-m", "schedule=bpe", *rest, f"{_SWEEP_DIR}={base}/bpe"])
     fail(
         f"schedule=bpe takes no {', '.join(_key_of(knob) for knob in knobs)}, so the sweep's bpe jobs "
         f"would fail: sweep the BPE baseline apart into the same directory ({sweep}; {baseline}), then "
-        f"{shlex.join(summarize)} DIR compares them all"
+        f"{shlex.join([*summarize, base])} compares them all"
     )
+
+
+#: The key of a sweep's directory: the hint of :func:`_check_bpe_beside_schedule_knobs` reuses the one given.
+_SWEEP_DIR = "hydra.sweep.dir"
 
 
 def _check_compat_overrides(args: list[str]) -> None:

@@ -783,3 +783,21 @@ def test_a_sweep_of_bpe_beside_transitions_is_refused_before_its_jobs_with_how_t
         "summarize.py DIR compares them all",
     )
     assert list(work.iterdir()) == []
+
+
+def test_the_bpe_beside_transitions_hint_sweeps_into_the_directory_given(tmp_path: Path) -> None:
+    """With ``hydra.sweep.dir`` given, the two commands of the hint named it and then ``DIR`` too, so
+    pasted as they were they went to a directory called DIR, and the summary line named DIR."""
+    work = tmp_path / "work"
+    work.mkdir()
+    given = tmp_path / "sweep"
+    sweep = ("-m", "schedule=bpe,superbpe", "schedule.transition=0.5,0.8", f"hydra.sweep.dir={given}")
+    proc = run_script("train.py", *sweep, cwd=work, cache_dir=tmp_path / "cache")
+    assert_one_line_error(
+        proc,
+        f"-m schedule=superbpe schedule.transition=0.5,0.8 hydra.sweep.dir={given};",
+        f"-m schedule=bpe hydra.sweep.dir={given}/bpe), then python",
+        f"summarize.py {given} compares them all",
+    )
+    assert "DIR" not in proc.stderr and proc.stderr.count("hydra.sweep.dir=") == 2, proc.stderr
+    assert list(work.iterdir()) == [] and not given.exists()
