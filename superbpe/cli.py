@@ -158,6 +158,8 @@ def run_hydra(main: Callable[[], None], schema: type) -> None:
         failed = "a job failed (its log says why)"
         if _failed_jobs:
             failed = f"{', '.join(_failed_jobs)} failed (said above)"
+        if _sweeps and not any(_holds_a_job(Path(sweep)) for sweep in _sweeps):
+            fail(f"sweep: {failed}; no job made a run, so the sweep left nothing to compare")
         fail(f"sweep: {failed}; its other jobs finished{_summarize_hint()}")
     except (HydraException, OmegaConfBaseException) as exc:
         _remove_unused_claims()  # a sweep refused before its first job had written its multirun.yaml
@@ -233,6 +235,12 @@ _failed_jobs: list[str] = []
 
 #: The directories of the training sweeps this process ran (one, unless a launcher splits it).
 _sweeps: set[str] = set()
+
+
+def _holds_a_job(sweep: Path) -> bool:
+    """Whether a sweep's directory kept a job's run: one whose every job failed early is taken out, and
+    then neither "its other jobs finished" nor a summary of it would be true."""
+    return sweep.is_dir() and any(item.is_dir() for item in sweep.iterdir())
 
 
 def _summarize_hint() -> str:

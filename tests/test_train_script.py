@@ -574,6 +574,10 @@ def test_runs_and_sweeps_refused_at_their_settings_leave_nothing(tmp_path, corpu
                         cache_dir=None)  # fmt: skip
     assert failed.returncode == 1 and "job 0, job 1 failed" in failed.stderr, failed.stderr
     assert not (tmp_path / "outputs").exists() and not (tmp_path / "multirun").exists()
+    # Its last line said the other jobs finished and named the removed directory to summarize.
+    last = failed.stderr.splitlines()[-1]
+    assert last.endswith("no job made a run, so the sweep left nothing to compare"), last
+    assert "other jobs finished" not in last and "summarize" not in last
 
 
 def test_a_failed_run_leaves_a_directory_it_did_not_make(tmp_path):
