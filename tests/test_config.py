@@ -225,6 +225,16 @@ def test_bad_transition_is_a_one_line_error(transition, message):
     assert "schedule.transition" in str(info.value) and "\n" not in str(info.value)
 
 
+def test_a_fraction_beyond_the_merges_is_named_with_the_count_it_gives():
+    """0.9 of a vocabulary with one merge was told "0.9 must be below the 1 merges", comparing the
+    fraction itself with the merges."""
+    cfg = train_config("schedule=superbpe", "schedule.transition=0.9", "vocab_size=258")
+    with pytest.raises(ConfigError) as info:
+        plan_stages(cfg.schedule, cfg.pretokenizer, 1)
+    expected = "schedule.transition 0.9 gives 1 merges, which must be below the 1 merges"
+    assert str(info.value).startswith(expected), str(info.value)
+
+
 def test_a_float_transition_past_one_is_not_called_a_fraction_under_compat_official():
     """``1000.0`` under compat=official was told that fractions wait for the count, not that it is no
     fraction (what the default preset says)."""

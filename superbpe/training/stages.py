@@ -109,8 +109,11 @@ def resolve_until(until: Any, total: int, stage: StageConfig, last: bool, schedu
     if end < 1:
         raise ConfigError(f"{what} {until} gives {end} merges; it must be at least 1")
     if end > total or (end == total and not last):
+        # A fraction is named with the merge count it gives: "0.9 must be below the 1 merges" reads as
+        # a comparison of the fraction itself.
+        given = f"{what} {until}" + (f" gives {end} merges, which" if isinstance(until, float) else "")
         raise ConfigError(
-            f"{what} {until} must be below the {total} merges that vocab_size leaves (it is at or beyond "
+            f"{given} must be below the {total} merges that vocab_size leaves (it is at or beyond "
             "it; a larger vocab_size leaves more)"
         )
     return end
