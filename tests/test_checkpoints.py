@@ -108,6 +108,29 @@ def test_a_stage_in_progress_keeps_its_seconds_across_processes(
     assert second.earlier_stage_seconds == 0.0 and load_checkpoint(tmp_path).stage_seconds == 0.0
 
 
+def test_a_stage_in_progress_keeps_its_peak_rss_across_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stage resumed after a kill reported only the peak of the process that finished it: a python
+    process that held 1 GB before the kill, then a native resume at 100 MB, gave 100 MB. Each save
+    records the stage's peak so far; the next stage starts from none."""
+    peak = [900]
+    monkeypatch.setattr(checkpoints_module, "peak_rss_bytes", lambda: peak[0])
+    first = Checkpointer(tmp_path, make_checkpoint([]), every_merges=1, every_seconds=3600)
+    first.begin_stage()
+    first.progress(MERGES[:2])
+    assert load_checkpoint(tmp_path).stage_peak_rss_bytes == 900
+    peak[0] = 100  # the resuming process holds less
+    second = Checkpointer(tmp_path, load_checkpoint(tmp_path), every_merges=1, every_seconds=3600)
+    assert second.earlier_stage_peak_rss_bytes == 900
+    second.begin_stage()
+    second.progress(MERGES[:3])
+    assert load_checkpoint(tmp_path).stage_peak_rss_bytes == 900
+    assert second.stage_peak_rss_bytes() == 900
+    second.finish_stage(MERGES, {"seconds": 11.0})
+    assert second.earlier_stage_peak_rss_bytes == 0 and load_checkpoint(tmp_path).stage_peak_rss_bytes == 0
+
+
 def test_finished_run_leaves_one_log(tmp_path: Path) -> None:
     state = save_checkpoint(tmp_path, make_checkpoint(MERGES))
     save_checkpoint(tmp_path, make_checkpoint(MERGES[:1]), state)

@@ -104,6 +104,7 @@ def test_killed_in_stage1_then_in_stage2_resumes_to_identical_merges(wiki, refer
     seen = kill_when(proc, run_dir, in_stage(0, 300))
     assert seen["stage_ends"] == [] and not seen["done"]
     before = [read_checkpoint(run_dir)["stage_seconds"]]  # the first process's last save
+    peaks = [read_checkpoint(run_dir)["stage_peak_rss_bytes"]]
 
     proc = start_script("train.py", f"resume={run_dir}", cwd=tmp_path)
     seen = kill_when(
@@ -114,6 +115,12 @@ def test_killed_in_stage1_then_in_stage2_resumes_to_identical_merges(wiki, refer
     assert len(seen["stage_ends"]) == 1 and not seen["done"]
     assert not (run_dir / "merges.txt").exists()
     before.append(read_checkpoint(run_dir)["stage_seconds"])
+    peaks.append(read_checkpoint(run_dir)["stage_peak_rss_bytes"])
+    # A killed process that held more than the one finishing the stage (python, then native): its peak
+    # is the stage's, though it is gone.
+    held = read_checkpoint(run_dir)
+    held["stage_peak_rss_bytes"] = 2**40
+    (run_dir / CHECKPOINT_FILE).write_text(json.dumps(held))
 
     done = resume(tmp_path, run_dir)
     assert done.returncode == 0, done.stderr
@@ -124,6 +131,10 @@ def test_killed_in_stage1_then_in_stage2_resumes_to_identical_merges(wiki, refer
     for stage, earlier in zip(metrics["stages"], before, strict=True):
         assert earlier > 0 and stage["seconds_before_resume"] == round(earlier, 3)
         assert stage["seconds"] > stage["seconds_before_resume"]
+    # Their peak is the highest of those processes, the killed ones' up to their last save included.
+    for stage, earlier in zip(metrics["stages"], peaks, strict=True):
+        assert earlier > 0 and stage["peak_rss_bytes"] >= earlier
+    assert metrics["stages"][1]["peak_rss_bytes"] == metrics["peak_rss_bytes"] == 2**40
     assert metrics["seconds"] > metrics["seconds_this_process"]
 
 

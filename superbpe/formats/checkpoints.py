@@ -32,7 +32,7 @@ from typing import Any
 
 from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.types import Merge
-from superbpe.core.util import atomic_write_text, naming_file
+from superbpe.core.util import atomic_write_text, naming_file, peak_rss_bytes
 
 log = logging.getLogger("superbpe")
 CHECKPOINT_FILE = "checkpoint.json"
@@ -58,6 +58,9 @@ class Checkpoint:
     # The working directory the run was started in: relative data.paths were resolved there, so a resume
     # from elsewhere can say why they name other files ("" in checkpoints written before it was kept).
     cwd: str = ""
+    # The highest peak RSS those processes reached in the stage in progress, up to their last save: the
+    # stage's peak in its metrics is the highest of any process that ran part of it, as its seconds are.
+    stage_peak_rss_bytes: int = 0
 
     @property
     def stage(self) -> int:
@@ -132,6 +135,7 @@ def _write_json(run_dir: Path, checkpoint: Checkpoint, state: _LogState) -> None
         "stage_seconds": round(checkpoint.stage_seconds, 3),
         "stage_engines": checkpoint.stage_engines,
         "cwd": checkpoint.cwd,
+        "stage_peak_rss_bytes": checkpoint.stage_peak_rss_bytes,
     }
     atomic_write_text(checkpoint_path(run_dir), json.dumps(document) + "\n")
 
@@ -185,6 +189,7 @@ def _load(run_dir: Path) -> tuple[Checkpoint, _LogState] | None:
             stage_seconds=float(data.get("stage_seconds", 0.0)),  # likewise
             stage_engines=[str(name) for name in data.get("stage_engines") or []],  # likewise
             cwd=str(data.get("cwd") or ""),  # likewise
+            stage_peak_rss_bytes=int(data.get("stage_peak_rss_bytes", 0)),  # likewise
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise InputError(f"{path}: not a usable checkpoint ({exc})") from None
@@ -354,25 +359,35 @@ class Checkpointer:
         # The stage in progress: the seconds earlier processes spent on it, and when this one began it.
         self.earlier_stage_seconds = checkpoint.stage_seconds
         self.earlier_stage_engines = list(checkpoint.stage_engines)
+        self.earlier_stage_peak_rss_bytes = checkpoint.stage_peak_rss_bytes
         self._stage_start = time.monotonic()
+        self._in_stage = False  # between begin_stage and finish_stage: this process's peak is the stage's
         self._latest: Sequence[Merge] | None = None  # the merges last reported, saved or not
         loaded = _load(run_dir) if checkpoint_path(run_dir).is_file() else None
         # Continue the log a resumed run left only if it is this checkpoint's; otherwise start afresh.
         self._log = loaded[1] if loaded is not None and loaded[0].merges == checkpoint.merges else None
 
     def begin_stage(self) -> None:
-        """The stage in progress starts (or resumes) now; each save records its seconds so far."""
+        """The stage in progress starts (or resumes) now; each save records its seconds and peak so far
+        (the caller starts a new peak-RSS window for the stage)."""
         self._stage_start = time.monotonic()
+        self._in_stage = True
 
     def stage_engines(self) -> list[str]:
         """The engines the stage in progress has run on, in order, this process's last."""
         earlier = self.earlier_stage_engines
         return earlier if not self.engine or earlier[-1:] == [self.engine] else [*earlier, self.engine]
 
+    def stage_peak_rss_bytes(self) -> int:
+        """The stage in progress's peak RSS so far, over this process and those before it."""
+        own = peak_rss_bytes() if self._in_stage else 0
+        return max(self.earlier_stage_peak_rss_bytes, own)
+
     def save(self) -> None:
         in_stage = self.earlier_stage_seconds + time.monotonic() - self._stage_start
         self.state.stage_seconds = 0.0 if self.state.done else in_stage
         self.state.stage_engines = [] if self.state.done else self.stage_engines()
+        self.state.stage_peak_rss_bytes = self.stage_peak_rss_bytes() if not self.state.done else 0
         self._log = save_checkpoint(self.run_dir, self.state, self._log)
         self.saved_at = len(self.state.merges)
         self.saved_time = time.monotonic()
@@ -405,7 +420,9 @@ class Checkpointer:
         self.state.stage_stats.append(stats)
         self.earlier_stage_seconds = 0.0  # the next stage has none yet
         self.earlier_stage_engines = []
+        self.earlier_stage_peak_rss_bytes = 0
         self._stage_start = time.monotonic()
+        self._in_stage = False  # the peak window is the finished stage's until the next one begins
         self.save()
 
     def finish_run(self) -> None:

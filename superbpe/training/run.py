@@ -616,7 +616,8 @@ def _run_stage(job: _Job, plan: StagePlan, checkpointer: Checkpointer, ahead: _C
             )
     kept = _inherited_kept(plan, state.merges[:start_len], merges)
     metrics = _stage_metrics(plan, stats, len(merges) - kept, job, checkpointer.earlier_stage_seconds,
-                             checkpointer.stage_engines())  # fmt: skip
+                             checkpointer.stage_engines(),
+                             checkpointer.earlier_stage_peak_rss_bytes)  # fmt: skip
     checkpointer.finish_stage(merges, metrics)
     if len(merges) < plan.end:
         log.info(
@@ -934,13 +935,17 @@ def _stage_metrics(
     job: _Job,
     earlier_seconds: float = 0.0,
     engines: Sequence[str] = (),
+    earlier_peak_rss_bytes: int = 0,
 ) -> dict[str, Any]:
     """``earlier_seconds``: what the processes before this one spent on the stage (it was resumed inside):
     ``seconds`` is the stage's time across all of them, ``seconds_before_resume`` their part. ``engines``:
     those that ran the stage, in order (a resume may change engines, also inside a stage); ``engine``
     names them joined by ``+`` (``python+native``), so it stays one string and says only what ran. A stage
     taken from the source run (``from`` names it) was trained by no engine of this run: ``engine`` is the
-    one the source run recorded for it, null when that is not known (tokenizer files, say)."""
+    one the source run recorded for it, null when that is not known (tokenizer files, say).
+    ``earlier_peak_rss_bytes``: the highest peak those earlier processes saved; ``peak_rss_bytes`` is the
+    highest of any process, as a python process killed inside a stage may have held far more than the
+    native one that finished it."""
     alphabet = job.alphabets.get(plan.index)
     counted = {}
     if plan.approx_sample is not None:  # a sample takes whole blocks: a small corpus's share differs
@@ -955,7 +960,7 @@ def _stage_metrics(
         **({"seconds_before_resume": round(earlier_seconds, 3)} if earlier_seconds else {}),
         **{name: round(value, 3) for name, value in stats.parts.items()},
         **stats.sizes,
-        "peak_rss_bytes": stats.peak_rss_bytes,
+        "peak_rss_bytes": max(stats.peak_rss_bytes, earlier_peak_rss_bytes),
         "from": _stage_source(plan, stats, job),
         "engine": _stage_engine(plan, job, engines),
     }
