@@ -286,6 +286,39 @@ def test_merge_eta_is_measured_from_the_end_of_the_build(monkeypatch: pytest.Mon
     assert "ETA 10.0s, 50 merges/s" in lines[0]
 
 
+def test_the_python_engines_merge_rate_leaves_out_its_replay(monkeypatch: pytest.MonkeyPatch, caplog) -> None:
+    """The python engine reports no build, so its replay of stage 1's merges counted as merging: a stage
+    2 that replayed for 42 s logged "2 merges/s" and ended at a fifth of the rate it chose merges at."""
+    import logging
+    from types import SimpleNamespace
+
+    from superbpe.core import progress
+    from superbpe.core.rules import TrainResult
+    from superbpe.training import run
+
+    now = [1000.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
+    caplog.set_level(logging.INFO, logger="superbpe")
+    replay = [(bytes([i]), b"x") for i in range(100)]
+    chosen = [(bytes([i]), b"y") for i in range(200)]
+
+    def train(counts, end, *, callback, callback_every, **_):  # what PythonEngine.train does, timed
+        now[0] += 600.0  # the replay: ten minutes, no merges chosen
+        for step in range(callback_every, len(chosen) + 1, callback_every):
+            now[0] += 0.1 * callback_every  # 10 merges/s
+            callback([*replay, *chosen[:step]])
+        return TrainResult([*replay, *chosen], False)
+
+    job = SimpleNamespace(cfg=SimpleNamespace(checkpoint=SimpleNamespace(every_merges=1), progress=False),
+                          engine=SimpleNamespace(train=train))  # fmt: skip
+    plan = SimpleNamespace(name="stage2", end=300, rules=MergeRules())
+    checkpointer = SimpleNamespace(progress=lambda merges: None)
+    merges = run._choose(job, plan, None, replay, checkpointer, None)  # type: ignore[arg-type]
+    assert merges == [*replay, *chosen]
+    lines = [r.getMessage() for r in caplog.records if "merging (stage2)" in r.getMessage()]
+    assert len(lines) > 2 and all(", 10 merges/s" in line for line in lines), lines
+
+
 def test_merge_eta_waits_for_a_share_of_the_stage_and_follows_the_latest_rate(
     monkeypatch: pytest.MonkeyPatch, caplog
 ) -> None:

@@ -835,8 +835,15 @@ def _choose(
         eta_after=_MERGES_BEFORE_ETA,
     ) as update:
         seen = [len(replay)]
+        built = [False]
+
+        def on_built() -> None:
+            built[0] = True
+            update.restart_clock()
 
         def callback(merges: Sequence[Merge]) -> None:
+            if not built[0]:  # an engine that reports no build (python): its replay ended before this
+                on_built()
             update(len(merges) - seen[0])
             seen[0] = len(merges)
             if len(merges) > len(known):
@@ -850,7 +857,7 @@ def _choose(
             callback=callback,
             callback_every=every,
             # The build is not merging: the merge rate (and so the ETA) is measured from its end.
-            build_progress=build_reporter(f"building ({plan.name})", update.restart_clock),
+            build_progress=build_reporter(f"building ({plan.name})", on_built),
             check_memory=lambda need: _check_memory(job, plan, stats, need),
             # Nothing reads this stage's counts after training (the cache has its own copy).
             consume_counts=True,
