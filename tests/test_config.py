@@ -225,6 +225,23 @@ def test_bad_transition_is_a_one_line_error(transition, message):
     assert "schedule.transition" in str(info.value) and "\n" not in str(info.value)
 
 
+def test_a_transition_of_one_merge_is_said_to_be_a_merge_count(caplog) -> None:
+    """``schedule.transition=1`` (meant as all of them, as 1.0 is plain BPE in the summary's plot) trained a
+    stage 1 of one merge without a word; a fraction and a count above 1 say nothing."""
+    import logging
+
+    caplog.set_level(logging.WARNING, logger="superbpe")
+    for transition in ("0.5", "2"):
+        cfg = train_config("schedule=superbpe", f"schedule.transition={transition}")
+        plan_stages(cfg.schedule, cfg.pretokenizer, 743)
+    assert not caplog.records
+    cfg = train_config("schedule=superbpe", "schedule.transition=1")
+    plans = plan_stages(cfg.schedule, cfg.pretokenizer, 743)
+    assert [plan.end for plan in plans] == [1, 743]
+    (record,) = caplog.records
+    assert record.getMessage().startswith("schedule.transition 1 is a merge count: the stage makes 1 merge")
+
+
 def test_a_fraction_beyond_the_merges_is_named_with_the_count_it_gives():
     """0.9 of a vocabulary with one merge was told "0.9 must be below the 1 merges", comparing the
     fraction itself with the merges."""

@@ -116,7 +116,20 @@ def resolve_until(until: Any, total: int, stage: StageConfig, last: bool, schedu
             f"{given} must be below the {total} merges that vocab_size leaves (it is at or beyond "
             "it; a larger vocab_size leaves more)"
         )
+    if not isinstance(until, float):
+        _warn_if_one_merge(until, what, last)
     return end
+
+
+def _warn_if_one_merge(until: int, what: str, last: bool) -> None:
+    """An end of 1 is a merge count, as every int is, but read as "all of them" (1.0, the summary plot's
+    plain BPE) it gives a stage 1 of one merge and a tokenizer of superwords: said, since it trains."""
+    if until == 1 and not last:
+        log.warning(
+            "%s 1 is a merge count: the stage makes 1 merge and the next stage all the rest (a fraction "
+            "of all merges is a float in (0, 1); plain BPE is schedule=bpe)",
+            what,
+        )
 
 
 def _approx_sample(stage: StageConfig) -> float | None:
