@@ -337,6 +337,9 @@ def test_resume_args_take_the_runs_own_overrides(tmp_path: Path) -> None:
     (tmp_path / "texts").mkdir()
     with pytest.raises(InputError, match="not a run directory"):
         resume_args([f"resume={tmp_path / 'texts'}"])
+    (tmp_path / "texts" / "a.txt").touch()  # a file of no run: its directory is no run to name either
+    with pytest.raises(InputError, match=r"a.txt: a file, and not one of a run; give resume=<run dir>$"):
+        resume_args([f"resume={tmp_path / 'texts' / 'a.txt'}"])
     sweep = tmp_path / "sweep"  # a sweep's record, a finished job 0 and job 1 stopped at a checkpoint
     (sweep / "0" / ".hydra").mkdir(parents=True)
     (sweep / "0" / ".hydra" / "overrides.yaml").write_text("- vocab_size=300\n")

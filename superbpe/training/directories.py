@@ -306,7 +306,10 @@ def resume_args(args: Sequence[str]) -> list[str]:
     run_dir = Path(value).expanduser().absolute()  # the resume runs where the run started (`run_cwd`)
     if run_dir.is_file():  # a shell's completion of the run's directory gives one of its files
         parent = run_dir.parent.parent if run_dir.parent.name == ".hydra" else run_dir.parent
-        raise InputError(f"resume {run_dir}: a file; give the run's directory: resume={parent}")
+        if checkpoint_path(parent).is_file() or (parent / ".hydra").is_dir():
+            raise InputError(f"resume {run_dir}: a file; give the run's directory: resume={parent}")
+        # Its directory is no run either: naming it would send the user to a second refusal.
+        raise InputError(f"resume {run_dir}: a file, and not one of a run; give resume=<run dir>")
     if not run_dir.is_dir():
         raise InputError(f"resume {run_dir}: no such run directory")
     given = [arg for arg in args if _is_override(arg) and _key(arg) != "resume"]
