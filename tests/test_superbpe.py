@@ -12,6 +12,7 @@ import pytest
 from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.pretokenize import get_pretokenizer
 from superbpe.core.rules import count_words
+from superbpe.engines.interface import native_available
 from superbpe.formats.gpt2 import read_merges
 from superbpe.training.config import DataConfig, EngineConfig, PretokenizerConfig, TrainConfig, to_dataclass
 from superbpe.training.run import run_training
@@ -119,6 +120,28 @@ def test_resuming_a_bpe_run_at_t_keeps_exactly_its_first_t_merges(bpe_run, super
     # Stage 1 is greedy, so taking it from the run equals training both stages in one go.
     assert result.merges == superbpe_run[0].merges
     assert read_merges(tmp_path / "out" / "merges.txt") == result.merges
+
+
+@pytest.mark.skipif(not native_available(), reason="superbpe._native is not built")
+def test_a_stage_taken_from_the_cache_names_the_engine_that_chose_it(wiki, tmp_path):
+    """A stage taken whole from the cache named this run's engine, which chose none of it: in a sweep over
+    engine=native,python the python jobs said python for merges the native ones had chosen."""
+    cache = tmp_path / "cache"
+
+    def stages(out: str, engine: str) -> list[tuple[str, str | None]]:
+        cfg = config(wiki, tmp_path / out, "superbpe", transition=TRANSITION)
+        run_training(dataclasses.replace(cfg, engine=EngineConfig(engine), cache_dir=str(cache)))
+        metrics = json.loads((tmp_path / out / "metrics.json").read_text())
+        return [(stage["from"], stage["engine"]) for stage in metrics["stages"]]
+
+    assert stages("native", "native") == [("trained", "native")] * 2
+    assert stages("python", "python") == [("cache", "native")] * 2
+    # An entry that does not say (written before it was recorded) names none rather than a wrong one.
+    for entry in (cache / "merges").glob("*.json"):
+        data = json.loads(entry.read_text())
+        del data["about"]["engine"]
+        entry.write_text(json.dumps(data))
+    assert stages("older", "python") == [("cache", None)] * 2
 
 
 def test_a_stage_taken_from_a_run_names_the_engine_that_trained_it_there(bpe_run, wiki, tmp_path):

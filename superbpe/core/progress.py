@@ -202,6 +202,7 @@ class StageStats:
     parts: dict[str, float] = field(default_factory=dict)  # e.g. count / train seconds
     sizes: dict[str, int] = field(default_factory=dict)  # e.g. the pieces and symbols the trainer held
     from_cache: bool = False  # its merges were found in the cache, not chosen
+    from_engine: str | None = None  # with from_cache: the engine(s) the entry says chose them (None: unsaid)
 
     @contextlib.contextmanager
     def part(self, name: str) -> Iterator[None]:

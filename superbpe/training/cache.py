@@ -121,6 +121,8 @@ def _same_file(fd: int, path: Path) -> bool:
 class CachedMerges:
     merges: list[Merge]  # the stage's own merges (or, when it drops inherited ones, its whole list)
     exhausted: bool  # training ran out of pairs before the requested length: no longer list exists
+    # The engine(s) that chose them, as the entry's ``about`` says (``python+native``); None when it does not.
+    engine: str | None = None
 
 
 class RunCache:
@@ -239,7 +241,9 @@ def read_merges_entry(path: Path) -> CachedMerges:
             raise ValueError(f"format {found}, not {MERGES_ENTRY_FORMAT}: written without a checksum")
         if data.get("sha256") != _merges_digest(data["merges"], data["exhausted"]):
             raise ValueError("its checksum does not match: damaged since it was written")
-        return CachedMerges(decode_merges(data["merges"]), bool(data["exhausted"]))
+        engine = (data.get("about") or {}).get("engine")
+        engine = engine if isinstance(engine, str) else None
+        return CachedMerges(decode_merges(data["merges"]), bool(data["exhausted"]), engine)
     except OSError as exc:
         raise ValueError(f"cannot be read ({exc.strerror})") from None
     except (KeyError, TypeError) as exc:

@@ -91,7 +91,14 @@ from superbpe.jobs.count import count_corpus, sampled_share
 from superbpe.jobs.evaluate import SEPARATOR, evaluate_dir
 from superbpe.jobs.executors import check_executor
 from superbpe.jobs.shards import check_sampleable
-from superbpe.training.cache import RunCache, cache_key, counts_not_worth_caching, token_prefix, tokens_made
+from superbpe.training.cache import (
+    CachedMerges,
+    RunCache,
+    cache_key,
+    counts_not_worth_caching,
+    token_prefix,
+    tokens_made,
+)
 from superbpe.training.config import TrainConfig, check_schedule_knobs, check_shape
 from superbpe.training.directories import NOT_A_COMMAND_RUN, check_nothing_to_overwrite, run_dir_lock
 from superbpe.training.metrics import build_metrics, write_metrics
@@ -774,18 +781,30 @@ def _train(
         if found is not None:
             if cached is not None:  # else the stage had nothing left to train (vocab_size leaves 0 merges)
                 log.info("stage %s: %d merges from cache", plan.name, len(found) - len(base))
-                stats.from_cache = True
+                stats.from_cache, stats.from_engine = True, cached.engine
             return found
         if tokens_made(candidate) < len(candidate):  # a duplicate merge cannot be replayed
             candidate = [*prior, *partial]
         merges = _choose(
             job, plan, counts, candidate, checkpointer, stats, replay=_replayed(job, plan, prior, candidate)
         )
+        started = cached if cached is not None and known == cached.merges else None
         about = {"stage": plan.name, "pretokenizer": plan.pretokenizer.name,
-                 "data": [str(p) for p in job.paths[:3]], "files": len(job.paths)}  # fmt: skip
+                 "data": [str(p) for p in job.paths[:3]], "files": len(job.paths),
+                 "engine": _list_engine(started, checkpointer.stage_engines())}  # fmt: skip
         exhausted = tokens_made(merges) < plan.end
         job.cache.store_merges(path, merges[len(base) :], exhausted=exhausted, about=about)
         return merges
+
+
+def _list_engine(started: CachedMerges | None, engines: Sequence[str]) -> str | None:
+    """The engines that chose a stage's merges list the cache keeps: this stage's, after those of the
+    cached list it ``started`` from; None when that list does not say (the metrics of a run taking it
+    then name no engine rather than a wrong one)."""
+    if started is not None and started.engine is None:
+        return None
+    names = [*(started.engine.split("+") if started is not None and started.engine else []), *engines]
+    return "+".join(name for i, name in enumerate(names) if i == 0 or names[i - 1] != name) or None
 
 
 def _replayed(job: _Job, plan: StagePlan, prior: Sequence[Merge], known: Sequence[Merge]) -> list[Merge]:
@@ -969,14 +988,17 @@ def _stage_metrics(
         **stats.sizes,
         "peak_rss_bytes": max(stats.peak_rss_bytes, earlier_peak_rss_bytes),
         "from": _stage_source(plan, stats, job),
-        "engine": _stage_engine(plan, job, engines),
+        "engine": _stage_engine(plan, job, engines, stats),
     }
 
 
-def _stage_engine(plan: StagePlan, job: _Job, engines: Sequence[str]) -> str | None:
-    """The engine(s) that trained a stage (see :func:`_stage_metrics`)."""
+def _stage_engine(plan: StagePlan, job: _Job, engines: Sequence[str], stats: StageStats) -> str | None:
+    """The engine(s) that trained a stage (see :func:`_stage_metrics`): for merges taken from the cache,
+    those its entry names (no engine of this run chose them), None when the entry does not say."""
     if plan.index == 0 and job.source is not None:
         return job.source.engine
+    if stats.from_cache:
+        return stats.from_engine
     return "+".join(engines or [job.engine.name])
 
 
