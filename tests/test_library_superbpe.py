@@ -208,6 +208,12 @@ def test_train_superbpe_checks_its_transition_and_options():
         superbpe.train_superbpe(iter(["x y"]), 257, 0.5)
     with pytest.raises(superbpe.SuperBPEError, match="with the seen alphabet"):
         superbpe.train_superbpe(iter(["x y"]), 400, 0.5, compat="official")
+    # One merge, as every int counts merges, though it reads as "all of them": said, as the run says it.
+    with pytest.warns(UserWarning, match="transition 1 is a merge count: stage 1 makes 1 merge"):
+        superbpe.train_superbpe(iter(["x y"]), 258, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert superbpe.train_superbpe(iter(["x y"]), 258, 0.5)[1] == [(b" ", b"y"), (b"x", b" y")]
     with pytest.raises(superbpe.SuperBPEError, match="unknown train_superbpe option"):
         superbpe.train_superbpe(iter(["x y"]), 400, 10, min_frequncy=2)
     # Trained plain BPE twice over without a word, as schedule.stage2_pattern=gpt2 is refused.

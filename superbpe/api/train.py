@@ -312,6 +312,13 @@ def _transition_end(transition: int | float, total: int, seen_alphabet: bool) ->
             f"{given} stage 1 needs at least 1 merge and stage 2 the rest of the {total} merges vocab_size "
             "leaves (at least 1): give a transition in that range or a larger vocab_size"
         )
+    if transition == 1 and isinstance(transition, int):  # read as "all of them", it trains superwords only
+        warnings.warn(
+            "transition 1 is a merge count: stage 1 makes 1 merge and stage 2 all the rest (a fraction of "
+            "all merges is a float in (0, 1); plain BPE is train_bpe)",
+            UserWarning,
+            stacklevel=caller_stacklevel(),
+        )
     return end
 
 
