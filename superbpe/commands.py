@@ -36,9 +36,27 @@ def _command(name: str) -> None:
     if name not in _HYDRA_COMMANDS:  # no handler of its own follows: SIGTERM ends it, as it always did
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
-        getattr(cli, name)()
-    except KeyboardInterrupt:  # between the import and the command's own handling of it
-        cli.interrupted("before the command started, nothing done", terminated=_terminated)
+        try:
+            getattr(cli, name)()
+        except KeyboardInterrupt:  # between the import and the command's own handling of it
+            cli.interrupted("before the command started, nothing done", terminated=_terminated)
+    except SystemExit as stop:
+        if stop.code in _STOPPED:
+            _end_at_the_next_signal()
+        raise
+
+
+#: The exit statuses of a command stopped by Ctrl-C or SIGTERM (``cli.interrupted``).
+_STOPPED = (130, 143)
+
+
+def _end_at_the_next_signal() -> None:
+    """Give Ctrl-C and SIGTERM their default action once the command has said how it stopped: the process
+    then frees what it held (seconds for the python engine's tables), and a second Ctrl-C meanwhile raised
+    KeyboardInterrupt in Python's shutdown, a traceback after the line. Now it ends the process at once, as
+    the shell reports the signal (130, 143); everything was saved before the line."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def train() -> None:

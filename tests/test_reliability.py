@@ -718,6 +718,39 @@ def test_ctrl_c_while_a_command_loads_ends_in_one_line(
     assert capsys.readouterr().out == "interrupted: before the command started, nothing done\n"
 
 
+def test_a_second_ctrl_c_while_an_interrupted_command_exits_ends_it_without_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Once a Ctrl-C had saved the run and said so, the process took a moment to free what it held
+    (seconds for the python engine's tables), and a second Ctrl-C meanwhile raised KeyboardInterrupt in
+    Python's shutdown: "Exception ignored ... Traceback" after the line. The console script now gives
+    both signals their default action as it exits; a command that fails leaves them as they were."""
+    import superbpe.cli as cli  # the command, stopped inside
+    import superbpe.commands as commands  # the entry point, which exits
+
+    def ctrl_c(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        bad_age = ["superbpe-cache", "--cache-dir", str(tmp_path), "clear", "--older-than", "7"]
+        monkeypatch.setattr(sys, "argv", bad_age)
+        with pytest.raises(SystemExit) as failed:
+            commands.cache()
+        assert failed.value.code == 1 and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        monkeypatch.setattr(cli, "clear_cache", ctrl_c)
+        monkeypatch.setattr(sys, "argv", ["superbpe-cache", "--cache-dir", str(tmp_path), "clear"])
+        with pytest.raises(SystemExit) as stopped:
+            commands.cache()
+        assert stopped.value.code == 130 and "interrupted: clear stopped" in capsys.readouterr().out
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_DFL
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGINT, before[0])
+        signal.signal(signal.SIGTERM, before[1])
+
+
 _TERMINATED_WHILE_LOADING = """
 import os, signal, sys
 class Terminate:  # SIGTERM at the moment the command's slow import begins
