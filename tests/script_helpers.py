@@ -2,26 +2,32 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"
+#: The cache of scripts run without one of their own: the test session's, not the user's
+#: ``~/.cache/superbpe``, which kept an entry for every test corpus (gone with its temporary directory)
+#: and handed the tests whatever earlier runs had left there.
+SESSION_CACHE = Path(tempfile.mkdtemp(prefix="superbpe-test-cache-"))
+atexit.register(shutil.rmtree, SESSION_CACHE, ignore_errors=True)
 
 
 def script_env(cache_dir: Path | None = None) -> dict[str, str]:
     """The environment for a script run: the repo importable, a private cache, no terminal bars."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    env.pop("SUPERBPE_CACHE_DIR", None)
-    if cache_dir is not None:
-        env["SUPERBPE_CACHE_DIR"] = str(cache_dir)
+    env["SUPERBPE_CACHE_DIR"] = str(SESSION_CACHE if cache_dir is None else cache_dir)
     env["HYDRA_FULL_ERROR"] = "0"
     return env
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from script_helpers import SCRIPTS, script_env
@@ -116,3 +117,24 @@ def test_concurrent_jobs_share_the_cache_safely(tmp_path, sample_texts):
     assert not [name for name in entries if name.endswith(".tmp")]
     for path in cache.rglob("*.json"):
         json.loads(path.read_text())
+
+
+
+def test_a_script_run_without_a_cache_of_its_own_keeps_out_of_the_users(tmp_path, sample_texts, monkeypatch):
+    """``run_script`` without ``cache_dir`` ran the command on the user's ``~/.cache/superbpe``: every test
+    corpus left entries there (their corpora gone with the test), and the tests met whatever was there.
+    It runs on the test session's own cache instead."""
+    from script_helpers import run_script
+
+    home = tmp_path / "home"  # the user's, for this test: ~/.cache/superbpe is the default cache
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("SUPERBPE_CACHE_DIR", raising=False)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text((sample_texts / "corpus.en").read_text(encoding="utf-8")[:20_000], encoding="utf-8")
+    run = f"output_dir={tmp_path / 'run'}"
+    proc = run_script("train.py", f"data.paths=[{corpus}]", "vocab_size=300", run, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert not (home / ".cache").exists()
+    session = Path(script_env()["SUPERBPE_CACHE_DIR"])
+    made = [json.loads(path.read_text())["about"]["data"] for path in session.glob("merges/*.json")]
+    assert [str(corpus)] in made
