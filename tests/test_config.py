@@ -248,7 +248,7 @@ def test_a_fraction_beyond_the_merges_is_named_with_the_count_it_gives():
     cfg = train_config("schedule=superbpe", "schedule.transition=0.9", "vocab_size=258")
     with pytest.raises(ConfigError) as info:
         plan_stages(cfg.schedule, cfg.pretokenizer, 1)
-    expected = "schedule.transition 0.9 gives 1 merges, which must be below the 1 merges"
+    expected = "schedule.transition 0.9 gives 1 merge, which must be below the merge"
     assert str(info.value).startswith(expected), str(info.value)
 
 

@@ -30,6 +30,7 @@ from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.pretokenize import Pretokenizer, get_pretokenizer
 from superbpe.core.rules import MergeRules, make_rules
 from superbpe.core.types import Merge
+from superbpe.core.util import counted
 from superbpe.formats.checkpoints import checkpoint_path
 from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE, read_merges, read_vocab
 from superbpe.formats.hf import HF_FILE, pretokenizer_from_hf, read_hf_tokenizer
@@ -111,9 +112,11 @@ def resolve_until(until: Any, total: int, stage: StageConfig, last: bool, schedu
     if end > total or (end == total and not last):
         # A fraction is named with the merge count it gives: "0.9 must be below the 1 merges" reads as
         # a comparison of the fraction itself.
-        given = f"{what} {until}" + (f" gives {end} merges, which" if isinstance(until, float) else "")
+        gives = f" gives {counted(end, 'merge')}, which" if isinstance(until, float) else ""
+        given = f"{what} {until}{gives}"
+        leaves = "the merge" if total == 1 else f"the {total} merges"
         raise ConfigError(
-            f"{given} must be below the {total} merges that vocab_size leaves (it is at or beyond "
+            f"{given} must be below {leaves} that vocab_size leaves (it is at or beyond "
             "it; a larger vocab_size leaves more)"
         )
     if not isinstance(until, float):
