@@ -402,8 +402,11 @@ def test_a_resume_adds_only_what_changes_speed_or_reporting(tmp_path: Path) -> N
     run = tmp_path / "run"
     (run / ".hydra").mkdir(parents=True)
     (run / ".hydra" / "overrides.yaml").write_text("- data.paths=[a.txt]\n- memory_limit=100MB\n")
-    with pytest.raises(ConfigError, match=r"vocab_size=1000 is not one of the run's settings \(a resume"):
+    refused = r"vocab_size=1000 is not one of the run's settings \(a resume"
+    with pytest.raises(ConfigError, match=refused) as info:
         resume_args([f"resume={run}", "vocab_size=1000"])
+    assert "executor" in str(info.value)  # it may be added, so the list of what may says so
+    assert "executor=local" in resume_args([f"resume={run}", "executor=local"])
     args = resume_args([f"resume={run}", "memory_limit=2GB", "workers=2", "hydra.verbose=true"])
     assert "memory_limit=2GB" in args and "memory_limit=100MB" not in args and "workers=2" in args
 

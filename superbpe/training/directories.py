@@ -362,7 +362,7 @@ def resume_args(args: Sequence[str]) -> list[str]:
     ]
     if recorded is not None:  # a run of the command: what it was given is all it was
         keys = {_key(old) for old in original}
-        addable = ", ".join(sorted(RESUME_MAY_CHANGE))
+        addable = ", ".join(sorted({*RESUME_MAY_CHANGE, "executor"}))
         conflicts += [
             f"{arg} is not one of the run's settings (a resume may add only: {addable})"
             for key, arg in given_by_key.items()
