@@ -802,23 +802,25 @@ def test_only_a_token_file_an_encoding_wrote_is_replaced(tokenizer_dir, document
             encode_corpus(tokenizer_dir, source, tmp_path / name, workers=1)
 
 
+def _sweep_of_two_jobs(tokenizer_dir, documents, tmp_path, output: str):
+    """``superbpe-encode -m`` of the documents (written to docs.txt) by two jobs into ``output``."""
+    source = tmp_path / "docs.txt"
+    source.write_text(EOT.join(documents), encoding="utf-8")
+    return run_script(
+        "encode.py", "-m", f"tokenizer={tokenizer_dir},{tokenizer_dir}", f"input={source}", output,
+        "workers=1", cwd=tmp_path,
+    )  # fmt: skip
+
+
 def test_a_sweep_whose_jobs_write_one_token_file_stops_at_the_second(tokenizer_dir, documents, tmp_path):
     """Each job would replace the one before it: the second is refused, naming the way out, and the
     first job's file stays."""
-    source = tmp_path / "docs.txt"
-    source.write_text(EOT.join(documents), encoding="utf-8")
-    proc = run_script(
-        "encode.py", "-m", f"tokenizer={tokenizer_dir},{tokenizer_dir}", f"input={source}", "output=m.bin",
-        "workers=1", cwd=tmp_path,
-    )  # fmt: skip
+    proc = _sweep_of_two_jobs(tokenizer_dir, documents, tmp_path, "output=m.bin")
     assert proc.returncode == 1, proc.stderr
     assert "m.bin was written by an earlier job of this sweep" in proc.stderr, proc.stderr
     assert "output=tokens_${hydra:job.num}.bin" in proc.stderr
     assert json.loads((tmp_path / "m.bin.json").read_text())["tokens"] > 0
-    proc = run_script(
-        "encode.py", "-m", f"tokenizer={tokenizer_dir},{tokenizer_dir}", f"input={source}",
-        "output=m_${hydra:job.num}.bin", "workers=1", cwd=tmp_path,
-    )  # fmt: skip
+    proc = _sweep_of_two_jobs(tokenizer_dir, documents, tmp_path, "output=m_${hydra:job.num}.bin")
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "m_0.bin").read_bytes() == (tmp_path / "m_1.bin").read_bytes()
     # Hydra's record of each sweep (multirun/DATE/TIME/multirun.yaml, empty job directories) is removed.
@@ -828,12 +830,7 @@ def test_a_sweep_whose_jobs_write_one_token_file_stops_at_the_second(tokenizer_d
 def test_a_sweep_whose_jobs_write_one_shard_directory_stops_at_the_second(tokenizer_dir, documents, tmp_path):
     """A sharded output is refused as a flat one is, with the way out for a directory: the refusal of a
     non-empty directory would tell the user to remove the first job's shards."""
-    source = tmp_path / "docs.txt"
-    source.write_text(EOT.join(documents), encoding="utf-8")
-    proc = run_script(
-        "encode.py", "-m", f"tokenizer={tokenizer_dir},{tokenizer_dir}", f"input={source}", "output=m/",
-        "workers=1", cwd=tmp_path,
-    )  # fmt: skip
+    proc = _sweep_of_two_jobs(tokenizer_dir, documents, tmp_path, "output=m/")
     assert proc.returncode == 1, proc.stderr
     assert "output m was written by an earlier job of this sweep" in proc.stderr, proc.stderr
     assert "output=tokens_${hydra:job.num}/" in proc.stderr
