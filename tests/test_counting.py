@@ -13,7 +13,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+import superbpe.api.tokenizer as tokenizer_module
 import superbpe.core.sources as sources_module
+from superbpe.api.tokenizer import Tokenizer
 from superbpe.core.counts import PieceCounts
 from superbpe.core.errors import InputError, SuperBPEError
 from superbpe.core.pretokenize import PATTERNS, Pretokenizer, SpecialSplitter, get_pretokenizer
@@ -126,6 +128,31 @@ def test_chunks_never_cut_inside_a_special_token_read_in_part(
     counts = count_pieces(path, pre, specials, workers=1, chunk_bytes=size)
     pieces = Counter(p.encode() for seg in splitter.ordinary_segments(text) for p in pre.split(seg))
     assert counts.to_dict() == dict(pieces)
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 1 << 20])
+@pytest.mark.parametrize("engine", ["python", "native"])
+def test_chunks_never_cut_inside_a_special_token_made_of_replaced_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, engine: str, size: int
+) -> None:
+    """With errors="replace", a special token holding U+FFFD matches an invalid byte, which a search of the
+    raw bytes does not see: a line cut after the newline must not split the token in two."""
+    if engine == "native" and not native_available():
+        pytest.skip("needs the native engine")
+    specials = ["<\n\ufffd>", "\n\ufffd"]
+    data = b"ab<\n\xff>cd\nx\n\xffz\n" * 2
+    path = tmp_path / "t.txt"
+    path.write_bytes(data)
+    text = data.decode("utf-8", "replace")
+    pre = get_pretokenizer("gpt2")
+    segments = SpecialSplitter(specials).ordinary_segments(text)
+    pieces = Counter(piece.encode() for segment in segments for piece in pre.split(segment))
+    counter = get_engine(engine, [pre])
+    counts = counter.count(path, pre, specials, workers=1, chunk_bytes=size, errors="replace")
+    assert counts.to_dict() == dict(pieces)
+    monkeypatch.setattr(tokenizer_module, "FILE_READ_BYTES", size)
+    tok = Tokenizer({i: bytes([i]) for i in range(256)}, [], specials, pre, engine)
+    assert tok.encode_file(path, errors="replace").tolist() == tok.encode(text)
 
 
 def test_wikitext_lines_come_in_chunks_of_the_size_asked(tmp_path: Path) -> None:

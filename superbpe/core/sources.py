@@ -462,6 +462,9 @@ class ChunkCutter:
     ) -> None:
         self.specials = [t.encode("utf-8") for t in dict.fromkeys(special_tokens) if t]
         self.longest = max(map(len, self.specials), default=0)
+        # Special tokens holding U+FFFD also match bytes that errors="replace" reads as U+FFFD, which a
+        # search of the raw bytes cannot see: near a cut they are looked for in the decoded text too.
+        self.replaced_specials = [t for t in dict.fromkeys(special_tokens) if "\ufffd" in t]
         self.line_cuts = line_cuts
         self.pretokenizer = pretokenizer
 
@@ -496,7 +499,7 @@ class ChunkCutter:
         at = self.pretokenizer.first_local_cut(text, skip)
         while at != -1:
             cut = begin + len(text[:at].encode("utf-8"))
-            if cut >= start and self._clear_of_specials(buf, cut):
+            if cut >= start and self._clear_of_specials(buf, cut) and self._clear_of_replaced(buf, cut, 8):
                 return cut
             at = self.pretokenizer.first_local_cut(text, at + 1)
         return -1
@@ -546,6 +549,30 @@ class ChunkCutter:
             lo = max(0, pos - len(special) + 1)
             found = buf.find(special, lo, pos + len(special) - 1)
             if found != -1 and found < pos:
+                return False
+        return self._clear_of_replaced(buf, pos, 0)
+
+    def _clear_of_replaced(self, buf: bytes, pos: int, margin: int) -> bool:
+        """No special token holding U+FFFD overlaps the ``margin`` characters each side of ``pos`` (with
+        ``margin`` 0: straddles ``pos``) in the text that ``buf`` decodes to with errors="replace".
+
+        Why: such a token matches invalid bytes there (a lone ``0xff`` reads as U+FFFD), so the raw bytes
+        do not show it, and a cut through it would leave its two halves to be encoded as plain text. ``pos``
+        is a character boundary of the whole decoded text (it follows a newline or starts a special token),
+        so the two sides are decoded apart; a window that starts or ends inside a character only reads more
+        U+FFFD there, which can only keep a cut from being made. An occurrence spans at most its own UTF-8
+        length in raw bytes (each U+FFFD stands for at most three), so the windows see every one near
+        ``pos``.
+        """
+        if not self.replaced_specials:
+            return True
+        reach = 4 * (self.longest + margin) + 3
+        left = buf[max(0, pos - reach) : pos].decode("utf-8", "replace")
+        text = left + buf[pos : pos + reach].decode("utf-8", "replace")
+        at = len(left)
+        for special in self.replaced_specials:
+            found = text.find(special, max(0, at - margin - len(special) + 1))
+            if found != -1 and found < at + margin and found + len(special) > at - margin:
                 return False
         return True
 
