@@ -385,8 +385,10 @@ def test_a_tiktoken_export_the_official_preset_cannot_give_is_refused_before_tra
         (r"\p{IsAlphabetic}+|\s+|.", "HF tokenizers cannot load the pattern (Oniguruma", None),
         (r"(?u)\w+|.", "HF tokenizers cannot load the pattern", None),
         (r"[[:alpha:]]+|[^[:alpha:]]", None, "tiktoken splits text otherwise"),  # fancy-regex: ASCII only
-        (r"\X", None, "tiktoken cannot use the pattern"),
+        (r"\X", "HF tokenizers splits text otherwise", "tiktoken cannot use the pattern"),  # conjuncts
         (r"\p{L}+|\p{N}+|\s+", None, None),
+        (r"\w+|[^\w\s]+|\s+", "HF tokenizers splits text otherwise", None),  # Oniguruma: "x²y" one word
+        (r"(?i)[a-z]+", "HF tokenizers splits text otherwise", "tiktoken splits text otherwise"),  # "İ"
     ],
 )
 def test_a_users_pattern_is_tried_in_hf_and_tiktoken(pattern: str, hf: str | None, tiktoken_says: str | None,

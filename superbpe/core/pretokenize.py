@@ -42,9 +42,12 @@ PATTERNS: dict[str, str] = {
 
 #: Text on which regex engines tend to read one pattern differently (letters beyond ASCII, which POSIX classes
 #: and ``\w`` take or not; case pairs, marks, digits of other scripts, every kind of space, line ends,
-#: emoji): what a user's pattern is tried on before it is exported to an engine other than ours.
+#: emoji): what a user's pattern is tried on before it is exported to an engine other than ours. Characters
+#: a class may or may not hold sit beside letters, where a difference changes the pieces: Oniguruma's ``\w``
+#: takes ``²`` and the zero-width joiners, and a case-blind ``[a-z]`` takes ``İ`` in ``regex`` alone.
 SPLIT_PROBE = (
-    "Straße naïve Café ÜNÏCÖDÉ ĳ ǅ ǆ e\u0301 ﬁ ŉ — “quotes” ‘x’ «y» ½ ² ٣٤ ४२ 〇 Ⅻ 日本語のテキスト 한국어 "
+    "Straße naïve Café ÜNÏCÖDÉ ĳ ǅ ǆ e\u0301 ﬁ ŉ — “quotes” ‘x’ «y» ½ ² x²y ¼b İstanbul क्\u200dष "
+    "👩\u200d💻 a\u200cb ٣٤ ४२ 〇 Ⅻ 日本語のテキスト 한국어 "
     "Ελληνικά русский עברית العربية ไทย 🙂👍🏽 x\t\u00a0\u2003\u3000y\r\nz\n\n  w\v\f 123 4567 3.14 a_b "
     "foo-bar don't I'M we'll $50 #tag @user http://x.y/z?q=1&r=2 <b>bold</b> ... !!! ?? ::\x00\x1f\x7f end"
 )
