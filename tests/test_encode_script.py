@@ -28,7 +28,9 @@ from script_helpers import (
 )
 
 import superbpe
+import superbpe.core.sources as sources_module
 import superbpe.jobs.encode as encode_module
+import superbpe.jobs.evaluate as evaluate_module
 from superbpe.api.tokenizer import Tokenizer
 from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.sources import Chunk
@@ -37,6 +39,7 @@ from superbpe.engines.interface import native_available
 from superbpe.formats.token_files import tokenizer_hash
 from superbpe.jobs.encode import encode_corpus
 from superbpe.jobs.evaluate import _cuts_as_special, chunk_counts, evaluate, evaluate_sharded
+from superbpe.jobs.executors import ExecutorSpec
 from superbpe.training.config import DataConfig, EngineConfig, TrainConfig
 from superbpe.training.run import run_training
 
@@ -364,6 +367,27 @@ def test_a_byte_the_vocabulary_lacks_is_named_by_file_and_place(tmp_path, engine
         with pytest.raises(InputError, match=message):
             evaluate(Tokenizer.load(tmp_path / "tok", engine=engine), path, separator=None)
     assert not (tmp_path / "ids.bin").exists()
+
+
+@pytest.mark.parametrize("separator", [EOT, None])
+@pytest.mark.parametrize("engine", ["python", "native"] if native_available() else ["python"])
+def test_evaluate_never_cuts_a_file_inside_a_special_token(tmp_path, monkeypatch, engine, separator):
+    """Chunks and shards were cut around the separator alone: a line cut inside ``"\\n<n>"``, or a
+    pre-tokenizer's cut after the digit of ``"<|reserved_0|>"``, left their halves to be counted as text."""
+    specials = [EOT, "\n<n>", "<|reserved_0|>"]
+    tok = Tokenizer({i: bytes([i]) for i in range(256)}, [], specials, "gpt2", engine)
+    tok.save(tmp_path / "tok")
+    text = ("ab\n<n>cd x<|reserved_0|>y " + EOT) * 3 + "z\n<n>w"
+    path = tmp_path / "t.txt"
+    path.write_text(text, encoding="utf-8")
+    documents = text.split(EOT) if separator else [text]
+    expected = sum(len(tok.encode(document)) for document in documents)
+    monkeypatch.setattr(evaluate_module, "EVAL_CHUNK_BYTES", 3)
+    monkeypatch.setattr(sources_module, "LOCAL_CUT_WINDOW", 2)
+    assert evaluate(tok, path, separator=separator).tokens == expected
+    shards = ExecutorSpec(shard_bytes=3)  # planned here, so the patched cut window holds for them
+    sharded = evaluate_sharded(tmp_path / "tok", path, separator=separator, engine=engine, executor=shards)
+    assert sharded.tokens == expected
 
 
 # -- workers ---------------------------------------------------------------------------------------------

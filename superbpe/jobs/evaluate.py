@@ -184,6 +184,14 @@ def _cuts_as_special(special_tokens: tuple[str, ...], separator: str | None) -> 
     return True
 
 
+def _chunk_specials(tokenizer: Tokenizer) -> list[str]:
+    """The special tokens a file is cut around into chunks (and shards): all of the tokenizer's, not the
+    separator alone. A line cut or a pre-tokenizer's cut inside another special token (``"\n<n>"`` after a
+    line end, ``"<|reserved_0|>"`` after its digit) left its halves to be encoded as text, so the tokens
+    counted depended on where the chunks ended, not only on the documents."""
+    return list(tokenizer.special_tokens)
+
+
 def _usable_separator(tokenizer: Tokenizer, separator: str | None) -> str | None:
     """``separator`` where it is a special token of ``tokenizer``, else None, said: text cut at another
     string (``foo``, even inside ``foobar``) left the cut text out of bytes and tokens unseen, and a
@@ -219,8 +227,8 @@ def evaluate(
     threads = _threads(tokenizer, workers, paths)
     tally = Tally()
     before = input_files_state(paths)
+    specials = _chunk_specials(tokenizer)
     for path in paths:
-        specials = [separator] if separator else []
         line_cuts = tokenizer.pretokenizer.safe_cuts_hold
         add_chunks(
             tally,
@@ -370,7 +378,7 @@ def evaluate_sharded(
     separator = _usable_separator(tokenizer, separator)
     paths = resolve_inputs(inputs)
     check_not_token_files(paths)
-    specials = [separator] if separator else []
+    specials = _chunk_specials(tokenizer)
     fingerprint = tokenizer_hash(tokenizer_dir)
     common = (str(tokenizer_dir), engine, fingerprint, compat, separator, text_field, errors)
     runner = get_executor(spec, workers)
@@ -413,7 +421,7 @@ def evaluate_shard(
     whether a document is open at its end, None if the shard held neither text nor an end)."""
     tokenizer = load_tokenizer(tokenizer_dir, engine, fingerprint, compat)
     line_cuts = tokenizer.pretokenizer.safe_cuts_hold
-    specials = [separator] if separator else []
+    specials = _chunk_specials(tokenizer)
 
     def tally(first_line: int) -> Tally:
         result = Tally(open_document=None)
