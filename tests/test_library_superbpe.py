@@ -164,6 +164,8 @@ def test_bad_documents_are_one_line_errors_naming_the_document(engine):
         superbpe.count((str(path) for path in [Path(__file__)]), engine=engine)
     with pytest.raises(InputError, match=r"the document stream is empty"):
         superbpe.train_bpe(iter([]), 300, engine=engine)
+    tilde = ["~~~ code", "~ 5 km"]  # no user's home: expanduser raised RuntimeError on a first document
+    assert superbpe.count(iter(tilde), engine=engine).to_dict() == superbpe.count(iter(tilde[::-1])).to_dict()
     with pytest.raises(InputError, match=r"a list is read as paths: pass texts as an iterator"):
         superbpe.count(["a text, not a path"], engine=engine)
     # A datasets DatasetDict is a mapping of splits: "a row of text goes in a list" did not fit it.

@@ -95,7 +95,9 @@ def _warn_if_a_path(text: str) -> None:
     is a stream of texts; paths go in a list or tuple)."""
     try:
         names_a_file = len(text) < 4096 and "\n" not in text and Path(text).expanduser().is_file()
-    except (OSError, ValueError):  # not a possible path (a NUL byte, a name too long)
+    except (OSError, ValueError, RuntimeError):
+        # Not a possible path: a NUL byte, a name too long, or a leading "~" that names no user's home
+        # ("~~~ code", "~ 5 km"), for which expanduser raises RuntimeError.
         names_a_file = False
     if names_a_file:
         warnings.warn(
