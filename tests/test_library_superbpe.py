@@ -168,6 +168,10 @@ def test_bad_documents_are_one_line_errors_naming_the_document(engine):
     assert superbpe.count(iter(tilde), engine=engine).to_dict() == superbpe.count(iter(tilde[::-1])).to_dict()
     with pytest.raises(InputError, match=r"a list is read as paths: pass texts as an iterator"):
         superbpe.count(["a text, not a path"], engine=engine)
+    with pytest.raises(InputError, match=r"^'~~~ code': no such file or directory \(a list is read as paths"):
+        superbpe.count(["~~~ code"], engine=engine)
+    with pytest.raises(InputError, match=r"^~no-such-user/corpus.txt: no such file or directory$"):
+        superbpe.count(["~no-such-user/corpus.txt"], engine=engine)
     # A datasets DatasetDict is a mapping of splits: "a row of text goes in a list" did not fit it.
     splits = {"train": iter(["a text"]), "test": iter(["another"])}
     given = r"^inputs are .* not a mapping of splits \('train', 'test'\): give one, inputs\['train'\]$"

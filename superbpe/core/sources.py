@@ -188,7 +188,10 @@ SAVED_COUNTS_START_UNCHECKED = b"SBPC\x01\n"
 
 def _expand(item: str, read_as: str = "a list is read as paths") -> list[Path]:
     """The files ``item`` names; ``read_as`` says, for an item that looks like text, how it was taken."""
-    path = Path(item).expanduser()
+    try:
+        path = Path(item).expanduser()
+    except RuntimeError:  # "~name" of no user, or text given as a path ("~~~ code"): said as not found below
+        path = Path(item)
     if path.is_file():
         _refuse_what_is_not_text(path)
         return [path]
