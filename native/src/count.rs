@@ -202,8 +202,12 @@ impl CountSpec {
     /// so a match starting at `s` is final once every special starting at `s` fits in `text`
     /// (`s + max_len <= text.len()`); a later match may still change, so cuts are only made up
     /// to `text.len() - max_len`, where no special token of the whole text can straddle them.
+    /// A text shorter than the longest special token has no such place: a special token may
+    /// start at its very beginning and end past it (`<|` of `<|endoftext|>` read in part).
     pub fn last_cut(&self, text: &[u8]) -> usize {
-        let limit = text.len().saturating_sub(self.specials.max_len());
+        let Some(limit) = text.len().checked_sub(self.specials.max_len()) else {
+            return 0;
+        };
         let mut after_special = 0;
         self.specials.matches(text, |start, end| {
             if start <= limit && end > after_special {
@@ -595,6 +599,24 @@ mod tests {
                 let got = count_streamed(s, text.as_bytes(), block, false).unwrap();
                 assert_eq!(got, whole, "{name} block {block}");
                 assert_eq!(count_windowed(s, text.as_bytes(), block).unwrap(), whole, "{name} windows {block}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_window_shorter_than_the_longest_special_is_not_cut() {
+        // The window "<|" holds the whole special "<|" but only the start of "<|endoftext|>",
+        // which is what the text holds: cut after "<|", its rest was counted as text.
+        let text = "<|endoftext|>a<|endoftext|>";
+        for b in crate::scan::ALL_BUILTINS {
+            let s = spec(b, false, &["<|endoftext|>", "<|end|>", "<|"], 64);
+            assert_eq!(s.last_cut(b"<|"), 0, "{b:?}");
+            assert_eq!(s.last_cut(b"<|end"), 0, "{b:?}");
+            let whole = count(&s, text);
+            assert_eq!(whole, vec![(b"a".to_vec(), 1)], "{b:?}");
+            for block in [1, 2, 3, 5, 12, 13, 14] {
+                assert_eq!(count_streamed(&s, text.as_bytes(), block, false).unwrap(), whole, "{b:?} {block}");
+                assert_eq!(count_windowed(&s, text.as_bytes(), block).unwrap(), whole, "{b:?} windows {block}");
             }
         }
     }
