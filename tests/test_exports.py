@@ -149,6 +149,23 @@ def test_a_special_token_that_merges_also_make_exports_alike(tmp_path: Path, sam
     assert again.special_tokens == [" the", EOT] and again.vocab == tok.vocab
 
 
+@pytest.mark.parametrize(("special", "text"), [("Ġthe", "in the end"), ("Ã©", "café"), ("ĠĠ", "a  ")])
+def test_a_special_spelling_a_piece_in_the_byte_table_is_not_exported_to_encode_otherwise(
+    tmp_path: Path, special: str, text: str
+) -> None:
+    """HF looks a whole piece up by its byte-table spelling (ignore_merges), where the special is listed
+    under its own text: every " the" of the text got the id of the special "Ġthe", which ours encodes as
+    bytes. Refused with whole pieces; without them HF reaches the token only through merges, and agrees."""
+    byte_vocab = {i: bytes([i]) for i in range(256)}
+    with pytest.raises(ConfigError, match=f"special token {special!r} is how tokenizer.json spells the text"):
+        Tokenizer(byte_vocab, [], [special]).save(tmp_path / "whole")
+    assert not (tmp_path / "whole").exists()
+    merged = Tokenizer(byte_vocab, [], [special], whole_pieces=False)
+    merged.save(tmp_path / "merged")
+    hf = tokenizers.Tokenizer.from_file(str(tmp_path / "merged" / "tokenizer.json"))
+    assert hf.encode(text + special).ids == merged.encode(text + special)
+
+
 def test_roles_are_configurable_and_checked(tmp_path: Path, sample_texts: Path) -> None:
     transformers = pytest.importorskip("transformers")
     vocab, merges = superbpe.train_bpe(sample_texts / "german.txt", 300, [EOT, "<pad>"])

@@ -71,7 +71,7 @@ def check_special_tokens(special_tokens: Sequence[str]) -> None:
                 f"special token {token!r} is spelled like a byte token; "
                 f"use a longer text, say {f'<|{token}|>'!r}"
             )
-        spelled = _byte_table_spelling_of(token)
+        spelled = byte_table_spelling_of(token)
         if spelled is not None:
             raise ConfigError(
                 f"special token {token!r} is how tokenizer.json spells the text {spelled!r} (GPT-2's byte "
@@ -88,7 +88,7 @@ def check_special_tokens(special_tokens: Sequence[str]) -> None:
             )
 
 
-def _byte_table_spelling_of(token: str) -> str | None:
+def byte_table_spelling_of(token: str) -> str | None:
     """The text whose tokenizer.json spelling ``token`` is, when that is another text than the token's own."""
     try:
         spelled = token_str_to_bytes(token)

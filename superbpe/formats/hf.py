@@ -21,6 +21,7 @@ from superbpe.core.pretokenize import (
     split_difference,
 )
 from superbpe.core.types import Merge
+from superbpe.core.vocab import byte_table_spelling_of
 from superbpe.formats.gpt2 import check_merges, decode_merge_items, parse_merge, vocab_from_mapping
 from superbpe.formats.json_files import parse_json, read_text
 
@@ -79,6 +80,8 @@ def hf_tokenizer_json(
         raise ConfigError(f"special token {missing[0]!r} is not in the vocab")
     if problem := added_tokens_problem([s for s in special_tokens if s not in plain_added], plain_added):
         raise ConfigError(f"tokenizer.json cannot give the same ids: {problem}")
+    if whole_pieces:
+        _check_specials_spell_no_piece(special_tokens)
     added = [
         {
             "id": by_bytes[special.encode("utf-8")],
@@ -141,6 +144,27 @@ def hf_split_problem(pretokenizer: Pretokenizer) -> str | None:
         return f"HF tokenizers cannot load the pattern ({' '.join(str(exc).split())})"
     theirs = [token_str_to_bytes(piece) for piece, _ in hf.pre_tokenizer.pre_tokenize_str(SPLIT_PROBE)]
     return split_difference(pretokenizer, theirs, "HF tokenizers")
+
+
+def _check_specials_spell_no_piece(special_tokens: Sequence[str]) -> None:
+    """Refuse a special token written in the byte table's characters that spells another text ("Ġthe" is
+    how tokenizer.json spells " the"), under ``ignore_merges``.
+
+    Why: HF then looks a whole piece up in the model vocab by its byte-table spelling, where the special
+    token is listed under its own text, so every piece " the" of the text got the special token's id
+    (ours encodes " the" as its bytes and merges). Training refuses such specials up front
+    (``vocab.check_special_tokens``); a tokenizer built or loaded with one is refused here, as a file that
+    would encode otherwise. Without ``ignore_merges`` HF reaches a token only by merges, which make it
+    only when it is a learned token too, and that is refused as a clash in :func:`_hf_vocab`.
+    """
+    for special in special_tokens:
+        spelled = byte_table_spelling_of(special)
+        if spelled is not None:
+            raise ConfigError(
+                f"special token {special!r} is how tokenizer.json spells the text {spelled!r} (GPT-2's byte "
+                f"table): HF would give every piece {spelled!r} its id (ignore_merges, our whole_pieces); "
+                "spell the special token in plain text, or build the tokenizer with whole_pieces=False"
+            )
 
 
 def _hf_vocab(
