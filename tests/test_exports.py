@@ -21,6 +21,7 @@ from superbpe.api.tokenizer import Tokenizer
 from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.pretokenize import SPLIT_PROBE, get_pretokenizer
 from superbpe.core.vocab import reserved_tokens
+from superbpe.engines.interface import native_available
 from superbpe.formats.hf import HF_CONFIG_FILE, HF_SPECIAL_MAP_FILE, resolve_roles
 from superbpe.formats.manifest import MANIFEST_FILE
 from superbpe.formats.tiktoken_files import TIKTOKEN_META_FILE, tiktoken_pattern
@@ -327,6 +328,37 @@ def test_covering_pattern_matches_are_the_isolated_split(text: str) -> None:
         pre = get_pretokenizer(name)
         covering = regex.compile(tiktoken_pattern(pre))
         assert [m.group() for m in covering.finditer(text)] == pre.split(text), name
+
+
+_SPECIAL_MERGES = [(b"a", b"b"), (b"b", b"c"), (b"ab", b"c"), (b"c", b"<"), (b" ", b"a")]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    specials=st.lists(st.text(alphabet="abc<> \n", min_size=2, max_size=5), max_size=12, unique=True),
+    text=st.text(alphabet="abc<> \n\u00e9", max_size=40),
+    name=st.sampled_from(["gpt2", "superbpe"]),
+)
+def test_specials_that_overlap_encode_alike_in_both_engines_and_hf(
+    tmp_path_factory: pytest.TempPathFactory, specials: list[str], text: str, name: str
+) -> None:
+    """Special tokens one of which begins, ends or holds another, with spaces and newlines, over text made
+    of them (past eight, the encoder looks them up otherwise): leftmost, longest first, everywhere."""
+    vocab = {i: bytes([i]) for i in range(256)}
+    for left, right in _SPECIAL_MERGES:
+        vocab[len(vocab)] = left + right
+    specials = [s for s in specials if s.encode("utf-8") not in vocab.values()]
+    engines = ["python", "native"] if native_available() else ["python"]
+    tokenizers_ = [Tokenizer(dict(vocab), _SPECIAL_MERGES, specials, name, engine) for engine in engines]
+    ids = tokenizers_[0].encode(text)
+    directory = tmp_path_factory.mktemp("tok")
+    tokenizers_[-1].save(directory)
+    hf = tokenizers.Tokenizer.from_file(str(directory / "tokenizer.json"))
+    assert hf.encode(text, add_special_tokens=False).ids == ids
+    for tok in tokenizers_:
+        assert tok.encode(text) == ids
+        assert tok.encode_batch([text, text]) == [ids, ids]
+        assert tok.encode_utf8(text.encode("utf-8")).tolist() == ids
 
 
 def test_gpt2_files_as_tiktoken_equal_the_reference(shared_data: Path, texts: list[str]) -> None:
