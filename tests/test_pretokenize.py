@@ -103,6 +103,13 @@ def test_invalid_custom_regex_is_a_clear_error() -> None:
         get_pretokenizer("custom")
 
 
+@pytest.mark.parametrize("pattern", [r"(?r)\w+|\s+", r"\w+(?r)", r"a(?r:b)"])
+def test_a_pattern_that_searches_backwards_is_refused(pattern: str) -> None:
+    """Its matches come last first: "ab cd" split into ["cd", " ", "ab"], and its ids decoded to "cd ab"."""
+    with pytest.raises(ConfigError, match=r"searches backwards \(\(\?r\)\)"):
+        get_pretokenizer(f"custom:{pattern}")
+
+
 def test_spec_round_trip_and_pickle() -> None:
     import pickle
 

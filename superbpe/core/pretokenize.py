@@ -78,9 +78,17 @@ _LINE = regex.compile(r"[^\n]*\n|[^\n]+")
 
 def _compile(pattern: str) -> regex.Pattern[str]:
     try:
-        return regex.compile(pattern)
+        compiled = regex.compile(pattern)
     except regex.error as exc:
         raise ConfigError(f"invalid pre-tokenizer pattern {pattern!r}: {exc}") from None
+    if compiled.flags & regex.REVERSE:
+        # A reverse search finds the last match first: the pieces came out in reverse order (or twice), and
+        # decoding the ids gave another text.
+        raise ConfigError(
+            f"pre-tokenizer pattern {pattern!r} searches backwards ((?r)): pieces are found from the start "
+            "of the text; leave the flag out"
+        )
+    return compiled
 
 
 @dataclass(frozen=True)
