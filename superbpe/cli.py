@@ -39,7 +39,7 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException, Vali
 
 from superbpe import __version__
 from superbpe.core.errors import ConfigError, InputError, SuperBPEError
-from superbpe.core.util import atomic_write_text, counted, human_size
+from superbpe.core.util import atomic_write_text, counted, human_size, user_path
 from superbpe.formats.checkpoints import checkpoint_path
 from superbpe.formats.token_files import INDEX_NAME, EncodeResult, ShardedEncodeResult, sidecar_path
 from superbpe.jobs.encode import StoppedOnceWritten, encode_corpus, writes_shards
@@ -452,7 +452,7 @@ def _train(cfg: DictConfig) -> None:
         remove_if_only_logs(run_dir)
         fail_job(exc, _sweep_job())
     # A checkpoint there before the run is another run's (refused, naming how to resume it), not this one's.
-    checkpointed_before = checkpoint_path(output_dir.expanduser()).is_file()
+    checkpointed_before = checkpoint_path(user_path(output_dir)).is_file()
     try:
         result = run_training(to_dataclass(cfg, TrainConfig), run_dir=run_dir)
     except USER_ERRORS as exc:
@@ -537,7 +537,7 @@ def jobs_not_run_note(sweep_dir: Path, job_num: int) -> str:
 def _with_resume_hint(exc: BaseException, output_dir: Path) -> str:
     """The error, and how to continue when the failed run left a checkpoint (its merges are kept)."""
     message = _one_line(exc)
-    if not checkpoint_path(output_dir.expanduser()).is_file():
+    if not checkpoint_path(user_path(output_dir)).is_file():
         return message
     command = resume_command(output_dir, _entry_point())
     return f"{message} (the merges so far are kept; continue with: {command})"
@@ -600,7 +600,7 @@ def print_help(config_name: str, schema: type, summary: str, args: list[str], fo
     # for the primary config in its own directory only: the one that holds it is that directory.
     primary, searched = CONFIG_DIR, []
     if user_dir:
-        own = Path(user_dir).expanduser().absolute()
+        own = user_path(user_dir).absolute()
         primary, other = (own, CONFIG_DIR) if (own / f"{config_name}.yaml").is_file() else (CONFIG_DIR, own)
         searched = [f"hydra.searchpath=[{quote_override(f'file://{other}')}]"]
     try:
@@ -608,7 +608,7 @@ def print_help(config_name: str, schema: type, summary: str, args: list[str], fo
             cfg = compose(config_name, overrides=[*searched, *overrides])
     except Exception as exc:  # a bad override: say so, as a run would
         fail(_hydra_message(exc, schema))
-    dirs = [CONFIG_DIR, *([Path(user_dir).expanduser()] if user_dir else [])]
+    dirs = [CONFIG_DIR, *([user_path(user_dir)] if user_dir else [])]
     groups = [f.name for f in dataclasses.fields(schema) if any((d / f.name).is_dir() for d in dirs)]
     lines = [inspect.cleandoc(summary).replace("``", ""), "", "== Configuration groups ==",
              "Compose your configuration from those groups (group=option)", ""]
@@ -656,7 +656,7 @@ def _check_one_option_per_group(args: list[str]) -> None:
     listed into one config, so a run composed of both schedules' keys started without a word. A group
     is a directory of the shipped configs, or of the user's ``--config-dir``."""
     flags, overrides = _hydra_flags(args)
-    dirs = [CONFIG_DIR, *([Path(flags["--config-dir"]).expanduser()] if "--config-dir" in flags else [])]
+    dirs = [CONFIG_DIR, *([user_path(flags["--config-dir"])] if "--config-dir" in flags else [])]
     for override in overrides:
         key, _, value = override.partition("=")
         group = key.lstrip("+~").split("@", 1)[0]
@@ -738,7 +738,7 @@ def _encode(cfg: DictConfig) -> None:
         args = to_dataclass(cfg, EncodeConfig)
         _check_given(args, "tokenizer", "input", "output")
         sharded = writes_shards(args.output, args.executor)
-        output = Path(args.output).expanduser()
+        output = user_path(args.output)
         if sharded:  # a directory of shards: its index is written last
             _check_not_written_by_this_sweep(output, _index_path, "tokens_${hydra:job.num}/")
         else:
@@ -804,7 +804,7 @@ def _evaluate(cfg: DictConfig) -> None:
         if args.output is not None:
             _check_given(args, "output")
             check_report_path(args.output, args.input, args.tokenizer)
-            output = Path(args.output).expanduser()
+            output = user_path(args.output)
             _check_not_written_by_this_sweep(output, Path, "eval_${hydra:job.num}.json")
         result = evaluate_dir(
             args.tokenizer,
@@ -819,7 +819,7 @@ def _evaluate(cfg: DictConfig) -> None:
         )
         if args.output:
             written = report(result, args.tokenizer, args.separator)  # at the path check_report_path checked
-            atomic_write_text(Path(args.output).expanduser(), json.dumps(written, indent=2) + "\n")
+            atomic_write_text(user_path(args.output), json.dumps(written, indent=2) + "\n")
     except USER_ERRORS as exc:
         fail(exc)
     except KeyboardInterrupt:

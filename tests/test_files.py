@@ -763,6 +763,26 @@ def test_paths_starting_with_a_tilde_are_the_home_directory_everywhere(
     assert not list(work.iterdir())
 
 
+def test_a_tilde_of_no_user_is_one_line_everywhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``~name`` of no user (a typo for ``~/name``) raised Path.expanduser's RuntimeError, a traceback; left
+    unexpanded it would have been a directory named ``~name`` where the code ran."""
+    monkeypatch.chdir(tmp_path)
+    tok, nobody = _hand_made("gpt2"), "~no_such_user_4f1c/tok"
+    calls = [
+        lambda: tok.save(nobody),
+        lambda: Tokenizer.load(nobody),
+        lambda: tok.encode_file(nobody),
+        lambda: superbpe.PieceCounts.load(nobody),
+        lambda: superbpe.open_tokens(nobody),
+        lambda: superbpe.count(iter(["the cat sat"]), engine="python").save(nobody),
+    ]
+    said = r"^~no_such_user_4f1c/tok: ~no_such_user_4f1c is no user's home directory"
+    for call in calls:
+        with pytest.raises(InputError, match=said):
+            call()
+    assert not list(tmp_path.iterdir())
+
+
 def test_a_save_into_no_directory_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """"" is Path("."): a save into an unset variable wrote the six files into the working directory."""
     monkeypatch.chdir(tmp_path)

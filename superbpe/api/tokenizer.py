@@ -49,7 +49,7 @@ from superbpe.core.sources import (
     open_binary,
 )
 from superbpe.core.types import Merge
-from superbpe.core.util import caller_stacklevel, import_optional, resolve_threads
+from superbpe.core.util import caller_stacklevel, import_optional, resolve_threads, user_path
 from superbpe.core.vocab import check_merge_parts
 from superbpe.engines.interface import EncoderCore, Engine, get_engine
 from superbpe.formats.checkpoints import CHECKPOINT_FILE
@@ -533,7 +533,7 @@ class Tokenizer:
         check_errors_mode(errors)
         if not isinstance(path, (str, os.PathLike)):
             raise InputError(f"encode_file takes a path (str or Path), not {type(path).__name__}")
-        path = Path(path).expanduser()
+        path = user_path(path)
         if is_jsonl(path) or is_table(path):  # its documents are records, not the file's bytes
             raise InputError(
                 f"{path}: encode_file reads one text; encode a JSON-lines or table file's documents with "
@@ -669,7 +669,7 @@ class Tokenizer:
         no whole-piece shortcut. A manifest or ``tokenizer.json`` says how to encode, so it wins, and a
         ``compat`` that contradicts it (another recorded preset, other encoding choices) is an error.
         """
-        directory = Path(directory).expanduser()
+        directory = user_path(directory)
         if compat is not None:
             get_compat(compat)  # a bad value is named now, whatever the directory holds
         tokenizer = cls._load_files(directory, engine, compat)

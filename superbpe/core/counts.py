@@ -25,7 +25,7 @@ from superbpe.core.sources import (
     check_not_empty,
     resolve_inputs,
 )
-from superbpe.core.util import atomic_write, directory_problem, usable_cpus, whole_number
+from superbpe.core.util import atomic_write, directory_problem, usable_cpus, user_path, whole_number
 
 COUNTS_MAGIC = SAVED_COUNTS_START
 #: Format 1: the same layout without the checksum that ends a file of the current format.
@@ -42,7 +42,7 @@ PARALLEL_MIN_BYTES = 8 << 20
 def counts_file_to_write(path: str | os.PathLike[str]) -> Path:
     """``path`` as a file that piece counts can be saved to, else one line saying why not: an error from
     the write named the temp file beside it, or the working directory for an empty path."""
-    target = Path(path).expanduser()
+    target = user_path(path)
     if not str(path) or target.is_dir():
         raise InputError(f"cannot save piece counts to {str(path)!r}: it is a directory; give a file path")
     if (problem := directory_problem(target.parent)) is not None:
@@ -180,7 +180,7 @@ class PieceCounts(Mapping[bytes, int]):
         it is believed; a file of format 1, which has none, is refused with ``require_checksum`` (what a
         cache wants: counts it cannot check could change a run's merges unseen)."""
         try:
-            data = Path(path).expanduser().read_bytes()
+            data = user_path(path).read_bytes()
         except OSError as exc:
             raise InputError(f"{path}: cannot read piece counts ({exc.strerror})") from None
         try:

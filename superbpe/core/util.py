@@ -20,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, BinaryIO, TypeVar
 
-from superbpe.core.errors import ConfigError
+from superbpe.core.errors import ConfigError, InputError
 
 T = TypeVar("T")
 
@@ -142,10 +142,21 @@ def naming_file(path: Path) -> Iterator[None]:
         raise OSError(exc.errno, exc.strerror, str(path)) from exc
 
 
+def user_path(path: str | os.PathLike[str]) -> Path:
+    """``path`` with a leading ``~`` or ``~user`` expanded, as a shell would. A ``~name`` of no user (a typo)
+    is a one-line error naming it, where ``Path.expanduser`` raises ``RuntimeError``: left unexpanded it
+    would be read, or made, as a directory named ``~name`` in the working directory."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:
+        head = str(path).split("/", 1)[0]
+        raise InputError(f"{path}: {head} is no user's home directory (no user {head[1:]!r})") from None
+
+
 def missing_dirs(path: Path) -> list[Path]:
     """``path`` and those of its parents that do not exist yet, innermost first: what making it would
     create, and so what a command that fails after making it should take away again."""
-    absolute = path.expanduser().absolute()
+    absolute = user_path(path).absolute()
     return [p for p in (absolute, *absolute.parents) if not p.exists()]
 
 
@@ -159,7 +170,7 @@ def remove_empty_dirs(dirs: Iterable[Path]) -> None:
 def directory_problem(path: Path) -> str | None:
     """Why ``path`` cannot be (made into) a directory to write in, or None: checked before a command
     starts, so that the user gets one line naming the option rather than an error from deep inside."""
-    absolute = path.expanduser().absolute()
+    absolute = user_path(path).absolute()
     existing = next(p for p in (absolute, *absolute.parents) if p.exists())
     if not existing.is_dir():
         return "it is a file" if existing == absolute else f"{existing} is a file"

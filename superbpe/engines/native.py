@@ -63,7 +63,7 @@ from superbpe.core.sources import (
     open_binary,
 )
 from superbpe.core.types import Merge
-from superbpe.core.util import atomic_write, usable_cpus
+from superbpe.core.util import atomic_write, usable_cpus, user_path
 from superbpe.core.vocab import check_merge_parts
 
 try:
@@ -246,7 +246,7 @@ def native_counts(counts: Mapping[bytes, int]) -> Any:
 def load_counts(path: str | os.PathLike[str], *, require_checksum: bool = False) -> NativePieceCounts:
     """Read a ``.counts`` file straight into Rust (same format and checks as :meth:`PieceCounts.load`)."""
     try:
-        data = Path(path).expanduser().read_bytes()
+        data = user_path(path).read_bytes()
     except OSError as exc:
         raise InputError(f"{path}: cannot read piece counts ({exc.strerror})") from None
     try:

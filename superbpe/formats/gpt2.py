@@ -17,7 +17,7 @@ from typing import Any
 from superbpe.core.byte_table import bytes_to_token_str, token_str_to_bytes
 from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.types import Merge
-from superbpe.core.util import atomic_write_text
+from superbpe.core.util import atomic_write_text, user_path
 from superbpe.formats.json_files import json_text, parse_json, read_text
 
 try:  # the extension reads the files' strings far faster; without it they are read here alone
@@ -252,7 +252,7 @@ def read_gpt2_files(
     :func:`unmerged_tokens`. The extension reads both files and finds the unmade tokens in one pass
     (a 200K vocab is loaded before anything is encoded); without it, or for what it leaves to Python
     (e.g. special tokens written verbatim), the functions above read them and name any fault."""
-    vocab_path, merges_path = Path(vocab_path).expanduser(), Path(merges_path).expanduser()
+    vocab_path, merges_path = user_path(vocab_path), user_path(merges_path)
     vocab_text, merges_text = read_text(vocab_path), read_text(merges_path)
     vocab = None if _native is None else _native.gpt2_vocab(vocab_text)
     if vocab is not None:

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from superbpe.core.errors import ConfigError, InputError
+from superbpe.core.util import user_path
 from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE
 from superbpe.formats.hf import HF_FILE
 from superbpe.formats.manifest import MANIFEST_FILE
@@ -171,7 +172,7 @@ def read_index(directory: str | os.PathLike[str]) -> dict[str, Any]:
 def open_shards(directory: str | os.PathLike[str]) -> list[np.ndarray]:
     """The shard token files as read-only memory maps, in order (what a data loader reads), each
     checked against the token count ``index.json`` gives it."""
-    directory = Path(directory).expanduser()
+    directory = user_path(directory)
     index = read_index(directory)
     dtype = np.dtype(index["dtype"]).newbyteorder("<")
     shards = index["shards"]
@@ -181,7 +182,7 @@ def open_shards(directory: str | os.PathLike[str]) -> list[np.ndarray]:
 def open_tokens(path: str | os.PathLike[str]) -> np.ndarray:
     """A flat token file as a read-only memory map, its dtype read from its sidecar (``<path>.json``),
     its size checked against the sidecar's token count."""
-    file = Path(path).expanduser()
+    file = user_path(path)
     if file.is_dir():
         raise InputError(f"{file} is a directory of shards: open_shards({str(file)!r}) maps each shard")
     ids_file = file.with_name(file.name.removesuffix(".json"))

@@ -11,7 +11,7 @@ from typing import Any
 from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.pretokenize import Pretokenizer
 from superbpe.core.types import Merge
-from superbpe.core.util import atomic_write_texts
+from superbpe.core.util import atomic_write_texts, user_path
 from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE, merges_to_text, vocab_to_json_text
 from superbpe.formats.hf import (
     CHAT_TEMPLATE_DIR,
@@ -67,7 +67,7 @@ def save_tokenizer_dir(
     if not isinstance(directory, (str, os.PathLike)) or not str(directory):
         raise InputError(f"the tokenizer is saved into a directory; give its path (\".\" for this one), "
                          f"not {directory!r}")  # fmt: skip
-    directory = Path(directory).expanduser()
+    directory = user_path(directory)
     if directory.exists() and not directory.is_dir():
         raise InputError(f"{directory}: exists and is not a directory; the tokenizer needs a directory")
     hf_document = hf_tokenizer_json(vocab, merges, special_tokens, pretokenizer, whole_pieces, plain_added)

@@ -62,6 +62,7 @@ from superbpe.core.util import (
     remove_empty_dirs,
     resolve_threads,
     stop_signals_held,
+    user_path,
 )
 from superbpe.formats.token_files import (
     INDEX_NAME,
@@ -208,12 +209,12 @@ def encode_corpus(
             chunk_bytes=chunk_bytes, text_field=text_field, errors=errors, engine=engine, progress=progress,
             compat=compat, dtype=dtype,
         )  # fmt: skip
-    directory = Path(tokenizer_dir).expanduser()  # as the inputs are: a quoted ~ is the home directory
+    directory = user_path(tokenizer_dir)  # as the inputs are: a quoted ~ is the home directory
     tokenizer = Tokenizer.load(directory, engine=engine, compat=compat)
     separator_id = separator_id_of(tokenizer, separator)
     paths = resolve_inputs(inputs)
     check_not_token_files(paths)
-    out = Path(output).expanduser()
+    out = user_path(output)
     if (problem := directory_problem(out.parent)) is not None:
         raise ConfigError(f"output {out}: cannot write in {out.parent}: {problem}")
     check_nothing_is_overwritten((out, sidecar_path(out)), paths, directory)
@@ -289,7 +290,7 @@ def writes_shards(output: str | os.PathLike[str], executor: ExecutorSpec | str |
     it left then the shards, not the token file. Asked before the encoding, which removes a directory it
     made when stopped."""
     spec = spec_from(executor)
-    return spec.name != "local" or Path(output).expanduser().is_dir() or str(output).endswith(("/", os.sep))
+    return spec.name != "local" or user_path(output).is_dir() or str(output).endswith(("/", os.sep))
 
 
 def hold_temp(handle: Any) -> None:
@@ -450,7 +451,7 @@ def encode_sharded(
     """
     check_errors_mode(errors)
     spec = spec_from(executor)
-    directory = Path(tokenizer_dir).expanduser()
+    directory = user_path(tokenizer_dir)
     tokenizer = Tokenizer.load(directory, engine=engine, compat=compat)
     separator_id = separator_id_of(tokenizer, separator)
     paths = resolve_inputs(inputs)
@@ -465,7 +466,7 @@ def encode_sharded(
         shards = plan_shards(
             paths, tokenizer.special_tokens, size, line_cuts=line_cuts, pretokenizer=tokenizer.pretokenizer
         )
-        out, made = _prepare_output_dir(Path(output_dir).expanduser())
+        out, made = _prepare_output_dir(user_path(output_dir))
         common = (
             str(directory),
             engine,

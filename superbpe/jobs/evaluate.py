@@ -36,7 +36,7 @@ from superbpe.core.sources import (
     iter_chunks,
     resolve_inputs,
 )
-from superbpe.core.util import default_threads, directory_problem, resolve_threads
+from superbpe.core.util import default_threads, directory_problem, resolve_threads, user_path
 from superbpe.formats.token_files import check_not_token_files, tokenizer_hash
 from superbpe.jobs.encode import check_nothing_is_overwritten
 from superbpe.jobs.executors import (
@@ -305,7 +305,7 @@ def evaluate_dir(
             directory, inputs, separator=separator, text_field=text_field, errors=errors, engine=engine,
             executor=spec, compat=compat, workers=workers,
         )  # fmt: skip
-    tokenizer = Tokenizer.load(Path(directory).expanduser(), engine=engine, compat=compat)
+    tokenizer = Tokenizer.load(user_path(directory), engine=engine, compat=compat)
     return evaluate(
         tokenizer, inputs, separator=separator, text_field=text_field, errors=errors, workers=workers
     )
@@ -316,14 +316,14 @@ def check_report_path(
 ) -> None:
     """Where ``superbpe-evaluate`` is to write its report, checked before the evaluation: the report is
     written after all the work, and must not replace an input or a file of the tokenizer."""
-    path = Path(output).expanduser()
+    path = user_path(output)
     if path.is_dir():
         example = path / "eval.json"
         raise ConfigError(f"output {output} is a directory; name the report's file, e.g. {example}")
     problem = directory_problem(path.parent)
     if problem is not None:
         raise ConfigError(f"output {output}: cannot write in {path.parent}: {problem}")
-    check_nothing_is_overwritten((path,), resolve_inputs(inputs), Path(directory).expanduser())
+    check_nothing_is_overwritten((path,), resolve_inputs(inputs), user_path(directory))
     if path.exists() and not _is_report(path):
         raise ConfigError(f"output {output} exists and is not a report superbpe-evaluate wrote; remove it or "
                           "write elsewhere")  # fmt: skip
@@ -334,7 +334,7 @@ def report(result: EvalResult, directory: str | os.PathLike[str], separator: str
     the digest of its files an encoding's sidecar also gives) and the separator that cut documents, so
     that reports of several tokenizers say which is which. Paths are absolute: a report is read from
     elsewhere than where the command ran."""
-    path = Path(directory).expanduser().absolute()
+    path = user_path(directory).absolute()
     files = [str(Path(file).absolute()) for file in result.files]
     return {"tokenizer": str(path), "tokenizer_hash": tokenizer_hash(path), "separator": separator,
             **result.to_json(), "files": files}  # fmt: skip
@@ -373,7 +373,7 @@ def evaluate_sharded(
     """
     check_errors_mode(errors)
     spec = spec_from(executor)
-    tokenizer_dir = Path(directory).expanduser()
+    tokenizer_dir = user_path(directory)
     tokenizer = Tokenizer.load(tokenizer_dir, engine=engine, compat=compat)
     separator = _usable_separator(tokenizer, separator)
     paths = resolve_inputs(inputs)

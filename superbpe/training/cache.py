@@ -49,6 +49,7 @@ from superbpe.core.util import (
     human_size,
     missing_dirs,
     remove_empty_dirs,
+    user_path,
 )
 from superbpe.engines import native as native_engine
 
@@ -129,7 +130,7 @@ class RunCache:
     """The cache directory; ``RunCache(None)`` is a cache that never hits and never writes."""
 
     def __init__(self, root: str | os.PathLike[str] | None, max_gib: float | None = None) -> None:
-        self.root = Path(root).expanduser() if root else None
+        self.root = user_path(root) if root else None
         problem = None if self.root is None else directory_problem(self.root)
         if problem:
             raise ConfigError(f"cache_dir {self.root} cannot be used ({problem}); cache_dir=null: no cache")
@@ -305,7 +306,7 @@ class CacheEntry:
 
 def resolve_cache_dir(directory: str | None) -> Path:
     """``directory``, else ``$SUPERBPE_CACHE_DIR``, else ``~/.cache/superbpe`` (as ``conf/train.yaml``)."""
-    return Path(directory or os.environ.get("SUPERBPE_CACHE_DIR") or DEFAULT_CACHE_DIR).expanduser()
+    return user_path(directory or os.environ.get("SUPERBPE_CACHE_DIR") or DEFAULT_CACHE_DIR)
 
 
 def parse_age(text: str) -> float:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from superbpe.core.errors import ConfigError, InputError
-from superbpe.core.util import directory_problem, missing_dirs
+from superbpe.core.util import directory_problem, missing_dirs, user_path
 from superbpe.formats.checkpoints import checkpoint_path, orphaned_log
 from superbpe.formats.tokenizer_dir import states_its_pattern, tokenizer_files_in
 from superbpe.training.summary import missing_jobs, unfinished
@@ -176,7 +176,7 @@ def place_run(args: Sequence[str]) -> list[str]:
                 f"output_dir={output} (or set hydra.sweep.dir={output})"
             )
         sweep = _value(args, "hydra.sweep.dir")
-        if sweep is not None and "${" not in sweep and (Path(sweep).expanduser() / "multirun.yaml").is_file():
+        if sweep is not None and "${" not in sweep and (user_path(sweep) / "multirun.yaml").is_file():
             # Hydra would write its record of this sweep over that one's before any job could refuse.
             raise ConfigError(
                 f"hydra.sweep.dir {sweep} already holds a sweep; give another (its runs continue with "
@@ -191,7 +191,7 @@ def place_run(args: Sequence[str]) -> list[str]:
     target = output or run_dir
     if target is None or "${" in target:  # an interpolation (``${unique_dir:...}``) is Hydra's to resolve
         return list(args)
-    path = Path(target).expanduser()
+    path = user_path(target)
     check_nothing_to_overwrite(path)
     _check_can_make(path)
     if path.is_dir():
@@ -222,7 +222,7 @@ def _check_first_stage_not_set_beside_its_source(args: Sequence[str]) -> None:
     overrides = [arg for arg in args if _is_override(arg)]
     stage_keys = [_key(arg) for arg in overrides if _key(arg).startswith("schedule.stages.0.")
                   and _key(arg) not in ("schedule.stages.0.until", "schedule.stages.0.name")]  # fmt: skip
-    if source == "schedule.from_run" or states_its_pattern(Path(_value(args, source) or "").expanduser()):
+    if source == "schedule.from_run" or states_its_pattern(user_path(_value(args, source) or "")):
         stage_keys += [_key(arg) for arg in overrides if _key(arg).split(".")[0] == "pretokenizer"]
     if stage_keys:
         raise ConfigError(
@@ -232,7 +232,7 @@ def _check_first_stage_not_set_beside_its_source(args: Sequence[str]) -> None:
 
 
 def _same_dir(a: str, b: str) -> bool:
-    return Path(a).expanduser().absolute() == Path(b).expanduser().absolute()
+    return user_path(a).absolute() == user_path(b).absolute()
 
 
 def existed_before(run_dir: Path) -> bool:
@@ -303,7 +303,7 @@ def resume_args(args: Sequence[str]) -> list[str]:
         return list(args)
     if "-m" in args or "--multirun" in args:
         raise ConfigError("resume continues one run: give resume=<run dir> without -m (one command per run)")
-    run_dir = Path(value).expanduser().absolute()  # the resume runs where the run started (`run_cwd`)
+    run_dir = user_path(value).absolute()  # the resume runs where the run started (`run_cwd`)
     if run_dir.is_file():  # a shell's completion of the run's directory gives one of its files
         parent = run_dir.parent.parent if run_dir.parent.name == ".hydra" else run_dir.parent
         if checkpoint_path(parent).is_file() or (parent / ".hydra").is_dir():
@@ -405,7 +405,7 @@ def _absolute_path(arg: str) -> str:
     (`run_cwd`), where a relative path would name another file."""
     key = _key(arg)
     value = _value([arg], key)
-    if key not in _PATH_KEYS or value is None or "${" in value or Path(value).expanduser().is_absolute():
+    if key not in _PATH_KEYS or value is None or "${" in value or user_path(value).is_absolute():
         return arg
     if value.startswith("[") and not arg.split("=", 1)[1].lstrip().startswith(("'", '"')):
         return arg  # a list, not a path: Hydra refuses it for this key as for a new run's
@@ -446,7 +446,7 @@ def run_cwd(args: Sequence[str]) -> Path | None:
     """The directory a resumed run was started in, when it is not this one: relative paths in its
     overrides (``data.paths=[corpus.txt]``) mean what they meant there."""
     value = _resume_value(args)
-    record = None if value is None else _run_record(Path(value).expanduser())
+    record = None if value is None else _run_record(user_path(value))
     if record is None:
         return None
     cwd = Path(str(record.runtime.cwd))

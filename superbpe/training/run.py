@@ -54,6 +54,7 @@ from superbpe.core.util import (
     release_freed_memory,
     remove_empty_dirs,
     remove_stale_temps,
+    user_path,
 )
 from superbpe.core.vocab import (
     alphabet_order,
@@ -309,7 +310,7 @@ def prepare(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None) -> 
     try:
         paths = resolve_inputs(list(cfg.data.paths))
     except InputError as exc:
-        started_in = recorded_cwd(Path(cfg.resume).expanduser()) if cfg.resume else ""
+        started_in = recorded_cwd(user_path(cfg.resume)) if cfg.resume else ""
         note = _relative_paths_note(cfg.data.paths, started_in) if started_in else ""
         raise InputError(f"{exc}: {note}" if note else str(exc)) from None
     check_not_token_files(paths)
@@ -361,7 +362,7 @@ def _check_eval(
         return None, frozenset()
     if not str(eval_file).strip():  # eval=$EVAL with it unset: a run without its bytes/token, unsaid
         raise InputError("eval is empty: give eval=PATH, or leave it out for no evaluation")
-    path = Path(eval_file).expanduser()
+    path = user_path(eval_file)
     if path.is_dir():
         raise InputError(f"eval file {path}: a directory; eval takes one file")
     if not path.is_file():
@@ -383,20 +384,20 @@ def _check_eval(
 def _output_dir(cfg: TrainConfig, run_dir: str | os.PathLike[str] | None) -> Path:
     """Where the tokenizer goes: the resumed run, ``output_dir`` or the Hydra run dir; must be writable."""
     if cfg.resume:
-        resumed = Path(cfg.resume).expanduser()
+        resumed = user_path(cfg.resume)
         if not resumed.is_dir():
             raise InputError(f"resume {resumed}: no such run directory")
         target = resumed
-        if cfg.output_dir and Path(cfg.output_dir).expanduser().resolve() != resumed.resolve():
+        if cfg.output_dir and user_path(cfg.output_dir).resolve() != resumed.resolve():
             # A command's resume keeps only an output_dir Hydra resolves (``${hydra:runtime.output_dir}/x``):
             # the run's files are there, its overrides in the directory resumed. It must hold the run.
-            target = Path(cfg.output_dir).expanduser()
+            target = user_path(cfg.output_dir)
             if not checkpoint_path(target).is_file():
                 raise ConfigError(
                     f"resume {resumed}: its output_dir {target} holds no checkpoint; give only resume"
                 )
     elif cfg.output_dir or run_dir is not None:
-        target = Path(cfg.output_dir or run_dir).expanduser()  # type: ignore[arg-type]
+        target = user_path(cfg.output_dir or run_dir)  # type: ignore[arg-type]
         check_nothing_to_overwrite(target)
     else:
         raise ConfigError("no output directory: set output_dir")
@@ -455,7 +456,7 @@ def _relative_paths_note(given: Sequence[Any], started_in: str) -> str:
     relative, and this working directory is not the one the run was started in (``started_in``, "" when
     its checkpoint does not record it); and what to do. "" when none is relative or the directory is the
     same (then the files themselves differ)."""
-    relative = [str(path) for path in given if not Path(str(path)).expanduser().is_absolute()]
+    relative = [str(path) for path in given if not user_path(str(path)).is_absolute()]
     here = _working_dir()
     if not relative or (started_in and Path(started_in).resolve() == Path(here).resolve()):
         return ""

@@ -30,7 +30,7 @@ from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.pretokenize import Pretokenizer, get_pretokenizer
 from superbpe.core.rules import MergeRules, make_rules
 from superbpe.core.types import Merge
-from superbpe.core.util import counted
+from superbpe.core.util import counted, user_path
 from superbpe.formats.checkpoints import checkpoint_path
 from superbpe.formats.gpt2 import MERGES_FILE, VOCAB_FILE, read_merges, read_vocab
 from superbpe.formats.hf import HF_FILE, pretokenizer_from_hf, read_hf_tokenizer
@@ -236,9 +236,9 @@ def load_source(schedule: ScheduleConfig) -> SourceMerges | None:
     if schedule.from_run and schedule.from_tokenizer:
         raise ConfigError("give schedule.from_run or schedule.from_tokenizer, not both")
     if schedule.from_run:
-        return _load_run(Path(schedule.from_run).expanduser())
+        return _load_run(user_path(schedule.from_run))
     if schedule.from_tokenizer:
-        return _load_tokenizer_files(Path(schedule.from_tokenizer).expanduser())
+        return _load_tokenizer_files(user_path(schedule.from_tokenizer))
     return None
 
 
