@@ -153,8 +153,10 @@ def test_bad_documents_are_one_line_errors_naming_the_document(engine):
         superbpe.count(iter(["fine", 3]), engine=engine)
     with pytest.raises(InputError, match=r"document 0: no string field 'text' \(its fields: 'body';"):
         superbpe.count(iter([{"body": "x"}]), engine=engine)
-    with pytest.raises(InputError, match=r"document 1: unpaired surrogate '\\ud800' .*errors='replace'"):
+    named = r"document 1: unpaired surrogate '\\ud800' .*errors='replace'"
+    with pytest.raises(InputError, match=named) as info:
         superbpe.count(iter(["ok", "bad \ud800 text"]), engine=engine)
+    assert str(info.value).endswith("reads it as three U+FFFD (one per byte of its UTF-8 form)")  # as it does
     replaced = superbpe.count(iter(["bad \ud800 text"]), engine=engine, errors="replace")
     written = superbpe.count(iter(["bad \ufffd\ufffd\ufffd text"]), engine=engine)  # as a file reads it
     assert replaced.to_dict() == written.to_dict()

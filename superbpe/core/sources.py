@@ -127,6 +127,10 @@ def _document_text(item: Any, number: int, text_field: str) -> str:
     )
 
 
+#: What ``errors="replace"`` makes of a lone surrogate, for its error's hint.
+SURROGATE_REPLACED = "it as three U+FFFD (one per byte of its UTF-8 form)"
+
+
 def _checked_unicode(text: str, where: str, errors: str) -> str:
     """``text`` if it is valid Unicode; a lone surrogate is an error, or U+FFFD per byte under "replace".
     Python texts and JSON strings (``"\\ud800"``, a cut-off emoji in scraped text) can hold one."""
@@ -137,7 +141,7 @@ def _checked_unicode(text: str, where: str, errors: str) -> str:
             return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
         raise InputError(
             f"{where}: unpaired surrogate {text[exc.start]!r} at character {exc.start} (not UTF-8); "
-            + REPLACE_HINT.replace("such bytes", "it")
+            + REPLACE_HINT.replace("such bytes as U+FFFD", SURROGATE_REPLACED)
         ) from None
     return text
 
