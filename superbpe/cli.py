@@ -816,6 +816,7 @@ def _evaluate(cfg: DictConfig) -> None:
             executor=args.executor,
             compat=args.compat,
             workers=args.workers,
+            progress=args.progress,
         )
         if args.output:
             written = report(result, args.tokenizer, args.separator)  # at the path check_report_path checked

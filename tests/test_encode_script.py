@@ -339,6 +339,27 @@ def test_evaluate_script_reports_bytes_per_token(tokenizer_dir, documents, tmp_p
     assert again.returncode == 0, again.stderr  # a report replaces the report before it
 
 
+@pytest.mark.parametrize("sharded", [False, True])
+def test_evaluate_shows_its_progress(tokenizer_dir, documents, tmp_path, caplog, sharded):
+    """An evaluation of gigabytes ran for minutes without a word, where an encoding of them shows a bar:
+    ``progress=true`` gives one, ``progress=false`` log lines and their summary, the numbers unchanged."""
+    source = tmp_path / "held_out.txt"
+    source.write_text(EOT.join(documents), encoding="utf-8")
+    proc = run_script("evaluate.py", f"tokenizer={tokenizer_dir}", f"input={source}", "progress=true",
+                      cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "evaluating: 100%" in proc.stderr, proc.stderr
+    shards = ExecutorSpec(shard_bytes=1024)  # as executor=ray evaluates, here in a local pool
+    with caplog.at_level(logging.INFO, logger="superbpe"):
+        if sharded:
+            result = evaluate_sharded(tokenizer_dir, source, executor=shards, progress=False)
+        else:
+            result = evaluate_module.evaluate_dir(tokenizer_dir, source, progress=False)
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(line.startswith("evaluating: 4.4K/4.4K B (100.0%)") for line in lines), lines
+    assert result == evaluate(Tokenizer.load(tokenizer_dir), source)
+
+
 def test_evaluate_script_reads_invalid_utf8_with_errors_replace(tokenizer_dir, tmp_path):
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"fine\nthen \xff here\n")

@@ -15,7 +15,7 @@ import functools
 import json
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from superbpe.api.tokenizer import Tokenizer, encode_text_chunk, naming_chunk
 from superbpe.core.compat import CompatConfig
 from superbpe.core.counts import check_errors_mode
 from superbpe.core.errors import ConfigError, InputError
+from superbpe.core.progress import task
 from superbpe.core.sources import (
     Chunk,
     InputSpec,
@@ -213,12 +214,14 @@ def evaluate(
     text_field: str = "text",
     errors: str = "strict",
     workers: int | None = None,
+    progress: bool | None = None,
 ) -> EvalResult:
     """Bytes per token and tokens per document of ``tokenizer`` on ``inputs``.
 
     ``workers`` threads encode chunks at once (the native engine; the python engine's encoder cannot run
     on two threads at once and uses one); by default one for a small corpus, else ``default_threads()``.
-    The numbers never depend on it.
+    The numbers never depend on it. ``progress``: a bar (True), log lines (False), or a bar only on a
+    terminal (None), as for encoding: a held-out set of gigabytes takes minutes.
     """
     check_errors_mode(errors)
     separator = _usable_separator(tokenizer, separator)
@@ -228,20 +231,22 @@ def evaluate(
     tally = Tally()
     before = input_files_state(paths)
     specials = _chunk_specials(tokenizer)
-    for path in paths:
-        line_cuts = tokenizer.pretokenizer.safe_cuts_hold
-        add_chunks(
-            tally,
-            tokenizer,
-            iter_chunks(
-                path, specials, EVAL_CHUNK_BYTES, line_cuts=line_cuts, pretokenizer=tokenizer.pretokenizer
-            ),
-            separator,
-            errors,
-            text_field,
-            threads,
-        )
-        tally.end_document()
+    with task("evaluating", corpus_size(paths), "B", enabled=progress) as update:
+        for path in paths:
+            line_cuts = tokenizer.pretokenizer.safe_cuts_hold
+            add_chunks(
+                tally,
+                tokenizer,
+                iter_chunks(
+                    path, specials, EVAL_CHUNK_BYTES, line_cuts=line_cuts, pretokenizer=tokenizer.pretokenizer
+                ),
+                separator,
+                errors,
+                text_field,
+                threads,
+                done=update,
+            )
+            tally.end_document()
     check_unchanged(paths, before, "evaluated")
     if not tally.bytes:  # bytes/token of nothing is no measurement
         what = str(paths[0]) if len(paths) == 1 else f"all {len(paths)} input files"
@@ -268,17 +273,21 @@ def add_chunks(
     errors: str,
     text_field: str,
     threads: int = 1,
+    done: Callable[[int], None] | None = None,
 ) -> None:
-    """Add the chunks' counts to ``tally`` in order, encoding up to ``threads`` chunks at once."""
+    """Add the chunks' counts to ``tally`` in order, encoding up to ``threads`` chunks at once; ``done`` is
+    told the bytes of the file each chunk read (a progress bar's)."""
     def count(chunk: Chunk) -> ChunkCounts:
         return chunk_counts(tokenizer, chunk, separator, errors, text_field)
 
     if threads <= 1:
-        for chunk in chunks:
-            tally.add_chunk(count(chunk), chunk.jsonl)
-        return
-    for chunk, counts in threads_in_order(count, chunks, threads, "superbpe-evaluate"):
+        in_order: Iterable[tuple[Chunk, ChunkCounts]] = ((chunk, count(chunk)) for chunk in chunks)
+    else:
+        in_order = threads_in_order(count, chunks, threads, "superbpe-evaluate")
+    for chunk, counts in in_order:
         tally.add_chunk(counts, chunk.jsonl)
+        if done is not None:
+            done(chunk.read_bytes)
 
 
 def evaluate_dir(
@@ -292,23 +301,25 @@ def evaluate_dir(
     executor: ExecutorSpec | str | None = None,
     compat: str | CompatConfig | None = None,
     workers: int | None = None,
+    progress: bool | None = None,
 ) -> EvalResult:
     """Load the tokenizer saved in ``directory`` (its manifest pattern included) and evaluate it.
 
     ``compat`` is passed to :meth:`Tokenizer.load` (``"official"``: bare official files encode as theirs).
     An ``executor`` other than local evaluates shard by shard (:func:`evaluate_sharded`); locally,
-    ``workers`` threads encode at once (:func:`evaluate`).
+    ``workers`` threads encode at once (:func:`evaluate`). ``progress`` as in :func:`evaluate`.
     """
     spec = check_executor(executor)
     if spec.name != "local":
         return evaluate_sharded(
             directory, inputs, separator=separator, text_field=text_field, errors=errors, engine=engine,
-            executor=spec, compat=compat, workers=workers,
+            executor=spec, compat=compat, workers=workers, progress=progress,
         )  # fmt: skip
     tokenizer = Tokenizer.load(user_path(directory), engine=engine, compat=compat)
     return evaluate(
-        tokenizer, inputs, separator=separator, text_field=text_field, errors=errors, workers=workers
-    )
+        tokenizer, inputs, separator=separator, text_field=text_field, errors=errors, workers=workers,
+        progress=progress,
+    )  # fmt: skip
 
 
 def check_report_path(
@@ -365,8 +376,10 @@ def evaluate_sharded(
     executor: Any = None,
     workers: int | None = None,
     compat: str | CompatConfig | None = None,
+    progress: bool | None = None,
 ) -> EvalResult:
-    """:func:`superbpe.jobs.evaluate.evaluate` shard by shard on ``executor``; the same numbers.
+    """:func:`superbpe.jobs.evaluate.evaluate` shard by shard on ``executor``; the same numbers (``progress``
+    counts the shards' bytes as they come back).
 
     Bytes and tokens add up; a document that spans shards is counted once, by the shard where it ends
     (a shard reports whether its first document end closes a document begun before it).
@@ -389,9 +402,13 @@ def evaluate_sharded(
         shards = plan_shards(paths, specials, size, line_cuts=pre.safe_cuts_hold, pretokenizer=pre)
         parts: list[tuple[int, int, int, bool, bool | None] | None] = [None] * len(shards)
         tasks = [(shard, *common) for shard in shards]
-        with contextlib.closing(runner.run(evaluate_shard, tasks)) as results:
+        with (
+            task("evaluating", sum(s.size() for s in shards), "B", enabled=progress) as update,
+            contextlib.closing(runner.run(evaluate_shard, tasks)) as results,
+        ):
             for number, part in results:
                 parts[number] = part
+                update(shards[number].size())
     finally:
         runner.close()
     check_unchanged(paths, before, "evaluated")  # shards are planned from the sizes the files had

@@ -216,6 +216,7 @@ class EvaluateConfig:
     executor: ExecutorSpec = field(default_factory=ExecutorSpec)
     output: str | None = None  # also write the numbers as JSON here
     compat: CompatConfig | None = None  # as in EncodeConfig
+    progress: bool | None = None  # bars (True), log lines (False), or bars only on a terminal (None)
 
 
 def stdlib_sample(max_bytes: int = 3_000_000) -> list[str]:
