@@ -523,7 +523,8 @@ def _evaluation(job: _Job) -> dict[str, Any]:
     assert job.eval_path is not None
     data, engine = job.cfg.data, job.engine.name
     result = evaluate_dir(job.output_dir, [job.eval_path], separator=_eval_separator(job.specials),
-                          text_field=data.text_field, errors=data.errors, engine=engine)  # fmt: skip
+                          text_field=data.text_field, errors=data.errors, engine=engine,
+                          progress=job.cfg.progress)  # fmt: skip
     return result.to_json()
 
 
