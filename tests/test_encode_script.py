@@ -34,7 +34,7 @@ import superbpe.jobs.evaluate as evaluate_module
 from superbpe.api.tokenizer import Tokenizer
 from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.sources import Chunk
-from superbpe.core.util import handled_stop_signals, stop_signals_held
+from superbpe.core.util import handled_stop_signals, human_size, stop_signals_held
 from superbpe.engines.interface import native_available
 from superbpe.formats.token_files import tokenizer_hash
 from superbpe.jobs.encode import encode_corpus
@@ -356,7 +356,8 @@ def test_evaluate_shows_its_progress(tokenizer_dir, documents, tmp_path, caplog,
         else:
             result = evaluate_module.evaluate_dir(tokenizer_dir, source, progress=False)
     lines = [r.getMessage() for r in caplog.records]
-    assert any(line.startswith("evaluating: 4.4K/4.4K B (100.0%)") for line in lines), lines
+    size = human_size(source.stat().st_size)
+    assert any(line.startswith(f"evaluating: {size}/{size} B (100.0%)") for line in lines), lines
     assert result == evaluate(Tokenizer.load(tokenizer_dir), source)
 
 
