@@ -185,12 +185,16 @@ def test_list_says_what_each_entry_holds(tmp_path: Path, capsys: pytest.CaptureF
     about = {"stage": "stage1", "pretokenizer": "superbpe-stage1", "data": ["/d/a.txt", "/d/b.txt"]}
     about["files"] = 5
     RunCache.store_merges(tmp_path / "merges" / f"{'b' * 40}.json", [(b"t", b"h")], False, about=about)
+    about = {**about, "stage": "stage2", "files": 2, "engine": "python+native"}  # as runs now record it
+    RunCache.store_merges(tmp_path / "merges" / f"{'e' * 40}.json", [(b"t", b"h")], False, about=about)
     RunCache.store_merges(tmp_path / "merges" / f"{'c' * 40}.json", [(b"t", b"h"), (b"th", b"e")], True)
     (tmp_path / "merges" / f"{'d' * 40}.json").write_text("{")
     cache_command(["--cache-dir", str(tmp_path), "list"])
     lines = {line.split()[7]: line for line in capsys.readouterr().out.splitlines()[1:-1]}
     assert lines[f"{key}.counts"].endswith("counts of o200k: 2 pieces, specials ['<|endoftext|>']")
     assert lines[f"{'b' * 40}.json"].endswith("stage1 (superbpe-stage1): 1 merge of a.txt, b.txt +3 files")
+    by_engines = "stage2 (superbpe-stage1, by python+native): 1 merge of a.txt, b.txt"
+    assert lines[f"{'e' * 40}.json"].endswith(by_engines)
     assert lines[f"{'c' * 40}.json"].endswith("  2 merges (all the counts allow)")  # written without `about`
     assert lines[f"{'d' * 40}.json"].endswith("unreadable (superbpe-cache verify)")
 

@@ -507,7 +507,8 @@ def verify_cache(root: Path, *, remove: bool = False) -> tuple[int, list[BadEntr
 
 def entry_contents(entry: CacheEntry) -> str:
     """What an entry holds, in a few words, from what it records: a count's pattern and pieces (its
-    header), a merges list's length and, when written with it, its stage, pattern and corpus files.
+    header), a merges list's length and, when written with it, its stage, pattern, the engine(s) that chose
+    it and corpus files.
     An entry that cannot be read says so (``verify`` says why)."""
     if entry.kind == "counts":
         header = counts_file_header(entry.path)
@@ -527,7 +528,9 @@ def entry_contents(entry: CacheEntry) -> str:
         files = [Path(path).name for path in about.get("data") or []]
         more = int(about.get("files") or len(files)) - len(files)
         corpus = ", ".join(files) + (f" +{counted(more, 'file')}" if more > 0 else "")
-        text = f"{about.get('stage', '?')} ({about.get('pretokenizer', '?')}): {text} of {corpus or '?'}"
+        engine = about.get("engine")  # absent from older entries
+        made = f"{about.get('pretokenizer', '?')}" + (f", by {engine}" if isinstance(engine, str) else "")
+        text = f"{about.get('stage', '?')} ({made}): {text} of {corpus or '?'}"
     return text
 
 
