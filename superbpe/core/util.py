@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import gc
+import glob
 import importlib
 import io
 import numbers
@@ -47,6 +49,9 @@ def _temp_beside(path: Path) -> Iterator[tuple[BinaryIO, str]]:
     except OSError as exc:  # named after the file asked for, not the temp name nobody chose
         raise OSError(exc.errno, exc.strerror, str(path)) from exc
     try:
+        # Held while written, so remove_stale_temps tells it from a killed writer's leftover.
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         # Named outside the buffer: the data a full disk refuses is often written only as it closes.
         with naming_file(path), io.BufferedWriter(WritebackFile(fd)) as handle:
             yield handle, tmp
@@ -208,16 +213,17 @@ def _read_only_mount(path: Path) -> bool:
         return False
 
 
-def remove_stale_temps(directory: Path) -> list[Path]:
-    """Delete the temp files :func:`atomic_write` leaves when killed mid-write (``.<name>.XXXX.tmp``).
-
-    Only for a directory no other process writes to (a run directory being resumed).
+def remove_stale_temps(directory: Path, name: str | None = None) -> list[Path]:
+    """Delete the temp files :func:`atomic_write` leaves when killed mid-write (``.<name>.XXXX.tmp``; with
+    ``name``, only those of that file). One a live process is writing is locked by it (:func:`_temp_beside`)
+    and kept; the kernel drops the lock however a writer ends, so one no process holds is a leftover.
     """
     removed = []
-    for item in directory.glob(f".*{TEMP_SUFFIX}"):
-        if item.is_file():
-            with contextlib.suppress(FileNotFoundError):
-                item.unlink()
+    pattern = f".{glob.escape(name)}.*{TEMP_SUFFIX}" if name else f".*{TEMP_SUFFIX}"
+    for item in directory.glob(pattern):
+        with contextlib.suppress(OSError), open(item, "rb") as probe:
+            fcntl.flock(probe.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: being written
+            item.unlink()
             removed.append(item)
     return removed
 

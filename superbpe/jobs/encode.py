@@ -50,7 +50,6 @@ from superbpe.core.sources import (
     resolve_inputs,
 )
 from superbpe.core.util import (
-    TEMP_SUFFIX,
     as_pool_worker,
     atomic_write,
     atomic_write_text,
@@ -60,6 +59,7 @@ from superbpe.core.util import (
     made_dirs_removed_on_failure,
     missing_dirs,
     remove_empty_dirs,
+    remove_stale_temps,
     resolve_threads,
     stop_signals_held,
     user_path,
@@ -225,14 +225,14 @@ def encode_corpus(
     tokens = documents = 0
     before = input_files_state(paths)
     result: EncodeResult | None = None
-    remove_stale_temps_of(out)
+    for stale in remove_stale_temps(out.parent, out.name):  # a killed encoding's, as large as it got
+        log.info("removed %s, left by an encoding killed while writing", stale.name)
     try:
         with contextlib.ExitStack() as placing, made_dirs_removed_on_failure(out.parent):
             with (
                 atomic_write(out) as handle,
                 task("encoding", corpus_size(paths), "B", enabled=progress) as update,
             ):
-                hold_temp(handle)
                 for path in paths:
                     line_cuts = tokenizer.pretokenizer.safe_cuts_hold
                     chunks = iter_chunks(
@@ -291,36 +291,6 @@ def writes_shards(output: str | os.PathLike[str], executor: ExecutorSpec | str |
     made when stopped."""
     spec = spec_from(executor)
     return spec.name != "local" or user_path(output).is_dir() or str(output).endswith(("/", os.sep))
-
-
-def hold_temp(handle: Any) -> None:
-    """Lock the temp file a token file is written into, for as long as this process writes it: the kernel
-    drops the lock when the process ends however it ends, so a temp file no one holds was left by an
-    encoding killed outright (:func:`remove_stale_temps_of`). Where there are no locks, nothing is held."""
-    with contextlib.suppress(ImportError, OSError):
-        import fcntl  # reason: POSIX only; elsewhere nothing is locked
-
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-
-
-def remove_stale_temps_of(out: Path) -> None:
-    """Remove the temp files of ``out`` (``.NAME.XXXXXXXX.tmp``) that no process holds: an encoding
-    killed outright (SIGKILL, out of memory) cannot remove its own, which would otherwise stay hidden
-    beside the token file, as large as the part it had written, through every later run. One another
-    encoding is writing is locked (:func:`hold_temp`) and kept; without locks, every one is kept."""
-    try:
-        import fcntl  # reason: POSIX only; elsewhere nothing is locked
-    except ImportError:
-        return
-    name = re.compile(rf"\.{re.escape(out.name)}\.[A-Za-z0-9_]{{8}}{re.escape(TEMP_SUFFIX)}")
-    with contextlib.suppress(OSError):
-        for item in out.parent.iterdir():
-            if not name.fullmatch(item.name):
-                continue
-            with contextlib.suppress(OSError), open(item, "rb") as probe:
-                fcntl.flock(probe.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: held
-                item.unlink()
-                log.info("removed %s, left by an encoding killed while writing", item.name)
 
 
 class StoppedOnceWritten(KeyboardInterrupt):
