@@ -53,29 +53,64 @@ pub type Ranks = HashMap<u64, (u32, u32), std::hash::BuildHasherDefault<PairHash
 
 /// Scan all pairs each round: best for short sequences (no allocation beyond two vectors).
 pub fn merge_linear<F: Fn(u32, u32) -> Option<(u32, u32)>>(mut ids: Vec<u32>, rank: F) -> Vec<u32> {
-    // ranks[i]: rank and result of merging ids[i], ids[i + 1].
-    let mut ranks: Vec<Option<(u32, u32)>> = ids.windows(2).map(|w| rank(w[0], w[1])).collect();
-    loop {
-        let mut best: Option<(usize, u32, u32)> = None;
+    merge_tail_linear(&mut ids, 0, &mut Vec::new(), |l, r| rank(l, r).unwrap_or((NONE, 0)));
+    ids
+}
+
+/// Rank-based BPE of `ids[start..]` in place by a linear scan (`ranks` is scratch space, so a
+/// caller merging many short sequences allocates nothing); `rank` gives (rank, merged id), rank
+/// `u32::MAX` for a pair that never merges. Lowest rank first, leftmost on ties. The sequence is
+/// at the end of `ids`, so removing a token moves only its own tail.
+#[inline(always)]
+pub fn merge_tail_linear<F: Fn(u32, u32) -> (u32, u32)>(
+    ids: &mut Vec<u32>,
+    start: usize,
+    ranks: &mut Vec<(u32, u32)>,
+    rank: F,
+) {
+    // ranks[i]: rank and result of merging ids[start + i] and the token after it.
+    ranks.clear();
+    ranks.extend(ids[start..].windows(2).map(|w| rank(w[0], w[1])));
+    while !ranks.is_empty() {
+        let mut best = 0;
         for (i, r) in ranks.iter().enumerate() {
-            if let Some((rk, merged)) = *r {
-                if best.is_none_or(|(_, br, _)| rk < br) {
-                    best = Some((i, rk, merged));
-                }
+            if r.0 < ranks[best].0 {
+                best = i;
             }
         }
-        let Some((i, _, merged)) = best else { break };
-        ids[i] = merged;
-        ids.remove(i + 1);
-        ranks.remove(i);
-        if i > 0 {
-            ranks[i - 1] = rank(ids[i - 1], merged);
+        let (found, merged) = ranks[best];
+        if found == NONE {
+            return;
         }
-        if i + 1 < ids.len() {
-            ranks[i] = rank(merged, ids[i + 1]);
+        let at = start + best;
+        ids[at] = merged;
+        ids.remove(at + 1);
+        ranks.remove(best);
+        if best > 0 {
+            ranks[best - 1] = rank(ids[at - 1], merged);
+        }
+        if best < ranks.len() {
+            ranks[best] = rank(merged, ids[at + 1]);
         }
     }
-    ids
+}
+
+/// `merge` of `bytes` (each byte its own id) appended to `out`, reusing `ranks` as scratch for
+/// the short ones (replay merges millions of words and whole short pieces).
+#[inline(always)]
+pub fn merge_bytes_into<F: Fn(u32, u32) -> Option<(u32, u32)>>(
+    bytes: &[u8],
+    rank: F,
+    ranks: &mut Vec<(u32, u32)>,
+    out: &mut Vec<u32>,
+) {
+    if bytes.len() <= LINEAR_MAX {
+        let at = out.len();
+        out.extend(bytes.iter().map(|&b| b as u32));
+        merge_tail_linear(out, at, ranks, |l, r| rank(l, r).unwrap_or((NONE, 0)));
+    } else {
+        out.extend(merge_heap(bytes.iter().map(|&b| b as u32).collect(), rank));
+    }
 }
 
 /// The same merges with a lazy min-heap of (rank, position) over a linked list: O(n log n).

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
-use crate::bpe::{self, pair_key, unpack};
+use crate::bpe::{self, merge_tail_linear, pair_key, unpack};
 use crate::bytesmap::hash_short;
 use crate::joins::JoinedPairs;
 use crate::memory::prefetch;
@@ -304,7 +304,7 @@ impl Levels {
                     let at = out.len();
                     out.extend(segment.iter().map(|&b| byte_ids[b as usize]));
                     if segment.len() <= FIRST_LINEAR_MAX {
-                        merge_linear(out, at, &mut w.ranks, |l, r| self.first.get(l, r));
+                        merge_tail_linear(out, at, &mut w.ranks, |l, r| self.first.get(l, r));
                     } else {
                         let ids = out.split_off(at);
                         let rank = |l, r| Some(self.first.get(l, r)).filter(|&(rk, _)| rk != NONE);
@@ -372,39 +372,7 @@ impl Levels {
             ids.extend_from_slice(&bpe::merge_heap(tail, rank));
             return;
         }
-        merge_linear(ids, start, ranks, |l, r| self.second_rank(l, r));
-    }
-}
-
-/// Rank-based BPE of `ids[start..]` in place by a linear scan (`ranks` is scratch space); `rank`
-/// gives (rank, merged id), rank `NONE` for a pair that never merges. Lowest rank first, leftmost
-/// on ties. The sequence is at the end of `ids`, so removing a token moves only its own tail.
-#[inline(always)]
-fn merge_linear<F: Fn(u32, u32) -> (u32, u32)>(ids: &mut Vec<u32>, start: usize, ranks: &mut Vec<(u32, u32)>, rank: F) {
-    // ranks[i]: rank and result of merging ids[start + i] and the token after it.
-    ranks.clear();
-    ranks.extend(ids[start..].windows(2).map(|w| rank(w[0], w[1])));
-    while !ranks.is_empty() {
-        let mut best = 0;
-        for (i, r) in ranks.iter().enumerate() {
-            if r.0 < ranks[best].0 {
-                best = i;
-            }
-        }
-        let (found, merged) = ranks[best];
-        if found == NONE {
-            return;
-        }
-        let at = start + best;
-        ids[at] = merged;
-        ids.remove(at + 1);
-        ranks.remove(best);
-        if best > 0 {
-            ranks[best - 1] = rank(ids[at - 1], merged);
-        }
-        if best < ranks.len() {
-            ranks[best] = rank(merged, ids[at + 1]);
-        }
+        merge_tail_linear(ids, start, ranks, |l, r| self.second_rank(l, r));
     }
 }
 

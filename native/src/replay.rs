@@ -133,6 +133,10 @@ pub struct SegmentCache {
     packed: PackedTable,
     long: BytesMap<Syms>,
     arena: Vec<u32>,
+    /// Scratch for merging the segments it misses (`bpe::merge_bytes_into`).
+    ranks: Vec<(u32, u32)>,
+    /// The symbols of the last chunk of pieces its thread replayed, to size the next one by.
+    last_chunk_symbols: usize,
 }
 
 impl SegmentCache {
@@ -243,13 +247,13 @@ fn resolve<F: Fn(u32, u32) -> Option<(u32, u32)>>(
                 Some((_, merged)) => out.push(merged),
                 None => out.extend([segment[0] as u32, segment[1] as u32]),
             },
-            n if n == piece.len() => out.extend(bpe::merge(segment.iter().map(|&b| b as u32).collect(), rank)),
+            n if n == piece.len() => bpe::merge_bytes_into(segment, rank, &mut cache.ranks, out),
             _ => match cache.get(segment, packed) {
                 Some(syms) => cache.copy(syms, out),
                 None => {
-                    let ids = bpe::merge(segment.iter().map(|&b| b as u32).collect(), rank);
-                    out.extend_from_slice(&ids);
-                    cache.insert(segment, packed, &ids);
+                    let at = out.len();
+                    bpe::merge_bytes_into(segment, rank, &mut cache.ranks, out);
+                    cache.insert(segment, packed, &out[at..]);
                 }
             },
         }
@@ -439,7 +443,10 @@ fn replay_pieces<F: Fn(u32, u32) -> Option<(u32, u32)>>(
 ) -> Result<Vec<ReplayChunk>, String> {
     const CHUNK: usize = 4096;
     let mut chunks = Vec::new();
-    let mut out = ReplayChunk::with_capacity(narrow, 0, 0);
+    // Room for a chunk like this thread's last, and then some: a chunk that outgrows its buffer
+    // is copied, and room it does not use is given back untouched.
+    let room = |symbols: usize| symbols + symbols / 4;
+    let mut out = ReplayChunk::with_capacity(narrow, CHUNK, room(cache.last_chunk_symbols));
     let mut sym = Vec::new();
     // Each piece is cut (its cache slots fetched) one piece before it is resolved.
     let (mut next, mut current) = (Vec::new(), Vec::new());
@@ -466,11 +473,14 @@ fn replay_pieces<F: Fn(u32, u32) -> Option<(u32, u32)>>(
         out.syms.extend(&sym);
         if out.lens.len() == CHUNK {
             out.syms.shrink_to_fit();
-            let next = ReplayChunk::with_capacity(narrow, CHUNK, out.syms.len() + out.syms.len() / 8);
+            cache.last_chunk_symbols = out.syms.len();
+            let next = ReplayChunk::with_capacity(narrow, CHUNK, room(out.syms.len()));
             chunks.push(std::mem::replace(&mut out, next));
         }
     }
     if !out.lens.is_empty() {
+        out.lens.shrink_to_fit();
+        out.counts.shrink_to_fit();
         out.syms.shrink_to_fit();
         chunks.push(out);
     }
