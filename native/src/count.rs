@@ -19,7 +19,7 @@ use crate::cuts::{next_cut, prev_cut};
 use crate::memory::{Ceiling, Exceeded, MappedFile};
 use crate::scan::Splitter;
 use crate::specials::Specials;
-use crate::tables::{Counts, Tally};
+use crate::tables::{Counts, LocalCounts, Tally};
 
 /// Default size of the blocks [`CountSpec::count_stream`] reads.
 pub const DEFAULT_BLOCK_BYTES: usize = 256 << 20;
@@ -102,56 +102,91 @@ pub struct CountSpec {
     pub stop: Stop,
 }
 
+/// Work units of a count (see `CountSpec::units`).
+struct Units<'a> {
+    units: Vec<Vec<&'a [u8]>>,
+    /// Whether the worker splits each unit at its special tokens.
+    split: bool,
+}
+
 impl CountSpec {
-    /// Cut the ordinary (non-special) text of `docs` into work units of about `chunk_bytes`.
-    fn units<'a>(&self, docs: &[&'a [u8]]) -> Vec<Vec<&'a [u8]>> {
+    /// Cut `docs` into work units of about `chunk_bytes`: where the splitter allows safe cuts,
+    /// stretches of text cut where no special token is near ([`Self::next_clear_cut`]), which the
+    /// worker counting a unit splits at its special tokens (so that the search for them runs in
+    /// parallel, over text about to be counted); else the ordinary text between special tokens,
+    /// found here.
+    fn units<'a>(&self, docs: &[&'a [u8]]) -> Units<'a> {
         let target = self.chunk_bytes.max(1);
-        let cuttable = self.splitter.cuttable();
+        let split = self.splitter.cuttable() && !self.specials.is_empty();
         let mut units: Vec<Vec<&'a [u8]>> = Vec::new();
         let mut current: Vec<&'a [u8]> = Vec::new();
         let mut size = 0;
-        for doc in docs {
-            self.specials.ordinary(doc, |mut seg: &'a [u8]| {
-                while cuttable && seg.len() > target {
-                    match next_cut(&self.splitter, seg, target) {
-                        Some(cut) => {
-                            let (head, tail) = seg.split_at(cut);
-                            current.push(head);
-                            units.push(std::mem::take(&mut current));
-                            size = 0;
-                            seg = tail;
-                        }
-                        None => break,
+        let mut add = |mut seg: &'a [u8], cut: &dyn Fn(&'a [u8]) -> Option<usize>| {
+            while seg.len() > target {
+                match cut(seg) {
+                    Some(at) => {
+                        let (head, tail) = seg.split_at(at);
+                        current.push(head);
+                        units.push(std::mem::take(&mut current));
+                        size = 0;
+                        seg = tail;
                     }
+                    None => break,
                 }
-                current.push(seg);
-                size += seg.len();
-                if size >= target {
-                    units.push(std::mem::take(&mut current));
-                    size = 0;
-                }
-            });
+            }
+            current.push(seg);
+            size += seg.len();
+            if size >= target {
+                units.push(std::mem::take(&mut current));
+                size = 0;
+            }
+        };
+        for doc in docs {
+            if split {
+                add(doc, &|seg| self.next_clear_cut(seg, target));
+            } else {
+                let cuttable = self.splitter.cuttable();
+                self.specials.ordinary(doc, |seg| {
+                    add(seg, &|seg| if cuttable { next_cut(&self.splitter, seg, target) } else { None })
+                });
+            }
         }
         if !current.is_empty() {
             units.push(current);
         }
-        units
+        Units { units, split }
     }
 
     /// Count the pieces of independent documents (files, JSON lines) into `tally`, then check the
     /// memory ceiling. Nothing borrows `docs` afterwards.
     pub fn count_into(&self, docs: &[&[u8]], tally: &Tally) -> Result<(), CountError> {
-        self.units(docs).par_iter().try_for_each(|unit| {
+        let Units { units, split } = self.units(docs);
+        units.par_iter().try_for_each(|unit| {
             if self.stop.requested() {
                 return Err(CountError::Stopped);
             }
-            let mut local = tally.local();
-            for seg in unit {
-                local.count(&self.splitter, seg)?;
-            }
-            Ok(())
+            self.count_unit(unit, split, &mut tally.local())
         })?;
         self.ceiling.check().map_err(CountError::Memory)
+    }
+
+    /// Count a work unit's texts into `local`, each split at its special tokens first when
+    /// `split` (see [`Self::units`]).
+    fn count_unit(&self, unit: &[&[u8]], split: bool, local: &mut LocalCounts) -> Result<(), CountError> {
+        for &text in unit {
+            if split {
+                let mut counted = Ok(());
+                self.specials.ordinary(text, |seg| {
+                    if counted.is_ok() {
+                        counted = local.count(&self.splitter, seg);
+                    }
+                });
+                counted?;
+            } else {
+                local.count(&self.splitter, text)?;
+            }
+        }
+        Ok(())
     }
 
     /// Count the file at `path` on the calling thread, read whole, if it is a regular file of at
@@ -177,9 +212,10 @@ impl CountSpec {
         let mut data = Vec::with_capacity(meta.len() as usize);
         File::open(path).and_then(|mut f| f.read_to_end(&mut data)).map_err(CountError::Io)?;
         let text = checked_text(&data, replace)?;
+        let Units { units, split } = self.units(&[&text]);
         let mut local = tally.local();
-        for seg in self.units(&[&text]).into_iter().flatten() {
-            local.count(&self.splitter, seg)?;
+        for unit in &units {
+            self.count_unit(unit, split, &mut local)?;
         }
         drop(local);
         self.ceiling.check().map_err(CountError::Memory)?;
@@ -208,6 +244,9 @@ impl CountSpec {
         let Some(limit) = text.len().checked_sub(self.specials.max_len()) else {
             return 0;
         };
+        if let Some(cut) = self.last_clear_cut(text, limit) {
+            return cut;
+        }
         let mut after_special = 0;
         self.specials.matches(text, |start, end| {
             if start <= limit && end > after_special {
@@ -223,6 +262,52 @@ impl CountSpec {
             }
         }
         after_special
+    }
+
+    /// One of the last few safe cuts at or before `limit` that no special token occurs near,
+    /// found without reading the text before it: the search of a whole window for special tokens
+    /// that [`Self::last_cut`] makes otherwise was a pass over every window of a count.
+    ///
+    /// A special token that straddles a cut lies within `max_len - 1` bytes of it on both sides,
+    /// so where no special token occurs in that stretch, none of the whole text's straddles it, and
+    /// the text on either side is ordinary there. The safe-cut rule then holds as judged in the
+    /// whole text: it reads at most a few characters before the cut, and where the ordinary text
+    /// starts among them (after a special token) it judges more strictly than within that text.
+    fn last_clear_cut(&self, text: &[u8], limit: usize) -> Option<usize> {
+        /// Candidates looked at before the whole text is searched instead.
+        const TRIES: usize = 16;
+        if !self.splitter.cuttable() {
+            return None;
+        }
+        let mut upto = limit;
+        for _ in 0..TRIES {
+            let cut = prev_cut(&self.splitter, text, upto)?;
+            if self.clear_at(text, cut) {
+                return Some(cut);
+            }
+            upto = cut - 1;
+        }
+        None
+    }
+
+    /// The first safe cut at or after `from` in `text` that no special token occurs near (see
+    /// [`Self::last_clear_cut`]), if any. Only when the splitter allows safe cuts.
+    fn next_clear_cut(&self, text: &[u8], from: usize) -> Option<usize> {
+        let mut from = from;
+        loop {
+            let cut = next_cut(&self.splitter, text, from)?;
+            if self.clear_at(text, cut) {
+                return Some(cut);
+            }
+            from = cut + 1;
+        }
+    }
+
+    /// Whether no special token occurs within `max_len - 1` bytes of `cut` on either side (so
+    /// none of the whole text's straddles it).
+    fn clear_at(&self, text: &[u8], cut: usize) -> bool {
+        let reach = self.specials.max_len().saturating_sub(1);
+        !self.specials.occur_in(&text[cut.saturating_sub(reach)..(cut + reach).min(text.len())])
     }
 
     /// Count a whole stream (e.g. a file) read in blocks of about `block` bytes: each block is
@@ -599,6 +684,27 @@ mod tests {
                 let got = count_streamed(s, text.as_bytes(), block, false).unwrap();
                 assert_eq!(got, whole, "{name} block {block}");
                 assert_eq!(count_windowed(s, text.as_bytes(), block).unwrap(), whole, "{name} windows {block}");
+            }
+        }
+    }
+
+    /// Special tokens that hold or end in whitespace and newlines, next to the newlines cuts are
+    /// made after: random texts count the same whatever the windows (the cut found near the end
+    /// of a window without searching all of it must be one the whole search allows).
+    #[test]
+    fn counts_near_specials_that_hold_whitespace_do_not_depend_on_block_size() {
+        let specials = ["<s>", "<s> ", "\n<s>\n", " \n", "\n\n<t>"];
+        let words = ["\n", " ", "a", "bc", "/", "<s>", "<s> ", " \n", "\n<s>\n", "\n\n<t>", "<t>", "\u{e9}", "12"];
+        let seed = &mut 0x0DDB_1A5E_5BAD_5EEDu64;
+        for round in 0..200 {
+            let text: String =
+                (0..crate::test_below(seed, 120)).map(|_| words[crate::test_below(seed, words.len())]).collect();
+            let b = crate::scan::ALL_BUILTINS[round % crate::scan::ALL_BUILTINS.len()];
+            let s = spec(b, round % 2 == 0, &specials, 64);
+            let whole = count(&s, &text);
+            for block in [1, 2, 3, 5, 8, 13, 40] {
+                assert_eq!(count_windowed(&s, text.as_bytes(), block).unwrap(), whole, "{b:?} {block} {text:?}");
+                assert_eq!(count_streamed(&s, text.as_bytes(), block, false).unwrap(), whole, "{b:?} {block} {text:?}");
             }
         }
     }
