@@ -102,79 +102,101 @@ pub struct CountSpec {
     pub stop: Stop,
 }
 
-/// Work units of a count (see `CountSpec::units`).
-struct Units<'a> {
-    units: Vec<Vec<&'a [u8]>>,
-    /// Whether the worker splits each unit at its special tokens.
-    split: bool,
+/// A work unit: texts of about `target` bytes, each with whether it may hold special tokens (then
+/// the worker splits it at them as it counts it).
+type Unit<'a> = Vec<(&'a [u8], bool)>;
+
+/// Work units as `CountSpec::units` gathers them.
+struct UnitBuilder<'a> {
+    units: Vec<Unit<'a>>,
+    current: Unit<'a>,
+    size: usize,
+    target: usize,
+    /// Whether the texts it is given now may hold special tokens.
+    specials: bool,
+}
+
+impl<'a> UnitBuilder<'a> {
+    /// Cut units off `seg` while it is longer than the target and `cut` finds a place; the rest.
+    fn cut_while(&mut self, mut seg: &'a [u8], cut: impl Fn(&'a [u8]) -> Option<usize>) -> &'a [u8] {
+        while seg.len() > self.target {
+            let Some(at) = cut(seg) else { break };
+            let (head, tail) = seg.split_at(at);
+            self.current.push((head, self.specials));
+            self.units.push(std::mem::take(&mut self.current));
+            self.size = 0;
+            seg = tail;
+        }
+        seg
+    }
+
+    /// Add `seg` to the current unit, which ends once it holds the target.
+    fn push(&mut self, seg: &'a [u8]) {
+        self.current.push((seg, self.specials));
+        self.size += seg.len();
+        if self.size >= self.target {
+            self.units.push(std::mem::take(&mut self.current));
+            self.size = 0;
+        }
+    }
 }
 
 impl CountSpec {
     /// Cut `docs` into work units of about `chunk_bytes`: where the splitter allows safe cuts,
     /// stretches of text cut where no special token is near ([`Self::next_clear_cut`]), which the
     /// worker counting a unit splits at its special tokens (so that the search for them runs in
-    /// parallel, over text about to be counted); else the ordinary text between special tokens,
-    /// found here.
-    fn units<'a>(&self, docs: &[&'a [u8]]) -> Units<'a> {
+    /// parallel, over text about to be counted); a stretch longer than that with no such cut, and
+    /// all text when the splitter allows no safe cuts, as the ordinary text between special
+    /// tokens, found here.
+    fn units<'a>(&self, docs: &[&'a [u8]]) -> Vec<Unit<'a>> {
         let target = self.chunk_bytes.max(1);
-        let split = self.splitter.cuttable() && !self.specials.is_empty();
-        let mut units: Vec<Vec<&'a [u8]>> = Vec::new();
-        let mut current: Vec<&'a [u8]> = Vec::new();
-        let mut size = 0;
-        let mut add = |mut seg: &'a [u8], cut: &dyn Fn(&'a [u8]) -> Option<usize>| {
-            while seg.len() > target {
-                match cut(seg) {
-                    Some(at) => {
-                        let (head, tail) = seg.split_at(at);
-                        current.push(head);
-                        units.push(std::mem::take(&mut current));
-                        size = 0;
-                        seg = tail;
-                    }
-                    None => break,
-                }
-            }
-            current.push(seg);
-            size += seg.len();
-            if size >= target {
-                units.push(std::mem::take(&mut current));
-                size = 0;
-            }
-        };
-        for doc in docs {
+        let cuttable = self.splitter.cuttable();
+        let split = cuttable && !self.specials.is_empty();
+        let mut b = UnitBuilder { units: Vec::new(), current: Vec::new(), size: 0, target, specials: false };
+        let safe = |seg: &[u8]| if cuttable { next_cut(&self.splitter, seg, target) } else { None };
+        for &doc in docs {
+            let mut ordinary = doc;
             if split {
-                add(doc, &|seg| self.next_clear_cut(seg, target));
-            } else {
-                let cuttable = self.splitter.cuttable();
-                self.specials.ordinary(doc, |seg| {
-                    add(seg, &|seg| if cuttable { next_cut(&self.splitter, seg, target) } else { None })
-                });
+                b.specials = true;
+                let rest = b.cut_while(doc, |seg| self.next_clear_cut(seg, target));
+                if rest.len() <= target {
+                    b.push(rest);
+                    continue;
+                }
+                // No line clear of special tokens to cut at (documents joined by special tokens
+                // alone): the ordinary text between them, cut at safe cuts, so that the workers
+                // still share it.
+                ordinary = rest;
             }
+            b.specials = false;
+            self.specials.ordinary(ordinary, |seg| {
+                let rest = b.cut_while(seg, safe);
+                b.push(rest)
+            });
         }
-        if !current.is_empty() {
-            units.push(current);
+        if !b.current.is_empty() {
+            b.units.push(b.current);
         }
-        Units { units, split }
+        b.units
     }
 
     /// Count the pieces of independent documents (files, JSON lines) into `tally`, then check the
     /// memory ceiling. Nothing borrows `docs` afterwards.
     pub fn count_into(&self, docs: &[&[u8]], tally: &Tally) -> Result<(), CountError> {
-        let Units { units, split } = self.units(docs);
-        units.par_iter().try_for_each(|unit| {
+        self.units(docs).par_iter().try_for_each(|unit| {
             if self.stop.requested() {
                 return Err(CountError::Stopped);
             }
-            self.count_unit(unit, split, &mut tally.local())
+            self.count_unit(unit, &mut tally.local())
         })?;
         self.ceiling.check().map_err(CountError::Memory)
     }
 
-    /// Count a work unit's texts into `local`, each split at its special tokens first when
-    /// `split` (see [`Self::units`]).
-    fn count_unit(&self, unit: &[&[u8]], split: bool, local: &mut LocalCounts) -> Result<(), CountError> {
-        for &text in unit {
-            if split {
+    /// Count a work unit's texts into `local`, those that may hold special tokens split at them
+    /// first (see [`Self::units`]).
+    fn count_unit(&self, unit: &Unit<'_>, local: &mut LocalCounts) -> Result<(), CountError> {
+        for &(text, specials) in unit {
+            if specials {
                 let mut counted = Ok(());
                 self.specials.ordinary(text, |seg| {
                     if counted.is_ok() {
@@ -212,10 +234,9 @@ impl CountSpec {
         let mut data = Vec::with_capacity(meta.len() as usize);
         File::open(path).and_then(|mut f| f.read_to_end(&mut data)).map_err(CountError::Io)?;
         let text = checked_text(&data, replace)?;
-        let Units { units, split } = self.units(&[&text]);
         let mut local = tally.local();
-        for unit in &units {
-            self.count_unit(unit, split, &mut local)?;
+        for unit in &self.units(&[&text]) {
+            self.count_unit(unit, &mut local)?;
         }
         drop(local);
         self.ceiling.check().map_err(CountError::Memory)?;
@@ -707,6 +728,18 @@ mod tests {
                 assert_eq!(count_streamed(&s, text.as_bytes(), block, false).unwrap(), whole, "{b:?} {block} {text:?}");
             }
         }
+    }
+
+    /// Documents joined by special tokens alone (no line to cut at) are still cut into work units
+    /// at the special tokens, so that every worker gets some of a window.
+    #[test]
+    fn documents_joined_by_specials_alone_make_many_units() {
+        let text = "one two three<|e|>".repeat(100);
+        let s = spec(Builtin::Gpt2, false, &["<|e|>"], 64);
+        let units = s.units(&[text.as_bytes()]);
+        assert!(units.len() >= 20, "{} units", units.len());
+        assert!(units.iter().flatten().all(|&(_, specials)| !specials), "split here, not again by the workers");
+        assert_eq!(count_windowed(&s, text.as_bytes(), 100).unwrap(), count(&s, &text));
     }
 
     #[test]
