@@ -286,8 +286,8 @@ impl CountSpec {
     }
 
     /// One of the last few safe cuts at or before `limit` that no special token occurs near,
-    /// found without reading the text before it: the search of a whole window for special tokens
-    /// that [`Self::last_cut`] makes otherwise was a pass over every window of a count.
+    /// found without reading the text before it (the search for special tokens that
+    /// [`Self::last_cut`] falls back on reads the whole text: a pass over every window of a count).
     ///
     /// A special token that straddles a cut lies within `max_len - 1` bytes of it on both sides,
     /// so where no special token occurs in that stretch, none of the whole text's straddles it, and
