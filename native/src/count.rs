@@ -720,12 +720,19 @@ mod tests {
         for round in 0..200 {
             let text: String =
                 (0..crate::test_below(seed, 120)).map(|_| words[crate::test_below(seed, words.len())]).collect();
-            let b = crate::scan::ALL_BUILTINS[round % crate::scan::ALL_BUILTINS.len()];
-            let s = spec(b, round % 2 == 0, &specials, 64);
+            let builtins = crate::scan::ALL_BUILTINS;
+            let (name, s) = match builtins.get(round % (builtins.len() + 1)) {
+                Some(&b) => (format!("{b:?}"), spec(b, round % 2 == 0, &specials, 64)),
+                None => ("custom".to_string(), custom_spec(r"[a-z]+\s|\s+|\S", true, &specials, 64)),
+            };
             let whole = count(&s, &text);
             for block in [1, 2, 3, 5, 8, 13, 40] {
-                assert_eq!(count_windowed(&s, text.as_bytes(), block).unwrap(), whole, "{b:?} {block} {text:?}");
-                assert_eq!(count_streamed(&s, text.as_bytes(), block, false).unwrap(), whole, "{b:?} {block} {text:?}");
+                assert_eq!(count_windowed(&s, text.as_bytes(), block).unwrap(), whole, "{name} {block} {text:?}");
+                assert_eq!(
+                    count_streamed(&s, text.as_bytes(), block, false).unwrap(),
+                    whole,
+                    "{name} {block} {text:?}"
+                );
             }
         }
     }
