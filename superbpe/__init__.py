@@ -59,5 +59,20 @@ def __getattr__(name: str) -> Any:
         return import_module(_MODULES[name])
     module = _EXPORTS.get(name)
     if module is None:
-        raise AttributeError(f"module 'superbpe' has no attribute {name!r}")
+        raise AttributeError(f"module 'superbpe' has no attribute {name!r}{_did_you_mean(name)}")
     return getattr(import_module(module), name)
+
+
+def _did_you_mean(name: str) -> str:
+    """The public names a mistyped or shortened one may have meant (``train`` is ``train_bpe`` or
+    ``train_superbpe``, further apart than Python's own suggestions reach), as the end of the error."""
+    if name.startswith("__"):
+        return ""
+    from difflib import get_close_matches  # only for the error: not a cost of every import
+
+    names = [*__all__, *_MODULES]
+    found = [n for n in names if len(name) >= 3 and n.startswith(name)]
+    found += [n for n in names if len(n) >= 4 and name.startswith(n)]
+    found += get_close_matches(name, names, n=3, cutoff=0.7)
+    near = list(dict.fromkeys(found))[:3]
+    return f"; did you mean {' or '.join(near)}?" if near else ""

@@ -190,6 +190,26 @@ def test_the_public_names_and_the_compat_presets_are_handed_out_by_the_package()
         superbpe.no_such_name  # noqa: B018
 
 
+@pytest.mark.parametrize(
+    "name, meant",
+    [
+        ("train", "did you mean train_bpe or train_superbpe?"),
+        ("Tokeniser", "did you mean Tokenizer?"),
+        ("count_pieces", "did you mean count?"),
+        ("PieceCount", "did you mean PieceCounts?"),
+    ],
+)
+def test_a_name_the_package_lacks_names_the_public_ones_meant(name: str, meant: str) -> None:
+    """A mistyped or shortened name says which public names it may have meant; ``train`` is too far
+    from ``train_bpe`` for Python's own suggestions. A name with nothing near says only that."""
+    with pytest.raises(AttributeError) as raised:
+        getattr(superbpe, name)
+    assert str(raised.value) == f"module 'superbpe' has no attribute {name!r}; {meant}"
+    with pytest.raises(AttributeError) as raised:
+        superbpe.xyzzy  # noqa: B018
+    assert str(raised.value) == "module 'superbpe' has no attribute 'xyzzy'"
+
+
 def test_reprs_say_what_they_hold_in_one_short_line(sample_texts: Path) -> None:
     counts = superbpe.count(sample_texts / "german.txt", [EOT], pretokenizer="o200k")
     assert repr(counts).endswith(f"({len(counts)} distinct of {counts.total()} pieces, pretokenizer o200k)")
