@@ -95,24 +95,6 @@ pub fn merge_tail_linear<F: Fn(u32, u32) -> (u32, u32)>(
     }
 }
 
-/// `merge` of `bytes` (each byte its own id) appended to `out`, reusing `ranks` as scratch for
-/// the short ones (replay merges millions of words and whole short pieces).
-#[inline(always)]
-pub fn merge_bytes_into<F: Fn(u32, u32) -> Option<(u32, u32)>>(
-    bytes: &[u8],
-    rank: F,
-    ranks: &mut Vec<(u32, u32)>,
-    out: &mut Vec<u32>,
-) {
-    if bytes.len() <= LINEAR_MAX {
-        let at = out.len();
-        out.extend(bytes.iter().map(|&b| b as u32));
-        merge_tail_linear(out, at, ranks, |l, r| rank(l, r).unwrap_or((NONE, 0)));
-    } else {
-        out.extend(merge_heap(bytes.iter().map(|&b| b as u32).collect(), rank));
-    }
-}
-
 /// The same merges with a lazy min-heap of (rank, position) over a linked list: O(n log n).
 pub fn merge_heap<F: Fn(u32, u32) -> Option<(u32, u32)>>(mut sym: Vec<u32>, rank: F) -> Vec<u32> {
     let n = sym.len();
@@ -173,10 +155,25 @@ pub fn merge_heap<F: Fn(u32, u32) -> Option<(u32, u32)>>(mut sym: Vec<u32>, rank
 pub const LINEAR_MAX: usize = 16;
 
 /// Whichever of the two suits the length.
-pub fn merge<F: Fn(u32, u32) -> Option<(u32, u32)>>(ids: Vec<u32>, rank: F) -> Vec<u32> {
-    if ids.len() <= LINEAR_MAX {
-        merge_linear(ids, rank)
+pub fn merge<F: Fn(u32, u32) -> Option<(u32, u32)>>(mut ids: Vec<u32>, rank: F) -> Vec<u32> {
+    merge_tail(&mut ids, 0, &mut Vec::new(), rank);
+    ids
+}
+
+/// `merge` of `ids[start..]` in place, whichever way suits its length; `ranks` is the linear
+/// scan's scratch, so a caller merging many short sequences (replay's words and short pieces)
+/// allocates nothing for them.
+#[inline(always)]
+pub fn merge_tail<F: Fn(u32, u32) -> Option<(u32, u32)>>(
+    ids: &mut Vec<u32>,
+    start: usize,
+    ranks: &mut Vec<(u32, u32)>,
+    rank: F,
+) {
+    if ids.len() - start <= LINEAR_MAX {
+        merge_tail_linear(ids, start, ranks, |l, r| rank(l, r).unwrap_or((NONE, 0)));
     } else {
-        merge_heap(ids, rank)
+        let tail = ids.split_off(start);
+        ids.extend(merge_heap(tail, rank));
     }
 }

@@ -112,17 +112,16 @@ struct UnitBuilder<'a> {
     current: Unit<'a>,
     size: usize,
     target: usize,
-    /// Whether the texts it is given now may hold special tokens.
-    specials: bool,
 }
 
 impl<'a> UnitBuilder<'a> {
-    /// Cut units off `seg` while it is longer than the target and `cut` finds a place; the rest.
-    fn cut_while(&mut self, mut seg: &'a [u8], cut: impl Fn(&'a [u8]) -> Option<usize>) -> &'a [u8] {
+    /// Cut units off `seg` (which may hold special tokens when `specials`) while it is longer than
+    /// the target and `cut` finds a place; the rest.
+    fn cut_while(&mut self, mut seg: &'a [u8], specials: bool, cut: impl Fn(&'a [u8]) -> Option<usize>) -> &'a [u8] {
         while seg.len() > self.target {
             let Some(at) = cut(seg) else { break };
             let (head, tail) = seg.split_at(at);
-            self.current.push((head, self.specials));
+            self.current.push((head, specials));
             self.units.push(std::mem::take(&mut self.current));
             self.size = 0;
             seg = tail;
@@ -130,9 +129,10 @@ impl<'a> UnitBuilder<'a> {
         seg
     }
 
-    /// Add `seg` to the current unit, which ends once it holds the target.
-    fn push(&mut self, seg: &'a [u8]) {
-        self.current.push((seg, self.specials));
+    /// Add `seg` (which may hold special tokens when `specials`) to the current unit, which ends
+    /// once it holds the target.
+    fn push(&mut self, seg: &'a [u8], specials: bool) {
+        self.current.push((seg, specials));
         self.size += seg.len();
         if self.size >= self.target {
             self.units.push(std::mem::take(&mut self.current));
@@ -152,15 +152,14 @@ impl CountSpec {
         let target = self.chunk_bytes.max(1);
         let cuttable = self.splitter.cuttable();
         let split = cuttable && !self.specials.is_empty();
-        let mut b = UnitBuilder { units: Vec::new(), current: Vec::new(), size: 0, target, specials: false };
+        let mut b = UnitBuilder { units: Vec::new(), current: Vec::new(), size: 0, target };
         let safe = |seg: &[u8]| if cuttable { next_cut(&self.splitter, seg, target) } else { None };
         for &doc in docs {
             let mut ordinary = doc;
             if split {
-                b.specials = true;
-                let rest = b.cut_while(doc, |seg| self.next_clear_cut(seg, target));
+                let rest = b.cut_while(doc, true, |seg| self.next_clear_cut(seg, target));
                 if rest.len() <= target {
-                    b.push(rest);
+                    b.push(rest, true);
                     continue;
                 }
                 // No line clear of special tokens to cut at (documents joined by special tokens
@@ -168,10 +167,9 @@ impl CountSpec {
                 // still share it.
                 ordinary = rest;
             }
-            b.specials = false;
             self.specials.ordinary(ordinary, |seg| {
-                let rest = b.cut_while(seg, safe);
-                b.push(rest)
+                let rest = b.cut_while(seg, false, safe);
+                b.push(rest, false)
             });
         }
         if !b.current.is_empty() {

@@ -133,7 +133,7 @@ pub struct SegmentCache {
     packed: PackedTable,
     long: BytesMap<Syms>,
     arena: Vec<u32>,
-    /// Scratch for merging the segments it misses (`bpe::merge_bytes_into`).
+    /// Scratch for merging the segments it misses (`bpe::merge_tail`).
     ranks: Vec<(u32, u32)>,
     /// The symbols of the last chunk of pieces its thread replayed, to size the next one by.
     last_chunk_symbols: usize,
@@ -247,15 +247,21 @@ fn resolve<F: Fn(u32, u32) -> Option<(u32, u32)>>(
                 Some((_, merged)) => out.push(merged),
                 None => out.extend([segment[0] as u32, segment[1] as u32]),
             },
-            n if n == piece.len() => bpe::merge_bytes_into(segment, rank, &mut cache.ranks, out),
-            _ => match cache.get(segment, packed) {
-                Some(syms) => cache.copy(syms, out),
-                None => {
-                    let at = out.len();
-                    bpe::merge_bytes_into(segment, rank, &mut cache.ranks, out);
-                    cache.insert(segment, packed, &out[at..]);
+            n => {
+                // A whole piece is met once (the pieces are distinct): merged, never cached.
+                let word = n < piece.len();
+                match word.then(|| cache.get(segment, packed)).flatten() {
+                    Some(syms) => cache.copy(syms, out),
+                    None => {
+                        let at = out.len();
+                        out.extend(segment.iter().map(|&b| b as u32));
+                        bpe::merge_tail(out, at, &mut cache.ranks, rank);
+                        if word {
+                            cache.insert(segment, packed, &out[at..]);
+                        }
+                    }
                 }
-            },
+            }
         }
     }
 }
