@@ -78,6 +78,48 @@ def test_train_superbpe_makes_the_merges_of_the_hydra_run(tmp_path, jsonl, engin
     assert len(vocab) == 900 and len(set(vocab.values())) == len(vocab)
 
 
+@pytest.mark.parametrize(
+    ("overrides", "options"),
+    [([], {}), (["compat=official", "schedule.transition=300"], {"compat": "official", "transition": 300})],
+    ids=["ours", "official"],
+)
+def test_tokenizer_train_superbpe_is_the_tokenizer_the_hydra_run_writes(
+    tmp_path, jsonl, documents, overrides, options
+):
+    """``Tokenizer.train_superbpe`` gives what a run's directory loads as: the merges and ids, and the same
+    encoding (the stage-2 pattern, the specials and, under compat=official, merges applied even to a
+    piece that is a token), with neither the pattern nor the specials named again."""
+    engine = ENGINES[-1]
+    cfg = hydra_run(tmp_path, jsonl, engine, *overrides)
+    run_training(cfg)
+    written = superbpe.Tokenizer.load(tmp_path / "run")
+    transition, compat = options.get("transition", 0.8), options.get("compat")
+    tok = superbpe.Tokenizer.train_superbpe(
+        jsonl, 900, transition, cfg.special_tokens, engine=engine, compat=compat
+    )
+    assert tok.merges == written.merges and tok.vocab == written.vocab
+    assert tok.pretokenizer.spec() == written.pretokenizer.spec()
+    assert (tok.whole_pieces, tok.special_tokens) == (written.whole_pieces, written.special_tokens)
+    text = "\n".join(documents)
+    assert tok.encode(text) == written.encode(text)
+
+
+def test_tokenizer_train_bpe_encodes_with_the_pattern_its_pieces_were_counted_with(documents):
+    """Counts were made with a pattern (here o200k): the tokenizer encodes with it, not with the gpt2
+    default the constructor would take; documents without a pattern train and encode with gpt2."""
+    def counts() -> PieceCounts:
+        return superbpe.count(iter(documents), [EOT], pretokenizer="o200k")
+
+    tok = superbpe.Tokenizer.train_bpe(counts(), 600, [EOT])
+    vocab, merges = superbpe.train_bpe(counts(), 600, [EOT])
+    text = "\n".join(documents)
+    assert tok.pretokenizer.name == "o200k" and tok.merges == merges and tok.special_tokens == [EOT]
+    assert tok.encode(text) == superbpe.Tokenizer(vocab, merges, [EOT], pretokenizer="o200k").encode(text)
+    plain = superbpe.Tokenizer.train_bpe(iter(documents), 600, [EOT], min_frequency=2)
+    assert plain.pretokenizer.name == "gpt2"
+    assert plain.merges == superbpe.train_bpe(iter(documents), 600, [EOT], min_frequency=2)[1]
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("workers", [1, 2])
 def test_an_iterable_of_documents_counts_and_trains_as_the_same_documents_in_a_file(

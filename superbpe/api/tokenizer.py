@@ -23,14 +23,16 @@ from typing import Any
 
 import numpy as np
 
+from superbpe.api.train import train_bpe, train_superbpe
 from superbpe.core.compat import (
     CompatConfig,
     check_directory_compat,
     encoding_for,
+    encoding_pretokenizer,
     get_compat,
     recorded_compat,
 )
-from superbpe.core.counts import check_errors_mode
+from superbpe.core.counts import PieceCounts, check_errors_mode
 from superbpe.core.errors import ConfigError, InputError
 from superbpe.core.pretokenize import (
     Pretokenizer,
@@ -42,6 +44,8 @@ from superbpe.core.pretokenize import (
 from superbpe.core.sources import (
     Chunk,
     ChunkCutter,
+    DocumentStream,
+    InputSpec,
     cut_stream,
     invalid_utf8,
     is_jsonl,
@@ -618,6 +622,77 @@ class Tokenizer:
         plain = self._plain_added
         skipped = {token_id for special, token_id in self._special_ids.items() if special not in plain}
         return [token_id for token_id in ids if token_id not in skipped]
+
+    # -- training -------------------------------------------------------------------------------------
+
+    @classmethod
+    def train_bpe(
+        cls,
+        input_path: InputSpec | DocumentStream | PieceCounts,
+        vocab_size: int,
+        special_tokens: Sequence[str] = (),
+        *,
+        pretokenizer: str | Pretokenizer | None = None,
+        engine: str | Engine = "auto",
+        compat: str | CompatConfig | None = None,
+        **options: Any,
+    ) -> Tokenizer:
+        """:func:`superbpe.train_bpe` (the same arguments, the same merges) as a tokenizer that encodes as it
+        was trained: with the pieces' pattern (``pretokenizer``, or the one piece counts were made with) and
+        the special tokens, under ``compat`` as a run's files do.
+
+        Why beside the function: building the tokenizer from ``(vocab, merges)`` means naming the pattern
+        and the specials again, and a pattern other than the training one encodes without complaint.
+        """
+        vocab, merges = train_bpe(
+            input_path, vocab_size, special_tokens, pretokenizer=pretokenizer, engine=engine, compat=compat,
+            **options,
+        )  # fmt: skip
+        made = input_path.meta.get("pretokenizer") if isinstance(input_path, PieceCounts) else None
+        if pretokenizer is None and made:
+            pieces = Pretokenizer.from_spec(made)
+        else:
+            pieces = get_pretokenizer(pretokenizer or "gpt2")
+        return cls._trained(vocab, merges, special_tokens, pieces, engine, compat)
+
+    @classmethod
+    def train_superbpe(
+        cls,
+        input_path: InputSpec | DocumentStream,
+        vocab_size: int,
+        transition: int | float = 0.8,
+        special_tokens: Sequence[str] = (),
+        *,
+        stage2_pretokenizer: str | Pretokenizer = "superbpe",
+        engine: str | Engine = "auto",
+        compat: str | CompatConfig | None = None,
+        **options: Any,
+    ) -> Tokenizer:
+        """:func:`superbpe.train_superbpe` (the same arguments, the same merges) as a tokenizer that encodes
+        with the stage-2 pattern, which makes its superwords (a tokenizer built with a word-level pattern
+        never would), and with the special tokens, under ``compat`` as a run's files do."""
+        vocab, merges = train_superbpe(
+            input_path, vocab_size, transition, special_tokens, stage2_pretokenizer=stage2_pretokenizer,
+            engine=engine, compat=compat, **options,
+        )  # fmt: skip
+        pieces = get_pretokenizer(stage2_pretokenizer)
+        return cls._trained(vocab, merges, special_tokens, pieces, engine, compat)
+
+    @classmethod
+    def _trained(
+        cls,
+        vocab: Mapping[int, bytes],
+        merges: Sequence[Merge],
+        special_tokens: Sequence[str],
+        pieces: Pretokenizer,
+        engine: str | Engine,
+        compat: str | CompatConfig | None,
+    ) -> Tokenizer:
+        """The tokenizer of merges trained on ``pieces``, encoding as a run under ``compat`` writes it."""
+        chosen = get_compat(compat)
+        encoding = encoding_pretokenizer(pieces, chosen)
+        specials = special_token_list(special_tokens)
+        return cls(vocab, merges, specials, encoding, engine, whole_pieces=chosen.whole_pieces)
 
     # -- files ----------------------------------------------------------------------------------------
 
