@@ -6,7 +6,8 @@ The library works without Hydra::
     vocab, merges = superbpe.train_bpe("corpus.txt", 32000, ["<|endoftext|>"])
     tok = superbpe.Tokenizer(vocab, merges, ["<|endoftext|>"])
     vocab, merges = superbpe.train_superbpe(iter(texts), 32000, transition=0.8)  # a bare list is paths
-    tok = superbpe.Tokenizer(vocab, merges, ["<|endoftext|>"], pretokenizer="superbpe")
+    tok = superbpe.Tokenizer(vocab, merges, pretokenizer="superbpe")  # the stage-2 pattern makes superwords
+    tok = superbpe.Tokenizer.train_superbpe(iter(texts), 32000, 0.8, ["<|endoftext|>"])  # one call, as a run
 
 Heavy submodules are imported on first use so ``import superbpe`` stays cheap in worker processes.
 """
