@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
+use crate::busy::Counting;
 use crate::cuts::{next_cut, prev_cut};
 use crate::memory::{Ceiling, Exceeded, MappedFile};
 use crate::scan::Splitter;
@@ -181,6 +182,7 @@ impl CountSpec {
     /// Count the pieces of independent documents (files, JSON lines) into `tally`, then check the
     /// memory ceiling. Nothing borrows `docs` afterwards.
     pub fn count_into(&self, docs: &[&[u8]], tally: &Tally) -> Result<(), CountError> {
+        let _counting = Counting::start();
         self.units(docs).par_iter().try_for_each(|unit| {
             if self.stop.requested() {
                 return Err(CountError::Stopped);
@@ -344,6 +346,7 @@ impl CountSpec {
         replace: bool,
         block: usize,
     ) -> Result<(), CountError> {
+        let _counting = Counting::start();
         let block = block.max(1);
         let mut buf: Vec<u8> = Vec::new();
         // The next block is read into `spare` while `buf` is counted.
@@ -418,6 +421,7 @@ impl CountSpec {
         cut_short: &(dyn Fn() -> bool + Sync),
         mut release: F,
     ) -> Result<(), CountError> {
+        let _counting = Counting::start();
         let block = block.max(1);
         // data[..valid] is known to be valid UTF-8.
         let mut valid = 0usize;

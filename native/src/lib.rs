@@ -6,6 +6,7 @@
 pub mod ascii_classes;
 pub mod batch;
 pub mod bpe;
+mod busy;
 pub mod byte_table;
 pub mod bytesmap;
 pub mod count;

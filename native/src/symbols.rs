@@ -140,48 +140,16 @@ impl Symbols {
         self.slots[p as usize]
     }
 
-    /// The address of slot `p`, for prefetching.
-    #[inline(always)]
-    pub fn slot_ref(&self, p: u32) -> &u32 {
-        &self.slots[p as usize]
-    }
-
     /// The live symbol after live position `p` in its piece, or `NONE`.
     #[inline(always)]
     pub fn next(&self, p: u32) -> u32 {
-        let q = p + 1;
-        let v = self.slots[q as usize];
-        if is_live(v) {
-            return q;
-        }
-        if v == SEP {
-            return NONE;
-        }
-        let z = q + (v & !DEAD);
-        if self.slots[z as usize] == SEP {
-            NONE
-        } else {
-            z
-        }
+        next_in(&self.slots[..], p)
     }
 
     /// The live symbol before live position `p` in its piece, or `NONE`.
     #[inline(always)]
     pub fn prev(&self, p: u32) -> u32 {
-        let q = p - 1;
-        let v = self.slots[q as usize];
-        if is_live(v) {
-            return q;
-        }
-        if v == SEP {
-            return NONE;
-        }
-        let z = q - (v & !DEAD);
-        if self.slots[z as usize] == SEP {
-            NONE
-        } else {
-            z
-        }
+        prev_in(&self.slots[..], p)
     }
 
     /// The piece (0-based, in layout order) that slot `p` (not a separator) belongs to.
@@ -192,38 +160,35 @@ impl Symbols {
         self.pages[page] + before - 1
     }
 
-    /// The first slot of `p`'s page, for prefetching: `piece(p)` scans the slots from there to `p`,
-    /// and with 32 slots a page that is often another cache line than `p`'s own.
+    /// The addresses `piece(p)` and the walks from `p` read first, for prefetching: `p`'s slot, the
+    /// first slot of its page (`piece` scans the slots from there to `p`, and with 32 slots a page
+    /// that is often another cache line than `p`'s own) and its page-table entry.
     #[inline(always)]
-    pub fn page_start_ref(&self, p: u32) -> &u32 {
-        &self.slots[p as usize & !(PAGE - 1)]
-    }
-
-    /// The page-table entry `piece(p)` reads, for prefetching.
-    #[inline(always)]
-    pub fn page_ref(&self, p: u32) -> &u32 {
-        &self.pages[p as usize >> PAGE_BITS]
+    pub fn refs(&self, p: u32) -> [&u32; 3] {
+        [&self.slots[p as usize], &self.slots[p as usize & !(PAGE - 1)], &self.pages[p as usize >> PAGE_BITS]]
     }
 
     /// Merge live `p` with its next live symbol `q` into `new`: `q` dies, joining the dead runs on
     /// either side of it. Returns the live symbol after `q` (now after `p`), or `NONE`.
     #[inline(always)]
     pub fn merge_at(&mut self, p: u32, q: u32, new: u32) -> u32 {
-        debug_assert!(is_live(new) && self.next(p) == q);
-        let after = q + 1;
-        let v = self.slots[after as usize];
-        let z = if v != SEP && !is_live(v) { after + (v & !DEAD) } else { after };
-        // The dead run is now p + 1 ..= z - 1; tag both ends, and `q`, which may lie inside it.
-        let tag = DEAD | (z - p - 1);
-        self.slots[p as usize] = new;
-        self.slots[p as usize + 1] = tag;
-        self.slots[q as usize] = tag;
-        self.slots[z as usize - 1] = tag;
-        if self.slots[z as usize] == SEP {
-            NONE
-        } else {
-            z
-        }
+        merge_in(&mut self.slots[..], p, q, new)
+    }
+
+    /// The slots in two halves, before and after the separator at `at`, for a merge applied on two
+    /// threads: each half walks and merges only its own pieces (a piece never crosses a separator).
+    pub fn halves(&mut self, at: u32) -> (Half<'_>, Half<'_>) {
+        let at = at as usize;
+        assert_eq!(self.slots[at], SEP, "halves are cut at a separator");
+        let page_start = (at + 1) & !(PAGE - 1);
+        let seps_before = self.slots[page_start..at + 1].iter().filter(|&&v| v == SEP).count() as u32;
+        let (before, rest) = self.slots.split_at_mut(at);
+        let after = &mut rest[1..];
+        let pages = &self.pages[..];
+        (
+            Half { slots: before, base: 0, pages, seps_before: 0 },
+            Half { slots: after, base: at as u32 + 1, pages, seps_before },
+        )
     }
 
     /// Split the slots into about `parts` consecutive ranges (for parallel passes).
@@ -278,6 +243,197 @@ impl Symbols {
             }
         }
         out
+    }
+}
+
+/// Slot access for the walks of the dead runs: all of a `Symbols`' slots, or one of its `Half`s.
+trait Slots {
+    /// Slot `i`'s value (`SEP` outside a half: a half ends at separators).
+    fn at(&self, i: u32) -> u32;
+    fn set(&mut self, i: u32, v: u32);
+}
+
+impl Slots for [u32] {
+    #[inline(always)]
+    fn at(&self, i: u32) -> u32 {
+        self[i as usize]
+    }
+
+    #[inline(always)]
+    fn set(&mut self, i: u32, v: u32) {
+        self[i as usize] = v;
+    }
+}
+
+/// `Symbols::next` of slots `s`.
+#[inline(always)]
+fn next_in<S: Slots + ?Sized>(s: &S, p: u32) -> u32 {
+    let q = p + 1;
+    let v = s.at(q);
+    if is_live(v) {
+        return q;
+    }
+    if v == SEP {
+        return NONE;
+    }
+    let z = q + (v & !DEAD);
+    if s.at(z) == SEP {
+        NONE
+    } else {
+        z
+    }
+}
+
+/// `Symbols::prev` of slots `s`.
+#[inline(always)]
+fn prev_in<S: Slots + ?Sized>(s: &S, p: u32) -> u32 {
+    let q = p - 1;
+    let v = s.at(q);
+    if is_live(v) {
+        return q;
+    }
+    if v == SEP {
+        return NONE;
+    }
+    let z = q - (v & !DEAD);
+    if s.at(z) == SEP {
+        NONE
+    } else {
+        z
+    }
+}
+
+/// `Symbols::merge_at` of slots `s`.
+#[inline(always)]
+fn merge_in<S: Slots + ?Sized>(s: &mut S, p: u32, q: u32, new: u32) -> u32 {
+    debug_assert!(is_live(new) && next_in(s, p) == q);
+    let after = q + 1;
+    let v = s.at(after);
+    let z = if v != SEP && !is_live(v) { after + (v & !DEAD) } else { after };
+    // The dead run is now p + 1 ..= z - 1; tag both ends, and `q`, which may lie inside it.
+    let tag = DEAD | (z - p - 1);
+    s.set(p, new);
+    s.set(p + 1, tag);
+    s.set(q, tag);
+    s.set(z - 1, tag);
+    if s.at(z) == SEP {
+        NONE
+    } else {
+        z
+    }
+}
+
+/// The slots on one side of a separator (`Symbols::halves`), addressed by their positions in the
+/// whole: a thread of a merge walks and merges its half's pieces as `Symbols` would.
+pub struct Half<'a> {
+    slots: &'a mut [u32],
+    /// The position of `slots[0]`.
+    base: u32,
+    pages: &'a [u32],
+    /// Separators between the start of the page of `base` and `base` (which this half cannot read).
+    seps_before: u32,
+}
+
+impl Slots for Half<'_> {
+    #[inline(always)]
+    fn at(&self, i: u32) -> u32 {
+        match i.checked_sub(self.base) {
+            Some(k) if (k as usize) < self.slots.len() => self.slots[k as usize],
+            _ => SEP,
+        }
+    }
+
+    #[inline(always)]
+    fn set(&mut self, i: u32, v: u32) {
+        self.slots[(i - self.base) as usize] = v;
+    }
+}
+
+/// What a merge reads and writes of the symbols: all of them (`Symbols`) or one `Half`.
+pub trait Walk {
+    /// The token at `p`, or a value with the `DEAD` bit for a dead slot or a separator.
+    fn get(&self, p: u32) -> u32;
+    /// The live symbol after live position `p` in its piece, or `NONE`.
+    fn next(&self, p: u32) -> u32;
+    /// The live symbol before live position `p` in its piece, or `NONE`.
+    fn prev(&self, p: u32) -> u32;
+    /// Merge live `p` with its next live symbol `q` into `new`; the live symbol after, or `NONE`.
+    fn merge_at(&mut self, p: u32, q: u32, new: u32) -> u32;
+    /// The piece that slot `p` (not a separator) belongs to.
+    fn piece(&self, p: u32) -> u32;
+    /// What `piece(p)` and the walks from `p` read first, for prefetching.
+    fn refs(&self, p: u32) -> [&u32; 3];
+}
+
+impl Walk for Symbols {
+    #[inline(always)]
+    fn get(&self, p: u32) -> u32 {
+        Symbols::get(self, p)
+    }
+
+    #[inline(always)]
+    fn next(&self, p: u32) -> u32 {
+        Symbols::next(self, p)
+    }
+
+    #[inline(always)]
+    fn prev(&self, p: u32) -> u32 {
+        Symbols::prev(self, p)
+    }
+
+    #[inline(always)]
+    fn merge_at(&mut self, p: u32, q: u32, new: u32) -> u32 {
+        Symbols::merge_at(self, p, q, new)
+    }
+
+    #[inline(always)]
+    fn piece(&self, p: u32) -> u32 {
+        Symbols::piece(self, p)
+    }
+
+    #[inline(always)]
+    fn refs(&self, p: u32) -> [&u32; 3] {
+        Symbols::refs(self, p)
+    }
+}
+
+impl Walk for Half<'_> {
+    #[inline(always)]
+    fn get(&self, p: u32) -> u32 {
+        self.at(p)
+    }
+
+    #[inline(always)]
+    fn next(&self, p: u32) -> u32 {
+        next_in(self, p)
+    }
+
+    #[inline(always)]
+    fn prev(&self, p: u32) -> u32 {
+        prev_in(self, p)
+    }
+
+    #[inline(always)]
+    fn merge_at(&mut self, p: u32, q: u32, new: u32) -> u32 {
+        merge_in(self, p, q, new)
+    }
+
+    /// `Symbols::piece`: the separators before `p`'s page from the page table, and those of the
+    /// page before `p`, counted where they lie outside this half when the half was cut.
+    #[inline(always)]
+    fn piece(&self, p: u32) -> u32 {
+        let (page, base) = (p as usize >> PAGE_BITS, self.base as usize);
+        let start = page << PAGE_BITS;
+        let (from, carried) = if start < base { (base, self.seps_before) } else { (start, 0) };
+        let before = self.slots[from - base..p as usize - base].iter().filter(|&&v| v == SEP).count() as u32;
+        self.pages[page] + carried + before - 1
+    }
+
+    #[inline(always)]
+    fn refs(&self, p: u32) -> [&u32; 3] {
+        let (k, base) = ((p - self.base) as usize, self.base as usize);
+        let page_start = (p as usize & !(PAGE - 1)).max(base) - base;
+        [&self.slots[k], &self.slots[page_start], &self.pages[p as usize >> PAGE_BITS]]
     }
 }
 
@@ -338,6 +494,50 @@ mod tests {
                 .flat_map(|(w, l)| l.windows(2).map(move |x| (x[0].0, x[0].1, x[1].1, w as u32)))
                 .collect();
             assert_eq!(seen, want);
+        }
+    }
+
+    /// The two halves a separator cuts the slots into walk, merge and find pieces as the whole does,
+    /// each seeing only its own slots (the other half's read as separators), for every separator.
+    #[test]
+    fn halves_walk_and_merge_as_the_whole() {
+        let seed = &mut 0x5EED_4A1F_0000_0001u64;
+        for _ in 0..60 {
+            let pieces: Vec<Vec<u32>> = (0..1 + below(seed, 12))
+                .map(|_| (0..2 + below(seed, 40)).map(|_| below(seed, 3) as u32).collect())
+                .collect();
+            let mut whole = Symbols::from_pieces(pieces.iter().map(|p| p.iter().copied())).unwrap();
+            // Some merges first, so that the walks cross dead runs.
+            for new in 10..10 + below(seed, 30) as u32 {
+                let p = 1 + below(seed, whole.len() - 2) as u32;
+                let q = if is_live(whole.get(p)) { whole.next(p) } else { NONE };
+                if q != NONE {
+                    whole.merge_at(p, q, new);
+                }
+            }
+            let seps: Vec<u32> = (0..whole.len() as u32).filter(|&i| whole.get(i) == SEP).collect();
+            for &at in &seps {
+                let mut twin = Symbols { slots: whole.slots.clone(), pages: whole.pages.clone() };
+                let live: Vec<u32> = (1..whole.len() as u32).filter(|&p| is_live(whole.get(p))).collect();
+                let want: Vec<(u32, u32, u32, u32)> =
+                    live.iter().map(|&p| (p, whole.next(p), whole.prev(p), whole.piece(p))).collect();
+                let (mut first, mut second) = twin.halves(at);
+                for &(p, next, prev, piece) in &want {
+                    let half = if p < at { &mut first } else { &mut second };
+                    assert_eq!(
+                        (half.get(p), half.next(p), half.prev(p), half.piece(p)),
+                        (whole.get(p), next, prev, piece)
+                    );
+                }
+                // A merge in a half writes what it writes in the whole.
+                if let Some(&(p, q, _, _)) = want.iter().find(|w| w.1 != NONE) {
+                    let mut merged = Symbols { slots: whole.slots.clone(), pages: whole.pages.clone() };
+                    let after = merged.merge_at(p, q, 99);
+                    let half = if p < at { &mut first } else { &mut second };
+                    assert_eq!(half.merge_at(p, q, 99), after);
+                    assert_eq!(twin.slots, merged.slots);
+                }
+            }
         }
     }
 

@@ -204,9 +204,7 @@ fn sort_group(
     // Right symbol and piece of each position; these reads are scattered, so fetch ahead.
     for i in 0..n {
         if let Some(&ahead) = group.get(i + 2 * PREFETCH_AHEAD) {
-            prefetch(syms.slot_ref(ahead));
-            prefetch(syms.page_start_ref(ahead));
-            prefetch(syms.page_ref(ahead));
+            syms.refs(ahead).into_iter().for_each(prefetch);
         }
         let p = group[i];
         scratch.rights.push(syms.get(syms.next(p)));
