@@ -55,25 +55,28 @@ impl Tables<'_> {
         }
     }
 
-    /// Add a thread's notes (`merge_in_halves`): as `dec` and `inc` would have made them, a pair
-    /// the merge made is created (and is fresh when new to the table), one it only lowered changes
-    /// only if the table has it (a cold pair is not kept).
+    /// Add a thread's notes (`merge_in_halves`) as `dec` and `inc` would have made them.
     fn add(&mut self, mut deltas: Deltas) {
         for key in std::mem::take(&mut deltas.made) {
             let d = deltas.pairs.remove(&key).expect("a made pair has its change");
-            let gather = self.gather;
-            let info = self.table(key).entry(key).or_default();
-            let first = info.positions.is_empty() && info.len == 0;
-            info.count += d.count;
-            info.positions.extend_from_slice(&d.positions);
-            if !gather && first {
-                self.fresh.push(key);
-            }
+            self.made(key, d.count, &d.positions);
         }
         for (key, d) in deltas.pairs {
-            if let Some(info) = self.table(key).get_mut(&key) {
-                info.count += d.count;
-            }
+            self.dec(key, -d.count);
+        }
+    }
+
+    /// Pair `key`, which holds the new token, changes by `count` and now occurs at `positions` too.
+    #[inline]
+    fn made(&mut self, key: u64, count: i64, positions: &[u32]) {
+        let gather = self.gather;
+        let info = self.table(key).entry(key).or_default();
+        let first = info.positions.is_empty() && info.len == 0;
+        info.count += count;
+        info.positions.extend_from_slice(positions);
+        // Gathered pairs are all new; `merge` takes them from `created` afterwards.
+        if !gather && first {
+            self.fresh.push(key);
         }
     }
 }
@@ -88,15 +91,7 @@ impl Changes for Tables<'_> {
 
     #[inline]
     fn inc(&mut self, key: u64, f: i64, pos: u32) {
-        let gather = self.gather;
-        let info = self.table(key).entry(key).or_default();
-        let first = info.positions.is_empty() && info.len == 0;
-        info.count += f;
-        info.positions.push(pos);
-        // Gathered pairs are all new; `merge` takes them from `created` afterwards.
-        if !gather && first {
-            self.fresh.push(key);
-        }
+        self.made(key, f, &[pos]);
     }
 }
 
@@ -106,7 +101,6 @@ impl Changes for Tables<'_> {
 struct Delta {
     count: i64,
     positions: SmallVec<[u32; 4]>,
-    made: bool,
 }
 
 /// A thread's changes to the pair counts, noted for `Tables::add`.
@@ -126,8 +120,8 @@ impl Changes for Deltas {
     #[inline]
     fn inc(&mut self, key: u64, f: i64, pos: u32) {
         let d = self.pairs.entry(key).or_default();
-        if !d.made {
-            d.made = true;
+        // A pair is made when it first occurs at a position (only made pairs do).
+        if d.positions.is_empty() {
             self.made.push(key);
         }
         d.count += f;
