@@ -6,6 +6,7 @@ import gzip
 import json
 import logging
 import os
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -243,6 +244,26 @@ def test_invalid_utf8_names_file_and_byte_offset(tmp_path: Path, workers: int) -
         count_pieces(path, "gpt2", workers=workers, chunk_bytes=64)
     replaced = count_pieces(path, "gpt2", errors="replace")
     assert replaced[" \ufffd".encode()] == 1
+
+
+@pytest.mark.skipif(not native_engine.available(), reason="superbpe._native is not built")
+def test_a_file_found_valid_is_checked_again_once_rewritten(tmp_path: Path) -> None:
+    """A file counted whole is not checked for UTF-8 again while unchanged (a SuperBPE run counts it once
+    per stage): rewritten in place, the same size, with an invalid byte, it is refused all the same."""
+    path = tmp_path / "corpus.txt"
+    line = b"a line of text that is long enough\n"
+    good = line * (400_000 // len(line))  # mapped, not read whole as a small file is
+    path.write_bytes(good)
+    engine = native_engine.NativeEngine()
+    first = engine.count(path, get_pretokenizer("superbpe-stage1"), [EOT])
+    assert engine.count(path, get_pretokenizer("superbpe"), [EOT]).total() == len(good) // len(line)
+    bad = bytearray(good)
+    bad[300_001] = 0xFF
+    time.sleep(0.02)  # past the clock tick of file times on kernels without fine-grained ones
+    path.write_bytes(bytes(bad))
+    with pytest.raises(InputError, match=r"corpus.txt: invalid UTF-8 at byte 300001"):
+        engine.count(path, get_pretokenizer("superbpe"), [EOT])
+    assert first.total() > 0
 
 
 def test_missing_and_empty_inputs_are_clear_errors(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ use crate::memory::{Ceiling, Exceeded, MappedFile};
 use crate::scan::Splitter;
 use crate::specials::Specials;
 use crate::tables::{Counts, LocalCounts, Tally};
+use crate::valid_files;
 
 /// Default size of the blocks [`CountSpec::count_stream`] reads.
 pub const DEFAULT_BLOCK_BYTES: usize = 256 << 20;
@@ -409,7 +410,8 @@ impl CountSpec {
     /// window of about `block` bytes, cut like [`Self::count_stream`]; after each window
     /// `release(upto)` is called: `data[..upto]` is counted and no longer needed (so a mapping's
     /// pages can be dropped). Strict UTF-8 only: the first invalid byte
-    /// is reported by its offset. Counts are those of the whole text for every block size.
+    /// is reported by its offset, unless the caller knows the text valid (`known_valid`: it is
+    /// not checked again). Counts are those of the whole text for every block size.
     /// `cut_short` is asked before each window is counted and as a window grows: once it holds,
     /// the text is no longer what it was (a mapped file cut short reads as zeros from its cut)
     /// and the count stops.
@@ -418,13 +420,14 @@ impl CountSpec {
         data: &[u8],
         tally: &Tally,
         block: usize,
+        known_valid: bool,
         cut_short: &(dyn Fn() -> bool + Sync),
         mut release: F,
     ) -> Result<(), CountError> {
         let _counting = Counting::start();
         let block = block.max(1);
         // data[..valid] is known to be valid UTF-8.
-        let mut valid = 0usize;
+        let mut valid = if known_valid { data.len() } else { 0 };
         let mut start = 0usize;
         let mut end = self.window_end(data, start, block, &mut valid, cut_short)?;
         while start < data.len() {
@@ -461,7 +464,9 @@ impl CountSpec {
     /// back, so that the map holds little more than the keys it stands in for. A file cut short
     /// while it is read ends the count in [`CountError::CutShort`], whatever else went wrong: what
     /// was read past the cut was not the file. A read that faulted stops it at once
-    /// ([`MappedFile::read_past_end`]); a cut inside the last page is found once done.
+    /// ([`MappedFile::read_past_end`]); a cut inside the last page is found once done. A file
+    /// counted whole is noted valid UTF-8, and not checked again while unchanged
+    /// ([`crate::valid_files`]).
     pub fn count_mapped(
         &self,
         map: &Arc<MappedFile>,
@@ -472,7 +477,8 @@ impl CountSpec {
         let mut pages = map.pages();
         let (mut window_start, mut long_before, mut referring) = (0, tally.long_key_bytes(), false);
         let cut_short = || map.read_past_end();
-        let counted = self.count_windows(map.bytes(), tally, block, &cut_short, |upto| {
+        let known_valid = map.stamp().is_some_and(valid_files::is_valid);
+        let counted = self.count_windows(map.bytes(), tally, block, known_valid, &cut_short, |upto| {
             if referring {
                 pages.keep_below(upto);
             } else {
@@ -493,6 +499,9 @@ impl CountSpec {
         tally.copy_keys();
         if map.cut_short() {
             return Err(CountError::CutShort);
+        }
+        if let (Ok(()), Some(stamp)) = (&counted, map.stamp()) {
+            valid_files::note_valid(stamp);
         }
         counted
     }
@@ -602,7 +611,7 @@ mod tests {
     fn count_windowed(s: &CountSpec, text: &[u8], block: usize) -> Result<Vec<(Vec<u8>, u64)>, CountError> {
         let mut tally = Tally::new(2);
         let mut released = 0;
-        s.count_windows(text, &tally, block, &|| false, |upto| {
+        s.count_windows(text, &tally, block, false, &|| false, |upto| {
             assert!(upto <= text.len() && upto >= released);
             released = upto;
         })?;
@@ -621,7 +630,7 @@ mod tests {
         s.stop = Stop(STOPS.load(Ordering::Relaxed).wrapping_sub(1));
         let mut windows = 0;
         let tally = Tally::new(2);
-        let stopped = s.count_windows(text.as_bytes(), &tally, 100, &|| false, |_| windows += 1);
+        let stopped = s.count_windows(text.as_bytes(), &tally, 100, false, &|| false, |_| windows += 1);
         assert!(matches!(stopped, Err(CountError::Stopped)), "{stopped:?}");
         assert_eq!(windows, 0);
         assert!(matches!(count_streamed(&s, text.as_bytes(), 100, false), Err(CountError::Stopped)));
@@ -653,6 +662,38 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
     }
 
+    /// A file counted whole is checked for UTF-8 once: a file noted valid is not checked again
+    /// (one noted by hand with an invalid byte counts without error), one that changed since is,
+    /// and a file found invalid is not noted.
+    #[test]
+    fn a_mapped_file_found_valid_is_checked_again_only_once_changed() {
+        let text = block_corpus().repeat(40);
+        let path = std::env::temp_dir().join(format!("superbpe-valid-count-test-{}", std::process::id()));
+        let s = spec(Builtin::Gpt2, false, &["<|e|>"], 64);
+        let count_file = || {
+            let file = File::open(&path).unwrap();
+            // SAFETY: the test's own file, not changed while mapped.
+            let map = Arc::new(unsafe { MappedFile::open(&file, path.to_str().unwrap()) }.unwrap().unwrap());
+            let tally = Tally::new(2);
+            (s.count_mapped(&map, &tally, 1000, false), map.stamp().unwrap())
+        };
+        std::fs::write(&path, &text).unwrap();
+        let (counted, stamp) = count_file();
+        assert!(counted.is_ok() && valid_files::is_valid(stamp), "{counted:?}");
+
+        let mut invalid = text.clone().into_bytes();
+        invalid[5000] = 0xFF;
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(&path, &invalid).unwrap();
+        let (counted, stamp) = count_file();
+        assert!(matches!(counted, Err(CountError::Utf8(5000))), "{counted:?}");
+        assert!(!valid_files::is_valid(stamp));
+
+        valid_files::note_valid(stamp);
+        assert!(count_file().0.is_ok(), "noted valid: not checked");
+        std::fs::remove_file(&path).unwrap();
+    }
+
     #[test]
     fn a_count_past_its_ceiling_stops_after_the_window_that_went_past() {
         let text = block_corpus();
@@ -660,7 +701,7 @@ mod tests {
         s.ceiling = Ceiling { rss: Some(1), reserve: None };
         let mut windows = 0;
         let tally = Tally::new(2);
-        match s.count_windows(text.as_bytes(), &tally, 100, &|| false, |_| windows += 1) {
+        match s.count_windows(text.as_bytes(), &tally, 100, false, &|| false, |_| windows += 1) {
             Err(CountError::Memory(Exceeded::Rss { held, limit: 1 })) => assert!(held > 1),
             other => panic!("{other:?}"),
         }

@@ -27,6 +27,7 @@ pub mod tables;
 pub mod tokenfiles;
 pub mod train;
 pub mod unicode;
+pub mod valid_files;
 
 #[cfg(feature = "python")]
 mod py;

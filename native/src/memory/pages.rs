@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::sigbus::Watched;
 use super::system::page_size;
+use crate::valid_files::Stamp;
 
 /// Ask for transparent huge pages on the 2 MiB-aligned part of `[addr, addr + len)`, before
 /// it is first touched (the memory of a fresh large allocation is not mapped yet).
@@ -60,6 +61,8 @@ pub struct MappedFile {
     _watch: Option<Watched>,
     map: memmap2::Mmap,
     mark: CutMark,
+    /// The file's stamp when mapped (`None` where it could not be read).
+    stamp: Option<Stamp>,
 }
 
 impl MappedFile {
@@ -76,12 +79,13 @@ impl MappedFile {
     pub unsafe fn open(file: &std::fs::File, name: &str) -> std::io::Result<Option<MappedFile>> {
         // SAFETY: the caller guarantees the file's bytes stay unchanged while mapped.
         let map = unsafe { memmap2::Mmap::map(file) }?;
+        let meta = file.metadata().ok();
         let _ = map.advise(memmap2::Advice::Sequential); // a hint: failure changes nothing
         let mark = CutMark {
             name: name.into(),
             cut: Arc::new(AtomicBool::new(false)),
             len: map.len() as u64,
-            identity: file.metadata().ok().map(|m| identity(&m)),
+            identity: meta.as_ref().map(identity),
         };
         // SAFETY: `map` is a read-only mapping of the file, page-aligned (offset 0), owned by the
         // `MappedFile` made below, whose `_watch` is dropped before its `map`.
@@ -90,11 +94,16 @@ impl MappedFile {
             return Ok(None);
         }
         cut_for_test(name, map.len());
-        Ok(Some(MappedFile { _watch: watch, map, mark }))
+        Ok(Some(MappedFile { _watch: watch, map, mark, stamp: meta.as_ref().map(Stamp::of) }))
     }
 
     pub fn bytes(&self) -> &[u8] {
         &self.map
+    }
+
+    /// The file's stamp when it was mapped ([`crate::valid_files`]).
+    pub fn stamp(&self) -> Option<Stamp> {
+        self.stamp
     }
 
     /// Whether the file was found cut short while mapped ([`CutMark::cut_short`]): bytes read

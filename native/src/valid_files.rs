@@ -1,0 +1,87 @@
+//! Files a count has read whole and found valid UTF-8, so that a later count of the same bytes
+//! need not check them again.
+//!
+//! A SuperBPE run counts its corpus twice, once per stage's pattern, in one process. Checking the
+//! second time finds nothing new, yet it is the first read of each window of the file, made while
+//! the workers count the window before, and a good share of the count's time. A file counts as
+//! the same when its device, inode, size and modification and change times are those it had when
+//! it was checked: any write changes the change time, which no one but the kernel sets. Were the
+//! bytes changed without it, a count would read invalid UTF-8 as bytes: the built-in scanners split
+//! any bytes, and the regex fallback checks its own input, so the result is counts, never an
+//! unchecked `str`.
+
+use std::sync::Mutex;
+
+/// What identifies a file's bytes: device, inode, size, and modification and change times (ns).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Stamp([i64; 7]);
+
+impl Stamp {
+    /// The stamp of the file `meta` describes, as it is now.
+    pub fn of(meta: &std::fs::Metadata) -> Stamp {
+        use std::os::unix::fs::MetadataExt;
+        Stamp([
+            meta.dev() as i64,
+            meta.ino() as i64,
+            meta.len() as i64,
+            meta.mtime(),
+            meta.mtime_nsec(),
+            meta.ctime(),
+            meta.ctime_nsec(),
+        ])
+    }
+}
+
+/// Most stamps kept: a run reads a few files many times, not many files once each.
+const KEPT: usize = 256;
+
+static VALID: Mutex<Vec<Stamp>> = Mutex::new(Vec::new());
+
+fn kept() -> std::sync::MutexGuard<'static, Vec<Stamp>> {
+    VALID.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether a file with this stamp was found valid UTF-8 whole.
+pub fn is_valid(stamp: Stamp) -> bool {
+    kept().contains(&stamp)
+}
+
+/// Note that the file with this stamp is valid UTF-8 whole (the oldest note goes when full).
+pub fn note_valid(stamp: Stamp) {
+    let mut kept = kept();
+    if !kept.contains(&stamp) {
+        if kept.len() == KEPT {
+            kept.remove(0);
+        }
+        kept.push(stamp);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_changes_the_stamp() {
+        let dir = std::env::temp_dir().join(format!("superbpe-valid-files-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("a.txt");
+        std::fs::write(&path, "same size").unwrap();
+        let before = Stamp::of(&std::fs::metadata(&path).unwrap());
+        assert_eq!(before, Stamp::of(&std::fs::metadata(&path).unwrap()));
+        // Past the clock tick of file times on kernels without fine-grained ones.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(&path, "SAME SIZE").unwrap();
+        assert_ne!(before, Stamp::of(&std::fs::metadata(&path).unwrap()), "same size, new bytes");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn notes_are_kept_up_to_a_bound() {
+        let stamp = |n: i64| Stamp([-1, -2, n, 0, 0, 0, 0]);
+        note_valid(stamp(0));
+        assert!(is_valid(stamp(0)) && !is_valid(stamp(1)));
+        (1..=KEPT as i64).for_each(|n| note_valid(stamp(n)));
+        assert!(!is_valid(stamp(0)) && is_valid(stamp(KEPT as i64)));
+    }
+}
