@@ -35,26 +35,39 @@ impl Stamp {
 /// Most stamps kept: a run reads a few files many times, not many files once each.
 const KEPT: usize = 256;
 
-static VALID: Mutex<Vec<Stamp>> = Mutex::new(Vec::new());
+/// The stamps of files found valid, the oldest first.
+struct Notes(Vec<Stamp>);
 
-fn kept() -> std::sync::MutexGuard<'static, Vec<Stamp>> {
+impl Notes {
+    fn holds(&self, stamp: Stamp) -> bool {
+        self.0.contains(&stamp)
+    }
+
+    /// Add `stamp` (the oldest goes when `KEPT` are held).
+    fn note(&mut self, stamp: Stamp) {
+        if !self.holds(stamp) {
+            if self.0.len() == KEPT {
+                self.0.remove(0);
+            }
+            self.0.push(stamp);
+        }
+    }
+}
+
+static VALID: Mutex<Notes> = Mutex::new(Notes(Vec::new()));
+
+fn notes() -> std::sync::MutexGuard<'static, Notes> {
     VALID.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Whether a file with this stamp was found valid UTF-8 whole.
 pub fn is_valid(stamp: Stamp) -> bool {
-    kept().contains(&stamp)
+    notes().holds(stamp)
 }
 
-/// Note that the file with this stamp is valid UTF-8 whole (the oldest note goes when full).
+/// Note that the file with this stamp is valid UTF-8 whole.
 pub fn note_valid(stamp: Stamp) {
-    let mut kept = kept();
-    if !kept.contains(&stamp) {
-        if kept.len() == KEPT {
-            kept.remove(0);
-        }
-        kept.push(stamp);
-    }
+    notes().note(stamp);
 }
 
 #[cfg(test)]
@@ -76,12 +89,16 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// A local set of notes: the process's own is shared with the count tests running beside.
     #[test]
     fn notes_are_kept_up_to_a_bound() {
         let stamp = |n: i64| Stamp([-1, -2, n, 0, 0, 0, 0]);
-        note_valid(stamp(0));
-        assert!(is_valid(stamp(0)) && !is_valid(stamp(1)));
-        (1..=KEPT as i64).for_each(|n| note_valid(stamp(n)));
-        assert!(!is_valid(stamp(0)) && is_valid(stamp(KEPT as i64)));
+        let mut notes = Notes(Vec::new());
+        notes.note(stamp(0));
+        notes.note(stamp(0));
+        assert!(notes.holds(stamp(0)) && !notes.holds(stamp(1)) && notes.0.len() == 1);
+        (1..=KEPT as i64).for_each(|n| notes.note(stamp(n)));
+        assert!(!notes.holds(stamp(0)) && notes.holds(stamp(1)) && notes.holds(stamp(KEPT as i64)));
+        assert_eq!(notes.0.len(), KEPT);
     }
 }
