@@ -103,7 +103,12 @@ impl BatchIds {
                 match shared[slot].try_lock() {
                     Ok(mut buffer) => {
                         if buffer.capacity() == 0 {
-                            *buffer = spare::IDS.take(total / threads / 2 + 1, Pages::Huge);
+                            // Room for an id per byte of a thread's share, twice what text mostly
+                            // needs: threads take groups as they come, so one may write more than
+                            // its share, and a buffer it outgrew was copied into fresh memory (most
+                            // of a first pass's time in the kernel on two threads). Room never
+                            // written is address space only.
+                            *buffer = spare::IDS.take(total / threads + 1, Pages::Huge);
                         }
                         let start = buffer.len();
                         let lens = encode(first, group, &mut buffer).inspect_err(|_| buffer.truncate(start))?;
