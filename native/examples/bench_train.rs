@@ -55,9 +55,12 @@ fn superbpe(data: &[u8], spec1: &CountSpec, spec2: &CountSpec, transition: usize
     let d2 = timed(&mut || tally.drain_into(&mut counts2).unwrap());
     eprintln!("  stage-2 drain: {d2:.2}s CPU, {:.2}s wall", wall.elapsed().as_secs_f64());
     let rules2 = Rules { max_words_per_token: Some(4), forbidden_substrings: vec![b": ".to_vec()], ..rules.clone() };
+    let pieces2 = counts2.len();
+    // Handed over, as a run hands its counts to the trainer.
+    let mut owned = Some(counts2);
     let mut stage2 = None;
     let r2 = timed(&mut || {
-        let source = Source::Borrowed(&counts2);
+        let source = Source::Owned(owned.take().expect("built once"));
         // Wall seconds of each build phase (replay, cut, index), printed as the next one starts.
         let (mut phase, mut since) = (String::new(), std::time::Instant::now());
         let mut report = |name: &str, _: u64, _: u64| {
@@ -98,7 +101,7 @@ fn superbpe(data: &[u8], spec1: &CountSpec, spec2: &CountSpec, transition: usize
         replay.len(),
         counts1.len(),
         stage2.parts.len(),
-        counts2.len()
+        pieces2
     );
 }
 
