@@ -1,6 +1,8 @@
 //! A batch's ids: texts cut into groups, the groups encoded by the threads of a rayon pool, each
 //! thread appending its groups' ids to one buffer of its own, then the buffers' spans joined in the
-//! batch's order.
+//! batch's order. On two threads the ids go straight into one vector instead, one thread's from the
+//! front and the other's from the back ([`BatchIds::encode`]), so that each is written once to new
+//! memory.
 //!
 //! Why a buffer per thread and not one per group: a group's ids are megabytes, and memory the
 //! process has not written before costs a page fault and a zeroed page per page when first written.
@@ -53,6 +55,97 @@ fn groups<'t>(texts: &'t [&'t [u8]], threads: usize) -> Vec<(usize, &'t [&'t [u8
     groups
 }
 
+/// The two ends of a batch encoded from both ([`BatchIds::encode_from_both_ends`]): the groups
+/// each end takes next, and the slots of the one vector each end has filled. The front's ids fill
+/// `..front` and the back's `back..top`, and `front <= back` always holds, so no slot is given twice.
+struct Ends {
+    /// The next group from the front, and one past the next from the back.
+    front_group: usize,
+    back_group: usize,
+    front: usize,
+    /// Bytes of the groups the front has placed.
+    front_bytes: usize,
+    back: usize,
+    /// Where the back's ids end: set when the back places its first group.
+    top: Option<usize>,
+}
+
+/// How much more room than its first group's ids per byte the back leaves the front's groups.
+const RECKONING_SLACK: (usize, usize) = (5, 4);
+
+impl Ends {
+    /// The next group for the front or the back, if any is left.
+    fn take(&mut self, from_front: bool) -> Option<usize> {
+        if self.front_group >= self.back_group {
+            return None;
+        }
+        if from_front {
+            self.front_group += 1;
+            Some(self.front_group - 1)
+        } else {
+            self.back_group -= 1;
+            Some(self.back_group)
+        }
+    }
+
+    /// Slots for `n` ids of a group of `bytes` bytes (of a batch of `total`) from the front or the
+    /// back, or None when they do not fit between the two.
+    fn place(&mut self, from_front: bool, n: usize, bytes: usize, total: usize) -> Option<usize> {
+        if from_front {
+            if n > self.back - self.front {
+                return None;
+            }
+            self.front += n;
+            self.front_bytes += bytes;
+            return Some(self.front - n);
+        }
+        if self.top.is_none() {
+            // The bytes the front has not placed, at this group's ids per byte, and some more.
+            let left = (total - self.front_bytes) as u128 * n as u128 / bytes.max(1) as u128;
+            let room = left * RECKONING_SLACK.0 as u128 / RECKONING_SLACK.1 as u128 + n as u128;
+            self.back = self.back.min(self.front.saturating_add(usize::try_from(room).unwrap_or(usize::MAX)));
+            self.top = Some(self.back);
+        }
+        if n > self.back - self.front {
+            return None;
+        }
+        self.back -= n;
+        Some(self.back)
+    }
+}
+
+/// A group encoded on two threads: its index, and where its ids went with each text's count, or
+/// its error.
+type Done<E> = (usize, Result<(Spot, Vec<usize>), E>);
+
+/// Where a group's ids went on two threads: slots of the shared vector, or a buffer of its own.
+enum Spot {
+    Shared(usize),
+    Own(Vec<u32>),
+}
+
+/// The shared vector's slots, written by both threads at once (each only the slots `Ends::place`
+/// gave it).
+#[derive(Clone, Copy)]
+struct Shared(*mut MaybeUninit<u32>);
+
+// SAFETY: the pointer is only used for the slots `Ends::place` handed out, each to one thread, and
+// the vector it points into outlives both threads' work (`rayon::join` returns before it is touched
+// again).
+unsafe impl Send for Shared {}
+unsafe impl Sync for Shared {}
+
+impl Shared {
+    /// Slot `i`.
+    ///
+    /// # Safety
+    /// `i` must be at most the vector's capacity.
+    unsafe fn at(self, i: usize) -> *mut MaybeUninit<u32> {
+        // SAFETY: within the allocation or one past its end (the caller's promise).
+        unsafe { self.0.add(i) }
+    }
+}
+
 /// Where one group's ids went: a span of a buffer, and the number of ids of each of its texts.
 struct Placed {
     buffer: usize,
@@ -91,6 +184,9 @@ impl BatchIds {
         let threads = rayon::current_num_threads();
         if threads <= 1 {
             return BatchIds::encode_alone(texts, encode);
+        }
+        if threads == 2 {
+            return BatchIds::encode_from_both_ends(texts, encode);
         }
         let total: usize = texts.iter().map(|t| t.len()).sum();
         let shared: Vec<Mutex<Vec<u32>>> = (0..threads).map(|_| Mutex::new(Vec::new())).collect();
@@ -134,6 +230,99 @@ impl BatchIds {
             groups.push(placed);
         }
         Ok(BatchIds { buffers, groups })
+    }
+
+    /// Encode `texts` as [`BatchIds::encode`] does on two threads: one takes groups from the front,
+    /// the other from the back, each encoding a group into room of its own that it reuses and
+    /// copying the ids straight into one vector, the front's up from its start and the back's down
+    /// from about where the ids will end (reckoned from the back's first group); the back's ids are
+    /// then moved down to follow the front's. Each id is then written once to memory new to the
+    /// process, where a buffer per thread and then their join wrote it twice: a first pass over
+    /// fresh memory waits on its pages. A group that finds no room left between the two (more ids
+    /// than the vector holds, or than the reckoning left) keeps its room as a buffer of its own,
+    /// joined later.
+    fn encode_from_both_ends<E: Send>(
+        texts: &[&[u8]],
+        encode: impl Fn(usize, &[&[u8]], &mut Vec<u32>) -> Result<Vec<usize>, E> + Sync,
+    ) -> Result<BatchIds, E> {
+        let groups = groups(texts, 2);
+        let bytes = |group: &[&[u8]]| group.iter().map(|t| t.len()).sum::<usize>();
+        let total = bytes(texts);
+        // Room for a token per two bytes, which nearly all text needs at most; groups beyond it
+        // keep buffers of their own.
+        let mut out: Vec<u32> = spare::IDS.take(total / 2 + 1, Pages::Huge);
+        let shared = Shared(out.spare_capacity_mut().as_mut_ptr());
+        let ends = Mutex::new(Ends {
+            front_group: 0,
+            back_group: groups.len(),
+            front: 0,
+            front_bytes: 0,
+            back: out.capacity(),
+            top: None,
+        });
+        let largest = groups.iter().map(|g| bytes(g.1)).max().unwrap_or(0);
+        let work = |from_front: bool| {
+            let mut room = ids_room(largest);
+            let mut done: Vec<Done<E>> = Vec::new();
+            loop {
+                // Bound first: the lock must not be held while the group is encoded.
+                let next = ends.lock().unwrap_or_else(|e| e.into_inner()).take(from_front);
+                let Some(g) = next else { break };
+                let (first, group) = groups[g];
+                room.clear();
+                let lens = match encode(first, group, &mut room) {
+                    Ok(lens) => lens,
+                    Err(e) => {
+                        done.push((g, Err(e)));
+                        continue;
+                    }
+                };
+                let at =
+                    ends.lock().unwrap_or_else(|e| e.into_inner()).place(from_front, room.len(), bytes(group), total);
+                let spot = match at {
+                    Some(at) => {
+                        // SAFETY: `place` gave `at..at + len` to this group alone, inside the
+                        // vector's capacity, and never gives a slot twice (see `Ends`).
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(room.as_ptr(), shared.at(at).cast::<u32>(), room.len())
+                        };
+                        Spot::Shared(at)
+                    }
+                    None => Spot::Own(std::mem::replace(&mut room, ids_room(largest))),
+                };
+                done.push((g, Ok((spot, lens))));
+            }
+            spare::IDS.give(room);
+            done
+        };
+        let (front, back) = rayon::join(|| work(true), || work(false));
+        let Ends { front: front_end, back: back_start, top, .. } = ends.into_inner().unwrap_or_else(|e| e.into_inner());
+        let top = top.unwrap_or(back_start);
+        // SAFETY: `..front_end` and `back_start..top` were written in full (each slot `place` gave
+        // out was copied into at once, and they never overlap: `front_end <= back_start`); the back's
+        // ids move down to follow the front's (`copy` allows the overlap), so the first
+        // `front_end + top - back_start` elements are set.
+        unsafe {
+            std::ptr::copy(shared.at(back_start), shared.at(front_end), top - back_start);
+            out.set_len(front_end + top - back_start);
+        }
+        let mut done: Vec<_> = front.into_iter().chain(back).collect();
+        done.sort_unstable_by_key(|d| d.0);
+        let mut buffers = vec![out];
+        let mut placed = Vec::with_capacity(done.len());
+        for (_, result) in done {
+            let (spot, lens) = result?;
+            let (buffer, start) = match spot {
+                Spot::Shared(at) if at >= back_start => (0, at - (back_start - front_end)),
+                Spot::Shared(at) => (0, at),
+                Spot::Own(ids) => {
+                    buffers.push(ids);
+                    (buffers.len() - 1, 0)
+                }
+            };
+            placed.push(Placed { buffer, start, lens });
+        }
+        Ok(BatchIds { buffers, groups: placed })
     }
 
     /// Encode `texts` as [`BatchIds::encode`] does, as one group on the calling thread.
@@ -310,6 +499,70 @@ mod tests {
                 assert_eq!(wide.err(), first_wide, "{threads} threads, {count} texts");
             }
         }
+    }
+
+    /// On two threads, ids go from both ends into one vector, or into buffers of their own where
+    /// the reckoning of how many come leaves no room (here texts make from one id per eight bytes
+    /// to three per byte, in runs): joined, they are every text's ids in order either way.
+    #[test]
+    fn both_ends_join_in_order_whatever_the_ids_per_byte() {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let state = &mut 0x2F1B_9D3C_44A7_E165u64;
+        let ids_of = |t: &[u8]| -> Vec<u32> {
+            match t.first().map_or(0, |&b| b % 4) {
+                0 => t.iter().step_by(8).map(|&b| u32::from(b)).collect(),
+                k => t.iter().flat_map(|&b| std::iter::repeat_n(u32::from(b), k as usize)).collect(),
+            }
+        };
+        let (mut one_buffer, mut own_buffers) = (0, 0);
+        for round in 0..40 {
+            // Alike in even rounds; in odd ones in runs, so that the back's first group can
+            // misjudge the rest.
+            let kind =
+                |i: usize| if round % 2 == 0 { (round / 2 % 2) as u8 } else { ((i * 4 / 300 + round) % 4) as u8 };
+            let texts: Vec<Vec<u8>> = (0..300)
+                .map(|i| {
+                    let len = crate::test_below(state, 20_000);
+                    (0..len)
+                        .map(|j| {
+                            if j == 0 {
+                                kind(i) + 4 * crate::test_below(state, 60) as u8
+                            } else {
+                                crate::test_below(state, 256) as u8
+                            }
+                        })
+                        .collect()
+                })
+                .collect();
+            let slices: Vec<&[u8]> = texts.iter().map(Vec::as_slice).collect();
+            let encode = |_: usize, group: &[&[u8]], out: &mut Vec<u32>| -> Result<Vec<usize>, ()> {
+                Ok(group
+                    .iter()
+                    .map(|t| {
+                        let ids = ids_of(t);
+                        out.extend_from_slice(&ids);
+                        ids.len()
+                    })
+                    .collect())
+            };
+            let ids = pool.install(|| BatchIds::encode(&slices, encode)).unwrap();
+            if ids.buffers.len() == 1 {
+                one_buffer += 1
+            } else {
+                own_buffers += 1
+            }
+            let want_ends: Vec<u64> = texts
+                .iter()
+                .scan(0u64, |end, t| {
+                    *end += ids_of(t).len() as u64;
+                    Some(*end)
+                })
+                .collect();
+            assert_eq!(ids.ends().collect::<Vec<_>>(), want_ends, "round {round}");
+            let want: Vec<u32> = texts.iter().flat_map(|t| ids_of(t)).collect();
+            assert_eq!(pool.install(|| ids.into_ids()), want, "round {round}");
+        }
+        assert!(one_buffer > 0 && own_buffers > 0, "{one_buffer} in one buffer, {own_buffers} with their own");
     }
 
     /// The first failing group's error (in the batch's order) is the batch's.
