@@ -201,9 +201,8 @@ impl BatchIds {
                         if buffer.capacity() == 0 {
                             // Room for an id per byte of a thread's share, twice what text mostly
                             // needs: threads take groups as they come, so one may write more than
-                            // its share, and a buffer it outgrew was copied into fresh memory (most
-                            // of a first pass's time in the kernel on two threads). Room never
-                            // written is address space only.
+                            // its share, and a buffer it outgrows is copied into fresh memory. Room
+                            // never written is address space only.
                             *buffer = spare::IDS.take(total / threads + 1, Pages::Huge);
                         }
                         let start = buffer.len();
