@@ -30,6 +30,12 @@ impl Stamp {
             meta.ctime_nsec(),
         ])
     }
+
+    /// Whether `meta` describes the same file (device and inode), whatever it holds now.
+    pub fn is_of_file(&self, meta: &std::fs::Metadata) -> bool {
+        let now = Stamp::of(meta);
+        self.0[..2] == now.0[..2]
+    }
 }
 
 /// Most stamps kept: a run reads a few files many times, not many files once each.

@@ -61,8 +61,6 @@ pub struct MappedFile {
     _watch: Option<Watched>,
     map: memmap2::Mmap,
     mark: CutMark,
-    /// The file's stamp when mapped (`None` where it could not be read).
-    stamp: Option<Stamp>,
 }
 
 impl MappedFile {
@@ -79,13 +77,12 @@ impl MappedFile {
     pub unsafe fn open(file: &std::fs::File, name: &str) -> std::io::Result<Option<MappedFile>> {
         // SAFETY: the caller guarantees the file's bytes stay unchanged while mapped.
         let map = unsafe { memmap2::Mmap::map(file) }?;
-        let meta = file.metadata().ok();
         let _ = map.advise(memmap2::Advice::Sequential); // a hint: failure changes nothing
         let mark = CutMark {
             name: name.into(),
             cut: Arc::new(AtomicBool::new(false)),
             len: map.len() as u64,
-            identity: meta.as_ref().map(identity),
+            stamp: file.metadata().ok().as_ref().map(Stamp::of),
         };
         // SAFETY: `map` is a read-only mapping of the file, page-aligned (offset 0), owned by the
         // `MappedFile` made below, whose `_watch` is dropped before its `map`.
@@ -94,7 +91,7 @@ impl MappedFile {
             return Ok(None);
         }
         cut_for_test(name, map.len());
-        Ok(Some(MappedFile { _watch: watch, map, mark, stamp: meta.as_ref().map(Stamp::of) }))
+        Ok(Some(MappedFile { _watch: watch, map, mark }))
     }
 
     pub fn bytes(&self) -> &[u8] {
@@ -103,7 +100,7 @@ impl MappedFile {
 
     /// The file's stamp when it was mapped ([`crate::valid_files`]).
     pub fn stamp(&self) -> Option<Stamp> {
-        self.stamp
+        self.mark.stamp
     }
 
     /// Whether the file was found cut short while mapped ([`CutMark::cut_short`]): bytes read
@@ -144,9 +141,10 @@ pub struct CutMark {
     name: Arc<str>,
     /// Set when a read faulted past the file's end ([`super::sigbus`]).
     cut: Arc<AtomicBool>,
-    /// The file's size, and which file it was, when mapped.
+    /// The file's size, and its stamp (which file it was, and how it stood), when mapped
+    /// (`None` where it could not be read).
     len: u64,
-    identity: Option<(u64, u64)>,
+    stamp: Option<Stamp>,
 }
 
 impl CutMark {
@@ -156,19 +154,14 @@ impl CutMark {
     /// its bytes in the map and is not taken as cut.
     pub fn cut_short(&self) -> bool {
         self.cut.load(Ordering::Acquire)
-            || std::fs::metadata(&*self.name).is_ok_and(|m| Some(identity(&m)) == self.identity && m.len() < self.len)
+            || std::fs::metadata(&*self.name)
+                .is_ok_and(|m| self.stamp.is_some_and(|s| s.is_of_file(&m)) && m.len() < self.len)
     }
 
     /// The name the map was opened with.
     pub fn name(&self) -> &str {
         &self.name
     }
-}
-
-/// Which file `m` describes: its device and inode.
-fn identity(m: &std::fs::Metadata) -> (u64, u64) {
-    use std::os::unix::fs::MetadataExt;
-    (m.dev(), m.ino())
 }
 
 /// Tests reach a truncation while a file is mapped without racing another process: with
@@ -286,7 +279,7 @@ mod tests {
 
     /// A cut inside the last page raises no fault (the page still holds some of the file), and
     /// the map still says the file was cut; a file removed while mapped keeps its bytes and is
-    /// not taken as cut.
+    /// not taken as cut, nor is another file put at its path.
     #[test]
     fn a_cut_inside_the_last_page_is_seen_and_a_removal_is_not_a_cut() {
         let page = page_size();
@@ -298,6 +291,11 @@ mod tests {
         assert!(!map.cut_short(), "no fault, and as long as mapped");
         std::fs::remove_file(&path).unwrap();
         assert!(!map.cut_short());
+        // Another file at the path (the map still holds the first, so it is a new inode): shorter,
+        // but not the file mapped.
+        std::fs::write(&path, b"short").unwrap();
+        assert!(!map.cut_short(), "another file at its path");
+        std::fs::remove_file(&path).unwrap();
         assert!(map.bytes()[..2 * page].iter().all(|&b| b == 7));
     }
 
