@@ -39,6 +39,17 @@ use crate::scan::{Pieces, Splitter};
 const SMALL_MAX: usize = 64;
 /// A cache stops taking new pieces at this many (about 32 bytes each, plus long results).
 const CACHE_MAX_ENTRIES: usize = 1 << 18;
+/// How many pieces that are not tokens a cache is expected to take while encoding `bytes` of
+/// text, at most [`CACHE_MAX_ENTRIES`]: they grow about as the 0.62th power of the text (GPT-2's
+/// vocabulary: 1 MB of C or of English adds 5-7K, 10 MB of C about 29K, 20 MB about 46K). A
+/// seeded table with room for them does not grow while the text is encoded: growing takes a
+/// table twice the size in fresh memory and places every key again, a sizeable share of a first
+/// pass over a large batch.
+fn expected_pieces(bytes: usize) -> usize {
+    let megabytes = bytes as f64 / 1e6;
+    ((7000.0 * megabytes.powf(0.62)) as usize).min(CACHE_MAX_ENTRIES)
+}
+
 /// Ids of cached results longer than [`INLINE_IDS`] live in an arena of at most this many ids.
 const CACHE_MAX_ARENA: usize = 1 << 22;
 /// Pieces longer than this are not cached (they rarely repeat).
@@ -402,13 +413,15 @@ impl Encoder {
 
     /// Run `f` with a piece cache no other thread is using, or with none when all are busy. A
     /// thread of a rayon pool tries the slot of its index first, so a pool's threads do not meet.
-    fn with_cache<R>(&self, f: impl FnOnce(Option<&mut PieceCache>) -> R) -> R {
+    /// A cache seeded here gets room for the pieces `text_bytes` of text are expected to add
+    /// (the bytes this caller is about to encode with it).
+    fn with_cache<R>(&self, text_bytes: usize, f: impl FnOnce(Option<&mut PieceCache>) -> R) -> R {
         let n = self.caches.len();
         let first = rayon::current_thread_index().map_or(0, |i| i + 1);
         for k in 0..n {
             if let Ok(mut cache) = self.caches[(first + k) % n].try_lock() {
                 if !cache.seeded {
-                    self.seed(&mut cache);
+                    self.seed(&mut cache, text_bytes);
                 }
                 return f(Some(&mut cache));
             }
@@ -416,12 +429,17 @@ impl Encoder {
         f(None)
     }
 
-    /// Fill a new cache with its seeds (see [`PieceCache`]): the vocabulary's short tokens are
-    /// copied slot by slot (a pass over its table, about a millisecond for GPT-2's), then every
-    /// byte the vocabulary has.
-    fn seed(&self, cache: &mut PieceCache) {
+    /// Fill a new cache with its seeds (see [`PieceCache`]): the vocabulary's short tokens (copied
+    /// slot by slot, a pass over its table, where that table has room for the pieces
+    /// `text_bytes` of text are expected to add), then every byte the vocabulary has.
+    fn seed(&self, cache: &mut PieceCache, text_bytes: usize) {
         let one = |id: u32| Cached { len: 1, ids: [id, 0, 0] };
-        cache.map = if self.whole_pieces { self.vocab.map_packed(one) } else { PieceMap::with_capacity(1 << 10) };
+        let more = expected_pieces(text_bytes);
+        cache.map = if self.whole_pieces {
+            self.vocab.map_packed(one, more)
+        } else {
+            PieceMap::with_capacity((1 << 10) + more)
+        };
         for (b, &id) in self.byte_ids.iter().enumerate() {
             if id != MISSING {
                 cache.map.insert(&[b as u8], one(id));
@@ -434,14 +452,14 @@ impl Encoder {
 
     /// Ids of text with no special tokens in it.
     pub fn encode_ordinary(&self, text: &[u8], out: &mut Vec<u32>) -> Result<(), String> {
-        self.with_cache(|mut cache| self.encode_with(text, out, &mut cache))
+        self.with_cache(text.len(), |mut cache| self.encode_with(text, out, &mut cache))
     }
 
     /// `f` of the ids of `text` (no special tokens in it), encoded into room the piece cache
     /// keeps: a caller that copies the ids out anyway (into a Python list or array) allocates
     /// nothing per text. `f` runs while the cache is held.
     pub fn with_ids<R>(&self, text: &[u8], f: impl FnOnce(&[u32]) -> R) -> Result<R, String> {
-        self.with_cache(|cache| {
+        self.with_cache(text.len(), |cache| {
             let Some(cache) = cache else {
                 let mut ids = Vec::new();
                 self.encode_with(text, &mut ids, &mut None)?;
@@ -502,8 +520,10 @@ impl Encoder {
     /// [`Self::encode_batch`] before the ids are joined (see [`BatchIds`]), for a caller that
     /// joins them in another width. Each group of texts is encoded with one piece cache.
     pub fn encode_batch_ids(&self, texts: &[&[u8]]) -> Result<BatchIds, String> {
+        // A thread's share of the batch, what its cache will see.
+        let share = texts.iter().map(|t| t.len()).sum::<usize>() / rayon::current_num_threads().max(1);
         BatchIds::encode(texts, |_, group, ids| {
-            self.with_cache(|mut cache| {
+            self.with_cache(share, |mut cache| {
                 let mut lens = Vec::with_capacity(group.len());
                 for t in group {
                     let before = ids.len();
@@ -762,6 +782,31 @@ mod tests {
     fn batch_and_cache_change_no_ids() {
         for whole_pieces in [true, false] {
             batch_and_cache_agree(whole_pieces);
+        }
+    }
+
+    /// A cache seeded for a large text starts in a larger table, and gives the ids it would have
+    /// given from the vocabulary's size.
+    #[test]
+    fn a_cache_seeded_with_room_for_a_large_text_gives_the_same_ids() {
+        for whole_pieces in [false, true] {
+            let e = encoder_with(&[("a", "a"), ("b", "c"), ("aa", "a"), (" ", "a"), (" a", "bc")], whole_pieces);
+            let state = &mut 0x9E37_79B9_7F4A_7C15u64;
+            let texts: Vec<Vec<u8>> = (0..200)
+                .map(|_| (0..crate::test_below(state, 200)).map(|_| b"abc \n,1"[crate::test_below(state, 7)]).collect())
+                .collect();
+            let alone = uncached(&e, &texts);
+            let (small, large) = (e.vocab.slots(), 64 << 20);
+            assert!(expected_pieces(large) > 4 * small, "room for more pieces than the vocabulary's table");
+            e.with_cache(large, |cache| {
+                let cache = cache.expect("a free cache");
+                assert!(cache.map.slots() >= 4 * small, "{} slots", cache.map.slots());
+                for (t, expected) in texts.iter().zip(&alone) {
+                    let mut out = Vec::new();
+                    e.encode_with(t, &mut out, &mut Some(&mut *cache)).unwrap();
+                    assert_eq!(&out, expected);
+                }
+            });
         }
     }
 

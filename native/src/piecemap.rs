@@ -166,6 +166,12 @@ impl<V: Copy + Default> PieceMap<V> {
         }
     }
 
+    /// How many slots its table has.
+    #[cfg(test)]
+    pub(crate) fn slots(&self) -> usize {
+        self.mask + 1
+    }
+
     pub fn len(&self) -> usize {
         self.packed + self.long.len()
     }
@@ -240,12 +246,29 @@ impl<V: Copy + Default> PieceMap<V> {
         &mut self.pairs[i / 2].0[i % 2]
     }
 
-    /// The same packed keys with their values mapped by `f`, in the same slots (no key is hashed
-    /// again: copying a table is a pass over its slots). Long keys are left out.
-    pub fn map_packed<W: Copy + Default>(&self, f: impl Fn(V) -> W) -> PieceMap<W> {
-        let map = |s: &Slot<V>| Slot { k0: s.k0, k1: s.k1, value: f(s.value) };
-        let pairs = huge_vec(self.pairs.len(), self.pairs.iter().map(|p| Pair([map(&p.0[0]), map(&p.0[1])])));
-        PieceMap { pairs, mask: self.mask, packed: self.packed, state: self.state.clone(), long: HashTable::new() }
+    /// The same packed keys with their values mapped by `f`, in a table with room for `more` keys
+    /// besides them before it grows. Where this table's size has that room, in the same slots (no
+    /// key is hashed again: copying a table is a pass over its slots); else each key is placed
+    /// afresh in the larger table, which spares the caller growing it (a fresh table and every key
+    /// placed again) once filled. Long keys are left out.
+    pub fn map_packed<W: Copy + Default>(&self, f: impl Fn(V) -> W, more: usize) -> PieceMap<W> {
+        let keys = self.packed + more;
+        if !full(keys, self.mask + 1, std::mem::size_of::<Pair<W>>() / 2) {
+            let map = |s: &Slot<V>| Slot { k0: s.k0, k1: s.k1, value: f(s.value) };
+            let pairs = huge_vec(self.pairs.len(), self.pairs.iter().map(|p| Pair([map(&p.0[0]), map(&p.0[1])])));
+            return PieceMap {
+                pairs,
+                mask: self.mask,
+                packed: self.packed,
+                state: self.state.clone(),
+                long: HashTable::new(),
+            };
+        }
+        let mut mapped = PieceMap::with_capacity(keys);
+        for s in self.pairs.iter().flat_map(|p| p.0.iter()).filter(|s| s.k1 != 0) {
+            mapped.put(s.k0, s.k1, f(s.value));
+        }
+        mapped
     }
 
     /// Insert or replace; the empty key is ignored (no piece is empty).
@@ -465,12 +488,17 @@ mod tests {
         for (i, k) in keys.iter().enumerate() {
             map.insert(k, i as u32);
         }
-        let mut mapped = map.map_packed(|v| u64::from(v) + 7);
+        // In the same slots, and in a table made larger for keys to come.
+        let roomy = map.map_packed(|v| u64::from(v) + 7, 1000);
+        assert!(roomy.mask > map.mask && !roomy.full_at(PACKED_MAX + 1000));
+        let mut mapped = map.map_packed(|v| u64::from(v) + 7, 0);
+        assert_eq!(mapped.mask, map.mask);
         for (i, k) in keys.iter().enumerate() {
             let want = (k.len() <= PACKED_MAX).then_some(i as u64 + 7);
             assert_eq!(mapped.get(k), want, "{k:?}");
+            assert_eq!(roomy.get(k), want, "{k:?}");
         }
-        assert_eq!(mapped.len(), PACKED_MAX);
+        assert_eq!((mapped.len(), roomy.len()), (PACKED_MAX, PACKED_MAX));
         // The copy grows and takes new keys like any map.
         for (i, k) in keys.iter().enumerate() {
             mapped.insert(&[k.as_slice(), b"x"].concat(), i as u64);
