@@ -282,6 +282,30 @@ def test_batches_from_several_python_threads_at_once(
 
 @needs_native
 @pytest.mark.parametrize("threads", [1, 2])
+def test_a_batch_like_the_last_writes_its_ids_where_the_last_ones_were(
+    trained: tuple[dict[int, bytes], list[tuple[bytes, bytes]]], documents: list[str], threads: int
+) -> None:
+    """An array gives its buffer back whole when it goes (only the pages past its ids were given to the
+    system), so the same batch again writes into that buffer instead of taking fresh memory. The texts
+    are words that are tokens, several bytes an id, so the ids fill much less than the room a batch
+    takes for them."""
+    (tok,) = [t for t in tokenizers(trained) if t.engine == "native"]
+    vocab, _ = trained
+    words = sorted(w.decode() for w in vocab.values() if len(w) >= 5 and w[:1] == b" " and w[1:].isalpha())
+    assert len(words) >= 10
+    big = ["".join(words[:40]) * 10] * 1000
+    assert len(tok.encode(big[0])) * 4 < len(big[0].encode())
+    addresses = []
+    for _ in range(3):
+        ids, _ = tok.encode_batch_flat(big, threads, dtype=np.uint32)
+        addresses.append(ids.__array_interface__["data"][0])
+        del ids
+        gc.collect()
+    assert addresses[1] == addresses[2]
+
+
+@needs_native
+@pytest.mark.parametrize("threads", [1, 2])
 def test_arrays_keep_their_ids_while_later_batches_reuse_buffers(
     trained: tuple[dict[int, bytes], list[tuple[bytes, bytes]]], documents: list[str], threads: int
 ) -> None:

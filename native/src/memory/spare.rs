@@ -123,6 +123,30 @@ impl<T: Copy> Spares<T> {
     }
 }
 
+/// Give the system back the whole pages of `v`'s room past its length, keeping the room itself:
+/// an array that holds a batch's ids then holds in memory only the pages its ids are on, and
+/// when its buffer comes back here the room is still there for a batch of the same size (shrinking
+/// the allocation instead left a buffer too small for the same batch's room, which then took
+/// fresh pages every call). Room never written has no pages, and costs only the call.
+pub fn release_room<T>(v: &Vec<T>) {
+    #[cfg(target_os = "linux")]
+    {
+        let page = super::system::page_size();
+        let base = v.as_ptr() as usize;
+        let start = (base + v.len() * size_of::<T>()).next_multiple_of(page);
+        let end = (base + v.capacity() * size_of::<T>()) / page * page;
+        if end > start {
+            // SAFETY: `[start, end)` is whole pages inside `v`'s allocation past its elements:
+            // memory `v` owns and holds nothing in, which MADV_DONTNEED on private anonymous
+            // memory refills with zeros when it is next touched (the allocator's own records lie
+            // outside the allocation, and stay untouched).
+            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = v;
+}
+
 /// Ask for huge pages for `v`'s memory when `pages` says so.
 fn advise<T>(v: &Vec<T>, pages: Pages) {
     if pages == Pages::Huge {
@@ -133,6 +157,38 @@ fn advise<T>(v: &Vec<T>, pages: Pages) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Pages of `[start, end)` (page-aligned) the process holds, by `mincore`.
+    #[cfg(target_os = "linux")]
+    fn resident_pages(start: usize, end: usize) -> usize {
+        let page = crate::memory::system::page_size();
+        let mut held = vec![0u8; (end - start) / page];
+        // SAFETY: `held` has a byte per page of the range, which lies in memory the test owns.
+        let rc = unsafe { libc::mincore(start as *mut libc::c_void, end - start, held.as_mut_ptr()) };
+        assert_eq!(rc, 0, "mincore");
+        held.iter().filter(|&&b| b & 1 == 1).count()
+    }
+
+    /// The room past a buffer's ids goes out of memory, the ids and the room stay.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn released_room_keeps_the_ids_and_the_room_but_not_its_pages() {
+        let page = crate::memory::system::page_size();
+        let ids_per_page = page / 4;
+        let mut v: Vec<u32> = (0..64 * ids_per_page as u32).collect();
+        let capacity = v.capacity();
+        let len = 3 * ids_per_page + 5;
+        v.truncate(len);
+        let base = v.as_ptr() as usize;
+        let (first_free, end) = ((base + 4 * len).next_multiple_of(page), (base + 4 * capacity) / page * page);
+        assert!(resident_pages(first_free, end) > 0);
+        release_room(&v);
+        assert_eq!(resident_pages(first_free, end), 0, "the room's pages are given back");
+        assert_eq!(v.capacity(), capacity);
+        assert!(v.iter().enumerate().all(|(i, &id)| id == i as u32));
+        v.extend(0..10);
+        assert_eq!(v[len..], (0..10).collect::<Vec<u32>>()[..]);
+    }
 
     const MB_IDS: usize = MIN_BYTES / 4;
 

@@ -790,12 +790,9 @@ fn joined(ids: BatchIds, dtype: &str) -> Result<Joined, String> {
 /// of the batch.
 fn joined_array(py: Python<'_>, ids: Joined) -> PyResult<Bound<'_, PyAny>> {
     match ids {
-        Joined::Wide(mut ids) => {
-            // The array keeps the whole allocation: give back a spare quarter or more (shrinking
-            // in place, mostly).
-            if ids.capacity() - ids.len() > ids.len() / 4 {
-                ids.shrink_to_fit();
-            }
+        Joined::Wide(ids) => {
+            // The array keeps the whole allocation: the pages of the room its ids do not use go.
+            spare::release_room(&ids);
             ids_array(py, ids)
         }
         Joined::Narrow(ids) => ids_array(py, ids),
