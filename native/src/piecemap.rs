@@ -107,8 +107,9 @@ const SLOTS_PER_KEY: usize = 4;
 /// A table of at least this many bytes holds up to one key per [`BIG_SLOTS_PER_KEY`] slots instead.
 /// That large, its lines are beyond the CPU caches at either fill, while each doubling is fresh
 /// memory the kernel zeroes and a rehash: a fresh encoder's piece cache on a large corpus spent a
-/// fifth of its first pass on that, once per thread.
-const BIG_TABLE_BYTES: usize = 16 << 20;
+/// fifth of its first pass on that, once per thread. A piece cache seeded with a vocabulary of 50K
+/// tokens is this large, and then takes the pieces of a 20 MB batch without growing.
+const BIG_TABLE_BYTES: usize = 8 << 20;
 const BIG_SLOTS_PER_KEY: usize = 2;
 
 /// Whether `keys` packed keys are more than a table of `slots` slots of `slot_bytes` holds.
