@@ -40,11 +40,11 @@ const SMALL_MAX: usize = 64;
 /// A cache stops taking new pieces at this many (about 32 bytes each, plus long results).
 const CACHE_MAX_ENTRIES: usize = 1 << 18;
 /// How many pieces that are not tokens a cache is expected to take while encoding `bytes` of
-/// text, at most [`CACHE_MAX_ENTRIES`]: they grow about as the 0.62th power of the text (GPT-2's
-/// vocabulary: 1 MB of C or of English adds 5-7K, 10 MB of C about 29K, 20 MB about 46K). A
-/// seeded table with room for them does not grow while the text is encoded: growing takes a
-/// table twice the size in fresh memory and places every key again, a sizeable share of a first
-/// pass over a large batch.
+/// text, at most [`CACHE_MAX_ENTRIES`]: they grow about as the text's size to the power 0.62
+/// (GPT-2's vocabulary: 1 MB of C or of English adds 5-7K, 10 MB of C about 29K, 20 MB about
+/// 46K). A seeded table with room for them does not grow while the text is encoded: growing takes
+/// a table twice the size in fresh memory and places every key again, a sizeable share of a
+/// first pass over a large batch.
 fn expected_pieces(bytes: usize) -> usize {
     let megabytes = bytes as f64 / 1e6;
     ((7000.0 * megabytes.powf(0.62)) as usize).min(CACHE_MAX_ENTRIES)
