@@ -452,7 +452,14 @@ impl Encoder {
 
     /// Ids of text with no special tokens in it.
     pub fn encode_ordinary(&self, text: &[u8], out: &mut Vec<u32>) -> Result<(), String> {
-        self.with_cache(text.len(), |mut cache| self.encode_with(text, out, &mut cache))
+        self.encode_ordinary_of_share(text, out, text.len())
+    }
+
+    /// [`Self::encode_ordinary`] for a caller that encodes about `share` bytes in all on this
+    /// thread (its share of a batch, one text after another): a cache seeded now gets room for
+    /// the pieces of all of them, not of this text alone.
+    pub fn encode_ordinary_of_share(&self, text: &[u8], out: &mut Vec<u32>, share: usize) -> Result<(), String> {
+        self.with_cache(share.max(text.len()), |mut cache| self.encode_with(text, out, &mut cache))
     }
 
     /// `f` of the ids of `text` (no special tokens in it), encoded into room the piece cache
@@ -785,10 +792,10 @@ mod tests {
         }
     }
 
-    /// A cache seeded for a large text starts in a larger table, and gives the ids it would have
-    /// given from the vocabulary's size.
+    /// A cache seeded for a large share of a batch starts in a larger table, and gives the ids it
+    /// would have given from the vocabulary's size.
     #[test]
-    fn a_cache_seeded_with_room_for_a_large_text_gives_the_same_ids() {
+    fn a_cache_seeded_for_a_large_share_has_room_and_gives_the_same_ids() {
         for whole_pieces in [false, true] {
             let e = encoder_with(&[("a", "a"), ("b", "c"), ("aa", "a"), (" ", "a"), (" a", "bc")], whole_pieces);
             let state = &mut 0x9E37_79B9_7F4A_7C15u64;
@@ -798,15 +805,16 @@ mod tests {
             let alone = uncached(&e, &texts);
             let (small, large) = (e.vocab.slots(), 64 << 20);
             assert!(expected_pieces(large) > 4 * small, "room for more pieces than the vocabulary's table");
-            e.with_cache(large, |cache| {
-                let cache = cache.expect("a free cache");
-                assert!(cache.map.slots() >= 4 * small, "{} slots", cache.map.slots());
-                for (t, expected) in texts.iter().zip(&alone) {
-                    let mut out = Vec::new();
-                    e.encode_with(t, &mut out, &mut Some(&mut *cache)).unwrap();
-                    assert_eq!(&out, expected);
-                }
-            });
+            for (t, expected) in texts.iter().zip(&alone) {
+                let mut out = Vec::new();
+                e.encode_ordinary_of_share(t, &mut out, large).unwrap();
+                assert_eq!(&out, expected);
+            }
+            // Room for the share's pieces: a table is at most half full.
+            let seeded: Vec<usize> =
+                e.caches.iter().map(|c| c.lock().unwrap()).filter(|c| c.seeded).map(|c| c.map.slots()).collect();
+            let room = 2 * expected_pieces(large);
+            assert!(!seeded.is_empty() && seeded.iter().all(|&n| n >= room), "{seeded:?} slots, {room} wanted");
         }
     }
 

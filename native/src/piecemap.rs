@@ -266,7 +266,7 @@ impl<V: Copy + Default> PieceMap<V> {
             };
         }
         let mut mapped = PieceMap::with_capacity(keys);
-        for s in self.pairs.iter().flat_map(|p| p.0.iter()).filter(|s| s.k1 != 0) {
+        for s in occupied(&self.pairs) {
             mapped.put(s.k0, s.k1, f(s.value));
         }
         mapped
@@ -383,10 +383,15 @@ impl<V: Copy + Default> PieceMap<V> {
         let old = std::mem::replace(&mut self.pairs, huge_vec(bigger / 2, std::iter::repeat(Pair::default())));
         self.mask = bigger - 1;
         self.packed = 0;
-        for s in old.iter().flat_map(|p| p.0.iter()).filter(|s| s.k1 != 0) {
+        for s in occupied(&old) {
             self.put(s.k0, s.k1, s.value);
         }
     }
+}
+
+/// The slots of `pairs` that hold a key.
+fn occupied<V: Copy>(pairs: &[Pair<V>]) -> impl Iterator<Item = &Slot<V>> {
+    pairs.iter().flat_map(|p| p.0.iter()).filter(|s| s.k1 != 0)
 }
 
 /// Each key packed with its hash (see [`pack`]), or `None` for a key that is empty or too long to pack.

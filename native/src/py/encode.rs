@@ -244,7 +244,7 @@ impl NativeEncoder {
             let mut ids = ids_room(text.len());
             // A text holding none of the specials (most) needs no finder of them built.
             if specials.iter().any(|(s, _)| memchr::memmem::find(&text, s).is_some()) {
-                SpecialIds::new(specials).encode(inner, &text, &mut ids)?;
+                SpecialIds::new(specials).encode(inner, &text, &mut ids, text.len())?;
             } else {
                 inner.encode_ordinary(&text, &mut ids)?;
             }
@@ -328,10 +328,12 @@ impl SpecialIds {
         SpecialIds { finder: Specials::new(&tokens), ids: specials.into_iter().collect() }
     }
 
-    /// Ids of one text: its special tokens' ids, the ordinary text between them encoded.
-    fn encode(&self, inner: &Encoder, text: &[u8], out: &mut Vec<u32>) -> Result<(), String> {
+    /// Ids of one text: its special tokens' ids, the ordinary text between them encoded, by a
+    /// caller that encodes about `share` bytes on this thread in all
+    /// ([`Encoder::encode_ordinary_of_share`]).
+    fn encode(&self, inner: &Encoder, text: &[u8], out: &mut Vec<u32>, share: usize) -> Result<(), String> {
         if self.finder.is_empty() {
-            return inner.encode_ordinary(text, out);
+            return inner.encode_ordinary_of_share(text, out, share);
         }
         let mut pos = 0;
         let mut result = Ok(());
@@ -340,14 +342,14 @@ impl SpecialIds {
                 return;
             }
             if start > pos {
-                result = inner.encode_ordinary(&text[pos..start], out);
+                result = inner.encode_ordinary_of_share(&text[pos..start], out, share);
             }
             out.push(self.ids[&text[start..end]]);
             pos = end;
         });
         result?;
         if pos < text.len() {
-            inner.encode_ordinary(&text[pos..], out)?;
+            inner.encode_ordinary_of_share(&text[pos..], out, share)?;
         }
         Ok(())
     }
@@ -453,7 +455,7 @@ impl NativeEncoder {
         let specials = SpecialIds::new(specials);
         // On one thread the batch is one block: its ids are then one vector (see `joined_array`).
         let block_bytes = if helpers.is_some() { BLOCK_BYTES } else { usize::MAX };
-        let work = Work::new(&self.inner, &specials, texts, block_bytes);
+        let work = Work::new(&self.inner, &specials, texts, block_bytes, threads);
         run_detached(py, || {
             let mut results = Results::new(work.ranges.len());
             let Some(pool) = helpers else {
@@ -491,7 +493,7 @@ impl NativeEncoder {
         let Some(pool) = self.helpers(threads)? else {
             return Err(PyValueError::new_err("overlapped building needs more than one thread"));
         };
-        let work = Work::new(&self.inner, &specials, texts, BLOCK_BYTES);
+        let work = Work::new(&self.inner, &specials, texts, BLOCK_BYTES, threads);
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             pool.in_place_scope(|scope| -> PyResult<()> {
                 let mut receiver = work.start_helpers(scope, pool.current_num_threads());
@@ -555,6 +557,9 @@ struct Work<'a> {
     specials: &'a SpecialIds,
     texts: &'a [PyBackedStr],
     ranges: Vec<std::ops::Range<usize>>,
+    /// The bytes each of the batch's threads encodes, about: what a piece cache seeded for it
+    /// makes room for.
+    share: usize,
     claimed: AtomicUsize,
     /// The lowest block that failed: later ones are not started, earlier ones still run, so the
     /// error reported is that of the first failing text, as on one thread.
@@ -564,13 +569,22 @@ struct Work<'a> {
 type Encoded = (usize, Result<Block, String>);
 
 impl<'a> Work<'a> {
-    fn new(inner: &'a Encoder, specials: &'a SpecialIds, texts: &'a [PyBackedStr], block_bytes: usize) -> Self {
+    /// The blocks of `texts` for `threads` threads.
+    fn new(
+        inner: &'a Encoder,
+        specials: &'a SpecialIds,
+        texts: &'a [PyBackedStr],
+        block_bytes: usize,
+        threads: usize,
+    ) -> Self {
         let ranges = block_ranges(texts, block_bytes);
+        let share = texts.iter().map(|t| t.len()).sum::<usize>() / threads.max(1);
         Work {
             inner,
             specials,
             texts,
             ranges,
+            share,
             claimed: AtomicUsize::new(0),
             first_failed: AtomicUsize::new(usize::MAX),
         }
@@ -583,7 +597,7 @@ impl<'a> Work<'a> {
         if i >= self.ranges.len() || i > self.first_failed.load(Ordering::Relaxed) {
             return None;
         }
-        let block = encode_range(self.inner, self.specials, self.texts, self.ranges[i].clone());
+        let block = encode_range(self.inner, self.specials, self.texts, self.ranges[i].clone(), self.share);
         if block.is_err() {
             self.first_failed.fetch_min(i, Ordering::Relaxed);
         }
@@ -647,17 +661,19 @@ impl Results {
     }
 }
 
-/// The ids of the texts in `range`, special tokens cut out, as one block.
+/// The ids of the texts in `range`, special tokens cut out, as one block, by a thread that encodes
+/// about `share` bytes of the batch.
 fn encode_range(
     inner: &Encoder,
     specials: &SpecialIds,
     texts: &[PyBackedStr],
     range: std::ops::Range<usize>,
+    share: usize,
 ) -> Result<Block, String> {
     let bytes: usize = texts[range.clone()].iter().map(|t| t.len()).sum();
     let mut block = Block { ids: ids_room(bytes), ends: Vec::with_capacity(range.len()) };
     for i in range {
-        specials.encode(inner, texts[i].as_bytes(), &mut block.ids).map_err(|e| format!("texts[{i}]: {e}"))?;
+        specials.encode(inner, texts[i].as_bytes(), &mut block.ids, share).map_err(|e| format!("texts[{i}]: {e}"))?;
         block.ends.push(block.ids.len());
     }
     Ok(block)
