@@ -68,6 +68,9 @@ fn packed(rank: u32, merged: u32) -> Packed {
 /// Ids a cached piece encodes to: up to this many inline, more in the cache's arena.
 const INLINE_IDS: usize = 3;
 
+/// Room a run's lookup keeps for the ids of arena pieces past their first [`INLINE_IDS`].
+const ARENA_ROOM: usize = 256;
+
 /// The ids first and their number last, so that the whole value is the four lanes
 /// [`PieceCache::write_found`] stores at once.
 #[derive(Clone, Copy, Default)]
@@ -249,7 +252,7 @@ impl PieceCache {
     /// up to the first that is not; returns how many pieces that was.
     #[inline(always)]
     fn append_found(&self, run: &[Waiting], out: &mut Vec<u32>) -> usize {
-        out.reserve(run.len() * INLINE_IDS + 1);
+        out.reserve(run.len() * INLINE_IDS + 1 + ARENA_ROOM);
         let len = out.len();
         let (pieces, ids) = self.write_found(run, out.spare_capacity_mut());
         // SAFETY: `write_found` wrote the first `ids` elements of the spare capacity: for each
@@ -265,23 +268,39 @@ impl PieceCache {
     /// more, in one store) whatever its number of ids, and the cursor moves by that number:
     /// pieces of one, two and three ids alternate unpredictably, and a branch on the count
     /// mispredicted often. The cursor stays in a register (moving a `Vec`'s length per piece
-    /// made each piece wait for the last).
+    /// made each piece wait for the last). A piece of more ids is copied from the arena while
+    /// the room past that takes them: indentation and rule lines in code are such pieces, a few
+    /// in a hundred, and leaving the loop for each cost more than the copy.
     #[inline(always)]
     fn write_found(&self, run: &[Waiting], room: &mut [MaybeUninit<u32>]) -> (usize, usize) {
         assert!(room.len() > INLINE_IDS * run.len(), "room for the ids of a run");
+        // The room past what inline ids can take, for the ids of arena pieces beyond INLINE_IDS.
+        let mut spare = room.len() - INLINE_IDS * run.len() - 1;
         let dst = room.as_mut_ptr();
         let mut written = 0;
         let probe = self.map.probe();
         for (i, w) in run.iter().enumerate() {
             let Some(c) = probe.get(w.k0, w.k1, w.hash) else { return (i, written) };
             let n = c.len as usize;
+            // Invariant: written <= INLINE_IDS * i + (the spare room spent so far).
             if n > INLINE_IDS {
-                return (i, written);
+                if n - INLINE_IDS > spare {
+                    return (i, written);
+                }
+                spare -= n - INLINE_IDS;
+                let at = c.ids[0] as usize;
+                let ids = &self.arena[at..at + n];
+                // SAFETY: by the invariant, with this piece's excess now spent,
+                // `written + n <= INLINE_IDS * (i + 1) + (room.len() - INLINE_IDS * run.len() - 1)
+                // < room.len()`: the ids land in `room`, which does not overlap the arena.
+                unsafe { std::ptr::copy_nonoverlapping(ids.as_ptr(), dst.add(written).cast::<u32>(), n) };
+                written += n;
+                continue;
             }
-            // SAFETY: each piece before this one moved the cursor by at most INLINE_IDS, so
-            // `written + INLINE_IDS + 1 <= INLINE_IDS * (i + 1) + 1 <= room.len()`: the lanes land
-            // in `room`. Writing a `u32` into a `MaybeUninit<u32>` needs no alignment beyond
-            // the unaligned write's.
+            // SAFETY: by the invariant, `written + INLINE_IDS + 1 <= INLINE_IDS * (i + 1) + 1 +
+            // (room.len() - INLINE_IDS * run.len() - 1) <= room.len()`: the lanes land in `room`.
+            // Writing a `u32` into a `MaybeUninit<u32>` needs no alignment beyond the unaligned
+            // write's.
             unsafe { dst.add(written).cast::<[u32; INLINE_IDS + 1]>().write_unaligned(c.lanes()) };
             written += n;
         }
@@ -963,6 +982,27 @@ mod tests {
                         assert_eq!(&out[1..], expected.as_slice(), "{kind:?} {:?}", String::from_utf8_lossy(t));
                     }
                 }
+            }
+        }
+    }
+
+    /// Runs of cached pieces with more ids than fit inline, more of them than a run's spare room
+    /// takes (each such piece here has 12 ids past the inline ones, 32 in a run of 64), are
+    /// copied from the arena in the run's loop or, past that room, one by one: the same ids.
+    #[test]
+    fn runs_of_many_id_pieces_equal_piece_by_piece() {
+        let e = encoder(&[("a", "b")]);
+        let texts: Vec<Vec<u8>> = [3, RUN, 5 * RUN + 7]
+            .iter()
+            .map(|&n| (0..n).flat_map(|i| [b"ab".as_slice(), &[b".,;:!?-+*/%&=~"[i % 14]; 15]].concat()).collect())
+            .collect();
+        let want = uncached(&e, &texts);
+        assert!(want[2].len() > 5 * RUN * 16, "pieces of 15 ids");
+        for _ in 0..3 {
+            for (t, expected) in texts.iter().zip(&want) {
+                let mut out = Vec::new();
+                e.encode_ordinary(t, &mut out).unwrap();
+                assert_eq!(&out, expected);
             }
         }
     }
