@@ -12,6 +12,7 @@
 //! ([`spare::Pages::Huge`]), and is given back for the next batch once joined.
 
 use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use rayon::prelude::*;
@@ -68,6 +69,9 @@ struct Ends {
     back: usize,
     /// Where the back's ids end: set when the back places its first group.
     top: Option<usize>,
+    /// Set when the front's group failed: no later group can be the batch's error, so neither end
+    /// takes another.
+    stopped: bool,
 }
 
 /// How much more room than its first group's ids per byte the back leaves the front's groups.
@@ -76,7 +80,7 @@ const RECKONING_SLACK: (usize, usize) = (5, 4);
 impl Ends {
     /// The next group for the front or the back, if any is left.
     fn take(&mut self, from_front: bool) -> Option<usize> {
-        if self.front_group >= self.back_group {
+        if self.stopped || self.front_group >= self.back_group {
             return None;
         }
         if from_front {
@@ -190,38 +194,53 @@ impl BatchIds {
         }
         let total: usize = texts.iter().map(|t| t.len()).sum();
         let shared: Vec<Mutex<Vec<u32>>> = (0..threads).map(|_| Mutex::new(Vec::new())).collect();
-        let encoded: Vec<Result<Encoded, E>> = groups(texts, threads)
-            .par_iter()
-            .map(|&(first, group)| {
-                let slot = rayon::current_thread_index().unwrap_or(0) % threads;
-                // The thread's own buffer; a group that finds it taken (a task run inside another,
-                // never in practice) writes a buffer of its own rather than wait.
-                match shared[slot].try_lock() {
-                    Ok(mut buffer) => {
-                        if buffer.capacity() == 0 {
-                            // Room for an id per byte of a thread's share, twice what text mostly
-                            // needs: threads take groups as they come, so one may write more than
-                            // its share, and a buffer it outgrows is copied into fresh memory. Room
-                            // never written is address space only.
-                            *buffer = spare::IDS.take(total / threads + 1, Pages::Huge);
-                        }
-                        let start = buffer.len();
-                        let lens = encode(first, group, &mut buffer).inspect_err(|_| buffer.truncate(start))?;
-                        Ok(Encoded { placed: Placed { buffer: slot, start, lens }, own: None })
+        // The earliest group known to have failed: a group after it cannot be the batch's error,
+        // so it is not encoded (`None`).
+        let failed = AtomicUsize::new(usize::MAX);
+        let encode_group = |first: usize, group: &[&[u8]]| -> Result<Encoded, E> {
+            let slot = rayon::current_thread_index().unwrap_or(0) % threads;
+            // The thread's own buffer; a group that finds it taken (a task run inside another,
+            // never in practice) writes a buffer of its own rather than wait.
+            match shared[slot].try_lock() {
+                Ok(mut buffer) => {
+                    if buffer.capacity() == 0 {
+                        // Room for an id per byte of a thread's share, twice what text mostly
+                        // needs: threads take groups as they come, so one may write more than its
+                        // share, and a buffer it outgrows is copied into fresh memory. Room never
+                        // written is address space only.
+                        *buffer = spare::IDS.take(total / threads + 1, Pages::Huge);
                     }
-                    Err(_) => {
-                        let mut own = ids_room(group.iter().map(|t| t.len()).sum());
-                        let lens = encode(first, group, &mut own)?;
-                        Ok(Encoded { placed: Placed { buffer: usize::MAX, start: 0, lens }, own: Some(own) })
-                    }
+                    let start = buffer.len();
+                    let lens = encode(first, group, &mut buffer).inspect_err(|_| buffer.truncate(start))?;
+                    Ok(Encoded { placed: Placed { buffer: slot, start, lens }, own: None })
                 }
+                Err(_) => {
+                    let mut own = ids_room(group.iter().map(|t| t.len()).sum());
+                    let lens = encode(first, group, &mut own)?;
+                    Ok(Encoded { placed: Placed { buffer: usize::MAX, start: 0, lens }, own: Some(own) })
+                }
+            }
+        };
+        let encoded: Vec<Option<Result<Encoded, E>>> = groups(texts, threads)
+            .par_iter()
+            .enumerate()
+            .map(|(g, &(first, group))| {
+                if g > failed.load(Ordering::Relaxed) {
+                    return None;
+                }
+                let result = encode_group(first, group);
+                if result.is_err() {
+                    failed.fetch_min(g, Ordering::Relaxed);
+                }
+                Some(result)
             })
             .collect();
         let mut buffers: Vec<Vec<u32>> =
             shared.into_iter().map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner())).collect();
         let mut groups = Vec::with_capacity(encoded.len());
         for group in encoded {
-            let Encoded { mut placed, own } = group?;
+            // A skipped group comes after a failed one, whose error is returned first.
+            let Encoded { mut placed, own } = group.expect("a group is skipped only after one that failed")?;
             if let Some(own) = own {
                 placed.buffer = buffers.len();
                 buffers.push(own);
@@ -258,6 +277,7 @@ impl BatchIds {
             front_bytes: 0,
             back: out.capacity(),
             top: None,
+            stopped: false,
         });
         let largest = groups.iter().map(|g| bytes(g.1)).max().unwrap_or(0);
         let work = |from_front: bool| {
@@ -272,8 +292,15 @@ impl BatchIds {
                 let lens = match encode(first, group, &mut room) {
                     Ok(lens) => lens,
                     Err(e) => {
+                        // The batch's error is its first failing group's. The front takes groups
+                        // in order, so every group after this one can only fail later: both ends
+                        // stop. A failing back group leaves the front to go on, up to it, for an
+                        // earlier one.
+                        if from_front {
+                            ends.lock().unwrap_or_else(|e| e.into_inner()).stopped = true;
+                        }
                         done.push((g, Err(e)));
-                        continue;
+                        break;
                     }
                 };
                 let at =
@@ -562,6 +589,49 @@ mod tests {
             assert_eq!(pool.install(|| ids.into_ids()), want, "round {round}");
         }
         assert!(one_buffer > 0 && own_buffers > 0, "{one_buffer} in one buffer, {own_buffers} with their own");
+    }
+
+    /// A batch whose first group fails stops there: on two threads and on more, the groups after
+    /// it are not all encoded (each thread finishes at most the group it holds). On two threads a
+    /// failing group from the back leaves the front to go on to it, for an earlier failure.
+    #[test]
+    fn a_failing_group_stops_the_groups_after_it() {
+        let texts: Vec<Vec<u8>> = (0..=255u8).map(|i| vec![i; 100_000]).collect();
+        let slices: Vec<&[u8]> = texts.iter().map(Vec::as_slice).collect();
+        for threads in [2, 4] {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            let calls = std::sync::atomic::AtomicUsize::new(0);
+            let first_fails = |first: usize, group: &[&[u8]], out: &mut Vec<u32>| {
+                calls.fetch_add(1, Ordering::Relaxed);
+                if first == 0 {
+                    return Err("first");
+                }
+                // The others take a while, so that the failure is known before most of them start.
+                std::thread::sleep(std::time::Duration::from_millis(2));
+                out.extend(group.iter().map(|t| u32::from(t[0])));
+                Ok(vec![1; group.len()])
+            };
+            assert_eq!(pool.install(|| BatchIds::encode(&slices, first_fails)).err(), Some("first"));
+            let groups = groups(&slices, threads).len();
+            let called = calls.load(Ordering::Relaxed);
+            assert!(groups >= 8 * threads && called <= 2 * threads, "{threads} threads: {called} of {groups} groups");
+        }
+        // On two threads the back's failure is not the batch's when the front finds an earlier one.
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let last = slices.len() - 1;
+        let two_fail = |first: usize, group: &[&[u8]], out: &mut Vec<u32>| {
+            if first + group.len() - 1 == last {
+                return Err(last);
+            }
+            // The front's groups take a while: the back's failure comes first.
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            if (first..first + group.len()).contains(&100) {
+                return Err(100);
+            }
+            out.extend(group.iter().map(|t| u32::from(t[0])));
+            Ok(vec![1; group.len()])
+        };
+        assert_eq!(pool.install(|| BatchIds::encode(&slices, two_fail)).err(), Some(100));
     }
 
     /// The first failing group's error (in the batch's order) is the batch's.
