@@ -12,29 +12,34 @@
 
 use std::sync::Mutex;
 
-/// What identifies a file's bytes: device, inode, size, and modification and change times (ns).
+/// What identifies a file's bytes: device, inode, size, and modification and change times.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct Stamp([i64; 7]);
+pub struct Stamp {
+    device: u64,
+    inode: u64,
+    size: u64,
+    /// Seconds and nanoseconds.
+    modified: (i64, i64),
+    changed: (i64, i64),
+}
 
 impl Stamp {
     /// The stamp of the file `meta` describes, as it is now.
     pub fn of(meta: &std::fs::Metadata) -> Stamp {
         use std::os::unix::fs::MetadataExt;
-        Stamp([
-            meta.dev() as i64,
-            meta.ino() as i64,
-            meta.len() as i64,
-            meta.mtime(),
-            meta.mtime_nsec(),
-            meta.ctime(),
-            meta.ctime_nsec(),
-        ])
+        Stamp {
+            device: meta.dev(),
+            inode: meta.ino(),
+            size: meta.len(),
+            modified: (meta.mtime(), meta.mtime_nsec()),
+            changed: (meta.ctime(), meta.ctime_nsec()),
+        }
     }
 
     /// Whether `meta` describes the same file (device and inode), whatever it holds now.
     pub fn is_of_file(&self, meta: &std::fs::Metadata) -> bool {
         let now = Stamp::of(meta);
-        self.0[..2] == now.0[..2]
+        (self.device, self.inode) == (now.device, now.inode)
     }
 }
 
@@ -92,19 +97,24 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(20));
         std::fs::write(&path, "SAME SIZE").unwrap();
         assert_ne!(before, Stamp::of(&std::fs::metadata(&path).unwrap()), "same size, new bytes");
+        // Still the same file, whatever it holds; another file is not.
+        assert!(before.is_of_file(&std::fs::metadata(&path).unwrap()));
+        std::fs::write(dir.join("b.txt"), "same size").unwrap();
+        assert!(!before.is_of_file(&std::fs::metadata(dir.join("b.txt")).unwrap()));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// A local set of notes: the process's own is shared with the count tests running beside.
     #[test]
     fn notes_are_kept_up_to_a_bound() {
-        let stamp = |n: i64| Stamp([-1, -2, n, 0, 0, 0, 0]);
+        let stamp =
+            |n: u64| Stamp { device: u64::MAX, inode: u64::MAX - 1, size: n, modified: (0, 0), changed: (0, 0) };
         let mut notes = Notes(Vec::new());
         notes.note(stamp(0));
         notes.note(stamp(0));
         assert!(notes.holds(stamp(0)) && !notes.holds(stamp(1)) && notes.0.len() == 1);
-        (1..=KEPT as i64).for_each(|n| notes.note(stamp(n)));
-        assert!(!notes.holds(stamp(0)) && notes.holds(stamp(1)) && notes.holds(stamp(KEPT as i64)));
+        (1..=KEPT as u64).for_each(|n| notes.note(stamp(n)));
+        assert!(!notes.holds(stamp(0)) && notes.holds(stamp(1)) && notes.holds(stamp(KEPT as u64)));
         assert_eq!(notes.0.len(), KEPT);
     }
 }
