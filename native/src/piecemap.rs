@@ -426,9 +426,9 @@ enum Step<'a, V> {
 
 impl<'a, V: Copy + Default> Probe<'a, V> {
     /// [`PieceMap::get_hashed`]. The home pair, then the pair after it, are each looked at
-    /// inline; only a key further on walks on out of line. A table half full (a seeded piece
-    /// cache) has one key in twenty past its home pair, nearly all of them in the next one, and
-    /// calling out for those cost more than the compare.
+    /// inline; only a key further on walks on out of line. In a half-full table (a seeded piece
+    /// cache encoding code) about one lookup in twenty finds its key past the home pair, nearly
+    /// always in the next one, and calling out for those cost more than the compare.
     #[inline(always)]
     pub fn get(self, k0: u64, k1: u64, hash: u64) -> Option<&'a V> {
         let at = self.home_pair(hash);
