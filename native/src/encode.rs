@@ -269,8 +269,8 @@ impl PieceCache {
     /// pieces of one, two and three ids alternate unpredictably, and a branch on the count
     /// mispredicted often. The cursor stays in a register (moving a `Vec`'s length per piece
     /// made each piece wait for the last). A piece of more ids is copied from the arena while
-    /// the room past that takes them: indentation and rule lines in code are such pieces, a few
-    /// in a hundred, and leaving the loop for each cost more than the copy.
+    /// the room past that takes them: runs of indentation and upper-case names in C are such
+    /// pieces, a few in a hundred, and leaving the loop for each cost more than the copy.
     #[inline(always)]
     fn write_found(&self, run: &[Waiting], room: &mut [MaybeUninit<u32>]) -> (usize, usize) {
         assert!(room.len() > INLINE_IDS * run.len(), "room for the ids of a run");
