@@ -32,6 +32,36 @@ pub fn ids_room(bytes: usize) -> Vec<u32> {
     spare::IDS.take(bytes / 2 + 1, Pages::Small)
 }
 
+/// About the bytes each of `threads` threads encodes of a batch of `total_bytes`: what a piece
+/// cache seeded for one of them makes room for.
+pub fn thread_share(total_bytes: usize, threads: usize) -> usize {
+    total_bytes / threads.max(1)
+}
+
+/// The earliest of a batch's parts (groups, blocks) known to have failed, shared by the threads
+/// encoding them: a batch reports its first failing part's error, so a part after it need not be
+/// encoded, while the parts before it still must (one of them may fail earlier).
+pub struct FirstFailure(AtomicUsize);
+
+impl Default for FirstFailure {
+    /// No part failed yet.
+    fn default() -> FirstFailure {
+        FirstFailure(AtomicUsize::new(usize::MAX))
+    }
+}
+
+impl FirstFailure {
+    /// Whether part `i` comes after a part that failed (and need not be encoded).
+    pub fn is_after(&self, i: usize) -> bool {
+        i > self.0.load(Ordering::Relaxed)
+    }
+
+    /// Note that part `i` failed.
+    pub fn note(&self, i: usize) {
+        self.0.fetch_min(i, Ordering::Relaxed);
+    }
+}
+
 /// The texts of a batch in consecutive groups of about `total / (threads * GROUPS_PER_THREAD)`
 /// bytes (at least [`GROUP_MIN_BYTES`]), each with the index of its first text; one thread takes
 /// the batch as one group, whose ids are then one buffer, handed on without joining.
@@ -194,9 +224,8 @@ impl BatchIds {
         }
         let total: usize = texts.iter().map(|t| t.len()).sum();
         let shared: Vec<Mutex<Vec<u32>>> = (0..threads).map(|_| Mutex::new(Vec::new())).collect();
-        // The earliest group known to have failed: a group after it cannot be the batch's error,
-        // so it is not encoded (`None`).
-        let failed = AtomicUsize::new(usize::MAX);
+        // A group after one that failed cannot be the batch's error, so it is not encoded (`None`).
+        let failed = FirstFailure::default();
         let encode_group = |first: usize, group: &[&[u8]]| -> Result<Encoded, E> {
             let slot = rayon::current_thread_index().unwrap_or(0) % threads;
             // The thread's own buffer; a group that finds it taken (a task run inside another,
@@ -225,12 +254,12 @@ impl BatchIds {
             .par_iter()
             .enumerate()
             .map(|(g, &(first, group))| {
-                if g > failed.load(Ordering::Relaxed) {
+                if failed.is_after(g) {
                     return None;
                 }
                 let result = encode_group(first, group);
                 if result.is_err() {
-                    failed.fetch_min(g, Ordering::Relaxed);
+                    failed.note(g);
                 }
                 Some(result)
             })

@@ -29,7 +29,7 @@ use std::hash::BuildHasherDefault;
 use std::mem::MaybeUninit;
 use std::sync::Mutex;
 
-use crate::batch::BatchIds;
+use crate::batch::{thread_share, BatchIds};
 use crate::bpe::{self, PairHasher};
 use crate::encode_levels::{Levels, Plan, Request, Worker};
 use crate::piecemap::{hash_packed, pack, pack_within, PieceMap, Probe, NO_KEY, PACKED_MAX};
@@ -546,8 +546,7 @@ impl Encoder {
     /// [`Self::encode_batch`] before the ids are joined (see [`BatchIds`]), for a caller that
     /// joins them in another width. Each group of texts is encoded with one piece cache.
     pub fn encode_batch_ids(&self, texts: &[&[u8]]) -> Result<BatchIds, String> {
-        // A thread's share of the batch, what its cache will see.
-        let share = texts.iter().map(|t| t.len()).sum::<usize>() / rayon::current_num_threads().max(1);
+        let share = thread_share(texts.iter().map(|t| t.len()).sum(), rayon::current_num_threads());
         BatchIds::encode(texts, |_, group, ids| {
             self.with_cache(share, |mut cache| {
                 let mut lens = Vec::with_capacity(group.len());

@@ -10,7 +10,7 @@ use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::PyString;
 
 use super::*;
-use crate::batch::{ids_room, BatchIds};
+use crate::batch::{ids_room, thread_share, BatchIds, FirstFailure};
 use crate::encode_levels::{Plan, Request};
 use crate::memory::spare;
 
@@ -561,9 +561,9 @@ struct Work<'a> {
     /// makes room for.
     share: usize,
     claimed: AtomicUsize,
-    /// The lowest block that failed: later ones are not started, earlier ones still run, so the
-    /// error reported is that of the first failing text, as on one thread.
-    first_failed: AtomicUsize,
+    /// Later blocks than a failed one are not started, earlier ones still run, so the error
+    /// reported is that of the first failing text, as on one thread.
+    failed: FirstFailure,
 }
 
 type Encoded = (usize, Result<Block, String>);
@@ -578,28 +578,20 @@ impl<'a> Work<'a> {
         threads: usize,
     ) -> Self {
         let ranges = block_ranges(texts, block_bytes);
-        let share = texts.iter().map(|t| t.len()).sum::<usize>() / threads.max(1);
-        Work {
-            inner,
-            specials,
-            texts,
-            ranges,
-            share,
-            claimed: AtomicUsize::new(0),
-            first_failed: AtomicUsize::new(usize::MAX),
-        }
+        let share = thread_share(texts.iter().map(|t| t.len()).sum(), threads);
+        Work { inner, specials, texts, ranges, share, claimed: AtomicUsize::new(0), failed: FirstFailure::default() }
     }
 
     /// Claim the next block and encode it; None when every block is claimed (or all that are
     /// left come after a failed one).
     fn next(&self) -> Option<Encoded> {
         let i = self.claimed.fetch_add(1, Ordering::Relaxed);
-        if i >= self.ranges.len() || i > self.first_failed.load(Ordering::Relaxed) {
+        if i >= self.ranges.len() || self.failed.is_after(i) {
             return None;
         }
         let block = encode_range(self.inner, self.specials, self.texts, self.ranges[i].clone(), self.share);
         if block.is_err() {
-            self.first_failed.fetch_min(i, Ordering::Relaxed);
+            self.failed.note(i);
         }
         Some((i, block))
     }
