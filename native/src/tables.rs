@@ -320,7 +320,7 @@ impl Arena {
     /// turn. A record is found from the length in the one before it, so a walk through one chunk
     /// waited for memory at every record; each walk fetches its next record before handing this
     /// one over, and the fetches of the walks overlap.
-    fn records_in(&self, chunks: std::ops::Range<usize>) -> impl Iterator<Item = (u64, u64, &[u8], u64)> {
+    fn records_in(&self, chunks: impl Iterator<Item = usize>) -> impl Iterator<Item = (u64, u64, &[u8], u64)> {
         let mut unwalked = chunks;
         // (chunk, position of its next record)
         let mut walks: Vec<(usize, usize)> = Vec::with_capacity(WALKS);
@@ -732,21 +732,30 @@ impl Tally {
 /// its record's location, the later record's location, the later record's count).
 type Shared = (usize, u64, u64, u64);
 
-/// Long keys' (location, count) in runs, each by location (see [`MemoryOrder::long`]).
-type Runs = Vec<Vec<(u64, u64)>>;
+/// Long keys' (location, count) in a run by location (see [`MemoryOrder::long`]).
+type Run = Vec<(u64, u64)>;
+/// Runs in location order.
+type Runs = Vec<Run>;
 
-/// Walk the records of `arena`'s `chunks` (in the order they lie) looking each piece up in the
-/// `earlier` workers' indexes: the pieces none of them holds, as (location, count) by location
-/// (one list per chunk), and the others ([`Shared`]). Each lookup's slot is fetched [`DEPTH`]
-/// records ahead (the indexes outgrow the CPU caches, and the lookups are independent).
-fn walk_records(arena: &Arena, chunks: std::ops::Range<usize>, earlier: &[LocalCounts]) -> (Runs, Vec<Shared>) {
-    let first = chunks.start;
+/// What a walk of some chunks of a worker's arena found: the runs of the pieces it keeps, each
+/// with its chunk's number, and the pieces an earlier worker holds.
+type Walked = (Vec<(usize, Run)>, Vec<Shared>);
+
+/// Walk the records of every `step`-th chunk of `arena` from `first` (each chunk's in the order
+/// they lie) looking each piece up in the `earlier` workers' indexes: the pieces none of them
+/// holds, as (location, count) by location (one run per chunk that keeps any), and the others
+/// ([`Shared`]). Each lookup's slot is fetched [`DEPTH`] records ahead (the indexes outgrow the
+/// CPU caches, and the lookups are independent).
+fn walk_records(arena: &Arena, first: usize, step: usize, earlier: &[LocalCounts]) -> Walked {
+    let chunks = (first..arena.chunks.len()).step_by(step);
     // `records_in` takes a few chunks in turn: one list per chunk keeps each in location order.
     // Each is made as long as its chunk's records could be, so that it never moves: the pages of a
     // list are only taken as it is written, and a stage 2's lists, grown and copied together
     // afterwards, spent most of their time in fresh pages.
-    let mut kept: Vec<Vec<(u64, u64)>> =
-        arena.chunks[chunks.clone()].iter().map(|c| Vec::with_capacity(c.len() / MIN_RECORD)).collect();
+    let mut kept: Vec<Run> = (0..arena.chunks.len()).map(|_| Vec::new()).collect();
+    for c in chunks.clone() {
+        kept[c] = Vec::with_capacity(arena.chunks[c].len() / MIN_RECORD);
+    }
     let mut shared = Vec::new();
     let mut settle = |(loc, h, key, count): (u64, u64, &[u8], u64)| match earlier
         .iter()
@@ -754,7 +763,7 @@ fn walk_records(arena: &Arena, chunks: std::ops::Range<usize>, earlier: &[LocalC
         .find_map(|(w, local)| local.find_long(h, key).map(|at| (w, at)))
     {
         Some((w, at)) => shared.push((w, at, loc, count)),
-        None => kept[(loc >> POS_BITS) as usize - first].push((loc, count)),
+        None => kept[(loc >> POS_BITS) as usize].push((loc, count)),
     };
     let mut ring = std::collections::VecDeque::with_capacity(DEPTH);
     for record in arena.records_in(chunks) {
@@ -765,7 +774,15 @@ fn walk_records(arena: &Arena, chunks: std::ops::Range<usize>, earlier: &[LocalC
         ring.push_back(record);
     }
     ring.into_iter().for_each(&mut settle);
-    kept.iter_mut().for_each(Vec::shrink_to_fit);
+    let kept = kept
+        .into_iter()
+        .enumerate()
+        .filter(|(_, run)| !run.is_empty())
+        .map(|(c, mut run)| {
+            run.shrink_to_fit();
+            (c, run)
+        })
+        .collect();
     (kept, shared)
 }
 
@@ -891,18 +908,23 @@ impl Counts {
             // Only the later workers, walked already, look pieces up in this one.
             rest[0].drop_long_index();
             let arena = &mut rest[0].arena;
-            let chunks = arena.chunks.len();
-            let walked: Vec<(Runs, Vec<Shared>)> = (0..threads)
-                .into_par_iter()
-                .map(|t| walk_records(arena, t * chunks / threads..(t + 1) * chunks / threads, earlier))
-                .collect();
-            for (kept, shared) in walked {
-                runs[w].extend(kept.into_iter().filter(|run| !run.is_empty()));
+            // Every `threads`-th chunk to each thread: chunks hold very different numbers of
+            // records (the first windows' copied keys fill a chunk sooner than keys left in the
+            // file), and halves by chunk count left one thread walking alone for a third of the
+            // time.
+            let walked: Vec<Walked> =
+                (0..threads).into_par_iter().map(|t| walk_records(arena, t, threads, earlier)).collect();
+            let mut kept: Vec<(usize, Run)> = Vec::new();
+            for (part, shared) in walked {
+                kept.extend(part);
                 for (owner, at, loc, count) in shared {
                     earlier[owner].arena.add_count(at, count);
                     arena.drop_record(loc);
                 }
             }
+            // In chunk order, as replay reads and frees them.
+            kept.sort_unstable_by_key(|&(chunk, _)| chunk);
+            runs[w].extend(kept.into_iter().map(|(_, run)| run));
         }
         let long = runs.into_iter().enumerate().flat_map(|(w, r)| r.into_iter().map(move |run| (SHARDS + w, run)));
         let long = long.collect();
