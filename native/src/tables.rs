@@ -910,8 +910,7 @@ impl Counts {
             let arena = &mut rest[0].arena;
             // Every `threads`-th chunk to each thread: chunks hold very different numbers of
             // records (the first windows' copied keys fill a chunk sooner than keys left in the
-            // file), and halves by chunk count left one thread walking alone for a third of the
-            // time.
+            // file), and with halves by chunk count the thread of the fuller half walked on alone.
             let walked: Vec<Walked> =
                 (0..threads).into_par_iter().map(|t| walk_records(arena, t, threads, earlier)).collect();
             let mut kept: Vec<(usize, Run)> = Vec::new();
