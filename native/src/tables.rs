@@ -737,22 +737,18 @@ type Run = Vec<(u64, u64)>;
 /// Runs in location order.
 type Runs = Vec<Run>;
 
-/// What a walk of some chunks of a worker's arena found: the runs of the pieces it keeps, each
-/// with its chunk's number, and the pieces an earlier worker holds.
-type Walked = (Vec<(usize, Run)>, Vec<Shared>);
-
 /// Walk the records of every `step`-th chunk of `arena` from `first` (each chunk's in the order
 /// they lie) looking each piece up in the `earlier` workers' indexes: the pieces none of them
 /// holds, as (location, count) by location (one run per chunk that keeps any), and the others
 /// ([`Shared`]). Each lookup's slot is fetched [`DEPTH`] records ahead (the indexes outgrow the
 /// CPU caches, and the lookups are independent).
-fn walk_records(arena: &Arena, first: usize, step: usize, earlier: &[LocalCounts]) -> Walked {
+fn walk_records(arena: &Arena, first: usize, step: usize, earlier: &[LocalCounts]) -> (Runs, Vec<Shared>) {
     let chunks = (first..arena.chunks.len()).step_by(step);
     // `records_in` takes a few chunks in turn: one list per chunk keeps each in location order.
     // Each is made as long as its chunk's records could be, so that it never moves: the pages of a
     // list are only taken as it is written, and a stage 2's lists, grown and copied together
     // afterwards, spent most of their time in fresh pages.
-    let mut kept: Vec<Run> = (0..arena.chunks.len()).map(|_| Vec::new()).collect();
+    let mut kept: Runs = (0..arena.chunks.len()).map(|_| Vec::new()).collect();
     for c in chunks.clone() {
         kept[c] = Vec::with_capacity(arena.chunks[c].len() / MIN_RECORD);
     }
@@ -774,15 +770,8 @@ fn walk_records(arena: &Arena, first: usize, step: usize, earlier: &[LocalCounts
         ring.push_back(record);
     }
     ring.into_iter().for_each(&mut settle);
-    let kept = kept
-        .into_iter()
-        .enumerate()
-        .filter(|(_, run)| !run.is_empty())
-        .map(|(c, mut run)| {
-            run.shrink_to_fit();
-            (c, run)
-        })
-        .collect();
+    kept.retain(|run| !run.is_empty());
+    kept.iter_mut().for_each(Vec::shrink_to_fit);
     (kept, shared)
 }
 
@@ -911,9 +900,9 @@ impl Counts {
             // Every `threads`-th chunk to each thread: chunks hold very different numbers of
             // records (the first windows' copied keys fill a chunk sooner than keys left in the
             // file), and with halves by chunk count the thread of the fuller half walked on alone.
-            let walked: Vec<Walked> =
+            let walked: Vec<(Runs, Vec<Shared>)> =
                 (0..threads).into_par_iter().map(|t| walk_records(arena, t, threads, earlier)).collect();
-            let mut kept: Vec<(usize, Run)> = Vec::new();
+            let mut kept = Runs::new();
             for (part, shared) in walked {
                 kept.extend(part);
                 for (owner, at, loc, count) in shared {
@@ -921,9 +910,9 @@ impl Counts {
                     arena.drop_record(loc);
                 }
             }
-            // In chunk order, as replay reads and frees them.
-            kept.sort_unstable_by_key(|&(chunk, _)| chunk);
-            runs[w].extend(kept.into_iter().map(|(_, run)| run));
+            // In chunk order (a run's first location says its chunk), as replay reads and frees them.
+            kept.sort_unstable_by_key(|run| run[0].0);
+            runs[w].extend(kept);
         }
         let long = runs.into_iter().enumerate().flat_map(|(w, r)| r.into_iter().map(move |run| (SHARDS + w, run)));
         let long = long.collect();
