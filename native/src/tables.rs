@@ -748,10 +748,7 @@ fn walk_records(arena: &Arena, first: usize, step: usize, earlier: &[LocalCounts
     // Each is made as long as its chunk's records could be, so that it never moves: the pages of a
     // list are only taken as it is written, and a stage 2's lists, grown and copied together
     // afterwards, spent most of their time in fresh pages.
-    let mut kept: Runs = (0..arena.chunks.len()).map(|_| Vec::new()).collect();
-    for c in chunks.clone() {
-        kept[c] = Vec::with_capacity(arena.chunks[c].len() / MIN_RECORD);
-    }
+    let mut kept: Runs = chunks.clone().map(|c| Vec::with_capacity(arena.chunks[c].len() / MIN_RECORD)).collect();
     let mut shared = Vec::new();
     let mut settle = |(loc, h, key, count): (u64, u64, &[u8], u64)| match earlier
         .iter()
@@ -759,7 +756,7 @@ fn walk_records(arena: &Arena, first: usize, step: usize, earlier: &[LocalCounts
         .find_map(|(w, local)| local.find_long(h, key).map(|at| (w, at)))
     {
         Some((w, at)) => shared.push((w, at, loc, count)),
-        None => kept[(loc >> POS_BITS) as usize].push((loc, count)),
+        None => kept[((loc >> POS_BITS) as usize - first) / step].push((loc, count)),
     };
     let mut ring = std::collections::VecDeque::with_capacity(DEPTH);
     for record in arena.records_in(chunks) {
