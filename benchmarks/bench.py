@@ -42,6 +42,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import cpu_model, load_average  # noqa: E402  (benchmarks/ holds scripts, not a package)
+
 SPECIAL = "<|endoftext|>"
 GPT2_EOT_ID = 50256
 BLOCK_CHARS = 1 << 20
@@ -368,7 +371,7 @@ def measure(contender: Contender, spec: WorkerSpec, env: dict[str, str]) -> tupl
     import psutil
 
     cmd = [sys.executable, str(Path(__file__).resolve()), "--_worker", json.dumps(asdict(spec))]
-    load_at_start = os.getloadavg()[0]
+    load_at_start = load_average()
     Path(spec.out).unlink(missing_ok=True)  # never read a result left by an earlier run
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err)
@@ -699,14 +702,7 @@ def machine_info() -> dict[str, Any]:
     """Enough about the machine to read the numbers in context."""
     import psutil
 
-    model = platform.processor() or "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    model = cpu_model()
     from superbpe.core.util import usable_cpus
 
     cpus = usable_cpus()
@@ -715,7 +711,7 @@ def machine_info() -> dict[str, Any]:
                             "python": platform.python_version(), "platform": platform.platform(),
                             "versions": _versions()}
     vers = ", ".join(f"{k} {v}" for k, v in info["versions"].items())
-    info["load_avg_at_start"] = os.getloadavg()[0]
+    info["load_avg_at_start"] = load_average()
     info["summary"] = (f"{model}, {cpus} CPUs, {mem:.0f} GiB, Python {info['python']}; {vers}; "
                        f"load average {info['load_avg_at_start']:.2f}")
     return info

@@ -60,7 +60,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_english_corpus import wikitext_paragraph  # noqa: E402  (benchmarks/ holds scripts, not a package)
+from machine import cpu_model, load_average  # noqa: E402  (benchmarks/ holds scripts, not a package)
+from make_english_corpus import wikitext_paragraph  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = "## Encoding against the fastest encoders"
@@ -506,9 +507,9 @@ def measure(
                     "repeats": repeats,
                     "texts": str(texts_path),
                 }
-                log(f"{spec.name}: {kind}, {n} thread(s) (load {os.getloadavg()[0]:.2f})")
+                log(f"{spec.name}: {kind}, {n} thread(s) (load {load_average():.2f})")
                 res = run_worker(job, workdir, timeout)
-                res["load"] = os.getloadavg()[0]
+                res["load"] = load_average()
                 per_vocab[f"{kind}/{n}"] = res
         _check_ids(spec, per_vocab)
         results[spec.name] = per_vocab
@@ -666,16 +667,6 @@ def _versions(kinds: Sequence[str]) -> str:
     return ", ".join(parts)
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(argv) if argv is not None else sys.argv[1:]
     if argv[:1] == ["--worker"]:
@@ -756,7 +747,7 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
             raise BenchError(f"unknown contender {k!r}; known: {', '.join(CONTENDERS)}")
     _check_inputs(args, vocabs)
     log = lambda msg: print(f"[encode_peers] {msg}", file=sys.stderr, flush=True)  # noqa: E731
-    load_start = os.getloadavg()[0]
+    load_start = load_average()
     english = english_documents(args.data / "wikitext103_valid_test.txt.gz")
     if args.english_docs:
         english = english[: args.english_docs]
@@ -777,9 +768,9 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
         "code_name": args.code.name,
         "repeats": args.repeats,
         "date": time.strftime("%Y-%m-%d"),
-        "machine": f"{_cpu_model()}, {os.cpu_count()} vCPUs",
+        "machine": f"{cpu_model()}, {os.cpu_count()} vCPUs",
         "load_start": load_start,
-        "load_end": os.getloadavg()[0],
+        "load_end": load_average(),
         "versions": _versions(shown),
         "command": _command(args, argv),
     }

@@ -15,9 +15,10 @@ evicts it before each run instead (a first run on data not read since boot), ``a
 (held-out text) adds each tokenizer's bytes per token on it, the compression the approximation costs.
 ``--include A.json`` adds the rows an earlier run wrote (e.g. another corpus at another vocab) to the
 table and plot, each against a bpe run of its own file. Peak RSS is the child's (``wait4`` rusage).
-The stage-2 sizes (distinct pieces and bytes, symbols) come from the run's ``metrics.json``. Writes
-``<out>.md`` (a table) and ``<out>.png`` (RSS and time of the exact SuperBPE runs against distinct
-stage-2 bytes), and prints the table.
+The stage-2 sizes (distinct pieces and bytes, symbols) come from the run's ``metrics.json``. Each row
+records the CPU it ran on, when it started (UTC) and the 1-minute load average then. Writes ``<out>.md``
+(a line naming the machine, the runs' start times and loads, then a table) and ``<out>.png`` (RSS and
+time of the exact SuperBPE runs against distinct stage-2 bytes), and prints both.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import cpu_model, load_average  # noqa: E402  (benchmarks/ holds scripts, not a package)
 
 ROOT = Path(__file__).resolve().parents[1]
 print = functools.partial(print, flush=True)  # noqa: A001 - progress of a long benchmark, unbuffered
@@ -50,6 +54,9 @@ class Measure:
     stage2: dict[str, int]
     bytes_per_token: float | None = None
     cpu_seconds: float | None = None  # user + system time of the child
+    machine: str | None = None  # the CPU model and vCPUs (the VM's host changes between boots)
+    started: str | None = None  # UTC, "YYYY-MM-DD HH:MM:SS"
+    load: float | None = None  # the 1-minute load average when the run started
 
 
 def parse_size(text: str) -> int | None:
@@ -197,6 +204,20 @@ def table(results: list[list[Measure]]) -> str:
     return "\n".join(lines)
 
 
+def measured_on(results: list[list[Measure]]) -> str:
+    """Where and when the runs were made: each machine with the UTC span of its runs' starts and the
+    load average they started at (rows of an older ``OUT.json`` that did not record them are left out)."""
+    by_machine: dict[str, list[Measure]] = {}
+    for r in (r for rows in results for r in rows if r.machine and r.started and r.load is not None):
+        by_machine.setdefault(r.machine, []).append(r)
+    parts = []
+    for machine, rows in by_machine.items():
+        starts, loads = sorted(r.started for r in rows), [r.load for r in rows]
+        parts.append(f"{machine}: runs started {starts[0]}–{starts[-1]} UTC at a 1-minute load of "
+                     f"{min(loads):.2f}–{max(loads):.2f}")
+    return "Measured on " + "; ".join(parts) + "." if parts else ""
+
+
 def plot(results: list[list[Measure]], path: Path) -> None:
     try:
         import matplotlib
@@ -305,24 +326,27 @@ def main() -> None:
     corpus, workdir = args.corpus.resolve(), args.workdir.resolve()
     held_out = args.eval.resolve() if args.eval is not None else None
     corpora = {size: prefix(corpus, parse_size(size), workdir) for size in sizes}
+    machine = f"{cpu_model()}, {os.cpu_count()} vCPUs"
     rows: list[Measure] = []
     for round_ in range(1, args.rounds + 1):
         for size in sizes:
             for run in runs:
                 out = Path(tempfile.mkdtemp(dir=workdir, prefix=f"{run}-{size}-"))
                 set_page_cache(corpora[size], args.page_cache)
+                started, load = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), load_average()
                 seconds, cpu, rss, stage2 = train(corpora[size], run, args.vocab, args.transition, out)
                 size_bytes = corpora[size].stat().st_size
                 label = f"{corpus.stem} {size}, {args.vocab // 1000}K"
-                measure = Measure(label, size_bytes, run, round_, seconds, rss, stage2, cpu_seconds=cpu)
+                measure = Measure(label, size_bytes, run, round_, seconds, rss, stage2, cpu_seconds=cpu,
+                                  machine=machine, started=started, load=load)
                 if held_out is not None:
                     measure.bytes_per_token = bytes_per_token(out, held_out)
                 rows.append(measure)
-                print(f"{size} #{round_} {run}: {seconds:.1f} s ({cpu:.0f} CPU s), {rss / 2**30:.2f} GiB",
-                      stage2)
+                print(f"{size} #{round_} {run}: {seconds:.1f} s ({cpu:.0f} CPU s), {rss / 2**30:.2f} GiB, "
+                      f"started {started} UTC at load {load:.2f}", stage2)
     output(args.out, ".json").write_text(json.dumps([asdict(row) for row in rows], indent=1) + "\n")
     results = [rows, *included]
-    text = table(results)
+    text = "\n\n".join(part for part in (measured_on(results), table(results)) if part)
     output(args.out, ".md").write_text(text + "\n")
     plot(results, output(args.out, ".png"))
     print(text)

@@ -7,6 +7,7 @@ No timing is asserted; the checks are on which runs were made and that their siz
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from make_english_corpus import Chain, write_corpus  # noqa: E402  (benchmarks/ holds scripts, not a package)
+from machine import cpu_model  # noqa: E402  (benchmarks/ holds scripts, not a package)
+from make_english_corpus import Chain, write_corpus  # noqa: E402
+from scale import Measure, load_results, measured_on  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -50,5 +53,26 @@ def test_scale_trains_every_size_and_schedule_and_writes_its_table(
         if row["schedule"] != "bpe":
             assert 0 < row["stage2"]["distinct_bytes"] <= row["corpus_bytes"]
     assert rows[3]["corpus_bytes"] == corpus.stat().st_size > rows[0]["corpus_bytes"]
+    machine = f"{cpu_model()}, {os.cpu_count()} vCPUs"
+    assert {row["machine"] for row in rows} == {machine} and all(row["load"] >= 0 for row in rows)
+    starts = [row["started"] for row in rows]
+    assert starts == sorted(starts) and len(starts[0]) == len("2026-11-30 18:00:00")
     table = out.with_suffix(".md").read_text()
+    assert table.startswith(f"Measured on {machine}: runs started {starts[0]}–{starts[-1]} UTC at a 1-minute")
     assert table.count("| superbpe |") == 2 and table.count("| superbpe@0.5 |") == 2
+
+
+def test_rows_that_name_no_machine_still_load_and_are_left_out_of_the_machine_line(tmp_path: Path) -> None:
+    older = tmp_path / "older.json"  # an OUT.json written before rows named their machine
+    older.write_text(json.dumps([{"size": "x 1G, 64K", "corpus_bytes": 10**9, "schedule": "bpe", "round": 1,
+                                  "seconds": 5.0, "peak_rss": 2**30, "stage2": {}}]))
+    (old,) = load_results(older)
+    assert old.machine is None and measured_on([[old]]) == ""
+    new = Measure("x 1G, 64K", 10**9, "superbpe", 1, 12.0, 2**31, {}, machine="CPU A, 2 vCPUs",
+                  started="2026-11-30 18:00:00", load=0.5)
+    later = Measure("x 1G, 64K", 10**9, "bpe", 2, 5.0, 2**30, {}, machine="CPU A, 2 vCPUs",
+                    started="2026-11-30 18:05:00", load=1.25)
+    assert measured_on([[new, later], [old]]) == (
+        "Measured on CPU A, 2 vCPUs: runs started 2026-11-30 18:00:00–2026-11-30 18:05:00 UTC at a "
+        "1-minute load of 0.50–1.25."
+    )
