@@ -1,0 +1,92 @@
+"""``benchmarks/make_crates_corpus.py`` without the network: crates are built here and served by a stand-in
+for the download, so the checks are on what the corpus holds, in which order, and what is refused."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import make_crates_corpus  # noqa: E402  (benchmarks/ holds scripts, not a package)
+from make_crates_corpus import SEPARATOR, crate_text, index_path  # noqa: E402
+
+SCRIPT = ROOT / "benchmarks" / "make_crates_corpus.py"
+
+
+def crate(files: dict[str, bytes]) -> bytes:
+    """A ``.crate``: a gzipped tar of ``files``, added in the order given."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def test_index_paths_follow_the_sparse_index_layout() -> None:
+    assert index_path("a") == "1/a" and index_path("ab") == "2/ab"
+    assert index_path("syn") == "3/s/syn"
+    assert index_path("Serde") == "se/rd/serde" and index_path("tokio-util") == "to/ki/tokio-util"
+
+
+def test_a_crate_gives_its_text_files_in_path_order_and_leaves_out_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    data = crate({
+        "demo-1.0.0/src/lib.rs": b"pub fn a() {}\n",
+        "demo-1.0.0/Cargo.toml": b"[package]\nname = \"demo\"\n",
+        "demo-1.0.0/empty.txt": b"",
+        "demo-1.0.0/logo.png": b"\x89PNG\0\0",
+        "demo-1.0.0/latin1.txt": "caf\xe9".encode("latin-1"),
+        "demo-1.0.0/special.md": b"a <|endoftext|> b",
+        "demo-1.0.0/big.rs": b"x" * (make_crates_corpus.MAX_FILE + 1),
+    })  # fmt: skip
+    monkeypatch.setattr(make_crates_corpus, "fetch", lambda url: data)
+    text = crate_text(("demo", "1.0.0", hashlib.sha256(data).hexdigest()))
+    assert text == b'[package]\nname = "demo"\n' + SEPARATOR + b"pub fn a() {}\n" + SEPARATOR
+
+
+def test_a_download_that_does_not_match_its_checksum_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(make_crates_corpus, "fetch", lambda url: crate({"x/a.rs": b"fn a() {}"}))
+    with pytest.raises(SystemExit, match="demo 1.0.0: the download does not match its checksum"):
+        crate_text(("demo", "1.0.0", "0" * 64))
+
+
+@pytest.mark.parametrize(
+    ("list_text", "message"),
+    [
+        (None, "no such file"),
+        ("serde 1.0.0\n", "every line is 'name version sha256'"),
+    ],
+)
+def test_a_missing_or_malformed_list_is_refused_in_one_line_and_writes_nothing(
+    tmp_path: Path, list_text: str | None, message: str
+) -> None:
+    pinned = tmp_path / "crates.txt"
+    if list_text is not None:
+        pinned.write_text(list_text)
+    out = tmp_path / "corpus.txt"
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), str(out), "--list", str(pinned)], capture_output=True, text=True
+    )
+    assert proc.returncode != 0 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == ([pinned] if list_text is not None else [])
+
+
+def test_discovering_into_a_list_that_exists_is_refused_before_any_download(tmp_path: Path) -> None:
+    pinned = tmp_path / "crates.txt"
+    pinned.write_text("serde 1.0.0 " + "0" * 64 + "\n")
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), str(tmp_path / "corpus.txt"), "--list", str(pinned), "--discover"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode != 0 and "exists; --discover writes a new list" in proc.stderr
+    assert pinned.read_text() == "serde 1.0.0 " + "0" * 64 + "\n" and not (tmp_path / "corpus.txt").exists()
