@@ -10,10 +10,11 @@ list's order: every UTF-8 text file of at most 4 MB (larger ones are generated t
 each followed by ``"\\n<|endoftext|>\\n"``, as ``make_large_corpus.sh`` writes a package. The same list
 gives the same file. ``--discover`` makes a list first: a breadth-first walk of the dependencies (of every
 kind) of a few widely used crates in the sparse index (index.crates.io), taking each crate's newest
-version that is neither yanked nor a pre-release, until the crates' compressed sizes reach a fifth of
-``--size`` (a crate's text is about five times its download; the corpus holds what the list gives, and
-a growth run takes prefixes of it). Downloads run on ``--jobs`` threads; the output appears only when
-complete.
+version that is neither yanked nor a pre-release (a name the index does not answer for is passed over),
+until the crates' compressed sizes reach a fifth of ``--size`` (a crate's text is about five times its
+download) or the walk runs out of crates; the corpus holds what the list gives, and a growth run takes
+prefixes of it. Downloads run on ``--jobs`` threads; the output appears only when complete, and a
+download that fails stops the build in one line, leaving nothing.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def newest(name: str) -> tuple[str, str, list[str]] | None:
 
 def discover(size: int, jobs: int) -> list[tuple[str, str, str]]:
     """Crates met walking dependencies breadth first from ``SEEDS`` until their text likely exceeds ``size``
-    (compressed crates hold about a fifth of their text)."""
+    (a crate's download is about a fifth of its text), or until no crate is left to visit."""
     seen, queue, found, total = set(SEEDS), deque(SEEDS), [], 0
     with ThreadPoolExecutor(jobs) as pool:
         while queue and total < size / 5:
@@ -173,13 +174,36 @@ def main() -> None:
     if any(len(entry) != 3 for entry in entries):
         raise SystemExit(f"error: --list {args.list}: every line is 'name version sha256'")
     temp = args.out.with_name(args.out.name + ".tmp")
-    written = 0
-    with open(temp, "wb") as out, ThreadPoolExecutor(args.jobs) as pool:
-        for text in pool.map(crate_text, entries):
-            out.write(text)
-            written += len(text)
+    try:
+        written = write_corpus(entries, temp, args.jobs)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
     temp.replace(args.out)
     print(f"{args.out}: {len(entries)} crates, {written:,} bytes", file=sys.stderr)
+
+
+def write_corpus(entries: list[tuple[str, str, str]], path: Path, jobs: int) -> int:
+    """The crates' text into ``path`` in the list's order, at most ``4 * jobs`` downloads ahead of the
+    writer (so that one slow download does not leave the rest of the corpus waiting in memory)."""
+    written = 0
+    with open(path, "wb") as out, ThreadPoolExecutor(jobs) as pool:
+        pending: deque = deque()
+        for entry in entries:
+            pending.append((entry, pool.submit(crate_text_or_exit, entry)))
+            if len(pending) >= 4 * jobs:
+                written += out.write(pending.popleft()[1].result())
+        while pending:
+            written += out.write(pending.popleft()[1].result())
+    return written
+
+
+def crate_text_or_exit(entry: tuple[str, str, str]) -> bytes:
+    """``crate_text``, a failed download given as a one-line error naming the crate."""
+    try:
+        return crate_text(entry)
+    except OSError as exc:
+        raise SystemExit(f"error: {entry[0]} {entry[1]}: download failed ({exc})") from None
 
 
 if __name__ == "__main__":

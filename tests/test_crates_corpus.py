@@ -8,6 +8,8 @@ import io
 import subprocess
 import sys
 import tarfile
+import time
+import urllib.error
 from pathlib import Path
 
 import pytest
@@ -90,3 +92,44 @@ def test_discovering_into_a_list_that_exists_is_refused_before_any_download(tmp_
     )  # fmt: skip
     assert proc.returncode != 0 and "exists; --discover writes a new list" in proc.stderr
     assert pinned.read_text() == "serde 1.0.0 " + "0" * 64 + "\n" and not (tmp_path / "corpus.txt").exists()
+
+
+def test_a_failed_download_stops_the_build_in_one_line_and_leaves_no_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    good = crate({"a/lib.rs": b"fn a() {}\n"})
+    pinned = tmp_path / "crates.txt"
+    pinned.write_text("".join(f"c{k} 1.0.0 {hashlib.sha256(good).hexdigest()}\n" for k in range(50)))
+
+    def fetch(url: str) -> bytes:
+        if "/c30/" in url:
+            raise urllib.error.URLError("connection reset")
+        return good
+
+    monkeypatch.setattr(make_crates_corpus, "fetch", fetch)
+    out = tmp_path / "corpus.txt"
+    argv = ["make_crates_corpus.py", str(out), "--list", str(pinned), "--jobs", "2"]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit, match=r"^error: c30 1.0.0: download failed \(.*connection reset"):
+        make_crates_corpus.main()
+    assert sorted(tmp_path.iterdir()) == [pinned]
+
+
+def test_the_corpus_keeps_the_lists_order_whatever_the_downloads_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    crates = {f"c{k}": crate({f"c{k}/lib.rs": f"fn f{k}() {{}}\n".encode()}) for k in range(40)}
+    pinned = tmp_path / "crates.txt"
+    pinned.write_text("".join(f"{n} 1.0.0 {hashlib.sha256(d).hexdigest()}\n" for n, d in crates.items()))
+
+    def fetch(url: str) -> bytes:
+        name = url.split("/")[-2]
+        time.sleep(0.002 * (40 - int(name[1:])))  # the first crates arrive last
+        return crates[name]
+
+    monkeypatch.setattr(make_crates_corpus, "fetch", fetch)
+    out = tmp_path / "corpus.txt"
+    argv = ["make_crates_corpus.py", str(out), "--list", str(pinned), "--jobs", "4"]
+    monkeypatch.setattr(sys, "argv", argv)
+    make_crates_corpus.main()
+    assert out.read_bytes() == b"".join(f"fn f{k}() {{}}\n".encode() + SEPARATOR for k in range(40))
