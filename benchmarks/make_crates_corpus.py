@@ -6,8 +6,8 @@ source packages hold (``make_large_corpus.sh``: 5.45 GB).
 
 With a list of ``name version sha256`` lines (``benchmarks/crates.txt``), each crate is downloaded from
 static.crates.io, checked against its checksum and its files written in sorted path order, crates in the
-list's order: every UTF-8 text file of at most 4 MB (larger ones are generated tables) without a NUL byte,
-each followed by ``"\\n<|endoftext|>\\n"``, as ``make_large_corpus.sh`` writes a package. The same list
+list's order: the files ``code_files.py`` takes (UTF-8 text of at most 4 MB without a NUL byte), each
+followed by ``"\\n<|endoftext|>\\n"``, as ``make_large_corpus.sh`` writes a package. The same list
 gives the same file. ``--discover`` makes a list first: a breadth-first walk of the dependencies (of every
 kind) of a few widely used crates in the sparse index (index.crates.io), taking each crate's newest
 version that is neither yanked nor a pre-release (a name the index does not answer for is passed over),
@@ -31,6 +31,9 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from code_files import MAX_FILE, joined  # noqa: E402  (benchmarks/ holds scripts, not a package)
+
 SEEDS = (
     "tokio", "serde", "rand", "regex", "clap", "syn", "hyper", "reqwest", "actix-web", "diesel", "sqlx",
     "bevy", "wgpu", "rayon", "image", "nom", "chrono", "polars", "arrow", "datafusion", "rustls",
@@ -49,8 +52,6 @@ SEEDS = (
     "esp-hal", "stm32f4xx-hal", "cortex-m-rt", "defmt", "probe-rs", "ratatui", "crossterm", "cursive",
     "gitui", "broot", "lapce-core", "zed",
 )  # fmt: skip
-MAX_FILE = 4_000_000
-SEPARATOR = b"\n<|endoftext|>\n"
 
 
 def index_path(name: str) -> str:
@@ -118,7 +119,8 @@ def crate_url(name: str, version: str) -> str:
 
 
 def crate_text(entry: tuple[str, str, str]) -> bytes:
-    """Every text file of one crate in sorted path order, each followed by the separator."""
+    """Every file of one crate the corpus takes (``code_files.takes``), in sorted path order, each followed
+    by the separator."""
     name, version, sha = entry
     data = fetch(crate_url(name, version))
     if hashlib.sha256(data).hexdigest() != sha:
@@ -127,20 +129,13 @@ def crate_text(entry: tuple[str, str, str]) -> bytes:
         members = sorted(
             (m for m in archive.getmembers() if m.isfile() and m.size <= MAX_FILE), key=lambda m: m.name
         )
-        return b"".join(text + SEPARATOR for text in texts(archive, members))
+        return b"".join(joined(member_bytes(archive, members)))
 
 
-def texts(archive: tarfile.TarFile, members: list[tarfile.TarInfo]) -> Iterator[bytes]:
+def member_bytes(archive: tarfile.TarFile, members: list[tarfile.TarInfo]) -> Iterator[bytes]:
     for member in members:
         handle = archive.extractfile(member)
-        data = handle.read() if handle else b""
-        if not data or b"\0" in data or b"<|endoftext|>" in data:
-            continue
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError:
-            continue
-        yield data
+        yield handle.read() if handle else b""
 
 
 def parse_size(text: str) -> int:

@@ -21,6 +21,7 @@ esac
 out="${1:-${TMPDIR:-/tmp}/superbpe-corpora/large}"
 mkdir -p "$out/parts"
 out="$(cd "$out" && pwd)"
+here="$(cd "$(dirname "$0")" && pwd)"
 
 # package=version, in the order they are concatenated. Two kernels and two GCCs overlap in part; most of their
 # lines still differ, and the measurements report the distinct bytes actually seen.
@@ -73,30 +74,7 @@ for spec in "${packages[@]}"; do
     find deb -type f -name 'src.zip' | sort |
       while read -r zipfile; do python3 -m zipfile -e "$zipfile" src/jdk 2>/dev/null || true; rm -f "$zipfile"; done
     mv deb src/deb )
-  python3 - "$work/src" "$part.tmp" <<'PY'
-"""Concatenate every UTF-8 text file under a directory in sorted path order, documents separated by <|endoftext|>."""
-import os
-import sys
-
-root, target = sys.argv[1], sys.argv[2]
-MAX_FILE = 4_000_000  # larger files are generated tables or test blobs, not text anyone writes
-with open(target, "wb") as out:
-    for folder, dirs, files in os.walk(root):
-        dirs.sort()
-        for name in sorted(files):
-            path = os.path.join(folder, name)
-            if os.path.islink(path) or not os.path.isfile(path) or os.path.getsize(path) > MAX_FILE:
-                continue
-            with open(path, "rb") as handle:
-                data = handle.read()
-            if not data or b"\0" in data or b"<|endoftext|>" in data:
-                continue
-            try:
-                data.decode("utf-8")
-            except UnicodeDecodeError:
-                continue
-            out.write(data + b"\n<|endoftext|>\n")
-PY
+  python3 "$here/code_files.py" "$work/src" "$part.tmp"
   mv "$part.tmp" "$part"
   cat "$work/version" >> "$out/parts/versions"
   rm -rf "$work"

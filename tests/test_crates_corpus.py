@@ -17,7 +17,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import make_crates_corpus  # noqa: E402  (benchmarks/ holds scripts, not a package)
-from make_crates_corpus import SEPARATOR, crate_text, index_path  # noqa: E402
+from code_files import MAX_FILE, SEPARATOR  # noqa: E402
+from make_crates_corpus import crate_text, index_path  # noqa: E402
 
 SCRIPT = ROOT / "benchmarks" / "make_crates_corpus.py"
 
@@ -49,7 +50,7 @@ def test_a_crate_gives_its_text_files_in_path_order_and_leaves_out_the_rest(
         "demo-1.0.0/logo.png": b"\x89PNG\0\0",
         "demo-1.0.0/latin1.txt": "caf\xe9".encode("latin-1"),
         "demo-1.0.0/special.md": b"a <|endoftext|> b",
-        "demo-1.0.0/big.rs": b"x" * (make_crates_corpus.MAX_FILE + 1),
+        "demo-1.0.0/big.rs": b"x" * (MAX_FILE + 1),
     })  # fmt: skip
     monkeypatch.setattr(make_crates_corpus, "fetch", lambda url: data)
     text = crate_text(("demo", "1.0.0", hashlib.sha256(data).hexdigest()))
@@ -133,3 +134,22 @@ def test_the_corpus_keeps_the_lists_order_whatever_the_downloads_order(
     monkeypatch.setattr(sys, "argv", argv)
     make_crates_corpus.main()
     assert out.read_bytes() == b"".join(f"fn f{k}() {{}}\n".encode() + SEPARATOR for k in range(40))
+
+
+def test_a_package_tree_gives_the_files_the_corpus_takes_in_path_order(tmp_path: Path) -> None:
+    """``code_files.py DIR OUT``, as ``make_large_corpus.sh`` runs it on an unpacked package."""
+    tree = tmp_path / "src"
+    (tree / "b").mkdir(parents=True)
+    (tree / "a").mkdir()
+    (tree / "b" / "x.c").write_bytes(b"int x;\n")
+    (tree / "a" / "z.h").write_bytes(b"#define Z\n")
+    (tree / "a" / "blob").write_bytes(b"\0\1")
+    (tree / "a" / "huge.c").write_bytes(b"y" * (MAX_FILE + 1))
+    (tree / "a" / "link.h").symlink_to(tree / "a" / "z.h")
+    (tree / "top.txt").write_bytes("naïve\n".encode())
+    out = tmp_path / "part.txt"
+    script = ROOT / "benchmarks" / "code_files.py"
+    subprocess.run([sys.executable, str(script), str(tree), str(out)], check=True)
+    # A folder's own files come before its subfolders', each in name order.
+    expected = ["naïve\n".encode(), b"#define Z\n", b"int x;\n"]
+    assert out.read_bytes() == b"".join(text + SEPARATOR for text in expected)
