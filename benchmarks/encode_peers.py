@@ -60,7 +60,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import cpu_model, load_average  # noqa: E402  (benchmarks/ holds scripts, not a package)
+from machine import describe, load_average  # noqa: E402  (benchmarks/ holds scripts, not a package)
 from make_english_corpus import wikitext_paragraph  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -768,7 +768,7 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
         "code_name": args.code.name,
         "repeats": args.repeats,
         "date": time.strftime("%Y-%m-%d"),
-        "machine": f"{cpu_model()}, {os.cpu_count()} vCPUs",
+        "machine": describe(),
         "load_start": load_start,
         "load_end": load_average(),
         "versions": _versions(shown),

@@ -22,3 +22,8 @@ def cpu_model() -> str:
 def load_average() -> float:
     """The 1-minute load average: what else kept the CPUs busy while a figure was taken."""
     return os.getloadavg()[0]
+
+
+def describe() -> str:
+    """The CPU model and how many vCPUs the machine has, as results name the machine."""
+    return f"{cpu_model()}, {os.cpu_count()} vCPUs"

@@ -33,6 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from code_files import MAX_FILE, joined  # noqa: E402  (benchmarks/ holds scripts, not a package)
+from make_english_corpus import CorpusError, parse_size  # noqa: E402
 
 SEEDS = (
     "tokio", "serde", "rand", "regex", "clap", "syn", "hyper", "reqwest", "actix-web", "diesel", "sqlx",
@@ -69,8 +70,9 @@ def fetch(url: str) -> bytes:
         return response.read()
 
 
-def newest(name: str) -> tuple[str, str, list[str]] | None:
-    """A crate's newest version that is neither yanked nor a pre-release: (version, sha256, dependencies)."""
+def newest(name: str) -> tuple[str, str, list[str], int] | None:
+    """A crate's newest version that is neither yanked nor a pre-release: (version, sha256, dependencies,
+    download size)."""
     try:
         lines = fetch(f"https://index.crates.io/{index_path(name)}").decode().splitlines()
     except OSError:
@@ -79,7 +81,7 @@ def newest(name: str) -> tuple[str, str, list[str]] | None:
         entry = json.loads(line)
         if not entry["yanked"] and "-" not in entry["vers"]:
             deps = [dep.get("package") or dep["name"] for dep in entry["deps"]]
-            return entry["vers"], entry["cksum"], deps
+            return entry["vers"], entry["cksum"], deps, crate_size(name, entry["vers"])
     return None
 
 
@@ -93,9 +95,9 @@ def discover(size: int, jobs: int) -> list[tuple[str, str, str]]:
             for name, info in zip(batch, pool.map(newest, batch), strict=True):
                 if info is None:
                     continue
-                version, sha, deps = info
+                version, sha, deps, download = info
                 found.append((name, version, sha))
-                total += crate_size(name, version)
+                total += download
                 for dep in deps:
                     if dep not in seen:
                         seen.add(dep)
@@ -138,14 +140,6 @@ def member_bytes(archive: tarfile.TarFile, members: list[tarfile.TarInfo]) -> It
         yield handle.read() if handle else b""
 
 
-def parse_size(text: str) -> int:
-    units = {"K": 10**3, "M": 10**6, "G": 10**9}
-    try:
-        return int(float(text[:-1]) * units[text[-1].upper()]) if text[-1:].upper() in units else int(text)
-    except ValueError:
-        raise SystemExit(f"error: --size {text}: not a size such as 4.6G") from None
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -161,7 +155,11 @@ def main() -> None:
     if args.discover:
         if args.list.exists():
             raise SystemExit(f"error: --list {args.list} exists; --discover writes a new list")
-        found = discover(parse_size(args.size), args.jobs)
+        try:
+            size = parse_size(args.size)
+        except CorpusError as exc:
+            raise SystemExit(f"error: {exc}") from None
+        found = discover(size, args.jobs)
         args.list.write_text("".join(f"{n} {v} {s}\n" for n, v, s in found))
     elif not args.list.is_file():
         raise SystemExit(f"error: --list {args.list}: no such file")

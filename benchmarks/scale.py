@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import cpu_model, load_average  # noqa: E402  (benchmarks/ holds scripts, not a package)
+from machine import describe, load_average  # noqa: E402  (benchmarks/ holds scripts, not a package)
 
 ROOT = Path(__file__).resolve().parents[1]
 print = functools.partial(print, flush=True)  # noqa: A001 - progress of a long benchmark, unbuffered
@@ -326,7 +326,7 @@ def main() -> None:
     corpus, workdir = args.corpus.resolve(), args.workdir.resolve()
     held_out = args.eval.resolve() if args.eval is not None else None
     corpora = {size: prefix(corpus, parse_size(size), workdir) for size in sizes}
-    machine = f"{cpu_model()}, {os.cpu_count()} vCPUs"
+    machine = describe()
     rows: list[Measure] = []
     for round_ in range(1, args.rounds + 1):
         for size in sizes:

@@ -153,3 +153,14 @@ def test_a_package_tree_gives_the_files_the_corpus_takes_in_path_order(tmp_path:
     # A folder's own files come before its subfolders', each in name order.
     expected = ["naïve\n".encode(), b"#define Z\n", b"int x;\n"]
     assert out.read_bytes() == b"".join(text + SEPARATOR for text in expected)
+
+
+def test_a_bad_size_to_discover_is_refused_in_one_line_before_any_download(tmp_path: Path) -> None:
+    pinned = tmp_path / "crates.txt"
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), str(tmp_path / "corpus.txt"), "--list", str(pinned), "--discover",
+         "--size", "lots"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode != 0 and "--size 'lots': expected bytes such as 500M or 1.2G" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and list(tmp_path.iterdir()) == []

@@ -7,7 +7,6 @@ No timing is asserted; the checks are on which runs were made and that their siz
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from machine import cpu_model  # noqa: E402  (benchmarks/ holds scripts, not a package)
+from machine import describe  # noqa: E402  (benchmarks/ holds scripts, not a package)
 from make_english_corpus import Chain, write_corpus  # noqa: E402
 from scale import Measure, load_results, measured_on  # noqa: E402
 
@@ -53,7 +52,7 @@ def test_scale_trains_every_size_and_schedule_and_writes_its_table(
         if row["schedule"] != "bpe":
             assert 0 < row["stage2"]["distinct_bytes"] <= row["corpus_bytes"]
     assert rows[3]["corpus_bytes"] == corpus.stat().st_size > rows[0]["corpus_bytes"]
-    machine = f"{cpu_model()}, {os.cpu_count()} vCPUs"
+    machine = describe()
     assert {row["machine"] for row in rows} == {machine} and all(row["load"] >= 0 for row in rows)
     starts = [row["started"] for row in rows]
     assert starts == sorted(starts) and len(starts[0]) == len("2026-11-30 18:00:00")
