@@ -28,7 +28,7 @@ import tarfile
 import urllib.request
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -178,16 +178,21 @@ def main() -> None:
 
 def write_corpus(entries: list[tuple[str, str, str]], path: Path, jobs: int) -> int:
     """The crates' text into ``path`` in the list's order, at most ``4 * jobs`` downloads ahead of the
-    writer (so that one slow download does not leave the rest of the corpus waiting in memory)."""
+    writer (so that one slow download does not leave the rest of the corpus waiting in memory). A failed
+    download cancels those not yet started."""
     written = 0
     with open(path, "wb") as out, ThreadPoolExecutor(jobs) as pool:
-        pending: deque = deque()
-        for entry in entries:
-            pending.append((entry, pool.submit(crate_text_or_exit, entry)))
-            if len(pending) >= 4 * jobs:
-                written += out.write(pending.popleft()[1].result())
-        while pending:
-            written += out.write(pending.popleft()[1].result())
+        pending: deque[Future[bytes]] = deque()
+        try:
+            for entry in entries:
+                pending.append(pool.submit(crate_text_or_exit, entry))
+                if len(pending) >= 4 * jobs:
+                    written += out.write(pending.popleft().result())
+            while pending:
+                written += out.write(pending.popleft().result())
+        except BaseException:
+            pool.shutdown(cancel_futures=True)
+            raise
     return written
 
 

@@ -164,3 +164,24 @@ def test_a_bad_size_to_discover_is_refused_in_one_line_before_any_download(tmp_p
     )  # fmt: skip
     assert proc.returncode != 0 and "--size 'lots': expected bytes such as 500M or 1.2G" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and list(tmp_path.iterdir()) == []
+
+
+def test_a_failed_download_cancels_the_downloads_not_yet_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    good = crate({"a/lib.rs": b"fn a() {}\n"})
+    entries = [(f"c{k}", "1.0.0", hashlib.sha256(good).hexdigest()) for k in range(8)]
+    fetched = []
+
+    def fetch(url: str) -> bytes:
+        fetched.append(url)
+        if "/c0/" in url:
+            raise urllib.error.URLError("connection reset")
+        time.sleep(1)  # c1, if the one thread takes it before the cancel, is still running then
+        return good
+
+    monkeypatch.setattr(make_crates_corpus, "fetch", fetch)
+    with pytest.raises(SystemExit, match="c0 1.0.0: download failed"):
+        make_crates_corpus.write_corpus(entries, tmp_path / "corpus.tmp", jobs=1)
+    # Four were queued (c0 to c3); c2 and c3 never start.
+    assert [url.split("/")[-2] for url in fetched] in (["c0"], ["c0", "c1"])
